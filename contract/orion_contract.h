@@ -1,0 +1,321 @@
+// The one contract between liborion_interpose.so (inside user processes) and orion-server:
+// the shared-memory board and the Unix-socket registration protocol.
+//
+// Both sides include this header and nothing else defines these layouts. Every type is fixed
+// width and versioned (magic + version + reserved space); every field that one process writes
+// and another reads is a std::atomic of a lock-free width. It depends on <atomic>, <cstdint> and
+// <cstring> only, so the interposer can use it without libstdc++ at run time.
+//
+// Board file (created by the server, mapped by every client, default /run/orion/board):
+//
+//   BoardHeader | GpuState[kMaxGpus] | ClientSlot[kMaxSlots]
+//
+// Usage (client side):
+//   auto* board = static_cast<orion::contract::Board*>(mmap(...));
+//   if (!orion::contract::BoardLooksValid(*board, mapped_bytes)) fail_open();
+//   orion::contract::ClientSlot& slot = board->slots[reply.slot];
+//   orion::contract::Event e{}; e.kind = EventKind::kLaunch; ...; slot.ring.TryPush(e);
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace orion::contract {
+
+inline constexpr uint32_t kBoardMagic = 0x4D42524Fu;  // "ORBM" little-endian
+inline constexpr uint32_t kBoardVersion = 1;
+inline constexpr uint32_t kWireMagic = 0x5057524Fu;   // "ORWP" little-endian
+inline constexpr uint32_t kWireVersion = 1;
+
+inline constexpr uint32_t kMaxGpus = 16;
+inline constexpr uint32_t kMaxSlots = 256;       // live clients per node
+inline constexpr uint32_t kRingCapacity = 2048;  // events per client ring, power of two
+inline constexpr uint32_t kKernelNameBytes = 80;
+inline constexpr uint32_t kGpuUuidBytes = 48;    // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+inline constexpr uint32_t kNoValue32 = 0xFFFFFFFFu;
+
+enum class Priority : uint32_t { kBestEffort = 0, kHigh = 1 };
+
+// How the launch gate of a GPU behaves; published by the server in GpuState::mode.
+enum class GateMode : uint32_t {
+  kPassThrough = 0,  // record only, never hold a launch
+  kPriority = 1,     // Orion-style: hold best-effort launches while high-priority work runs
+  kMps = 2,          // like kPriority, but best-effort kernels that fit may co-run (MPS nodes)
+};
+
+enum class SlotState : uint32_t { kFree = 0, kActive = 1 };
+
+enum class EventKind : uint32_t {
+  kNone = 0,
+  kLaunch = 1,       // func, grid, block, shared_mem, stream
+  kKernelName = 2,   // func + name (sent once per distinct function)
+  kMemAlloc = 3,     // address, bytes, aux = MemoryKind
+  kMemFree = 4,      // address, bytes (0 if unknown), aux = MemoryKind
+  kMemcpy = 5,       // bytes, stream, aux = CopyDirection
+  kMemset = 6,       // bytes, stream
+  kGraphLaunch = 7,  // func = CUgraphExec, aux = kernel nodes in the graph, stream
+  kKernelTime = 8,   // func, duration_ns measured on the GPU (profile mode / completion)
+  kThrottled = 9,    // a best-effort launch waited duration_ns at the gate
+  kAllocDenied = 10, // an allocation of `bytes` was refused by the memory quota
+};
+
+enum class MemoryKind : uint32_t {
+  kDevice = 0, kPitch = 1, kManaged = 2, kAsync = 3, kPool = 4, kVmmCreate = 5, kVmmMap = 6,
+};
+enum class CopyDirection : uint32_t {
+  kUnknown = 0, kHostToDevice = 1, kDeviceToHost = 2, kDeviceToDevice = 3, kHostToHost = 4,
+};
+
+// Plain payload of one event. It crosses the process boundary as atomic words (EventRing).
+struct Event {
+  EventKind kind;
+  uint32_t aux;          // MemoryKind, CopyDirection or graph kernel count
+  uint64_t cpu_ns;       // CLOCK_MONOTONIC of the calling process (same clock on one host)
+  uint64_t func;         // CUfunction, CUgraphExec, or device address for memory events
+  uint64_t stream;
+  uint64_t bytes;
+  uint64_t duration_ns;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_mem;
+  uint32_t reserved0;
+  char name[kKernelNameBytes];  // kKernelName only; NUL-terminated, truncated
+};
+inline constexpr size_t kEventWords = 1 + (sizeof(Event) + 7) / 8;  // +1: sequence word
+static_assert(sizeof(Event) == 160, "Event payload layout is part of the contract");
+static_assert(kEventWords == 21);
+
+// Bounded multi-producer (threads of one client) single-consumer (server) ring.
+// A producer claims a position by CAS on head, writes the payload words, then publishes the
+// entry by storing seq = position + 1 (release). The consumer reads entries in order while their
+// seq matches. A producer never blocks: if the ring is full it counts a drop. A producer killed
+// between claim and publish leaves a hole; the server skips it after a timeout (SkipStuckEntry).
+struct alignas(64) EventRing {
+  std::atomic<uint64_t> head;  // next position to claim (producers)
+  uint8_t pad0[56];
+  std::atomic<uint64_t> tail;  // next position to read (consumer)
+  std::atomic<uint64_t> dropped;  // events lost because the ring was full
+  uint8_t pad1[48];
+  struct Entry {
+    std::atomic<uint64_t> words[kEventWords];
+  };
+  Entry entries[kRingCapacity];
+
+  bool TryPush(const Event& e) {
+    uint64_t pos = head.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t t = tail.load(std::memory_order_acquire);
+      if (pos - t >= kRingCapacity) {
+        dropped.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      if (head.compare_exchange_weak(pos, pos + 1, std::memory_order_acq_rel,
+                                     std::memory_order_relaxed)) {
+        break;
+      }
+    }
+    Entry& slot = entries[pos & (kRingCapacity - 1)];
+    uint64_t raw[kEventWords - 1] = {};
+    std::memcpy(raw, &e, sizeof(Event));
+    for (size_t i = 0; i + 1 < kEventWords; ++i) {
+      slot.words[i + 1].store(raw[i], std::memory_order_relaxed);
+    }
+    slot.words[0].store(pos + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Consumer: pops the next published event into *out. Returns false if the next entry is not
+  // (yet) published. The payload is copied out before tail moves, so the producer cannot
+  // overwrite it while it is read.
+  bool TryPop(Event* out) {
+    const uint64_t t = tail.load(std::memory_order_relaxed);
+    if (head.load(std::memory_order_acquire) == t) return false;
+    Entry& slot = entries[t & (kRingCapacity - 1)];
+    if (slot.words[0].load(std::memory_order_acquire) != t + 1) return false;
+    uint64_t raw[kEventWords - 1];
+    for (size_t i = 0; i + 1 < kEventWords; ++i) {
+      raw[i] = slot.words[i + 1].load(std::memory_order_relaxed);
+    }
+    std::memcpy(out, raw, sizeof(Event));
+    tail.store(t + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Consumer: true if an entry was claimed but is not published (producer slow or dead).
+  bool HasPendingHole() const {
+    const uint64_t t = tail.load(std::memory_order_relaxed);
+    return head.load(std::memory_order_acquire) != t &&
+           entries[t & (kRingCapacity - 1)].words[0].load(std::memory_order_acquire) != t + 1;
+  }
+  // Consumer: gives up on the entry at tail (call only after HasPendingHole held for a while).
+  void SkipStuckEntry() { tail.fetch_add(1, std::memory_order_acq_rel); }
+
+  // Server, when a slot is (re)assigned: empty ring. No producer may be attached.
+  void Reset() {
+    head.store(0, std::memory_order_relaxed);
+    tail.store(0, std::memory_order_relaxed);
+    dropped.store(0, std::memory_order_relaxed);
+    for (auto& entry : entries) entry.words[0].store(0, std::memory_order_relaxed);
+  }
+};
+
+// One registered client (a process using one GPU). Fields marked (server) are written by the
+// server only; fields marked (client) by the interposer only. The server re-validates every
+// client-written value it uses.
+struct alignas(64) ClientSlot {
+  std::atomic<uint32_t> state;        // (server) SlotState
+  std::atomic<uint32_t> generation;   // (server) bumped each time the slot is assigned
+  std::atomic<uint32_t> client_id;    // (server)
+  std::atomic<uint32_t> host_pid;     // (server) from SO_PEERCRED
+  std::atomic<uint32_t> gpu;          // (server) board GPU index
+  std::atomic<uint32_t> priority;     // (server) Priority; admin may change it at run time
+  std::atomic<uint32_t> paused;       // (server) 1: hold every launch until resumed
+  std::atomic<uint32_t> profile;      // (server) 1: time kernels on the GPU (sampled)
+  std::atomic<uint64_t> memory_limit_bytes;  // (server) 0 = unlimited
+  std::atomic<uint64_t> memory_used_bytes;   // (client) bytes currently allocated
+  std::atomic<uint64_t> memory_peak_bytes;   // (client)
+  std::atomic<uint64_t> launches;            // (client) kernels launched (graph nodes counted)
+  std::atomic<uint64_t> throttled_ns;        // (client) time best-effort launches waited
+  std::atomic<uint64_t> last_progress_ns;    // (client) CLOCK_MONOTONIC of last launch/completion
+  std::atomic<uint32_t> inflight;            // (client) high-priority launches not yet complete
+  std::atomic<uint32_t> wake_seq;            // (server) futex word for a paused client's threads
+  uint8_t reserved[160];
+  EventRing ring;
+};
+
+// Per-GPU gate state and policy knobs.
+struct alignas(64) GpuState {
+  std::atomic<uint32_t> present;       // (server) 1 if this index is a GPU of the node
+  std::atomic<uint32_t> mode;          // (server) GateMode
+  std::atomic<uint32_t> gate_seq;      // futex word: bumped whenever held launches may go
+  std::atomic<uint32_t> gate_waiters;  // best-effort threads blocked on gate_seq
+  std::atomic<uint64_t> hp_slot_mask[kMaxSlots / 64];  // (server) slots of high-priority clients
+  std::atomic<uint64_t> be_budget_ns;   // (server) best-effort GPU time allowed beside HP work
+  std::atomic<uint64_t> be_outstanding_ns;  // (clients) estimated best-effort work in flight
+  std::atomic<uint32_t> sm_threshold;   // (server) max blocks of a BE kernel admitted beside HP
+  std::atomic<uint32_t> spin_ns;        // (server) spin before blocking on gate_seq
+  std::atomic<uint64_t> hp_stale_ns;    // (server) HP inflight older than this is ignored
+  char uuid[kGpuUuidBytes];             // (server, before any client) GPU UUID
+  uint8_t reserved[128];
+};
+
+struct alignas(64) BoardHeader {
+  uint32_t magic;     // kBoardMagic (written last by the server, release)
+  uint32_t version;   // kBoardVersion
+  uint32_t header_bytes;
+  uint32_t gpu_state_bytes;
+  uint32_t slot_bytes;
+  uint32_t num_gpus;
+  uint32_t max_slots;
+  uint32_t ring_capacity;
+  std::atomic<uint64_t> server_epoch;  // (server) changes on each server start
+  std::atomic<uint64_t> server_heartbeat_ns;  // (server) CLOCK_MONOTONIC, ~every 100 ms
+  uint8_t reserved[192];
+};
+
+struct Board {
+  BoardHeader header;
+  GpuState gpus[kMaxGpus];
+  ClientSlot slots[kMaxSlots];
+};
+
+static_assert(sizeof(BoardHeader) == 256);
+static_assert(sizeof(GpuState) == 256);
+static_assert(offsetof(ClientSlot, ring) == 256);
+static_assert(sizeof(EventRing::Entry) == kEventWords * 8);
+static_assert(offsetof(Board, gpus) == 256);
+static_assert(offsetof(Board, slots) == 256 + kMaxGpus * sizeof(GpuState));
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert((kRingCapacity & (kRingCapacity - 1)) == 0);
+
+inline constexpr size_t kBoardBytes = sizeof(Board);
+
+// Client check before trusting a mapping.
+inline bool BoardLooksValid(const Board& b, size_t mapped_bytes) {
+  return mapped_bytes >= sizeof(Board) && b.header.magic == kBoardMagic &&
+         b.header.version == kBoardVersion && b.header.header_bytes == sizeof(BoardHeader) &&
+         b.header.gpu_state_bytes == sizeof(GpuState) &&
+         b.header.slot_bytes == sizeof(ClientSlot) && b.header.max_slots == kMaxSlots &&
+         b.header.ring_capacity == kRingCapacity && b.header.num_gpus <= kMaxGpus;
+}
+
+// ---- Unix-socket registration protocol (SOCK_STREAM, default /run/orion/orion.sock) ----
+//
+// The client connects, sends one RegisterRequest, reads one RegisterReply and keeps the
+// connection open for the life of the registration: the server frees the slot when the
+// connection closes (exit, crash, SIGKILL). The client may send a Goodbye message first.
+// Identity (pid, uid, pod, container) comes from SO_PEERCRED and /proc, never from the request.
+
+enum class MessageType : uint32_t { kRegister = 1, kRegisterReply = 2, kGoodbye = 3 };
+
+enum class RegisterStatus : uint32_t {
+  kOk = 0,
+  kBadRequest = 1,   // wrong magic/version/size or malformed fields
+  kNoSlot = 2,       // all kMaxSlots slots are taken
+  kUnknownGpu = 3,   // the UUID/ordinal matches no GPU of the board
+  kRefused = 4,      // policy refused the client (message says why)
+};
+
+struct MessageHeader {
+  uint32_t magic;    // kWireMagic
+  uint32_t version;  // kWireVersion
+  uint32_t type;     // MessageType
+  uint32_t bytes;    // sizeof the whole message
+};
+
+struct RegisterRequest {
+  MessageHeader header;
+  uint32_t claimed_pid;        // informative only (the server uses SO_PEERCRED)
+  uint32_t device_ordinal;     // CUdevice ordinal as the process sees it
+  char gpu_uuid[kGpuUuidBytes];  // from cuDeviceGetUuid, "GPU-..." form; empty if unknown
+  uint32_t requested_priority;   // Priority, or kNoValue32; honoured only in standalone mode
+  uint32_t flags;                // reserved, 0
+  uint64_t requested_memory_limit;  // bytes, 0 = none; honoured only in standalone mode
+  uint64_t requested_latency_target_us;  // 0 = none; standalone only
+  char process_name[64];         // argv[0] basename, informative
+  uint8_t reserved[96];
+};
+
+struct RegisterReply {
+  MessageHeader header;
+  uint32_t status;       // RegisterStatus
+  uint32_t client_id;
+  uint32_t slot;         // index into Board::slots
+  uint32_t generation;   // ClientSlot::generation at assignment
+  uint32_t gpu;          // board GPU index
+  uint32_t priority;     // Priority as decided by the server
+  uint64_t memory_limit_bytes;
+  uint64_t server_epoch;
+  char board_path[128];  // file to mmap (MAP_SHARED)
+  char message[128];     // human-readable reason when status != kOk
+  uint8_t reserved[72];
+};
+
+struct Goodbye {
+  MessageHeader header;
+  uint8_t reserved[48];
+};
+
+static_assert(sizeof(MessageHeader) == 16);
+static_assert(sizeof(RegisterRequest) == 256);
+static_assert(sizeof(RegisterReply) == 384);
+static_assert(sizeof(Goodbye) == 64);
+
+inline MessageHeader MakeHeader(MessageType type, uint32_t bytes) {
+  return MessageHeader{kWireMagic, kWireVersion, static_cast<uint32_t>(type), bytes};
+}
+
+// Environment variables read by the interposer (set by orion-run, the device plugin, or a user).
+inline constexpr const char* kEnvSocket = "ORION_SOCKET";          // default below
+inline constexpr const char* kEnvPriority = "ORION_PRIORITY";      // high | best-effort
+inline constexpr const char* kEnvMemoryLimit = "ORION_MEMORY_LIMIT";  // e.g. 2Gi, 512Mi, bytes
+inline constexpr const char* kEnvLatencyTargetMs = "ORION_LATENCY_TARGET_MS";
+inline constexpr const char* kEnvDisable = "ORION_DISABLE";        // 1: pure pass-through
+inline constexpr const char* kEnvQuiet = "ORION_QUIET";            // 1: no stderr notes
+inline constexpr const char* kDefaultSocketPath = "/run/orion/orion.sock";
+inline constexpr const char* kDefaultBoardPath = "/run/orion/board";
+
+}  // namespace orion::contract
