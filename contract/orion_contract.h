@@ -59,6 +59,8 @@ enum class EventKind : uint32_t {
   kKernelTime = 8,   // func, duration_ns measured on the GPU (profile mode / completion)
   kThrottled = 9,    // a best-effort launch waited duration_ns at the gate
   kAllocDenied = 10, // an allocation of `bytes` was refused by the memory quota
+  kBusyPeriod = 11,  // high-priority client: GPU work from first launch (inflight 0 -> 1) until
+                     // all completed (inflight -> 0); cpu_ns = start, duration_ns = length
 };
 
 enum class MemoryKind : uint32_t {
