@@ -1,0 +1,298 @@
+// Registration with orion-server over its Unix socket, board mapping, fork handling.
+#include "interpose/glibc_compat.h"
+
+#include "interpose/client_state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "interpose/completion_tracker.h"
+#include "interpose/real_driver.h"
+#include "interpose/tables.h"
+
+extern "C" char* program_invocation_short_name;
+
+namespace orion::interpose {
+namespace {
+
+enum RegistrationState : uint32_t { kUnregistered = 0, kActive = 1, kFailed = 2 };
+
+EnvConfig g_config;
+bool g_driver_ok = false;
+pthread_once_t g_process_once = PTHREAD_ONCE_INIT;
+pthread_mutex_t g_register_mutex = PTHREAD_MUTEX_INITIALIZER;
+// Set once any registration failed: the whole process passes through from then on.
+std::atomic<uint32_t> g_pass_through{0};
+std::atomic<uint32_t> g_note_printed{0};
+// Bumped in a fork child so every thread-local cache of the parent is ignored.
+std::atomic<uint32_t> g_epoch{1};
+
+std::atomic<uint32_t> g_state[kMaxDevices];
+Registration g_registrations[kMaxDevices];
+
+thread_local CUcontext t_cached_ctx = nullptr;
+thread_local Registration* t_cached_reg = nullptr;
+thread_local uint32_t t_cached_epoch = 0;
+
+void Note(const char* what) {
+  if (g_config.quiet || g_note_printed.exchange(1) != 0) return;
+  char line[512];
+  const int n = snprintf(line, sizeof(line), "orion: %s; passing CUDA calls through unchanged\n",
+                         what);
+  if (n > 0) {
+    ssize_t ignored = write(2, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
+    (void)ignored;
+  }
+}
+
+void FailOpen(const char* what) {
+  g_pass_through.store(1, std::memory_order_release);
+  Note(what);
+}
+
+bool WriteAll(int fd, const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* data, size_t bytes) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = recv(fd, p, bytes, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void OnForkChild() {
+  // The child shares the parent's connection and slot; neither is ours. Forget both so the
+  // child registers on its own if it uses CUDA. Closing the inherited descriptor does not end
+  // the parent's registration (the parent still holds its copy).
+  pthread_mutex_init(&g_register_mutex, nullptr);
+  for (int i = 0; i < kMaxDevices; ++i) {
+    Registration& reg = g_registrations[i];
+    if (reg.socket_fd >= 0) close(reg.socket_fd);
+    reg = Registration{};
+    g_state[i].store(kUnregistered, std::memory_order_relaxed);
+  }
+  g_epoch.fetch_add(1, std::memory_order_relaxed);
+  ResetTablesAfterFork();
+  ResetCompletionTrackerAfterFork();
+}
+
+void InitProcess() {
+  g_config = ReadEnvConfig(getenv);
+  g_driver_ok = EnsureDriverResolved();
+  // Disabled or no driver: the hooks only forward (or report CUDA_ERROR_NOT_INITIALIZED).
+  if (g_config.disabled || !g_driver_ok) return;
+  pthread_atfork(nullptr, nullptr, OnForkChild);
+}
+
+contract::Board* MapBoard(const char* path, size_t* mapped_bytes, bool* reused) {
+  *reused = false;
+  // Reuse a mapping another device's registration already made of the same file.
+  for (int i = 0; i < kMaxDevices; ++i) {
+    if (g_state[i].load(std::memory_order_acquire) == kActive &&
+        g_registrations[i].board != nullptr) {
+      // Boards are per node: one file. Same path is the common case.
+      *mapped_bytes = contract::kBoardBytes;
+      *reused = true;
+      return g_registrations[i].board;
+    }
+  }
+  const int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  // lseek rather than fstat: fstat binds to GLIBC_2.33 on current glibc.
+  const off_t size = lseek(fd, 0, SEEK_END);
+  if (size < 0 || static_cast<size_t>(size) < contract::kBoardBytes) {
+    close(fd);
+    return nullptr;
+  }
+  void* addr = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (addr == MAP_FAILED) return nullptr;
+  *mapped_bytes = static_cast<size_t>(size);
+  return static_cast<contract::Board*>(addr);
+}
+
+// Registers `device` with the server. On failure writes a reason into `why`.
+bool Register(int device, Registration* reg, char* why, size_t why_bytes) {
+  contract::RegisterRequest request;
+  memset(&request, 0, sizeof(request));
+  request.header = contract::MakeHeader(contract::MessageType::kRegister, sizeof(request));
+  request.claimed_pid = static_cast<uint32_t>(getpid());
+  request.device_ordinal = static_cast<uint32_t>(device);
+  if (auto get_uuid = ORION_DRIVER(cuDeviceGetUuid_v2); get_uuid != nullptr) {
+    CUuuid uuid;
+    if (get_uuid(&uuid, device) == CUDA_SUCCESS) {
+      FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes), request.gpu_uuid,
+                    sizeof(request.gpu_uuid));
+    }
+  }
+  request.requested_priority = g_config.requested_priority;
+  request.requested_memory_limit = g_config.requested_memory_limit;
+  request.requested_latency_target_us = g_config.requested_latency_target_us;
+  CopyTruncated(request.process_name, sizeof(request.process_name),
+                program_invocation_short_name);
+
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(why, why_bytes, "cannot create a Unix socket (%s)", strerror(errno));
+    return false;
+  }
+  // A hung server must not hang the application's first CUDA call for long.
+  timeval timeout{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  sockaddr_un addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  CopyTruncated(addr.sun_path, sizeof(addr.sun_path), g_config.socket_path);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    snprintf(why, why_bytes, "cannot reach orion-server at %s (%s)", g_config.socket_path,
+             strerror(errno));
+    close(fd);
+    return false;
+  }
+  contract::RegisterReply reply;
+  memset(&reply, 0, sizeof(reply));
+  if (!WriteAll(fd, &request, sizeof(request)) || !ReadAll(fd, &reply, sizeof(reply))) {
+    snprintf(why, why_bytes, "registration with orion-server at %s failed (%s)",
+             g_config.socket_path, errno != 0 ? strerror(errno) : "connection closed");
+    close(fd);
+    return false;
+  }
+  reply.board_path[sizeof(reply.board_path) - 1] = '\0';
+  reply.message[sizeof(reply.message) - 1] = '\0';
+  if (reply.header.magic != contract::kWireMagic ||
+      reply.header.version != contract::kWireVersion ||
+      reply.header.type != static_cast<uint32_t>(contract::MessageType::kRegisterReply) ||
+      reply.header.bytes != sizeof(reply)) {
+    snprintf(why, why_bytes, "orion-server sent a malformed registration reply (version %u)",
+             reply.header.version);
+    close(fd);
+    return false;
+  }
+  if (reply.status != static_cast<uint32_t>(contract::RegisterStatus::kOk)) {
+    snprintf(why, why_bytes, "orion-server refused registration of device %d (status %u: %s)",
+             device, reply.status, reply.message);
+    close(fd);
+    return false;
+  }
+  if (reply.slot >= contract::kMaxSlots || reply.gpu >= contract::kMaxGpus) {
+    snprintf(why, why_bytes, "orion-server assigned slot %u / gpu %u out of range", reply.slot,
+             reply.gpu);
+    close(fd);
+    return false;
+  }
+  const char* board_path = reply.board_path[0] != '\0' ? reply.board_path
+                                                       : contract::kDefaultBoardPath;
+  size_t mapped = 0;
+  bool reused = false;
+  contract::Board* board = MapBoard(board_path, &mapped, &reused);
+  if (board == nullptr || !contract::BoardLooksValid(*board, mapped)) {
+    snprintf(why, why_bytes, "board %s is missing or does not match this interposer's layout",
+             board_path);
+    if (board != nullptr && !reused) munmap(board, mapped);
+    close(fd);
+    return false;
+  }
+  contract::ClientSlot& slot = board->slots[reply.slot];
+  if (slot.generation.load(std::memory_order_acquire) != reply.generation ||
+      slot.state.load(std::memory_order_acquire) !=
+          static_cast<uint32_t>(contract::SlotState::kActive)) {
+    snprintf(why, why_bytes, "board slot %u does not belong to this registration", reply.slot);
+    close(fd);
+    return false;
+  }
+  reg->device = device;
+  reg->socket_fd = fd;
+  reg->board = board;
+  reg->slot = &slot;
+  reg->gpu = &board->gpus[reply.gpu];
+  reg->slot_index = reply.slot;
+  reg->generation = reply.generation;
+  reg->client_id = reply.client_id;
+  return true;
+}
+
+Registration* RegisterDevice(int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  const uint32_t state = g_state[device].load(std::memory_order_acquire);
+  if (state == kActive) return &g_registrations[device];
+  if (state == kFailed) return nullptr;
+  pthread_mutex_lock(&g_register_mutex);
+  Registration* result = nullptr;
+  if (g_pass_through.load(std::memory_order_acquire) == 0) {
+    const uint32_t again = g_state[device].load(std::memory_order_acquire);
+    if (again == kActive) {
+      result = &g_registrations[device];
+    } else if (again == kUnregistered) {
+      char why[400] = {};
+      if (Register(device, &g_registrations[device], why, sizeof(why))) {
+        g_state[device].store(kActive, std::memory_order_release);
+        result = &g_registrations[device];
+      } else {
+        g_state[device].store(kFailed, std::memory_order_release);
+        FailOpen(why);
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_register_mutex);
+  return result;
+}
+
+}  // namespace
+
+const EnvConfig& Config() { return g_config; }
+
+bool EnsureProcessInit() {
+  pthread_once(&g_process_once, InitProcess);
+  return g_driver_ok;
+}
+
+Registration* CurrentRegistration(CUcontext* ctx_out) {
+  *ctx_out = nullptr;
+  if (!EnsureProcessInit() || g_config.disabled) return nullptr;
+  if (g_pass_through.load(std::memory_order_relaxed) != 0) return nullptr;
+  auto get_ctx = ORION_DRIVER(cuCtxGetCurrent);
+  if (get_ctx == nullptr) return nullptr;
+  CUcontext ctx = nullptr;
+  if (get_ctx(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
+  *ctx_out = ctx;
+  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
+  Registration* reg;
+  if (ctx == t_cached_ctx && epoch == t_cached_epoch) {
+    reg = t_cached_reg;
+  } else {
+    CUdevice device = -1;
+    auto get_device = ORION_DRIVER(cuCtxGetDevice);
+    if (get_device == nullptr || get_device(&device) != CUDA_SUCCESS) return nullptr;
+    reg = RegisterDevice(device);
+    t_cached_ctx = ctx;
+    t_cached_reg = reg;
+    t_cached_epoch = epoch;
+  }
+  if (reg == nullptr || !reg->StillOwned()) return nullptr;
+  return reg;
+}
+
+}  // namespace orion::interpose

@@ -1,0 +1,67 @@
+// Process-wide client state of the interposer: configuration from the environment, one
+// registration with orion-server per CUDA device the process uses, and the shared-memory slot
+// each registration owns. Everything fails open: any problem turns the process into a plain
+// pass-through and says so once on stderr.
+//
+// Usage (in a hook):
+//   CUcontext ctx;
+//   Registration* reg = CurrentRegistration(&ctx);
+//   if (reg == nullptr) return real(...);  // pass-through
+//   reg->slot->ring.TryPush(event);
+#pragma once
+
+#include <stdint.h>
+
+#include "contract/orion_contract.h"
+#include "interpose/cuda_abi.h"
+#include "interpose/env_config.h"
+#include "interpose/real_driver.h"
+
+namespace orion::interpose {
+
+inline constexpr int kMaxDevices = 64;
+
+struct Registration {
+  int device = -1;
+  int socket_fd = -1;  // kept open: the server frees the slot when it closes
+  contract::Board* board = nullptr;
+  contract::ClientSlot* slot = nullptr;
+  contract::GpuState* gpu = nullptr;
+  uint32_t slot_index = 0;
+  uint32_t generation = 0;
+  uint32_t client_id = 0;
+
+  // False once the server reassigned the slot (server restart): stop writing into it.
+  bool StillOwned() const {
+    return slot->generation.load(std::memory_order_relaxed) == generation;
+  }
+};
+
+// Parsed once, on the first hooked call.
+const EnvConfig& Config();
+
+// Resolves the driver and the configuration (pthread_once). False: pass through.
+bool EnsureProcessInit();
+
+// Registration for the calling thread's current context, registering the device on first use.
+// Null when the process passes through (disabled, no server, no context, ...). *ctx_out receives
+// the current context (may be null).
+Registration* CurrentRegistration(CUcontext* ctx_out);
+
+// Pushes one event into the registration's ring (a full ring counts a drop, never blocks).
+inline void PushEvent(Registration* reg, const contract::Event& event) {
+  reg->slot->ring.TryPush(event);
+}
+
+// What a hook returns when the driver or the entry point is missing.
+inline CUresult DriverMissingResult(bool driver_loaded) {
+  return driver_loaded ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+}  // namespace orion::interpose
+
+// Opening of every hook: initialise once, fetch the typed real pointer into `real`.
+#define ORION_REAL_OR_RETURN(name)                                                   \
+  const bool orion_driver_loaded = ::orion::interpose::EnsureProcessInit();          \
+  const auto real = ORION_REAL(name);                                                \
+  if (real == nullptr) return ::orion::interpose::DriverMissingResult(orion_driver_loaded);

@@ -1,0 +1,285 @@
+// Pooled completion records, the lock-free queues between launch threads and the poller, and
+// the poller thread itself.
+#include "interpose/glibc_compat.h"
+
+#include "interpose/completion_tracker.h"
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "interpose/launch_gate.h"
+#include "interpose/real_driver.h"
+
+namespace orion::interpose {
+namespace {
+
+constexpr uint32_t kPoolSize = 1024;  // power of two; also the queues' capacity
+
+// Bounded MPMC queue of record indices (sequence-numbered cells): push and pop are a CAS each,
+// never a lock. Capacity equals the pool size, so a push of a pool index cannot fail.
+class IndexQueue {
+ public:
+  void Reset(bool full) {
+    for (uint32_t i = 0; i < kPoolSize; ++i) {
+      cells_[i].seq.store(full ? i + 1 : i, std::memory_order_relaxed);
+      cells_[i].value = i;
+    }
+    head_.store(0, std::memory_order_relaxed);
+    tail_.store(full ? kPoolSize : 0, std::memory_order_relaxed);
+  }
+  bool Push(uint32_t value) {
+    uint64_t pos = tail_.load(std::memory_order_relaxed);
+    for (;;) {
+      Cell& cell = cells_[pos & (kPoolSize - 1)];
+      const uint64_t seq = cell.seq.load(std::memory_order_acquire);
+      const int64_t diff = static_cast<int64_t>(seq) - static_cast<int64_t>(pos);
+      if (diff == 0) {
+        if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          cell.value = value;
+          cell.seq.store(pos + 1, std::memory_order_release);
+          return true;
+        }
+      } else if (diff < 0) {
+        return false;
+      } else {
+        pos = tail_.load(std::memory_order_relaxed);
+      }
+    }
+  }
+  bool Pop(uint32_t* value) {
+    uint64_t pos = head_.load(std::memory_order_relaxed);
+    for (;;) {
+      Cell& cell = cells_[pos & (kPoolSize - 1)];
+      const uint64_t seq = cell.seq.load(std::memory_order_acquire);
+      const int64_t diff = static_cast<int64_t>(seq) - static_cast<int64_t>(pos + 1);
+      if (diff == 0) {
+        if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          *value = cell.value;
+          cell.seq.store(pos + kPoolSize, std::memory_order_release);
+          return true;
+        }
+      } else if (diff < 0) {
+        return false;
+      } else {
+        pos = head_.load(std::memory_order_relaxed);
+      }
+    }
+  }
+
+ private:
+  struct Cell {
+    std::atomic<uint64_t> seq;
+    uint32_t value;
+  };
+  alignas(64) std::atomic<uint64_t> head_{0};
+  alignas(64) std::atomic<uint64_t> tail_{0};
+  Cell cells_[kPoolSize] = {};
+};
+
+PendingLaunch g_pool[kPoolSize];
+IndexQueue g_free;
+IndexQueue g_submitted;
+pthread_once_t g_queues_once = PTHREAD_ONCE_INIT;
+std::atomic<uint32_t> g_poller_started{0};
+std::atomic<uint32_t> g_poller_sleeping{0};  // futex word (private): 1 while idle-waiting
+
+void InitQueues() {
+  g_free.Reset(/*full=*/true);
+  g_submitted.Reset(/*full=*/false);
+}
+
+uint32_t IndexOf(const PendingLaunch* p) { return static_cast<uint32_t>(p - g_pool); }
+
+void DestroyEvents(PendingLaunch* p) {
+  auto destroy = ORION_DRIVER(cuEventDestroy_v2);
+  for (CUevent* e : {&p->done, &p->start, &p->end}) {
+    if (*e != nullptr && destroy != nullptr) destroy(*e);
+    *e = nullptr;
+  }
+}
+
+bool RecordOn(CUevent event, CUstream stream, bool per_thread_stream) {
+  auto record = per_thread_stream ? ORION_DRIVER(cuEventRecord_ptsz) : ORION_DRIVER(cuEventRecord);
+  return record != nullptr && record(event, stream) == CUDA_SUCCESS;
+}
+
+void Finish(PendingLaunch* p, bool measured_on_gpu) {
+  Registration* reg = p->reg;
+  if (reg != nullptr && reg->StillOwned()) {
+    const uint64_t now = MonotonicNs();
+    contract::ClientSlot& slot = *reg->slot;
+    bool open_gate = false;
+    if (p->high_priority) {
+      slot.last_progress_ns.store(now, std::memory_order_relaxed);
+      const uint32_t before = slot.inflight.load(std::memory_order_relaxed);
+      if (before != 0 && slot.inflight.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        open_gate = true;
+      }
+    }
+    if (p->budget_ns != 0) {
+      ReleaseBudget(*reg->gpu, p->budget_ns);
+      open_gate = true;
+    }
+    if (open_gate) OpenGate(*reg->gpu);
+    if (p->timed && measured_on_gpu) {
+      float ms = 0.0f;
+      auto elapsed = ORION_DRIVER(cuEventElapsedTime_v2);
+      if (elapsed != nullptr && elapsed(&ms, p->start, p->end) == CUDA_SUCCESS && ms >= 0.0f) {
+        const uint64_t ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+        if (p->kernel != nullptr) p->kernel->AddSample(ns);
+        contract::Event e{};
+        e.kind = contract::EventKind::kKernelTime;
+        e.cpu_ns = now;
+        e.func = p->func;
+        e.stream = p->stream;
+        e.duration_ns = ns;
+        for (int i = 0; i < 3; ++i) {
+          e.grid[i] = p->grid[i];
+          e.block[i] = p->block[i];
+        }
+        PushEvent(reg, e);
+      }
+    }
+  }
+  ReleasePending(p);
+}
+
+void SleepNs(uint64_t ns) {
+  timespec ts{0, static_cast<long>(ns)};
+  nanosleep(&ts, nullptr);
+}
+
+void* PollerMain(void*) {
+  // Outstanding records in submission order; a record completes when its event does.
+  static PendingLaunch* outstanding[kPoolSize];
+  uint32_t count = 0;
+  CUcontext current = nullptr;
+  auto query = ORION_DRIVER(cuEventQuery);
+  auto set_ctx = ORION_DRIVER(cuCtxSetCurrent);
+  for (;;) {
+    uint32_t index;
+    while (count < kPoolSize && g_submitted.Pop(&index)) outstanding[count++] = &g_pool[index];
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      PendingLaunch* p = outstanding[i];
+      if (p->ctx != current && set_ctx != nullptr) {
+        set_ctx(p->ctx);
+        current = p->ctx;
+      }
+      const CUevent event = p->timed ? p->end : p->done;
+      const CUresult status = query != nullptr ? query(event) : CUDA_SUCCESS;
+      if (status == CUDA_ERROR_NOT_READY) {
+        outstanding[kept++] = p;
+      } else {
+        // Errors (context destroyed, sticky faults) also end tracking: never hold the gate.
+        Finish(p, status == CUDA_SUCCESS);
+      }
+    }
+    count = kept;
+    if (count != 0) {
+      SleepNs(20'000);
+      continue;
+    }
+    // Idle: sleep until a launch thread submits (it wakes us only when we announced sleeping).
+    g_poller_sleeping.store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (g_submitted.Pop(&index)) {
+      g_poller_sleeping.store(0, std::memory_order_relaxed);
+      outstanding[count++] = &g_pool[index];
+      continue;
+    }
+    timespec ts{0, 100'000'000};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAIT_PRIVATE, 1,
+            &ts, nullptr, 0);
+    g_poller_sleeping.store(0, std::memory_order_relaxed);
+  }
+  return nullptr;
+}
+
+void EnsurePoller() {
+  if (g_poller_started.load(std::memory_order_acquire) != 0) return;
+  if (g_poller_started.exchange(1, std::memory_order_acq_rel) != 0) return;
+  // The application's signals must never land on our thread.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t thread;
+  if (pthread_create(&thread, nullptr, PollerMain, nullptr) == 0) {
+    pthread_detach(thread);
+  } else {
+    g_poller_started.store(0, std::memory_order_release);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+
+PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
+  pthread_once(&g_queues_once, InitQueues);
+  uint32_t index;
+  if (ctx == nullptr || !g_free.Pop(&index)) return nullptr;
+  PendingLaunch* p = &g_pool[index];
+  if (p->ctx != ctx) {
+    DestroyEvents(p);
+    p->ctx = ctx;
+  }
+  auto create = ORION_DRIVER(cuEventCreate);
+  bool ok = create != nullptr;
+  if (ok && !timed && p->done == nullptr) {
+    ok = create(&p->done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+  }
+  if (ok && timed && p->start == nullptr) ok = create(&p->start, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+  if (ok && timed && p->end == nullptr) ok = create(&p->end, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+  if (!ok) {
+    g_free.Push(index);
+    return nullptr;
+  }
+  p->reg = nullptr;
+  p->kernel = nullptr;
+  p->func = 0;
+  p->stream = 0;
+  p->budget_ns = 0;
+  p->high_priority = false;
+  p->timed = timed;
+  return p;
+}
+
+bool RecordStart(PendingLaunch* p, CUstream stream, bool per_thread_stream) {
+  return RecordOn(p->start, stream, per_thread_stream);
+}
+
+void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream) {
+  if (!RecordOn(p->timed ? p->end : p->done, stream, per_thread_stream)) {
+    Finish(p, false);
+    return;
+  }
+  EnsurePoller();
+  g_submitted.Push(IndexOf(p));
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the poller's fence
+  if (g_poller_sleeping.load(std::memory_order_seq_cst) != 0 &&
+      g_poller_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+    // Only on the idle -> busy transition: the steady launch path makes no system call.
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAKE_PRIVATE, 1,
+            nullptr, nullptr, 0);
+  }
+}
+
+void CompleteNow(PendingLaunch* p) { Finish(p, false); }
+
+void ReleasePending(PendingLaunch* p) { g_free.Push(IndexOf(p)); }
+
+void ResetCompletionTrackerAfterFork() {
+  // The poller does not exist in the child and the parent's events are not valid there.
+  for (auto& p : g_pool) p = PendingLaunch{};
+  g_queues_once = PTHREAD_ONCE_INIT;
+  g_poller_started.store(0, std::memory_order_relaxed);
+  g_poller_sleeping.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace orion::interpose

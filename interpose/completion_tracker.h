@@ -1,0 +1,55 @@
+// Tracks GPU completion of launches the interposer must follow: high-priority launches (the
+// slot's inflight count), best-effort launches that were charged to the gate's budget, and
+// sampled launches timed with CUevents (profile + online duration estimate).
+//
+// The launch path takes a pooled record (lock-free queue), records events on the launch's
+// stream and hands the record to a background poller thread; it makes no system call and takes
+// no lock. The poller, started lazily, cuEventQuery's records, updates the slot and the gate and
+// recycles the records.
+//
+// Usage:
+//   PendingLaunch* p = AcquirePending(ctx, /*timed=*/true);   // may be null: pool exhausted
+//   RecordStart(p, stream, ptsz); launch...; FinishPending(p, stream, ptsz);
+#pragma once
+
+#include <stdint.h>
+
+#include "interpose/client_state.h"
+#include "interpose/cuda_abi.h"
+#include "interpose/kernel_registry.h"
+
+namespace orion::interpose {
+
+struct PendingLaunch {
+  // Owned events, created lazily in `ctx` and reused.
+  CUevent done = nullptr;   // CU_EVENT_DISABLE_TIMING: completion only
+  CUevent start = nullptr;  // timing pair for sampled launches
+  CUevent end = nullptr;
+  CUcontext ctx = nullptr;
+  // Per use.
+  Registration* reg = nullptr;
+  KernelRecord* kernel = nullptr;
+  uint64_t func = 0;
+  uint64_t stream = 0;
+  uint64_t budget_ns = 0;
+  uint32_t grid[3] = {};
+  uint32_t block[3] = {};
+  bool high_priority = false;  // counted in slot.inflight
+  bool timed = false;
+};
+
+// A record whose events live in `ctx`, or null if the pool is exhausted or events cannot be
+// created (the launch then goes untracked).
+PendingLaunch* AcquirePending(CUcontext ctx, bool timed);
+// Records the start event of a timed launch; returns false if timing is impossible.
+bool RecordStart(PendingLaunch* p, CUstream stream, bool per_thread_stream);
+// After a successful launch: records the completion event and hands the record to the poller.
+// If recording fails the record completes at once.
+void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream);
+// Completion bookkeeping without the GPU (launch failed / event failed) and recycling.
+void CompleteNow(PendingLaunch* p);
+void ReleasePending(PendingLaunch* p);
+
+void ResetCompletionTrackerAfterFork();
+
+}  // namespace orion::interpose

@@ -1,0 +1,177 @@
+// Parsing of the interposer's environment variables and small formatting helpers, kept pure
+// (no globals, no allocation, no libstdc++) so they are unit-tested without a GPU.
+//
+// Usage:
+//   uint64_t limit = 0;
+//   if (!orion::interpose::ParseByteSize("2Gi", &limit)) { /* ignore the variable */ }
+//   char uuid[orion::contract::kGpuUuidBytes];
+//   orion::interpose::FormatGpuUuid(raw16, uuid, sizeof(uuid));  // "GPU-xxxxxxxx-...."
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "contract/orion_contract.h"
+
+namespace orion::interpose {
+
+// "1", "true", "yes", "on" (any case) -> true. Null or anything else -> false.
+inline bool ParseFlag(const char* value) {
+  if (value == nullptr) return false;
+  auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; };
+  auto equals = [&](const char* word) {
+    size_t i = 0;
+    for (; value[i] != '\0' && word[i] != '\0'; ++i) {
+      if (lower(value[i]) != word[i]) return false;
+    }
+    return value[i] == '\0' && word[i] == '\0';
+  };
+  return equals("1") || equals("true") || equals("yes") || equals("on");
+}
+
+// "high" -> kHigh; "best-effort", "besteffort", "be", "low" -> kBestEffort; else kNoValue32.
+inline uint32_t ParsePriority(const char* value) {
+  if (value == nullptr) return contract::kNoValue32;
+  char buf[16];
+  size_t n = 0;
+  for (; value[n] != '\0'; ++n) {
+    if (n + 1 >= sizeof(buf)) return contract::kNoValue32;
+    char c = value[n];
+    buf[n] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  }
+  buf[n] = '\0';
+  auto is = [&](const char* word) {
+    size_t i = 0;
+    for (; buf[i] != '\0' && word[i] != '\0'; ++i) {
+      if (buf[i] != word[i]) return false;
+    }
+    return buf[i] == word[i];
+  };
+  if (is("high") || is("hp") || is("latency-critical")) {
+    return static_cast<uint32_t>(contract::Priority::kHigh);
+  }
+  if (is("best-effort") || is("besteffort") || is("best_effort") || is("be") || is("low")) {
+    return static_cast<uint32_t>(contract::Priority::kBestEffort);
+  }
+  return contract::kNoValue32;
+}
+
+// Kubernetes-style quantities: "1073741824", "512Mi", "2Gi", "1Ti", "500M", "2G", "64Ki", "64k".
+// Returns false (and leaves *out alone) on junk, overflow or an empty string.
+inline bool ParseByteSize(const char* value, uint64_t* out) {
+  if (value == nullptr || out == nullptr) return false;
+  const char* p = value;
+  while (*p == ' ') ++p;
+  if (*p < '0' || *p > '9') return false;
+  uint64_t number = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) {
+    const uint64_t digit = static_cast<uint64_t>(*p - '0');
+    if (number > (UINT64_MAX - digit) / 10) return false;
+    number = number * 10 + digit;
+  }
+  uint64_t scale = 1;
+  const char unit = *p;
+  if (unit != '\0') {
+    const bool binary = p[1] == 'i';
+    const uint64_t base = binary ? 1024 : 1000;
+    int power = 0;
+    switch (unit) {
+      case 'k': case 'K': power = 1; break;
+      case 'M': power = 2; break;  // 'm' is milli in Kubernetes: refused
+      case 'G': case 'g': power = 3; break;
+      case 'T': case 't': power = 4; break;
+      case 'B': case 'b': power = 0; break;
+      default: return false;
+    }
+    for (int i = 0; i < power; ++i) scale *= base;
+    p += binary ? 2 : 1;
+    if (*p == 'B' || *p == 'b') ++p;  // tolerate "2GiB", "512MB"
+    while (*p == ' ') ++p;
+    if (*p != '\0') return false;
+  }
+  if (scale != 0 && number > UINT64_MAX / scale) return false;
+  *out = number * scale;
+  return true;
+}
+
+// Non-negative decimal integer; false on junk or overflow.
+inline bool ParseUnsigned(const char* value, uint64_t* out) {
+  if (value == nullptr || *value < '0' || *value > '9') return false;
+  uint64_t number = 0;
+  for (const char* p = value; *p != '\0'; ++p) {
+    if (*p < '0' || *p > '9') return false;
+    const uint64_t digit = static_cast<uint64_t>(*p - '0');
+    if (number > (UINT64_MAX - digit) / 10) return false;
+    number = number * 10 + digit;
+  }
+  *out = number;
+  return true;
+}
+
+// 16 raw UUID bytes -> "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (what nvidia-smi -L shows and
+// what NVIDIA_VISIBLE_DEVICES carries). Needs out_bytes >= 41; writes "" if it is smaller.
+inline void FormatGpuUuid(const unsigned char raw[16], char* out, size_t out_bytes) {
+  constexpr size_t kFormatted = 4 + 32 + 4;  // "GPU-" + hex digits + dashes
+  if (out == nullptr || out_bytes == 0) return;
+  if (out_bytes < kFormatted + 1) {
+    out[0] = '\0';
+    return;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  size_t pos = 0;
+  out[pos++] = 'G';
+  out[pos++] = 'P';
+  out[pos++] = 'U';
+  out[pos++] = '-';
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out[pos++] = '-';
+    out[pos++] = kHex[raw[i] >> 4];
+    out[pos++] = kHex[raw[i] & 0xF];
+  }
+  out[pos] = '\0';
+}
+
+// Copies at most dst_bytes-1 characters and always terminates (dst_bytes > 0).
+inline void CopyTruncated(char* dst, size_t dst_bytes, const char* src) {
+  if (dst == nullptr || dst_bytes == 0) return;
+  size_t i = 0;
+  if (src != nullptr) {
+    for (; i + 1 < dst_bytes && src[i] != '\0'; ++i) dst[i] = src[i];
+  }
+  dst[i] = '\0';
+}
+
+// Everything the interposer reads from its environment, parsed once.
+struct EnvConfig {
+  bool disabled = false;  // ORION_DISABLE: pure pass-through
+  bool quiet = false;     // ORION_QUIET: no stderr notes
+  bool profile = false;   // ORION_PROFILE: time sampled kernels on the GPU
+  uint32_t requested_priority = contract::kNoValue32;
+  uint64_t requested_memory_limit = 0;
+  uint64_t requested_latency_target_us = 0;
+  char socket_path[108] = {};  // sun_path size
+};
+
+// getenv_fn is injected so tests need not touch the process environment.
+template <typename GetEnv>
+EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
+  EnvConfig config;
+  config.disabled = ParseFlag(getenv_fn(contract::kEnvDisable));
+  config.quiet = ParseFlag(getenv_fn(contract::kEnvQuiet));
+  config.profile = ParseFlag(getenv_fn("ORION_PROFILE"));
+  config.requested_priority = ParsePriority(getenv_fn(contract::kEnvPriority));
+  uint64_t value = 0;
+  if (ParseByteSize(getenv_fn(contract::kEnvMemoryLimit), &value)) {
+    config.requested_memory_limit = value;
+  }
+  if (ParseUnsigned(getenv_fn(contract::kEnvLatencyTargetMs), &value) &&
+      value <= UINT64_MAX / 1000) {
+    config.requested_latency_target_us = value * 1000;
+  }
+  const char* socket = getenv_fn(contract::kEnvSocket);
+  CopyTruncated(config.socket_path, sizeof(config.socket_path),
+                (socket != nullptr && socket[0] != '\0') ? socket : contract::kDefaultSocketPath);
+  return config;
+}
+
+}  // namespace orion::interpose

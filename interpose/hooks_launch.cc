@@ -1,0 +1,292 @@
+// Kernel and graph launch hooks: launch events, kernel names, the launch gate, completion
+// tracking for high-priority work and sampled GPU timing.
+#include "interpose/glibc_compat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "interpose/client_state.h"
+#include "interpose/completion_tracker.h"
+#include "interpose/launch_gate.h"
+#include "interpose/real_driver.h"
+#include "interpose/tables.h"
+
+namespace orion::interpose {
+namespace {
+
+struct LaunchInfo {
+  uint64_t func = 0;  // CUfunction, or CUgraphExec for graphs
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t shared_mem = 0;
+  CUstream stream = nullptr;
+  bool per_thread_stream = false;
+  bool graph = false;
+};
+
+void ReportKernelName(Registration* reg, uint64_t func) {
+  contract::Event e{};
+  e.kind = contract::EventKind::kKernelName;
+  e.cpu_ns = MonotonicNs();
+  e.func = func;
+  const char* name = nullptr;
+  auto get_name = ORION_DRIVER(cuFuncGetName);
+  if (get_name == nullptr ||
+      get_name(&name, reinterpret_cast<CUfunction>(func)) != CUDA_SUCCESS) {
+    name = nullptr;
+  }
+  CopyTruncated(e.name, sizeof(e.name), name != nullptr ? name : "?");
+  PushEvent(reg, e);
+}
+
+// Everything around one launch; `launch` performs the real driver call.
+template <typename Launch>
+CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
+  CUcontext ctx = nullptr;
+  Registration* reg = CurrentRegistration(&ctx);
+  if (reg == nullptr) return launch();
+  contract::ClientSlot& slot = *reg->slot;
+  contract::GpuState& gpu = *reg->gpu;
+
+  KernelRecord* kernel = info.graph ? g_graphs.Find(info.func) : g_kernels.FindOrInsert(info.func);
+  if (!info.graph && kernel != nullptr && kernel->ClaimNameReport()) {
+    ReportKernelName(reg, info.func);
+  }
+  const bool high = slot.priority.load(std::memory_order_relaxed) ==
+                    static_cast<uint32_t>(contract::Priority::kHigh);
+  const bool gated = !high && gpu.mode.load(std::memory_order_relaxed) !=
+                                  static_cast<uint32_t>(contract::GateMode::kPassThrough);
+  const uint64_t blocks = static_cast<uint64_t>(info.grid[0]) * info.grid[1] * info.grid[2];
+  const uint64_t estimate = kernel != nullptr ? kernel->EstimateNs() : kDefaultKernelEstimateNs;
+
+  GateTicket ticket;
+  if (gated || slot.paused.load(std::memory_order_relaxed) != 0) {
+    ticket = WaitAtGate(*reg->board, reg->slot_index, blocks, estimate);
+  }
+
+  const uint64_t launch_index =
+      kernel != nullptr ? kernel->launches.fetch_add(1, std::memory_order_relaxed) : 1;
+  const bool profile = Config().profile || slot.profile.load(std::memory_order_relaxed) != 0;
+  const bool timed = kernel != nullptr && (profile || gated) && ShouldSample(launch_index);
+
+  PendingLaunch* pending = nullptr;
+  if (high || timed || ticket.budget_ns != 0) {
+    pending = AcquirePending(ctx, timed);
+    if (pending != nullptr) {
+      pending->reg = reg;
+      pending->kernel = kernel;
+      pending->func = info.func;
+      pending->stream = reinterpret_cast<uint64_t>(info.stream);
+      pending->budget_ns = ticket.budget_ns;
+      memcpy(pending->grid, info.grid, sizeof(info.grid));
+      memcpy(pending->block, info.block, sizeof(info.block));
+      if (timed && !RecordStart(pending, info.stream, info.per_thread_stream)) {
+        pending->timed = false;
+      }
+      if (high) {
+        // Before the launch: best-effort clients must see the GPU busy as early as possible.
+        pending->high_priority = true;
+        slot.last_progress_ns.store(MonotonicNs(), std::memory_order_relaxed);
+        slot.inflight.fetch_add(1, std::memory_order_acq_rel);
+      }
+    } else if (ticket.budget_ns != 0) {
+      ReleaseBudget(gpu, ticket.budget_ns);  // untracked: do not leak the charge
+    }
+  }
+
+  const CUresult result = launch();
+  const uint64_t now = MonotonicNs();
+  if (result != CUDA_SUCCESS) {
+    if (pending != nullptr) CompleteNow(pending);
+    return result;
+  }
+  const uint32_t kernels = info.graph ? (kernel != nullptr ? kernel->aux.load() : 0) : 1;
+  slot.launches.fetch_add(kernels, std::memory_order_relaxed);
+  slot.last_progress_ns.store(now, std::memory_order_relaxed);
+
+  contract::Event e{};
+  e.kind = info.graph ? contract::EventKind::kGraphLaunch : contract::EventKind::kLaunch;
+  e.aux = info.graph ? kernels : 0;
+  e.cpu_ns = now;
+  e.func = info.func;
+  e.stream = reinterpret_cast<uint64_t>(info.stream);
+  memcpy(e.grid, info.grid, sizeof(e.grid));
+  memcpy(e.block, info.block, sizeof(e.block));
+  e.shared_mem = info.shared_mem;
+  PushEvent(reg, e);
+
+  if (ticket.waited_ns != 0) {
+    slot.throttled_ns.fetch_add(ticket.waited_ns, std::memory_order_relaxed);
+    contract::Event t{};
+    t.kind = contract::EventKind::kThrottled;
+    t.cpu_ns = now;
+    t.func = info.func;
+    t.stream = reinterpret_cast<uint64_t>(info.stream);
+    t.duration_ns = ticket.waited_ns;
+    PushEvent(reg, t);
+  }
+  if (pending != nullptr) SubmitPending(pending, info.stream, info.per_thread_stream);
+  return result;
+}
+
+LaunchInfo KernelInfo(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                      unsigned by, unsigned bz, unsigned shmem, CUstream stream, bool ptsz) {
+  LaunchInfo info;
+  info.func = reinterpret_cast<uint64_t>(f);
+  info.grid[0] = gx;
+  info.grid[1] = gy;
+  info.grid[2] = gz;
+  info.block[0] = bx;
+  info.block[1] = by;
+  info.block[2] = bz;
+  info.shared_mem = shmem;
+  info.stream = stream;
+  info.per_thread_stream = ptsz;
+  return info;
+}
+
+LaunchInfo ExInfo(const CUlaunchConfig* config, CUfunction f, bool ptsz) {
+  if (config == nullptr) return KernelInfo(f, 1, 1, 1, 1, 1, 1, 0, nullptr, ptsz);
+  return KernelInfo(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                    config->blockDimY, config->blockDimZ, config->sharedMemBytes,
+                    config->hStream, ptsz);
+}
+
+LaunchInfo GraphInfo(CUgraphExec exec, CUstream stream, bool ptsz) {
+  LaunchInfo info;
+  info.func = reinterpret_cast<uint64_t>(exec);
+  info.stream = stream;
+  info.per_thread_stream = ptsz;
+  info.graph = true;
+  return info;
+}
+
+// Kernel nodes of a graph, child graphs included (bounded depth: a pathological nest must not
+// recurse without end inside the host process).
+uint64_t CountKernelNodes(CUgraph graph, int depth) {
+  auto get_nodes = ORION_DRIVER(cuGraphGetNodes);
+  auto get_type = ORION_DRIVER(cuGraphNodeGetType);
+  auto get_child = ORION_DRIVER(cuGraphChildGraphNodeGetGraph);
+  if (graph == nullptr || get_nodes == nullptr || get_type == nullptr || depth > 8) return 0;
+  size_t count = 0;
+  if (get_nodes(graph, nullptr, &count) != CUDA_SUCCESS || count == 0) return 0;
+  auto* nodes = static_cast<CUgraphNode*>(calloc(count, sizeof(CUgraphNode)));
+  if (nodes == nullptr) return 0;
+  uint64_t kernels = 0;
+  if (get_nodes(graph, nodes, &count) == CUDA_SUCCESS) {
+    for (size_t i = 0; i < count; ++i) {
+      CUgraphNodeType type;
+      if (nodes[i] == nullptr || get_type(nodes[i], &type) != CUDA_SUCCESS) continue;
+      if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
+        ++kernels;
+      } else if (type == CU_GRAPH_NODE_TYPE_GRAPH && get_child != nullptr) {
+        CUgraph child = nullptr;
+        if (get_child(nodes[i], &child) == CUDA_SUCCESS) {
+          kernels += CountKernelNodes(child, depth + 1);
+        }
+      }
+    }
+  }
+  free(nodes);
+  return kernels;
+}
+
+void RememberGraph(CUresult result, CUgraphExec* exec, CUgraph graph) {
+  if (result != CUDA_SUCCESS || exec == nullptr || *exec == nullptr) return;
+  CUcontext ctx = nullptr;
+  if (CurrentRegistration(&ctx) == nullptr) return;
+  KernelRecord* record = g_graphs.FindOrInsert(reinterpret_cast<uint64_t>(*exec));
+  if (record == nullptr) return;
+  const uint64_t kernels = CountKernelNodes(graph, 0);
+  record->aux.store(kernels > 0xFFFFFFFFu ? 0xFFFFFFFFu : static_cast<uint32_t>(kernels),
+                    std::memory_order_relaxed);
+}
+
+}  // namespace
+}  // namespace orion::interpose
+
+using orion::interpose::ExInfo;
+using orion::interpose::GraphInfo;
+using orion::interpose::GuardedLaunch;
+using orion::interpose::KernelInfo;
+using orion::interpose::RememberGraph;
+
+#define ORION_KERNEL_LAUNCH_HOOK(name, ptsz)                                                     \
+  CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,         \
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,   \
+                        CUstream stream, void** params, void** extra) {                          \
+    ORION_REAL_OR_RETURN(name)                                                                   \
+    return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz),             \
+                         [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params,     \
+                                           extra); });                                           \
+  }
+ORION_KERNEL_LAUNCH_HOOK(cuLaunchKernel, false)
+ORION_KERNEL_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
+
+#define ORION_COOPERATIVE_LAUNCH_HOOK(name, ptsz)                                                \
+  CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,         \
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,   \
+                        CUstream stream, void** params) {                                        \
+    ORION_REAL_OR_RETURN(name)                                                                   \
+    return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz),             \
+                         [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params); }); \
+  }
+ORION_COOPERATIVE_LAUNCH_HOOK(cuLaunchCooperativeKernel, false)
+ORION_COOPERATIVE_LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, true)
+
+#define ORION_LAUNCH_EX_HOOK(name, ptsz)                                                     \
+  CUresult CUDAAPI name(const CUlaunchConfig* config, CUfunction f, void** params,           \
+                        void** extra) {                                                      \
+    ORION_REAL_OR_RETURN(name)                                                               \
+    return GuardedLaunch(ExInfo(config, f, ptsz), [&] { return real(config, f, params, extra); }); \
+  }
+ORION_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
+ORION_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
+
+#define ORION_GRAPH_LAUNCH_HOOK(name, ptsz)                                                \
+  CUresult CUDAAPI name(CUgraphExec exec, CUstream stream) {                               \
+    ORION_REAL_OR_RETURN(name)                                                             \
+    return GuardedLaunch(GraphInfo(exec, stream, ptsz), [&] { return real(exec, stream); }); \
+  }
+ORION_GRAPH_LAUNCH_HOOK(cuGraphLaunch, false)
+ORION_GRAPH_LAUNCH_HOOK(cuGraphLaunch_ptsz, true)
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                                             unsigned long long flags) {
+  ORION_REAL_OR_RETURN(cuGraphInstantiateWithFlags)
+  const CUresult result = real(exec, graph, flags);
+  RememberGraph(result, exec, graph);
+  return result;
+}
+
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node,
+                                    char* log, size_t log_bytes) {
+  ORION_REAL_OR_RETURN(cuGraphInstantiate)
+  const CUresult result = real(exec, graph, error_node, log, log_bytes);
+  RememberGraph(result, exec, graph);
+  return result;
+}
+
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node,
+                                       char* log, size_t log_bytes) {
+  ORION_REAL_OR_RETURN(cuGraphInstantiate_v2)
+  const CUresult result = real(exec, graph, error_node, log, log_bytes);
+  RememberGraph(result, exec, graph);
+  return result;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  ORION_REAL_OR_RETURN(cuGraphInstantiateWithParams)
+  const CUresult result = real(exec, graph, params);
+  RememberGraph(result, exec, graph);
+  return result;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  ORION_REAL_OR_RETURN(cuGraphInstantiateWithParams_ptsz)
+  const CUresult result = real(exec, graph, params);
+  RememberGraph(result, exec, graph);
+  return result;
+}

@@ -1,0 +1,111 @@
+// Per-kernel knowledge of one process, keyed by CUfunction (or CUgraphExec): whether its name
+// was already sent to the server, how often it launched (for 1-in-N timing samples) and its
+// learned GPU duration (the launch gate's estimate).
+//
+// Lock-free: a fixed array with linear probing where a key is claimed by CAS and never removed,
+// so the launch path does one hash probe and a few relaxed atomics, and takes no lock. When the
+// array is full, unknown functions just get the defaults (no name, no samples, 50 us estimate).
+//
+// Usage:
+//   KernelRecord* k = registry.FindOrInsert(reinterpret_cast<uint64_t>(func));
+//   if (k && k->ClaimNameReport()) push kKernelName;
+//   if (k && ShouldSample(k->launches.fetch_add(1, relaxed))) time this launch;
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <atomic>
+
+namespace orion::interpose {
+
+inline constexpr uint64_t kDefaultKernelEstimateNs = 50'000;
+
+// First 3 launches of a kernel, then 1 in 64.
+inline bool ShouldSample(uint64_t launch_index) {
+  return launch_index < 3 || (launch_index & 63) == 0;
+}
+
+// Exponentially weighted moving average with weight 1/4 for the new sample; the first sample
+// replaces the default.
+inline uint64_t BlendEstimate(uint64_t old_ns, uint64_t sample_ns, bool first) {
+  if (first) return sample_ns;
+  return old_ns - old_ns / 4 + sample_ns / 4;
+}
+
+struct KernelRecord {
+  std::atomic<uint64_t> key;
+  std::atomic<uint64_t> launches;
+  std::atomic<uint64_t> estimate_ns;  // 0 = not measured yet
+  std::atomic<uint32_t> name_reported;
+  std::atomic<uint32_t> aux;  // graphs: kernel nodes counted at instantiation
+
+  // True exactly once per record, for the thread that should send the kernel's name.
+  bool ClaimNameReport() {
+    return name_reported.load(std::memory_order_relaxed) == 0 &&
+           name_reported.exchange(1, std::memory_order_relaxed) == 0;
+  }
+  uint64_t EstimateNs() const {
+    const uint64_t e = estimate_ns.load(std::memory_order_relaxed);
+    return e == 0 ? kDefaultKernelEstimateNs : e;
+  }
+  void AddSample(uint64_t duration_ns) {
+    uint64_t old = estimate_ns.load(std::memory_order_relaxed);
+    const uint64_t next = BlendEstimate(old, duration_ns == 0 ? 1 : duration_ns, old == 0);
+    // A lost race only drops one sample from the average.
+    estimate_ns.compare_exchange_strong(old, next, std::memory_order_relaxed);
+  }
+};
+
+template <size_t kCapacity>
+class KernelRegistry {
+  static_assert((kCapacity & (kCapacity - 1)) == 0, "capacity must be a power of two");
+
+ public:
+  // Null for key 0 or a full table.
+  KernelRecord* FindOrInsert(uint64_t key) {
+    if (key == 0) return nullptr;
+    size_t i = Home(key);
+    for (size_t probes = 0; probes < kMaxProbes; ++probes, i = (i + 1) & (kCapacity - 1)) {
+      KernelRecord& r = records_[i];
+      uint64_t seen = r.key.load(std::memory_order_acquire);
+      if (seen == key) return &r;
+      if (seen == 0) {
+        if (r.key.compare_exchange_strong(seen, key, std::memory_order_acq_rel)) return &r;
+        if (seen == key) return &r;
+      }
+    }
+    return nullptr;
+  }
+
+  KernelRecord* Find(uint64_t key) {
+    if (key == 0) return nullptr;
+    size_t i = Home(key);
+    for (size_t probes = 0; probes < kMaxProbes; ++probes, i = (i + 1) & (kCapacity - 1)) {
+      const uint64_t seen = records_[i].key.load(std::memory_order_acquire);
+      if (seen == key) return &records_[i];
+      if (seen == 0) return nullptr;
+    }
+    return nullptr;
+  }
+
+  // Only when no other thread can use the registry (a fork child before any CUDA call).
+  void Clear() {
+    for (auto& r : records_) {
+      r.key.store(0, std::memory_order_relaxed);
+      r.launches.store(0, std::memory_order_relaxed);
+      r.estimate_ns.store(0, std::memory_order_relaxed);
+      r.name_reported.store(0, std::memory_order_relaxed);
+      r.aux.store(0, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  static constexpr size_t kMaxProbes = 64;  // bounds the launch path on a crowded table
+  static size_t Home(uint64_t key) {
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 24) & (kCapacity - 1);
+  }
+  KernelRecord records_[kCapacity] = {};
+};
+
+}  // namespace orion::interpose

@@ -1,0 +1,96 @@
+// Waiting at the launch gate: spin, then futex on the board's shared words.
+#include "interpose/glibc_compat.h"
+
+#include "interpose/launch_gate.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace orion::interpose {
+namespace {
+
+// Shared (not FUTEX_PRIVATE_FLAG): the word lives in a MAP_SHARED file mapping and waiters and
+// wakers are different processes.
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000ull),
+              static_cast<long>(timeout_ns % 1'000'000'000ull)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr,
+          nullptr, 0);
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+}  // namespace
+
+void OpenGate(contract::GpuState& gpu) {
+  gpu.gate_seq.fetch_add(1, std::memory_order_acq_rel);
+  if (gpu.gate_waiters.load(std::memory_order_acquire) > 0) FutexWakeAll(&gpu.gate_seq);
+}
+
+GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, uint64_t blocks,
+                      uint64_t estimate_ns) {
+  GateTicket ticket;
+  contract::ClientSlot& slot = board.slots[slot_index];
+  uint64_t start = 0;
+  for (;;) {
+    // Paused: hold every launch, high priority included, until the server resumes us.
+    if (slot.paused.load(std::memory_order_acquire) != 0) {
+      const uint64_t now = MonotonicNs();
+      if (start == 0) start = now;
+      if (!ServerAlive(board, now)) break;  // a dead server cannot resume us: fail open
+      const uint32_t seq = slot.wake_seq.load(std::memory_order_acquire);
+      if (slot.paused.load(std::memory_order_acquire) == 0) continue;
+      FutexWait(&slot.wake_seq, seq, kMaxFutexWaitNs);
+      continue;
+    }
+    const uint32_t gpu_index = slot.gpu.load(std::memory_order_relaxed);
+    if (gpu_index >= contract::kMaxGpus) break;
+    if (static_cast<contract::Priority>(slot.priority.load(std::memory_order_relaxed)) ==
+        contract::Priority::kHigh) {
+      break;
+    }
+    contract::GpuState& gpu = board.gpus[gpu_index];
+    const uint64_t now = MonotonicNs();
+    const GateDecision decision =
+        DecideBestEffort(board, gpu, slot_index, now, blocks, estimate_ns);
+    if (decision == GateDecision::kGoBudget) {
+      ticket.budget_ns = estimate_ns;
+      break;
+    }
+    if (decision == GateDecision::kGoIdle) break;
+    if (start == 0) start = now;
+    if (now - start < gpu.spin_ns.load(std::memory_order_relaxed)) {
+      for (int i = 0; i < 32; ++i) CpuRelax();
+      continue;
+    }
+    // Register as a waiter before the last check, so a completion that lands in between either
+    // is seen by the check or changes gate_seq and makes FUTEX_WAIT return at once.
+    const uint32_t seq = gpu.gate_seq.load(std::memory_order_acquire);
+    gpu.gate_waiters.fetch_add(1, std::memory_order_acq_rel);
+    const GateDecision again =
+        DecideBestEffort(board, gpu, slot_index, MonotonicNs(), blocks, estimate_ns);
+    if (again == GateDecision::kWait) {
+      FutexWait(&gpu.gate_seq, seq, kMaxFutexWaitNs);
+      gpu.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
+      continue;
+    }
+    gpu.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
+    if (again == GateDecision::kGoBudget) ticket.budget_ns = estimate_ns;
+    break;
+  }
+  if (start != 0) ticket.waited_ns = MonotonicNs() - start;
+  return ticket;
+}
+
+}  // namespace orion::interpose

@@ -1,0 +1,171 @@
+// Memory quota of one client: reservation arithmetic on the slot's shared counters and the table
+// that remembers what each live allocation cost, so frees give back exactly what allocs took.
+//
+// Pure and allocation-free (fixed-size storage, a spin lock that only alloc/free paths take), so
+// it is unit-tested without a GPU and never calls malloc inside the host process's CUDA calls.
+//
+// Usage:
+//   if (!TryReserve(slot.memory_used_bytes, slot.memory_peak_bytes, limit, bytes)) deny();
+//   if (real_alloc_failed) Unreserve(slot.memory_used_bytes, bytes);
+//   table.Insert(ptr, bytes, MemoryKind::kDevice);
+//   ... AllocationTable::Entry e; if (table.Remove(ptr, &e)) Unreserve(used, e.bytes);
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <atomic>
+
+#include "contract/orion_contract.h"
+
+namespace orion::interpose {
+
+// Adds `bytes` to `used` unless that would cross `limit` (0 = unlimited). On success raises
+// `peak` to the new total. The add-then-roll-back order keeps concurrent reservations from
+// jointly overshooting: each sees the others' bytes before deciding.
+inline bool TryReserve(std::atomic<uint64_t>& used, std::atomic<uint64_t>& peak, uint64_t limit,
+                       uint64_t bytes) {
+  const uint64_t before = used.fetch_add(bytes, std::memory_order_acq_rel);
+  const uint64_t after = before + bytes;
+  if (after < before || (limit != 0 && after > limit)) {
+    used.fetch_sub(bytes, std::memory_order_acq_rel);
+    return false;
+  }
+  uint64_t seen = peak.load(std::memory_order_relaxed);
+  while (after > seen &&
+         !peak.compare_exchange_weak(seen, after, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+// Gives back `bytes`, never going below zero (the counter lives in shared memory the server may
+// have reset).
+inline void Unreserve(std::atomic<uint64_t>& used, uint64_t bytes) {
+  uint64_t seen = used.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t next = seen > bytes ? seen - bytes : 0;
+    if (used.compare_exchange_weak(seen, next, std::memory_order_acq_rel)) return;
+  }
+}
+
+// What cuMemGetInfo reports under a quota: total = limit, free = min(real free, limit - used).
+inline void VirtualizeMemInfo(uint64_t limit, uint64_t used, size_t* free_bytes,
+                              size_t* total_bytes) {
+  if (limit == 0) return;
+  const uint64_t headroom = used >= limit ? 0 : limit - used;
+  if (free_bytes != nullptr && *free_bytes > headroom) *free_bytes = static_cast<size_t>(headroom);
+  if (total_bytes != nullptr) *total_bytes = static_cast<size_t>(limit);
+}
+
+// Open-addressing map key -> (bytes, kind) with linear probing and backward-shift deletion (no
+// tombstones, so a long-running process never degrades). Key 0 means empty: CUDA never returns a
+// null device pointer or handle for a successful allocation.
+template <size_t kCapacity>
+class AllocationTable {
+  static_assert((kCapacity & (kCapacity - 1)) == 0, "capacity must be a power of two");
+
+ public:
+  struct Entry {
+    uint64_t key;
+    uint64_t bytes;
+    contract::MemoryKind kind;
+  };
+
+  // False when the table is full (the allocation then stays uncounted at free time).
+  bool Insert(uint64_t key, uint64_t bytes, contract::MemoryKind kind) {
+    if (key == 0) return false;
+    Lock();
+    bool stored = false;
+    size_t i = Home(key);
+    for (size_t probes = 0; probes < kCapacity; ++probes, i = (i + 1) & kMask) {
+      if (entries_[i].key == 0 || entries_[i].key == key) {
+        if (entries_[i].key == 0) ++size_;
+        entries_[i] = Entry{key, bytes, kind};
+        stored = true;
+        break;
+      }
+    }
+    Unlock();
+    return stored;
+  }
+
+  bool Find(uint64_t key, Entry* out) {
+    Lock();
+    const size_t i = Locate(key);
+    const bool found = i != kCapacity;
+    if (found && out != nullptr) *out = entries_[i];
+    Unlock();
+    return found;
+  }
+
+  bool Remove(uint64_t key, Entry* out) {
+    Lock();
+    size_t i = Locate(key);
+    const bool found = i != kCapacity;
+    if (found) {
+      if (out != nullptr) *out = entries_[i];
+      // Backward shift: pull later members of the probe run into the hole.
+      size_t hole = i;
+      for (size_t j = (hole + 1) & kMask; entries_[j].key != 0; j = (j + 1) & kMask) {
+        const size_t home = Home(entries_[j].key);
+        // Move j into the hole unless its home lies cyclically in (hole, j].
+        const bool home_after_hole = ((j - home) & kMask) < ((j - hole) & kMask);
+        if (!home_after_hole) {
+          entries_[hole] = entries_[j];
+          hole = j;
+        }
+      }
+      entries_[hole] = Entry{0, 0, contract::MemoryKind::kDevice};
+      --size_;
+    }
+    Unlock();
+    return found;
+  }
+
+  size_t size() const { return size_; }
+
+  // After fork: the lock may have been held by a thread that does not exist in the child.
+  void ResetLockAfterFork() { lock_.store(0, std::memory_order_relaxed); }
+  void Clear() {
+    Lock();
+    for (auto& e : entries_) e = Entry{0, 0, contract::MemoryKind::kDevice};
+    size_ = 0;
+    Unlock();
+  }
+
+ private:
+  static constexpr size_t kMask = kCapacity - 1;
+
+  static size_t Home(uint64_t key) {
+    // Fibonacci hashing: device pointers are aligned, so the low bits alone cluster badly.
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 20) & kMask;
+  }
+  size_t Locate(uint64_t key) const {
+    if (key == 0) return kCapacity;
+    size_t i = Home(key);
+    for (size_t probes = 0; probes < kCapacity; ++probes, i = (i + 1) & kMask) {
+      if (entries_[i].key == key) return i;
+      if (entries_[i].key == 0) return kCapacity;
+    }
+    return kCapacity;
+  }
+  void Lock() {
+    while (lock_.exchange(1, std::memory_order_acquire) != 0) {
+      while (lock_.load(std::memory_order_relaxed) != 0) CpuRelax();
+    }
+  }
+  void Unlock() { lock_.store(0, std::memory_order_release); }
+  static void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+  }
+
+  std::atomic<uint32_t> lock_{0};
+  size_t size_ = 0;
+  Entry entries_[kCapacity] = {};
+};
+
+}  // namespace orion::interpose

@@ -1,0 +1,22 @@
+// Storage of the process-wide bookkeeping tables.
+#include "interpose/glibc_compat.h"
+
+#include "interpose/tables.h"
+
+namespace orion::interpose {
+
+constinit KernelRegistry<8192> g_kernels;
+constinit KernelRegistry<1024> g_graphs;
+constinit AllocationTable<65536> g_allocations;
+constinit AllocationTable<16384> g_vmm_handles;
+
+void ResetTablesAfterFork() {
+  g_allocations.ResetLockAfterFork();
+  g_vmm_handles.ResetLockAfterFork();
+  if (g_allocations.size() != 0) g_allocations.Clear();
+  if (g_vmm_handles.size() != 0) g_vmm_handles.Clear();
+  // Kernel and graph handles of the parent's contexts are meaningless in the child; the child
+  // cannot use the parent's CUDA state, so stale entries are harmless and left alone.
+}
+
+}  // namespace orion::interpose

@@ -1,0 +1,18 @@
+// The process's fixed-size bookkeeping tables (static storage: no allocation, no constructors
+// that run code): kernels seen, graphs instantiated, live allocations and VMM handles.
+#pragma once
+
+#include "interpose/kernel_registry.h"
+#include "interpose/memory_quota.h"
+
+namespace orion::interpose {
+
+extern KernelRegistry<8192> g_kernels;      // CUfunction -> name sent, launches, estimate
+extern KernelRegistry<1024> g_graphs;       // CUgraphExec -> kernel nodes (aux)
+extern AllocationTable<65536> g_allocations;  // device pointer -> bytes, kind
+extern AllocationTable<16384> g_vmm_handles;  // CUmemGenericAllocationHandle -> bytes
+
+// In a fork child: the parent's allocations and kernels are not the child's.
+void ResetTablesAfterFork();
+
+}  // namespace orion::interpose
