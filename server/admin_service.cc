@@ -1,0 +1,105 @@
+// orion.v1.Admin and orion.v1.AgentSync over NodeState (see admin_service.h).
+#include "server/admin_service.h"
+
+namespace orion::server {
+namespace {
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+template <typename T>
+grpc::ServerUnaryReactor* DoneWith(grpc::CallbackServerContext* ctx, absl::StatusOr<T> result,
+                                   T* resp) {
+  if (!result.ok()) return Done(ctx, ToGrpc(result.status()));
+  *resp = std::move(*result);
+  return Done(ctx, grpc::Status::OK);
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListGpus(grpc::CallbackServerContext* ctx,
+                                                     const orion::v1::ListGpusRequest*,
+                                                     orion::v1::ListGpusResponse* resp) {
+  for (auto& g : state_->ListGpus()) *resp->add_gpus() = std::move(g);
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListClients(grpc::CallbackServerContext* ctx,
+                                                        const orion::v1::ListClientsRequest* req,
+                                                        orion::v1::ListClientsResponse* resp) {
+  for (auto& c : state_->ListClients(*req)) *resp->add_clients() = std::move(c);
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetClient(grpc::CallbackServerContext* ctx,
+                                                      const orion::v1::GetClientRequest* req,
+                                                      orion::v1::Client* resp) {
+  return DoneWith(ctx, state_->GetClient(req->client_id()), resp);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetPriority(grpc::CallbackServerContext* ctx,
+                                                        const orion::v1::SetPriorityRequest* req,
+                                                        orion::v1::SetPriorityResponse* resp) {
+  auto changed = state_->SetPriority(*req);
+  if (!changed.ok()) return Done(ctx, ToGrpc(changed.status()));
+  for (auto& c : *changed) *resp->add_clients() = std::move(c);
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::PauseClient(grpc::CallbackServerContext* ctx,
+                                                        const orion::v1::PauseRequest* req,
+                                                        orion::v1::Client* resp) {
+  return DoneWith(ctx, state_->SetPaused(req->client_id(), true), resp);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ResumeClient(grpc::CallbackServerContext* ctx,
+                                                         const orion::v1::ResumeRequest* req,
+                                                         orion::v1::Client* resp) {
+  return DoneWith(ctx, state_->SetPaused(req->client_id(), false), resp);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetPolicy(grpc::CallbackServerContext* ctx,
+                                                      const orion::v1::GetPolicyRequest* req,
+                                                      orion::v1::PolicyKnobs* resp) {
+  return DoneWith(ctx, state_->GetPolicy(req->gpu()), resp);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContext* ctx,
+                                                      const orion::v1::SetPolicyRequest* req,
+                                                      orion::v1::PolicyKnobs* resp) {
+  return DoneWith(ctx, state_->SetPolicy(*req), resp);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetTimeline(grpc::CallbackServerContext* ctx,
+                                                        const orion::v1::TimelineRequest* req,
+                                                        orion::v1::TimelineResponse* resp) {
+  return DoneWith(ctx, state_->GetTimeline(*req), resp);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetKernelProfile(
+    grpc::CallbackServerContext* ctx, const orion::v1::KernelProfileRequest* req,
+    orion::v1::KernelProfileResponse* resp) {
+  return DoneWith(ctx, state_->GetKernelProfile(req->client_id()), resp);
+}
+
+grpc::ServerUnaryReactor* AgentSyncServiceImpl::UpsertPods(grpc::CallbackServerContext* ctx,
+                                                           const orion::v1::UpsertPodsRequest* req,
+                                                           orion::v1::UpsertPodsResponse* resp) {
+  return DoneWith(ctx, state_->UpsertPods(*req), resp);
+}
+
+grpc::ServerUnaryReactor* AgentSyncServiceImpl::DeletePod(grpc::CallbackServerContext* ctx,
+                                                          const orion::v1::DeletePodRequest* req,
+                                                          orion::v1::DeletePodResponse*) {
+  return Done(ctx, ToGrpc(state_->DeletePod(req->pod_uid())));
+}
+
+}  // namespace orion::server

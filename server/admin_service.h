@@ -1,0 +1,69 @@
+// gRPC adapters over NodeState: orion.v1.Admin (operators, orion-ctl, grpcurl) and
+// orion.v1.AgentSync (orion-agent's pod policies). Thin: validate, call NodeState, map absl codes
+// to gRPC codes with the same message.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "orion/v1/admin.grpc.pb.h"
+#include "orion/v1/agent.grpc.pb.h"
+#include "server/node_state.h"
+
+namespace orion::server {
+
+grpc::Status ToGrpc(const absl::Status& s);
+
+class AdminServiceImpl final : public orion::v1::Admin::CallbackService {
+ public:
+  explicit AdminServiceImpl(NodeState* state) : state_(state) {}
+
+  grpc::ServerUnaryReactor* ListGpus(grpc::CallbackServerContext* ctx,
+                                     const orion::v1::ListGpusRequest* req,
+                                     orion::v1::ListGpusResponse* resp) override;
+  grpc::ServerUnaryReactor* ListClients(grpc::CallbackServerContext* ctx,
+                                        const orion::v1::ListClientsRequest* req,
+                                        orion::v1::ListClientsResponse* resp) override;
+  grpc::ServerUnaryReactor* GetClient(grpc::CallbackServerContext* ctx,
+                                      const orion::v1::GetClientRequest* req,
+                                      orion::v1::Client* resp) override;
+  grpc::ServerUnaryReactor* SetPriority(grpc::CallbackServerContext* ctx,
+                                        const orion::v1::SetPriorityRequest* req,
+                                        orion::v1::SetPriorityResponse* resp) override;
+  grpc::ServerUnaryReactor* PauseClient(grpc::CallbackServerContext* ctx,
+                                        const orion::v1::PauseRequest* req,
+                                        orion::v1::Client* resp) override;
+  grpc::ServerUnaryReactor* ResumeClient(grpc::CallbackServerContext* ctx,
+                                         const orion::v1::ResumeRequest* req,
+                                         orion::v1::Client* resp) override;
+  grpc::ServerUnaryReactor* GetPolicy(grpc::CallbackServerContext* ctx,
+                                      const orion::v1::GetPolicyRequest* req,
+                                      orion::v1::PolicyKnobs* resp) override;
+  grpc::ServerUnaryReactor* SetPolicy(grpc::CallbackServerContext* ctx,
+                                      const orion::v1::SetPolicyRequest* req,
+                                      orion::v1::PolicyKnobs* resp) override;
+  grpc::ServerUnaryReactor* GetTimeline(grpc::CallbackServerContext* ctx,
+                                        const orion::v1::TimelineRequest* req,
+                                        orion::v1::TimelineResponse* resp) override;
+  grpc::ServerUnaryReactor* GetKernelProfile(grpc::CallbackServerContext* ctx,
+                                             const orion::v1::KernelProfileRequest* req,
+                                             orion::v1::KernelProfileResponse* resp) override;
+
+ private:
+  NodeState* state_;
+};
+
+class AgentSyncServiceImpl final : public orion::v1::AgentSync::CallbackService {
+ public:
+  explicit AgentSyncServiceImpl(NodeState* state) : state_(state) {}
+  grpc::ServerUnaryReactor* UpsertPods(grpc::CallbackServerContext* ctx,
+                                       const orion::v1::UpsertPodsRequest* req,
+                                       orion::v1::UpsertPodsResponse* resp) override;
+  grpc::ServerUnaryReactor* DeletePod(grpc::CallbackServerContext* ctx,
+                                      const orion::v1::DeletePodRequest* req,
+                                      orion::v1::DeletePodResponse* resp) override;
+
+ private:
+  NodeState* state_;
+};
+
+}  // namespace orion::server

@@ -1,0 +1,218 @@
+// Board file creation, slot assignment and knob publication (see board.h).
+#include "server/board.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace orion::server {
+
+using contract::Board;
+using contract::ClientSlot;
+using contract::GpuState;
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+          0);
+}
+
+absl::StatusOr<std::unique_ptr<BoardFile>> BoardFile::Create(const std::string& path) {
+  // Unlink first: clients still mapping an old board keep their (now orphaned) copy and will see
+  // their socket close, instead of reading a half-initialised new board.
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot create board file: ", std::strerror(errno)));
+  }
+  ::fchmod(fd, 0666);
+  const size_t bytes = sizeof(Board);
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": cannot size board to ", bytes, " bytes: ", std::strerror(err)));
+  }
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (mem == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat(path, ": mmap failed: ", std::strerror(errno)));
+  }
+  auto* board = static_cast<Board*>(mem);  // zero-filled by ftruncate
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const uint64_t epoch = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+  board->header.version = contract::kBoardVersion;
+  board->header.header_bytes = sizeof(contract::BoardHeader);
+  board->header.gpu_state_bytes = sizeof(GpuState);
+  board->header.slot_bytes = sizeof(ClientSlot);
+  board->header.num_gpus = 0;
+  board->header.max_slots = contract::kMaxSlots;
+  board->header.ring_capacity = contract::kRingCapacity;
+  board->header.server_epoch.store(epoch, std::memory_order_relaxed);
+  // Magic last: a client that sees it sees a complete header.
+  std::atomic_thread_fence(std::memory_order_release);
+  reinterpret_cast<std::atomic<uint32_t>*>(&board->header.magic)
+      ->store(contract::kBoardMagic, std::memory_order_release);
+  return std::unique_ptr<BoardFile>(new BoardFile(path, board, bytes, epoch));
+}
+
+BoardFile::~BoardFile() {
+  if (board_) ::munmap(board_, bytes_);
+  ::unlink(path_.c_str());
+}
+
+int BoardFile::FindGpu(const std::string& uuid) const {
+  for (uint32_t i = 0; i < board_->header.num_gpus; ++i) {
+    if (uuid == board_->gpus[i].uuid) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+uint32_t BoardFile::num_gpus() const { return board_->header.num_gpus; }
+
+int BoardFile::FindOrAddGpu(const std::string& uuid) {
+  if (int i = FindGpu(uuid); i >= 0) return i;
+  const uint32_t n = board_->header.num_gpus;
+  if (n >= contract::kMaxGpus || uuid.size() >= contract::kGpuUuidBytes) return -1;
+  GpuState& g = board_->gpus[n];
+  std::memset(g.uuid, 0, sizeof(g.uuid));
+  std::memcpy(g.uuid, uuid.data(), uuid.size());
+  PublishKnobs(n, GateKnobs{});
+  g.present.store(1, std::memory_order_release);
+  board_->header.num_gpus = n + 1;
+  return static_cast<int>(n);
+}
+
+std::optional<uint32_t> BoardFile::AssignSlot(uint32_t client_id, uint32_t pid, uint32_t gpu,
+                                              contract::Priority priority,
+                                              uint64_t memory_limit) {
+  for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
+    if (slot_used_[i]) continue;
+    slot_used_[i] = true;
+    ClientSlot& s = board_->slots[i];
+    s.state.store(static_cast<uint32_t>(contract::SlotState::kFree), std::memory_order_release);
+    s.ring.Reset();
+    s.client_id.store(client_id, std::memory_order_relaxed);
+    s.host_pid.store(pid, std::memory_order_relaxed);
+    s.gpu.store(gpu, std::memory_order_relaxed);
+    s.priority.store(static_cast<uint32_t>(priority), std::memory_order_relaxed);
+    s.paused.store(0, std::memory_order_relaxed);
+    s.profile.store(0, std::memory_order_relaxed);
+    s.memory_limit_bytes.store(memory_limit, std::memory_order_relaxed);
+    s.memory_used_bytes.store(0, std::memory_order_relaxed);
+    s.memory_peak_bytes.store(0, std::memory_order_relaxed);
+    s.launches.store(0, std::memory_order_relaxed);
+    s.throttled_ns.store(0, std::memory_order_relaxed);
+    s.last_progress_ns.store(0, std::memory_order_relaxed);
+    s.inflight.store(0, std::memory_order_relaxed);
+    s.generation.fetch_add(1, std::memory_order_relaxed);
+    s.state.store(static_cast<uint32_t>(contract::SlotState::kActive), std::memory_order_release);
+    RecomputeHpMask(gpu);
+    return i;
+  }
+  return std::nullopt;
+}
+
+void BoardFile::FreeSlot(uint32_t slot) {
+  if (slot >= contract::kMaxSlots || !slot_used_[slot]) return;
+  ClientSlot& s = board_->slots[slot];
+  const uint32_t gpu = s.gpu.load(std::memory_order_relaxed);
+  s.state.store(static_cast<uint32_t>(contract::SlotState::kFree), std::memory_order_release);
+  s.inflight.store(0, std::memory_order_relaxed);
+  slot_used_[slot] = false;
+  if (gpu < contract::kMaxGpus) {
+    RecomputeHpMask(gpu);
+    WakeGate(gpu);  // a dead high-priority client must not keep anyone waiting
+  }
+}
+
+void BoardFile::RecomputeHpMask(uint32_t gpu) {
+  if (gpu >= contract::kMaxGpus) return;
+  uint64_t mask[contract::kMaxSlots / 64] = {};
+  for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
+    const ClientSlot& s = board_->slots[i];
+    if (slot_used_[i] && s.gpu.load(std::memory_order_relaxed) == gpu &&
+        s.priority.load(std::memory_order_relaxed) ==
+            static_cast<uint32_t>(contract::Priority::kHigh)) {
+      mask[i / 64] |= 1ull << (i % 64);
+    }
+  }
+  for (size_t w = 0; w < contract::kMaxSlots / 64; ++w) {
+    board_->gpus[gpu].hp_slot_mask[w].store(mask[w], std::memory_order_release);
+  }
+}
+
+void BoardFile::SetPriority(uint32_t slot, contract::Priority priority) {
+  if (slot >= contract::kMaxSlots) return;
+  ClientSlot& s = board_->slots[slot];
+  s.priority.store(static_cast<uint32_t>(priority), std::memory_order_release);
+  const uint32_t gpu = s.gpu.load(std::memory_order_relaxed);
+  RecomputeHpMask(gpu);
+  if (gpu < contract::kMaxGpus) WakeGate(gpu);
+}
+
+void BoardFile::SetPaused(uint32_t slot, bool paused) {
+  if (slot >= contract::kMaxSlots) return;
+  ClientSlot& s = board_->slots[slot];
+  s.paused.store(paused ? 1 : 0, std::memory_order_release);
+  s.wake_seq.fetch_add(1, std::memory_order_acq_rel);
+  FutexWakeAll(&s.wake_seq);
+}
+
+void BoardFile::SetMemoryLimit(uint32_t slot, uint64_t bytes) {
+  if (slot < contract::kMaxSlots) {
+    board_->slots[slot].memory_limit_bytes.store(bytes, std::memory_order_release);
+  }
+}
+
+void BoardFile::SetProfile(uint32_t slot, bool on) {
+  if (slot < contract::kMaxSlots) {
+    board_->slots[slot].profile.store(on ? 1 : 0, std::memory_order_release);
+  }
+}
+
+void BoardFile::PublishKnobs(uint32_t gpu, const GateKnobs& k) {
+  if (gpu >= contract::kMaxGpus) return;
+  GpuState& g = board_->gpus[gpu];
+  g.be_budget_ns.store(k.be_budget_ns, std::memory_order_relaxed);
+  g.sm_threshold.store(k.sm_threshold, std::memory_order_relaxed);
+  g.spin_ns.store(k.spin_ns, std::memory_order_relaxed);
+  g.hp_stale_ns.store(k.hp_stale_ns, std::memory_order_relaxed);
+  g.mode.store(static_cast<uint32_t>(k.mode), std::memory_order_release);
+  WakeGate(gpu);
+}
+
+GateKnobs BoardFile::ReadKnobs(uint32_t gpu) const {
+  GateKnobs k;
+  if (gpu >= contract::kMaxGpus) return k;
+  const GpuState& g = board_->gpus[gpu];
+  k.mode = static_cast<contract::GateMode>(g.mode.load(std::memory_order_relaxed));
+  k.be_budget_ns = g.be_budget_ns.load(std::memory_order_relaxed);
+  k.sm_threshold = g.sm_threshold.load(std::memory_order_relaxed);
+  k.spin_ns = g.spin_ns.load(std::memory_order_relaxed);
+  k.hp_stale_ns = g.hp_stale_ns.load(std::memory_order_relaxed);
+  return k;
+}
+
+void BoardFile::WakeGate(uint32_t gpu) {
+  if (gpu >= contract::kMaxGpus) return;
+  GpuState& g = board_->gpus[gpu];
+  g.gate_seq.fetch_add(1, std::memory_order_acq_rel);
+  FutexWakeAll(&g.gate_seq);
+}
+
+void BoardFile::Heartbeat(uint64_t now_ns) {
+  board_->header.server_heartbeat_ns.store(now_ns, std::memory_order_relaxed);
+}
+
+}  // namespace orion::server

@@ -1,0 +1,77 @@
+// Server side of the shared-memory board: creates the board file, lays out GPUs and slots,
+// assigns and frees client slots, and publishes policy knobs. The server never trusts what clients
+// wrote: values read back are clamped by the caller.
+//
+// Usage:
+//   absl::StatusOr<std::unique_ptr<BoardFile>> board = BoardFile::Create("/run/orion/board");
+//   int gpu = (*board)->AddGpu("GPU-...");
+//   auto slot = (*board)->AssignSlot(client_id, pid, gpu, Priority::kHigh, limit);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "contract/orion_contract.h"
+
+namespace orion::server {
+
+struct GateKnobs {
+  contract::GateMode mode = contract::GateMode::kPriority;
+  uint64_t be_budget_ns = 500000;
+  uint32_t sm_threshold = 132;
+  uint32_t spin_ns = 20000;
+  uint64_t hp_stale_ns = 1000000000;
+};
+
+class BoardFile {
+ public:
+  // Creates (or truncates and re-initialises) the board file and maps it. The file is
+  // world-readable/writable (0666) because clients in pods run as arbitrary users.
+  static absl::StatusOr<std::unique_ptr<BoardFile>> Create(const std::string& path);
+  ~BoardFile();
+  BoardFile(const BoardFile&) = delete;
+  BoardFile& operator=(const BoardFile&) = delete;
+
+  contract::Board& board() { return *board_; }
+  const std::string& path() const { return path_; }
+  uint64_t epoch() const { return epoch_; }
+
+  // Returns the GPU index of uuid, adding it if there is room. -1 if the board is full.
+  int FindOrAddGpu(const std::string& uuid);
+  int FindGpu(const std::string& uuid) const;
+  uint32_t num_gpus() const;
+
+  // Slot life cycle. AssignSlot resets the ring and all counters before publishing kActive.
+  std::optional<uint32_t> AssignSlot(uint32_t client_id, uint32_t pid, uint32_t gpu,
+                                     contract::Priority priority, uint64_t memory_limit);
+  void FreeSlot(uint32_t slot);
+  void SetPriority(uint32_t slot, contract::Priority priority);
+  void SetPaused(uint32_t slot, bool paused);
+  void SetMemoryLimit(uint32_t slot, uint64_t bytes);
+  void SetProfile(uint32_t slot, bool on);
+
+  void PublishKnobs(uint32_t gpu, const GateKnobs& knobs);
+  GateKnobs ReadKnobs(uint32_t gpu) const;
+  // Wakes every thread blocked on the GPU's gate word (knobs or priorities changed).
+  void WakeGate(uint32_t gpu);
+  void Heartbeat(uint64_t now_ns);
+
+ private:
+  BoardFile(std::string path, contract::Board* board, size_t bytes, uint64_t epoch)
+      : path_(std::move(path)), board_(board), bytes_(bytes), epoch_(epoch) {}
+  void RecomputeHpMask(uint32_t gpu);
+
+  std::string path_;
+  contract::Board* board_;
+  size_t bytes_;
+  uint64_t epoch_;
+  bool slot_used_[contract::kMaxSlots] = {};
+};
+
+// Wakes futex waiters on a shared-memory word (FUTEX_WAKE, not private: other processes wait).
+void FutexWakeAll(std::atomic<uint32_t>* word);
+
+}  // namespace orion::server

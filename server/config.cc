@@ -1,0 +1,363 @@
+// YAML parsing and validation of orion-server's config (see config.h).
+#include "server/config.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace orion::server {
+namespace {
+
+using contract::GateMode;
+using contract::Priority;
+
+// Error helper that always names file, key and expectation.
+class Validator {
+ public:
+  explicit Validator(std::string source) : source_(std::move(source)) {}
+
+  absl::Status Error(const std::string& key, const std::string& expected,
+                     const YAML::Node& got) const {
+    std::string shown;
+    if (got.IsScalar()) {
+      shown = absl::StrCat("\"", got.Scalar(), "\"");
+    } else if (got.IsSequence()) {
+      shown = "a list";
+    } else if (got.IsMap()) {
+      shown = "a map";
+    } else {
+      shown = "nothing";
+    }
+    std::string where = source_;
+    if (got.Mark().line >= 0) absl::StrAppend(&where, ":", got.Mark().line + 1);
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", key, ": expected ", expected, ", got ", shown));
+  }
+  absl::Status Plain(const std::string& key, const std::string& message) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", key, ": ", message));
+  }
+
+  absl::Status CheckKeys(const YAML::Node& map, const std::string& prefix,
+                         const std::set<std::string>& allowed) const {
+    for (const auto& kv : map) {
+      const std::string k = kv.first.as<std::string>();
+      if (!allowed.count(k)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source_, ":", kv.first.Mark().line + 1, ": ", prefix.empty() ? "" : prefix + ".", k,
+            ": unknown key (expected one of: ", absl::StrJoin(allowed, ", "), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status String(const YAML::Node& n, const std::string& key, std::string* out) const {
+    if (!n) return absl::OkStatus();
+    if (!n.IsScalar()) return Error(key, "a string", n);
+    *out = n.Scalar();
+    return absl::OkStatus();
+  }
+  template <typename T>
+  absl::Status Int(const YAML::Node& n, const std::string& key, uint64_t lo, uint64_t hi,
+                   T* out) const {
+    if (!n) return absl::OkStatus();
+    uint64_t v = 0;
+    if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &v) || v < lo || v > hi) {
+      return Error(key, absl::StrCat("an integer in [", lo, ", ", hi, "]"), n);
+    }
+    *out = static_cast<T>(v);
+    return absl::OkStatus();
+  }
+  absl::Status Bool(const YAML::Node& n, const std::string& key, bool* out) const {
+    if (!n) return absl::OkStatus();
+    const std::string s = n.IsScalar() ? absl::AsciiStrToLower(n.Scalar()) : "";
+    if (s == "true" || s == "yes" || s == "on") {
+      *out = true;
+    } else if (s == "false" || s == "no" || s == "off") {
+      *out = false;
+    } else {
+      return Error(key, "true or false", n);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Bytes(const YAML::Node& n, const std::string& key, uint64_t* out) const {
+    if (!n) return absl::OkStatus();
+    if (!n.IsScalar()) return Error(key, "a byte size such as 8Gi, 512Mi or 1048576", n);
+    auto v = ParseByteSize(n.Scalar());
+    if (!v.ok()) return Error(key, "a byte size such as 8Gi, 512Mi or 1048576", n);
+    *out = *v;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string source_;
+};
+
+#define ORION_RETURN_IF_ERROR(expr)        \
+  do {                                     \
+    absl::Status _st = (expr);             \
+    if (!_st.ok()) return _st;             \
+  } while (0)
+
+absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::Node& mode,
+                         PolicyConfig* p) {
+  if (mode) {
+    if (!mode.IsScalar() || !ParseGateMode(mode.Scalar()).ok()) {
+      return v.Error("mode", "one of pass-through, priority, mps", mode);
+    }
+    p->mode = *ParseGateMode(mode.Scalar());
+  }
+  if (!n) return absl::OkStatus();
+  if (!n.IsMap()) return v.Error("policy", "a map", n);
+  ORION_RETURN_IF_ERROR(v.CheckKeys(n, "policy",
+                                    {"be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
+                                     "adapt_budget", "default_latency_target_ms"}));
+  ORION_RETURN_IF_ERROR(
+      v.Int(n["be_budget_us"], "policy.be_budget_us", 0, 1000000, &p->be_budget_us));
+  ORION_RETURN_IF_ERROR(
+      v.Int(n["sm_threshold"], "policy.sm_threshold", 0, 1u << 24, &p->sm_threshold));
+  ORION_RETURN_IF_ERROR(v.Int(n["spin_us"], "policy.spin_us", 0, 10000, &p->spin_us));
+  ORION_RETURN_IF_ERROR(
+      v.Int(n["hp_stale_ms"], "policy.hp_stale_ms", 10, 600000, &p->hp_stale_ms));
+  ORION_RETURN_IF_ERROR(v.Bool(n["adapt_budget"], "policy.adapt_budget", &p->adapt_budget));
+  uint64_t target_ms = 0;
+  ORION_RETURN_IF_ERROR(v.Int(n["default_latency_target_ms"], "policy.default_latency_target_ms",
+                              0, 3600000, &target_ms));
+  if (n["default_latency_target_ms"]) p->default_latency_target_us = target_ms * 1000;
+  return absl::OkStatus();
+}
+
+absl::Status ParseRules(const Validator& v, const YAML::Node& n, ServerConfig* c) {
+  if (!n) return absl::OkStatus();
+  if (!n.IsMap()) return v.Error("standalone", "a map", n);
+  ORION_RETURN_IF_ERROR(v.CheckKeys(n, "standalone", {"trust_client_requests", "rules"}));
+  ORION_RETURN_IF_ERROR(v.Bool(n["trust_client_requests"], "standalone.trust_client_requests",
+                               &c->trust_client_requests));
+  const YAML::Node rules = n["rules"];
+  if (!rules) return absl::OkStatus();
+  if (!rules.IsSequence()) return v.Error("standalone.rules", "a list of rules", rules);
+  for (size_t i = 0; i < rules.size(); ++i) {
+    const std::string key = absl::StrCat("standalone.rules[", i, "]");
+    const YAML::Node r = rules[i];
+    if (!r.IsMap()) return v.Error(key, "a map", r);
+    ORION_RETURN_IF_ERROR(
+        v.CheckKeys(r, key, {"process", "uid", "priority", "memory_limit", "latency_target_ms"}));
+    PriorityRule rule;
+    ORION_RETURN_IF_ERROR(v.String(r["process"], key + ".process", &rule.process_glob));
+    if (r["uid"]) {
+      uint32_t uid = 0;
+      ORION_RETURN_IF_ERROR(v.Int(r["uid"], key + ".uid", 0, 0xFFFFFFFEu, &uid));
+      rule.uid = uid;
+    }
+    const YAML::Node prio = r["priority"];
+    if (!prio) return v.Plain(key, "missing key 'priority' (high or best-effort)");
+    if (!prio.IsScalar() || !ParsePriority(prio.Scalar()).ok()) {
+      return v.Error(key + ".priority", "high or best-effort", prio);
+    }
+    rule.priority = *ParsePriority(prio.Scalar());
+    ORION_RETURN_IF_ERROR(v.Bytes(r["memory_limit"], key + ".memory_limit",
+                                  &rule.memory_limit_bytes));
+    uint64_t ms = 0;
+    ORION_RETURN_IF_ERROR(v.Int(r["latency_target_ms"], key + ".latency_target_ms", 0, 3600000,
+                                &ms));
+    rule.latency_target_us = ms * 1000;
+    c->rules.push_back(std::move(rule));
+  }
+  return absl::OkStatus();
+}
+
+std::string DefaultNodeName() {
+  if (const char* n = std::getenv("NODE_NAME"); n && *n) return n;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0 && host[0]) return host;
+  return "localhost";
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& raw) {
+  const std::string text(absl::StripAsciiWhitespace(raw));
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  uint64_t number = 0;
+  if (i == 0 || !absl::SimpleAtoi(text.substr(0, i), &number)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", raw, "' is not a byte size (examples: 8Gi, 512Mi, 1G, 1048576)"));
+  }
+  const std::string unit = text.substr(i);
+  static const struct {
+    const char* suffix;
+    uint64_t factor;
+  } kUnits[] = {{"", 1},
+                {"B", 1},
+                {"K", 1000ull},
+                {"M", 1000ull * 1000},
+                {"G", 1000ull * 1000 * 1000},
+                {"T", 1000ull * 1000 * 1000 * 1000},
+                {"Ki", 1ull << 10},
+                {"Mi", 1ull << 20},
+                {"Gi", 1ull << 30},
+                {"Ti", 1ull << 40}};
+  for (const auto& u : kUnits) {
+    if (unit == u.suffix) {
+      if (number > UINT64_MAX / u.factor) {
+        return absl::InvalidArgumentError(absl::StrCat("'", raw, "' is too large"));
+      }
+      return number * u.factor;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("'", raw, "' has an unknown unit '", unit,
+                                                 "' (use Ki, Mi, Gi, Ti, K, M, G, T or none)"));
+}
+
+absl::StatusOr<Priority> ParsePriority(const std::string& raw) {
+  const std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(raw));
+  if (t == "high") return Priority::kHigh;
+  if (t == "best-effort" || t == "besteffort" || t == "best_effort" || t == "low") {
+    return Priority::kBestEffort;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", raw, "' is not a priority (expected high or best-effort)"));
+}
+
+absl::StatusOr<GateMode> ParseGateMode(const std::string& raw) {
+  const std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(raw));
+  if (t == "pass-through" || t == "passthrough") return GateMode::kPassThrough;
+  if (t == "priority") return GateMode::kPriority;
+  if (t == "mps") return GateMode::kMps;
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", raw, "' is not a mode (expected pass-through, priority or mps)"));
+}
+
+const char* PriorityName(Priority p) { return p == Priority::kHigh ? "high" : "best-effort"; }
+
+const char* GateModeName(GateMode m) {
+  switch (m) {
+    case GateMode::kPassThrough: return "pass-through";
+    case GateMode::kPriority: return "priority";
+    case GateMode::kMps: return "mps";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
+                                               const std::string& source_name) {
+  ServerConfig c;
+  c.source = source_name;
+  c.node_name = DefaultNodeName();
+  Validator v(source_name);
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1,
+                                                   ": not valid YAML: ", e.msg));
+  }
+  if (root.IsNull()) return c;  // empty file: all defaults
+  if (!root.IsMap()) return v.Error("(top level)", "a map of settings", root);
+  try {
+    ORION_RETURN_IF_ERROR(v.CheckKeys(
+        root, "",
+        {"node_name", "socket_path", "board_path", "admin_address", "metrics_address", "gpus",
+         "mode", "policy", "standalone", "timeline_spans_per_gpu", "hp_latency_window",
+         "kernel_profiles"}));
+    ORION_RETURN_IF_ERROR(v.String(root["node_name"], "node_name", &c.node_name));
+    ORION_RETURN_IF_ERROR(v.String(root["socket_path"], "socket_path", &c.socket_path));
+    ORION_RETURN_IF_ERROR(v.String(root["board_path"], "board_path", &c.board_path));
+    ORION_RETURN_IF_ERROR(v.String(root["admin_address"], "admin_address", &c.admin_address));
+    ORION_RETURN_IF_ERROR(
+        v.String(root["metrics_address"], "metrics_address", &c.metrics_address));
+    for (const char* key : {"socket_path", "board_path"}) {
+      const std::string& p = std::string(key) == "socket_path" ? c.socket_path : c.board_path;
+      if (p.empty() || p[0] != '/') return v.Error(key, "an absolute path", root[key]);
+      if (p.size() >= 108) return v.Error(key, "a path shorter than 108 bytes", root[key]);
+    }
+    for (const char* key : {"admin_address", "metrics_address"}) {
+      const std::string& a =
+          std::string(key) == "admin_address" ? c.admin_address : c.metrics_address;
+      if (a.rfind(':') == std::string::npos) {
+        return v.Error(key, "HOST:PORT such as 0.0.0.0:50051", root[key]);
+      }
+    }
+    if (const YAML::Node g = root["gpus"]) {
+      if (!g.IsSequence()) return v.Error("gpus", "a list of GPU UUIDs", g);
+      if (g.size() > contract::kMaxGpus) {
+        return v.Plain("gpus", absl::StrCat("at most ", contract::kMaxGpus, " GPUs per node"));
+      }
+      for (size_t i = 0; i < g.size(); ++i) {
+        const std::string key = absl::StrCat("gpus[", i, "]");
+        if (!g[i].IsScalar() || g[i].Scalar().rfind("GPU-", 0) != 0 ||
+            g[i].Scalar().size() >= contract::kGpuUuidBytes) {
+          return v.Error(key, "a GPU UUID such as GPU-8f4c2e1a-...", g[i]);
+        }
+        c.gpus.push_back(g[i].Scalar());
+      }
+    }
+    if (const YAML::Node kp = root["kernel_profiles"]) {
+      if (!kp.IsSequence()) return v.Error("kernel_profiles", "a list of Orion CSV file paths", kp);
+      for (size_t i = 0; i < kp.size(); ++i) {
+        if (!kp[i].IsScalar() || kp[i].Scalar().empty()) {
+          return v.Error(absl::StrCat("kernel_profiles[", i, "]"), "a file path", kp[i]);
+        }
+        c.kernel_profiles.push_back(kp[i].Scalar());
+      }
+    }
+    ORION_RETURN_IF_ERROR(ParsePolicy(v, root["policy"], root["mode"], &c.policy));
+    ORION_RETURN_IF_ERROR(ParseRules(v, root["standalone"], &c));
+    ORION_RETURN_IF_ERROR(v.Int(root["timeline_spans_per_gpu"], "timeline_spans_per_gpu", 1000,
+                                50000000, &c.timeline_spans_per_gpu));
+    ORION_RETURN_IF_ERROR(
+        v.Int(root["hp_latency_window"], "hp_latency_window", 100, 1000000, &c.hp_latency_window));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ":", e.mark.line + 1, ": ", e.msg));
+  }
+  return c;
+}
+
+absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read config file"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseServerConfig(ss.str(), path);
+}
+
+const char* DefaultConfigYaml() {
+  return R"(# orion-server configuration. Every key is optional; these are the defaults.
+node_name: ""                          # default: $NODE_NAME, else the host name
+socket_path: /run/orion/orion.sock     # Unix socket where interposed processes register
+board_path: /run/orion/board           # shared-memory board (mapped by every client)
+admin_address: 0.0.0.0:50051           # gRPC admin API (health + reflection enabled)
+metrics_address: 0.0.0.0:9464          # Prometheus /metrics
+gpus: []                               # GPU UUIDs in board order; empty: discover, add on demand
+mode: priority                         # pass-through | priority | mps
+policy:
+  be_budget_us: 500                    # best-effort GPU time allowed in flight beside HP work
+  sm_threshold: 132                    # max thread blocks of a BE kernel admitted beside HP work
+  spin_us: 20                          # spin before blocking at the gate
+  hp_stale_ms: 1000                    # HP work older than this no longer holds the gate
+  adapt_budget: true                   # adapt be_budget_us to the HP latency target
+  default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
+standalone:                            # processes not in a Kubernetes pod
+  trust_client_requests: true          # honour orion-run --priority/--memory-limit
+  rules: []                            # e.g. - {process: "serve*", uid: 1000, priority: high}
+timeline_spans_per_gpu: 200000         # timeline spans kept per GPU (ring)
+hp_latency_window: 2000                # HP busy periods kept per client for tail estimates
+kernel_profiles: []                    # Orion profile CSVs (Name,Profile,...) to preload
+)";
+}
+
+}  // namespace orion::server

@@ -1,0 +1,71 @@
+// orion-server configuration: YAML file -> validated ServerConfig with documented defaults.
+//
+// Every key is optional; an unknown key, a wrong type or an out-of-range value fails with a message
+// naming the file, the key path and what was expected, e.g.
+//   /etc/orion/server.yaml: policy.be_budget_us: expected an integer in [0, 1000000], got "fast"
+//
+// Usage:
+//   absl::StatusOr<ServerConfig> cfg = LoadServerConfig("/etc/orion/server.yaml");
+//   absl::StatusOr<ServerConfig> cfg = ParseServerConfig(yaml_text, "<inline>");
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "contract/orion_contract.h"
+
+namespace orion::server {
+
+struct PolicyConfig {
+  contract::GateMode mode = contract::GateMode::kPriority;
+  uint64_t be_budget_us = 500;    // best-effort GPU time in flight beside high-priority work
+  uint32_t sm_threshold = 132;    // thread blocks; a BE kernel with more waits for HP idle
+  uint32_t spin_us = 20;          // spin before blocking on the gate word
+  uint32_t hp_stale_ms = 1000;    // HP inflight older than this no longer holds the gate
+  bool adapt_budget = true;       // adapt be_budget_us to the HP latency target
+  uint64_t default_latency_target_us = 0;  // 0 = keep HP busy periods at their alone baseline
+};
+
+// Standalone (no Kubernetes) priority rule: first match wins.
+struct PriorityRule {
+  std::string process_glob;              // matches /proc/<pid>/comm or the request's name; "" = any
+  std::optional<uint32_t> uid;           // unset = any
+  contract::Priority priority = contract::Priority::kBestEffort;
+  uint64_t memory_limit_bytes = 0;       // 0 = none
+  uint64_t latency_target_us = 0;
+};
+
+struct ServerConfig {
+  std::string source = "<defaults>";   // file the config came from, for messages
+  std::string node_name;                // default: $NODE_NAME, else hostname
+  std::string socket_path = contract::kDefaultSocketPath;
+  std::string board_path = contract::kDefaultBoardPath;
+  std::string admin_address = "0.0.0.0:50051";
+  std::string metrics_address = "0.0.0.0:9464";
+  std::vector<std::string> gpus;        // UUIDs in board order; empty = discover + add on demand
+  PolicyConfig policy;
+  bool trust_client_requests = true;    // standalone: honour orion-run's priority/limit requests
+  std::vector<PriorityRule> rules;
+  uint32_t timeline_spans_per_gpu = 200000;
+  uint32_t hp_latency_window = 2000;    // busy periods kept per HP client for the tail estimate
+  std::vector<std::string> kernel_profiles;  // Orion CSV files loaded at start
+};
+
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
+                                               const std::string& source_name);
+absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path);
+
+// "8Gi", "512Mi", "1G", "1048576" -> bytes. Shared with orion-run and the agent's annotations.
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
+absl::StatusOr<contract::Priority> ParsePriority(const std::string& text);
+absl::StatusOr<contract::GateMode> ParseGateMode(const std::string& text);
+const char* PriorityName(contract::Priority p);
+const char* GateModeName(contract::GateMode m);
+
+// The documented default config, as YAML (orion-server --print-default-config).
+const char* DefaultConfigYaml();
+
+}  // namespace orion::server

@@ -1,0 +1,177 @@
+// Online kernel statistics and Orion CSV import/export (see kernel_profile.h).
+#include "server/kernel_profile.h"
+
+#include <algorithm>
+#include <array>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace orion::server {
+
+KernelClass ClassifyKernelName(const std::string& raw) {
+  const std::string n = absl::AsciiStrToLower(raw);
+  static constexpr std::array<const char*, 12> kCompute = {
+      "gemm", "conv", "xmma", "cutlass", "matmul", "wgrad", "dgrad", "fprop",
+      "flash", "attention", "sm90_", "winograd"};
+  static constexpr std::array<const char*, 14> kMemory = {
+      "elementwise", "reduce", "norm",   "copy",  "memcpy", "memset", "softmax",
+      "cat",         "index",  "gather", "scatter", "fill", "transpose", "pool"};
+  for (const char* k : kCompute) {
+    if (absl::StrContains(n, k)) return KernelClass::kCompute;
+  }
+  for (const char* k : kMemory) {
+    if (absl::StrContains(n, k)) return KernelClass::kMemory;
+  }
+  return KernelClass::kUnknown;
+}
+
+const char* KernelClassName(KernelClass c) {
+  switch (c) {
+    case KernelClass::kCompute: return "comp";
+    case KernelClass::kMemory: return "mem";
+    default: return "unknown";
+  }
+}
+
+double KernelStats::P99Us() const {
+  if (recent_us.empty()) return 0.0;
+  std::vector<uint32_t> v = recent_us;
+  const size_t idx = std::min(v.size() - 1, (v.size() * 99) / 100);
+  std::nth_element(v.begin(), v.begin() + idx, v.end());
+  return v[idx];
+}
+
+void KernelProfileBook::OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads) {
+  KernelStats& k = kernels_[func];
+  ++k.launches;
+  k.max_blocks = std::max(k.max_blocks, blocks);
+  k.threads_per_block = threads;
+}
+
+void KernelProfileBook::OnName(uint64_t func, const std::string& name) {
+  KernelStats& k = kernels_[func];
+  k.name = name;
+  if (k.kclass == KernelClass::kUnknown) k.kclass = ClassifyKernelName(name);
+}
+
+void KernelProfileBook::OnDuration(uint64_t func, uint64_t ns) {
+  KernelStats& k = kernels_[func];
+  ++k.samples;
+  k.duration_sum_ns += ns;
+  const uint32_t us = static_cast<uint32_t>(std::min<uint64_t>(ns / 1000, UINT32_MAX));
+  if (k.recent_us.size() < kRecent) {
+    k.recent_us.push_back(us);
+  } else {
+    k.recent_us[k.recent_next] = us;
+    k.recent_next = (k.recent_next + 1) % kRecent;
+  }
+}
+
+uint64_t KernelProfileBook::EstimateNs(uint64_t func) const {
+  auto it = kernels_.find(func);
+  if (it == kernels_.end() || it->second.samples == 0) return 0;
+  return it->second.duration_sum_ns / it->second.samples;
+}
+
+const std::string* KernelProfileBook::NameOf(uint64_t func) const {
+  auto it = kernels_.find(func);
+  return it == kernels_.end() || it->second.name.empty() ? nullptr : &it->second.name;
+}
+
+std::string OrionKernelKey(const std::string& name) {
+  const size_t lt = name.find('<');
+  std::string key = lt == std::string::npos ? name : name.substr(0, lt);
+  // Commas would break the CSV; Orion's own names never contain them after '<' is cut.
+  std::replace(key.begin(), key.end(), ',', ';');
+  return key;
+}
+
+std::string KernelProfileBook::ToOrionCsv() const {
+  std::string out = "Name,Profile,Memory_footprint,SM_usage,Duration\n";
+  std::vector<const KernelStats*> rows;
+  for (const auto& [func, k] : kernels_) rows.push_back(&k);
+  std::sort(rows.begin(), rows.end(), [](const KernelStats* a, const KernelStats* b) {
+    return a->launches != b->launches ? a->launches > b->launches : a->name < b->name;
+  });
+  for (const KernelStats* k : rows) {
+    const std::string name = k->name.empty() ? "unnamed_kernel" : OrionKernelKey(k->name);
+    absl::StrAppend(&out, name, ",", static_cast<int>(k->kclass), ",0,", k->max_blocks, ",",
+                    k->samples ? k->duration_sum_ns / k->samples : 0, "\n");
+  }
+  return out;
+}
+
+void KernelProfileBook::ApplyKnown(const std::unordered_map<std::string, OrionProfileRow>& known) {
+  for (auto& [func, k] : kernels_) {
+    auto it = known.find(OrionKernelKey(k.name));
+    if (it == known.end()) continue;
+    if (it->second.kclass != KernelClass::kUnknown) k.kclass = it->second.kclass;
+    if (k.samples == 0 && it->second.duration_ns > 0) {
+      k.samples = 1;
+      k.duration_sum_ns = it->second.duration_ns;
+    }
+  }
+}
+
+absl::StatusOr<std::vector<OrionProfileRow>> ParseOrionCsv(const std::string& text,
+                                                           const std::string& source) {
+  std::vector<OrionProfileRow> rows;
+  int line_no = 0;
+  bool header_seen = false;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty()) continue;
+    std::vector<std::string> cols = absl::StrSplit(line, ',');
+    if (!header_seen) {
+      header_seen = true;
+      if (cols.size() != 5 || cols[0] != "Name" || cols[4] != "Duration") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ":", line_no,
+            ": expected the header Name,Profile,Memory_footprint,SM_usage,Duration"));
+      }
+      continue;
+    }
+    if (cols.size() != 5) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", line_no, ": expected 5 columns, found ", cols.size()));
+    }
+    OrionProfileRow r;
+    r.name = cols[0];
+    int profile = 0;
+    double footprint = 0, sm = 0, duration = 0;
+    if (!absl::SimpleAtoi(cols[1], &profile) || profile < -1 || profile > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ":", line_no, ": column Profile: expected -1, 0 or 1, got '", cols[1], "'"));
+    }
+    if (!absl::SimpleAtod(cols[2], &footprint) || footprint < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ":", line_no, ": column Memory_footprint: expected a number >= 0, got '",
+          cols[2], "'"));
+    }
+    if (!absl::SimpleAtod(cols[3], &sm) || sm < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ":", line_no, ": column SM_usage: expected a number >= 0, got '", cols[3], "'"));
+    }
+    if (!absl::SimpleAtod(cols[4], &duration) || duration < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ":", line_no, ": column Duration: expected nanoseconds >= 0, got '", cols[4],
+          "'"));
+    }
+    r.kclass = static_cast<KernelClass>(profile);
+    r.memory_footprint = static_cast<uint64_t>(footprint);
+    r.sm_usage = static_cast<uint32_t>(sm);
+    r.duration_ns = static_cast<uint64_t>(duration);
+    rows.push_back(std::move(r));
+  }
+  if (!header_seen) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": empty profile file"));
+  }
+  return rows;
+}
+
+}  // namespace orion::server

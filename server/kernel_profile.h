@@ -1,0 +1,77 @@
+// Online kernel profiles: per client and kernel, launches, measured GPU durations (sampled by the
+// interposer), SM need and an Orion class (compute / memory bound). Exports and reads Orion's
+// profile CSV (`Name,Profile,Memory_footprint,SM_usage,Duration`; Profile 1 = compute-bound,
+// 0 = memory-bound, -1 = unknown; Duration in ns), so Orion's offline nsys + ncu step is optional.
+//
+// Usage:
+//   KernelProfileBook book;
+//   book.OnLaunch(func, blocks, threads);  book.OnName(func, "volta_sgemm_128x64_nn");
+//   book.OnDuration(func, 41000);
+//   std::string csv = book.ToOrionCsv();
+//   absl::StatusOr<std::vector<OrionProfileRow>> rows = ParseOrionCsv(text, "resnet.csv");
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace orion::server {
+
+enum class KernelClass { kUnknown = -1, kMemory = 0, kCompute = 1 };
+
+// Name-based class for kernels without a measured roofline (GEMM/conv -> compute; elementwise,
+// reductions, norms, copies -> memory). A CSV row for the name overrides it.
+KernelClass ClassifyKernelName(const std::string& name);
+const char* KernelClassName(KernelClass c);  // "comp", "mem", "unknown"
+
+struct KernelStats {
+  std::string name;
+  uint64_t launches = 0;
+  uint64_t samples = 0;
+  uint64_t duration_sum_ns = 0;
+  std::vector<uint32_t> recent_us;  // last kRecent measured durations (us), for p99
+  size_t recent_next = 0;
+  uint32_t max_blocks = 0;
+  uint32_t threads_per_block = 0;
+  KernelClass kclass = KernelClass::kUnknown;
+
+  double MeanUs() const { return samples ? duration_sum_ns / 1000.0 / samples : 0.0; }
+  double P99Us() const;
+};
+
+struct OrionProfileRow {
+  std::string name;
+  KernelClass kclass = KernelClass::kUnknown;
+  uint64_t memory_footprint = 0;
+  uint32_t sm_usage = 0;
+  uint64_t duration_ns = 0;
+};
+
+class KernelProfileBook {
+ public:
+  static constexpr size_t kRecent = 64;
+  void OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads_per_block);
+  void OnName(uint64_t func, const std::string& name);
+  void OnDuration(uint64_t func, uint64_t duration_ns);
+  // Estimated GPU time of one launch of func (mean measured, else 0).
+  uint64_t EstimateNs(uint64_t func) const;
+  const std::string* NameOf(uint64_t func) const;
+  const std::unordered_map<uint64_t, KernelStats>& kernels() const { return kernels_; }
+  std::string ToOrionCsv() const;
+  // Applies known classes/durations from an imported Orion profile, matched by name.
+  void ApplyKnown(const std::unordered_map<std::string, OrionProfileRow>& known);
+
+ private:
+  std::unordered_map<uint64_t, KernelStats> kernels_;
+};
+
+// Parses an Orion profile CSV; errors name the source, the line and the column.
+absl::StatusOr<std::vector<OrionProfileRow>> ParseOrionCsv(const std::string& text,
+                                                           const std::string& source);
+// Orion strips template arguments: "void foo<float>(...)" -> "void foo".
+std::string OrionKernelKey(const std::string& name);
+
+}  // namespace orion::server

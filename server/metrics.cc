@@ -1,0 +1,138 @@
+// Builds the orion_* metric families from a NodeState snapshot (see metrics.h).
+#include "server/metrics.h"
+
+#include <limits>
+
+namespace orion::server {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(const char* name, const char* help, MetricType type) {
+  MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  return f;
+}
+
+ClientMetric Labeled(std::vector<ClientMetric::Label> labels) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  return m;
+}
+
+}  // namespace
+
+std::vector<MetricFamily> MetricsCollector::Collect() const {
+  const MetricsSnapshot snap = state_->Snapshot();
+  std::vector<MetricFamily> out;
+
+  MetricFamily clients = Family("orion_clients", "Registered CUDA clients by GPU and priority",
+                                MetricType::Gauge);
+  MetricFamily busy = Family("orion_gpu_busy_seconds_total",
+                             "Estimated GPU kernel time by priority (learned kernel durations)",
+                             MetricType::Counter);
+  MetricFamily hp_busy = Family("orion_gpu_high_priority_busy",
+                                "1 while a high-priority client has work on the GPU",
+                                MetricType::Gauge);
+  MetricFamily budget = Family("orion_policy_be_budget_seconds",
+                               "Best-effort GPU time admitted beside high-priority work",
+                               MetricType::Gauge);
+  for (const GpuSample& g : snap.gpus) {
+    for (int p = 0; p < 2; ++p) {
+      const char* prio = p == 1 ? "high" : "best-effort";
+      auto m = Labeled({{"node", node_}, {"gpu", g.gpu}, {"priority", prio}});
+      m.gauge.value = g.clients[p];
+      clients.metric.push_back(m);
+      auto b = Labeled({{"node", node_}, {"gpu", g.gpu}, {"priority", prio}});
+      b.counter.value = g.busy_seconds[p];
+      busy.metric.push_back(b);
+    }
+    auto h = Labeled({{"node", node_}, {"gpu", g.gpu}});
+    h.gauge.value = g.hp_busy ? 1 : 0;
+    hp_busy.metric.push_back(h);
+    auto bb = Labeled({{"node", node_}, {"gpu", g.gpu}});
+    bb.gauge.value = g.be_budget_s;
+    budget.metric.push_back(bb);
+  }
+
+  MetricFamily kernels = Family("orion_client_kernels_launched_total",
+                                "Kernels launched by a client (graph nodes counted)",
+                                MetricType::Counter);
+  MetricFamily throttled = Family("orion_client_throttled_seconds_total",
+                                  "Time a client's launches waited at the priority gate",
+                                  MetricType::Counter);
+  MetricFamily mem_used = Family("orion_client_memory_used_bytes",
+                                 "GPU memory allocated by a client", MetricType::Gauge);
+  MetricFamily mem_limit = Family("orion_client_memory_limit_bytes",
+                                  "GPU memory quota of a client (0 = unlimited)",
+                                  MetricType::Gauge);
+  MetricFamily dropped = Family("orion_client_events_dropped_total",
+                                "Events lost because a client's ring was full",
+                                MetricType::Counter);
+  MetricFamily period = Family("orion_hp_busy_period_seconds",
+                               "High-priority GPU latency per burst of work (first launch to "
+                               "last completion)",
+                               MetricType::Histogram);
+  for (const ClientSample& c : snap.clients) {
+    const std::vector<ClientMetric::Label> labels = {
+        {"node", node_}, {"gpu", c.gpu}, {"pod", c.pod}, {"namespace", c.ns},
+        {"priority", c.priority}, {"client", c.client}};
+    auto k = Labeled(labels);
+    k.counter.value = static_cast<double>(c.kernels);
+    kernels.metric.push_back(k);
+    auto t = Labeled(labels);
+    t.counter.value = static_cast<double>(c.throttled_ns) / 1e9;
+    throttled.metric.push_back(t);
+    auto mu = Labeled(labels);
+    mu.gauge.value = static_cast<double>(c.memory_used);
+    mem_used.metric.push_back(mu);
+    auto ml = Labeled(labels);
+    ml.gauge.value = static_cast<double>(c.memory_limit);
+    mem_limit.metric.push_back(ml);
+    auto d = Labeled(labels);
+    d.counter.value = static_cast<double>(c.dropped);
+    dropped.metric.push_back(d);
+    if (c.priority == "high") {
+      auto h = Labeled({{"node", node_}, {"gpu", c.gpu}, {"pod", c.pod}, {"namespace", c.ns},
+                        {"client", c.client}});
+      h.histogram.sample_count = c.busy_count;
+      h.histogram.sample_sum = c.busy_sum_s;
+      uint64_t cumulative = 0;
+      for (size_t b = 0; b < kBusyPeriodBuckets.size(); ++b) {
+        cumulative += c.busy_buckets[b];
+        h.histogram.bucket.push_back({cumulative, kBusyPeriodBuckets[b]});
+      }
+      h.histogram.bucket.push_back({c.busy_count, std::numeric_limits<double>::infinity()});
+      period.metric.push_back(h);
+    }
+  }
+
+  MetricFamily regs = Family("orion_registrations_total", "Client registrations by result",
+                             MetricType::Counter);
+  auto ok = Labeled({{"node", node_}, {"result", "ok"}});
+  ok.counter.value = static_cast<double>(snap.registrations_ok);
+  regs.metric.push_back(ok);
+  for (const auto& [reason, n] : snap.registrations_failed) {
+    auto f = Labeled({{"node", node_}, {"result", reason}});
+    f.counter.value = static_cast<double>(n);
+    regs.metric.push_back(f);
+  }
+  MetricFamily ingested = Family("orion_events_ingested_total",
+                                 "Launch and memory events drained from client rings",
+                                 MetricType::Counter);
+  auto in = Labeled({{"node", node_}});
+  in.counter.value = static_cast<double>(snap.events_ingested);
+  ingested.metric.push_back(in);
+
+  for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
+                          &mem_limit, &dropped, &period, &regs, &ingested}) {
+    out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+}  // namespace orion::server

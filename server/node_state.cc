@@ -1,0 +1,786 @@
+// Node scheduler state: admission, ring draining, policy loop and admin queries (node_state.h).
+#include "server/node_state.h"
+
+#include <fnmatch.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace orion::server {
+
+using contract::Event;
+using contract::EventKind;
+using contract::Priority;
+using contract::RegisterStatus;
+
+uint64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+int64_t RealtimeNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000ll + ts.tv_nsec;
+}
+
+namespace {
+
+// Copies a fixed-size char field that a client filled; never trusts the terminator.
+template <size_t N>
+std::string FixedString(const char (&field)[N]) {
+  return std::string(field, strnlen(field, N));
+}
+
+orion::v1::Priority ToProtoPriority(Priority p) {
+  return p == Priority::kHigh ? orion::v1::PRIORITY_HIGH : orion::v1::PRIORITY_BEST_EFFORT;
+}
+
+orion::v1::GateMode ToProtoMode(contract::GateMode m) {
+  switch (m) {
+    case contract::GateMode::kPassThrough: return orion::v1::GATE_MODE_PASS_THROUGH;
+    case contract::GateMode::kPriority: return orion::v1::GATE_MODE_PRIORITY;
+    case contract::GateMode::kMps: return orion::v1::GATE_MODE_MPS;
+  }
+  return orion::v1::GATE_MODE_UNSPECIFIED;
+}
+
+constexpr uint64_t kMaxPlausibleDurationNs = 600ull * 1000000000ull;  // 10 min
+constexpr uint64_t kStuckEntryTimeoutNs = 200ull * 1000000ull;        // 200 ms
+constexpr size_t kMaxDrainPerClient = 1u << 16;
+
+}  // namespace
+
+absl::Status ValidateRegisterRequest(const contract::RegisterRequest& r, size_t bytes_read) {
+  if (bytes_read != sizeof(contract::RegisterRequest)) {
+    return absl::InvalidArgumentError(absl::StrCat("register request has ", bytes_read,
+                                                   " bytes, expected ",
+                                                   sizeof(contract::RegisterRequest)));
+  }
+  if (r.header.magic != contract::kWireMagic) {
+    return absl::InvalidArgumentError(absl::StrCat("bad magic 0x", absl::Hex(r.header.magic),
+                                                   " (not an orion client?)"));
+  }
+  if (r.header.version != contract::kWireVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("protocol version ", r.header.version,
+                                                   " not supported (server speaks ",
+                                                   contract::kWireVersion, ")"));
+  }
+  if (r.header.type != static_cast<uint32_t>(contract::MessageType::kRegister) ||
+      r.header.bytes != sizeof(contract::RegisterRequest)) {
+    return absl::InvalidArgumentError(absl::StrCat("message type ", r.header.type, " with ",
+                                                   r.header.bytes,
+                                                   " bytes is not a register request"));
+  }
+  if (r.requested_priority != contract::kNoValue32 && r.requested_priority > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("requested_priority ", r.requested_priority, " is not 0, 1 or unset"));
+  }
+  if (r.device_ordinal > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_ordinal ", r.device_ordinal, " is out of range"));
+  }
+  return absl::OkStatus();
+}
+
+ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequest& request,
+                          const ServerConfig& config, const orion::v1::PodPolicy* pod,
+                          const Priority* pod_override) {
+  ClientPolicy p;
+  p.latency_target_us = config.policy.default_latency_target_us;
+  const bool in_pod = !peer.cgroup.pod_uid.empty();
+  if (in_pod) {
+    if (pod) {
+      p.priority = pod->priority() == orion::v1::PRIORITY_HIGH ? Priority::kHigh
+                                                              : Priority::kBestEffort;
+      p.source = "pod-annotation";
+      p.memory_limit_bytes = pod->memory_limit_bytes();
+      if (pod->latency_target_us()) p.latency_target_us = pod->latency_target_us();
+    }
+  } else {
+    const std::string requested_name = FixedString(request.process_name);
+    bool matched = false;
+    for (const PriorityRule& rule : config.rules) {
+      if (rule.uid && *rule.uid != peer.uid) continue;
+      if (!rule.process_glob.empty() &&
+          fnmatch(rule.process_glob.c_str(), peer.process_name.c_str(), 0) != 0 &&
+          fnmatch(rule.process_glob.c_str(), requested_name.c_str(), 0) != 0) {
+        continue;
+      }
+      p.priority = rule.priority;
+      p.memory_limit_bytes = rule.memory_limit_bytes;
+      if (rule.latency_target_us) p.latency_target_us = rule.latency_target_us;
+      p.source = "config-rule";
+      matched = true;
+      break;
+    }
+    if (!matched && config.trust_client_requests) {
+      if (request.requested_priority != contract::kNoValue32) {
+        p.priority = static_cast<Priority>(request.requested_priority);
+        p.source = "orion-run";
+      }
+      if (request.requested_memory_limit) {
+        p.memory_limit_bytes = request.requested_memory_limit;
+        p.source = "orion-run";
+      }
+      if (request.requested_latency_target_us) {
+        p.latency_target_us = request.requested_latency_target_us;
+      }
+    }
+  }
+  if (pod_override) {
+    p.priority = *pod_override;
+    p.source = "admin";
+  }
+  return p;
+}
+
+NodeState::NodeState(ServerConfig config, std::unique_ptr<BoardFile> board)
+    : config_(std::move(config)),
+      board_(std::move(board)),
+      mono_to_unix_(RealtimeNs() - static_cast<int64_t>(MonotonicNs())),
+      budget_controller_(BudgetLimits{}) {
+  absl::MutexLock lock(&mu_);
+  gpu_policy_.resize(contract::kMaxGpus);
+  timelines_.reserve(contract::kMaxGpus);
+  for (uint32_t i = 0; i < contract::kMaxGpus; ++i) {
+    timelines_.emplace_back(config_.timeline_spans_per_gpu);
+    GpuPolicy& g = gpu_policy_[i];
+    g.knobs.mode = config_.policy.mode;
+    g.knobs.be_budget_ns = config_.policy.be_budget_us * 1000;
+    g.knobs.sm_threshold = config_.policy.sm_threshold;
+    g.knobs.spin_ns = config_.policy.spin_us * 1000;
+    g.knobs.hp_stale_ns = static_cast<uint64_t>(config_.policy.hp_stale_ms) * 1000000;
+    g.adapt_budget = config_.policy.adapt_budget;
+  }
+  for (const std::string& uuid : config_.gpus) {
+    const int idx = board_->FindOrAddGpu(uuid);
+    if (idx >= 0) board_->PublishKnobs(idx, gpu_policy_[idx].knobs);
+  }
+}
+
+int NodeState::GpuIndexFor(const contract::RegisterRequest& r) {
+  std::string uuid = FixedString(r.gpu_uuid);
+  if (uuid.empty()) uuid = absl::StrCat("ordinal-", r.device_ordinal);
+  const bool known = board_->FindGpu(uuid) >= 0;
+  const int idx = board_->FindOrAddGpu(uuid);
+  if (idx >= 0 && !known) board_->PublishKnobs(idx, gpu_policy_[idx].knobs);
+  return idx;
+}
+
+NodeState::Admission NodeState::Register(const PeerIdentity& peer,
+                                         const contract::RegisterRequest& request) {
+  absl::MutexLock lock(&mu_);
+  Admission a;
+  const int gpu = GpuIndexFor(request);
+  if (gpu < 0) {
+    a.status = RegisterStatus::kUnknownGpu;
+    a.message = absl::StrCat("GPU '", FixedString(request.gpu_uuid), "' is not on this board (",
+                             contract::kMaxGpus, " GPUs at most)");
+    ++registrations_failed_["unknown-gpu"];
+    return a;
+  }
+  const orion::v1::PodPolicy* pod = nullptr;
+  const Priority* pod_override = nullptr;
+  if (!peer.cgroup.pod_uid.empty()) {
+    if (auto it = pods_.find(peer.cgroup.pod_uid); it != pods_.end()) pod = &it->second;
+    if (auto it = pod_overrides_.find(peer.cgroup.pod_uid); it != pod_overrides_.end()) {
+      pod_override = &it->second;
+    }
+  }
+  ClientPolicy policy = DecidePolicy(peer, request, config_, pod, pod_override);
+  const uint32_t id = next_client_id_++;
+  auto slot = board_->AssignSlot(id, static_cast<uint32_t>(peer.pid), static_cast<uint32_t>(gpu),
+                                 policy.priority, policy.memory_limit_bytes);
+  if (!slot) {
+    a.status = RegisterStatus::kNoSlot;
+    a.message = absl::StrCat("all ", contract::kMaxSlots, " client slots of this node are in use");
+    ++registrations_failed_["no-slot"];
+    return a;
+  }
+  ClientRecord& c = clients_[id];
+  c.id = id;
+  c.slot = *slot;
+  c.gpu = static_cast<uint32_t>(gpu);
+  c.peer = peer;
+  c.process_name = peer.process_name.empty() ? FixedString(request.process_name)
+                                             : peer.process_name;
+  c.policy = policy;
+  c.admin_priority = pod_override != nullptr;
+  c.registered_unix_ms = RealtimeNs() / 1000000;
+  if (!known_kernels_.empty()) c.profile.ApplyKnown(known_kernels_);
+  ++registrations_ok_;
+  a.client_id = id;
+  a.slot = *slot;
+  a.generation = board_->board().slots[*slot].generation.load(std::memory_order_relaxed);
+  a.gpu = static_cast<uint32_t>(gpu);
+  a.priority = policy.priority;
+  a.memory_limit_bytes = policy.memory_limit_bytes;
+  return a;
+}
+
+void NodeState::RecordRegistrationFailure(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  ++registrations_failed_[reason];
+}
+
+void NodeState::Unregister(uint32_t client_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client_id);
+  if (it == clients_.end()) return;
+  // Take what the client left in its ring before the slot is reused.
+  ClientRecord& c = it->second;
+  Event e{};
+  auto& ring = board_->board().slots[c.slot].ring;
+  for (size_t n = 0; n < contract::kRingCapacity && ring.TryPop(&e); ++n) ConsumeEvent(c, e);
+  board_->FreeSlot(c.slot);
+  clients_.erase(it);
+}
+
+void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
+  TimelineStore& timeline = timelines_[c.gpu];
+  const uint8_t prio = static_cast<uint8_t>(c.policy.priority);
+  Span span;
+  span.client_id = c.id;
+  span.priority = prio;
+  span.start_unix_ns = ToUnixNs(e.cpu_ns);
+  switch (e.kind) {
+    case EventKind::kLaunch: {
+      const uint64_t blocks64 = static_cast<uint64_t>(e.grid[0]) * e.grid[1] * e.grid[2];
+      const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(blocks64, UINT32_MAX));
+      const uint64_t threads64 = static_cast<uint64_t>(e.block[0]) * e.block[1] * e.block[2];
+      c.profile.OnLaunch(e.func, blocks, static_cast<uint32_t>(std::min<uint64_t>(threads64, 4096)));
+      ++c.launch_events;
+      const uint64_t est = c.profile.EstimateNs(e.func);
+      c.gpu_busy_ns += static_cast<double>(est);
+      gpu_policy_[c.gpu].busy_ns[prio] += static_cast<double>(est);
+      span.kind = SpanKind::kKernel;
+      span.func = e.func;
+      span.duration_ns = est;
+      timeline.Add(span);
+      break;
+    }
+    case EventKind::kKernelName: {
+      const std::string name(e.name, strnlen(e.name, sizeof(e.name)));
+      c.profile.OnName(e.func, name);
+      if (!known_kernels_.empty()) {
+        if (auto it = known_kernels_.find(OrionKernelKey(name)); it != known_kernels_.end()) {
+          std::unordered_map<std::string, OrionProfileRow> one{{it->first, it->second}};
+          c.profile.ApplyKnown(one);
+        }
+      }
+      break;
+    }
+    case EventKind::kKernelTime:
+      if (e.duration_ns < kMaxPlausibleDurationNs) c.profile.OnDuration(e.func, e.duration_ns);
+      break;
+    case EventKind::kGraphLaunch:
+      ++c.graph_launches;
+      span.kind = SpanKind::kGraph;
+      span.func = e.func;
+      span.bytes = e.aux;  // kernel nodes
+      timeline.Add(span);
+      break;
+    case EventKind::kMemcpy:
+    case EventKind::kMemset:
+      c.copy_bytes += e.bytes;
+      span.kind = e.kind == EventKind::kMemcpy ? SpanKind::kMemcpy : SpanKind::kMemset;
+      span.bytes = e.bytes;
+      timeline.Add(span);
+      break;
+    case EventKind::kThrottled:
+      if (e.duration_ns < kMaxPlausibleDurationNs) {
+        span.kind = SpanKind::kThrottled;
+        span.duration_ns = e.duration_ns;
+        timeline.Add(span);
+      }
+      break;
+    case EventKind::kBusyPeriod: {
+      if (e.duration_ns >= kMaxPlausibleDurationNs) break;
+      if (c.busy_recent.size() < config_.hp_latency_window) {
+        c.busy_recent.push_back(e.duration_ns);
+      } else {
+        c.busy_recent[c.busy_next] = e.duration_ns;
+        c.busy_next = (c.busy_next + 1) % c.busy_recent.size();
+      }
+      ++c.busy_count;
+      const double s = static_cast<double>(e.duration_ns) / 1e9;
+      c.busy_sum_s += s;
+      for (size_t b = 0; b < kBusyPeriodBuckets.size(); ++b) {
+        if (s <= kBusyPeriodBuckets[b]) {
+          ++c.busy_buckets[b];
+          break;
+        }
+      }
+      span.kind = SpanKind::kBusyPeriod;
+      span.duration_ns = e.duration_ns;
+      timeline.Add(span);
+      break;
+    }
+    case EventKind::kAllocDenied:
+      ++c.alloc_denied;
+      break;
+    case EventKind::kMemAlloc:
+    case EventKind::kMemFree:
+      break;  // the slot's counters are the source of truth for memory
+    default:
+      ++c.malformed_events;  // a client scribbled on its ring: count it, use nothing
+      break;
+  }
+}
+
+size_t NodeState::DrainOnce(uint64_t now) {
+  absl::MutexLock lock(&mu_);
+  size_t total = 0;
+  Event e{};
+  for (auto& [id, c] : clients_) {
+    auto& ring = board_->board().slots[c.slot].ring;
+    size_t n = 0;
+    while (n < kMaxDrainPerClient && ring.TryPop(&e)) {
+      ConsumeEvent(c, e);
+      ++n;
+    }
+    if (ring.HasPendingHole()) {
+      // A producer claimed an entry and never published it (killed mid-write): skip it later.
+      if (c.hole_since_ns == 0) {
+        c.hole_since_ns = now;
+      } else if (now - c.hole_since_ns > kStuckEntryTimeoutNs) {
+        ring.SkipStuckEntry();
+        ++c.malformed_events;
+        c.hole_since_ns = 0;
+      }
+    } else {
+      c.hole_since_ns = 0;
+    }
+    total += n;
+  }
+  events_ingested_ += total;
+  return total;
+}
+
+uint64_t NodeState::P99BusyNs(const ClientRecord& c) const {
+  if (c.busy_recent.empty()) return 0;
+  std::vector<uint64_t> v = c.busy_recent;
+  const size_t idx = std::min(v.size() - 1, (v.size() * 99) / 100);
+  std::nth_element(v.begin(), v.begin() + idx, v.end());
+  return v[idx];
+}
+
+void NodeState::PolicyTick(uint64_t now) {
+  absl::MutexLock lock(&mu_);
+  board_->Heartbeat(now);
+  const uint32_t ngpus = board_->num_gpus();
+  for (uint32_t g = 0; g < ngpus; ++g) {
+    GpuPolicy& gp = gpu_policy_[g];
+    if (!gp.adapt_budget || gp.knobs.mode == contract::GateMode::kPassThrough) continue;
+    uint64_t target = 0, p99 = 0;
+    uint32_t samples = 0;
+    for (const auto& [id, c] : clients_) {
+      if (c.gpu != g || c.policy.priority != Priority::kHigh || c.policy.latency_target_us == 0) {
+        continue;
+      }
+      const uint64_t t = c.policy.latency_target_us * 1000;
+      target = target == 0 ? t : std::min(target, t);
+      p99 = std::max(p99, P99BusyNs(c));
+      samples += static_cast<uint32_t>(c.busy_recent.size());
+    }
+    if (target == 0) continue;
+    const uint64_t next = budget_controller_.Update(gp.knobs.be_budget_ns, p99, target, samples);
+    if (next != gp.knobs.be_budget_ns) {
+      gp.knobs.be_budget_ns = next;
+      board_->PublishKnobs(g, gp.knobs);
+    }
+  }
+}
+
+orion::v1::Client NodeState::ToProto(const ClientRecord& c) const {
+  const contract::ClientSlot& s = board_->board().slots[c.slot];
+  orion::v1::Client out;
+  out.set_client_id(c.id);
+  out.set_slot(c.slot);
+  out.set_gpu(c.gpu);
+  out.set_host_pid(static_cast<uint32_t>(c.peer.pid));
+  out.set_uid(c.peer.uid);
+  out.set_process_name(c.process_name);
+  out.set_pod_uid(c.peer.cgroup.pod_uid);
+  out.set_container_id(c.peer.cgroup.container_id);
+  if (auto it = pods_.find(c.peer.cgroup.pod_uid); it != pods_.end()) {
+    out.set_pod(it->second.name());
+    out.set_namespace_(it->second.namespace_());
+  }
+  out.set_priority(ToProtoPriority(c.policy.priority));
+  out.set_priority_source(c.policy.source);
+  out.set_paused(c.paused);
+  // Client-written counters: read, never trusted for decisions.
+  out.set_memory_used_bytes(s.memory_used_bytes.load(std::memory_order_relaxed));
+  out.set_memory_peak_bytes(s.memory_peak_bytes.load(std::memory_order_relaxed));
+  out.set_memory_limit_bytes(c.policy.memory_limit_bytes);
+  const uint64_t slot_launches = s.launches.load(std::memory_order_relaxed);
+  out.set_kernels_launched(std::max(slot_launches, c.launch_events));
+  out.set_throttled_ns(s.throttled_ns.load(std::memory_order_relaxed));
+  out.set_events_dropped(s.ring.dropped.load(std::memory_order_relaxed));
+  out.set_registered_unix_ms(c.registered_unix_ms);
+  out.set_latency_target_us(c.policy.latency_target_us);
+  return out;
+}
+
+std::vector<orion::v1::Gpu> NodeState::ListGpus() {
+  absl::MutexLock lock(&mu_);
+  std::vector<orion::v1::Gpu> out;
+  const uint64_t now = MonotonicNs();
+  for (uint32_t g = 0; g < board_->num_gpus(); ++g) {
+    orion::v1::Gpu gpu;
+    gpu.set_index(g);
+    gpu.set_uuid(board_->board().gpus[g].uuid);
+    gpu.set_node(config_.node_name);
+    gpu.set_mode(ToProtoMode(gpu_policy_[g].knobs.mode));
+    uint32_t n = 0, hp = 0;
+    bool busy = false;
+    for (const auto& [id, c] : clients_) {
+      if (c.gpu != g) continue;
+      ++n;
+      if (c.policy.priority != Priority::kHigh) continue;
+      ++hp;
+      const auto& s = board_->board().slots[c.slot];
+      if (s.inflight.load(std::memory_order_relaxed) > 0 &&
+          now - s.last_progress_ns.load(std::memory_order_relaxed) < gpu_policy_[g].knobs.hp_stale_ns) {
+        busy = true;
+      }
+    }
+    gpu.set_clients(n);
+    gpu.set_high_priority_clients(hp);
+    gpu.set_high_priority_busy(busy);
+    out.push_back(std::move(gpu));
+  }
+  return out;
+}
+
+std::vector<orion::v1::Client> NodeState::ListClients(const orion::v1::ListClientsRequest& f) {
+  absl::MutexLock lock(&mu_);
+  std::vector<orion::v1::Client> out;
+  for (const auto& [id, c] : clients_) {
+    if (f.has_gpu_filter() && c.gpu != f.gpu()) continue;
+    orion::v1::Client p = ToProto(c);
+    if (!f.namespace_().empty() && p.namespace_() != f.namespace_()) continue;
+    if (!f.pod().empty() && p.pod() != f.pod()) continue;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::StatusOr<orion::v1::Client> NodeState::GetClient(uint32_t client_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client_id);
+  if (it == clients_.end()) {
+    return absl::NotFoundError(absl::StrCat("no client with id ", client_id,
+                                            " (list them with ListClients)"));
+  }
+  return ToProto(it->second);
+}
+
+absl::StatusOr<std::vector<orion::v1::Client>> NodeState::SetPriority(
+    const orion::v1::SetPriorityRequest& r) {
+  if (r.priority() != orion::v1::PRIORITY_HIGH && r.priority() != orion::v1::PRIORITY_BEST_EFFORT) {
+    return absl::InvalidArgumentError(
+        "priority must be PRIORITY_HIGH or PRIORITY_BEST_EFFORT");
+  }
+  const Priority p = r.priority() == orion::v1::PRIORITY_HIGH ? Priority::kHigh
+                                                               : Priority::kBestEffort;
+  absl::MutexLock lock(&mu_);
+  std::vector<orion::v1::Client> changed;
+  if (r.target_case() == orion::v1::SetPriorityRequest::kClientId) {
+    auto it = clients_.find(r.client_id());
+    if (it == clients_.end()) {
+      return absl::NotFoundError(absl::StrCat("no client with id ", r.client_id()));
+    }
+    it->second.policy.priority = p;
+    it->second.policy.source = "admin";
+    it->second.admin_priority = true;
+    board_->SetPriority(it->second.slot, p);
+    changed.push_back(ToProto(it->second));
+  } else if (r.target_case() == orion::v1::SetPriorityRequest::kPodUid) {
+    if (r.pod_uid().empty()) return absl::InvalidArgumentError("pod_uid is empty");
+    pod_overrides_[r.pod_uid()] = p;
+    for (auto& [id, c] : clients_) {
+      if (c.peer.cgroup.pod_uid != r.pod_uid()) continue;
+      c.policy.priority = p;
+      c.policy.source = "admin";
+      c.admin_priority = true;
+      board_->SetPriority(c.slot, p);
+      changed.push_back(ToProto(c));
+    }
+  } else {
+    return absl::InvalidArgumentError("set either client_id or pod_uid");
+  }
+  return changed;
+}
+
+absl::StatusOr<orion::v1::Client> NodeState::SetPaused(uint32_t client_id, bool paused) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client_id);
+  if (it == clients_.end()) {
+    return absl::NotFoundError(absl::StrCat("no client with id ", client_id));
+  }
+  it->second.paused = paused;
+  board_->SetPaused(it->second.slot, paused);
+  return ToProto(it->second);
+}
+
+orion::v1::PolicyKnobs NodeState::KnobsToProto(const GpuPolicy& p) const {
+  orion::v1::PolicyKnobs k;
+  k.set_mode(ToProtoMode(p.knobs.mode));
+  k.set_be_budget_us(p.knobs.be_budget_ns / 1000);
+  k.set_sm_threshold(p.knobs.sm_threshold);
+  k.set_spin_us(p.knobs.spin_ns / 1000);
+  k.set_hp_stale_ms(static_cast<uint32_t>(p.knobs.hp_stale_ns / 1000000));
+  k.set_adapt_budget(p.adapt_budget);
+  return k;
+}
+
+absl::StatusOr<orion::v1::PolicyKnobs> NodeState::GetPolicy(uint32_t gpu) {
+  absl::MutexLock lock(&mu_);
+  if (gpu >= board_->num_gpus()) {
+    return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
+                                            board_->num_gpus(), " (see ListGpus)"));
+  }
+  return KnobsToProto(gpu_policy_[gpu]);
+}
+
+absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::SetPolicyRequest& r) {
+  static const char* kFields[] = {"mode",        "be_budget_us", "sm_threshold",
+                                  "spin_us",     "hp_stale_ms",  "adapt_budget"};
+  std::vector<std::string> fields(r.fields().begin(), r.fields().end());
+  if (fields.empty()) fields.assign(std::begin(kFields), std::end(kFields));
+  for (const std::string& f : fields) {
+    if (std::find(std::begin(kFields), std::end(kFields), f) == std::end(kFields)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown field '", f,
+          "' (expected mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, adapt_budget)"));
+    }
+  }
+  auto has = [&](const char* f) { return std::find(fields.begin(), fields.end(), f) != fields.end(); };
+  const orion::v1::PolicyKnobs& k = r.knobs();
+  if (has("mode") && k.mode() == orion::v1::GATE_MODE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        "knobs.mode is unset: use GATE_MODE_PASS_THROUGH, GATE_MODE_PRIORITY or GATE_MODE_MPS, "
+        "or leave 'mode' out of fields");
+  }
+  if (has("be_budget_us") && k.be_budget_us() > 1000000) {
+    return absl::InvalidArgumentError("knobs.be_budget_us must be at most 1000000 (1 s)");
+  }
+  if (has("spin_us") && k.spin_us() > 10000) {
+    return absl::InvalidArgumentError("knobs.spin_us must be at most 10000");
+  }
+  if (has("hp_stale_ms") && (k.hp_stale_ms() < 10 || k.hp_stale_ms() > 600000)) {
+    return absl::InvalidArgumentError("knobs.hp_stale_ms must be in [10, 600000]");
+  }
+  absl::MutexLock lock(&mu_);
+  if (!r.all_gpus() && r.gpu() >= board_->num_gpus()) {
+    return absl::NotFoundError(absl::StrCat("no GPU with index ", r.gpu(), "; this node has ",
+                                            board_->num_gpus(), " (see ListGpus)"));
+  }
+  const uint32_t first = r.all_gpus() ? 0 : r.gpu();
+  const uint32_t last = r.all_gpus() ? board_->num_gpus() : r.gpu() + 1;
+  for (uint32_t g = first; g < last; ++g) {
+    GpuPolicy& gp = gpu_policy_[g];
+    if (has("mode")) {
+      gp.knobs.mode = k.mode() == orion::v1::GATE_MODE_PASS_THROUGH ? contract::GateMode::kPassThrough
+                      : k.mode() == orion::v1::GATE_MODE_MPS        ? contract::GateMode::kMps
+                                                                     : contract::GateMode::kPriority;
+    }
+    if (has("be_budget_us")) gp.knobs.be_budget_ns = k.be_budget_us() * 1000;
+    if (has("sm_threshold")) gp.knobs.sm_threshold = k.sm_threshold();
+    if (has("spin_us")) gp.knobs.spin_ns = k.spin_us() * 1000;
+    if (has("hp_stale_ms")) gp.knobs.hp_stale_ns = static_cast<uint64_t>(k.hp_stale_ms()) * 1000000;
+    if (has("adapt_budget")) gp.adapt_budget = k.adapt_budget();
+    board_->PublishKnobs(g, gp.knobs);
+  }
+  return KnobsToProto(gpu_policy_[first]);
+}
+
+absl::StatusOr<orion::v1::TimelineResponse> NodeState::GetTimeline(
+    const orion::v1::TimelineRequest& r) {
+  absl::MutexLock lock(&mu_);
+  if (r.gpu() >= board_->num_gpus()) {
+    return absl::NotFoundError(absl::StrCat("no GPU with index ", r.gpu(), "; this node has ",
+                                            board_->num_gpus()));
+  }
+  if (r.until_unix_ms() != 0 && r.until_unix_ms() < r.since_unix_ms()) {
+    return absl::InvalidArgumentError("until_unix_ms is before since_unix_ms");
+  }
+  const int64_t since = r.since_unix_ms() * 1000000;
+  const int64_t until = r.until_unix_ms() ? r.until_unix_ms() * 1000000 : INT64_MAX;
+  const size_t max_spans = r.max_spans() ? std::min<uint32_t>(r.max_spans(), 1000000) : 10000;
+  bool truncated = false;
+  std::vector<Span> spans = timelines_[r.gpu()].Window(since, until, max_spans, &truncated);
+  orion::v1::TimelineResponse out;
+  out.set_truncated(truncated);
+  for (const Span& s : spans) {
+    auto* p = out.add_spans();
+    p->set_client_id(s.client_id);
+    p->set_priority(ToProtoPriority(static_cast<Priority>(s.priority)));
+    p->set_kind(SpanKindName(s.kind));
+    if (s.kind == SpanKind::kKernel) {
+      auto it = clients_.find(s.client_id);
+      const std::string* name = it == clients_.end() ? nullptr : it->second.profile.NameOf(s.func);
+      p->set_name(name ? *name : absl::StrCat("func@0x", absl::Hex(s.func)));
+    }
+    p->set_start_unix_ns(s.start_unix_ns);
+    p->set_duration_ns(s.duration_ns);
+    p->set_bytes(s.bytes);
+  }
+  return out;
+}
+
+absl::StatusOr<orion::v1::KernelProfileResponse> NodeState::GetKernelProfile(uint32_t client_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client_id);
+  if (it == clients_.end()) {
+    return absl::NotFoundError(absl::StrCat("no client with id ", client_id));
+  }
+  const KernelProfileBook& book = it->second.profile;
+  orion::v1::KernelProfileResponse out;
+  for (const auto& [func, k] : book.kernels()) {
+    auto* p = out.add_kernels();
+    p->set_name(k.name.empty() ? absl::StrCat("func@0x", absl::Hex(func)) : k.name);
+    p->set_launches(k.launches);
+    p->set_samples(k.samples);
+    p->set_mean_duration_us(k.MeanUs());
+    p->set_p99_duration_us(k.P99Us());
+    p->set_max_blocks(k.max_blocks);
+    p->set_threads_per_block(k.threads_per_block);
+    p->set_kind(KernelClassName(k.kclass));
+  }
+  std::sort(out.mutable_kernels()->begin(), out.mutable_kernels()->end(),
+            [](const auto& a, const auto& b) { return a.launches() > b.launches(); });
+  out.set_orion_csv(book.ToOrionCsv());
+  return out;
+}
+
+void NodeState::ApplyPolicyToClient(ClientRecord& c) {
+  if (c.peer.cgroup.pod_uid.empty()) return;
+  auto it = pods_.find(c.peer.cgroup.pod_uid);
+  if (it == pods_.end()) return;
+  const orion::v1::PodPolicy& pod = it->second;
+  if (!c.admin_priority) {
+    c.policy.priority = pod.priority() == orion::v1::PRIORITY_HIGH ? Priority::kHigh
+                                                                  : Priority::kBestEffort;
+    c.policy.source = "pod-annotation";
+    board_->SetPriority(c.slot, c.policy.priority);
+  }
+  c.policy.memory_limit_bytes = pod.memory_limit_bytes();
+  board_->SetMemoryLimit(c.slot, pod.memory_limit_bytes());
+  c.policy.latency_target_us =
+      pod.latency_target_us() ? pod.latency_target_us() : config_.policy.default_latency_target_us;
+}
+
+absl::StatusOr<orion::v1::UpsertPodsResponse> NodeState::UpsertPods(
+    const orion::v1::UpsertPodsRequest& r) {
+  for (int i = 0; i < r.pods_size(); ++i) {
+    const auto& p = r.pods(i);
+    if (p.pod_uid().size() != 36) {
+      return absl::InvalidArgumentError(absl::StrCat("pods[", i, "].pod_uid '", p.pod_uid(),
+                                                     "' is not a pod UID (36 characters)"));
+    }
+    if (p.priority() == orion::v1::PRIORITY_UNSPECIFIED) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pods[", i, "] (", p.namespace_(), "/", p.name(), "): priority is unset"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (r.full_sync()) {
+    std::unordered_map<std::string, orion::v1::PodPolicy> next;
+    for (const auto& p : r.pods()) next[p.pod_uid()] = p;
+    pods_ = std::move(next);
+  } else {
+    for (const auto& p : r.pods()) pods_[p.pod_uid()] = p;
+  }
+  uint32_t updated = 0;
+  for (auto& [id, c] : clients_) {
+    if (c.peer.cgroup.pod_uid.empty() || !pods_.count(c.peer.cgroup.pod_uid)) continue;
+    const ClientPolicy before = c.policy;
+    ApplyPolicyToClient(c);
+    if (before.priority != c.policy.priority ||
+        before.memory_limit_bytes != c.policy.memory_limit_bytes ||
+        before.latency_target_us != c.policy.latency_target_us) {
+      ++updated;
+    }
+  }
+  orion::v1::UpsertPodsResponse out;
+  out.set_pods_known(static_cast<uint32_t>(pods_.size()));
+  out.set_clients_updated(updated);
+  return out;
+}
+
+absl::Status NodeState::DeletePod(const std::string& pod_uid) {
+  absl::MutexLock lock(&mu_);
+  if (pods_.erase(pod_uid) == 0) {
+    return absl::NotFoundError(absl::StrCat("pod ", pod_uid, " is not known to this server"));
+  }
+  pod_overrides_.erase(pod_uid);
+  return absl::OkStatus();
+}
+
+void NodeState::ImportOrionProfile(const std::vector<OrionProfileRow>& rows) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& r : rows) known_kernels_[OrionKernelKey(r.name)] = r;
+  for (auto& [id, c] : clients_) c.profile.ApplyKnown(known_kernels_);
+}
+
+MetricsSnapshot NodeState::Snapshot() {
+  absl::MutexLock lock(&mu_);
+  MetricsSnapshot snap;
+  const uint32_t ngpus = board_->num_gpus();
+  snap.gpus.resize(ngpus);
+  const uint64_t now = MonotonicNs();
+  for (uint32_t g = 0; g < ngpus; ++g) {
+    GpuSample& gs = snap.gpus[g];
+    gs.gpu = std::to_string(g);
+    gs.busy_seconds[0] = gpu_policy_[g].busy_ns[0] / 1e9;
+    gs.busy_seconds[1] = gpu_policy_[g].busy_ns[1] / 1e9;
+    gs.be_budget_s = gpu_policy_[g].knobs.be_budget_ns / 1e9;
+  }
+  snap.clients.reserve(clients_.size());
+  for (const auto& [id, c] : clients_) {
+    const contract::ClientSlot& s = board_->board().slots[c.slot];
+    ClientSample cs;
+    cs.gpu = std::to_string(c.gpu);
+    if (auto it = pods_.find(c.peer.cgroup.pod_uid); it != pods_.end()) {
+      cs.pod = it->second.name();
+      cs.ns = it->second.namespace_();
+    } else {
+      cs.pod = c.process_name;  // standalone: the process stands in for the pod
+      cs.ns = "standalone";
+    }
+    cs.priority = PriorityName(c.policy.priority);
+    cs.client = std::to_string(c.id);
+    cs.kernels = std::max(s.launches.load(std::memory_order_relaxed), c.launch_events);
+    cs.throttled_ns = s.throttled_ns.load(std::memory_order_relaxed);
+    cs.memory_used = s.memory_used_bytes.load(std::memory_order_relaxed);
+    cs.memory_limit = c.policy.memory_limit_bytes;
+    cs.dropped = s.ring.dropped.load(std::memory_order_relaxed);
+    cs.busy_count = c.busy_count;
+    cs.busy_sum_s = c.busy_sum_s;
+    cs.busy_buckets = c.busy_buckets;
+    if (c.gpu < ngpus) {
+      ++snap.gpus[c.gpu].clients[static_cast<uint32_t>(c.policy.priority) & 1];
+      if (c.policy.priority == Priority::kHigh && s.inflight.load(std::memory_order_relaxed) > 0 &&
+          now - s.last_progress_ns.load(std::memory_order_relaxed) <
+              gpu_policy_[c.gpu].knobs.hp_stale_ns) {
+        snap.gpus[c.gpu].hp_busy = true;
+      }
+    }
+    snap.clients.push_back(std::move(cs));
+  }
+  snap.registrations_ok = registrations_ok_;
+  snap.registrations_failed = registrations_failed_;
+  snap.events_ingested = events_ingested_;
+  return snap;
+}
+
+}  // namespace orion::server

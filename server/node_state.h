@@ -1,0 +1,191 @@
+// The node scheduler's state: registered clients, pod policies from the agent, admin overrides,
+// per-GPU policy knobs, kernel profiles and timelines. It admits clients (deciding priority and
+// limits from the kernel-verified identity), drains their event rings, runs the policy loop, and
+// answers admin queries. gRPC and Prometheus adapters sit on top of it; it has no RPC code.
+//
+// Thread-safety: every public method takes the one mutex; the drain loop holds it per batch.
+//
+// Usage:
+//   NodeState state(config, std::move(board));
+//   NodeState::Admission a = state.Register(peer, request);   // registration listener
+//   state.DrainOnce(MonotonicNs());                           // drain thread, ~every 1 ms
+//   state.PolicyTick(MonotonicNs());                          // ~every 100 ms
+//   absl::StatusOr<orion::v1::Client> c = state.GetClient(7); // admin API
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "contract/orion_contract.h"
+#include "orion/v1/admin.pb.h"
+#include "orion/v1/agent.pb.h"
+#include "server/board.h"
+#include "server/budget_controller.h"
+#include "server/config.h"
+#include "server/kernel_profile.h"
+#include "server/peer_identity.h"
+#include "server/timeline.h"
+
+namespace orion::server {
+
+uint64_t MonotonicNs();
+int64_t RealtimeNs();
+
+// Upper bounds (seconds) of the high-priority busy-period histogram.
+inline constexpr std::array<double, 14> kBusyPeriodBuckets = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+
+// What the server decided for a client at registration (pure; see DecidePolicy).
+struct ClientPolicy {
+  contract::Priority priority = contract::Priority::kBestEffort;
+  std::string source = "default";
+  uint64_t memory_limit_bytes = 0;
+  uint64_t latency_target_us = 0;
+};
+
+// Priority and limits for a client, strongest source first: an admin override of the pod, the
+// pod's annotations (agent), a standalone rule, orion-run's request (standalone only and when
+// trusted), the default. A process in a pod never gets its own request honoured.
+ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequest& request,
+                          const ServerConfig& config, const orion::v1::PodPolicy* pod,
+                          const contract::Priority* pod_override);
+
+// Checks magic, version, type, size and field ranges of a request read off the socket.
+absl::Status ValidateRegisterRequest(const contract::RegisterRequest& request, size_t bytes_read);
+
+// Per-client metric values at scrape time.
+struct ClientSample {
+  std::string gpu, pod, ns, priority, client;
+  uint64_t kernels = 0, throttled_ns = 0, memory_used = 0, memory_limit = 0, dropped = 0;
+  uint64_t busy_count = 0;
+  double busy_sum_s = 0;
+  std::array<uint64_t, kBusyPeriodBuckets.size()> busy_buckets{};  // non-cumulative
+};
+struct GpuSample {
+  std::string gpu;
+  uint32_t clients[2] = {0, 0};  // by contract::Priority
+  double busy_seconds[2] = {0, 0};
+  bool hp_busy = false;
+  double be_budget_s = 0;
+};
+struct MetricsSnapshot {
+  std::vector<ClientSample> clients;
+  std::vector<GpuSample> gpus;
+  uint64_t registrations_ok = 0;
+  std::map<std::string, uint64_t> registrations_failed;  // by reason
+  uint64_t events_ingested = 0;
+};
+
+class NodeState {
+ public:
+  NodeState(ServerConfig config, std::unique_ptr<BoardFile> board);
+
+  struct Admission {
+    contract::RegisterStatus status = contract::RegisterStatus::kOk;
+    std::string message;
+    uint32_t client_id = 0, slot = 0, generation = 0, gpu = 0;
+    contract::Priority priority = contract::Priority::kBestEffort;
+    uint64_t memory_limit_bytes = 0;
+  };
+  Admission Register(const PeerIdentity& peer, const contract::RegisterRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordRegistrationFailure(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  void Unregister(uint32_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Drains every active ring; returns the number of events consumed.
+  size_t DrainOnce(uint64_t mono_now_ns) ABSL_LOCKS_EXCLUDED(mu_);
+  // Adapts budgets to latency targets, refreshes the board heartbeat.
+  void PolicyTick(uint64_t mono_now_ns) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Admin API (errors carry the gRPC-mappable absl code and an actionable message).
+  std::vector<orion::v1::Gpu> ListGpus() ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<orion::v1::Client> ListClients(const orion::v1::ListClientsRequest& filter)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<orion::v1::Client> GetClient(uint32_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<orion::v1::Client>> SetPriority(
+      const orion::v1::SetPriorityRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<orion::v1::Client> SetPaused(uint32_t client_id, bool paused)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<orion::v1::PolicyKnobs> GetPolicy(uint32_t gpu) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<orion::v1::PolicyKnobs> SetPolicy(const orion::v1::SetPolicyRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<orion::v1::TimelineResponse> GetTimeline(
+      const orion::v1::TimelineRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<orion::v1::KernelProfileResponse> GetKernelProfile(uint32_t client_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Agent API.
+  absl::StatusOr<orion::v1::UpsertPodsResponse> UpsertPods(
+      const orion::v1::UpsertPodsRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DeletePod(const std::string& pod_uid) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Known kernel profiles (Orion CSV rows), matched by name for every client.
+  void ImportOrionProfile(const std::vector<OrionProfileRow>& rows) ABSL_LOCKS_EXCLUDED(mu_);
+
+  MetricsSnapshot Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
+  const ServerConfig& config() const { return config_; }
+  BoardFile& board() { return *board_; }
+
+ private:
+  struct ClientRecord {
+    uint32_t id = 0, slot = 0, gpu = 0;
+    PeerIdentity peer;
+    std::string process_name;
+    ClientPolicy policy;
+    bool paused = false;
+    bool admin_priority = false;
+    int64_t registered_unix_ms = 0;
+    KernelProfileBook profile;
+    uint64_t launch_events = 0, graph_launches = 0, copy_bytes = 0, alloc_denied = 0;
+    uint64_t malformed_events = 0;
+    double gpu_busy_ns = 0;
+    // High-priority busy periods: window for the tail, histogram for Prometheus.
+    std::vector<uint64_t> busy_recent;
+    size_t busy_next = 0;
+    uint64_t busy_count = 0;
+    double busy_sum_s = 0;
+    std::array<uint64_t, kBusyPeriodBuckets.size()> busy_buckets{};
+    uint64_t hole_since_ns = 0;
+  };
+  struct GpuPolicy {
+    GateKnobs knobs;
+    bool adapt_budget = true;
+    double busy_ns[2] = {0, 0};
+  };
+
+  orion::v1::Client ToProto(const ClientRecord& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  orion::v1::PolicyKnobs KnobsToProto(const GpuPolicy& p) const;
+  void ApplyPolicyToClient(ClientRecord& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ConsumeEvent(ClientRecord& c, const contract::Event& e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t P99BusyNs(const ClientRecord& c) const;
+  int GpuIndexFor(const contract::RegisterRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t ToUnixNs(uint64_t mono_ns) const { return static_cast<int64_t>(mono_ns) + mono_to_unix_; }
+
+  const ServerConfig config_;
+  std::unique_ptr<BoardFile> board_;
+  const int64_t mono_to_unix_;
+  BudgetController budget_controller_;
+
+  absl::Mutex mu_;
+  uint32_t next_client_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint32_t, ClientRecord> clients_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, orion::v1::PodPolicy> pods_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, contract::Priority> pod_overrides_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, OrionProfileRow> known_kernels_ ABSL_GUARDED_BY(mu_);
+  std::vector<GpuPolicy> gpu_policy_ ABSL_GUARDED_BY(mu_);
+  std::vector<TimelineStore> timelines_ ABSL_GUARDED_BY(mu_);
+  uint64_t registrations_ok_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> registrations_failed_ ABSL_GUARDED_BY(mu_);
+  uint64_t events_ingested_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace orion::server

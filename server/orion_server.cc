@@ -1,0 +1,129 @@
+// Wiring of orion-server's parts and its drain/policy thread (see orion_server.h).
+#include "server/orion_server.h"
+
+#include <dirent.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace orion::server {
+
+std::vector<std::string> DiscoverGpuUuids(const std::string& dir) {
+  std::vector<std::string> pci;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') pci.push_back(e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(pci.begin(), pci.end());
+  std::vector<std::string> uuids;
+  for (const std::string& bus : pci) {
+    std::ifstream in(dir + "/" + bus + "/information");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("GPU UUID:", 0) == 0) {
+        uuids.emplace_back(absl::StripAsciiWhitespace(line.substr(9)));
+        break;
+      }
+    }
+  }
+  return uuids;
+}
+
+absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig config,
+                                                                ServerOptions options) {
+  std::unique_ptr<OrionServer> s(new OrionServer());
+  if (config.gpus.empty() && options.discover_gpus) {
+    config.gpus = DiscoverGpuUuids("/proc/driver/nvidia/gpus");
+    if (config.gpus.size() > contract::kMaxGpus) config.gpus.resize(contract::kMaxGpus);
+  }
+  std::vector<std::vector<OrionProfileRow>> profiles;
+  for (const std::string& path : config.kernel_profiles) {
+    std::ifstream in(path);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat(config.source, ": kernel_profiles: cannot read ",
+                                              path));
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto rows = ParseOrionCsv(ss.str(), path);
+    if (!rows.ok()) return rows.status();
+    profiles.push_back(std::move(*rows));
+  }
+  auto board = BoardFile::Create(config.board_path);
+  if (!board.ok()) return board.status();
+  s->state_ = std::make_unique<NodeState>(config, std::move(*board));
+  for (const auto& rows : profiles) s->state_->ImportOrionProfile(rows);
+
+  s->listener_ = std::make_unique<RegistrationListener>(s->state_.get(), config.socket_path,
+                                                        options.proc_root);
+  if (absl::Status st = s->listener_->Start(); !st.ok()) return st;
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  s->admin_ = std::make_unique<AdminServiceImpl>(s->state_.get());
+  s->agent_sync_ = std::make_unique<AgentSyncServiceImpl>(s->state_.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.admin_address, grpc::InsecureServerCredentials(),
+                           &s->admin_port_);
+  builder.RegisterService(s->admin_.get());
+  builder.RegisterService(s->agent_sync_.get());
+  s->grpc_ = builder.BuildAndStart();
+  if (!s->grpc_ || s->admin_port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(config.source, ": admin_address: cannot listen on ",
+                                               config.admin_address,
+                                               " (in use, or not a local address?)"));
+  }
+  try {
+    s->exposer_ = std::make_unique<prometheus::Exposer>(config.metrics_address, 2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(config.source,
+                                               ": metrics_address: cannot listen on ",
+                                               config.metrics_address, ": ", e.what()));
+  }
+  s->collector_ = std::make_shared<MetricsCollector>(s->state_.get(), config.node_name);
+  s->exposer_->RegisterCollectable(s->collector_);
+  const auto ports = s->exposer_->GetListeningPorts();
+  s->metrics_port_ = ports.empty() ? 0 : ports.front();
+  s->drain_thread_ = std::thread([p = s.get()] { p->DrainLoop(); });
+  return s;
+}
+
+void OrionServer::DrainLoop() {
+  uint64_t next_tick = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    const uint64_t now = MonotonicNs();
+    const size_t n = state_->DrainOnce(now);
+    if (now >= next_tick) {
+      state_->PolicyTick(now);
+      next_tick = now + 100000000;  // 100 ms
+    }
+    // Busy rings are drained back to back; idle ones are polled every millisecond.
+    if (n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void OrionServer::Shutdown() {
+  if (stop_.exchange(true)) return;
+  if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (drain_thread_.joinable()) drain_thread_.join();
+  if (listener_) listener_->Stop();  // unregisters every client, removes the socket
+  if (exposer_ && collector_) exposer_->RemoveCollectable(collector_);
+  exposer_.reset();
+}
+
+void OrionServer::Wait() {
+  while (!stop_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+OrionServer::~OrionServer() { Shutdown(); }
+
+}  // namespace orion::server

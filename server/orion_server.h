@@ -1,0 +1,65 @@
+// orion-server assembled: board file, node state, registration listener, drain + policy thread,
+// gRPC admin and agent-sync services (with health and reflection), and Prometheus /metrics.
+// main() and the integration tests both start the server through this class.
+//
+// Usage:
+//   absl::StatusOr<std::unique_ptr<OrionServer>> s = OrionServer::Start(config, {});
+//   (*s)->admin_port();  (*s)->metrics_port();   // real ports when the config asked for :0
+//   (*s)->Shutdown();                           // also on destruction
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "prometheus/exposer.h"
+#include "server/admin_service.h"
+#include "server/config.h"
+#include "server/metrics.h"
+#include "server/node_state.h"
+#include "server/registration_listener.h"
+
+namespace orion::server {
+
+struct ServerOptions {
+  std::string proc_root = "/proc";
+  bool discover_gpus = true;  // read /proc/driver/nvidia/gpus when the config lists none
+};
+
+// GPU UUIDs from /proc/driver/nvidia/gpus/*/information, in PCI order (no driver library needed).
+std::vector<std::string> DiscoverGpuUuids(const std::string& driver_proc_dir);
+
+class OrionServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<OrionServer>> Start(ServerConfig config,
+                                                            ServerOptions options);
+  ~OrionServer();
+  void Shutdown();
+  void Wait();  // blocks until Shutdown from another thread
+
+  int admin_port() const { return admin_port_; }
+  int metrics_port() const { return metrics_port_; }
+  NodeState& state() { return *state_; }
+
+ private:
+  OrionServer() = default;
+  void DrainLoop();
+
+  std::unique_ptr<NodeState> state_;
+  std::unique_ptr<RegistrationListener> listener_;
+  std::unique_ptr<AdminServiceImpl> admin_;
+  std::unique_ptr<AgentSyncServiceImpl> agent_sync_;
+  std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<MetricsCollector> collector_;
+  std::thread drain_thread_;
+  std::atomic<bool> stop_{false};
+  int admin_port_ = 0;
+  int metrics_port_ = 0;
+};
+
+}  // namespace orion::server

@@ -1,0 +1,188 @@
+// epoll loop of the registration socket (see registration_listener.h).
+#include "server/registration_listener.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace orion::server {
+
+RegistrationListener::RegistrationListener(NodeState* state, std::string socket_path,
+                                           std::string proc_root)
+    : state_(state), socket_path_(std::move(socket_path)), proc_root_(std::move(proc_root)) {}
+
+RegistrationListener::~RegistrationListener() { Stop(); }
+
+absl::Status RegistrationListener::Start() {
+  sockaddr_un addr{};
+  if (socket_path_.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(socket_path_, ": socket path too long"));
+  }
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
+  ::unlink(socket_path_.c_str());  // a stale socket of a previous server
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = errno;
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return absl::PermissionDeniedError(
+        absl::StrCat(socket_path_, ": cannot bind client socket: ", std::strerror(err)));
+  }
+  // Pods run as any user; identity comes from SO_PEERCRED, so everyone may connect.
+  ::chmod(socket_path_.c_str(), 0666);
+  if (::listen(listen_fd_, 1024) != 0) {
+    return absl::InternalError(absl::StrCat("listen: ", std::strerror(errno)));
+  }
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.fd = wake_fd_;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void RegistrationListener::Stop() {
+  if (!thread_.joinable()) return;
+  stop_ = true;
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+  thread_.join();
+  for (auto& [fd, conn] : conns_) {
+    if (conn.client_id) state_->Unregister(conn.client_id);
+    ::close(fd);
+  }
+  conns_.clear();
+  ::close(listen_fd_);
+  ::close(epoll_fd_);
+  ::close(wake_fd_);
+  ::unlink(socket_path_.c_str());
+}
+
+void RegistrationListener::Loop() {
+  epoll_event events[128];
+  while (!stop_) {
+    const int n = ::epoll_wait(epoll_fd_, events, 128, 500);
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == wake_fd_) continue;
+      if (fd == listen_fd_) {
+        for (;;) {
+          const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (c < 0) break;
+          epoll_event ev{};
+          ev.events = EPOLLIN | EPOLLRDHUP;
+          ev.data.fd = c;
+          ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c, &ev);
+          conns_[c] = Conn{};
+          ++connected_;
+        }
+        continue;
+      }
+      OnReadable(fd);
+    }
+  }
+}
+
+void RegistrationListener::Reply(int fd, const contract::RegisterReply& reply) {
+  // The reply is small and the socket fresh: one send suffices unless the peer is gone.
+  (void)!::send(fd, &reply, sizeof(reply), MSG_NOSIGNAL);
+}
+
+void RegistrationListener::OnReadable(int fd) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return;
+  Conn& conn = it->second;
+  if (conn.client_id != 0) {
+    // Registered: the only thing a client sends later is Goodbye; anything or EOF ends it.
+    char buf[256];
+    const ssize_t r = ::recv(fd, buf, sizeof(buf), 0);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    Close(fd);
+    return;
+  }
+  auto* dst = reinterpret_cast<char*>(&conn.request) + conn.have;
+  const ssize_t r = ::recv(fd, dst, sizeof(conn.request) - conn.have, 0);
+  if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (r <= 0) {
+    if (conn.have > 0) state_->RecordRegistrationFailure("truncated");
+    Close(fd);
+    return;
+  }
+  conn.have += static_cast<size_t>(r);
+  // A wrong header is rejected at once instead of waiting for bytes that may never come.
+  const contract::MessageHeader& h = conn.request.header;
+  const bool header_bad =
+      conn.have >= sizeof(contract::MessageHeader) &&
+      (h.magic != contract::kWireMagic || h.version != contract::kWireVersion ||
+       h.type != static_cast<uint32_t>(contract::MessageType::kRegister) ||
+       h.bytes != sizeof(contract::RegisterRequest));
+  if (!header_bad && conn.have < sizeof(contract::RegisterRequest)) return;
+
+  contract::RegisterReply reply{};
+  reply.header = contract::MakeHeader(contract::MessageType::kRegisterReply, sizeof(reply));
+  const absl::Status valid = ValidateRegisterRequest(
+      conn.request, header_bad ? sizeof(contract::RegisterRequest) : conn.have);
+  auto fail = [&](contract::RegisterStatus status, const std::string& message,
+                  const std::string& reason) {
+    reply.status = static_cast<uint32_t>(status);
+    std::snprintf(reply.message, sizeof(reply.message), "%s", message.c_str());
+    state_->RecordRegistrationFailure(reason);
+    Reply(fd, reply);
+    Close(fd);
+  };
+  if (!valid.ok()) {
+    fail(contract::RegisterStatus::kBadRequest, std::string(valid.message()), "bad-request");
+    return;
+  }
+  absl::StatusOr<PeerIdentity> peer = IdentifyPeer(fd, proc_root_);
+  if (!peer.ok()) {
+    fail(contract::RegisterStatus::kRefused, std::string(peer.status().message()), "identity");
+    return;
+  }
+  NodeState::Admission a = state_->Register(*peer, conn.request);
+  reply.status = static_cast<uint32_t>(a.status);
+  if (a.status != contract::RegisterStatus::kOk) {
+    std::snprintf(reply.message, sizeof(reply.message), "%s", a.message.c_str());
+    Reply(fd, reply);
+    Close(fd);
+    return;
+  }
+  reply.client_id = a.client_id;
+  reply.slot = a.slot;
+  reply.generation = a.generation;
+  reply.gpu = a.gpu;
+  reply.priority = static_cast<uint32_t>(a.priority);
+  reply.memory_limit_bytes = a.memory_limit_bytes;
+  reply.server_epoch = state_->board().epoch();
+  std::snprintf(reply.board_path, sizeof(reply.board_path), "%s", state_->board().path().c_str());
+  conn.client_id = a.client_id;
+  Reply(fd, reply);
+}
+
+void RegistrationListener::Close(int fd) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return;
+  if (it->second.client_id) state_->Unregister(it->second.client_id);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  conns_.erase(it);
+  --connected_;
+}
+
+}  // namespace orion::server

@@ -1,0 +1,51 @@
+// Per-GPU timeline of who ran when: a bounded ring of spans (kernels, graphs, copies, throttled
+// waits, high-priority busy periods) built from the drained events, queried by time window.
+//
+// Usage:
+//   TimelineStore store(200000);
+//   store.Add(span);
+//   std::vector<Span> spans = store.Window(since_ns, until_ns, 10000, &truncated);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace orion::server {
+
+enum class SpanKind : uint8_t { kKernel, kGraph, kMemcpy, kMemset, kThrottled, kBusyPeriod };
+const char* SpanKindName(SpanKind k);
+
+struct Span {
+  int64_t start_unix_ns = 0;
+  uint64_t duration_ns = 0;
+  uint64_t func = 0;  // CUfunction for kernels (name resolved at query time)
+  uint64_t bytes = 0;
+  uint32_t client_id = 0;
+  uint8_t priority = 0;  // contract::Priority
+  SpanKind kind = SpanKind::kKernel;
+};
+
+class TimelineStore {
+ public:
+  explicit TimelineStore(size_t capacity) : capacity_(capacity) { spans_.reserve(capacity); }
+  void Add(const Span& s) {
+    if (spans_.size() < capacity_) {
+      spans_.push_back(s);
+    } else {
+      spans_[next_] = s;
+      next_ = (next_ + 1) % capacity_;
+    }
+  }
+  // Spans whose start lies in [since, until], oldest first; at most max_spans (the newest kept).
+  std::vector<Span> Window(int64_t since_ns, int64_t until_ns, size_t max_spans,
+                           bool* truncated) const;
+  size_t size() const { return spans_.size(); }
+
+ private:
+  size_t capacity_;
+  size_t next_ = 0;  // oldest element once full
+  std::vector<Span> spans_;
+};
+
+}  // namespace orion::server

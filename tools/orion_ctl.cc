@@ -1,0 +1,317 @@
+// orion-ctl: admin CLI for orion-server's orion.v1.Admin API.
+//   orion-ctl [--server HOST:PORT] [--json] COMMAND ...
+// Commands: gpus | clients | client ID | priority (ID | --pod UID) high|best-effort |
+//           pause ID | resume ID | policy [--gpu N] [KEY=VALUE ...] |
+//           timeline [--gpu N] [--last-ms N] | profile ID [--csv FILE]
+#include <grpcpp/grpcpp.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "orion/v1/admin.grpc.pb.h"
+
+namespace {
+
+using orion::v1::Admin;
+
+void Usage(FILE* out) {
+  std::fputs(
+      "usage: orion-ctl [--server HOST:PORT] [--json] COMMAND\n"
+      "  gpus                                  GPUs of the node and their gate mode\n"
+      "  clients [--namespace NS] [--pod P] [--gpu N]\n"
+      "  client ID                             one client in detail\n"
+      "  priority ID high|best-effort          change a client's priority now\n"
+      "  priority --pod UID high|best-effort   change a pod's priority (current + future)\n"
+      "  pause ID | resume ID                  hold / release all launches of a client\n"
+      "  policy [--gpu N|--all] [KEY=VALUE...] show or set knobs: mode=pass-through|priority|mps,\n"
+      "                                        be_budget_us, sm_threshold, spin_us, hp_stale_ms,\n"
+      "                                        adapt_budget=true|false\n"
+      "  timeline [--gpu N] [--last-ms N]      who ran when (default last 1000 ms)\n"
+      "  profile ID [--csv FILE]               learned kernel profile; Orion CSV to FILE\n"
+      "server default: $ORION_ADMIN or localhost:50051\n",
+      out);
+}
+
+int Fail(const grpc::Status& s) {
+  std::fprintf(stderr, "orion-ctl: %s: %s\n",
+               s.error_code() == grpc::StatusCode::UNAVAILABLE ? "server unavailable" : "error",
+               s.error_message().c_str());
+  return 1;
+}
+
+template <typename M>
+void PrintJson(const M& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  std::fputs(out.c_str(), stdout);
+}
+
+const char* PrioName(orion::v1::Priority p) {
+  return p == orion::v1::PRIORITY_HIGH ? "high" : "best-effort";
+}
+
+std::string Mib(uint64_t b) { return b ? std::to_string(b >> 20) + "Mi" : "-"; }
+
+void PrintClientRow(const orion::v1::Client& c) {
+  std::printf("%-5u %-4u %-8u %-20.20s %-24.24s %-12s %-5s %10s %10s %12lu %10.3f\n", c.client_id(),
+              c.gpu(), c.host_pid(), c.process_name().c_str(),
+              c.pod().empty() ? "-" : (c.namespace_() + "/" + c.pod()).c_str(),
+              PrioName(c.priority()), c.paused() ? "yes" : "no",
+              Mib(c.memory_used_bytes()).c_str(), Mib(c.memory_limit_bytes()).c_str(),
+              static_cast<unsigned long>(c.kernels_launched()), c.throttled_ns() / 1e9);
+}
+
+bool ParseU32(const std::string& s, uint32_t* out) {
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(s.c_str(), &end, 10);
+  if (s.empty() || *end || v > 0xFFFFFFFFul) return false;
+  *out = static_cast<uint32_t>(v);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string server = std::getenv("ORION_ADMIN") ? std::getenv("ORION_ADMIN") : "localhost:50051";
+  bool json = false;
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--server" && i + 1 < argc) {
+      server = argv[++i];
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "-h" || a == "--help") {
+      Usage(stdout);
+      return 0;
+    } else {
+      args.push_back(a);
+    }
+  }
+  if (args.empty()) {
+    Usage(stderr);
+    return 2;
+  }
+  auto stub = Admin::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  auto ctx = [] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return c;
+  };
+  const std::string cmd = args[0];
+  auto bad = [&](const std::string& why) {
+    std::fprintf(stderr, "orion-ctl %s: %s\n", cmd.c_str(), why.c_str());
+    return 2;
+  };
+
+  if (cmd == "gpus") {
+    orion::v1::ListGpusResponse r;
+    if (auto s = stub->ListGpus(ctx().get(), {}, &r); !s.ok()) return Fail(s);
+    if (json) return PrintJson(r), 0;
+    std::printf("%-5s %-42s %-13s %-8s %-4s %s\n", "GPU", "UUID", "MODE", "CLIENTS", "HP",
+                "HP-BUSY");
+    for (const auto& g : r.gpus()) {
+      std::printf("%-5u %-42s %-13s %-8u %-4u %s\n", g.index(), g.uuid().c_str(),
+                  orion::v1::GateMode_Name(g.mode()).c_str() + 10, g.clients(),
+                  g.high_priority_clients(), g.high_priority_busy() ? "yes" : "no");
+    }
+    return 0;
+  }
+  if (cmd == "clients") {
+    orion::v1::ListClientsRequest q;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--namespace" && i + 1 < args.size()) {
+        q.set_namespace_(args[++i]);
+      } else if (args[i] == "--pod" && i + 1 < args.size()) {
+        q.set_pod(args[++i]);
+      } else if (args[i] == "--gpu" && i + 1 < args.size()) {
+        uint32_t g = 0;
+        if (!ParseU32(args[++i], &g)) return bad("--gpu needs a number");
+        q.set_has_gpu_filter(true);
+        q.set_gpu(g);
+      } else {
+        return bad("unknown argument '" + args[i] + "'");
+      }
+    }
+    orion::v1::ListClientsResponse r;
+    if (auto s = stub->ListClients(ctx().get(), q, &r); !s.ok()) return Fail(s);
+    if (json) return PrintJson(r), 0;
+    std::printf("%-5s %-4s %-8s %-20s %-24s %-12s %-5s %10s %10s %12s %10s\n", "ID", "GPU", "PID",
+                "PROCESS", "POD", "PRIORITY", "PAUSE", "MEM", "LIMIT", "KERNELS", "THROTTLE_S");
+    for (const auto& c : r.clients()) PrintClientRow(c);
+    return 0;
+  }
+  if (cmd == "client" || cmd == "pause" || cmd == "resume") {
+    uint32_t id = 0;
+    if (args.size() != 2 || !ParseU32(args[1], &id)) return bad("expected one client id");
+    orion::v1::Client c;
+    grpc::Status s;
+    if (cmd == "client") {
+      orion::v1::GetClientRequest q;
+      q.set_client_id(id);
+      s = stub->GetClient(ctx().get(), q, &c);
+    } else if (cmd == "pause") {
+      orion::v1::PauseRequest q;
+      q.set_client_id(id);
+      s = stub->PauseClient(ctx().get(), q, &c);
+    } else {
+      orion::v1::ResumeRequest q;
+      q.set_client_id(id);
+      s = stub->ResumeClient(ctx().get(), q, &c);
+    }
+    if (!s.ok()) return Fail(s);
+    PrintJson(c);
+    return 0;
+  }
+  if (cmd == "priority") {
+    orion::v1::SetPriorityRequest q;
+    std::string level;
+    if (args.size() == 4 && args[1] == "--pod") {
+      q.set_pod_uid(args[2]);
+      level = args[3];
+    } else if (args.size() == 3) {
+      uint32_t id = 0;
+      if (!ParseU32(args[1], &id)) return bad("expected a client id or --pod UID");
+      q.set_client_id(id);
+      level = args[2];
+    } else {
+      return bad("expected: priority ID high|best-effort, or priority --pod UID high|best-effort");
+    }
+    if (level == "high") {
+      q.set_priority(orion::v1::PRIORITY_HIGH);
+    } else if (level == "best-effort") {
+      q.set_priority(orion::v1::PRIORITY_BEST_EFFORT);
+    } else {
+      return bad("priority must be high or best-effort, got '" + level + "'");
+    }
+    orion::v1::SetPriorityResponse r;
+    if (auto s = stub->SetPriority(ctx().get(), q, &r); !s.ok()) return Fail(s);
+    if (json) return PrintJson(r), 0;
+    std::printf("%d client(s) now %s\n", r.clients_size(), level.c_str());
+    return 0;
+  }
+  if (cmd == "policy") {
+    orion::v1::SetPolicyRequest q;
+    bool set = false;
+    for (size_t i = 1; i < args.size(); ++i) {
+      uint32_t v = 0;
+      if (args[i] == "--gpu" && i + 1 < args.size()) {
+        if (!ParseU32(args[++i], &v)) return bad("--gpu needs a number");
+        q.set_gpu(v);
+        continue;
+      }
+      if (args[i] == "--all") {
+        q.set_all_gpus(true);
+        continue;
+      }
+      const size_t eq = args[i].find('=');
+      if (eq == std::string::npos) return bad("expected KEY=VALUE, got '" + args[i] + "'");
+      const std::string key = args[i].substr(0, eq), val = args[i].substr(eq + 1);
+      set = true;
+      q.add_fields(key);
+      auto* k = q.mutable_knobs();
+      if (key == "mode") {
+        if (val == "pass-through") k->set_mode(orion::v1::GATE_MODE_PASS_THROUGH);
+        else if (val == "priority") k->set_mode(orion::v1::GATE_MODE_PRIORITY);
+        else if (val == "mps") k->set_mode(orion::v1::GATE_MODE_MPS);
+        else return bad("mode must be pass-through, priority or mps");
+      } else if (key == "adapt_budget") {
+        if (val != "true" && val != "false") return bad("adapt_budget must be true or false");
+        k->set_adapt_budget(val == "true");
+      } else if (!ParseU32(val, &v)) {
+        return bad(key + " needs a non-negative integer, got '" + val + "'");
+      } else if (key == "be_budget_us") {
+        k->set_be_budget_us(v);
+      } else if (key == "sm_threshold") {
+        k->set_sm_threshold(v);
+      } else if (key == "spin_us") {
+        k->set_spin_us(v);
+      } else if (key == "hp_stale_ms") {
+        k->set_hp_stale_ms(v);
+      } else {
+        return bad("unknown knob '" + key + "'");
+      }
+    }
+    orion::v1::PolicyKnobs r;
+    grpc::Status s;
+    if (set) {
+      s = stub->SetPolicy(ctx().get(), q, &r);
+    } else {
+      orion::v1::GetPolicyRequest g;
+      g.set_gpu(q.gpu());
+      s = stub->GetPolicy(ctx().get(), g, &r);
+    }
+    if (!s.ok()) return Fail(s);
+    PrintJson(r);
+    return 0;
+  }
+  if (cmd == "timeline") {
+    orion::v1::TimelineRequest q;
+    uint32_t last_ms = 1000;
+    for (size_t i = 1; i < args.size(); ++i) {
+      uint32_t v = 0;
+      if (args[i] == "--gpu" && i + 1 < args.size() && ParseU32(args[i + 1], &v)) {
+        q.set_gpu(v);
+        ++i;
+      } else if (args[i] == "--last-ms" && i + 1 < args.size() && ParseU32(args[i + 1], &v)) {
+        last_ms = v;
+        ++i;
+      } else {
+        return bad("unknown argument '" + args[i] + "'");
+      }
+    }
+    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    q.set_since_unix_ms(now_ms - last_ms);
+    orion::v1::TimelineResponse r;
+    if (auto s = stub->GetTimeline(ctx().get(), q, &r); !s.ok()) return Fail(s);
+    if (json) return PrintJson(r), 0;
+    for (const auto& sp : r.spans()) {
+      std::printf("%.6f client=%u %-11s %-9s dur_us=%.1f %s\n", sp.start_unix_ns() / 1e9,
+                  sp.client_id(), PrioName(sp.priority()), sp.kind().c_str(),
+                  sp.duration_ns() / 1e3, sp.name().c_str());
+    }
+    if (r.truncated()) std::printf("(truncated: oldest spans left out)\n");
+    return 0;
+  }
+  if (cmd == "profile") {
+    uint32_t id = 0;
+    if (args.size() < 2 || !ParseU32(args[1], &id)) return bad("expected a client id");
+    std::string csv_path;
+    if (args.size() == 4 && args[2] == "--csv") csv_path = args[3];
+    else if (args.size() != 2) return bad("expected: profile ID [--csv FILE]");
+    orion::v1::KernelProfileRequest q;
+    q.set_client_id(id);
+    orion::v1::KernelProfileResponse r;
+    if (auto s = stub->GetKernelProfile(ctx().get(), q, &r); !s.ok()) return Fail(s);
+    if (!csv_path.empty()) {
+      std::ofstream out(csv_path);
+      out << r.orion_csv();
+      if (!out) return bad("cannot write " + csv_path);
+      std::printf("wrote %d kernels to %s (Orion format)\n", r.kernels_size(), csv_path.c_str());
+      return 0;
+    }
+    if (json) return PrintJson(r), 0;
+    std::printf("%-10s %-8s %-10s %-10s %-7s %-8s %s\n", "LAUNCHES", "SAMPLES", "MEAN_US",
+                "P99_US", "BLOCKS", "CLASS", "NAME");
+    for (const auto& k : r.kernels()) {
+      std::printf("%-10lu %-8lu %-10.1f %-10.1f %-7u %-8s %s\n",
+                  static_cast<unsigned long>(k.launches()), static_cast<unsigned long>(k.samples()),
+                  k.mean_duration_us(), k.p99_duration_us(), k.max_blocks(), k.kind().c_str(),
+                  k.name().c_str());
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "orion-ctl: unknown command '%s'\n", cmd.c_str());
+  Usage(stderr);
+  return 2;
+}

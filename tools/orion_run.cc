@@ -1,0 +1,143 @@
+// orion-run: runs a program under the interposer in standalone mode (no Kubernetes):
+//   orion-run --priority high --memory-limit 8Gi -- python serve.py
+// It only sets the environment (LD_PRELOAD, ORION_*) and execs the program; the server decides
+// whether to honour the requests (standalone.trust_client_requests), and only users of this
+// node can reach its socket.
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "contract/orion_contract.h"
+
+namespace {
+
+void Usage(FILE* out) {
+  std::fprintf(out,
+               "usage: orion-run [options] -- COMMAND [ARGS...]\n"
+               "  --priority high|best-effort   requested priority (default best-effort)\n"
+               "  --memory-limit SIZE            GPU memory quota, e.g. 2Gi, 512Mi, bytes\n"
+               "  --latency-target-ms N          high-priority latency target\n"
+               "  --socket PATH                  server socket (default %s)\n"
+               "  --interposer PATH              liborion_interpose.so to preload\n"
+               "                                 (default: $ORION_INTERPOSER, else next to this\n"
+               "                                 program or in ../lib)\n",
+               orion::contract::kDefaultSocketPath);
+}
+
+bool ValidSize(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  if (i == 0) return false;
+  const std::string unit = s.substr(i);
+  for (const char* u : {"", "B", "K", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"}) {
+    if (unit == u) return true;
+  }
+  return false;
+}
+
+std::string SelfDir() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = 0;
+  std::string p(buf);
+  return p.substr(0, p.rfind('/'));
+}
+
+std::string FindInterposer() {
+  if (const char* e = std::getenv("ORION_INTERPOSER"); e && *e) return e;
+  const std::string dir = SelfDir();
+  for (const std::string& c :
+       {dir + "/liborion_interpose.so", dir + "/../lib/liborion_interpose.so",
+        dir + "/../interpose/liborion_interpose.so"}) {
+    if (access(c.c_str(), R_OK) == 0) {
+      char real[PATH_MAX];
+      return realpath(c.c_str(), real) ? real : c;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string priority = "best-effort", memory_limit, latency_ms, socket_path, interposer;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "orion-run: %s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--") {
+      ++i;
+      break;
+    } else if (a == "--priority") {
+      priority = value("--priority");
+      if (priority != "high" && priority != "best-effort") {
+        std::fprintf(stderr, "orion-run: --priority: expected high or best-effort, got '%s'\n",
+                     priority.c_str());
+        return 2;
+      }
+    } else if (a == "--memory-limit") {
+      memory_limit = value("--memory-limit");
+      if (!ValidSize(memory_limit)) {
+        std::fprintf(stderr,
+                     "orion-run: --memory-limit: expected a size such as 2Gi, 512Mi or bytes, "
+                     "got '%s'\n",
+                     memory_limit.c_str());
+        return 2;
+      }
+    } else if (a == "--latency-target-ms") {
+      latency_ms = value("--latency-target-ms");
+      char* end = nullptr;
+      const long v = std::strtol(latency_ms.c_str(), &end, 10);
+      if (latency_ms.empty() || *end || v <= 0 || v > 3600000) {
+        std::fprintf(stderr, "orion-run: --latency-target-ms: expected 1..3600000, got '%s'\n",
+                     latency_ms.c_str());
+        return 2;
+      }
+    } else if (a == "--socket") {
+      socket_path = value("--socket");
+    } else if (a == "--interposer") {
+      interposer = value("--interposer");
+    } else if (a == "-h" || a == "--help") {
+      Usage(stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "orion-run: unknown option '%s'\n", a.c_str());
+      Usage(stderr);
+      return 2;
+    }
+  }
+  if (i >= argc) {
+    std::fprintf(stderr, "orion-run: no command given\n");
+    Usage(stderr);
+    return 2;
+  }
+  if (interposer.empty()) interposer = FindInterposer();
+  if (interposer.empty() || access(interposer.c_str(), R_OK) != 0) {
+    std::fprintf(stderr,
+                 "orion-run: liborion_interpose.so not found (set --interposer or "
+                 "ORION_INTERPOSER)\n");
+    return 2;
+  }
+  std::string preload = interposer;
+  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  setenv(orion::contract::kEnvPriority, priority.c_str(), 1);
+  if (!memory_limit.empty()) setenv(orion::contract::kEnvMemoryLimit, memory_limit.c_str(), 1);
+  if (!latency_ms.empty()) setenv(orion::contract::kEnvLatencyTargetMs, latency_ms.c_str(), 1);
+  if (!socket_path.empty()) setenv(orion::contract::kEnvSocket, socket_path.c_str(), 1);
+  execvp(argv[i], argv + i);
+  std::fprintf(stderr, "orion-run: cannot run '%s': %s\n", argv[i], std::strerror(errno));
+  return 127;
+}
