@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# CI check of everything under deploy/: helm lint and helm template of the chart under several
+# value sets, schema validation of every rendered object and of the examples, promtool on the
+# rules, the dashboards' JSON, and that deploy/k8s and the chart's dashboard copies equal what
+# tools/render-k8s.sh produces. Needs bash, node + npm, unzip, promtool (optional: skipped with
+# a note when absent). Exit status 0 only if all checks pass.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CHART="${ROOT}/deploy/helm/orion-gpu-share"
+# shellcheck source=tools/helm-env.sh
+source "${ROOT}/tools/helm-env.sh"
+orion_find_helm
+WORK="$(mktemp -d)"
+trap 'rm -rf "${WORK}"' EXIT
+step() { echo "== $*"; }
+
+step "node packages for schema validation"
+if [[ ! -d "${ROOT}/tools/node_modules/kubernetes-models" ]]; then
+  (cd "${ROOT}/tools" && npm install --no-audit --no-fund --silent)
+fi
+
+step "helm lint"
+"${HELM}" lint --strict "${CHART}"
+"${HELM}" lint --strict "${CHART}" --set webhook.tls.mode=certManager \
+  --set serviceMonitor.enabled=true --set prometheusRule.enabled=true
+
+step "helm template + schema validation"
+declare -A VALUE_SETS=(
+  [default]=""
+  [monitoring]="--set serviceMonitor.enabled=true --set prometheusRule.enabled=true"
+  [cert-manager]="--set webhook.tls.mode=certManager"
+  [existing-secret]="--set webhook.tls.mode=secret --set webhook.tls.existingSecret=my-tls --set webhook.tls.caBundle=Zm9v"
+  [no-webhook]="--set webhook.enabled=false --set dashboards.enabled=false --set gpus={GPU-0,GPU-1}"
+)
+for name in "${!VALUE_SETS[@]}"; do
+  # shellcheck disable=SC2086
+  "${HELM}" template orion-gpu-share "${CHART}" --namespace orion-system \
+    ${VALUE_SETS[$name]} > "${WORK}/${name}.yaml"
+  echo -n "${name}: "
+  node "${ROOT}/tools/validate-manifests.mjs" "${WORK}/${name}.yaml"
+done
+if "${HELM}" template x "${CHART}" --set webhook.tls.mode=bogus >/dev/null 2>&1; then
+  echo "a bad webhook.tls.mode must fail to render" >&2
+  exit 1
+fi
+echo -n "examples: "
+node "${ROOT}/tools/validate-manifests.mjs" "${ROOT}"/deploy/examples/*.yaml
+
+step "deploy/k8s equals the chart's rendering"
+mkdir -p "${WORK}/k8s"
+HELM="${HELM}" "${ROOT}/tools/render-k8s.sh" "${WORK}/k8s" >/dev/null
+if ! diff -ru "${ROOT}/deploy/k8s" "${WORK}/k8s"; then
+  echo "deploy/k8s is stale: run tools/render-k8s.sh and commit the result" >&2
+  exit 1
+fi
+for f in "${ROOT}"/deploy/dashboards/*.json; do
+  cmp "${f}" "${CHART}/dashboards/$(basename "${f}")" ||
+    { echo "chart copy of $(basename "${f}") is stale: run tools/render-k8s.sh" >&2; exit 1; }
+done
+echo -n "deploy/k8s: "
+node "${ROOT}/tools/validate-manifests.mjs" "${ROOT}"/deploy/k8s/namespace.yaml \
+  "${ROOT}"/deploy/k8s/orion-gpu-share.yaml
+
+step "dashboards and rules"
+for f in "${ROOT}"/deploy/dashboards/*.json; do
+  node -e 'const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    if (!d.uid || !Array.isArray(d.panels)) throw new Error("not a dashboard");' "${f}"
+done
+node "${ROOT}/tools/list-promql.mjs" > "${WORK}/promql.jsonl"
+echo "$(wc -l < "${WORK}/promql.jsonl") PromQL expressions listed (tools/list-promql.mjs)"
+if command -v promtool >/dev/null 2>&1; then
+  promtool check rules "${ROOT}/deploy/k8s/prometheus-rules.yaml"
+else
+  echo "promtool not found: rule syntax not checked"
+fi
+echo "deploy checks passed"
