@@ -61,6 +61,23 @@ echo -n "deploy/k8s: "
 node "${ROOT}/tools/validate-manifests.mjs" "${ROOT}"/deploy/k8s/namespace.yaml \
   "${ROOT}"/deploy/k8s/orion-gpu-share.yaml
 
+step "server config rendered by the chart"
+SERVER_BIN="${ORION_SERVER_BIN:-${ROOT}/build/server/orion-server}"
+if [[ -x "${SERVER_BIN}" ]]; then
+  for name in default no-webhook; do
+    (cd "${ROOT}/tools" && node --input-type=module -e '
+      import { parseAllDocuments } from "yaml";
+      import { readFileSync } from "node:fs";
+      for (const d of parseAllDocuments(readFileSync(process.argv[1], "utf8"))) {
+        const o = d.toJSON();
+        if (o?.kind === "ConfigMap" && o.data?.["server.yaml"]) process.stdout.write(o.data["server.yaml"]);
+      }' "${WORK}/${name}.yaml") > "${WORK}/server-${name}.yaml"
+    (cd "${ROOT}/tools" && "${SERVER_BIN}" --config "${WORK}/server-${name}.yaml" --check-config)
+  done
+else
+  echo "no orion-server binary (set ORION_SERVER_BIN): rendered config not checked"
+fi
+
 step "dashboards and rules"
 for f in "${ROOT}"/deploy/dashboards/*.json; do
   node -e 'const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
