@@ -1,0 +1,54 @@
+// orion-sample-train: a best-effort trainer in miniature. For --seconds it runs steps of
+// --kernels orion_spin kernels of --kernel-us each on one stream, synchronizing after every
+// step, as a training loop does at its optimizer step. It keeps the GPU as busy as it can, which
+// is what a latency-critical neighbour must be protected from.
+//
+// Last line (machine-readable):
+//   result steps=N kernels=.. seconds=.. steps_per_s=.. kernels_per_s=.. busy_fraction=..
+#include <cinttypes>
+
+#include "samples/sample_common.h"
+
+int main(int argc, char** argv) {
+  double seconds = 10;
+  int64_t kernels = 20;
+  double kernel_us = 1000;
+  int64_t blocks = 132;
+  orion::samples::Flags flags("orion-sample-train",
+                              "best-effort trainer: steps of K kernels for S seconds");
+  flags.AddDouble("seconds", &seconds, "how long to train (10)");
+  flags.AddInt("kernels", &kernels, "kernels per step (20)");
+  flags.AddDouble("kernel-us", &kernel_us, "GPU time of each kernel in microseconds (1000)");
+  flags.AddInt("blocks", &blocks, "thread blocks per kernel (132: one per SM of an H100)");
+  flags.Parse(argc, argv);
+  if (kernels < 1 || blocks < 1) flags.Usage(1, "counts must be >= 1");
+
+  orion::samples::Gpu gpu = orion::samples::OpenGpu();
+  CUstream stream = nullptr;
+  ORION_CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  const auto kernel_ns = static_cast<uint64_t>(kernel_us * 1000.0);
+  printf("orion-sample-train: gpu=\"%s\" seconds=%g kernels=%" PRId64 " kernel_us=%g\n",
+         gpu.name, seconds, kernels, kernel_us);
+  fflush(stdout);
+
+  const uint64_t start = orion::samples::NowNs();
+  const uint64_t stop = start + static_cast<uint64_t>(seconds * 1e9);
+  int64_t steps = 0;
+  while (orion::samples::NowNs() < stop) {
+    for (int64_t k = 0; k < kernels; ++k) {
+      orion::samples::LaunchSpin(gpu, stream, kernel_ns, static_cast<unsigned int>(blocks));
+    }
+    ORION_CHECK_CU(cuStreamSynchronize(stream));
+    ++steps;
+  }
+  const double wall_s = static_cast<double>(orion::samples::NowNs() - start) / 1e9;
+  const double launched = static_cast<double>(steps * kernels);
+  printf("result steps=%" PRId64 " kernels=%.0f seconds=%.3f steps_per_s=%.2f"
+         " kernels_per_s=%.1f busy_fraction=%.3f\n",
+         steps, launched, wall_s, static_cast<double>(steps) / wall_s, launched / wall_s,
+         launched * kernel_us / 1e6 / wall_s);
+
+  ORION_CHECK_CU(cuStreamDestroy(stream));
+  orion::samples::CloseGpu(gpu);
+  return 0;
+}

@@ -1,0 +1,155 @@
+// Handle objects of the CUDA driver test double (contexts, streams, events, modules, graphs,
+// memory) and the registry that tells a live handle from a stale or forged one.
+//
+// The double stands in for the NVIDIA driver (libcuda.so.1) on machines without a GPU. Every
+// handle it returns is a pointer to one of these objects, registered by kind; every call looks
+// its handles up before touching them, so a bad handle yields CUDA_ERROR_INVALID_HANDLE instead
+// of a crash. Objects behind handles are never freed: a destroyed handle stays invalid forever
+// instead of aliasing a newer object at the same address (tests hand stale handles on purpose).
+#pragma once
+
+// Exposes every ABI name of the driver (cuMemAlloc_v2, cuLaunchKernel_ptsz, the unversioned
+// legacy entry points ...) with its exact prototype, as the driver itself is built; without it
+// cuda.h renames the calls to the newest version and hides the others.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tests/cuda_double/sim_gpu.h"
+
+namespace orion::cuda_double {
+
+enum class Kind : uint8_t {
+  kContext, kStream, kEvent, kModule, kFunction, kGraph, kGraphNode, kGraphExec, kMemPool,
+  kVmmHandle,
+};
+
+struct Graph;
+
+struct Stream;
+struct Context {
+  static constexpr Kind kKind = Kind::kContext;
+  int device = 0;
+  SimGpu* gpu = nullptr;
+  bool primary = false;
+  int primary_refs = 0;
+  // Latest end of any kernel of this context: what cuCtxSynchronize waits for.
+  std::atomic<uint64_t> last_end_ns{0};
+  Stream* default_stream = nullptr;
+};
+
+struct Stream {
+  static constexpr Kind kKind = Kind::kStream;
+  Context* ctx = nullptr;
+  unsigned int flags = 0;
+  std::atomic<uint64_t> last_end_ns{0};  // end of the last kernel queued on this stream
+  Graph* capture = nullptr;              // non-null while capturing (registry mutex)
+};
+
+struct Event {
+  static constexpr Kind kKind = Kind::kEvent;
+  Context* ctx = nullptr;
+  unsigned int flags = 0;
+  bool recorded = false;
+  uint64_t time_ns = 0;  // when the simulated GPU reaches the event
+};
+
+struct Function;
+struct Module {
+  static constexpr Kind kKind = Kind::kModule;
+  Context* ctx = nullptr;
+  bool names_known = false;  // PTX text: entry names are checked; binary images: any name
+  std::vector<std::string> entries;
+  std::vector<Function*> functions;
+};
+
+struct Function {
+  static constexpr Kind kKind = Kind::kFunction;
+  Module* module = nullptr;
+  std::string name;
+  bool spin = false;  // orion_spin: first parameter is its duration in nanoseconds
+};
+
+struct GraphNode {
+  static constexpr Kind kKind = Kind::kGraphNode;
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  Function* func = nullptr;     // kernel nodes
+  uint64_t duration_ns = 0;     // kernel nodes, fixed at capture like the real parameters
+  uint64_t copy_dst = 0;        // memcpy nodes: plain addresses (host or simulated device)
+  uint64_t copy_src = 0;
+  size_t copy_bytes = 0;
+};
+
+struct Graph {
+  static constexpr Kind kKind = Kind::kGraph;
+  Context* ctx = nullptr;
+  std::vector<GraphNode*> nodes;
+};
+
+struct GraphExec {
+  static constexpr Kind kKind = Kind::kGraphExec;
+  Context* ctx = nullptr;
+  std::vector<GraphNode> nodes;  // copies: the source graph may be changed or destroyed
+};
+
+struct MemPool {
+  static constexpr Kind kKind = Kind::kMemPool;
+  int device = 0;
+};
+
+// Physical memory of cuMemCreate: a memfd, so that cuMemMap can place it at any reserved
+// address and copies through the mapping really move bytes.
+struct VmmHandle {
+  static constexpr Kind kKind = Kind::kVmmHandle;
+  SimGpu* gpu = nullptr;
+  size_t size = 0;
+  int fd = -1;
+  int mappings = 0;
+  bool released = false;
+};
+
+enum class AllocationKind : uint8_t { kDevice, kPitch, kManaged, kAsync, kPool, kVmmMapped };
+
+struct Allocation {
+  size_t size = 0;
+  AllocationKind kind = AllocationKind::kDevice;
+  SimGpu* gpu = nullptr;       // capacity is returned here on free (not for kVmmMapped)
+  VmmHandle* vmm = nullptr;    // kVmmMapped only
+};
+
+// Everything mutable that is not per-thread. One mutex: the double favours obviously correct
+// over fast; the launch path holds it only for look-ups.
+struct DriverState {
+  std::mutex mu;
+  bool initialized = false;
+  std::unordered_map<const void*, Kind> live;
+  Context* primary[kMaxSimDevices] = {};
+  std::map<uint64_t, Allocation> allocations;  // base address -> allocation or VMM mapping
+  std::map<uint64_t, size_t> reservations;     // cuMemAddressReserve ranges
+
+  template <typename T>
+  T* Find(const void* handle) {
+    if (handle == nullptr) return nullptr;
+    auto it = live.find(handle);
+    if (it == live.end() || it->second != T::kKind) return nullptr;
+    return static_cast<T*>(const_cast<void*>(handle));
+  }
+  template <typename T>
+  T* Add(T* object) {
+    live[object] = T::kKind;
+    return object;
+  }
+  void Remove(const void* handle) { live.erase(handle); }
+};
+
+// Leaked singleton: usable from static destructors and atexit handlers of the host program.
+DriverState& State();
+
+}  // namespace orion::cuda_double
