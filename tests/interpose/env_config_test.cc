@@ -1,0 +1,114 @@
+// Unit tests of the interposer's environment parsing and UUID formatting.
+#include "interpose/env_config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+namespace orion::interpose {
+namespace {
+
+TEST(ParseByteSizeTest, AcceptsKubernetesQuantities) {
+  uint64_t v = 0;
+  EXPECT_TRUE(ParseByteSize("1073741824", &v));
+  EXPECT_EQ(v, 1073741824u);
+  EXPECT_TRUE(ParseByteSize("2Gi", &v));
+  EXPECT_EQ(v, 2ull << 30);
+  EXPECT_TRUE(ParseByteSize("512Mi", &v));
+  EXPECT_EQ(v, 512ull << 20);
+  EXPECT_TRUE(ParseByteSize("64Ki", &v));
+  EXPECT_EQ(v, 64ull << 10);
+  EXPECT_TRUE(ParseByteSize("1Ti", &v));
+  EXPECT_EQ(v, 1ull << 40);
+  EXPECT_TRUE(ParseByteSize("500M", &v));
+  EXPECT_EQ(v, 500'000'000u);
+  EXPECT_TRUE(ParseByteSize("2G", &v));
+  EXPECT_EQ(v, 2'000'000'000u);
+  EXPECT_TRUE(ParseByteSize("3GiB", &v));
+  EXPECT_EQ(v, 3ull << 30);
+}
+
+TEST(ParseByteSizeTest, RejectsJunkAndOverflow) {
+  uint64_t v = 7;
+  EXPECT_FALSE(ParseByteSize("", &v));
+  EXPECT_FALSE(ParseByteSize(nullptr, &v));
+  EXPECT_FALSE(ParseByteSize("Gi", &v));
+  EXPECT_FALSE(ParseByteSize("-1", &v));
+  EXPECT_FALSE(ParseByteSize("12Xi", &v));
+  EXPECT_FALSE(ParseByteSize("100m", &v));  // milli: meaningless for bytes
+  EXPECT_FALSE(ParseByteSize("2Gi extra", &v));
+  EXPECT_FALSE(ParseByteSize("99999999999999999999", &v));
+  EXPECT_FALSE(ParseByteSize("17179869184Gi", &v));
+  EXPECT_EQ(v, 7u);
+}
+
+TEST(ParsePriorityTest, KnownWords) {
+  EXPECT_EQ(ParsePriority("high"), static_cast<uint32_t>(contract::Priority::kHigh));
+  EXPECT_EQ(ParsePriority("HIGH"), static_cast<uint32_t>(contract::Priority::kHigh));
+  EXPECT_EQ(ParsePriority("best-effort"), static_cast<uint32_t>(contract::Priority::kBestEffort));
+  EXPECT_EQ(ParsePriority("BestEffort"), static_cast<uint32_t>(contract::Priority::kBestEffort));
+  EXPECT_EQ(ParsePriority("urgent"), contract::kNoValue32);
+  EXPECT_EQ(ParsePriority(""), contract::kNoValue32);
+  EXPECT_EQ(ParsePriority(nullptr), contract::kNoValue32);
+  EXPECT_EQ(ParsePriority("a-very-long-priority-word"), contract::kNoValue32);
+}
+
+TEST(ParseFlagTest, TruthyWords) {
+  EXPECT_TRUE(ParseFlag("1"));
+  EXPECT_TRUE(ParseFlag("true"));
+  EXPECT_TRUE(ParseFlag("Yes"));
+  EXPECT_FALSE(ParseFlag("0"));
+  EXPECT_FALSE(ParseFlag(""));
+  EXPECT_FALSE(ParseFlag(nullptr));
+  EXPECT_FALSE(ParseFlag("11"));
+}
+
+TEST(FormatGpuUuidTest, NvidiaSmiForm) {
+  const unsigned char raw[16] = {0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0,
+                                 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef};
+  char out[contract::kGpuUuidBytes];
+  FormatGpuUuid(raw, out, sizeof(out));
+  EXPECT_STREQ(out, "GPU-12345678-9abc-def0-0123-456789abcdef");
+  char tiny[10];
+  FormatGpuUuid(raw, tiny, sizeof(tiny));
+  EXPECT_STREQ(tiny, "");
+}
+
+TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
+  std::map<std::string, std::string> env = {
+      {"ORION_PRIORITY", "high"},          {"ORION_MEMORY_LIMIT", "2Gi"},
+      {"ORION_LATENCY_TARGET_MS", "15"},   {"ORION_QUIET", "1"},
+      {"ORION_PROFILE", "1"},
+  };
+  auto get = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  EnvConfig config = ReadEnvConfig(get);
+  EXPECT_FALSE(config.disabled);
+  EXPECT_TRUE(config.quiet);
+  EXPECT_TRUE(config.profile);
+  EXPECT_EQ(config.requested_priority, static_cast<uint32_t>(contract::Priority::kHigh));
+  EXPECT_EQ(config.requested_memory_limit, 2ull << 30);
+  EXPECT_EQ(config.requested_latency_target_us, 15'000u);
+  EXPECT_STREQ(config.socket_path, contract::kDefaultSocketPath);
+
+  env = {{"ORION_DISABLE", "1"}, {"ORION_SOCKET", "/tmp/x.sock"}, {"ORION_MEMORY_LIMIT", "lots"}};
+  config = ReadEnvConfig(get);
+  EXPECT_TRUE(config.disabled);
+  EXPECT_EQ(config.requested_priority, contract::kNoValue32);
+  EXPECT_EQ(config.requested_memory_limit, 0u);
+  EXPECT_STREQ(config.socket_path, "/tmp/x.sock");
+}
+
+TEST(CopyTruncatedTest, AlwaysTerminates) {
+  char buf[4];
+  CopyTruncated(buf, sizeof(buf), "abcdef");
+  EXPECT_STREQ(buf, "abc");
+  CopyTruncated(buf, sizeof(buf), nullptr);
+  EXPECT_STREQ(buf, "");
+}
+
+}  // namespace
+}  // namespace orion::interpose

@@ -1,0 +1,148 @@
+// Unit tests of the launch gate's decisions over a board in plain memory, and of the kernel
+// registry (name-once, sampling, duration estimate).
+#include "interpose/launch_gate.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "interpose/kernel_registry.h"
+
+namespace orion::interpose {
+namespace {
+
+using contract::Board;
+using contract::GateMode;
+
+class LaunchGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    board_.reset(new Board());
+    memset(static_cast<void*>(board_.get()), 0, sizeof(Board));
+    now_ = MonotonicNs();
+    board_->header.server_heartbeat_ns.store(now_);
+    gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
+    gpu().be_budget_ns.store(100'000);
+    gpu().sm_threshold.store(64);
+    gpu().hp_stale_ns.store(50'000'000);
+  }
+  contract::GpuState& gpu() { return board_->gpus[0]; }
+  void MarkHighPriority(uint32_t slot, uint32_t inflight, uint64_t progress_ns) {
+    gpu().hp_slot_mask[slot / 64].fetch_or(1ull << (slot % 64));
+    board_->slots[slot].inflight.store(inflight);
+    board_->slots[slot].last_progress_ns.store(progress_ns);
+  }
+
+  std::unique_ptr<Board> board_;
+  uint64_t now_ = 0;
+};
+
+TEST_F(LaunchGateTest, GoesWhenNoHighPriorityWork) {
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 10'000), GateDecision::kGoIdle);
+  MarkHighPriority(130, 0, now_);  // HP client idle
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 10'000), GateDecision::kGoIdle);
+}
+
+TEST_F(LaunchGateTest, WaitsForBusyHighPriorityUnlessSmallAndWithinBudget) {
+  MarkHighPriority(130, 2, now_);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 10'000), GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 64, 60'000), GateDecision::kGoBudget);
+  EXPECT_EQ(gpu().be_outstanding_ns.load(), 60'000u);
+  // The next one would exceed the 100 us budget.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 64, 60'000), GateDecision::kWait);
+  ReleaseBudget(gpu(), 60'000);
+  EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
+  ReleaseBudget(gpu(), 5);  // never below zero
+  EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
+}
+
+TEST_F(LaunchGateTest, IgnoresStaleHighPriorityOwnSlotPassThroughAndDeadServer) {
+  MarkHighPriority(7, 1, now_ - 60'000'000);  // no progress for 60 ms > 50 ms
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoIdle);
+  MarkHighPriority(3, 1, now_);  // our own slot never blocks us
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoIdle);
+  MarkHighPriority(9, 1, now_);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kWait);
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kPassThrough));
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoIdle);
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
+  board_->header.server_heartbeat_ns.store(now_ - 3'000'000'000ull);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoIdle);
+}
+
+TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
+  MarkHighPriority(9, 1, now_);
+  board_->slots[3].gpu.store(0);
+  board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kBestEffort));
+  gpu().spin_ns.store(10'000);
+  std::thread completer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    board_->slots[9].inflight.store(0);
+    OpenGate(gpu());
+  });
+  const GateTicket ticket = WaitAtGate(*board_, 3, 1000, 10'000);
+  completer.join();
+  EXPECT_GE(ticket.waited_ns, 15'000'000u);
+  EXPECT_LT(ticket.waited_ns, 1'000'000'000u);
+  EXPECT_EQ(ticket.budget_ns, 0u);
+  EXPECT_EQ(gpu().gate_waiters.load(), 0u);
+}
+
+TEST_F(LaunchGateTest, HighPriorityPassesUnlessPaused) {
+  MarkHighPriority(9, 1, now_);
+  board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kHigh));
+  EXPECT_EQ(WaitAtGate(*board_, 3, 1000, 10'000).waited_ns, 0u);
+  board_->slots[3].paused.store(1);
+  std::thread resumer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    board_->slots[3].paused.store(0);
+    board_->slots[3].wake_seq.fetch_add(1);
+  });
+  const GateTicket ticket = WaitAtGate(*board_, 3, 1000, 10'000);
+  resumer.join();
+  EXPECT_GE(ticket.waited_ns, 5'000'000u);
+}
+
+TEST(KernelRegistryTest, NameOnceSamplingAndEstimate) {
+  auto registry = std::make_unique<KernelRegistry<64>>();
+  KernelRecord* a = registry->FindOrInsert(0x1000);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(registry->FindOrInsert(0x1000), a);
+  EXPECT_EQ(registry->Find(0x2000), nullptr);
+  EXPECT_EQ(registry->FindOrInsert(0), nullptr);
+  EXPECT_TRUE(a->ClaimNameReport());
+  EXPECT_FALSE(a->ClaimNameReport());
+  EXPECT_EQ(a->EstimateNs(), kDefaultKernelEstimateNs);
+  a->AddSample(200'000);
+  EXPECT_EQ(a->EstimateNs(), 200'000u);
+  a->AddSample(100'000);
+  EXPECT_EQ(a->EstimateNs(), 175'000u);
+
+  int sampled = 0;
+  for (uint64_t i = 0; i < 640; ++i) sampled += ShouldSample(i) ? 1 : 0;
+  EXPECT_EQ(sampled, 3 + 9);  // 0,1,2 then 64,128,...,576
+}
+
+TEST(KernelRegistryTest, ConcurrentInsertsAgreeAndFullTableDegrades) {
+  auto registry = std::make_unique<KernelRegistry<64>>();
+  std::vector<std::thread> threads;
+  std::atomic<int> names{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (uint64_t k = 1; k <= 32; ++k) {
+        KernelRecord* r = registry->FindOrInsert(k << 8);
+        if (r != nullptr && r->ClaimNameReport()) names.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(names.load(), 32);
+  int stored = 0;
+  for (uint64_t k = 1; k <= 1000; ++k) stored += registry->FindOrInsert(k << 20) != nullptr;
+  EXPECT_LE(stored, 64 - 32);
+}
+
+}  // namespace
+}  // namespace orion::interpose

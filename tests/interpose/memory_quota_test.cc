@@ -1,0 +1,126 @@
+// Unit tests of the memory quota arithmetic, cuMemGetInfo virtualisation and allocation table.
+#include "interpose/memory_quota.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace orion::interpose {
+namespace {
+
+using contract::MemoryKind;
+
+TEST(TryReserveTest, RespectsLimitAndTracksPeak) {
+  std::atomic<uint64_t> used{0}, peak{0};
+  EXPECT_TRUE(TryReserve(used, peak, 100, 60));
+  EXPECT_FALSE(TryReserve(used, peak, 100, 41));  // would cross the limit
+  EXPECT_EQ(used.load(), 60u);                    // rolled back exactly
+  EXPECT_TRUE(TryReserve(used, peak, 100, 40));   // exactly at the limit is allowed
+  EXPECT_EQ(peak.load(), 100u);
+  Unreserve(used, 70);
+  EXPECT_EQ(used.load(), 30u);
+  EXPECT_EQ(peak.load(), 100u);
+  Unreserve(used, 1000);  // never below zero
+  EXPECT_EQ(used.load(), 0u);
+}
+
+TEST(TryReserveTest, ZeroLimitIsUnlimitedButOverflowRefused) {
+  std::atomic<uint64_t> used{0}, peak{0};
+  EXPECT_TRUE(TryReserve(used, peak, 0, 1ull << 50));
+  EXPECT_FALSE(TryReserve(used, peak, 0, UINT64_MAX));
+  EXPECT_EQ(used.load(), 1ull << 50);
+}
+
+TEST(TryReserveTest, ConcurrentReservationsNeverOvershoot) {
+  std::atomic<uint64_t> used{0}, peak{0};
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) {
+        if (TryReserve(used, peak, 1000, 7)) granted.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(granted.load(), 1000 / 7);
+  EXPECT_EQ(used.load(), static_cast<uint64_t>(granted.load()) * 7);
+  EXPECT_LE(peak.load(), 1000u);
+}
+
+TEST(VirtualizeMemInfoTest, LimitIsTotalAndHeadroomCapsFree) {
+  size_t free_bytes = 80ull << 30, total = 80ull << 30;
+  VirtualizeMemInfo(4ull << 30, 1ull << 30, &free_bytes, &total);
+  EXPECT_EQ(total, 4ull << 30);
+  EXPECT_EQ(free_bytes, 3ull << 30);
+
+  free_bytes = 1ull << 30;  // the real GPU is fuller than the quota's headroom
+  total = 80ull << 30;
+  VirtualizeMemInfo(4ull << 30, 1ull << 30, &free_bytes, &total);
+  EXPECT_EQ(free_bytes, 1ull << 30);
+
+  free_bytes = 5;
+  VirtualizeMemInfo(10, 50, &free_bytes, &total);  // over the limit (limit lowered at run time)
+  EXPECT_EQ(free_bytes, 0u);
+
+  free_bytes = 123;
+  total = 456;
+  VirtualizeMemInfo(0, 50, &free_bytes, &total);  // unlimited: untouched
+  EXPECT_EQ(free_bytes, 123u);
+  EXPECT_EQ(total, 456u);
+}
+
+TEST(AllocationTableTest, InsertFindRemove) {
+  auto table = std::make_unique<AllocationTable<64>>();
+  EXPECT_TRUE(table->Insert(0x7f0000001000, 4096, MemoryKind::kDevice));
+  EXPECT_TRUE(table->Insert(0x7f0000002000, 8192, MemoryKind::kManaged));
+  EXPECT_FALSE(table->Insert(0, 1, MemoryKind::kDevice));
+  AllocationTable<64>::Entry e{};
+  ASSERT_TRUE(table->Find(0x7f0000002000, &e));
+  EXPECT_EQ(e.bytes, 8192u);
+  EXPECT_EQ(e.kind, MemoryKind::kManaged);
+  ASSERT_TRUE(table->Remove(0x7f0000001000, &e));
+  EXPECT_EQ(e.bytes, 4096u);
+  EXPECT_FALSE(table->Remove(0x7f0000001000, &e));  // unknown frees pass through
+  EXPECT_EQ(table->size(), 1u);
+}
+
+TEST(AllocationTableTest, FullTableRefusesAndRandomChurnMatchesReference) {
+  auto table = std::make_unique<AllocationTable<256>>();
+  std::unordered_map<uint64_t, uint64_t> reference;
+  std::mt19937_64 rng(42);
+  for (int step = 0; step < 200000; ++step) {
+    const uint64_t key = ((rng() % 400) + 1) << 12;  // aligned like device pointers
+    if (rng() % 2 == 0) {
+      const uint64_t bytes = rng() % 100000;
+      if (table->Insert(key, bytes, MemoryKind::kDevice)) {
+        reference[key] = bytes;
+      } else {
+        ASSERT_EQ(reference.size(), 256u);
+        ASSERT_EQ(reference.count(key), 0u);
+      }
+    } else {
+      AllocationTable<256>::Entry e{};
+      const bool removed = table->Remove(key, &e);
+      auto it = reference.find(key);
+      ASSERT_EQ(removed, it != reference.end());
+      if (removed) {
+        ASSERT_EQ(e.bytes, it->second);
+        reference.erase(it);
+      }
+    }
+    ASSERT_EQ(table->size(), reference.size());
+  }
+  for (const auto& [key, bytes] : reference) {
+    AllocationTable<256>::Entry e{};
+    ASSERT_TRUE(table->Find(key, &e));
+    EXPECT_EQ(e.bytes, bytes);
+  }
+}
+
+}  // namespace
+}  // namespace orion::interpose
