@@ -109,8 +109,7 @@ int main(int argc, char** argv) {
     if (max_bytes != 0 && (chunks.size() + 1) * chunk_bytes > max_bytes) break;
     Chunk chunk;
     const CUresult r =
-        AllocateChunk(async, vmm, gpu.device, stream, chunk_bytes, &chunk,
-                                      &failed_call);
+        AllocateChunk(async, vmm, gpu.device, stream, chunk_bytes, &chunk, &failed_call);
     if (r != CUDA_SUCCESS) {
       failure = orion::samples::ResultName(r);
       printf("%s failed after %zu chunks: %s\n", failed_call, chunks.size(), failure);
@@ -133,7 +132,8 @@ int main(int argc, char** argv) {
   ORION_CHECK_CU(cuStreamSynchronize(stream));
   size_t free_end = 0;
   ORION_CHECK_CU(cuMemGetInfo(&free_end, &total));
-  printf("result mode=%s chunks=%zu bytes=%" PRIu64 " free_before=%zu free_after=%zu"
+  printf("result mode=%s chunks=%zu bytes=%" PRIu64
+         " free_before=%zu free_after=%zu"
          " free_end=%zu total=%zu failure=%s failed_call=%s\n",
          mode, chunks.size(), static_cast<uint64_t>(chunks.size()) * chunk_bytes, free_before,
          free_after, free_end, total, failure, *failed_call ? failed_call : "none");

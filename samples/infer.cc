@@ -103,8 +103,7 @@ int main(int argc, char** argv) {
          " kernel_us=%g graph=%d p50_us=%.1f p99_us=%.1f p999_us=%.1f mean_us=%.1f max_us=%.1f"
          " throughput_rps=%.1f wall_s=%.3f\n",
          requests, rate, kernels, kernel_us, graph ? 1 : 0, p50, p99, p999,
-         sum / static_cast<double>(requests), max, static_cast<double>(requests) / wall_s,
-         wall_s);
+         sum / static_cast<double>(requests), max, static_cast<double>(requests) / wall_s, wall_s);
 
   if (exec != nullptr) ORION_CHECK_CU(cuGraphExecDestroy(exec));
   ORION_CHECK_CU(cuStreamDestroy(stream));

@@ -110,14 +110,18 @@ class Flags {
     const double value = strtod(text, &end);
     if (errno != 0 || end == text || value < 0) return false;
     const std::string suffix(end);
-    double unit = 1;
-    if (suffix == "Ki") unit = 1024.0;
-    else if (suffix == "Mi") unit = 1024.0 * 1024;
-    else if (suffix == "Gi") unit = 1024.0 * 1024 * 1024;
-    else if (suffix == "K") unit = 1e3;
-    else if (suffix == "M") unit = 1e6;
-    else if (suffix == "G") unit = 1e9;
-    else if (!suffix.empty()) return false;
+    struct Unit {
+      const char* suffix;
+      double scale;
+    };
+    static constexpr Unit kUnits[] = {
+        {"", 1},    {"Ki", 1024.0}, {"Mi", 1024.0 * 1024}, {"Gi", 1024.0 * 1024 * 1024}, {"K", 1e3},
+        {"M", 1e6}, {"G", 1e9}};
+    double unit = 0;
+    for (const Unit& u : kUnits) {
+      if (suffix == u.suffix) unit = u.scale;
+    }
+    if (unit == 0) return false;
     *bytes = static_cast<uint64_t>(value * unit);
     return true;
   }

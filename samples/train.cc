@@ -27,8 +27,8 @@ int main(int argc, char** argv) {
   CUstream stream = nullptr;
   ORION_CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   const auto kernel_ns = static_cast<uint64_t>(kernel_us * 1000.0);
-  printf("orion-sample-train: gpu=\"%s\" seconds=%g kernels=%" PRId64 " kernel_us=%g\n",
-         gpu.name, seconds, kernels, kernel_us);
+  printf("orion-sample-train: gpu=\"%s\" seconds=%g kernels=%" PRId64 " kernel_us=%g\n", gpu.name,
+         seconds, kernels, kernel_us);
   fflush(stdout);
 
   const uint64_t start = orion::samples::NowNs();
@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   }
   const double wall_s = static_cast<double>(orion::samples::NowNs() - start) / 1e9;
   const double launched = static_cast<double>(steps * kernels);
-  printf("result steps=%" PRId64 " kernels=%.0f seconds=%.3f steps_per_s=%.2f"
+  printf("result steps=%" PRId64
+         " kernels=%.0f seconds=%.3f steps_per_s=%.2f"
          " kernels_per_s=%.1f busy_fraction=%.3f\n",
          steps, launched, wall_s, static_cast<double>(steps) / wall_s, launched / wall_s,
          launched * kernel_us / 1e6 / wall_s);

@@ -43,8 +43,7 @@ using Lock = std::lock_guard<std::mutex>;
 
 void AtomicMax(std::atomic<uint64_t>& target, uint64_t value) {
   uint64_t seen = target.load(std::memory_order_relaxed);
-  while (seen < value &&
-         !target.compare_exchange_weak(seen, value, std::memory_order_acq_rel)) {
+  while (seen < value && !target.compare_exchange_weak(seen, value, std::memory_order_acq_rel)) {
   }
 }
 
@@ -84,9 +83,8 @@ Context* NewContext(DriverState& s, int device, bool primary) {
 
 // Queues a kernel on the shared simulated device; returns at once, like an async launch.
 void Enqueue(Stream* stream, uint64_t duration_ns) {
-  const uint64_t end =
-      stream->ctx->gpu->ScheduleKernel(stream->last_end_ns.load(std::memory_order_acquire),
-                                       duration_ns);
+  const uint64_t end = stream->ctx->gpu->ScheduleKernel(
+      stream->last_end_ns.load(std::memory_order_acquire), duration_ns);
   AtomicMax(stream->last_end_ns, end);
   AtomicMax(stream->ctx->last_end_ns, end);
 }
@@ -119,8 +117,8 @@ uint64_t KernelDurationNs(const Function* f, void** params, void** extra) {
 }
 
 CUresult Launch(CUfunction hfunc, unsigned int gx, unsigned int gy, unsigned int gz,
-                unsigned int bx, unsigned int by, unsigned int bz, CUstream hstream,
-                void** params, void** extra) {
+                unsigned int bx, unsigned int by, unsigned int bz, CUstream hstream, void** params,
+                void** extra) {
   DriverState& s = State();
   Stream* stream = nullptr;
   uint64_t duration = 0;
@@ -165,6 +163,20 @@ bool DeviceRangeValid(DriverState& s, uint64_t address, size_t bytes) {
          bytes <= it->second.size - (address - it->first);
 }
 
+// Where a copy's address lives. kUnified (cuMemcpy): device if it falls in an allocation.
+enum class Side { kHost, kDevice, kUnified };
+
+bool RangeOk(DriverState& s, uint64_t address, size_t bytes, Side side) {
+  if (side == Side::kHost) return true;
+  if (side == Side::kUnified) {
+    auto it = s.allocations.upper_bound(address);
+    const bool inside =
+        it != s.allocations.begin() && address - std::prev(it)->first < std::prev(it)->second.size;
+    if (!inside) return true;
+  }
+  return DeviceRangeValid(s, address, bytes);
+}
+
 CUresult StreamSync(CUstream hstream) {
   DriverState& s = State();
   uint64_t until = 0;
@@ -189,7 +201,7 @@ CUresult StreamQuery(CUstream hstream) {
   const CUresult r = ResolveStream(s, hstream, &stream);
   if (r != CUDA_SUCCESS) return r;
   return stream->last_end_ns.load(std::memory_order_acquire) <= NowNs() ? CUDA_SUCCESS
-                                                                       : CUDA_ERROR_NOT_READY;
+                                                                        : CUDA_ERROR_NOT_READY;
 }
 
 CUresult EventRecord(CUevent hevent, CUstream hstream) {
@@ -239,8 +251,7 @@ CUresult AllocateInCurrentContext(size_t bytes, AllocationKind kind, CUdeviceptr
   return Allocate(gpu, bytes, kind, out);
 }
 
-CUresult AllocateOnStream(size_t bytes, CUstream hstream, AllocationKind kind,
-                          CUdeviceptr* out) {
+CUresult AllocateOnStream(size_t bytes, CUstream hstream, AllocationKind kind, CUdeviceptr* out) {
   SimGpu* gpu = nullptr;
   {
     DriverState& s = State();
@@ -275,7 +286,7 @@ CUresult Free(CUdeviceptr address) {
 
 // Synchronous copies wait for the context's queued kernels, as pageable copies on the legacy
 // stream do, then move the bytes.
-CUresult CopySync(uint64_t dst, bool dst_device, uint64_t src, bool src_device, size_t bytes) {
+CUresult CopySync(uint64_t dst, Side dst_side, uint64_t src, Side src_side, size_t bytes) {
   DriverState& s = State();
   uint64_t until = 0;
   {
@@ -285,8 +296,7 @@ CUresult CopySync(uint64_t dst, bool dst_device, uint64_t src, bool src_device, 
     if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
     if (bytes == 0) return CUDA_SUCCESS;
     if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
-    if ((dst_device && !DeviceRangeValid(s, dst, bytes)) ||
-        (src_device && !DeviceRangeValid(s, src, bytes))) {
+    if (!RangeOk(s, dst, bytes, dst_side) || !RangeOk(s, src, bytes, src_side)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     until = ctx->last_end_ns.load(std::memory_order_acquire);
@@ -298,7 +308,7 @@ CUresult CopySync(uint64_t dst, bool dst_device, uint64_t src, bool src_device, 
 
 // Async copies move the bytes at once (kernels of the double compute nothing, so ordering
 // against them is invisible), or become memcpy nodes while the stream is captured.
-CUresult CopyAsync(uint64_t dst, bool dst_device, uint64_t src, bool src_device, size_t bytes,
+CUresult CopyAsync(uint64_t dst, Side dst_side, uint64_t src, Side src_side, size_t bytes,
                    CUstream hstream) {
   DriverState& s = State();
   Lock lock(s.mu);
@@ -308,8 +318,7 @@ CUresult CopyAsync(uint64_t dst, bool dst_device, uint64_t src, bool src_device,
   if (r != CUDA_SUCCESS) return r;
   if (bytes == 0) return CUDA_SUCCESS;
   if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
-  if ((dst_device && !DeviceRangeValid(s, dst, bytes)) ||
-      (src_device && !DeviceRangeValid(s, src, bytes))) {
+  if (!RangeOk(s, dst, bytes, dst_side) || !RangeOk(s, src, bytes, src_side)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (stream->capture != nullptr) {
@@ -325,19 +334,44 @@ CUresult CopyAsync(uint64_t dst, bool dst_device, uint64_t src, bool src_device,
   return CUDA_SUCCESS;
 }
 
-template <typename T>
-CUresult MemsetElements(CUdeviceptr dst, T value, size_t count) {
+void FillElements(uint64_t dst, uint32_t value, uint32_t width, size_t count) {
+  if (width == 1) {
+    memset(reinterpret_cast<void*>(dst), static_cast<int>(value & 0xFF), count);
+  } else {
+    auto* out = reinterpret_cast<uint32_t*>(dst);
+    std::fill(out, out + count, value);
+  }
+}
+
+// Memsets (synchronous ones when stream is nullptr and `on_stream` false): performed at once,
+// or recorded as a memset node while the stream is captured.
+CUresult Memset(CUdeviceptr dst, uint32_t value, uint32_t width, size_t count, bool on_stream,
+                CUstream hstream) {
   DriverState& s = State();
   Lock lock(s.mu);
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-  if (CurrentContext(s) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  Stream* stream = nullptr;
+  if (on_stream) {
+    const CUresult r = ResolveStream(s, hstream, &stream);
+    if (r != CUDA_SUCCESS) return r;
+  } else if (CurrentContext(s) == nullptr) {
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   if (count == 0) return CUDA_SUCCESS;
-  if (dst % sizeof(T) != 0 || count > SIZE_MAX / sizeof(T) ||
-      !DeviceRangeValid(s, dst, count * sizeof(T))) {
+  if (dst % width != 0 || count > SIZE_MAX / width || !DeviceRangeValid(s, dst, count * width)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  T* out = reinterpret_cast<T*>(dst);
-  std::fill(out, out + count, value);
+  if (stream != nullptr && stream->capture != nullptr) {
+    auto* node = new GraphNode;
+    node->type = CU_GRAPH_NODE_TYPE_MEMSET;
+    node->copy_dst = dst;
+    node->copy_bytes = count * width;
+    node->memset_value = value;
+    node->memset_width = width;
+    stream->capture->nodes.push_back(node);
+    return CUDA_SUCCESS;
+  }
+  FillElements(dst, value, width, count);
   return CUDA_SUCCESS;
 }
 
@@ -379,8 +413,8 @@ CUresult IsCapturing(CUstream hstream, CUstreamCaptureStatus* status) {
   Stream* stream = nullptr;
   const CUresult r = ResolveStream(s, hstream, &stream);
   if (r != CUDA_SUCCESS) return r;
-  *status = stream->capture != nullptr ? CU_STREAM_CAPTURE_STATUS_ACTIVE
-                                       : CU_STREAM_CAPTURE_STATUS_NONE;
+  *status =
+      stream->capture != nullptr ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 
@@ -414,11 +448,15 @@ CUresult GraphLaunch(CUgraphExec hexec, CUstream hstream) {
     if (r != CUDA_SUCCESS) return r;
     if (stream->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     for (const GraphNode& node : exec->nodes) {
-      if (node.type != CU_GRAPH_NODE_TYPE_MEMCPY) continue;
       // Memory may have been freed since capture: check every time, never fault.
-      const bool dst_ok = DeviceRangeValid(s, node.copy_dst, node.copy_bytes);
-      const bool src_ok = DeviceRangeValid(s, node.copy_src, node.copy_bytes);
-      if (!dst_ok && !src_ok) return CUDA_ERROR_INVALID_VALUE;
+      if (node.type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+        const bool dst_ok = DeviceRangeValid(s, node.copy_dst, node.copy_bytes);
+        const bool src_ok = DeviceRangeValid(s, node.copy_src, node.copy_bytes);
+        if (!dst_ok && !src_ok) return CUDA_ERROR_INVALID_VALUE;
+      } else if (node.type == CU_GRAPH_NODE_TYPE_MEMSET &&
+                 !DeviceRangeValid(s, node.copy_dst, node.copy_bytes)) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
     }
     for (const GraphNode& node : exec->nodes) {
       if (node.type == CU_GRAPH_NODE_TYPE_KERNEL) {
@@ -426,6 +464,9 @@ CUresult GraphLaunch(CUgraphExec hexec, CUstream hstream) {
       } else if (node.type == CU_GRAPH_NODE_TYPE_MEMCPY) {
         memmove(reinterpret_cast<void*>(node.copy_dst),
                 reinterpret_cast<const void*>(node.copy_src), node.copy_bytes);
+      } else if (node.type == CU_GRAPH_NODE_TYPE_MEMSET) {
+        FillElements(node.copy_dst, node.memset_value, node.memset_width,
+                     node.copy_bytes / node.memset_width);
       }
     }
   }
@@ -460,8 +501,8 @@ CUresult LoadModule(CUmodule* module_out, const void* image) {
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   uint32_t magic = 0;
   memcpy(&magic, image, sizeof(magic));
-  const bool elf = magic == 0x464C457Fu;      // "\x7fELF": cubin
-  const bool fatbin = magic == 0xBA55ED50u;   // fat binary header
+  const bool elf = magic == 0x464C457Fu;     // "\x7fELF": cubin
+  const bool fatbin = magic == 0xBA55ED50u;  // fat binary header
   auto* module = new Module;
   module->ctx = ctx;
   if (!elf && !fatbin) {
@@ -493,32 +534,58 @@ CUresult DeviceUuid(CUuuid* uuid, CUdevice dev) {
 int DeviceAttribute(CUdevice_attribute attribute, CUdevice dev) {
   // An H100 SXM-like device: what schedulers and the samples look at.
   switch (attribute) {
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return 132;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return 9;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: return 0;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: return 1024;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: return 1024;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: return 1024;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: return 64;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: return 2147483647;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: return 65535;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: return 65535;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: return 32;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: return 49152;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: return 232448;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return 233472;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: return 65536;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: return 65536;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
-    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: return 65536;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: return 1980000;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: return 2619000;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return 5120;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return 52428800;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: return 2;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x18 + dev;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: return CU_COMPUTEMODE_DEFAULT;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      return 132;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      return 9;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+      return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+      return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+      return 64;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+      return 2147483647;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+      return 65535;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+      return 65535;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+      return 32;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+      return 49152;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+      return 232448;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+      return 233472;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+      return 65536;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+      return 65536;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+      return 2048;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+      return 32;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+      return 65536;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+      return 1980000;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+      return 2619000;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+      return 5120;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+      return 52428800;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+      return 2;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+      return 0x18 + dev;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
+      return CU_COMPUTEMODE_DEFAULT;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
@@ -529,7 +596,8 @@ int DeviceAttribute(CUdevice_attribute attribute, CUdevice dev) {
     case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
       return 1;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -568,8 +636,8 @@ CUresult ElapsedTime(float* ms, CUevent hstart, CUevent hend) {
   if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   const uint64_t now = NowNs();
   if (start->time_ns > now || end->time_ns > now) return CUDA_ERROR_NOT_READY;
-  *ms = static_cast<float>((static_cast<double>(end->time_ns) -
-                            static_cast<double>(start->time_ns)) / 1e6);
+  *ms = static_cast<float>(
+      (static_cast<double>(end->time_ns) - static_cast<double>(start->time_ns)) / 1e6);
   return CUDA_SUCCESS;
 }
 
@@ -585,8 +653,8 @@ CUresult GraphInstantiateLegacy(CUgraphExec* exec, CUgraph graph, CUgraphNode* e
 
 using orion::cuda_double::AllocationKind;
 using orion::cuda_double::Context;
-using orion::cuda_double::CurrentContext;
 using orion::cuda_double::current_ctx;
+using orion::cuda_double::CurrentContext;
 using orion::cuda_double::DriverState;
 using orion::cuda_double::Event;
 using orion::cuda_double::Function;
@@ -847,8 +915,8 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, 
 
 CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
                                      unsigned int gz, unsigned int bx, unsigned int by,
-                                     unsigned int bz, unsigned int /*shared_mem*/,
-                                     CUstream stream, void** params, void** extra) {
+                                     unsigned int bz, unsigned int /*shared_mem*/, CUstream stream,
+                                     void** params, void** extra) {
   return orion::cuda_double::Launch(f, gx, gy, gz, bx, by, bz, stream, params, extra);
 }
 
@@ -857,8 +925,8 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
   return orion::cuda_double::LaunchEx(config, f, params, extra);
 }
 
-CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
-                                       void** params, void** extra) {
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
+                                       void** extra) {
   return orion::cuda_double::LaunchEx(config, f, params, extra);
 }
 
@@ -870,10 +938,9 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsign
 }
 
 CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
-                                                unsigned int gz, unsigned int bx,
-                                                unsigned int by, unsigned int bz,
-                                                unsigned int /*shared_mem*/, CUstream stream,
-                                                void** params) {
+                                                unsigned int gz, unsigned int bx, unsigned int by,
+                                                unsigned int bz, unsigned int /*shared_mem*/,
+                                                CUstream stream, void** params) {
   return orion::cuda_double::Launch(f, gx, gy, gz, bx, by, bz, stream, params, nullptr);
 }
 
@@ -991,18 +1058,17 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   return orion::cuda_double::AllocateInCurrentContext(bytes, AllocationKind::kDevice, dptr);
 }
 
-CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
-                                    size_t height, unsigned int element_bytes) {
+CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                    unsigned int element_bytes) {
   if (pitch == nullptr || width == 0 || height == 0 ||
       (element_bytes != 4 && element_bytes != 8 && element_bytes != 16)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   const size_t aligned = (width + orion::cuda_double::kPitchAlignment - 1) /
-                         orion::cuda_double::kPitchAlignment *
-                         orion::cuda_double::kPitchAlignment;
+                         orion::cuda_double::kPitchAlignment * orion::cuda_double::kPitchAlignment;
   if (aligned > SIZE_MAX / height) return CUDA_ERROR_INVALID_VALUE;
-  const CUresult r = orion::cuda_double::AllocateInCurrentContext(aligned * height,
-                                                                  AllocationKind::kPitch, dptr);
+  const CUresult r =
+      orion::cuda_double::AllocateInCurrentContext(aligned * height, AllocationKind::kPitch, dptr);
   if (r == CUDA_SUCCESS) *pitch = aligned;
   return r;
 }
@@ -1068,8 +1134,8 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemo
   return AllocFromPool(dptr, bytes, pool, stream);
 }
 
-CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes,
-                                              CUmemoryPool pool, CUstream stream) {
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                              CUstream stream) {
   return AllocFromPool(dptr, bytes, pool, stream);
 }
 
@@ -1077,8 +1143,8 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props
   DriverState& s = State();
   Lock lock(s.mu);
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-  if (pool == nullptr || props == nullptr ||
-      props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !ValidDevice(props->location.id)) {
+  if (pool == nullptr || props == nullptr || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      !ValidDevice(props->location.id)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   auto* created = s.Add(new MemPool);
@@ -1099,8 +1165,7 @@ CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool hpool) {
 
 // ---- Virtual memory management -------------------------------------------------------------
 
-CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity,
-                                               const CUmemAllocationProp* prop,
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                                CUmemAllocationGranularity_flags /*option*/) {
   if (!Initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (granularity == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -1219,8 +1284,8 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   void* mem = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_FIXED, vmm->fd, static_cast<off_t>(offset));
   if (mem == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-  s.allocations[ptr] = orion::cuda_double::Allocation{size, AllocationKind::kVmmMapped, nullptr,
-                                                      vmm};
+  s.allocations[ptr] =
+      orion::cuda_double::Allocation{size, AllocationKind::kVmmMapped, nullptr, vmm};
   ++vmm->mappings;
   return CUDA_SUCCESS;
 }
@@ -1274,66 +1339,91 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 
 // ---- Copies and memsets --------------------------------------------------------------------
 
-CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
-  return orion::cuda_double::CopySync(dst, true, reinterpret_cast<uint64_t>(src), false, bytes);
+#define ORION_DOUBLE_HOST(p) reinterpret_cast<uint64_t>(p)
+using orion::cuda_double::CopyAsync;
+using orion::cuda_double::CopySync;
+using orion::cuda_double::Memset;
+using orion::cuda_double::Side;
+
+CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  return CopySync(dst, Side::kUnified, src, Side::kUnified, bytes);
+}
+CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  return cuMemcpy(dst, src, bytes);
+}
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream st) {
+  return CopyAsync(dst, Side::kUnified, src, Side::kUnified, bytes, st);
+}
+CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream st) {
+  return cuMemcpyAsync(dst, src, bytes, st);
 }
 
+CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
+  return CopySync(dst, Side::kDevice, ORION_DOUBLE_HOST(src), Side::kHost, bytes);
+}
 CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t bytes) {
   return cuMemcpyHtoD_v2(dst, src, bytes);
 }
-
 CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
-  return orion::cuda_double::CopySync(reinterpret_cast<uint64_t>(dst), false, src, true, bytes);
+  return CopySync(ORION_DOUBLE_HOST(dst), Side::kHost, src, Side::kDevice, bytes);
 }
-
 CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t bytes) {
   return cuMemcpyDtoH_v2(dst, src, bytes);
 }
-
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
-  return orion::cuda_double::CopySync(dst, true, src, true, bytes);
+  return CopySync(dst, Side::kDevice, src, Side::kDevice, bytes);
 }
-
 CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   return cuMemcpyDtoD_v2(dst, src, bytes);
 }
 
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes,
-                                      CUstream stream) {
-  return orion::cuda_double::CopyAsync(dst, true, reinterpret_cast<uint64_t>(src), false,
-                                       bytes, stream);
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CUstream st) {
+  return CopyAsync(dst, Side::kDevice, ORION_DOUBLE_HOST(src), Side::kHost, bytes, st);
 }
-
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t bytes,
-                                           CUstream stream) {
-  return cuMemcpyHtoDAsync_v2(dst, src, bytes, stream);
+                                           CUstream st) {
+  return cuMemcpyHtoDAsync_v2(dst, src, bytes, st);
 }
-
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes,
-                                      CUstream stream) {
-  return orion::cuda_double::CopyAsync(reinterpret_cast<uint64_t>(dst), false, src, true,
-                                       bytes, stream);
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream st) {
+  return CopyAsync(ORION_DOUBLE_HOST(dst), Side::kHost, src, Side::kDevice, bytes, st);
 }
-
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t bytes,
-                                           CUstream stream) {
-  return cuMemcpyDtoHAsync_v2(dst, src, bytes, stream);
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t bytes, CUstream st) {
+  return cuMemcpyDtoHAsync_v2(dst, src, bytes, st);
 }
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream st) {
+  return CopyAsync(dst, Side::kDevice, src, Side::kDevice, bytes, st);
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                                           CUstream st) {
+  return cuMemcpyDtoDAsync_v2(dst, src, bytes, st);
+}
+#undef ORION_DOUBLE_HOST
 
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
-  return orion::cuda_double::MemsetElements<unsigned char>(dst, value, count);
+  return Memset(dst, value, 1, count, false, nullptr);
 }
-
 CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char value, size_t count) {
   return cuMemsetD8_v2(dst, value, count);
 }
-
 CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t count) {
-  return orion::cuda_double::MemsetElements<unsigned int>(dst, value, count);
+  return Memset(dst, value, 4, count, false, nullptr);
 }
-
 CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dst, unsigned int value, size_t count) {
   return cuMemsetD32_v2(dst, value, count);
+}
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream st) {
+  return Memset(dst, value, 1, count, true, st);
+}
+CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char value, size_t count,
+                                      CUstream st) {
+  return cuMemsetD8Async(dst, value, count, st);
+}
+CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUstream st) {
+  return Memset(dst, value, 4, count, true, st);
+}
+CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int value, size_t count,
+                                       CUstream st) {
+  return cuMemsetD32Async(dst, value, count, st);
 }
 
 // ---- Stream capture and graphs -------------------------------------------------------------
@@ -1380,9 +1470,24 @@ CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNod
   return orion::cuda_double::GraphInstantiateLegacy(exec, graph, error_node, log, log_size);
 }
 
-CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph,
-                                       CUgraphNode* error_node, char* log, size_t log_size) {
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node,
+                                       char* log, size_t log_size) {
   return orion::cuda_double::GraphInstantiateLegacy(exec, graph, error_node, log, log_size);
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = orion::cuda_double::Instantiate(exec, graph);
+  params->hErrNode_out = nullptr;
+  params->result_out =
+      r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  return cuGraphInstantiateWithParams(exec, graph, params);
 }
 
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream stream) {
@@ -1418,6 +1523,17 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hnode, CUgraphNodeType* type) {
   if (node == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   *type = node->type;
   return CUDA_SUCCESS;
+}
+
+// Captured graphs of the double hold no child-graph nodes.
+CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hnode, CUgraph* graph) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphNode* node = s.Find<GraphNode>(hnode);
+  if (node == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hexec) {

@@ -2,6 +2,7 @@
 // GPU): kernel serialisation across processes, stream and event timing, memory capacity,
 // graph capture, handle checking and cuGetProcAddress look-ups.
 #include <cuda.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "samples/spin_kernel.h"
 
@@ -68,8 +67,7 @@ TEST_F(CudaDoubleTest, DeviceLooksLikeAnH100) {
   EXPECT_EQ(count, 1);
   EXPECT_EQ(cuDriverGetVersion(&version), CUDA_SUCCESS);
   EXPECT_EQ(version, 13000);
-  EXPECT_EQ(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
-            CUDA_SUCCESS);
+  EXPECT_EQ(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0), CUDA_SUCCESS);
   EXPECT_EQ(sms, 132);
   CUuuid a{}, b{};
   EXPECT_EQ(cuDeviceGetUuid(&a, 0), CUDA_SUCCESS);
@@ -217,8 +215,7 @@ TEST_F(CudaDoubleTest, VirtualMemoryMapsRealPages) {
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = 0;
   size_t granularity = 0;
-  ASSERT_EQ(cuMemGetAllocationGranularity(&granularity, &prop,
-                                          CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+  ASSERT_EQ(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
             CUDA_SUCCESS);
   const size_t size = 4 * granularity;
   CUmemGenericAllocationHandle handle = 0;
@@ -235,7 +232,7 @@ TEST_F(CudaDoubleTest, VirtualMemoryMapsRealPages) {
   unsigned char byte = 0;
   ASSERT_EQ(cuMemcpyDtoH(&byte, va + size - 1, 1), CUDA_SUCCESS);
   EXPECT_EQ(byte, 0x5A);
-  EXPECT_EQ(cuMemRelease(handle), CUDA_SUCCESS);   // still mapped: stays alive
+  EXPECT_EQ(cuMemRelease(handle), CUDA_SUCCESS);  // still mapped: stays alive
   EXPECT_EQ(cuMemAddressFree(va, size), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuMemUnmap(va, size), CUDA_SUCCESS);
   EXPECT_EQ(cuMemAddressFree(va, size), CUDA_SUCCESS);
@@ -304,17 +301,44 @@ TEST_F(CudaDoubleTest, CapturedGraphHasKernelNodesAndReplaysThem) {
   EXPECT_EQ(cuMemFree(buffer), CUDA_SUCCESS);
 }
 
+TEST_F(CudaDoubleTest, CapturedMemsetsAndUnifiedCopiesReplay) {
+  CUdeviceptr buffer = 0;
+  ASSERT_EQ(cuMemAlloc(&buffer, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD32Async(buffer, 0x01020304u, 1024, stream_), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_SUCCESS);
+  uint32_t word = 0;
+  ASSERT_EQ(cuMemcpy(reinterpret_cast<CUdeviceptr>(&word), buffer, sizeof(word)), CUDA_SUCCESS);
+  EXPECT_EQ(word, 0u);  // captured, not run
+  CUgraphExec exec = nullptr;
+  CUDA_GRAPH_INSTANTIATE_PARAMS params{};
+  ASSERT_EQ(cuGraphInstantiateWithParams(&exec, graph, &params), CUDA_SUCCESS);
+  EXPECT_EQ(params.result_out, CUDA_GRAPH_INSTANTIATE_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, stream_), CUDA_SUCCESS);
+  ASSERT_EQ(
+      cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(&word), buffer + 4092, sizeof(word), stream_),
+      CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  EXPECT_EQ(word, 0x01020304u);
+  ASSERT_EQ(cuMemsetD8Async(buffer, 0xFF, 4096, stream_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemcpy(reinterpret_cast<CUdeviceptr>(&word), buffer + 4094, sizeof(word)),
+            CUDA_ERROR_INVALID_VALUE);  // runs off the end of the allocation
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(buffer), CUDA_SUCCESS);
+}
+
 TEST_F(CudaDoubleTest, BadHandlesAreErrorsNotCrashes) {
   int junk = 0;
   auto* forged = reinterpret_cast<void*>(&junk);
   EXPECT_EQ(cuStreamSynchronize(static_cast<CUstream>(forged)), CUDA_ERROR_INVALID_HANDLE);
-  EXPECT_EQ(cuLaunchKernel(static_cast<CUfunction>(forged), 1, 1, 1, 1, 1, 1, 0, nullptr,
-                           nullptr, nullptr),
+  EXPECT_EQ(cuLaunchKernel(static_cast<CUfunction>(forged), 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr,
+                           nullptr),
             CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuEventRecord(static_cast<CUevent>(forged), stream_), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuCtxSetCurrent(static_cast<CUcontext>(forged)), CUDA_ERROR_INVALID_CONTEXT);
-  EXPECT_EQ(cuGraphLaunch(static_cast<CUgraphExec>(forged), stream_),
-            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuGraphLaunch(static_cast<CUgraphExec>(forged), stream_), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuMemFree(0x1234), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(Spin(1, static_cast<CUstream>(forged)), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuLaunchKernel(spin_, 0, 1, 1, 1, 1, 1, 0, stream_, nullptr, nullptr),
@@ -362,8 +386,7 @@ TEST_F(CudaDoubleTest, GetProcAddressFindsVersionedAndPerThreadSymbols) {
   // The per-thread flag selects the _ptsz twin; the plain one otherwise.
   void* plain = nullptr;
   void* per_thread = nullptr;
-  ASSERT_EQ(cuGetProcAddress("cuLaunchKernel", &plain, 12000, CU_GET_PROC_ADDRESS_DEFAULT,
-                             &status),
+  ASSERT_EQ(cuGetProcAddress("cuLaunchKernel", &plain, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status),
             CUDA_SUCCESS);
   ASSERT_EQ(cuGetProcAddress("cuLaunchKernel", &per_thread, 12000,
                              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status),
@@ -379,8 +402,7 @@ TEST_F(CudaDoubleTest, GetProcAddressFindsVersionedAndPerThreadSymbols) {
   ASSERT_EQ(reinterpret_cast<GetProc4>(legacy)("cuEventElapsedTime", &elapsed, 12000, 0),
             CUDA_SUCCESS);
   void* elapsed_v2 = nullptr;
-  ASSERT_EQ(cuGetProcAddress("cuEventElapsedTime", &elapsed_v2, 13000, 0, &status),
-            CUDA_SUCCESS);
+  ASSERT_EQ(cuGetProcAddress("cuEventElapsedTime", &elapsed_v2, 13000, 0, &status), CUDA_SUCCESS);
   EXPECT_NE(elapsed, elapsed_v2);
   EXPECT_EQ(elapsed_v2, reinterpret_cast<void*>(&cuEventElapsedTime_v2));
 
@@ -389,9 +411,9 @@ TEST_F(CudaDoubleTest, GetProcAddressFindsVersionedAndPerThreadSymbols) {
                                 unsigned, unsigned, CUstream, void**, void**);
   unsigned long long ns = 1000;
   void* args[] = {&ns};
-  EXPECT_EQ(reinterpret_cast<LaunchFn>(per_thread)(spin_, 1, 1, 1, 1, 1, 1, 0, stream_, args,
-                                                   nullptr),
-            CUDA_SUCCESS);
+  EXPECT_EQ(
+      reinterpret_cast<LaunchFn>(per_thread)(spin_, 1, 1, 1, 1, 1, 1, 0, stream_, args, nullptr),
+      CUDA_SUCCESS);
 
   fn = reinterpret_cast<void*>(0x1);
   EXPECT_EQ(cuGetProcAddress("cuNoSuchCall", &fn, 13000, 0, &status), CUDA_ERROR_NOT_FOUND);

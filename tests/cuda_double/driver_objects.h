@@ -27,7 +27,15 @@
 namespace orion::cuda_double {
 
 enum class Kind : uint8_t {
-  kContext, kStream, kEvent, kModule, kFunction, kGraph, kGraphNode, kGraphExec, kMemPool,
+  kContext,
+  kStream,
+  kEvent,
+  kModule,
+  kFunction,
+  kGraph,
+  kGraphNode,
+  kGraphExec,
+  kMemPool,
   kVmmHandle,
 };
 
@@ -80,11 +88,13 @@ struct Function {
 struct GraphNode {
   static constexpr Kind kKind = Kind::kGraphNode;
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
-  Function* func = nullptr;     // kernel nodes
-  uint64_t duration_ns = 0;     // kernel nodes, fixed at capture like the real parameters
-  uint64_t copy_dst = 0;        // memcpy nodes: plain addresses (host or simulated device)
+  Function* func = nullptr;  // kernel nodes
+  uint64_t duration_ns = 0;  // kernel nodes, fixed at capture like the real parameters
+  uint64_t copy_dst = 0;     // memcpy nodes: plain addresses (host or simulated device)
   uint64_t copy_src = 0;
-  size_t copy_bytes = 0;
+  size_t copy_bytes = 0;      // memcpy and memset nodes
+  uint32_t memset_value = 0;  // memset nodes: element value and width (1 or 4 bytes)
+  uint32_t memset_width = 0;
 };
 
 struct Graph {
@@ -120,8 +130,8 @@ enum class AllocationKind : uint8_t { kDevice, kPitch, kManaged, kAsync, kPool, 
 struct Allocation {
   size_t size = 0;
   AllocationKind kind = AllocationKind::kDevice;
-  SimGpu* gpu = nullptr;       // capacity is returned here on free (not for kVmmMapped)
-  VmmHandle* vmm = nullptr;    // kVmmMapped only
+  SimGpu* gpu = nullptr;     // capacity is returned here on free (not for kVmmMapped)
+  VmmHandle* vmm = nullptr;  // kVmmMapped only
 };
 
 // Everything mutable that is not per-thread. One mutex: the double favours obviously correct

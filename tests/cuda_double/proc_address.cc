@@ -13,6 +13,7 @@ namespace orion::cuda_double {
 namespace {
 
 // X(name, since_version, default_symbol, per_thread_symbol)
+// clang-format off
 #define ORION_DOUBLE_ENTRY_POINTS(X)                                                        \
   X(cuInit, 2000, cuInit, cuInit)                                                           \
   X(cuDriverGetVersion, 2020, cuDriverGetVersion, cuDriverGetVersion)                       \
@@ -80,7 +81,12 @@ namespace {
   X(cuMemcpyDtoD, 3020, cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds)                              \
   X(cuMemcpyHtoDAsync, 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz)               \
   X(cuMemcpyDtoHAsync, 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz)               \
+  X(cuMemcpy, 4000, cuMemcpy, cuMemcpy_ptds)                                                \
+  X(cuMemcpyAsync, 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz)                                 \
+  X(cuMemcpyDtoDAsync, 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz)               \
   X(cuMemsetD8, 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds)                                    \
+  X(cuMemsetD8Async, 3020, cuMemsetD8Async, cuMemsetD8Async_ptsz)                           \
+  X(cuMemsetD32Async, 3020, cuMemsetD32Async, cuMemsetD32Async_ptsz)                        \
   X(cuMemsetD32, 3020, cuMemsetD32_v2, cuMemsetD32_v2_ptds)                                 \
   X(cuStreamBeginCapture, 10000, cuStreamBeginCapture, cuStreamBeginCapture_ptsz)           \
   X(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz)     \
@@ -91,7 +97,11 @@ namespace {
   X(cuGraphInstantiate, 12000, cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags)    \
   X(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags,                        \
     cuGraphInstantiateWithFlags)                                                            \
+  X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams,                      \
+    cuGraphInstantiateWithParams_ptsz)                                                      \
   X(cuGraphLaunch, 10000, cuGraphLaunch, cuGraphLaunch_ptsz)                                \
+  X(cuGraphChildGraphNodeGetGraph, 10000, cuGraphChildGraphNodeGetGraph,                    \
+    cuGraphChildGraphNodeGetGraph)                                                          \
   X(cuGraphGetNodes, 10000, cuGraphGetNodes, cuGraphGetNodes)                               \
   X(cuGraphNodeGetType, 10000, cuGraphNodeGetType, cuGraphNodeGetType)                      \
   X(cuGraphExecDestroy, 10000, cuGraphExecDestroy, cuGraphExecDestroy)                      \
@@ -101,6 +111,8 @@ namespace {
   X(cuGetProcAddress, 11030, cuGetProcAddress, cuGetProcAddress)                            \
   X(cuGetProcAddress, 12000, cuGetProcAddress_v2, cuGetProcAddress_v2)
 
+// clang-format on
+
 struct EntryPoint {
   const char* name;
   int since_version;
@@ -108,13 +120,13 @@ struct EntryPoint {
   void* per_thread_symbol;
 };
 
-#define ORION_DOUBLE_ENTRY_ROW(name, version, symbol, ptds)                        \
-  EntryPoint{#name, version, reinterpret_cast<void*>(&symbol),                   \
-             reinterpret_cast<void*>(&ptds)},
+#define ORION_DOUBLE_ENTRY_ROW(name, version, symbol, ptds) \
+  EntryPoint{#name, version, reinterpret_cast<void*>(&symbol), reinterpret_cast<void*>(&ptds)},
 const EntryPoint kEntryPoints[] = {ORION_DOUBLE_ENTRY_POINTS(ORION_DOUBLE_ENTRY_ROW)};
 #undef ORION_DOUBLE_ENTRY_ROW
 
 // Every CUresult of CUDA 13.0 (cuda.h order), as name suffixes after "CUDA_".
+// clang-format off
 #define ORION_DOUBLE_RESULTS(X)                                                                \
   X(SUCCESS) X(ERROR_INVALID_VALUE) X(ERROR_OUT_OF_MEMORY) X(ERROR_NOT_INITIALIZED) \
   X(ERROR_DEINITIALIZED) X(ERROR_PROFILER_DISABLED) X(ERROR_PROFILER_NOT_INITIALIZED) \
@@ -151,7 +163,9 @@ const EntryPoint kEntryPoints[] = {ORION_DOUBLE_ENTRY_POINTS(ORION_DOUBLE_ENTRY_
   X(ERROR_STREAM_CAPTURE_IMPLICIT) X(ERROR_CAPTURED_EVENT) X(ERROR_STREAM_CAPTURE_WRONG_THREAD) \
   X(ERROR_TIMEOUT) X(ERROR_GRAPH_EXEC_UPDATE_FAILURE) X(ERROR_EXTERNAL_DEVICE) \
   X(ERROR_INVALID_CLUSTER_SIZE) X(ERROR_FUNCTION_NOT_LOADED) X(ERROR_INVALID_RESOURCE_TYPE) \
-  X(ERROR_INVALID_RESOURCE_CONFIGURATION) X(ERROR_KEY_ROTATION) X(ERROR_UNKNOWN)  
+  X(ERROR_INVALID_RESOURCE_CONFIGURATION) X(ERROR_KEY_ROTATION) X(ERROR_UNKNOWN)
+
+// clang-format on
 
 struct ResultName {
   CUresult code;
@@ -170,7 +184,7 @@ const ResultName* FindResult(CUresult code) {
 
 // "CUDA_ERROR_OUT_OF_MEMORY" -> "out of memory": built once per code, kept for the process.
 const char* Description(const ResultName& row) {
-  static char (*texts)[64] = new char[sizeof(kResultNames) / sizeof(kResultNames[0])][64]();
+  static char(*texts)[64] = new char[sizeof(kResultNames) / sizeof(kResultNames[0])][64]();
   char* text = texts[&row - kResultNames];
   if (text[0] == '\0') {
     const char* words = row.name + (strncmp(row.name, "CUDA_ERROR_", 11) == 0 ? 11 : 5);

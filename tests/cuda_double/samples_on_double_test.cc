@@ -2,6 +2,7 @@
 // unchanged binaries find the double through LD_LIBRARY_PATH, and because the double serialises
 // kernels across processes, an inference service's latency must grow when a trainer runs
 // beside it, as it does on a time-sliced GPU. Thresholds are generous: CI machines are noisy.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -12,8 +13,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace {
 
@@ -95,8 +94,8 @@ class SamplesOnDoubleTest : public ::testing::Test {
 
 // 2 kernels of 0.5 ms per request at 100 requests/s: about 1 ms alone.
 const std::vector<std::string> kInfer = {
-    ORION_SAMPLE_INFER, "--rate", "100", "--requests", "150", "--kernels", "2",
-    "--kernel-us", "500", "--warmup", "5"};
+    ORION_SAMPLE_INFER, "--rate", "100",      "--requests", "150", "--kernels", "2",
+    "--kernel-us",      "500",    "--warmup", "5"};
 
 TEST_F(SamplesOnDoubleTest, BadFlagsPrintUsage) {
   const SampleRun run = RunToEnd({ORION_SAMPLE_INFER, "--no-such-flag"});
@@ -113,9 +112,8 @@ TEST_F(SamplesOnDoubleTest, InferLatencyGrowsBesideATrainer) {
   // The trainer keeps the device busy with 5 ms kernels; every request then waits on average
   // half a kernel before its own kernels run, and more when it lands behind a whole step.
   int train_fd = -1;
-  const pid_t trainer = Start({ORION_SAMPLE_TRAIN, "--seconds", "4", "--kernels", "10",
-                               "--kernel-us", "5000"},
-                              &train_fd);
+  const pid_t trainer = Start(
+      {ORION_SAMPLE_TRAIN, "--seconds", "4", "--kernels", "10", "--kernel-us", "5000"}, &train_fd);
   ASSERT_GT(trainer, 0);
   usleep(300'000);
   const SampleRun shared = RunToEnd(kInfer);
@@ -131,8 +129,8 @@ TEST_F(SamplesOnDoubleTest, InferLatencyGrowsBesideATrainer) {
 }
 
 TEST_F(SamplesOnDoubleTest, GraphReplayRunsTheSameWork) {
-  const SampleRun run = RunToEnd({ORION_SAMPLE_INFER, "--rate", "0", "--requests", "50", "--kernels",
-                            "4", "--kernel-us", "250", "--graph"});
+  const SampleRun run = RunToEnd({ORION_SAMPLE_INFER, "--rate", "0", "--requests", "50",
+                                  "--kernels", "4", "--kernel-us", "250", "--graph"});
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_EQ(run.result.at("graph"), "1");
   EXPECT_GT(Number(run, "p50_us"), 900) << run.output;

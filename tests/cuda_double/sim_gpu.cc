@@ -52,7 +52,7 @@ SimGpuFile* MapSharedState(int ordinal) {
     close(fd);
     return nullptr;
   }
-  struct stat st{};
+  struct stat st {};
   bool fresh = fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(sizeof(SimGpuFile));
   if (fresh && ftruncate(fd, sizeof(SimGpuFile)) != 0) {
     flock(fd, LOCK_UN);

@@ -45,7 +45,7 @@ struct SimGpuFile {
   static constexpr uint32_t kVersion = 1;
 
   struct ProcessMemory {
-    std::atomic<int32_t> pid;     // owner; 0 = free; reclaimed when the owner is dead
+    std::atomic<int32_t> pid;  // owner; 0 = free; reclaimed when the owner is dead
     uint32_t reserved;
     std::atomic<uint64_t> bytes;  // simulated device memory the owner holds now
   };
@@ -58,8 +58,8 @@ struct SimGpuFile {
   // a time in launch order (time-slicing without preemption), so a new kernel starts no earlier.
   std::atomic<uint64_t> busy_until_ns;
   std::atomic<uint64_t> kernels_launched;
-  std::atomic<uint64_t> busy_ns_total;   // sum of kernel durations, for utilisation checks
-  std::atomic<uint64_t> orphan_bytes;    // memory of processes that found no free slot
+  std::atomic<uint64_t> busy_ns_total;  // sum of kernel durations, for utilisation checks
+  std::atomic<uint64_t> orphan_bytes;   // memory of processes that found no free slot
   uint8_t reserved1[64];
   ProcessMemory processes[kMaxSimProcesses];
 };
