@@ -1,0 +1,40 @@
+// Mutating admission for annotation-only use: a pod carrying orion/priority gets
+// `resources.limits[<resource>]: "1"` in each of its containers (or in those named by the
+// orion/containers annotation), so users need not request the share themselves. Containers
+// that already ask for the resource, or for whole GPUs (nvidia.com/gpu), are left alone.
+// Pure: AdmissionReview v1 JSON in, HTTP status + JSON out.
+//
+// Usage:
+//   AdmissionReply reply = ReviewPodAdmission(request_body, {.resource_name = "orion.io/gpu"});
+//   Respond(reply.http_status, "application/json", reply.body);
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/json.h"
+
+namespace orion::agent {
+
+struct AdmissionOptions {
+  std::string resource_name = "orion.io/gpu";
+};
+
+struct AdmissionReply {
+  int http_status = 200;
+  std::string body;  // AdmissionReview v1, or {"error": ...} for bodies that are not one
+};
+
+AdmissionReply ReviewPodAdmission(std::string_view request_body, const AdmissionOptions& options);
+
+// The JSON patch (RFC 6902 operations) that gives the pod its shares; empty if none is needed.
+// Warnings about ignored annotations are appended to *warnings.
+JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options,
+                           std::vector<std::string>* warnings);
+
+// "a/b~c" -> "a~1b~0c" (RFC 6901), for resource names inside patch paths.
+std::string EscapeJsonPointer(std::string_view token);
+
+}  // namespace orion::agent

@@ -1,0 +1,156 @@
+// AdmissionReview v1 handling of the webhook: real request bodies in, the JSON patch out, and a
+// clear 400 for bodies that are not AdmissionReviews.
+#include "agent/admission.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/escaping.h"
+#include "agent/json.h"
+#include "tests/agent/testdata.h"
+
+namespace orion::agent {
+namespace {
+
+using testing::ReadTestdata;
+
+// Decodes response.patch of a reply into its JSON array.
+JsonValue PatchOf(const AdmissionReply& reply) {
+  absl::StatusOr<JsonValue> review = ParseJson(reply.body);
+  EXPECT_TRUE(review.ok());
+  std::string raw;
+  EXPECT_TRUE(absl::Base64Unescape(StringAt(*review, {"response", "patch"}), &raw));
+  absl::StatusOr<JsonValue> patch = ParseJson(raw);
+  EXPECT_TRUE(patch.ok()) << raw;
+  return *patch;
+}
+
+// "add PATH VALUE" of one patch operation (protobuf maps have no stable member order).
+std::string OpText(const JsonValue& op) {
+  return StringAt(op, {"op"}) + " " + StringAt(op, {"path"}) + " " + WriteJson(*At(op, {"value"}));
+}
+
+JsonValue ReviewWithPod(const std::string& testdata, const std::string& pod_json) {
+  JsonValue review = *ParseJson(ReadTestdata(testdata));
+  (*review.mutable_struct_value()
+        ->mutable_fields()->at("request").mutable_struct_value()->mutable_fields())["object"] =
+      *ParseJson(pod_json);
+  return review;
+}
+
+TEST(ReviewPodAdmission, AddsShareToEveryContainerOfAnnotatedPod) {
+  AdmissionReply reply = ReviewPodAdmission(ReadTestdata("admission-review-pod-high.json"), {});
+  ASSERT_EQ(reply.http_status, 200);
+  JsonValue review = *ParseJson(reply.body);
+  EXPECT_EQ(StringAt(review, {"apiVersion"}), "admission.k8s.io/v1");
+  EXPECT_EQ(StringAt(review, {"kind"}), "AdmissionReview");
+  EXPECT_EQ(StringAt(review, {"response", "uid"}), "705ab4f5-6393-11e8-b7cc-42010a800002");
+  EXPECT_TRUE(At(review, {"response", "allowed"})->bool_value());
+  EXPECT_EQ(StringAt(review, {"response", "patchType"}), "JSONPatch");
+  EXPECT_EQ(At(review, {"response", "warnings"}), nullptr);
+
+  JsonValue patch = PatchOf(reply);
+  ASSERT_EQ(patch.list_value().values_size(), 2);
+  // Container 0 has limits: the resource is added inside them (with the '/' escaped).
+  EXPECT_EQ(OpText(patch.list_value().values(0)),
+            R"(add /spec/containers/0/resources/limits/orion.io~1gpu "1")");
+  // Container 1 has empty resources: a limits object is added.
+  EXPECT_EQ(OpText(patch.list_value().values(1)),
+            R"(add /spec/containers/1/resources/limits {"orion.io/gpu":"1"})");
+}
+
+TEST(ReviewPodAdmission, PodWithoutPriorityIsAdmittedUnchanged) {
+  AdmissionReply reply = ReviewPodAdmission(ReadTestdata("admission-review-pod-plain.json"), {});
+  ASSERT_EQ(reply.http_status, 200);
+  JsonValue review = *ParseJson(reply.body);
+  EXPECT_EQ(StringAt(review, {"response", "uid"}), "e911857d-c318-11e8-bbad-025000000001");
+  EXPECT_TRUE(At(review, {"response", "allowed"})->bool_value());
+  EXPECT_EQ(At(review, {"response", "patch"}), nullptr);
+}
+
+TEST(ReviewPodAdmission, OrionContainersSelectsAndExistingRequestsAreKept) {
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "best-effort",
+                                 "orion/containers": "trainer, ghost"}},
+    "spec": {"containers": [
+      {"name": "sidecar"},
+      {"name": "trainer", "resources": {"requests": {"orion.io/gpu": "2"}}}]}})");
+  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {});
+  ASSERT_EQ(reply.http_status, 200);
+  JsonValue patch = PatchOf(reply);
+  ASSERT_EQ(patch.list_value().values_size(), 1);
+  EXPECT_EQ(OpText(patch.list_value().values(0)),
+            R"(add /spec/containers/1/resources/limits {"orion.io/gpu":"2"})");
+  JsonValue out = *ParseJson(reply.body);
+  const JsonValue* warnings = At(out, {"response", "warnings"});
+  ASSERT_NE(warnings, nullptr);
+  EXPECT_NE(WriteJson(*warnings).find("ghost"), std::string::npos);
+}
+
+TEST(ReviewPodAdmission, WholeGpuAndAlreadySharedContainersAreLeftAlone) {
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "urgent"}},
+    "spec": {"containers": [
+      {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+      {"name": "b", "resources": {"limits": {"orion.io/gpu": "1"}}}]}})");
+  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {});
+  ASSERT_EQ(reply.http_status, 200);
+  JsonValue out = *ParseJson(reply.body);
+  EXPECT_EQ(At(out, {"response", "patch"}), nullptr);
+  // The malformed priority is reported to the user as an admission warning.
+  EXPECT_NE(WriteJson(*At(out, {"response", "warnings"})).find("orion/priority"),
+            std::string::npos);
+}
+
+TEST(ReviewPodAdmission, CustomResourceName) {
+  AdmissionReply reply = ReviewPodAdmission(ReadTestdata("admission-review-pod-high.json"),
+                                            {.resource_name = "example.com/gpu-share"});
+  JsonValue patch = PatchOf(reply);
+  EXPECT_EQ(StringAt(patch.list_value().values(0), {"path"}),
+            "/spec/containers/0/resources/limits/example.com~1gpu-share");
+}
+
+TEST(ReviewPodAdmission, MalformedBodiesGetAClear400) {
+  struct Case {
+    std::string body;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"", "not JSON"},
+      {"{\"kind\": \"AdmissionReview\", ", "not JSON"},
+      {"<html>hello</html>", "not JSON"},
+      {"[1, 2, 3]", "not an AdmissionReview"},
+      {R"({"kind": "Pod", "apiVersion": "v1"})", "not an AdmissionReview"},
+      {R"({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1",
+           "request": {"uid": "x"}})",
+       "admission.k8s.io/v1beta1"},
+      {R"({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {}})",
+       "request.uid"},
+      {R"({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"})", "request.uid"},
+  };
+  for (const Case& c : cases) {
+    AdmissionReply reply = ReviewPodAdmission(c.body, {});
+    EXPECT_EQ(reply.http_status, 400) << c.body;
+    absl::StatusOr<JsonValue> err = ParseJson(reply.body);
+    ASSERT_TRUE(err.ok()) << reply.body;
+    EXPECT_NE(StringAt(*err, {"error"}).find(c.expected), std::string::npos)
+        << c.body << " -> " << reply.body;
+  }
+}
+
+TEST(ReviewPodAdmission, ReviewWhoseObjectIsNoPodIsAdmittedWithAWarning) {
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"("just a string")");
+  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {});
+  ASSERT_EQ(reply.http_status, 200);
+  JsonValue out = *ParseJson(reply.body);
+  EXPECT_TRUE(At(out, {"response", "allowed"})->bool_value());
+  EXPECT_EQ(At(out, {"response", "patch"}), nullptr);
+  EXPECT_NE(At(out, {"response", "warnings"}), nullptr);
+}
+
+TEST(EscapeJsonPointer, Rfc6901) {
+  EXPECT_EQ(EscapeJsonPointer("orion.io/gpu"), "orion.io~1gpu");
+  EXPECT_EQ(EscapeJsonPointer("a~b/c"), "a~0b~1c");
+}
+
+}  // namespace
+}  // namespace orion::agent
