@@ -162,6 +162,12 @@ void* PollerMain(void*) {
   CUcontext current = nullptr;
   auto query = ORION_DRIVER(cuEventQuery);
   auto set_ctx = ORION_DRIVER(cuCtxSetCurrent);
+  // cuEventQuery is a "potentially unsafe" call while another thread captures a graph in global
+  // mode (PyTorch's default); relaxed mode keeps this thread from invalidating the capture.
+  if (auto exchange = ORION_DRIVER(cuThreadExchangeStreamCaptureMode); exchange != nullptr) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    exchange(&mode);
+  }
   for (;;) {
     uint32_t index;
     while (count < kPoolSize && g_submitted.Pop(&index)) outstanding[count++] = &g_pool[index];

@@ -24,6 +24,7 @@
 #undef cuMemFreeAsync
 #undef cuMemAllocFromPoolAsync
 #undef cuEventRecord
+#undef cuStreamIsCapturing
 
 #define ORION_EXPORT extern "C" __attribute__((visibility("default")))
 

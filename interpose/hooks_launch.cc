@@ -39,6 +39,16 @@ void ReportKernelName(Registration* reg, uint64_t func) {
   PushEvent(reg, e);
 }
 
+// True if `stream` is being captured into a graph: such a launch runs nothing now (its kernels
+// are counted when the graph is instantiated) and must not be held at the gate or tracked.
+bool Capturing(CUstream stream, bool per_thread_stream) {
+  auto is_capturing = per_thread_stream ? ORION_DRIVER(cuStreamIsCapturing_ptsz)
+                                        : ORION_DRIVER(cuStreamIsCapturing);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing != nullptr && is_capturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 // Everything around one launch; `launch` performs the real driver call.
 template <typename Launch>
 CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
@@ -52,6 +62,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   if (!info.graph && kernel != nullptr && kernel->ClaimNameReport()) {
     ReportKernelName(reg, info.func);
   }
+  if (Capturing(info.stream, info.per_thread_stream)) return launch();
   const bool high = slot.priority.load(std::memory_order_relaxed) ==
                     static_cast<uint32_t>(contract::Priority::kHigh);
   const bool gated = !high && gpu.mode.load(std::memory_order_relaxed) !=
