@@ -1,0 +1,275 @@
+// The admin API through a real gRPC channel: health, reflection listing (what grpcurl does),
+// every RPC's happy path, and error codes with actionable messages.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <grpcpp/impl/codegen/rpc_method.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include "health_v1.pb.h"
+#include "orion/v1/admin.grpc.pb.h"
+#include "orion/v1/agent.grpc.pb.h"
+#include "reflection_v1alpha.pb.h"
+#include "tests/server/test_server.h"
+
+namespace orion::server {
+namespace {
+
+using contract::Priority;
+
+class AdminApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir();
+    cfg_ = testing::TestConfig(dir_);
+    server_ = testing::StartServer(cfg_);
+    ASSERT_NE(server_, nullptr);
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->admin_port()),
+                                   grpc::InsecureChannelCredentials());
+    admin_ = orion::v1::Admin::NewStub(channel_);
+  }
+  int Register(Priority p, int gpu, contract::RegisterReply* reply) {
+    return testing::RegisterClient(cfg_.socket_path,
+                                   testing::MakeRequest(cfg_.gpus[gpu].c_str(), p), reply);
+  }
+  std::string dir_;
+  ServerConfig cfg_;
+  std::unique_ptr<OrionServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<orion::v1::Admin::Stub> admin_;
+};
+
+TEST_F(AdminApiTest, HealthServiceServes) {
+  // The standard method path, as grpc_health_probe and kubelet gRPC probes call it.
+  const grpc::internal::RpcMethod check("/grpc.health.v1.Health/Check",
+                                        grpc::internal::RpcMethod::NORMAL_RPC, channel_);
+  grpc::ClientContext ctx;
+  orion::test::wire::HealthCheckRequest req;
+  orion::test::wire::HealthCheckResponse resp;
+  ASSERT_TRUE((grpc::internal::BlockingUnaryCall<orion::test::wire::HealthCheckRequest,
+                                                 orion::test::wire::HealthCheckResponse>(
+                   channel_.get(), check, &ctx, req, &resp))
+                  .ok());
+  EXPECT_EQ(resp.status(), orion::test::wire::HealthCheckResponse::SERVING);
+}
+
+TEST_F(AdminApiTest, ReflectionListsAndDescribesTheServices) {
+  using Req = orion::test::wire::ServerReflectionRequest;
+  using Resp = orion::test::wire::ServerReflectionResponse;
+  const grpc::internal::RpcMethod info(
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      grpc::internal::RpcMethod::BIDI_STREAMING, channel_);
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<Req, Resp>> stream(
+      grpc::internal::ClientReaderWriterFactory<Req, Resp>::Create(channel_.get(), info, &ctx));
+  Req req;
+  req.set_list_services("");
+  ASSERT_TRUE(stream->Write(req));
+  Resp resp;
+  ASSERT_TRUE(stream->Read(&resp));
+  std::vector<std::string> names;
+  for (const auto& s : resp.list_services_response().service()) names.push_back(s.name());
+  for (const char* want : {"orion.v1.Admin", "orion.v1.AgentSync", "grpc.health.v1.Health",
+                           "grpc.reflection.v1alpha.ServerReflection"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  }
+  // `grpcurl describe orion.v1.Admin` fetches the file that defines the symbol.
+  req.set_file_containing_symbol("orion.v1.Admin");
+  ASSERT_TRUE(stream->Write(req));
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_GT(resp.file_descriptor_response().file_descriptor_proto_size(), 0);
+  EXPECT_NE(resp.file_descriptor_response().file_descriptor_proto(0).find("SetPriority"),
+            std::string::npos);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(AdminApiTest, ListGetPriorityPauseResume) {
+  contract::RegisterReply reply{};
+  const int fd = Register(Priority::kBestEffort, 0, &reply);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(reply.status, 0u);
+
+  grpc::ClientContext c1;
+  orion::v1::ListGpusResponse gpus;
+  ASSERT_TRUE(admin_->ListGpus(&c1, {}, &gpus).ok());
+  ASSERT_EQ(gpus.gpus_size(), 2);
+  EXPECT_EQ(gpus.gpus(0).clients(), 1u);
+  EXPECT_EQ(gpus.gpus(0).node(), "test-node");
+
+  grpc::ClientContext c2;
+  orion::v1::SetPriorityRequest sp;
+  sp.set_client_id(reply.client_id);
+  sp.set_priority(orion::v1::PRIORITY_HIGH);
+  orion::v1::SetPriorityResponse spr;
+  ASSERT_TRUE(admin_->SetPriority(&c2, sp, &spr).ok());
+  ASSERT_EQ(spr.clients_size(), 1);
+  EXPECT_EQ(spr.clients(0).priority(), orion::v1::PRIORITY_HIGH);
+  EXPECT_EQ(spr.clients(0).priority_source(), "admin");
+  // The interposer sees the change on the board at its next launch.
+  const auto& slot = server_->state().board().board().slots[reply.slot];
+  EXPECT_EQ(slot.priority.load(), static_cast<uint32_t>(Priority::kHigh));
+
+  grpc::ClientContext c3;
+  orion::v1::PauseRequest pr;
+  pr.set_client_id(reply.client_id);
+  orion::v1::Client paused;
+  ASSERT_TRUE(admin_->PauseClient(&c3, pr, &paused).ok());
+  EXPECT_TRUE(paused.paused());
+  EXPECT_EQ(slot.paused.load(), 1u);
+  grpc::ClientContext c4;
+  orion::v1::ResumeRequest rr;
+  rr.set_client_id(reply.client_id);
+  ASSERT_TRUE(admin_->ResumeClient(&c4, rr, &paused).ok());
+  EXPECT_FALSE(paused.paused());
+  EXPECT_EQ(slot.paused.load(), 0u);
+
+  grpc::ClientContext c5;
+  orion::v1::GetClientRequest gc;
+  gc.set_client_id(reply.client_id);
+  orion::v1::Client got;
+  ASSERT_TRUE(admin_->GetClient(&c5, gc, &got).ok());
+  EXPECT_EQ(got.host_pid(), static_cast<uint32_t>(getpid()));
+  close(fd);
+}
+
+TEST_F(AdminApiTest, ErrorsUseTheRightCodesAndSayWhatToDo) {
+  grpc::ClientContext c1;
+  orion::v1::GetClientRequest gc;
+  gc.set_client_id(4242);
+  orion::v1::Client got;
+  auto s = admin_->GetClient(&c1, gc, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("4242"), std::string::npos);
+
+  grpc::ClientContext c2;
+  orion::v1::SetPriorityRequest sp;  // neither target nor priority
+  orion::v1::SetPriorityResponse spr;
+  s = admin_->SetPriority(&c2, sp, &spr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext c3;
+  orion::v1::SetPolicyRequest pol;
+  pol.add_fields("be_budget");
+  orion::v1::PolicyKnobs knobs;
+  s = admin_->SetPolicy(&c3, pol, &knobs);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("unknown field 'be_budget'"), std::string::npos);
+
+  grpc::ClientContext c4;
+  orion::v1::GetPolicyRequest gp;
+  gp.set_gpu(9);
+  s = admin_->GetPolicy(&c4, gp, &knobs);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("ListGpus"), std::string::npos);
+
+  grpc::ClientContext c5;
+  orion::v1::TimelineRequest tr;
+  tr.set_since_unix_ms(2000);
+  tr.set_until_unix_ms(1000);
+  orion::v1::TimelineResponse tl;
+  s = admin_->GetTimeline(&c5, tr, &tl);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(AdminApiTest, SetPolicyReachesTheBoard) {
+  grpc::ClientContext ctx;
+  orion::v1::SetPolicyRequest pol;
+  pol.set_gpu(1);
+  pol.add_fields("be_budget_us");
+  pol.add_fields("mode");
+  pol.mutable_knobs()->set_be_budget_us(123);
+  pol.mutable_knobs()->set_mode(orion::v1::GATE_MODE_PASS_THROUGH);
+  orion::v1::PolicyKnobs knobs;
+  ASSERT_TRUE(admin_->SetPolicy(&ctx, pol, &knobs).ok());
+  EXPECT_EQ(knobs.be_budget_us(), 123u);
+  EXPECT_EQ(knobs.sm_threshold(), 132u);  // untouched field keeps its value
+  const auto& g = server_->state().board().board().gpus[1];
+  EXPECT_EQ(g.be_budget_ns.load(), 123000u);
+  EXPECT_EQ(g.mode.load(), static_cast<uint32_t>(contract::GateMode::kPassThrough));
+  EXPECT_EQ(server_->state().board().board().gpus[0].be_budget_ns.load(), 500000u);
+}
+
+TEST_F(AdminApiTest, TimelineAndProfileFromDrainedEvents) {
+  contract::RegisterReply reply{};
+  const int fd = Register(Priority::kHigh, 0, &reply);
+  ASSERT_GE(fd, 0);
+  contract::Board* b = testing::MapBoard(reply.board_path);
+  ASSERT_NE(b, nullptr);
+  auto& ring = b->slots[reply.slot].ring;
+  contract::Event e{};
+  e.kind = contract::EventKind::kKernelName;
+  e.func = 0xabc;
+  std::snprintf(e.name, sizeof(e.name), "ampere_sgemm_128x64_nn");
+  ASSERT_TRUE(ring.TryPush(e));
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  e = {};
+  e.kind = contract::EventKind::kLaunch;
+  e.func = 0xabc;
+  e.grid[0] = 108; e.grid[1] = 1; e.grid[2] = 1;
+  e.block[0] = 256; e.block[1] = 1; e.block[2] = 1;
+  e.cpu_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+  ASSERT_TRUE(ring.TryPush(e));
+  e.kind = contract::EventKind::kKernelTime;
+  e.duration_ns = 42000;
+  ASSERT_TRUE(ring.TryPush(e));
+  ASSERT_TRUE(testing::WaitFor([&] { return ring.tail.load() == 3; }));
+
+  grpc::ClientContext c1;
+  orion::v1::TimelineRequest tr;
+  tr.set_gpu(0);
+  orion::v1::TimelineResponse tl;
+  ASSERT_TRUE(admin_->GetTimeline(&c1, tr, &tl).ok());
+  ASSERT_EQ(tl.spans_size(), 1);
+  EXPECT_EQ(tl.spans(0).kind(), "kernel");
+  EXPECT_EQ(tl.spans(0).name(), "ampere_sgemm_128x64_nn");
+  EXPECT_EQ(tl.spans(0).priority(), orion::v1::PRIORITY_HIGH);
+
+  grpc::ClientContext c2;
+  orion::v1::KernelProfileRequest kr;
+  kr.set_client_id(reply.client_id);
+  orion::v1::KernelProfileResponse prof;
+  ASSERT_TRUE(admin_->GetKernelProfile(&c2, kr, &prof).ok());
+  ASSERT_EQ(prof.kernels_size(), 1);
+  EXPECT_EQ(prof.kernels(0).max_blocks(), 108u);
+  EXPECT_EQ(prof.kernels(0).kind(), "comp");
+  EXPECT_DOUBLE_EQ(prof.kernels(0).mean_duration_us(), 42.0);
+  EXPECT_NE(prof.orion_csv().find("ampere_sgemm_128x64_nn,1,0,108,42000"), std::string::npos)
+      << prof.orion_csv();
+  close(fd);
+}
+
+TEST_F(AdminApiTest, AgentPodPolicyAppliesToLiveAndFutureClients) {
+  auto agent = orion::v1::AgentSync::NewStub(channel_);
+  grpc::ClientContext c1;
+  orion::v1::UpsertPodsRequest up;
+  auto* pod = up.add_pods();
+  pod->set_pod_uid("short");
+  pod->set_priority(orion::v1::PRIORITY_HIGH);
+  orion::v1::UpsertPodsResponse upr;
+  auto s = agent->UpsertPods(&c1, up, &upr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("pods[0].pod_uid 'short'"), std::string::npos);
+
+  grpc::ClientContext c2;
+  pod->set_pod_uid("0f4a3b2c-1d2e-4f5a-8b9c-0123456789ab");
+  pod->set_namespace_("ml");
+  pod->set_name("resnet-serve-0");
+  pod->set_memory_limit_bytes(8ull << 30);
+  ASSERT_TRUE(agent->UpsertPods(&c2, up, &upr).ok());
+  EXPECT_EQ(upr.pods_known(), 1u);
+
+  grpc::ClientContext c3;
+  orion::v1::DeletePodRequest del;
+  del.set_pod_uid("11111111-2222-3333-4444-555555555555");
+  orion::v1::DeletePodResponse delr;
+  EXPECT_EQ(agent->DeletePod(&c3, del, &delr).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace orion::server

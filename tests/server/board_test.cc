@@ -1,0 +1,137 @@
+// The board across processes: a forked child maps the board file and writes events and counters
+// through the contract's atomics; the server side reads them back in order. Also the ring's
+// behaviour when full, and a producer killed between claim and publish.
+#include "server/board.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "server/node_state.h"
+#include "tests/server/test_server.h"
+
+namespace orion::server {
+namespace {
+
+using contract::Event;
+using contract::EventKind;
+
+TEST(BoardTest, HeaderAndLayoutAreValidForClients) {
+  const std::string dir = testing::MakeTempDir();
+  auto board = BoardFile::Create(dir + "/board");
+  ASSERT_TRUE(board.ok()) << board.status();
+  contract::Board* mapped = testing::MapBoard(dir + "/board");
+  ASSERT_NE(mapped, nullptr);
+  EXPECT_TRUE(contract::BoardLooksValid(*mapped, sizeof(contract::Board)));
+  EXPECT_FALSE(contract::BoardLooksValid(*mapped, sizeof(contract::Board) - 1));
+  EXPECT_EQ((*board)->FindOrAddGpu("GPU-a"), 0);
+  EXPECT_EQ((*board)->FindOrAddGpu("GPU-b"), 1);
+  EXPECT_EQ((*board)->FindOrAddGpu("GPU-a"), 0);
+  EXPECT_EQ(mapped->header.num_gpus, 2u);
+  EXPECT_STREQ(mapped->gpus[1].uuid, "GPU-b");
+}
+
+TEST(BoardTest, ChildProcessEventsArriveInOrder) {
+  const std::string dir = testing::MakeTempDir();
+  auto board = BoardFile::Create(dir + "/board");
+  ASSERT_TRUE(board.ok());
+  (*board)->FindOrAddGpu("GPU-a");
+  auto slot = (*board)->AssignSlot(7, 1, 0, contract::Priority::kHigh, 1 << 20);
+  ASSERT_TRUE(slot.has_value());
+  constexpr int kEvents = 20000;  // ~10 ring laps: the child waits when the ring is full
+  const pid_t child = fork();
+  if (child == 0) {
+    contract::Board* b = testing::MapBoard(dir + "/board");
+    if (!b) _exit(3);
+    contract::ClientSlot& s = b->slots[*slot];
+    if (s.client_id.load() != 7 || s.memory_limit_bytes.load() != (1u << 20)) _exit(4);
+    for (int i = 0; i < kEvents; ++i) {
+      Event e{};
+      e.kind = EventKind::kLaunch;
+      e.func = static_cast<uint64_t>(i);
+      e.grid[0] = 3;
+      while (!s.ring.TryPush(e)) usleep(50);
+    }
+    s.memory_used_bytes.store(4096);
+    s.launches.store(kEvents);
+    _exit(0);
+  }
+  auto& ring = (*board)->board().slots[*slot].ring;
+  int next = 0;
+  Event e{};
+  while (next < kEvents) {
+    if (ring.TryPop(&e)) {
+      ASSERT_EQ(e.kind, EventKind::kLaunch);
+      ASSERT_EQ(e.func, static_cast<uint64_t>(next));
+      ASSERT_EQ(e.grid[0], 3u);
+      ++next;
+    }
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ((*board)->board().slots[*slot].memory_used_bytes.load(), 4096u);
+  EXPECT_EQ(ring.head.load(), static_cast<uint64_t>(kEvents));  // retried pushes are not events
+}
+
+TEST(BoardTest, FullRingDropsInsteadOfBlocking) {
+  auto ring = std::make_unique<contract::EventRing>();
+  ring->Reset();
+  Event e{};
+  e.kind = EventKind::kLaunch;
+  for (uint32_t i = 0; i < contract::kRingCapacity; ++i) ASSERT_TRUE(ring->TryPush(e));
+  EXPECT_FALSE(ring->TryPush(e));
+  EXPECT_EQ(ring->dropped.load(), 1u);
+}
+
+TEST(BoardTest, KilledProducerHoleIsSkippedAfterTimeout) {
+  const std::string dir = testing::MakeTempDir();
+  ServerConfig cfg = testing::TestConfig(dir);
+  auto board = BoardFile::Create(cfg.board_path);
+  ASSERT_TRUE(board.ok());
+  NodeState state(cfg, std::move(*board));
+  PeerIdentity peer = IdentifyPid(getpid(), getuid(), getgid(), "/proc");
+  auto req = testing::MakeRequest(cfg.gpus[0].c_str(), contract::Priority::kBestEffort);
+  auto a = state.Register(peer, req);
+  ASSERT_EQ(a.status, contract::RegisterStatus::kOk);
+  auto& ring = state.board().board().slots[a.slot].ring;
+  // A producer claimed position 0 and died before publishing; a later event is published.
+  ring.head.store(1);
+  Event e{};
+  e.kind = EventKind::kLaunch;
+  ASSERT_TRUE(ring.TryPush(e));
+  const uint64_t t0 = MonotonicNs();
+  EXPECT_EQ(state.DrainOnce(t0), 0u);                // blocked behind the hole
+  EXPECT_EQ(state.DrainOnce(t0 + 50000000), 0u);     // 50 ms: still waiting
+  state.DrainOnce(t0 + 300000000);                   // 300 ms: hole skipped
+  EXPECT_EQ(state.DrainOnce(t0 + 300000001), 1u);    // the published event arrives
+}
+
+TEST(BoardTest, GarbageEventKindsAreCountedNotTrusted) {
+  const std::string dir = testing::MakeTempDir();
+  ServerConfig cfg = testing::TestConfig(dir);
+  auto board = BoardFile::Create(cfg.board_path);
+  ASSERT_TRUE(board.ok());
+  NodeState state(cfg, std::move(*board));
+  PeerIdentity peer = IdentifyPid(getpid(), getuid(), getgid(), "/proc");
+  auto a = state.Register(peer, testing::MakeRequest(cfg.gpus[0].c_str(),
+                                                     contract::Priority::kHigh));
+  auto& ring = state.board().board().slots[a.slot].ring;
+  Event e{};
+  e.kind = static_cast<EventKind>(0xdead);
+  ASSERT_TRUE(ring.TryPush(e));
+  e.kind = EventKind::kBusyPeriod;
+  e.duration_ns = ~0ull;  // absurd duration: ignored
+  ASSERT_TRUE(ring.TryPush(e));
+  e.duration_ns = 2000000;
+  ASSERT_TRUE(ring.TryPush(e));
+  EXPECT_EQ(state.DrainOnce(MonotonicNs()), 3u);
+  MetricsSnapshot snap = state.Snapshot();
+  ASSERT_EQ(snap.clients.size(), 1u);
+  EXPECT_EQ(snap.clients[0].busy_count, 1u);
+  EXPECT_DOUBLE_EQ(snap.clients[0].busy_sum_s, 0.002);
+}
+
+}  // namespace
+}  // namespace orion::server

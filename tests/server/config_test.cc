@@ -1,0 +1,136 @@
+// Config parsing: defaults, a full valid file, and bad inputs whose messages name file and key.
+#include "server/config.h"
+
+#include <gtest/gtest.h>
+
+namespace orion::server {
+namespace {
+
+TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
+  auto c = ParseServerConfig("", "empty.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->socket_path, "/run/orion/orion.sock");
+  EXPECT_EQ(c->board_path, "/run/orion/board");
+  EXPECT_EQ(c->admin_address, "0.0.0.0:50051");
+  EXPECT_EQ(c->metrics_address, "0.0.0.0:9464");
+  EXPECT_EQ(c->policy.mode, contract::GateMode::kPriority);
+  EXPECT_EQ(c->policy.be_budget_us, 500u);
+  EXPECT_TRUE(c->trust_client_requests);
+}
+
+TEST(ConfigTest, DefaultConfigYamlParsesToTheDefaults) {
+  auto a = ParseServerConfig(DefaultConfigYaml(), "default.yaml");
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = ParseServerConfig("", "empty.yaml");
+  EXPECT_EQ(a->socket_path, b->socket_path);
+  EXPECT_EQ(a->policy.be_budget_us, b->policy.be_budget_us);
+  EXPECT_EQ(a->policy.sm_threshold, b->policy.sm_threshold);
+  EXPECT_EQ(a->timeline_spans_per_gpu, b->timeline_spans_per_gpu);
+}
+
+TEST(ConfigTest, FullConfig) {
+  auto c = ParseServerConfig(R"(
+node_name: gpu-node-7
+socket_path: /var/run/o/orion.sock
+mode: mps
+gpus: [GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee]
+policy: {be_budget_us: 250, sm_threshold: 64, adapt_budget: false, default_latency_target_ms: 15}
+standalone:
+  trust_client_requests: false
+  rules:
+    - {process: "serve*", uid: 1000, priority: high, memory_limit: 8Gi, latency_target_ms: 20}
+    - {priority: best-effort}
+)", "full.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->node_name, "gpu-node-7");
+  EXPECT_EQ(c->policy.mode, contract::GateMode::kMps);
+  EXPECT_EQ(c->policy.be_budget_us, 250u);
+  EXPECT_EQ(c->policy.sm_threshold, 64u);
+  EXPECT_FALSE(c->policy.adapt_budget);
+  EXPECT_EQ(c->policy.default_latency_target_us, 15000u);
+  EXPECT_FALSE(c->trust_client_requests);
+  ASSERT_EQ(c->rules.size(), 2u);
+  EXPECT_EQ(c->rules[0].process_glob, "serve*");
+  EXPECT_EQ(*c->rules[0].uid, 1000u);
+  EXPECT_EQ(c->rules[0].priority, contract::Priority::kHigh);
+  EXPECT_EQ(c->rules[0].memory_limit_bytes, 8ull << 30);
+  EXPECT_EQ(c->rules[0].latency_target_us, 20000u);
+  EXPECT_FALSE(c->rules[1].uid.has_value());
+}
+
+struct BadCase {
+  const char* yaml;
+  const char* must_contain;
+};
+
+class BadConfigTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadConfigTest, RejectedWithFileKeyAndExpectation) {
+  auto c = ParseServerConfig(GetParam().yaml, "/etc/orion/server.yaml");
+  ASSERT_FALSE(c.ok()) << GetParam().yaml;
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(c.status().message());
+  EXPECT_NE(msg.find("/etc/orion/server.yaml"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(GetParam().must_contain), std::string::npos) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Inputs, BadConfigTest,
+    ::testing::Values(
+        BadCase{"policy: {be_budget_us: fast}", "policy.be_budget_us: expected an integer"},
+        BadCase{"policy: {be_budget_us: -5}", "policy.be_budget_us"},
+        BadCase{"policy: {spin_us: 99999999}", "policy.spin_us: expected an integer in [0, 10000]"},
+        BadCase{"mode: turbo", "mode: expected one of pass-through, priority, mps"},
+        BadCase{"sokcet_path: /x", "sokcet_path: unknown key"},
+        BadCase{"policy: {be_budget: 3}", "policy.be_budget: unknown key"},
+        BadCase{"socket_path: relative.sock", "socket_path: expected an absolute path"},
+        BadCase{"admin_address: 50051", "admin_address: expected HOST:PORT"},
+        BadCase{"gpus: GPU-1", "gpus: expected a list"},
+        BadCase{"gpus: [nvidia0]", "gpus[0]: expected a GPU UUID"},
+        BadCase{"standalone: {rules: [{process: x}]}", "standalone.rules[0]: missing key 'priority'"},
+        BadCase{"standalone: {rules: [{priority: urgent}]}",
+                "standalone.rules[0].priority: expected high or best-effort"},
+        BadCase{"standalone: {rules: [{priority: high, memory_limit: 8Gb}]}",
+                "standalone.rules[0].memory_limit: expected a byte size"},
+        BadCase{"policy: {adapt_budget: maybe}", "policy.adapt_budget: expected true or false"},
+        BadCase{"policy: [1, 2]", "policy: expected a map"},
+        BadCase{"- just\n- a list", "expected a map of settings"},
+        BadCase{"policy: {be_budget_us: [1}", "not valid YAML"}));
+
+TEST(ConfigTest, LineNumbersPointAtTheBadValue) {
+  auto c = ParseServerConfig("node_name: a\npolicy:\n  sm_threshold: lots\n", "f.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("f.yaml:3"), std::string::npos)
+      << c.status();
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  auto c = LoadServerConfig("/nonexistent/orion.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(std::string(c.status().message()).find("/nonexistent/orion.yaml"), std::string::npos);
+}
+
+TEST(ByteSizeTest, Units) {
+  EXPECT_EQ(*ParseByteSize("8Gi"), 8ull << 30);
+  EXPECT_EQ(*ParseByteSize("512Mi"), 512ull << 20);
+  EXPECT_EQ(*ParseByteSize("1G"), 1000000000ull);
+  EXPECT_EQ(*ParseByteSize("1048576"), 1048576ull);
+  EXPECT_EQ(*ParseByteSize(" 2Ki "), 2048ull);
+  EXPECT_FALSE(ParseByteSize("").ok());
+  EXPECT_FALSE(ParseByteSize("Gi").ok());
+  EXPECT_FALSE(ParseByteSize("8GB").ok());
+  EXPECT_FALSE(ParseByteSize("-1").ok());
+  EXPECT_FALSE(ParseByteSize("99999999999999999999Ti").ok());
+  EXPECT_FALSE(ParseByteSize("20000000Ti").ok());  // overflows 64 bits
+}
+
+TEST(PriorityTest, Names) {
+  EXPECT_EQ(*ParsePriority("high"), contract::Priority::kHigh);
+  EXPECT_EQ(*ParsePriority("Best-Effort"), contract::Priority::kBestEffort);
+  EXPECT_FALSE(ParsePriority("urgent").ok());
+  EXPECT_STREQ(PriorityName(contract::Priority::kHigh), "high");
+}
+
+}  // namespace
+}  // namespace orion::server

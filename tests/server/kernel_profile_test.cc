@@ -1,0 +1,80 @@
+// Online kernel profiles and Orion's CSV format: export, import, and rejected inputs.
+#include "server/kernel_profile.h"
+
+#include <gtest/gtest.h>
+
+namespace orion::server {
+namespace {
+
+TEST(KernelProfileTest, ClassifiesByName) {
+  EXPECT_EQ(ClassifyKernelName("sm90_xmma_gemm_f16f16_f16f32"), KernelClass::kCompute);
+  EXPECT_EQ(ClassifyKernelName("void cudnn::conv2d_grouped_direct_kernel<float>"),
+            KernelClass::kCompute);
+  EXPECT_EQ(ClassifyKernelName("void at::native::vectorized_elementwise_kernel<4>"),
+            KernelClass::kMemory);
+  EXPECT_EQ(ClassifyKernelName("orion_spin"), KernelClass::kUnknown);
+}
+
+TEST(KernelProfileTest, LearnsDurationsAndExportsOrionCsv) {
+  KernelProfileBook book;
+  book.OnName(0x10, "void at::native::reduce_kernel<512, 1>(float*)");
+  book.OnName(0x20, "ampere_sgemm_128x64_nn");
+  for (int i = 0; i < 10; ++i) book.OnLaunch(0x10, 80, 512);
+  book.OnLaunch(0x20, 264, 256);
+  book.OnDuration(0x10, 20000);
+  book.OnDuration(0x10, 40000);
+  book.OnDuration(0x20, 100000);
+  EXPECT_EQ(book.EstimateNs(0x10), 30000u);
+  EXPECT_EQ(book.EstimateNs(0x30), 0u);
+  const std::string csv = book.ToOrionCsv();
+  EXPECT_EQ(csv,
+            "Name,Profile,Memory_footprint,SM_usage,Duration\n"
+            "void at::native::reduce_kernel,0,0,80,30000\n"
+            "ampere_sgemm_128x64_nn,1,0,264,100000\n");
+  auto rows = ParseOrionCsv(csv, "roundtrip.csv");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[1].kclass, KernelClass::kCompute);
+  EXPECT_EQ((*rows)[1].sm_usage, 264u);
+  EXPECT_EQ((*rows)[1].duration_ns, 100000u);
+}
+
+TEST(KernelProfileTest, ImportedProfileOverridesClassAndSeedsDuration) {
+  KernelProfileBook book;
+  book.OnName(0x1, "orion_spin");
+  book.OnLaunch(0x1, 1, 1);
+  std::unordered_map<std::string, OrionProfileRow> known;
+  known["orion_spin"] = OrionProfileRow{"orion_spin", KernelClass::kMemory, 0, 4, 77000};
+  book.ApplyKnown(known);
+  EXPECT_EQ(book.EstimateNs(0x1), 77000u);
+  EXPECT_EQ(book.kernels().at(0x1).kclass, KernelClass::kMemory);
+}
+
+TEST(KernelProfileTest, P99OfRecentSamples) {
+  KernelProfileBook book;
+  for (int i = 1; i <= 100; ++i) book.OnDuration(0x5, static_cast<uint64_t>(i) * 1000);
+  EXPECT_EQ(book.kernels().at(0x5).P99Us(), 100.0);  // last 64 samples: 37..100 us
+}
+
+TEST(OrionCsvTest, RejectsBadFilesWithLineAndColumn) {
+  auto bad_header = ParseOrionCsv("Kernel,Time\nfoo,1\n", "a.csv");
+  ASSERT_FALSE(bad_header.ok());
+  EXPECT_NE(std::string(bad_header.status().message()).find("a.csv:1: expected the header"),
+            std::string::npos);
+  auto bad_profile = ParseOrionCsv("Name,Profile,Memory_footprint,SM_usage,Duration\nk,7,0,1,5\n",
+                                   "b.csv");
+  ASSERT_FALSE(bad_profile.ok());
+  EXPECT_NE(std::string(bad_profile.status().message()).find("b.csv:2: column Profile"),
+            std::string::npos);
+  auto bad_cols = ParseOrionCsv("Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,0\n", "c.csv");
+  ASSERT_FALSE(bad_cols.ok());
+  EXPECT_NE(std::string(bad_cols.status().message()).find("expected 5 columns"), std::string::npos);
+  auto bad_dur = ParseOrionCsv("Name,Profile,Memory_footprint,SM_usage,Duration\nk,1,0,3,soon\n",
+                               "d.csv");
+  ASSERT_FALSE(bad_dur.ok());
+  EXPECT_NE(std::string(bad_dur.status().message()).find("column Duration"), std::string::npos);
+  EXPECT_FALSE(ParseOrionCsv("", "e.csv").ok());
+}
+
+}  // namespace
+}  // namespace orion::server

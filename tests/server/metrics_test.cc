@@ -1,0 +1,142 @@
+// /metrics over real HTTP: the orion_* families with node/gpu/pod/priority labels, exposition
+// accepted by `promtool check metrics`, and a scrape with 256 registered clients timed.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "tests/server/test_server.h"
+
+namespace orion::server {
+namespace {
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return {};
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  return body == std::string::npos ? out : out.substr(body + 4);
+}
+
+std::string FindPromtool() {
+  for (const char* p : {"/usr/bin/promtool", "/usr/local/bin/promtool"}) {
+    if (access(p, X_OK) == 0) return p;
+  }
+  return {};
+}
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir();
+    cfg_ = testing::TestConfig(dir_);
+    server_ = testing::StartServer(cfg_);
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(server_->metrics_port(), 0);
+  }
+  std::string dir_;
+  ServerConfig cfg_;
+  std::unique_ptr<OrionServer> server_;
+};
+
+TEST_F(MetricsTest, ExpositionHasTheOrionFamiliesAndPassesPromtool) {
+  contract::RegisterReply hp{}, be{};
+  const int f1 = testing::RegisterClient(
+      cfg_.socket_path, testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kHigh, 1 << 30),
+      &hp);
+  const int f2 = testing::RegisterClient(
+      cfg_.socket_path, testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kBestEffort),
+      &be);
+  ASSERT_GE(f1, 0);
+  ASSERT_GE(f2, 0);
+  contract::Board* b = testing::MapBoard(hp.board_path);
+  b->slots[hp.slot].memory_used_bytes.store(5 << 20);
+  b->slots[be.slot].throttled_ns.store(1500000000);
+  contract::Event e{};
+  e.kind = contract::EventKind::kBusyPeriod;
+  e.duration_ns = 3000000;
+  ASSERT_TRUE(b->slots[hp.slot].ring.TryPush(e));
+  ASSERT_TRUE(testing::WaitFor([&] { return b->slots[hp.slot].ring.tail.load() == 1; }));
+
+  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  for (const char* want :
+       {"orion_clients{node=\"test-node\",gpu=\"0\",priority=\"high\"} 1",
+        "orion_client_memory_used_bytes{node=\"test-node\",gpu=\"0\",pod=\"",
+        "orion_client_memory_limit_bytes{", "orion_client_kernels_launched_total{",
+        "orion_client_events_dropped_total{", "orion_gpu_busy_seconds_total{",
+        "orion_gpu_high_priority_busy{", "orion_policy_be_budget_seconds{",
+        "orion_registrations_total{node=\"test-node\",result=\"ok\"} 2",
+        "orion_events_ingested_total{node=\"test-node\"} 1",
+        "orion_hp_busy_period_seconds_bucket{", "le=\"0.005\"} 1",
+        "orion_hp_busy_period_seconds_count{"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "\n" << text;
+  }
+  EXPECT_NE(text.find("orion_client_throttled_seconds_total{node=\"test-node\",gpu=\"0\",pod=\"") ,
+            std::string::npos);
+  EXPECT_NE(text.find("namespace=\"standalone\",priority=\"best-effort\""), std::string::npos);
+
+  const std::string promtool = FindPromtool();
+  if (promtool.empty()) GTEST_SKIP() << "promtool not installed (Debian package prometheus)";
+  const std::string file = dir_ + "/metrics.txt";
+  std::ofstream(file) << text;
+  const std::string cmd = promtool + " check metrics < " + file + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  const int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << out;
+  close(f1);
+  close(f2);
+}
+
+TEST_F(MetricsTest, ScrapeWith256ClientsIsFast) {
+  std::vector<int> fds;
+  for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
+    contract::RegisterReply r{};
+    const int fd = testing::RegisterClient(
+        cfg_.socket_path,
+        testing::MakeRequest(cfg_.gpus[i % 2].c_str(),
+                             i % 4 ? contract::Priority::kBestEffort : contract::Priority::kHigh),
+        &r);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(r.status, 0u);
+    fds.push_back(fd);
+  }
+  HttpGet(server_->metrics_port(), "/metrics");  // warm up
+  double worst_ms = 0;
+  size_t bytes = 0;
+  for (int i = 0; i < 10; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    bytes = HttpGet(server_->metrics_port(), "/metrics").size();
+    worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - t0)
+                                      .count());
+  }
+  std::printf("/metrics with 256 clients: %zu bytes, slowest of 10 scrapes %.2f ms\n", bytes,
+              worst_ms);
+  EXPECT_GT(bytes, 256u * 6 * 100);  // every client appears in every per-client family
+  for (int fd : fds) close(fd);
+}
+
+}  // namespace
+}  // namespace orion::server
