@@ -84,11 +84,11 @@ TEST_F(CudaDoubleTest, DeviceLooksLikeAnH100) {
 
 TEST_F(CudaDoubleTest, LaunchIsAsyncAndSynchronizeWaits) {
   const uint64_t start = NowNs();
-  ASSERT_EQ(Spin(30 * kMs, stream_), CUDA_SUCCESS);
-  EXPECT_LT(NowNs() - start, 20 * kMs);  // returned long before the kernel ends
+  ASSERT_EQ(Spin(60 * kMs, stream_), CUDA_SUCCESS);
+  EXPECT_LT(NowNs() - start, 40 * kMs);  // returned long before the kernel ends
   EXPECT_EQ(cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
   ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
-  EXPECT_GE(NowNs() - start, 30 * kMs);
+  EXPECT_GE(NowNs() - start, 60 * kMs);
   EXPECT_EQ(cuStreamQuery(stream_), CUDA_SUCCESS);
 }
 
@@ -97,7 +97,7 @@ TEST_F(CudaDoubleTest, EventsMeasureSimulatedTime) {
   ASSERT_EQ(cuEventCreate(&begin, CU_EVENT_DEFAULT), CUDA_SUCCESS);
   ASSERT_EQ(cuEventCreate(&end, CU_EVENT_DEFAULT), CUDA_SUCCESS);
   ASSERT_EQ(cuEventRecord(begin, stream_), CUDA_SUCCESS);
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(Spin(5 * kMs, stream_), CUDA_SUCCESS);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Spin(10 * kMs, stream_), CUDA_SUCCESS);
   ASSERT_EQ(cuEventRecord(end, stream_), CUDA_SUCCESS);
   EXPECT_EQ(cuEventQuery(end), CUDA_ERROR_NOT_READY);
   float ms = 0;
@@ -105,8 +105,8 @@ TEST_F(CudaDoubleTest, EventsMeasureSimulatedTime) {
   ASSERT_EQ(cuEventSynchronize(end), CUDA_SUCCESS);
   EXPECT_EQ(cuEventQuery(end), CUDA_SUCCESS);
   ASSERT_EQ(cuEventElapsedTime(&ms, begin, end), CUDA_SUCCESS);
-  EXPECT_GE(ms, 19.9f);
-  EXPECT_LT(ms, 25.0f);
+  EXPECT_GE(ms, 39.9f);
+  EXPECT_LT(ms, 200.0f);  // only a descheduled test thread makes it longer
   EXPECT_EQ(cuEventDestroy(begin), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy(end), CUDA_SUCCESS);
   EXPECT_EQ(cuEventQuery(end), CUDA_ERROR_INVALID_HANDLE);
@@ -263,13 +263,13 @@ TEST_F(CudaDoubleTest, CapturedGraphHasKernelNodesAndReplaysThem) {
   EXPECT_EQ(cuStreamIsCapturing(stream_, &capturing), CUDA_SUCCESS);
   EXPECT_EQ(capturing, CU_STREAM_CAPTURE_STATUS_ACTIVE);
   const uint64_t start = NowNs();
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(Spin(10 * kMs, stream_), CUDA_SUCCESS);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(Spin(40 * kMs, stream_), CUDA_SUCCESS);
   ASSERT_EQ(cuMemcpyHtoDAsync(buffer, pattern, sizeof(pattern), stream_), CUDA_SUCCESS);
   EXPECT_EQ(cuStreamSynchronize(stream_), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   CUgraph graph = nullptr;
   ASSERT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
-  EXPECT_LT(NowNs() - start, 10 * kMs);  // captured, not run
+  EXPECT_LT(NowNs() - start, 40 * kMs);  // captured, not run
 
   size_t count = 0;
   ASSERT_EQ(cuGraphGetNodes(graph, nullptr, &count), CUDA_SUCCESS);
@@ -292,7 +292,7 @@ TEST_F(CudaDoubleTest, CapturedGraphHasKernelNodesAndReplaysThem) {
   const uint64_t launch = NowNs();
   ASSERT_EQ(cuGraphLaunch(exec, stream_), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
-  EXPECT_GE(NowNs() - launch, 30 * kMs);
+  EXPECT_GE(NowNs() - launch, 120 * kMs);
   uint32_t back[4] = {};
   ASSERT_EQ(cuMemcpyDtoH(back, buffer, sizeof(back)), CUDA_SUCCESS);
   EXPECT_EQ(memcmp(back, pattern, sizeof(back)), 0);
