@@ -1,0 +1,100 @@
+// Share naming, allocation contents and preferred allocation (see share_allocation.h).
+#include "agent/share_allocation.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "contract/orion_contract.h"
+
+namespace orion::agent {
+namespace {
+constexpr char kSeparator[] = "::";
+}  // namespace
+
+std::string ShareId(std::string_view gpu_uuid, int index) {
+  return absl::StrCat(std::string(gpu_uuid), kSeparator, index);
+}
+
+std::string GpuOfShare(std::string_view share_id) {
+  const size_t pos = share_id.rfind(std::string_view(kSeparator));
+  return pos == std::string_view::npos ? "" : std::string(share_id.substr(0, pos));
+}
+
+std::vector<std::string> ShareIds(const std::vector<std::string>& gpu_uuids, int shares_per_gpu) {
+  std::vector<std::string> ids;
+  for (const std::string& uuid : gpu_uuids) {
+    for (int i = 0; i < shares_per_gpu; ++i) ids.push_back(ShareId(uuid, i));
+  }
+  return ids;
+}
+
+v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::string>& share_ids,
+                                                       const ContainerLayout& layout) {
+  std::vector<std::string> gpus;
+  for (const std::string& id : share_ids) {
+    std::string gpu = GpuOfShare(id);
+    if (!gpu.empty() && std::find(gpus.begin(), gpus.end(), gpu) == gpus.end()) {
+      gpus.push_back(std::move(gpu));
+    }
+  }
+  v1beta1::ContainerAllocateResponse r;
+  auto& envs = *r.mutable_envs();
+  envs["NVIDIA_VISIBLE_DEVICES"] = absl::StrJoin(gpus, ",");
+  envs["LD_PRELOAD"] = absl::StrCat(layout.container_lib_dir, "/", std::string(kInterposerFileName));
+  envs[contract::kEnvSocket] = absl::StrCat(layout.run_dir, "/", layout.socket_name);
+  v1beta1::Mount* lib = r.add_mounts();
+  lib->set_container_path(layout.container_lib_dir);
+  lib->set_host_path(layout.host_lib_dir);
+  lib->set_read_only(true);
+  v1beta1::Mount* run = r.add_mounts();
+  run->set_container_path(layout.run_dir);
+  run->set_host_path(layout.run_dir);
+  run->set_read_only(false);
+  return r;
+}
+
+std::vector<std::string> PreferredShares(const std::vector<std::string>& available,
+                                         const std::vector<std::string>& must_include, int size) {
+  std::vector<std::string> chosen;
+  std::set<std::string> taken;
+  std::set<std::string> chosen_gpus;
+  for (const std::string& id : must_include) {
+    if (static_cast<int>(chosen.size()) >= size) break;
+    if (taken.insert(id).second) {
+      chosen.push_back(id);
+      chosen_gpus.insert(GpuOfShare(id));
+    }
+  }
+  while (static_cast<int>(chosen.size()) < size) {
+    std::map<std::string, std::vector<std::string>> free_by_gpu;
+    for (const std::string& id : available) {
+      if (taken.count(id) == 0) free_by_gpu[GpuOfShare(id)].push_back(id);
+    }
+    if (free_by_gpu.empty()) break;
+    // Prefer a GPU already chosen; among the rest the one with the most free shares.
+    auto best = free_by_gpu.end();
+    for (auto it = free_by_gpu.begin(); it != free_by_gpu.end(); ++it) {
+      if (best == free_by_gpu.end()) {
+        best = it;
+        continue;
+      }
+      const bool it_chosen = chosen_gpus.count(it->first) > 0;
+      const bool best_chosen = chosen_gpus.count(best->first) > 0;
+      if (it_chosen != best_chosen ? it_chosen : it->second.size() > best->second.size()) {
+        best = it;
+      }
+    }
+    for (const std::string& id : best->second) {
+      if (static_cast<int>(chosen.size()) >= size) break;
+      chosen.push_back(id);
+      taken.insert(id);
+    }
+    chosen_gpus.insert(best->first);
+  }
+  return chosen;
+}
+
+}  // namespace orion::agent

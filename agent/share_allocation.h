@@ -1,0 +1,46 @@
+// How GPU shares are named, chosen and handed to containers by the device plugin. Pure: no
+// gRPC calls, only the v1beta1 message types.
+//
+// A physical GPU with UUID U is advertised as `shares_per_gpu` devices "U::0" .. "U::n-1"
+// (kubelet device IDs are opaque strings of at most 63 characters).
+//
+// Usage:
+//   std::vector<std::string> ids = ShareIds({"GPU-1234..."}, 8);
+//   v1beta1::ContainerAllocateResponse r = ContainerAllocation(request_ids, layout);
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "deviceplugin/v1beta1/api.pb.h"
+
+namespace orion::agent {
+
+inline constexpr std::string_view kInterposerFileName = "liborion_interpose.so";
+
+// Where things are on the host and in the container; Allocate hands out these paths.
+struct ContainerLayout {
+  std::string host_lib_dir;                           // versioned folder of the interposer
+  std::string container_lib_dir = "/usr/local/orion/lib";
+  std::string run_dir = "/run/orion";                 // socket + board, same path both sides
+  std::string socket_name = "orion.sock";
+};
+
+std::string ShareId(std::string_view gpu_uuid, int index);
+// The GPU UUID of a share ID ("" if the ID is not one of ours).
+std::string GpuOfShare(std::string_view share_id);
+std::vector<std::string> ShareIds(const std::vector<std::string>& gpu_uuids, int shares_per_gpu);
+
+// Env (NVIDIA_VISIBLE_DEVICES, LD_PRELOAD, ORION_SOCKET) and mounts (interposer folder read-only,
+// run folder read-write: clients map the board and connect to the socket) for one container.
+v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::string>& share_ids,
+                                                       const ContainerLayout& layout);
+
+// Picks `size` shares: all of must_include first, then shares of the GPUs already chosen
+// (a container asking for several shares wants them on one GPU), then of the GPU with the most
+// free shares (spreads pods over GPUs). Returns fewer only if not enough are available.
+std::vector<std::string> PreferredShares(const std::vector<std::string>& available,
+                                         const std::vector<std::string>& must_include, int size);
+
+}  // namespace orion::agent
