@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test command: installs dependencies, builds everything, runs every test suite (CTest) and
+# the deploy checks (Helm chart, manifests, dashboards, rules). Exit status 0 only if all pass.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+bash tools/setup-deps.sh
+JOBS="${ORION_JOBS:-$(nproc)}"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j "$JOBS"
+ctest --test-dir build --output-on-failure -j "$JOBS" --timeout 300
+bash tools/check-deploy.sh
