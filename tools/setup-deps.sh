@@ -10,8 +10,11 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev
   prometheus            # promtool: lints /metrics and the alerting rules in the tests
   binutils              # objdump: the interposer's export and glibc-version checks
-  nodejs npm            # schema validation of the Helm chart's rendered manifests
 )
+# Node.js + npm for the schema validation of the Helm chart's rendered manifests; a machine that
+# already has them (from another source than Debian) keeps its own.
+command -v node > /dev/null || PACKAGES+=(nodejs)
+command -v npm > /dev/null || PACKAGES+=(npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
