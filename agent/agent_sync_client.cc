@@ -1,0 +1,48 @@
+// AgentSync client (see agent_sync_client.h).
+#include "agent/agent_sync_client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+
+namespace orion::agent {
+namespace {
+
+absl::Status ToStatus(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat("orion-server: ", s.error_message()));
+}
+
+void SetDeadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
+}  // namespace
+
+AgentSyncClient::AgentSyncClient(const std::string& target)
+    : stub_(orion::v1::AgentSync::NewStub(
+          grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
+
+absl::Status AgentSyncClient::Upsert(const std::vector<orion::v1::PodPolicy>& pods,
+                                     bool full_sync) {
+  orion::v1::UpsertPodsRequest request;
+  for (const auto& p : pods) *request.add_pods() = p;
+  request.set_full_sync(full_sync);
+  orion::v1::UpsertPodsResponse response;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  return ToStatus(stub_->UpsertPods(&ctx, request, &response));
+}
+
+absl::Status AgentSyncClient::Delete(const std::string& pod_uid) {
+  orion::v1::DeletePodRequest request;
+  request.set_pod_uid(pod_uid);
+  orion::v1::DeletePodResponse response;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  return ToStatus(stub_->DeletePod(&ctx, request, &response));
+}
+
+}  // namespace orion::agent

@@ -1,0 +1,88 @@
+// Keeps orion-server's view of this node's pods current: lists the pods scheduled here, then
+// watches from the list's resourceVersion (relisting on 410 Gone), parses their orion/*
+// annotations and pushes the resulting policies through a PolicySink (AgentSync in production).
+// A malformed annotation is logged and raised as a Warning Event on the pod, once per value;
+// the pod keeps the default. Finished pods (Succeeded/Failed) are forgotten like deleted ones.
+//
+// Usage:
+//   PodWatcher watcher({.node_name = "gpu-node-a"}, &api, &sink);
+//   std::thread t([&] { watcher.Run(&stop); });
+//   ... watcher.Synced() ...
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "agent/annotations.h"
+#include "agent/kube_api.h"
+#include "agent/pod.h"
+#include "orion/v1/agent.pb.h"
+
+namespace orion::agent {
+
+// Where pod policies go; AgentSyncClient sends them to orion-server.
+class PolicySink {
+ public:
+  virtual ~PolicySink() = default;
+  // full_sync: `pods` is every pod of the node; the receiver forgets the others.
+  virtual absl::Status Upsert(const std::vector<orion::v1::PodPolicy>& pods, bool full_sync) = 0;
+  virtual absl::Status Delete(const std::string& pod_uid) = 0;
+};
+
+struct PodWatcherConfig {
+  std::string node_name;
+  int watch_timeout_seconds = 300;           // server closes the watch; we resume from rv
+  std::chrono::milliseconds retry_delay{2000};  // after API or sink errors
+};
+
+orion::v1::PodPolicy PolicyForPod(const PodInfo& pod, const PodSettings& settings);
+
+class PodWatcher {
+ public:
+  PodWatcher(PodWatcherConfig config, KubeApi* api, PolicySink* sink);
+
+  // Lists and watches until *stop is set.
+  void Run(const std::atomic<bool>* stop);
+
+  // True once a list was received and its policies reached the sink.
+  bool Synced() const { return synced_.load(); }
+  // Lists done so far (1 + relists after 410 or errors).
+  int Lists() const { return lists_.load(); }
+  std::string resource_version() const;
+
+ private:
+  struct KnownPod {
+    PodInfo info;
+    PodSettings settings;
+    std::string reported_problems;  // problems already raised as an Event, to avoid repeats
+  };
+
+  absl::Status Relist();
+  // Returns when the stream ends; sets *relist on 410 Gone.
+  absl::Status Watch(const std::atomic<bool>* stop, bool* relist);
+  void Apply(const WatchEvent& event);
+  void Forget(const std::string& uid);
+  // Parses annotations, raises Events for new problems; returns the pod's entry.
+  KnownPod Learn(const PodInfo& pod, const KnownPod* previous);
+  absl::Status FullSync();
+  void RecordWarning(const PodInfo& pod, const std::string& message);
+  std::string PodsPath() const;
+
+  const PodWatcherConfig config_;
+  KubeApi* const api_;
+  PolicySink* const sink_;
+  mutable std::mutex mu_;
+  std::map<std::string, KnownPod> pods_ ABSL_GUARDED_BY(mu_);
+  std::string resource_version_ ABSL_GUARDED_BY(mu_);
+  bool need_full_sync_ = true;  // the sink missed an update; resend everything
+  std::atomic<bool> synced_{false};
+  std::atomic<int> lists_{0};
+};
+
+}  // namespace orion::agent
