@@ -239,6 +239,11 @@ void NodeState::Unregister(uint32_t client_id) {
   auto& ring = board_->board().slots[c.slot].ring;
   for (size_t n = 0; n < contract::kRingCapacity && ring.TryPop(&e); ++n) ConsumeEvent(c, e);
   board_->FreeSlot(c.slot);
+  if (c.policy.priority == Priority::kBestEffort && c.gpu < contract::kMaxGpus) {
+    // A best-effort client that died with kernels in flight never gives its budget charges
+    // back; start the GPU's count afresh (briefly over-admitting is the safe side).
+    board_->board().gpus[c.gpu].be_outstanding_ns.store(0, std::memory_order_relaxed);
+  }
   clients_.erase(it);
 }
 
