@@ -58,17 +58,30 @@ inline bool ServerAlive(const contract::Board& board, uint64_t now_ns) {
 }
 
 enum class GateDecision {
-  kGoIdle,     // no high-priority work in flight: go
-  kGoBudget,   // fits beside high-priority work: go, budget charged
+  kGoIdle,     // no high-priority client to protect: go
+  kGoBudget,   // within the best-effort budget: go, charged until completion
   kWait,       // hold back
 };
 
-// Atomically charges estimate_ns to be_outstanding_ns if it stays within be_budget_ns.
-inline bool TryChargeBudget(contract::GpuState& gpu, uint64_t estimate_ns) {
-  const uint64_t budget = gpu.be_budget_ns.load(std::memory_order_relaxed);
+// True if a client other than us is marked high priority on this GPU (busy or not).
+inline bool HighPriorityPresent(const contract::GpuState& gpu, uint32_t own_slot) {
+  for (uint32_t w = 0; w < contract::kMaxSlots / 64; ++w) {
+    uint64_t mask = gpu.hp_slot_mask[w].load(std::memory_order_relaxed);
+    if (own_slot / 64 == w) mask &= ~(1ull << (own_slot % 64));
+    if (mask != 0) return true;
+  }
+  return false;
+}
+
+// Atomically charges estimate_ns to be_outstanding_ns if the total stays within `cap`. With
+// `admit_alone`, a launch is also admitted when nothing is outstanding, so a kernel longer than
+// the cap still runs (alone).
+inline bool TryChargeBudget(contract::GpuState& gpu, uint64_t estimate_ns, uint64_t cap,
+                            bool admit_alone) {
   uint64_t outstanding = gpu.be_outstanding_ns.load(std::memory_order_relaxed);
   for (;;) {
-    if (outstanding > budget || estimate_ns > budget - outstanding) return false;
+    const bool fits = outstanding <= cap && estimate_ns <= cap - outstanding;
+    if (!fits && !(admit_alone && outstanding == 0)) return false;
     if (gpu.be_outstanding_ns.compare_exchange_weak(outstanding, outstanding + estimate_ns,
                                                     std::memory_order_acq_rel)) {
       return true;
@@ -86,16 +99,27 @@ inline void ReleaseBudget(contract::GpuState& gpu, uint64_t estimate_ns) {
 }
 
 // One best-effort launch's decision. `blocks` = grid x*y*z.
+//  - gate off, server gone, or no high-priority client on the GPU: go.
+//  - high-priority work in flight: go only if the kernel is small (blocks <= sm_threshold) and
+//    its estimate fits the outstanding best-effort budget (be_budget_ns).
+//  - high-priority clients idle: go while queued best-effort work stays within be_budget_ns (one
+//    kernel always may run). A GPU runs queued kernels in order, so everything queued before a
+//    high-priority request arrives delays it; this bounds that delay to the budget or one kernel.
 inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState& gpu,
                                      uint32_t own_slot, uint64_t now_ns, uint64_t blocks,
                                      uint64_t estimate_ns) {
   if (static_cast<contract::GateMode>(gpu.mode.load(std::memory_order_relaxed)) ==
           contract::GateMode::kPassThrough ||
-      !ServerAlive(board, now_ns) || !HighPriorityBusy(board, gpu, own_slot, now_ns)) {
+      !ServerAlive(board, now_ns) || !HighPriorityPresent(gpu, own_slot)) {
     return GateDecision::kGoIdle;
   }
+  const uint64_t budget = gpu.be_budget_ns.load(std::memory_order_relaxed);
+  if (!HighPriorityBusy(board, gpu, own_slot, now_ns)) {
+    const bool admitted = TryChargeBudget(gpu, estimate_ns, budget, /*admit_alone=*/true);
+    return admitted ? GateDecision::kGoBudget : GateDecision::kWait;
+  }
   if (blocks <= gpu.sm_threshold.load(std::memory_order_relaxed) &&
-      TryChargeBudget(gpu, estimate_ns)) {
+      TryChargeBudget(gpu, estimate_ns, budget, /*admit_alone=*/false)) {
     return GateDecision::kGoBudget;
   }
   return GateDecision::kWait;

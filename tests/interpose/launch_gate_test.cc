@@ -39,10 +39,22 @@ class LaunchGateTest : public ::testing::Test {
   uint64_t now_ = 0;
 };
 
-TEST_F(LaunchGateTest, GoesWhenNoHighPriorityWork) {
+TEST_F(LaunchGateTest, GoesUnchargedWithoutHighPriorityClients) {
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 10'000), GateDecision::kGoIdle);
-  MarkHighPriority(130, 0, now_);  // HP client idle
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 10'000), GateDecision::kGoIdle);
+  EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
+}
+
+TEST_F(LaunchGateTest, IdleHighPriorityClientBoundsQueuedBestEffortWork) {
+  MarkHighPriority(130, 0, now_);  // HP client present, nothing in flight
+  // A kernel longer than the 100 us budget still goes when nothing is queued...
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 300'000), GateDecision::kGoBudget);
+  EXPECT_EQ(gpu().be_outstanding_ns.load(), 300'000u);
+  // ...but nothing more queues behind it until it completes.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 10'000), GateDecision::kWait);
+  ReleaseBudget(gpu(), 300'000);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 40'000), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 40'000), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 40'000), GateDecision::kWait);
 }
 
 TEST_F(LaunchGateTest, WaitsForBusyHighPriorityUnlessSmallAndWithinBudget) {
@@ -59,10 +71,11 @@ TEST_F(LaunchGateTest, WaitsForBusyHighPriorityUnlessSmallAndWithinBudget) {
 }
 
 TEST_F(LaunchGateTest, IgnoresStaleHighPriorityOwnSlotPassThroughAndDeadServer) {
-  MarkHighPriority(7, 1, now_ - 60'000'000);  // no progress for 60 ms > 50 ms
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoIdle);
   MarkHighPriority(3, 1, now_);  // our own slot never blocks us
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoIdle);
+  MarkHighPriority(7, 1, now_ - 60'000'000);  // no progress for 60 ms > 50 ms: counts as idle
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoBudget);
+  ReleaseBudget(gpu(), 1);
   MarkHighPriority(9, 1, now_);
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kWait);
   gpu().mode.store(static_cast<uint32_t>(GateMode::kPassThrough));
@@ -86,7 +99,7 @@ TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
   completer.join();
   EXPECT_GE(ticket.waited_ns, 15'000'000u);
   EXPECT_LT(ticket.waited_ns, 1'000'000'000u);
-  EXPECT_EQ(ticket.budget_ns, 0u);
+  EXPECT_EQ(ticket.budget_ns, 10'000u);  // HP still present: the launch is charged
   EXPECT_EQ(gpu().gate_waiters.load(), 0u);
 }
 

@@ -4,8 +4,11 @@
 // where no orion-server is built.
 //
 // Usage:
-//   orion_test_registrar [--limit BYTES] [--high] [--profile] -- python3 model.py
+//   orion_test_registrar [--limit BYTES] [--high] [--profile] [--gate BE_BUDGET_US] -- cmd...
 //   (LD_PRELOAD must already name liborion_interpose.so; the registrar sets ORION_SOCKET.)
+//   --gate turns on the priority gate of GPU 0 with fixed knobs (no best-effort kernel fits
+//   beside high-priority work unless its estimate fits BE_BUDGET_US); each client's own
+//   ORION_PRIORITY decides its class.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,12 +40,15 @@ struct SlotTally {
 int main(int argc, char** argv) {
   uint64_t limit = 0;
   bool high = false;
+  int64_t gate_budget_us = -1;
   int first = 1;
   for (; first < argc; ++first) {
     if (strcmp(argv[first], "--limit") == 0 && first + 1 < argc) {
       limit = strtoull(argv[++first], nullptr, 10);
     } else if (strcmp(argv[first], "--high") == 0) {
       high = true;
+    } else if (strcmp(argv[first], "--gate") == 0 && first + 1 < argc) {
+      gate_budget_us = strtoll(argv[++first], nullptr, 10);
     } else if (strcmp(argv[first], "--profile") == 0) {
       setenv("ORION_PROFILE", "1", 1);
     } else if (strcmp(argv[first], "--") == 0) {
@@ -68,6 +74,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     setenv("ORION_SOCKET", registrar.socket_path().c_str(), 1);
+    if (gate_budget_us >= 0) {
+      c::GpuState& gpu = registrar.board().gpus[0];
+      gpu.sm_threshold.store(0xFFFFFFFFu);
+      gpu.be_budget_ns.store(static_cast<uint64_t>(gate_budget_us) * 1000);
+      gpu.spin_ns.store(20'000);
+      gpu.hp_stale_ns.store(100'000'000);
+      gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
+    }
     if (high) setenv("ORION_PRIORITY", "high", 1);
     std::atomic<bool> done{false};
     auto drain = [&] {
@@ -107,10 +121,11 @@ int main(int argc, char** argv) {
     for (size_t s = 0; s < requests.size(); ++s) {
       const c::ClientSlot& slot = registrar.board().slots[s];
       SlotTally& t = tallies[static_cast<uint32_t>(s)];
-      printf("slot=%zu process=%s uuid=%s launches=%llu event_kernels=%llu dropped=%llu "
+      printf("slot=%zu process=%s priority=%u uuid=%s launches=%llu event_kernels=%llu dropped=%llu "
              "inflight=%u throttled_ns=%llu mem_used=%llu mem_peak=%llu names=%zu "
              "kernel_time_ns=%llu",
-             s, requests[s].process_name, requests[s].gpu_uuid,
+             s, requests[s].process_name, slot.priority.load(),
+             requests[s].gpu_uuid,
              static_cast<unsigned long long>(slot.launches.load()),
              static_cast<unsigned long long>(t.launch_kernels),
              static_cast<unsigned long long>(slot.ring.dropped.load()), slot.inflight.load(),
