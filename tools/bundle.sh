@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Copies the built binaries and the server's non-system shared libraries into one folder that
+# runs on another x86-64 Linux machine (e.g. a GPU node without the build dependencies):
+#   tools/bundle.sh build .bundle
+# Run the server with LD_LIBRARY_PATH=.bundle/lib; the interposer and orion-run need nothing.
+set -euo pipefail
+BUILD="${1:-build}"
+DEST="${2:-.bundle}"
+rm -rf "$DEST"
+mkdir -p "$DEST/lib"
+cp "$BUILD/server/orion-server" "$BUILD/tools/orion-ctl" "$BUILD/tools/orion-run" \
+   "$BUILD/interpose/liborion_interpose.so" "$BUILD"/samples/orion-sample-* "$DEST/"
+for bin in "$DEST/orion-server" "$DEST/orion-ctl"; do
+  ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      # glibc and the C++ runtime come from the target system (newer there is compatible).
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libstdc++.so*|libgcc_s.so*|ld-linux*) ;;
+      *) cp -Ln "$lib" "$DEST/lib/" 2>/dev/null || true ;;
+    esac
+  done
+done
+du -sh "$DEST"
