@@ -262,6 +262,10 @@ bool RecordStart(PendingLaunch* p, CUstream stream, bool per_thread_stream) {
 
 void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream) {
   if (!RecordOn(p->timed ? p->end : p->done, stream, per_thread_stream)) {
+    // The events may belong to a destroyed context whose address was reused: recreate them on
+    // the record's next use instead of failing forever.
+    DestroyEvents(p);
+    p->ctx = nullptr;
     Finish(p, false);
     return;
   }
