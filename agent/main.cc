@@ -1,0 +1,253 @@
+// orion-agent: one per GPU node. Installs the interposer on the host, serves the kubelet device
+// plugin for orion.io/gpu, watches this node's pods and feeds their orion/* annotations to
+// orion-server, and answers /healthz and /readyz. `orion-agent webhook` instead serves the
+// mutating admission webhook (a Deployment in the chart).
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "agent/agent_sync_client.h"
+#include "agent/device_plugin.h"
+#include "agent/gpu_discovery.h"
+#include "agent/http_endpoint.h"
+#include "agent/interposer_install.h"
+#include "agent/kube_api.h"
+#include "agent/pod_watcher.h"
+#include "agent/webhook_routes.h"
+
+namespace orion::agent {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: orion-agent [FLAGS]            node agent (DaemonSet)\n"
+    "       orion-agent webhook [FLAGS]    mutating admission webhook\n"
+    "node agent flags (--name=value):\n"
+    "  --node-name            default $NODE_NAME\n"
+    "  --resource-name        extended resource (orion.io/gpu)\n"
+    "  --shares-per-gpu       devices advertised per GPU (8)\n"
+    "  --gpus                 comma-separated GPU UUIDs (default: discover)\n"
+    "  --proc-gpus-dir        /proc/driver/nvidia/gpus\n"
+    "  --server-address       orion-server AgentSync target (127.0.0.1:50051)\n"
+    "  --device-plugin-dir    /var/lib/kubelet/device-plugins\n"
+    "  --interposer           library to install (/opt/orion/lib/liborion_interpose.so)\n"
+    "  --host-lib-dir         host folder receiving versions of it (/var/lib/orion)\n"
+    "  --container-lib-dir    where pods see it (/usr/local/orion/lib)\n"
+    "  --run-dir              server socket + board folder (/run/orion)\n"
+    "  --health-address       /healthz and /readyz (0.0.0.0:8081)\n"
+    "  --kube-api-url         API server URL (default: in-cluster)\n"
+    "  --kube-token-file, --kube-ca-file   with --kube-api-url\n"
+    "  --no-device-plugin, --no-pod-watcher   run parts only\n"
+    "webhook flags:\n"
+    "  --listen-address (0.0.0.0:8443) --tls-cert FILE --tls-key FILE --resource-name\n";
+
+using Flags = std::map<std::string, std::string>;
+
+bool ParseFlags(int argc, char** argv, int first, Flags* flags) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) return false;
+    a = a.substr(2);
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos) {
+      (*flags)[a.substr(0, eq)] = a.substr(eq + 1);
+    } else if (a.rfind("no-", 0) == 0 || a == "help") {
+      (*flags)[a] = "true";
+    } else if (i + 1 < argc) {
+      (*flags)[a] = argv[++i];
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Flag(const Flags& flags, const std::string& name, const std::string& fallback) {
+  auto it = flags.find(name);
+  return it == flags.end() ? fallback : it->second;
+}
+
+// Blocks SIGTERM/SIGINT in all threads; WaitForSignal returns when one arrives.
+sigset_t BlockSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+int WaitForSignal(const sigset_t& set) {
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+HttpReply Text(int status, const char* body) { return {status, "text/plain", body}; }
+
+int RunWebhook(const Flags& flags) {
+  const sigset_t signals = BlockSignals();
+  AdmissionOptions options;
+  options.resource_name = Flag(flags, "resource-name", options.resource_name);
+  HttpEndpoint::Options http;
+  http.listen_address = Flag(flags, "listen-address", "0.0.0.0:8443");
+  http.tls_cert_file = Flag(flags, "tls-cert", "");
+  http.tls_key_file = Flag(flags, "tls-key", "");
+  if (http.tls_cert_file.empty() || http.tls_key_file.empty()) {
+    std::fprintf(stderr, "orion-agent webhook: --tls-cert and --tls-key are required "
+                         "(the API server calls webhooks over HTTPS only)\n");
+    return 2;
+  }
+  auto endpoint = HttpEndpoint::Start(http, WebhookRoutes(options));
+  if (!endpoint.ok()) {
+    std::fprintf(stderr, "orion-agent webhook: %s\n",
+                 std::string(endpoint.status().message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "orion-agent webhook: serving /mutate on %s (HTTPS)\n",
+               http.listen_address.c_str());
+  WaitForSignal(signals);
+  return 0;
+}
+
+int RunNodeAgent(const Flags& flags) {
+  const sigset_t signals = BlockSignals();
+  const char* env_node = std::getenv("NODE_NAME");
+  const std::string node_name = Flag(flags, "node-name", env_node ? env_node : "");
+  const bool with_plugin = flags.count("no-device-plugin") == 0;
+  const bool with_watcher = flags.count("no-pod-watcher") == 0;
+  if (with_watcher && node_name.empty()) {
+    std::fprintf(stderr, "orion-agent: --node-name or $NODE_NAME is required\n");
+    return 2;
+  }
+
+  std::atomic<bool> installed{false};
+  DevicePluginConfig plugin_config;
+  plugin_config.resource_name = Flag(flags, "resource-name", plugin_config.resource_name);
+  plugin_config.plugin_dir = Flag(flags, "device-plugin-dir", plugin_config.plugin_dir);
+  plugin_config.shares_per_gpu = std::atoi(Flag(flags, "shares-per-gpu", "8").c_str());
+  if (plugin_config.shares_per_gpu < 1 || plugin_config.shares_per_gpu > 1000) {
+    std::fprintf(stderr, "orion-agent: --shares-per-gpu must be 1..1000\n");
+    return 2;
+  }
+  plugin_config.layout.container_lib_dir =
+      Flag(flags, "container-lib-dir", plugin_config.layout.container_lib_dir);
+  plugin_config.layout.run_dir = Flag(flags, "run-dir", plugin_config.layout.run_dir);
+
+  // 1. The interposer must be on the host before any pod is handed LD_PRELOAD of it.
+  const std::string host_lib_dir = Flag(flags, "host-lib-dir", "/var/lib/orion");
+  absl::StatusOr<std::string> version_dir = InstallInterposer(
+      Flag(flags, "interposer", "/opt/orion/lib/liborion_interpose.so"), host_lib_dir);
+  if (!version_dir.ok()) {
+    std::fprintf(stderr, "orion-agent: interposer not installed: %s\n",
+                 std::string(version_dir.status().message()).c_str());
+  } else {
+    std::fprintf(stderr, "orion-agent: interposer installed in %s\n", version_dir->c_str());
+    plugin_config.layout.host_lib_dir = *version_dir;
+    installed = true;
+  }
+
+  // 2. Device plugin.
+  std::unique_ptr<DevicePlugin> plugin;
+  const std::string gpus_flag = Flag(flags, "gpus", "");
+  const std::string proc_gpus = Flag(flags, "proc-gpus-dir", "/proc/driver/nvidia/gpus");
+  auto current_gpus = [&] {
+    if (!gpus_flag.empty()) {
+      std::vector<std::string> out;
+      for (absl::string_view g : absl::StrSplit(gpus_flag, ',', absl::SkipEmpty())) {
+        out.emplace_back(g.data(), g.size());
+      }
+      return out;
+    }
+    return DiscoverGpus(proc_gpus);
+  };
+  if (with_plugin && installed) {
+    plugin = std::make_unique<DevicePlugin>(plugin_config);
+    plugin->SetGpus(current_gpus());
+    plugin->Start();
+  }
+
+  // 3. Pod watcher -> orion-server.
+  std::atomic<bool> stop{false};
+  std::unique_ptr<KubeApi> api;
+  std::unique_ptr<AgentSyncClient> sink;
+  std::unique_ptr<PodWatcher> watcher;
+  std::thread watcher_thread;
+  if (with_watcher) {
+    KubeApiConfig kube;
+    if (flags.count("kube-api-url") > 0) {
+      kube.base_url = Flag(flags, "kube-api-url", "");
+      kube.token_file = Flag(flags, "kube-token-file", "");
+      kube.ca_file = Flag(flags, "kube-ca-file", "");
+    } else {
+      absl::StatusOr<KubeApiConfig> in_cluster = InClusterKubeApiConfig();
+      if (!in_cluster.ok()) {
+        std::fprintf(stderr, "orion-agent: %s\n",
+                     std::string(in_cluster.status().message()).c_str());
+        return 2;
+      }
+      kube = *in_cluster;
+    }
+    api = std::make_unique<CurlKubeApi>(kube);
+    sink = std::make_unique<AgentSyncClient>(Flag(flags, "server-address", "127.0.0.1:50051"));
+    watcher = std::make_unique<PodWatcher>(PodWatcherConfig{.node_name = node_name}, api.get(),
+                                           sink.get());
+    watcher_thread = std::thread([&] { watcher->Run(&stop); });
+  }
+
+  // 4. Health: live while the process runs; ready when every enabled part works.
+  auto ready = [&]() -> std::string {
+    if (!installed) return "interposer not installed";
+    if (plugin != nullptr && !plugin->Registered()) return "device plugin not registered";
+    if (watcher != nullptr && !watcher->Synced()) return "pods not synced to orion-server";
+    return "";
+  };
+  auto health = HttpEndpoint::Start(
+      {.listen_address = Flag(flags, "health-address", "0.0.0.0:8081")},
+      {{"/healthz", [](const HttpRequest&) { return Text(200, "ok\n"); }},
+       {"/readyz", [&](const HttpRequest&) {
+          const std::string why = ready();
+          return why.empty() ? Text(200, "ok\n") : HttpReply{503, "text/plain", why + "\n"};
+        }}});
+  if (!health.ok()) {
+    std::fprintf(stderr, "orion-agent: %s\n", std::string(health.status().message()).c_str());
+  }
+
+  // GPUs can come and go (driver reload, hot-plug on some systems): rediscover periodically.
+  std::thread rediscover([&] {
+    while (!stop) {
+      for (int i = 0; i < 300 && !stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (plugin != nullptr && !stop) plugin->SetGpus(current_gpus());
+    }
+  });
+
+  const int sig = WaitForSignal(signals);
+  std::fprintf(stderr, "orion-agent: signal %d, stopping\n", sig);
+  stop = true;
+  if (plugin != nullptr) plugin->Stop();
+  if (watcher_thread.joinable()) watcher_thread.join();
+  rediscover.join();
+  return 0;
+}
+
+}  // namespace
+}  // namespace orion::agent
+
+int main(int argc, char** argv) {
+  using namespace orion::agent;
+  const bool webhook = argc > 1 && std::string(argv[1]) == "webhook";
+  Flags flags;
+  if (!ParseFlags(argc, argv, webhook ? 2 : 1, &flags) || flags.count("help") > 0) {
+    std::fputs(kUsage, flags.count("help") > 0 ? stdout : stderr);
+    return flags.count("help") > 0 ? 0 : 2;
+  }
+  return webhook ? RunWebhook(flags) : RunNodeAgent(flags);
+}
