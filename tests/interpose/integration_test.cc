@@ -214,6 +214,27 @@ TEST_F(InterposeIntegrationTest, BestEffortWaitsWhileHighPriorityWorkRuns) {
   const auto events = registrar.Drain(0);
   EXPECT_GE(CountKind(events, c::EventKind::kThrottled), 1);
   EXPECT_EQ(gpu.gate_waiters.load(), 0u);
+  // Every admitted launch was charged and every charge came back at completion.
+  EXPECT_EQ(gpu.be_outstanding_ns.load(), 0u);
+}
+
+TEST_F(InterposeIntegrationTest, ForkedChildLeavesTheParentsRegistrationAlone) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  ASSERT_TRUE(registrar.ok());
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "5 fork");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.values.at("fork_child"), "0");
+  ASSERT_GE(registrar.requests().size(), 1u);
+  // The parent's slot holds the parent's launches only (8 + 3 graph nodes + 1 after the fork).
+  EXPECT_EQ(registrar.board().slots[0].launches.load(), 12u);
+  // The parent kept its registration through the child's exit: it closed exactly once, and the
+  // child (which may register on its own) did not close the parent's connection early.
+  for (int i = 0; i < 100 && registrar.closed_connections() < static_cast<int>(
+                                 registrar.requests().size()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(registrar.closed_connections(), static_cast<int>(registrar.requests().size()));
+  EXPECT_EQ(CountKind(registrar.Drain(0), c::EventKind::kLaunch), 9);
 }
 
 TEST_F(InterposeIntegrationTest, NoServerPassesThroughWithOneStderrLine) {

@@ -3,11 +3,14 @@
 // dlsym), replays a captured graph, allocates against the quota, and prints what it saw as
 // key=value lines on stdout for the test to check. Runs on the CUDA driver test double.
 //
-// Usage: orion_interpose_probe [launches]
+// Usage: orion_interpose_probe [launches] [fork]
+//   fork: after the memory checks a child process makes driver calls of its own and exits.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,7 +33,7 @@ bool FromInterposer(void* fn) {
          strstr(info.dli_fname, "orion_interpose") != nullptr;
 }
 
-int Run(int launches) {
+int Run(int launches, bool fork_child) {
   CUdevice device;
   CUcontext context;
   CUmodule module;
@@ -96,6 +99,21 @@ int Run(int launches) {
   if (a != 0) PROBE_CHECK(cuMemFree(a));
   if (b != 0) PROBE_CHECK(cuMemFree(b));
 
+  if (fork_child) {
+    const pid_t child = fork();
+    if (child == 0) {
+      // The inherited registration is the parent's; the interposer must not write into its slot.
+      size_t f = 0, t = 0;
+      const CUresult r = cuMemGetInfo(&f, &t);
+      (void)r;  // CUDA may refuse in a fork child; not crashing is what counts
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("fork_child=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    PROBE_CHECK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
+  }
+
   PROBE_CHECK(cuCtxSynchronize());
   // Let the interposer's completion poller observe the last events before exit.
   timespec settle{0, 50'000'000};
@@ -109,5 +127,6 @@ int Run(int launches) {
 
 int main(int argc, char** argv) {
   const int launches = argc > 1 ? atoi(argv[1]) : 5;
-  return Run(launches);
+  const bool fork_child = argc > 2 && strcmp(argv[2], "fork") == 0;
+  return Run(launches, fork_child);
 }
