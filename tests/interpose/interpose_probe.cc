@@ -3,8 +3,9 @@
 // dlsym), replays a captured graph, allocates against the quota, and prints what it saw as
 // key=value lines on stdout for the test to check. Runs on the CUDA driver test double.
 //
-// Usage: orion_interpose_probe [launches] [fork]
+// Usage: orion_interpose_probe [launches] [fork|bench]
 //   fork: after the memory checks a child process makes driver calls of its own and exits.
+//   bench: also times 100000 back-to-back launches of an empty kernel (launch_ns=, CPU side).
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -33,7 +34,7 @@ bool FromInterposer(void* fn) {
          strstr(info.dli_fname, "orion_interpose") != nullptr;
 }
 
-int Run(int launches, bool fork_child) {
+int Run(int launches, bool fork_child, bool bench) {
   CUdevice device;
   CUcontext context;
   CUmodule module;
@@ -114,6 +115,20 @@ int Run(int launches, bool fork_child) {
     PROBE_CHECK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
   }
 
+  if (bench) {
+    unsigned long long zero = 0;
+    void* zero_args[] = {&zero};
+    constexpr int kBenchLaunches = 100000;
+    timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < kBenchLaunches; ++i) {
+      PROBE_CHECK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, stream, zero_args, nullptr));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+    printf("launch_ns=%.1f\n", ns / kBenchLaunches);
+  }
+
   PROBE_CHECK(cuCtxSynchronize());
   // Let the interposer's completion poller observe the last events before exit.
   timespec settle{0, 50'000'000};
@@ -128,5 +143,6 @@ int Run(int launches, bool fork_child) {
 int main(int argc, char** argv) {
   const int launches = argc > 1 ? atoi(argv[1]) : 5;
   const bool fork_child = argc > 2 && strcmp(argv[2], "fork") == 0;
-  return Run(launches, fork_child);
+  const bool bench = argc > 2 && strcmp(argv[2], "bench") == 0;
+  return Run(launches, fork_child, bench);
 }
