@@ -45,8 +45,8 @@ thread_local uint32_t t_cached_epoch = 0;
 void Note(const char* what) {
   if (g_config.quiet || g_note_printed.exchange(1) != 0) return;
   char line[512];
-  const int n = snprintf(line, sizeof(line), "orion: %s; passing CUDA calls through unchanged\n",
-                         what);
+  const int n =
+      snprintf(line, sizeof(line), "orion: %s; passing CUDA calls through unchanged\n", what);
   if (n > 0) {
     ssize_t ignored = write(2, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
     (void)ignored;
@@ -150,8 +150,7 @@ bool Register(int device, Registration* reg, char* why, size_t why_bytes) {
   request.requested_priority = g_config.requested_priority;
   request.requested_memory_limit = g_config.requested_memory_limit;
   request.requested_latency_target_us = g_config.requested_latency_target_us;
-  CopyTruncated(request.process_name, sizeof(request.process_name),
-                program_invocation_short_name);
+  CopyTruncated(request.process_name, sizeof(request.process_name), program_invocation_short_name);
 
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -203,8 +202,8 @@ bool Register(int device, Registration* reg, char* why, size_t why_bytes) {
     close(fd);
     return false;
   }
-  const char* board_path = reply.board_path[0] != '\0' ? reply.board_path
-                                                       : contract::kDefaultBoardPath;
+  const char* board_path =
+      reply.board_path[0] != '\0' ? reply.board_path : contract::kDefaultBoardPath;
   size_t mapped = 0;
   bool reused = false;
   contract::Board* board = MapBoard(board_path, &mapped, &reused);

@@ -32,9 +32,7 @@ struct Registration {
   uint32_t client_id = 0;
 
   // False once the server reassigned the slot (server restart): stop writing into it.
-  bool StillOwned() const {
-    return slot->generation.load(std::memory_order_relaxed) == generation;
-  }
+  bool StillOwned() const { return slot->generation.load(std::memory_order_relaxed) == generation; }
 };
 
 // Parsed once, on the first hooked call.
@@ -61,7 +59,7 @@ inline CUresult DriverMissingResult(bool driver_loaded) {
 }  // namespace orion::interpose
 
 // Opening of every hook: initialise once, fetch the typed real pointer into `real`.
-#define ORION_REAL_OR_RETURN(name)                                                   \
-  const bool orion_driver_loaded = ::orion::interpose::EnsureProcessInit();          \
-  const auto real = ORION_REAL(name);                                                \
+#define ORION_REAL_OR_RETURN(name)                                          \
+  const bool orion_driver_loaded = ::orion::interpose::EnsureProcessInit(); \
+  const auto real = ORION_REAL(name);                                       \
   if (real == nullptr) return ::orion::interpose::DriverMissingResult(orion_driver_loaded);

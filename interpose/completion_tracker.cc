@@ -201,8 +201,8 @@ void* PollerMain(void*) {
       continue;
     }
     timespec ts{0, 100'000'000};
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAIT_PRIVATE, 1,
-            &ts, nullptr, 0);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAIT_PRIVATE, 1, &ts,
+            nullptr, 0);
     g_poller_sleeping.store(0, std::memory_order_relaxed);
   }
   return nullptr;

@@ -76,12 +76,27 @@ inline bool ParseByteSize(const char* value, uint64_t* out) {
     const uint64_t base = binary ? 1024 : 1000;
     int power = 0;
     switch (unit) {
-      case 'k': case 'K': power = 1; break;
-      case 'M': power = 2; break;  // 'm' is milli in Kubernetes: refused
-      case 'G': case 'g': power = 3; break;
-      case 'T': case 't': power = 4; break;
-      case 'B': case 'b': power = 0; break;
-      default: return false;
+      case 'k':
+      case 'K':
+        power = 1;
+        break;
+      case 'M':
+        power = 2;
+        break;  // 'm' is milli in Kubernetes: refused
+      case 'G':
+      case 'g':
+        power = 3;
+        break;
+      case 'T':
+      case 't':
+        power = 4;
+        break;
+      case 'B':
+      case 'b':
+        power = 0;
+        break;
+      default:
+        return false;
     }
     for (int i = 0; i < power; ++i) scale *= base;
     p += binary ? 2 : 1;

@@ -33,24 +33,24 @@ using orion::contract::CopyDirection;
 using orion::contract::EventKind;
 
 // Events are reported after a successful call so failed copies do not appear on the timeline.
-#define ORION_REPORT_AFTER(call, kind, direction, address, bytes, stream)                  \
-  const CUresult result = call;                                                            \
-  if (result == CUDA_SUCCESS) {                                                            \
+#define ORION_REPORT_AFTER(call, kind, direction, address, bytes, stream)                     \
+  const CUresult result = call;                                                               \
+  if (result == CUDA_SUCCESS) {                                                               \
     orion::interpose::Report(kind, direction, static_cast<uint64_t>(address), bytes, stream); \
-  }                                                                                        \
+  }                                                                                           \
   return result;
 
-#define ORION_COPY_SYNC(name, dst_type, src_type, direction)                          \
-  CUresult CUDAAPI name(dst_type dst, src_type src, size_t bytes) {                   \
-    ORION_REAL_OR_RETURN(name)                                                         \
-    ORION_REPORT_AFTER(real(dst, src, bytes), EventKind::kMemcpy, direction,           \
-                       (uint64_t)(dst), bytes, nullptr)                                \
+#define ORION_COPY_SYNC(name, dst_type, src_type, direction)                                  \
+  CUresult CUDAAPI name(dst_type dst, src_type src, size_t bytes) {                           \
+    ORION_REAL_OR_RETURN(name)                                                                \
+    ORION_REPORT_AFTER(real(dst, src, bytes), EventKind::kMemcpy, direction, (uint64_t)(dst), \
+                       bytes, nullptr)                                                        \
   }
-#define ORION_COPY_ASYNC(name, dst_type, src_type, direction)                         \
-  CUresult CUDAAPI name(dst_type dst, src_type src, size_t bytes, CUstream stream) {  \
-    ORION_REAL_OR_RETURN(name)                                                         \
-    ORION_REPORT_AFTER(real(dst, src, bytes, stream), EventKind::kMemcpy, direction,   \
-                       (uint64_t)(dst), bytes, stream)                                 \
+#define ORION_COPY_ASYNC(name, dst_type, src_type, direction)                        \
+  CUresult CUDAAPI name(dst_type dst, src_type src, size_t bytes, CUstream stream) { \
+    ORION_REAL_OR_RETURN(name)                                                       \
+    ORION_REPORT_AFTER(real(dst, src, bytes, stream), EventKind::kMemcpy, direction, \
+                       (uint64_t)(dst), bytes, stream)                               \
   }
 
 ORION_COPY_SYNC(cuMemcpy, CUdeviceptr, CUdeviceptr, CopyDirection::kUnknown)
@@ -64,25 +64,24 @@ ORION_COPY_SYNC(cuMemcpyDtoH_v2_ptds, void*, CUdeviceptr, CopyDirection::kDevice
 ORION_COPY_SYNC(cuMemcpyDtoD_v2, CUdeviceptr, CUdeviceptr, CopyDirection::kDeviceToDevice)
 ORION_COPY_SYNC(cuMemcpyDtoD_v2_ptds, CUdeviceptr, CUdeviceptr, CopyDirection::kDeviceToDevice)
 ORION_COPY_ASYNC(cuMemcpyHtoDAsync_v2, CUdeviceptr, const void*, CopyDirection::kHostToDevice)
-ORION_COPY_ASYNC(cuMemcpyHtoDAsync_v2_ptsz, CUdeviceptr, const void*,
-                 CopyDirection::kHostToDevice)
+ORION_COPY_ASYNC(cuMemcpyHtoDAsync_v2_ptsz, CUdeviceptr, const void*, CopyDirection::kHostToDevice)
 ORION_COPY_ASYNC(cuMemcpyDtoHAsync_v2, void*, CUdeviceptr, CopyDirection::kDeviceToHost)
 ORION_COPY_ASYNC(cuMemcpyDtoHAsync_v2_ptsz, void*, CUdeviceptr, CopyDirection::kDeviceToHost)
 ORION_COPY_ASYNC(cuMemcpyDtoDAsync_v2, CUdeviceptr, CUdeviceptr, CopyDirection::kDeviceToDevice)
 ORION_COPY_ASYNC(cuMemcpyDtoDAsync_v2_ptsz, CUdeviceptr, CUdeviceptr,
                  CopyDirection::kDeviceToDevice)
 
-#define ORION_MEMSET_SYNC(name, value_type, element_bytes)                                 \
-  CUresult CUDAAPI name(CUdeviceptr dst, value_type value, size_t count) {                 \
-    ORION_REAL_OR_RETURN(name)                                                              \
-    ORION_REPORT_AFTER(real(dst, value, count), EventKind::kMemset, CopyDirection::kUnknown, \
-                       dst, count * (element_bytes), nullptr)                               \
+#define ORION_MEMSET_SYNC(name, value_type, element_bytes)                                        \
+  CUresult CUDAAPI name(CUdeviceptr dst, value_type value, size_t count) {                        \
+    ORION_REAL_OR_RETURN(name)                                                                    \
+    ORION_REPORT_AFTER(real(dst, value, count), EventKind::kMemset, CopyDirection::kUnknown, dst, \
+                       count*(element_bytes), nullptr)                                            \
   }
 #define ORION_MEMSET_ASYNC(name, value_type, element_bytes)                                 \
   CUresult CUDAAPI name(CUdeviceptr dst, value_type value, size_t count, CUstream stream) { \
-    ORION_REAL_OR_RETURN(name)                                                               \
-    ORION_REPORT_AFTER(real(dst, value, count, stream), EventKind::kMemset,                  \
-                       CopyDirection::kUnknown, dst, count * (element_bytes), stream)        \
+    ORION_REAL_OR_RETURN(name)                                                              \
+    ORION_REPORT_AFTER(real(dst, value, count, stream), EventKind::kMemset,                 \
+                       CopyDirection::kUnknown, dst, count*(element_bytes), stream)         \
   }
 
 ORION_MEMSET_SYNC(cuMemsetD8_v2, unsigned char, 1)

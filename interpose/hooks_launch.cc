@@ -31,8 +31,7 @@ void ReportKernelName(Registration* reg, uint64_t func) {
   e.func = func;
   const char* name = nullptr;
   auto get_name = ORION_DRIVER(cuFuncGetName);
-  if (get_name == nullptr ||
-      get_name(&name, reinterpret_cast<CUfunction>(func)) != CUDA_SUCCESS) {
+  if (get_name == nullptr || get_name(&name, reinterpret_cast<CUfunction>(func)) != CUDA_SUCCESS) {
     name = nullptr;
   }
   CopyTruncated(e.name, sizeof(e.name), name != nullptr ? name : "?");
@@ -140,8 +139,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   return result;
 }
 
-LaunchInfo KernelInfo(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                      unsigned by, unsigned bz, unsigned shmem, CUstream stream, bool ptsz) {
+LaunchInfo KernelInfo(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                      unsigned bz, unsigned shmem, CUstream stream, bool ptsz) {
   LaunchInfo info;
   info.func = reinterpret_cast<uint64_t>(f);
   info.grid[0] = gx;
@@ -159,8 +158,8 @@ LaunchInfo KernelInfo(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
 LaunchInfo ExInfo(const CUlaunchConfig* config, CUfunction f, bool ptsz) {
   if (config == nullptr) return KernelInfo(f, 1, 1, 1, 1, 1, 1, 0, nullptr, ptsz);
   return KernelInfo(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
-                    config->blockDimY, config->blockDimZ, config->sharedMemBytes,
-                    config->hStream, ptsz);
+                    config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                    ptsz);
 }
 
 LaunchInfo GraphInfo(CUgraphExec exec, CUstream stream, bool ptsz) {
@@ -222,41 +221,40 @@ using orion::interpose::GuardedLaunch;
 using orion::interpose::KernelInfo;
 using orion::interpose::RememberGraph;
 
-#define ORION_KERNEL_LAUNCH_HOOK(name, ptsz)                                                     \
-  CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,         \
-                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,   \
-                        CUstream stream, void** params, void** extra) {                          \
-    ORION_REAL_OR_RETURN(name)                                                                   \
-    return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz),             \
-                         [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params,     \
-                                           extra); });                                           \
+#define ORION_KERNEL_LAUNCH_HOOK(name, ptsz)                                                   \
+  CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, \
+                        CUstream stream, void** params, void** extra) {                        \
+    ORION_REAL_OR_RETURN(name)                                                                 \
+    return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz), [&] {     \
+      return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                    \
+    });                                                                                        \
   }
 ORION_KERNEL_LAUNCH_HOOK(cuLaunchKernel, false)
 ORION_KERNEL_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
 
-#define ORION_COOPERATIVE_LAUNCH_HOOK(name, ptsz)                                                \
-  CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,         \
-                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,   \
-                        CUstream stream, void** params) {                                        \
-    ORION_REAL_OR_RETURN(name)                                                                   \
-    return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz),             \
+#define ORION_COOPERATIVE_LAUNCH_HOOK(name, ptsz)                                                 \
+  CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,          \
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,    \
+                        CUstream stream, void** params) {                                         \
+    ORION_REAL_OR_RETURN(name)                                                                    \
+    return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz),              \
                          [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params); }); \
   }
 ORION_COOPERATIVE_LAUNCH_HOOK(cuLaunchCooperativeKernel, false)
 ORION_COOPERATIVE_LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, true)
 
-#define ORION_LAUNCH_EX_HOOK(name, ptsz)                                                     \
-  CUresult CUDAAPI name(const CUlaunchConfig* config, CUfunction f, void** params,           \
-                        void** extra) {                                                      \
-    ORION_REAL_OR_RETURN(name)                                                               \
+#define ORION_LAUNCH_EX_HOOK(name, ptsz)                                                           \
+  CUresult CUDAAPI name(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) { \
+    ORION_REAL_OR_RETURN(name)                                                                     \
     return GuardedLaunch(ExInfo(config, f, ptsz), [&] { return real(config, f, params, extra); }); \
   }
 ORION_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
 ORION_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
 
-#define ORION_GRAPH_LAUNCH_HOOK(name, ptsz)                                                \
-  CUresult CUDAAPI name(CUgraphExec exec, CUstream stream) {                               \
-    ORION_REAL_OR_RETURN(name)                                                             \
+#define ORION_GRAPH_LAUNCH_HOOK(name, ptsz)                                                  \
+  CUresult CUDAAPI name(CUgraphExec exec, CUstream stream) {                                 \
+    ORION_REAL_OR_RETURN(name)                                                               \
     return GuardedLaunch(GraphInfo(exec, stream, ptsz), [&] { return real(exec, stream); }); \
   }
 ORION_GRAPH_LAUNCH_HOOK(cuGraphLaunch, false)

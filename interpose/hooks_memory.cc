@@ -78,16 +78,15 @@ CUresult GuardedFree(CUdeviceptr dptr, CUstream stream, Free release) {
 }  // namespace
 }  // namespace orion::interpose
 
+using orion::contract::MemoryKind;
 using orion::interpose::CurrentRegistration;
 using orion::interpose::GuardedAlloc;
 using orion::interpose::GuardedFree;
 using orion::interpose::Registration;
-using orion::contract::MemoryKind;
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   ORION_REAL_OR_RETURN(cuMemAlloc_v2)
-  return GuardedAlloc(dptr, bytes, MemoryKind::kDevice, nullptr,
-                      [&] { return real(dptr, bytes); });
+  return GuardedAlloc(dptr, bytes, MemoryKind::kDevice, nullptr, [&] { return real(dptr, bytes); });
 }
 
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
@@ -96,20 +95,20 @@ CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int
                       [&] { return real(dptr, bytes, flags); });
 }
 
-#define ORION_ALLOC_ASYNC_HOOK(name)                                                \
-  CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytes, CUstream stream) {        \
-    ORION_REAL_OR_RETURN(name)                                                      \
-    return GuardedAlloc(dptr, bytes, MemoryKind::kAsync, stream,                    \
-                        [&] { return real(dptr, bytes, stream); });                 \
+#define ORION_ALLOC_ASYNC_HOOK(name)                                        \
+  CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytes, CUstream stream) { \
+    ORION_REAL_OR_RETURN(name)                                              \
+    return GuardedAlloc(dptr, bytes, MemoryKind::kAsync, stream,            \
+                        [&] { return real(dptr, bytes, stream); });         \
   }
 ORION_ALLOC_ASYNC_HOOK(cuMemAllocAsync)
 ORION_ALLOC_ASYNC_HOOK(cuMemAllocAsync_ptsz)
 
-#define ORION_ALLOC_POOL_HOOK(name)                                                         \
+#define ORION_ALLOC_POOL_HOOK(name)                                                            \
   CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) { \
-    ORION_REAL_OR_RETURN(name)                                                              \
-    return GuardedAlloc(dptr, bytes, MemoryKind::kPool, stream,                             \
-                        [&] { return real(dptr, bytes, pool, stream); });                   \
+    ORION_REAL_OR_RETURN(name)                                                                 \
+    return GuardedAlloc(dptr, bytes, MemoryKind::kPool, stream,                                \
+                        [&] { return real(dptr, bytes, pool, stream); });                      \
   }
 ORION_ALLOC_POOL_HOOK(cuMemAllocFromPoolAsync)
 ORION_ALLOC_POOL_HOOK(cuMemAllocFromPoolAsync_ptsz)
@@ -152,10 +151,10 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   return GuardedFree(dptr, nullptr, [&] { return real(dptr); });
 }
 
-#define ORION_FREE_ASYNC_HOOK(name)                                                 \
-  CUresult CUDAAPI name(CUdeviceptr dptr, CUstream stream) {                        \
-    ORION_REAL_OR_RETURN(name)                                                      \
-    return GuardedFree(dptr, stream, [&] { return real(dptr, stream); });           \
+#define ORION_FREE_ASYNC_HOOK(name)                                       \
+  CUresult CUDAAPI name(CUdeviceptr dptr, CUstream stream) {              \
+    ORION_REAL_OR_RETURN(name)                                            \
+    return GuardedFree(dptr, stream, [&] { return real(dptr, stream); }); \
   }
 ORION_FREE_ASYNC_HOOK(cuMemFreeAsync)
 ORION_FREE_ASYNC_HOOK(cuMemFreeAsync_ptsz)

@@ -19,8 +19,8 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_
 }
 
 void FutexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr,
-          nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr,
+          0);
 }
 
 inline void CpuRelax() {

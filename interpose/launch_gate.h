@@ -58,9 +58,9 @@ inline bool ServerAlive(const contract::Board& board, uint64_t now_ns) {
 }
 
 enum class GateDecision {
-  kGoIdle,     // no high-priority client to protect: go
-  kGoBudget,   // within the best-effort budget: go, charged until completion
-  kWait,       // hold back
+  kGoIdle,    // no high-priority client to protect: go
+  kGoBudget,  // within the best-effort budget: go, charged until completion
+  kWait,      // hold back
 };
 
 // True if a client other than us is marked high priority on this GPU (busy or not).

@@ -32,8 +32,7 @@ inline bool TryReserve(std::atomic<uint64_t>& used, std::atomic<uint64_t>& peak,
     return false;
   }
   uint64_t seen = peak.load(std::memory_order_relaxed);
-  while (after > seen &&
-         !peak.compare_exchange_weak(seen, after, std::memory_order_relaxed)) {
+  while (after > seen && !peak.compare_exchange_weak(seen, after, std::memory_order_relaxed)) {
   }
   return true;
 }

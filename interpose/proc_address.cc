@@ -58,7 +58,7 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_ve
 extern "C" {
 // Hook for (handle, name), or null to let the real dlsym answer.
 __attribute__((visibility("hidden"), used)) void* orion_dlsym_decide(void* handle,
-                                                                      const char* name);
+                                                                     const char* name);
 // Where the assembly entry jumps when we do not replace the symbol.
 __attribute__((visibility("hidden"), used)) void* orion_real_dlsym_target = nullptr;
 }
@@ -74,8 +74,7 @@ void* orion_dlsym_decide(void* handle, const char* name) {
     if (real == nullptr) real = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
     if (real == nullptr) real = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17");
     __atomic_store_n(&orion_real_dlsym_target,
-                     real != nullptr ? real : reinterpret_cast<void*>(&NoDlsym),
-                     __ATOMIC_RELEASE);
+                     real != nullptr ? real : reinterpret_cast<void*>(&NoDlsym), __ATOMIC_RELEASE);
   }
   // RTLD_NEXT from someone else means "the definition after mine": never answer with our hook
   // (an interposer stacked on top of us would call itself).

@@ -32,9 +32,9 @@ int FindHookByRealPointer(const void* fn);
 
 }  // namespace orion::interpose
 
-#define ORION_REAL(name)                                    \
-  reinterpret_cast<::orion::interpose::RealFn_##name>(      \
+#define ORION_REAL(name)                               \
+  reinterpret_cast<::orion::interpose::RealFn_##name>( \
       ::orion::interpose::g_real_hooks[::orion::interpose::kHook_##name])
-#define ORION_DRIVER(name)                                  \
-  reinterpret_cast<::orion::interpose::DriverFn_##name>(    \
+#define ORION_DRIVER(name)                               \
+  reinterpret_cast<::orion::interpose::DriverFn_##name>( \
       ::orion::interpose::g_driver_fns[::orion::interpose::kDriver_##name])

@@ -7,8 +7,8 @@
 
 namespace orion::interpose {
 
-extern KernelRegistry<8192> g_kernels;      // CUfunction -> name sent, launches, estimate
-extern KernelRegistry<1024> g_graphs;       // CUgraphExec -> kernel nodes (aux)
+extern KernelRegistry<8192> g_kernels;        // CUfunction -> name sent, launches, estimate
+extern KernelRegistry<1024> g_graphs;         // CUgraphExec -> kernel nodes (aux)
 extern AllocationTable<65536> g_allocations;  // device pointer -> bytes, kind
 extern AllocationTable<16384> g_vmm_handles;  // CUmemGenericAllocationHandle -> bytes
 

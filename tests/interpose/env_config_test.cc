@@ -77,9 +77,8 @@ TEST(FormatGpuUuidTest, NvidiaSmiForm) {
 
 TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   std::map<std::string, std::string> env = {
-      {"ORION_PRIORITY", "high"},          {"ORION_MEMORY_LIMIT", "2Gi"},
-      {"ORION_LATENCY_TARGET_MS", "15"},   {"ORION_QUIET", "1"},
-      {"ORION_PROFILE", "1"},
+      {"ORION_PRIORITY", "high"}, {"ORION_MEMORY_LIMIT", "2Gi"}, {"ORION_LATENCY_TARGET_MS", "15"},
+      {"ORION_QUIET", "1"},       {"ORION_PROFILE", "1"},
   };
   auto get = [&](const char* name) -> const char* {
     auto it = env.find(name);

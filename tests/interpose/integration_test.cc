@@ -60,9 +60,10 @@ class InterposeIntegrationTest : public ::testing::Test {
     ProbeRun run;
 #ifdef ORION_PROBE
     const std::string err_path = dir_ + "/stderr.txt";
-    const std::string cmd = "env ORION_SIM_DIR=" + dir_ + "/sim LD_LIBRARY_PATH=" +
-                            ORION_CUDA_DOUBLE_LIB_DIR + " LD_PRELOAD=" + ORION_INTERPOSE_LIB +
-                            " " + env + " " + ORION_PROBE + " " + args + " 2>" + err_path;
+    const std::string cmd = "env ORION_SIM_DIR=" + dir_ +
+                            "/sim LD_LIBRARY_PATH=" + ORION_CUDA_DOUBLE_LIB_DIR +
+                            " LD_PRELOAD=" + ORION_INTERPOSE_LIB + " " + env + " " + ORION_PROBE +
+                            " " + args + " 2>" + err_path;
     FILE* pipe = popen(cmd.c_str(), "r");
     if (pipe == nullptr) return run;
     char line[512];
@@ -164,12 +165,11 @@ TEST_F(InterposeIntegrationTest, RegistersReportsLaunchesAndEnforcesQuota) {
 
 TEST_F(InterposeIntegrationTest, HighPriorityInflightDrainsAndProfileTimesKernels) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/true);
-  const ProbeRun run = RunProbe(
-      "ORION_PRIORITY=high ORION_PROFILE=1 ORION_SOCKET=" + registrar.socket_path(), "4");
+  const ProbeRun run =
+      RunProbe("ORION_PRIORITY=high ORION_PROFILE=1 ORION_SOCKET=" + registrar.socket_path(), "4");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   ASSERT_EQ(registrar.requests().size(), 1u);
-  EXPECT_EQ(registrar.requests()[0].requested_priority,
-            static_cast<uint32_t>(c::Priority::kHigh));
+  EXPECT_EQ(registrar.requests()[0].requested_priority, static_cast<uint32_t>(c::Priority::kHigh));
   c::ClientSlot& slot = registrar.board().slots[0];
   EXPECT_EQ(slot.inflight.load(), 0u);
   EXPECT_NE(slot.last_progress_ns.load(), 0u);
@@ -229,8 +229,9 @@ TEST_F(InterposeIntegrationTest, ForkedChildLeavesTheParentsRegistrationAlone) {
   EXPECT_EQ(registrar.board().slots[0].launches.load(), 12u);
   // The parent kept its registration through the child's exit: it closed exactly once, and the
   // child (which may register on its own) did not close the parent's connection early.
-  for (int i = 0; i < 100 && registrar.closed_connections() < static_cast<int>(
-                                 registrar.requests().size()); ++i) {
+  for (int i = 0;
+       i < 100 && registrar.closed_connections() < static_cast<int>(registrar.requests().size());
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(registrar.closed_connections(), static_cast<int>(registrar.requests().size()));
@@ -252,8 +253,7 @@ TEST_F(InterposeIntegrationTest, NoServerPassesThroughWithOneStderrLine) {
 }
 
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {
-  const ProbeRun quiet =
-      RunProbe("ORION_QUIET=1 ORION_SOCKET=" + dir_ + "/nobody-listens.sock");
+  const ProbeRun quiet = RunProbe("ORION_QUIET=1 ORION_SOCKET=" + dir_ + "/nobody-listens.sock");
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
   EXPECT_EQ(quiet.err.find("orion:"), std::string::npos) << quiet.err;
 

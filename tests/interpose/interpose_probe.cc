@@ -19,13 +19,13 @@
 
 namespace {
 
-#define PROBE_CHECK(call)                                                \
-  do {                                                                   \
-    const CUresult probe_result = (call);                                \
-    if (probe_result != CUDA_SUCCESS) {                                  \
-      fprintf(stderr, "probe: %s failed: %d\n", #call, probe_result);    \
-      return 1;                                                          \
-    }                                                                    \
+#define PROBE_CHECK(call)                                             \
+  do {                                                                \
+    const CUresult probe_result = (call);                             \
+    if (probe_result != CUDA_SUCCESS) {                               \
+      fprintf(stderr, "probe: %s failed: %d\n", #call, probe_result); \
+      return 1;                                                       \
+    }                                                                 \
   } while (0)
 
 bool FromInterposer(void* fn) {
@@ -63,11 +63,11 @@ int Run(int launches, bool fork_child, bool bench) {
 
   void* by_proc = nullptr;
   CUdriverProcAddressQueryResult status;
-  PROBE_CHECK(cuGetProcAddress("cuLaunchKernel", &by_proc, 12000, CU_GET_PROC_ADDRESS_DEFAULT,
-                               &status));
+  PROBE_CHECK(
+      cuGetProcAddress("cuLaunchKernel", &by_proc, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
   printf("proc_hook=%d\n", FromInterposer(by_proc) ? 1 : 0);
   PROBE_CHECK(reinterpret_cast<decltype(&cuLaunchKernel)>(by_proc)(spin, 1, 1, 1, 32, 1, 1, 0,
-                                                                  stream, args, nullptr));
+                                                                   stream, args, nullptr));
   void* libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   void* by_dlsym = libcuda != nullptr ? dlsym(libcuda, "cuLaunchKernel") : nullptr;
   printf("dlsym_hook=%d\n", FromInterposer(by_dlsym) ? 1 : 0);
@@ -75,7 +75,7 @@ int Run(int launches, bool fork_child, bool bench) {
          libcuda != nullptr && !FromInterposer(dlsym(libcuda, "cuStreamCreate")) ? 1 : 0);
   if (by_dlsym != nullptr) {
     PROBE_CHECK(reinterpret_cast<decltype(&cuLaunchKernel)>(by_dlsym)(spin, 1, 1, 1, 32, 1, 1, 0,
-                                                                     stream, args, nullptr));
+                                                                      stream, args, nullptr));
   }
 
   // A graph of three kernels, replayed once.

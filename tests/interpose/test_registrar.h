@@ -53,8 +53,8 @@ class TestRegistrar {
     if (addr == MAP_FAILED) {
       // Keep going on a private scratch board so callers can report ok() == false cleanly.
       ok_ = false;
-      addr = mmap(nullptr, c::kBoardBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                  -1, 0);
+      addr =
+          mmap(nullptr, c::kBoardBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     }
     board_ = static_cast<c::Board*>(addr);
     c::BoardHeader& h = board_->header;
@@ -140,10 +140,9 @@ class TestRegistrar {
     slot.ring.Reset();
     slot.gpu.store(0);
     slot.client_id.store(100 + slot_index);
-    const uint32_t priority =
-        honour_priority_ && request.requested_priority != c::kNoValue32
-            ? request.requested_priority
-            : static_cast<uint32_t>(c::Priority::kBestEffort);
+    const uint32_t priority = honour_priority_ && request.requested_priority != c::kNoValue32
+                                  ? request.requested_priority
+                                  : static_cast<uint32_t>(c::Priority::kBestEffort);
     slot.priority.store(priority);
     slot.memory_limit_bytes.store(memory_limit_);
     slot.generation.fetch_add(1);
