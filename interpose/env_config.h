@@ -1,4 +1,4 @@
-// Parsing of the interposer's environment variables and small formatting helpers, kept pure
+// Parsing of the interposer's environment variables and small formatting functions, kept pure
 // (no globals, no allocation, no libstdc++) so they are unit-tested without a GPU.
 //
 // Usage:
