@@ -37,14 +37,6 @@ const char* KernelClassName(KernelClass c) {
   }
 }
 
-double KernelStats::P99Us() const {
-  if (recent_us.empty()) return 0.0;
-  std::vector<uint32_t> v = recent_us;
-  const size_t idx = std::min(v.size() - 1, (v.size() * 99) / 100);
-  std::nth_element(v.begin(), v.begin() + idx, v.end());
-  return v[idx];
-}
-
 void KernelProfileBook::OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads) {
   KernelStats& k = kernels_[func];
   ++k.launches;
@@ -105,16 +97,27 @@ std::string KernelProfileBook::ToOrionCsv() const {
   return out;
 }
 
-void KernelProfileBook::ApplyKnown(const std::unordered_map<std::string, OrionProfileRow>& known) {
-  for (auto& [func, k] : kernels_) {
-    auto it = known.find(OrionKernelKey(k.name));
-    if (it == known.end()) continue;
-    if (it->second.kclass != KernelClass::kUnknown) k.kclass = it->second.kclass;
-    if (k.samples == 0 && it->second.duration_ns > 0) {
-      k.samples = 1;
-      k.duration_sum_ns = it->second.duration_ns;
-    }
+namespace {
+
+void ApplyRow(KernelStats& k, const std::unordered_map<std::string, OrionProfileRow>& known) {
+  auto it = known.find(OrionKernelKey(k.name));
+  if (it == known.end()) return;
+  if (it->second.kclass != KernelClass::kUnknown) k.kclass = it->second.kclass;
+  if (k.samples == 0 && it->second.duration_ns > 0) {
+    k.samples = 1;
+    k.duration_sum_ns = it->second.duration_ns;
   }
+}
+
+}  // namespace
+
+void KernelProfileBook::ApplyKnown(const std::unordered_map<std::string, OrionProfileRow>& known) {
+  for (auto& [func, k] : kernels_) ApplyRow(k, known);
+}
+
+void KernelProfileBook::ApplyKnown(uint64_t func,
+                                   const std::unordered_map<std::string, OrionProfileRow>& known) {
+  if (auto it = kernels_.find(func); it != kernels_.end()) ApplyRow(it->second, known);
 }
 
 absl::StatusOr<std::vector<OrionProfileRow>> ParseOrionCsv(const std::string& text,

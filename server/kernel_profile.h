@@ -11,6 +11,7 @@
 //   absl::StatusOr<std::vector<OrionProfileRow>> rows = ParseOrionCsv(text, "resnet.csv");
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -21,6 +22,15 @@
 namespace orion::server {
 
 enum class KernelClass { kUnknown = -1, kMemory = 0, kCompute = 1 };
+
+// The 99th percentile of a window of samples (0 for an empty window); takes a copy to reorder.
+template <typename T>
+T Percentile99(std::vector<T> v) {
+  if (v.empty()) return T{};
+  const size_t idx = std::min(v.size() - 1, (v.size() * 99) / 100);
+  std::nth_element(v.begin(), v.begin() + idx, v.end());
+  return v[idx];
+}
 
 // Name-based class for kernels without a measured roofline (GEMM/conv -> compute; elementwise,
 // reductions, norms, copies -> memory). A CSV row for the name overrides it.
@@ -39,7 +49,7 @@ struct KernelStats {
   KernelClass kclass = KernelClass::kUnknown;
 
   double MeanUs() const { return samples ? duration_sum_ns / 1000.0 / samples : 0.0; }
-  double P99Us() const;
+  double P99Us() const { return Percentile99(recent_us); }
 };
 
 struct OrionProfileRow {
@@ -61,8 +71,10 @@ class KernelProfileBook {
   const std::string* NameOf(uint64_t func) const;
   const std::unordered_map<uint64_t, KernelStats>& kernels() const { return kernels_; }
   std::string ToOrionCsv() const;
-  // Applies known classes/durations from an imported Orion profile, matched by name.
+  // Applies known classes/durations from an imported Orion profile, matched by name: to every
+  // kernel, or to the one kernel func (when its name has just arrived).
   void ApplyKnown(const std::unordered_map<std::string, OrionProfileRow>& known);
+  void ApplyKnown(uint64_t func, const std::unordered_map<std::string, OrionProfileRow>& known);
 
  private:
   std::unordered_map<uint64_t, KernelStats> kernels_;

@@ -24,6 +24,13 @@ ClientMetric Labeled(std::vector<ClientMetric::Label> labels) {
   return m;
 }
 
+// Appends one counter or gauge sample (as the family's type says) with these labels.
+void Add(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m = Labeled(std::move(labels));
+  (f.type == MetricType::Counter ? m.counter.value : m.gauge.value) = value;
+  f.metric.push_back(std::move(m));
+}
+
 }  // namespace
 
 std::vector<MetricFamily> MetricsCollector::Collect() const {
@@ -44,19 +51,11 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   for (const GpuSample& g : snap.gpus) {
     for (int p = 0; p < 2; ++p) {
       const char* prio = p == 1 ? "high" : "best-effort";
-      auto m = Labeled({{"node", node_}, {"gpu", g.gpu}, {"priority", prio}});
-      m.gauge.value = g.clients[p];
-      clients.metric.push_back(m);
-      auto b = Labeled({{"node", node_}, {"gpu", g.gpu}, {"priority", prio}});
-      b.counter.value = g.busy_seconds[p];
-      busy.metric.push_back(b);
+      Add(clients, {{"node", node_}, {"gpu", g.gpu}, {"priority", prio}}, g.clients[p]);
+      Add(busy, {{"node", node_}, {"gpu", g.gpu}, {"priority", prio}}, g.busy_seconds[p]);
     }
-    auto h = Labeled({{"node", node_}, {"gpu", g.gpu}});
-    h.gauge.value = g.hp_busy ? 1 : 0;
-    hp_busy.metric.push_back(h);
-    auto bb = Labeled({{"node", node_}, {"gpu", g.gpu}});
-    bb.gauge.value = g.be_budget_s;
-    budget.metric.push_back(bb);
+    Add(hp_busy, {{"node", node_}, {"gpu", g.gpu}}, g.hp_busy ? 1 : 0);
+    Add(budget, {{"node", node_}, {"gpu", g.gpu}}, g.be_budget_s);
   }
 
   MetricFamily kernels = Family("orion_client_kernels_launched_total",
@@ -81,21 +80,11 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     const std::vector<ClientMetric::Label> labels = {
         {"node", node_}, {"gpu", c.gpu}, {"pod", c.pod}, {"namespace", c.ns},
         {"priority", c.priority}, {"client", c.client}};
-    auto k = Labeled(labels);
-    k.counter.value = static_cast<double>(c.kernels);
-    kernels.metric.push_back(k);
-    auto t = Labeled(labels);
-    t.counter.value = static_cast<double>(c.throttled_ns) / 1e9;
-    throttled.metric.push_back(t);
-    auto mu = Labeled(labels);
-    mu.gauge.value = static_cast<double>(c.memory_used);
-    mem_used.metric.push_back(mu);
-    auto ml = Labeled(labels);
-    ml.gauge.value = static_cast<double>(c.memory_limit);
-    mem_limit.metric.push_back(ml);
-    auto d = Labeled(labels);
-    d.counter.value = static_cast<double>(c.dropped);
-    dropped.metric.push_back(d);
+    Add(kernels, labels, static_cast<double>(c.kernels));
+    Add(throttled, labels, static_cast<double>(c.throttled_ns) / 1e9);
+    Add(mem_used, labels, static_cast<double>(c.memory_used));
+    Add(mem_limit, labels, static_cast<double>(c.memory_limit));
+    Add(dropped, labels, static_cast<double>(c.dropped));
     if (c.priority == "high") {
       auto h = Labeled({{"node", node_}, {"gpu", c.gpu}, {"pod", c.pod}, {"namespace", c.ns},
                         {"client", c.client}});
@@ -113,20 +102,14 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
 
   MetricFamily regs = Family("orion_registrations_total", "Client registrations by result",
                              MetricType::Counter);
-  auto ok = Labeled({{"node", node_}, {"result", "ok"}});
-  ok.counter.value = static_cast<double>(snap.registrations_ok);
-  regs.metric.push_back(ok);
+  Add(regs, {{"node", node_}, {"result", "ok"}}, static_cast<double>(snap.registrations_ok));
   for (const auto& [reason, n] : snap.registrations_failed) {
-    auto f = Labeled({{"node", node_}, {"result", reason}});
-    f.counter.value = static_cast<double>(n);
-    regs.metric.push_back(f);
+    Add(regs, {{"node", node_}, {"result", reason}}, static_cast<double>(n));
   }
   MetricFamily ingested = Family("orion_events_ingested_total",
                                  "Launch and memory events drained from client rings",
                                  MetricType::Counter);
-  auto in = Labeled({{"node", node_}});
-  in.counter.value = static_cast<double>(snap.events_ingested);
-  ingested.metric.push_back(in);
+  Add(ingested, {{"node", node_}}, static_cast<double>(snap.events_ingested));
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
                           &mem_limit, &dropped, &period, &regs, &ingested}) {

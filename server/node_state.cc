@@ -54,6 +54,12 @@ constexpr uint64_t kMaxPlausibleDurationNs = 600ull * 1000000000ull;  // 10 min
 constexpr uint64_t kStuckEntryTimeoutNs = 200ull * 1000000ull;        // 200 ms
 constexpr size_t kMaxDrainPerClient = 1u << 16;
 
+// A slot has GPU work in flight that made progress within stale_ns (as the gate sees it).
+bool SlotBusy(const contract::ClientSlot& s, uint64_t now, uint64_t stale_ns) {
+  return s.inflight.load(std::memory_order_relaxed) > 0 &&
+         now - s.last_progress_ns.load(std::memory_order_relaxed) < stale_ns;
+}
+
 }  // namespace
 
 absl::Status ValidateRegisterRequest(const contract::RegisterRequest& r, size_t bytes_read) {
@@ -213,7 +219,6 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   c.policy = policy;
   c.admin_priority = pod_override != nullptr;
   c.registered_unix_ms = RealtimeNs() / 1000000;
-  if (!known_kernels_.empty()) c.profile.ApplyKnown(known_kernels_);
   ++registrations_ok_;
   a.client_id = id;
   a.slot = *slot;
@@ -273,12 +278,7 @@ void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
     case EventKind::kKernelName: {
       const std::string name(e.name, strnlen(e.name, sizeof(e.name)));
       c.profile.OnName(e.func, name);
-      if (!known_kernels_.empty()) {
-        if (auto it = known_kernels_.find(OrionKernelKey(name)); it != known_kernels_.end()) {
-          std::unordered_map<std::string, OrionProfileRow> one{{it->first, it->second}};
-          c.profile.ApplyKnown(one);
-        }
-      }
+      if (!known_kernels_.empty()) c.profile.ApplyKnown(e.func, known_kernels_);
       break;
     }
     case EventKind::kKernelTime:
@@ -369,11 +369,7 @@ size_t NodeState::DrainOnce(uint64_t now) {
 }
 
 uint64_t NodeState::P99BusyNs(const ClientRecord& c) const {
-  if (c.busy_recent.empty()) return 0;
-  std::vector<uint64_t> v = c.busy_recent;
-  const size_t idx = std::min(v.size() - 1, (v.size() * 99) / 100);
-  std::nth_element(v.begin(), v.begin() + idx, v.end());
-  return v[idx];
+  return Percentile99(c.busy_recent);
 }
 
 void NodeState::PolicyTick(uint64_t now) {
@@ -451,11 +447,7 @@ std::vector<orion::v1::Gpu> NodeState::ListGpus() {
       ++n;
       if (c.policy.priority != Priority::kHigh) continue;
       ++hp;
-      const auto& s = board_->board().slots[c.slot];
-      if (s.inflight.load(std::memory_order_relaxed) > 0 &&
-          now - s.last_progress_ns.load(std::memory_order_relaxed) < gpu_policy_[g].knobs.hp_stale_ns) {
-        busy = true;
-      }
+      busy = busy || SlotBusy(board_->board().slots[c.slot], now, gpu_policy_[g].knobs.hp_stale_ns);
     }
     gpu.set_clients(n);
     gpu.set_high_priority_clients(hp);
@@ -774,9 +766,8 @@ MetricsSnapshot NodeState::Snapshot() {
     cs.busy_buckets = c.busy_buckets;
     if (c.gpu < ngpus) {
       ++snap.gpus[c.gpu].clients[static_cast<uint32_t>(c.policy.priority) & 1];
-      if (c.policy.priority == Priority::kHigh && s.inflight.load(std::memory_order_relaxed) > 0 &&
-          now - s.last_progress_ns.load(std::memory_order_relaxed) <
-              gpu_policy_[c.gpu].knobs.hp_stale_ns) {
+      if (c.policy.priority == Priority::kHigh &&
+          SlotBusy(s, now, gpu_policy_[c.gpu].knobs.hp_stale_ns)) {
         snap.gpus[c.gpu].hp_busy = true;
       }
     }

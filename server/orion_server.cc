@@ -120,10 +120,6 @@ void OrionServer::Shutdown() {
   exposer_.reset();
 }
 
-void OrionServer::Wait() {
-  while (!stop_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-}
-
 OrionServer::~OrionServer() { Shutdown(); }
 
 }  // namespace orion::server

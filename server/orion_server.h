@@ -39,7 +39,6 @@ class OrionServer {
                                                             ServerOptions options);
   ~OrionServer();
   void Shutdown();
-  void Wait();  // blocks until Shutdown from another thread
 
   int admin_port() const { return admin_port_; }
   int metrics_port() const { return metrics_port_; }

@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git curl ca-certificates unzip
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libcurl4-openssl-dev libssl-dev
+  libcurl4-openssl-dev libssl-dev openssl   # openssl: the webhook TLS test makes a certificate
   prometheus            # promtool: lints /metrics and the alerting rules in the tests
   binutils              # objdump: the interposer's export and glibc-version checks
 )
