@@ -42,7 +42,8 @@ enum class Priority : uint32_t { kBestEffort = 0, kHigh = 1 };
 enum class GateMode : uint32_t {
   kPassThrough = 0,  // record only, never hold a launch
   kPriority = 1,     // Orion-style: hold best-effort launches while high-priority work runs
-  kMps = 2,          // like kPriority, but best-effort kernels that fit may co-run (MPS nodes)
+  kMps = 2,          // MPS nodes: best-effort kernels co-run in space beside high-priority ones
+                     // when they fit (SM threshold, complementary class, budget)
 };
 
 enum class SlotState : uint32_t { kFree = 0, kActive = 1 };
@@ -183,7 +184,9 @@ struct alignas(64) ClientSlot {
   std::atomic<uint64_t> last_progress_ns;    // (client) CLOCK_MONOTONIC of last launch/completion
   std::atomic<uint32_t> inflight;            // (client) high-priority launches not yet complete
   std::atomic<uint32_t> wake_seq;            // (server) futex word for a paused client's threads
-  uint8_t reserved[160];
+  std::atomic<uint32_t> hp_kernel_class;     // (client) class of the last HP launch, see
+                                             // kernel_class.h (value + 1; 0 = unknown)
+  uint8_t reserved[156];
   EventRing ring;
 };
 
@@ -200,7 +203,11 @@ struct alignas(64) GpuState {
   std::atomic<uint32_t> spin_ns;        // (server) spin before blocking on gate_seq
   std::atomic<uint64_t> hp_stale_ns;    // (server) HP inflight older than this is ignored
   char uuid[kGpuUuidBytes];             // (server, before any client) GPU UUID
-  uint8_t reserved[128];
+  // (server) an HP client with nothing in flight still counts as busy for this long after its
+  // last launch or completion: the CPU gaps between the kernels of one request must not let
+  // best-effort work in mid-request. 0 = no grace.
+  std::atomic<uint64_t> hp_grace_ns;
+  uint8_t reserved[120];
 };
 
 struct alignas(64) BoardHeader {

@@ -24,7 +24,7 @@ struct LaunchInfo {
   bool graph = false;
 };
 
-void ReportKernelName(Registration* reg, uint64_t func) {
+void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
   contract::Event e{};
   e.kind = contract::EventKind::kKernelName;
   e.cpu_ns = MonotonicNs();
@@ -35,6 +35,8 @@ void ReportKernelName(Registration* reg, uint64_t func) {
     name = nullptr;
   }
   CopyTruncated(e.name, sizeof(e.name), name != nullptr ? name : "?");
+  kernel->kclass.store(contract::KernelClassToBoard(contract::ClassifyKernelName(name)),
+                       std::memory_order_relaxed);
   PushEvent(reg, e);
 }
 
@@ -59,7 +61,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   KernelRecord* kernel = info.graph ? g_graphs.Find(info.func) : g_kernels.FindOrInsert(info.func);
   if (!info.graph && kernel != nullptr && kernel->ClaimNameReport()) {
-    ReportKernelName(reg, info.func);
+    ReportKernelName(reg, kernel, info.func);
   }
   if (Capturing(info.stream, info.per_thread_stream)) return launch();
   const bool high = slot.priority.load(std::memory_order_relaxed) ==
@@ -71,7 +73,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   GateTicket ticket;
   if (gated || slot.paused.load(std::memory_order_relaxed) != 0) {
-    ticket = WaitAtGate(*reg->board, reg->slot_index, blocks, estimate);
+    ticket = WaitAtGate(*reg->board, reg->slot_index,
+                        BestEffortLaunch{blocks, estimate, kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0});
   }
 
   const uint64_t launch_index =
@@ -96,6 +99,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       if (high) {
         // Before the launch: best-effort clients must see the GPU busy as early as possible.
         pending->high_priority = true;
+        slot.hp_kernel_class.store(kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0,
+                                   std::memory_order_relaxed);
         slot.last_progress_ns.store(MonotonicNs(), std::memory_order_relaxed);
         slot.inflight.fetch_add(1, std::memory_order_acq_rel);
       }

@@ -39,6 +39,7 @@ struct KernelRecord {
   std::atomic<uint64_t> estimate_ns;  // 0 = not measured yet
   std::atomic<uint32_t> name_reported;
   std::atomic<uint32_t> aux;  // graphs: kernel nodes counted at instantiation
+  std::atomic<uint32_t> kclass;  // contract::KernelClass (board encoding) from the kernel's name
 
   // True exactly once per record, for the thread that should send the kernel's name.
   bool ClaimNameReport() {

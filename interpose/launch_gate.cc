@@ -38,8 +38,7 @@ void OpenGate(contract::GpuState& gpu) {
   if (gpu.gate_waiters.load(std::memory_order_acquire) > 0) FutexWakeAll(&gpu.gate_seq);
 }
 
-GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, uint64_t blocks,
-                      uint64_t estimate_ns) {
+GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEffortLaunch& launch) {
   GateTicket ticket;
   contract::ClientSlot& slot = board.slots[slot_index];
   uint64_t start = 0;
@@ -62,10 +61,9 @@ GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, uint64_t bloc
     }
     contract::GpuState& gpu = board.gpus[gpu_index];
     const uint64_t now = MonotonicNs();
-    const GateDecision decision =
-        DecideBestEffort(board, gpu, slot_index, now, blocks, estimate_ns);
+    const GateDecision decision = DecideBestEffort(board, gpu, slot_index, now, launch);
     if (decision == GateDecision::kGoBudget) {
-      ticket.budget_ns = estimate_ns;
+      ticket.budget_ns = launch.estimate_ns;
       break;
     }
     if (decision == GateDecision::kGoIdle) break;
@@ -78,15 +76,19 @@ GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, uint64_t bloc
     // is seen by the check or changes gate_seq and makes FUTEX_WAIT return at once.
     const uint32_t seq = gpu.gate_seq.load(std::memory_order_acquire);
     gpu.gate_waiters.fetch_add(1, std::memory_order_acq_rel);
-    const GateDecision again =
-        DecideBestEffort(board, gpu, slot_index, MonotonicNs(), blocks, estimate_ns);
+    const uint64_t checked = MonotonicNs();
+    uint64_t wake_by = 0;
+    const GateDecision again = DecideBestEffort(board, gpu, slot_index, checked, launch, &wake_by);
     if (again == GateDecision::kWait) {
-      FutexWait(&gpu.gate_seq, seq, kMaxFutexWaitNs);
+      // Only inside the HP clients' grace period: no completion will wake us when it ends.
+      uint64_t timeout = kMaxFutexWaitNs;
+      if (wake_by > checked && wake_by - checked < timeout) timeout = wake_by - checked;
+      FutexWait(&gpu.gate_seq, seq, timeout);
       gpu.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
       continue;
     }
     gpu.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
-    if (again == GateDecision::kGoBudget) ticket.budget_ns = estimate_ns;
+    if (again == GateDecision::kGoBudget) ticket.budget_ns = launch.estimate_ns;
     break;
   }
   if (start != 0) ticket.waited_ns = MonotonicNs() - start;

@@ -5,13 +5,14 @@
 // WaitAtGate() adds the spin-then-futex wait. High-priority launches never come here.
 //
 // Usage (best-effort launch, gate mode != kPassThrough):
-//   GateTicket t = WaitAtGate(board, slot_index, blocks, estimate_ns);
+//   GateTicket t = WaitAtGate(board, slot_index, BestEffortLaunch{blocks, estimate_ns, cls});
 //   launch...;  if (t.budget_ns) remember to give t.budget_ns back at completion.
 #pragma once
 
 #include <stdint.h>
 #include <time.h>
 
+#include "contract/kernel_class.h"
 #include "contract/orion_contract.h"
 
 namespace orion::interpose {
@@ -29,12 +30,28 @@ inline constexpr uint64_t kMaxFutexWaitNs = 2'000'000;      // re-check knobs an
 // stall best-effort work forever).
 inline constexpr uint64_t kServerHeartbeatTimeoutNs = 2'000'000'000;
 
-// True if another client marked high priority on this GPU has work in flight that made
-// progress recently. Slots not in hp_slot_mask, and our own slot, never count.
-inline bool HighPriorityBusy(const contract::Board& board, const contract::GpuState& gpu,
-                             uint32_t own_slot, uint64_t now_ns) {
+// What the gate sees of a GPU's high-priority clients at one instant.
+struct HighPriorityView {
+  bool busy = false;  // some HP client (not us) is busy, see HighPriorityBusy
+  // Class (board encoding) of the last kernel a busy HP client launched; 0 = unknown.
+  uint32_t kernel_class = 0;
+  // When every busy HP client is only inside its grace period: the earliest instant the grace of
+  // all of them has run out (a waiter need not look again before). 0 if some HP work is in flight.
+  uint64_t grace_ends_ns = 0;
+};
+
+// Another client marked high priority on this GPU is busy if it has work in flight that made
+// progress recently (hp_stale_ns: a hung client stops counting), or if it launched or completed
+// work within the GPU's grace period (hp_grace_ns: the CPU gaps between the kernels of one
+// request). Slots not in hp_slot_mask, and our own slot, never count. Progress stamps in the
+// future (clock skew, scribbles) count as now.
+inline HighPriorityView HighPriorityBusy(const contract::Board& board, const contract::GpuState& gpu,
+                                         uint32_t own_slot, uint64_t now_ns) {
   uint64_t stale_ns = gpu.hp_stale_ns.load(std::memory_order_relaxed);
   if (stale_ns == 0) stale_ns = kDefaultHpStaleNs;
+  const uint64_t grace_ns = gpu.hp_grace_ns.load(std::memory_order_relaxed);
+  HighPriorityView view;
+  bool in_flight = false;
   for (uint32_t w = 0; w < contract::kMaxSlots / 64; ++w) {
     uint64_t mask = gpu.hp_slot_mask[w].load(std::memory_order_relaxed);
     while (mask != 0) {
@@ -43,13 +60,23 @@ inline bool HighPriorityBusy(const contract::Board& board, const contract::GpuSt
       const uint32_t index = w * 64 + bit;
       if (index == own_slot) continue;
       const contract::ClientSlot& slot = board.slots[index];
-      if (slot.inflight.load(std::memory_order_acquire) == 0) continue;
       const uint64_t progress = slot.last_progress_ns.load(std::memory_order_relaxed);
-      // progress in the future (clock skew, scribbles) counts as recent.
-      if (progress >= now_ns || now_ns - progress < stale_ns) return true;
+      const uint64_t age = progress >= now_ns ? 0 : now_ns - progress;
+      if (slot.inflight.load(std::memory_order_acquire) != 0) {
+        if (age >= stale_ns) continue;
+        in_flight = true;
+      } else if (age < grace_ns) {
+        const uint64_t ends = now_ns - age + grace_ns;
+        if (ends > view.grace_ends_ns) view.grace_ends_ns = ends;
+      } else {
+        continue;
+      }
+      view.busy = true;
+      view.kernel_class = slot.hp_kernel_class.load(std::memory_order_relaxed);
     }
   }
-  return false;
+  if (in_flight) view.grace_ends_ns = 0;
+  return view;
 }
 
 inline bool ServerAlive(const contract::Board& board, uint64_t now_ns) {
@@ -58,9 +85,16 @@ inline bool ServerAlive(const contract::Board& board, uint64_t now_ns) {
 }
 
 enum class GateDecision {
-  kGoIdle,    // no high-priority client to protect: go
+  kGoIdle,    // nothing to protect, or co-running is harmless: go
   kGoBudget,  // within the best-effort budget: go, charged until completion
   kWait,      // hold back
+};
+
+// A best-effort launch as the gate sees it.
+struct BestEffortLaunch {
+  uint64_t blocks = 1;       // grid x*y*z (one CUDA graph counts as its largest need: unknown)
+  uint64_t estimate_ns = 0;  // expected GPU time, charged to be_outstanding_ns
+  uint32_t kernel_class = 0;  // contract::KernelClass, board encoding; 0 = unknown
 };
 
 // True if a client other than us is marked high priority on this GPU (busy or not).
@@ -98,30 +132,49 @@ inline void ReleaseBudget(contract::GpuState& gpu, uint64_t estimate_ns) {
   }
 }
 
-// One best-effort launch's decision. `blocks` = grid x*y*z.
-//  - gate off, server gone, or no high-priority client on the GPU: go.
-//  - high-priority work in flight: go only if the kernel is small (blocks <= sm_threshold) and
-//    its estimate fits the outstanding best-effort budget (be_budget_ns).
-//  - high-priority clients idle: go while queued best-effort work stays within be_budget_ns (one
-//    kernel always may run). A GPU runs queued kernels in order, so everything queued before a
-//    high-priority request arrives delays it; this bounds that delay to the budget or one kernel.
+// One best-effort launch's decision. Gate off, server gone, or no high-priority client on the
+// GPU: go. Otherwise, by mode:
+//  - priority (time-sliced GPU: contexts of different processes never run kernels together, so
+//    every queued best-effort kernel delays an arriving high-priority one):
+//      HP busy: go only if small (blocks <= sm_threshold) and within the budget (be_budget_ns);
+//      HP idle: go while queued best-effort work stays within the budget (one kernel always may
+//      run), which bounds how long a high-priority request that arrives now waits.
+//  - mps (kernels of different processes co-run in space; the best-effort share of SMs is capped
+//    by MPS itself):
+//      HP busy: go if small, not of the same known class as the running HP kernel (compute
+//      next to memory-bound, Orion's rule) and within the budget;
+//      HP idle: go.
+// `wake_by_ns`, if not null, receives when a kWait should be re-examined at the latest (the end
+// of the HP clients' grace period), or 0 if only a completion can change the answer.
 inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState& gpu,
-                                     uint32_t own_slot, uint64_t now_ns, uint64_t blocks,
-                                     uint64_t estimate_ns) {
-  if (static_cast<contract::GateMode>(gpu.mode.load(std::memory_order_relaxed)) ==
-          contract::GateMode::kPassThrough ||
-      !ServerAlive(board, now_ns) || !HighPriorityPresent(gpu, own_slot)) {
+                                     uint32_t own_slot, uint64_t now_ns,
+                                     const BestEffortLaunch& launch,
+                                     uint64_t* wake_by_ns = nullptr) {
+  if (wake_by_ns != nullptr) *wake_by_ns = 0;
+  const auto mode = static_cast<contract::GateMode>(gpu.mode.load(std::memory_order_relaxed));
+  if (mode == contract::GateMode::kPassThrough || !ServerAlive(board, now_ns) ||
+      !HighPriorityPresent(gpu, own_slot)) {
     return GateDecision::kGoIdle;
   }
   const uint64_t budget = gpu.be_budget_ns.load(std::memory_order_relaxed);
-  if (!HighPriorityBusy(board, gpu, own_slot, now_ns)) {
-    const bool admitted = TryChargeBudget(gpu, estimate_ns, budget, /*admit_alone=*/true);
-    return admitted ? GateDecision::kGoBudget : GateDecision::kWait;
+  const HighPriorityView hp = HighPriorityBusy(board, gpu, own_slot, now_ns);
+  if (!hp.busy) {
+    if (mode == contract::GateMode::kMps) return GateDecision::kGoIdle;
+    return TryChargeBudget(gpu, launch.estimate_ns, budget, /*admit_alone=*/true)
+               ? GateDecision::kGoBudget
+               : GateDecision::kWait;
   }
-  if (blocks <= gpu.sm_threshold.load(std::memory_order_relaxed) &&
-      TryChargeBudget(gpu, estimate_ns, budget, /*admit_alone=*/false)) {
+  bool fits = launch.blocks <= gpu.sm_threshold.load(std::memory_order_relaxed);
+  if (fits && mode == contract::GateMode::kMps) {
+    const auto mine = contract::KernelClassFromBoard(launch.kernel_class);
+    const auto theirs = contract::KernelClassFromBoard(hp.kernel_class);
+    fits = mine == contract::KernelClass::kUnknown || theirs == contract::KernelClass::kUnknown ||
+           contract::Complementary(mine, theirs);
+  }
+  if (fits && TryChargeBudget(gpu, launch.estimate_ns, budget, /*admit_alone=*/false)) {
     return GateDecision::kGoBudget;
   }
+  if (wake_by_ns != nullptr) *wake_by_ns = hp.grace_ends_ns;
   return GateDecision::kWait;
 }
 
@@ -132,9 +185,9 @@ struct GateTicket {
 
 // Blocks the calling thread until the launch may go: while the slot is paused, and for a
 // best-effort client while the gate says kWait. Spins up to gpu.spin_ns, then futex-waits on
-// gate_seq (or the slot's wake_seq when paused) at most kMaxFutexWaitNs at a time.
-GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, uint64_t blocks,
-                      uint64_t estimate_ns);
+// gate_seq (or the slot's wake_seq when paused) at most kMaxFutexWaitNs at a time, or until the
+// high-priority clients' grace period ends.
+GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEffortLaunch& launch);
 
 // Wakes best-effort threads of every process waiting on this GPU's gate.
 void OpenGate(contract::GpuState& gpu);

@@ -188,6 +188,7 @@ void BoardFile::PublishKnobs(uint32_t gpu, const GateKnobs& k) {
   g.sm_threshold.store(k.sm_threshold, std::memory_order_relaxed);
   g.spin_ns.store(k.spin_ns, std::memory_order_relaxed);
   g.hp_stale_ns.store(k.hp_stale_ns, std::memory_order_relaxed);
+  g.hp_grace_ns.store(k.hp_grace_ns, std::memory_order_relaxed);
   g.mode.store(static_cast<uint32_t>(k.mode), std::memory_order_release);
   WakeGate(gpu);
 }
@@ -201,6 +202,7 @@ GateKnobs BoardFile::ReadKnobs(uint32_t gpu) const {
   k.sm_threshold = g.sm_threshold.load(std::memory_order_relaxed);
   k.spin_ns = g.spin_ns.load(std::memory_order_relaxed);
   k.hp_stale_ns = g.hp_stale_ns.load(std::memory_order_relaxed);
+  k.hp_grace_ns = g.hp_grace_ns.load(std::memory_order_relaxed);
   return k;
 }
 

@@ -24,6 +24,7 @@ struct GateKnobs {
   uint32_t sm_threshold = 132;
   uint32_t spin_ns = 20000;
   uint64_t hp_stale_ns = 1000000000;
+  uint64_t hp_grace_ns = 500000;
 };
 
 class BoardFile {

@@ -121,7 +121,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   if (!n.IsMap()) return v.Error("policy", "a map", n);
   ORION_RETURN_IF_ERROR(v.CheckKeys(n, "policy",
                                     {"be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
-                                     "adapt_budget", "default_latency_target_ms"}));
+                                     "hp_grace_us", "adapt_budget", "default_latency_target_ms"}));
   ORION_RETURN_IF_ERROR(
       v.Int(n["be_budget_us"], "policy.be_budget_us", 0, 1000000, &p->be_budget_us));
   ORION_RETURN_IF_ERROR(
@@ -129,6 +129,8 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   ORION_RETURN_IF_ERROR(v.Int(n["spin_us"], "policy.spin_us", 0, 10000, &p->spin_us));
   ORION_RETURN_IF_ERROR(
       v.Int(n["hp_stale_ms"], "policy.hp_stale_ms", 10, 600000, &p->hp_stale_ms));
+  ORION_RETURN_IF_ERROR(
+      v.Int(n["hp_grace_us"], "policy.hp_grace_us", 0, 100000, &p->hp_grace_us));
   ORION_RETURN_IF_ERROR(v.Bool(n["adapt_budget"], "policy.adapt_budget", &p->adapt_budget));
   uint64_t target_ms = 0;
   ORION_RETURN_IF_ERROR(v.Int(n["default_latency_target_ms"], "policy.default_latency_target_ms",
@@ -349,6 +351,8 @@ policy:
   sm_threshold: 132                    # max thread blocks of a BE kernel admitted beside HP work
   spin_us: 20                          # spin before blocking at the gate
   hp_stale_ms: 1000                    # HP work older than this no longer holds the gate
+  hp_grace_us: 500                     # HP idle this briefly still counts as busy (CPU gaps
+                                       # between the kernels of one request)
   adapt_budget: true                   # adapt be_budget_us to the HP latency target
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
 standalone:                            # processes not in a Kubernetes pod

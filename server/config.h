@@ -25,6 +25,7 @@ struct PolicyConfig {
   uint32_t sm_threshold = 132;    // thread blocks; a BE kernel with more waits for HP idle
   uint32_t spin_us = 20;          // spin before blocking on the gate word
   uint32_t hp_stale_ms = 1000;    // HP inflight older than this no longer holds the gate
+  uint32_t hp_grace_us = 500;     // HP idle this briefly still counts as busy (CPU gaps)
   bool adapt_budget = true;       // adapt be_budget_us to the HP latency target
   uint64_t default_latency_target_us = 0;  // 0 = keep HP busy periods at their alone baseline
 };

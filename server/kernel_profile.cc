@@ -2,32 +2,12 @@
 #include "server/kernel_profile.h"
 
 #include <algorithm>
-#include <array>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace orion::server {
-
-KernelClass ClassifyKernelName(const std::string& raw) {
-  const std::string n = absl::AsciiStrToLower(raw);
-  static constexpr std::array<const char*, 12> kCompute = {
-      "gemm", "conv", "xmma", "cutlass", "matmul", "wgrad", "dgrad", "fprop",
-      "flash", "attention", "sm90_", "winograd"};
-  static constexpr std::array<const char*, 14> kMemory = {
-      "elementwise", "reduce", "norm",   "copy",  "memcpy", "memset", "softmax",
-      "cat",         "index",  "gather", "scatter", "fill", "transpose", "pool"};
-  for (const char* k : kCompute) {
-    if (absl::StrContains(n, k)) return KernelClass::kCompute;
-  }
-  for (const char* k : kMemory) {
-    if (absl::StrContains(n, k)) return KernelClass::kMemory;
-  }
-  return KernelClass::kUnknown;
-}
 
 const char* KernelClassName(KernelClass c) {
   switch (c) {

@@ -18,10 +18,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "contract/kernel_class.h"
 
 namespace orion::server {
 
-enum class KernelClass { kUnknown = -1, kMemory = 0, kCompute = 1 };
+using contract::KernelClass;
 
 // The 99th percentile of a window of samples (0 for an empty window); takes a copy to reorder.
 template <typename T>
@@ -32,9 +33,11 @@ T Percentile99(std::vector<T> v) {
   return v[idx];
 }
 
-// Name-based class for kernels without a measured roofline (GEMM/conv -> compute; elementwise,
-// reductions, norms, copies -> memory). A CSV row for the name overrides it.
-KernelClass ClassifyKernelName(const std::string& name);
+// Name-based class for kernels without a measured roofline (contract::ClassifyKernelName). A CSV
+// row for the name overrides it.
+inline KernelClass ClassifyKernelName(const std::string& name) {
+  return contract::ClassifyKernelName(name.c_str());
+}
 const char* KernelClassName(KernelClass c);  // "comp", "mem", "unknown"
 
 struct KernelStats {

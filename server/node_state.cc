@@ -162,6 +162,7 @@ NodeState::NodeState(ServerConfig config, std::unique_ptr<BoardFile> board)
     g.knobs.sm_threshold = config_.policy.sm_threshold;
     g.knobs.spin_ns = config_.policy.spin_us * 1000;
     g.knobs.hp_stale_ns = static_cast<uint64_t>(config_.policy.hp_stale_ms) * 1000000;
+    g.knobs.hp_grace_ns = static_cast<uint64_t>(config_.policy.hp_grace_us) * 1000;
     g.adapt_budget = config_.policy.adapt_budget;
   }
   for (const std::string& uuid : config_.gpus) {
@@ -535,6 +536,7 @@ orion::v1::PolicyKnobs NodeState::KnobsToProto(const GpuPolicy& p) const {
   k.set_sm_threshold(p.knobs.sm_threshold);
   k.set_spin_us(p.knobs.spin_ns / 1000);
   k.set_hp_stale_ms(static_cast<uint32_t>(p.knobs.hp_stale_ns / 1000000));
+  k.set_hp_grace_us(static_cast<uint32_t>(p.knobs.hp_grace_ns / 1000));
   k.set_adapt_budget(p.adapt_budget);
   return k;
 }
@@ -549,15 +551,16 @@ absl::StatusOr<orion::v1::PolicyKnobs> NodeState::GetPolicy(uint32_t gpu) {
 }
 
 absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::SetPolicyRequest& r) {
-  static const char* kFields[] = {"mode",        "be_budget_us", "sm_threshold",
-                                  "spin_us",     "hp_stale_ms",  "adapt_budget"};
+  static const char* kFields[] = {"mode",        "be_budget_us", "sm_threshold", "spin_us",
+                                  "hp_stale_ms", "hp_grace_us",  "adapt_budget"};
   std::vector<std::string> fields(r.fields().begin(), r.fields().end());
   if (fields.empty()) fields.assign(std::begin(kFields), std::end(kFields));
   for (const std::string& f : fields) {
     if (std::find(std::begin(kFields), std::end(kFields), f) == std::end(kFields)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown field '", f,
-          "' (expected mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, adapt_budget)"));
+          "' (expected mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, "
+          "adapt_budget)"));
     }
   }
   auto has = [&](const char* f) { return std::find(fields.begin(), fields.end(), f) != fields.end(); };
@@ -575,6 +578,9 @@ absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::Set
   }
   if (has("hp_stale_ms") && (k.hp_stale_ms() < 10 || k.hp_stale_ms() > 600000)) {
     return absl::InvalidArgumentError("knobs.hp_stale_ms must be in [10, 600000]");
+  }
+  if (has("hp_grace_us") && k.hp_grace_us() > 100000) {
+    return absl::InvalidArgumentError("knobs.hp_grace_us must be at most 100000 (100 ms)");
   }
   absl::MutexLock lock(&mu_);
   if (!r.all_gpus() && r.gpu() >= board_->num_gpus()) {
@@ -594,6 +600,7 @@ absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::Set
     if (has("sm_threshold")) gp.knobs.sm_threshold = k.sm_threshold();
     if (has("spin_us")) gp.knobs.spin_ns = k.spin_us() * 1000;
     if (has("hp_stale_ms")) gp.knobs.hp_stale_ns = static_cast<uint64_t>(k.hp_stale_ms()) * 1000000;
+    if (has("hp_grace_us")) gp.knobs.hp_grace_ns = static_cast<uint64_t>(k.hp_grace_us()) * 1000;
     if (has("adapt_budget")) gp.adapt_budget = k.adapt_budget();
     board_->PublishKnobs(g, gp.knobs);
   }

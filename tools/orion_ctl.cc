@@ -30,7 +30,7 @@ void Usage(FILE* out) {
       "  pause ID | resume ID                  hold / release all launches of a client\n"
       "  policy [--gpu N|--all] [KEY=VALUE...] show or set knobs: mode=pass-through|priority|mps,\n"
       "                                        be_budget_us, sm_threshold, spin_us, hp_stale_ms,\n"
-      "                                        adapt_budget=true|false\n"
+      "                                        hp_grace_us, adapt_budget=true|false\n"
       "  timeline [--gpu N] [--last-ms N]      who ran when (default last 1000 ms)\n"
       "  profile ID [--csv FILE]               learned kernel profile; Orion CSV to FILE\n"
       "server default: $ORION_ADMIN or localhost:50051\n",
@@ -236,6 +236,8 @@ int main(int argc, char** argv) {
         k->set_spin_us(v);
       } else if (key == "hp_stale_ms") {
         k->set_hp_stale_ms(v);
+      } else if (key == "hp_grace_us") {
+        k->set_hp_grace_us(v);
       } else {
         return bad("unknown knob '" + key + "'");
       }

@@ -15,6 +15,12 @@ namespace {
 
 using contract::Board;
 using contract::GateMode;
+using contract::KernelClass;
+using contract::KernelClassToBoard;
+
+BestEffortLaunch Be(uint64_t blocks, uint64_t estimate_ns, KernelClass c = KernelClass::kUnknown) {
+  return BestEffortLaunch{blocks, estimate_ns, KernelClassToBoard(c)};
+}
 
 class LaunchGateTest : public ::testing::Test {
  protected:
@@ -40,30 +46,30 @@ class LaunchGateTest : public ::testing::Test {
 };
 
 TEST_F(LaunchGateTest, GoesUnchargedWithoutHighPriorityClients) {
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 10'000), GateDecision::kGoIdle);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000)), GateDecision::kGoIdle);
   EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
 }
 
 TEST_F(LaunchGateTest, IdleHighPriorityClientBoundsQueuedBestEffortWork) {
   MarkHighPriority(130, 0, now_);  // HP client present, nothing in flight
   // A kernel longer than the 100 us budget still goes when nothing is queued...
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 300'000), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000)), GateDecision::kGoBudget);
   EXPECT_EQ(gpu().be_outstanding_ns.load(), 300'000u);
   // ...but nothing more queues behind it until it completes.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 10'000), GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000)), GateDecision::kWait);
   ReleaseBudget(gpu(), 300'000);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 40'000), GateDecision::kGoBudget);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 40'000), GateDecision::kGoBudget);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 40'000), GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 40'000)), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 40'000)), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 40'000)), GateDecision::kWait);
 }
 
 TEST_F(LaunchGateTest, WaitsForBusyHighPriorityUnlessSmallAndWithinBudget) {
   MarkHighPriority(130, 2, now_);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 10'000), GateDecision::kWait);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 64, 60'000), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000)), GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(64, 60'000)), GateDecision::kGoBudget);
   EXPECT_EQ(gpu().be_outstanding_ns.load(), 60'000u);
   // The next one would exceed the 100 us budget.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 64, 60'000), GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(64, 60'000)), GateDecision::kWait);
   ReleaseBudget(gpu(), 60'000);
   EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
   ReleaseBudget(gpu(), 5);  // never below zero
@@ -72,17 +78,17 @@ TEST_F(LaunchGateTest, WaitsForBusyHighPriorityUnlessSmallAndWithinBudget) {
 
 TEST_F(LaunchGateTest, IgnoresStaleHighPriorityOwnSlotPassThroughAndDeadServer) {
   MarkHighPriority(3, 1, now_);  // our own slot never blocks us
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoIdle);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
   MarkHighPriority(7, 1, now_ - 60'000'000);  // no progress for 60 ms > 50 ms: counts as idle
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoBudget);
   ReleaseBudget(gpu(), 1);
   MarkHighPriority(9, 1, now_);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kWait);
   gpu().mode.store(static_cast<uint32_t>(GateMode::kPassThrough));
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoIdle);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
   gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
   board_->header.server_heartbeat_ns.store(now_ - 3'000'000'000ull);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, 1000, 1), GateDecision::kGoIdle);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
 }
 
 TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
@@ -95,7 +101,7 @@ TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
     board_->slots[9].inflight.store(0);
     OpenGate(gpu());
   });
-  const GateTicket ticket = WaitAtGate(*board_, 3, 1000, 10'000);
+  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 10'000));
   completer.join();
   EXPECT_GE(ticket.waited_ns, 15'000'000u);
   EXPECT_LT(ticket.waited_ns, 1'000'000'000u);
@@ -106,16 +112,87 @@ TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
 TEST_F(LaunchGateTest, HighPriorityPassesUnlessPaused) {
   MarkHighPriority(9, 1, now_);
   board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kHigh));
-  EXPECT_EQ(WaitAtGate(*board_, 3, 1000, 10'000).waited_ns, 0u);
+  EXPECT_EQ(WaitAtGate(*board_, 3, Be(1000, 10'000)).waited_ns, 0u);
   board_->slots[3].paused.store(1);
   std::thread resumer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     board_->slots[3].paused.store(0);
     board_->slots[3].wake_seq.fetch_add(1);
   });
-  const GateTicket ticket = WaitAtGate(*board_, 3, 1000, 10'000);
+  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 10'000));
   resumer.join();
   EXPECT_GE(ticket.waited_ns, 5'000'000u);
+}
+
+TEST_F(LaunchGateTest, GracePeriodKeepsIdleHighPriorityBusyBetweenKernels) {
+  gpu().hp_grace_ns.store(500'000);
+  MarkHighPriority(130, 0, now_ - 100'000);  // completed its last kernel 100 us ago
+  uint64_t wake_by = 0;
+  // Inside the grace period a large kernel waits, and the waiter learns when to look again.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000), &wake_by),
+            GateDecision::kWait);
+  EXPECT_EQ(wake_by, now_ + 400'000);
+  // A small kernel within the budget may still go, as beside in-flight work.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(64, 10'000)), GateDecision::kGoBudget);
+  ReleaseBudget(gpu(), 10'000);
+  // Once the grace has run out the client is idle: the budget rule for idle HP applies.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_ + 400'001, Be(1000, 300'000), &wake_by),
+            GateDecision::kGoBudget);
+  ReleaseBudget(gpu(), 300'000);
+  // With work in flight a waiter has no deadline: only a completion changes the answer.
+  MarkHighPriority(131, 1, now_);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000), &wake_by),
+            GateDecision::kWait);
+  EXPECT_EQ(wake_by, 0u);
+}
+
+TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsAndLetsAllGoWhenIdle) {
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
+  MarkHighPriority(130, 0, now_ - 10'000'000);  // idle: co-running is harmless, nothing charged
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 900'000)), GateDecision::kGoIdle);
+  EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
+  MarkHighPriority(130, 1, now_);
+  board_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kCompute));
+  // Busy with a compute-bound kernel: another compute-bound one waits, a memory-bound one that
+  // fits the SM threshold and the budget co-runs, a large one waits.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(32, 10'000, KernelClass::kCompute)),
+            GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(32, 10'000, KernelClass::kMemory)),
+            GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000, KernelClass::kMemory)),
+            GateDecision::kWait);
+  // Unknown class on either side is not held back for its class.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(32, 10'000)), GateDecision::kGoBudget);
+  EXPECT_EQ(gpu().be_outstanding_ns.load(), 20'000u);
+}
+
+TEST_F(LaunchGateTest, WaiterWakesWhenGracePeriodEndsWithoutACompletion) {
+  gpu().hp_grace_ns.store(30'000'000);
+  gpu().spin_ns.store(10'000);
+  MarkHighPriority(9, 0, MonotonicNs());
+  board_->slots[3].gpu.store(0);
+  board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kBestEffort));
+  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 10'000));
+  EXPECT_GE(ticket.waited_ns, 25'000'000u);
+  EXPECT_LT(ticket.waited_ns, 1'000'000'000u);
+  EXPECT_EQ(gpu().gate_waiters.load(), 0u);
+}
+
+TEST(KernelClassTest, ClassifiesByNameWithoutAllocating) {
+  using contract::ClassifyKernelName;
+  EXPECT_EQ(ClassifyKernelName("volta_sgemm_128x64_nn"), KernelClass::kCompute);
+  EXPECT_EQ(ClassifyKernelName("sm90_xmma_fprop_implicit_gemm"), KernelClass::kCompute);
+  EXPECT_EQ(ClassifyKernelName("_ZN2at6native29vectorized_elementwise_kernel"), KernelClass::kMemory);
+  EXPECT_EQ(ClassifyKernelName("cudnn::bn_fw_tr_1C11_kernel_NCHW_Norm"), KernelClass::kMemory);
+  EXPECT_EQ(ClassifyKernelName("orion_spin"), KernelClass::kUnknown);
+  EXPECT_EQ(ClassifyKernelName(""), KernelClass::kUnknown);
+  EXPECT_EQ(ClassifyKernelName(nullptr), KernelClass::kUnknown);
+  EXPECT_TRUE(contract::Complementary(KernelClass::kCompute, KernelClass::kMemory));
+  EXPECT_FALSE(contract::Complementary(KernelClass::kCompute, KernelClass::kCompute));
+  EXPECT_FALSE(contract::Complementary(KernelClass::kUnknown, KernelClass::kMemory));
+  EXPECT_EQ(contract::KernelClassFromBoard(0), KernelClass::kUnknown);
+  EXPECT_EQ(contract::KernelClassFromBoard(KernelClassToBoard(KernelClass::kMemory)),
+            KernelClass::kMemory);
 }
 
 TEST(KernelRegistryTest, NameOnceSamplingAndEstimate) {
