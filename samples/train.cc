@@ -3,6 +3,10 @@
 // step, as a training loop does at its optimizer step. It keeps the GPU as busy as it can, which
 // is what a latency-critical neighbour must be protected from.
 //
+// With --progress it also prints "ready" before the first step and "step T" after each step
+// (T = CLOCK_MONOTONIC seconds), which bench/priority_bench.py uses to measure throughput
+// inside a time window.
+//
 // Last line (machine-readable):
 //   result steps=N kernels=.. seconds=.. steps_per_s=.. kernels_per_s=.. busy_fraction=..
 #include <cinttypes>
@@ -14,12 +18,14 @@ int main(int argc, char** argv) {
   int64_t kernels = 20;
   double kernel_us = 1000;
   int64_t blocks = 132;
+  bool progress = false;
   orion::samples::Flags flags("orion-sample-train",
                               "best-effort trainer: steps of K kernels for S seconds");
   flags.AddDouble("seconds", &seconds, "how long to train (10)");
   flags.AddInt("kernels", &kernels, "kernels per step (20)");
   flags.AddDouble("kernel-us", &kernel_us, "GPU time of each kernel in microseconds (1000)");
   flags.AddInt("blocks", &blocks, "thread blocks per kernel (132: one per SM of an H100)");
+  flags.AddBool("progress", &progress, "print ready and one line per step with its end time");
   flags.Parse(argc, argv);
   if (kernels < 1 || blocks < 1) flags.Usage(1, "counts must be >= 1");
 
@@ -34,12 +40,18 @@ int main(int argc, char** argv) {
   const uint64_t start = orion::samples::NowNs();
   const uint64_t stop = start + static_cast<uint64_t>(seconds * 1e9);
   int64_t steps = 0;
+  if (progress) printf("ready\n");
+  fflush(stdout);
   while (orion::samples::NowNs() < stop) {
     for (int64_t k = 0; k < kernels; ++k) {
       orion::samples::LaunchSpin(gpu, stream, kernel_ns, static_cast<unsigned int>(blocks));
     }
     ORION_CHECK_CU(cuStreamSynchronize(stream));
     ++steps;
+    if (progress) {
+      printf("step %.6f\n", static_cast<double>(orion::samples::NowNs()) / 1e9);
+      fflush(stdout);
+    }
   }
   const double wall_s = static_cast<double>(orion::samples::NowNs() - start) / 1e9;
   const double launched = static_cast<double>(steps * kernels);

@@ -587,8 +587,9 @@ absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::Set
     return absl::NotFoundError(absl::StrCat("no GPU with index ", r.gpu(), "; this node has ",
                                             board_->num_gpus(), " (see ListGpus)"));
   }
+  // --all also covers GPUs that join the board later (discovered at a client's registration).
   const uint32_t first = r.all_gpus() ? 0 : r.gpu();
-  const uint32_t last = r.all_gpus() ? board_->num_gpus() : r.gpu() + 1;
+  const uint32_t last = r.all_gpus() ? contract::kMaxGpus : r.gpu() + 1;
   for (uint32_t g = first; g < last; ++g) {
     GpuPolicy& gp = gpu_policy_[g];
     if (has("mode")) {

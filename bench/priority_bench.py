@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""The priority benchmark: high-priority services next to best-effort trainers on one GPU, under
+each sharing configuration, side by side in one run.
+
+For every trainer (BE) and configuration it starts the trainer, waits until it is warm, then runs
+each service (HP) in turn with Poisson arrivals at half of the service's capacity alone, and
+measures the service's latency percentiles (from the scheduled arrival) and the trainer's steps
+per second inside the service's window. Every figure is reported relative to the job alone.
+
+Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knobs for that run):
+  timeslice   no orion, no MPS: the GPU's default time-slicing between processes
+  mps         the MPS daemon, no orion
+  mps-prio    MPS with the trainer at CUDA_MPS_CLIENT_PRIORITY=1 (below normal)
+  orion-pass  both under orion-run, gate in pass-through mode (observe only)
+  orion       both under orion-run, gate in priority mode
+  orion-mps   MPS daemon + orion gate in mps mode; the trainer gets CUDA_MPS_CLIENT_PRIORITY=1
+              and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (--mps-be-percent)
+
+  bench/priority_bench.py --bundle DIR [--hp resnet50,resnet50-graph,bert] [--be resnet50]
+      [--configs timeslice,orion] [--requests 2000] [--out DIR]
+DIR (tools/bundle.sh) holds orion-server, orion-ctl, orion-run, liborion_interpose.so, the
+samples and lib/. Services/trainers "sample" are the driver-API samples (no PyTorch needed).
+Writes results.jsonl and results.md to --out (default $OUT or a temp dir) and prints the table.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.path.join(ROOT, "bench", "torch_models.py")
+
+
+def hp_command(name, bundle):
+    py = [sys.executable, MODELS, "serve"]
+    return {
+        "resnet50": py + ["resnet50"],
+        "resnet50-graph": py + ["resnet50", "--graph"],
+        "bert": py + ["bert"],
+        "bert-graph": py + ["bert", "--graph"],
+        "sample": [os.path.join(bundle, "orion-sample-infer"), "--kernels", "4",
+                   "--kernel-us", "250"],
+    }[name]
+
+
+def be_command(name, bundle):
+    if name == "sample":
+        return [os.path.join(bundle, "orion-sample-train"), "--seconds", "100000", "--kernels",
+                "20", "--kernel-us", "1000", "--progress"]
+    return [sys.executable, MODELS, "train", name]
+
+
+def parse_result(line):
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+    out = {}
+    for key, value in fields.items():
+        try:
+            v = float(value)
+        except ValueError:
+            continue
+        if key.endswith("_us"):  # the samples report microseconds
+            out[key[:-3] + "_ms"] = v / 1e3
+        else:
+            out[key] = v
+    if "throughput_rps" in out and "capacity_rps" not in out:
+        out["capacity_rps"] = out["throughput_rps"]
+    return out
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.bundle = os.path.abspath(args.bundle)
+        self.work = tempfile.mkdtemp(prefix="orion-bench.")
+        self.out = args.out or os.environ.get("OUT") or self.work
+        os.makedirs(self.out, exist_ok=True)
+        self.lib_env = {"LD_LIBRARY_PATH": os.path.join(self.bundle, "lib")}
+        self.server = None
+        self.mps_env = None
+        self.results = []
+        self.log = open(os.path.join(self.out, "bench.log"), "a")
+
+    # ---- orion-server, orion-ctl, MPS -------------------------------------------------------
+    def start_server(self):
+        cfg = os.path.join(self.work, "server.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"socket_path: {self.work}/orion.sock\nboard_path: {self.work}/board\n"
+                    f"admin_address: 127.0.0.1:{self.args.admin_port}\n"
+                    f"metrics_address: 127.0.0.1:{self.args.admin_port + 1}\nmode: priority\n")
+        env = dict(os.environ, **self.lib_env)
+        self.server = subprocess.Popen([os.path.join(self.bundle, "orion-server"), "--config", cfg],
+                                       env=env, stdout=self.log, stderr=self.log)
+        for _ in range(200):
+            if os.path.exists(f"{self.work}/orion.sock"):
+                return
+            time.sleep(0.05)
+        raise SystemExit("orion-server did not start; see bench.log")
+
+    def ctl(self, *argv):
+        env = dict(os.environ, **self.lib_env)
+        r = subprocess.run([os.path.join(self.bundle, "orion-ctl"), "--server",
+                            f"127.0.0.1:{self.args.admin_port}", *argv],
+                           env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"orion-ctl {' '.join(argv)} failed: {r.stderr.strip()}")
+        return r.stdout
+
+    def start_mps(self):
+        pipe = os.path.join(self.work, "mps-pipe")
+        logd = os.path.join(self.work, "mps-log")
+        os.makedirs(pipe, exist_ok=True)
+        os.makedirs(logd, exist_ok=True)
+        self.mps_env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logd}
+        try:
+            r = subprocess.run(["nvidia-cuda-mps-control", "-d"],
+                               env=dict(os.environ, **self.mps_env), capture_output=True, text=True)
+            why = None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
+        except OSError as e:
+            why = str(e)
+        if why:
+            self.mps_env = None
+            return f"MPS daemon failed to start: {why}"
+        time.sleep(1)
+        return None
+
+    def stop_mps(self):
+        if self.mps_env is None:
+            return
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True,
+                       env=dict(os.environ, **self.mps_env), capture_output=True)
+        time.sleep(2)
+        self.mps_env = None
+
+    # ---- processes ---------------------------------------------------------------------------
+    def wrap(self, argv, cfg, role, extra_env):
+        env = dict(os.environ)
+        if self.mps_env:
+            env.update(self.mps_env)
+        env.update(extra_env)
+        if cfg.startswith("orion"):
+            env["ORION_SOCKET"] = f"{self.work}/orion.sock"
+            prio = "high" if role == "hp" else "best-effort"
+            argv = [os.path.join(self.bundle, "orion-run"), "--interposer",
+                    os.path.join(self.bundle, "liborion_interpose.so"), "--priority", prio,
+                    "--", *argv]
+        return argv, env
+
+    def run_hp(self, name, rate, requests, cfg="alone", extra_env=None):
+        argv = hp_command(name, self.bundle) + ["--rate", str(rate), "--requests", str(requests)]
+        argv, env = self.wrap(argv, cfg, "hp", extra_env or {})
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        start = end = None
+        result = None
+        for line in p.stdout:
+            self.log.write(f"[hp {name} {cfg}] {line}")
+            if start is None and (line.startswith("serving") or line.startswith("orion-sample-infer:")):
+                start = time.monotonic()
+            if line.startswith("result"):
+                end = time.monotonic()
+                result = parse_result(line)
+        p.wait()
+        if result is None:
+            raise RuntimeError(f"service {name} under {cfg} gave no result (exit {p.returncode})")
+        return result, start, end
+
+    def start_be(self, name, cfg, extra_env):
+        argv, env = self.wrap(be_command(name, self.bundle), cfg, "be", extra_env)
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                             start_new_session=True)
+        steps = []
+        ready = threading.Event()
+
+        def reader():
+            for line in p.stdout:
+                if line.startswith("step "):
+                    steps.append(float(line.split()[1]))
+                elif line.startswith("ready"):
+                    ready.set()
+                else:
+                    self.log.write(f"[be {name} {cfg}] {line}")
+            ready.set()
+
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        if not ready.wait(timeout=300) or p.poll() is not None:
+            raise RuntimeError(f"trainer {name} under {cfg} did not get ready")
+        return p, steps, t
+
+    @staticmethod
+    def stop_be(proc, thread):
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        thread.join(timeout=5)
+
+    @staticmethod
+    def rate_in(steps, start, end):
+        """Steps per second inside [start, end], counting the partial steps at both edges."""
+        done = 0.0
+        prev = None
+        for t in list(steps):
+            if prev is not None and t > start and prev < end:
+                lo, hi = max(prev, start), min(t, end)
+                done += (hi - lo) / (t - prev)
+            prev = t
+        return done / (end - start) if end > start else 0.0
+
+    # ---- the run -----------------------------------------------------------------------------
+    def record(self, row):
+        self.results.append(row)
+        with open(os.path.join(self.out, "results.jsonl"), "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
+    def run(self):
+        a = self.args
+        self.start_server()
+        try:
+            # The server's knobs as configured (and a check that it answers).
+            self.defaults = json.loads(self.ctl("policy", "--all", "mode=priority"))
+            capacity, alone_hp, alone_be = {}, {}, {}
+            for hp in a.hp:
+                capacity[hp] = self.run_hp(hp, 0, 200)[0]["capacity_rps"]
+                rate = round(capacity[hp] / 2, 1)
+                alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0]
+                self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
+                             "capacity_rps": capacity[hp], **alone_hp[hp]})
+            for be in a.be:
+                p, steps, t = self.start_be(be, "alone", {})
+                t0 = time.monotonic()
+                time.sleep(a.be_alone_seconds)
+                alone_be[be] = self.rate_in(steps, t0, time.monotonic())
+                self.stop_be(p, t)
+                self.record({"config": "alone", "hp": None, "be": be, "steps_per_s": alone_be[be]})
+            for spec in a.configs:
+                cfg, _, knobs = spec.partition(":")
+                self.run_config(spec, cfg, knobs, capacity, alone_hp, alone_be)
+        finally:
+            if self.server:
+                self.server.terminate()
+                self.server.wait()
+            self.stop_mps()
+        self.write_table()
+
+    def run_config(self, spec, cfg, knobs, capacity, alone_hp, alone_be):
+        a = self.args
+        be_env = {}
+        if cfg in ("mps", "mps-prio", "orion-mps"):
+            why = self.start_mps()
+            if why:
+                self.record({"config": spec, "error": why})
+                return
+        if cfg in ("mps-prio", "orion-mps"):
+            be_env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
+        if cfg == "orion-mps":
+            be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(a.mps_be_percent)
+        if cfg.startswith("orion"):
+            mode = {"orion": "priority", "orion-pass": "pass-through", "orion-mps": "mps"}[cfg]
+            self.ctl("policy", "--all", f"mode={mode}", *[k for k in knobs.split("+") if k])
+        try:
+            for be in a.be:
+                try:
+                    p, steps, t = self.start_be(be, cfg, be_env)
+                except RuntimeError as e:
+                    self.record({"config": spec, "be": be, "error": str(e)})
+                    continue
+                time.sleep(a.settle_seconds)
+                for hp in a.hp:
+                    rate = round(capacity[hp] / 2, 1)
+                    try:
+                        r, start, end = self.run_hp(hp, rate, a.requests, cfg)
+                    except RuntimeError as e:
+                        self.record({"config": spec, "hp": hp, "be": be, "error": str(e)})
+                        continue
+                    be_rate = self.rate_in(steps, start, end)
+                    row = {"config": spec, "hp": hp, "be": be, "rate": rate, **r,
+                           "be_steps_per_s": be_rate}
+                    for q in ("p50_ms", "p99_ms", "p999_ms"):
+                        if q in r and alone_hp[hp].get(q):
+                            row[q.replace("_ms", "_x")] = round(r[q] / alone_hp[hp][q], 3)
+                    if alone_be.get(be):
+                        row["be_x"] = round(be_rate / alone_be[be], 3)
+                    self.record(row)
+                if cfg.startswith("orion"):
+                    with open(os.path.join(self.out, f"clients-{spec.replace(':', '_')}-{be}.txt"),
+                              "w") as f:
+                        f.write(self.ctl("clients"))
+                self.stop_be(p, t)
+        finally:
+            if cfg.startswith("orion") and knobs:  # back to the defaults for the next config
+                restore = []
+                for kv in knobs.split("+"):
+                    key = kv.partition("=")[0]
+                    camel = key.split("_")[0] + "".join(w.title() for w in key.split("_")[1:])
+                    value = self.defaults.get(key, self.defaults.get(camel, 0))
+                    restore.append(f"{key}={str(value).lower()}")
+                self.ctl("policy", "--all", *restore)
+            if cfg in ("mps", "mps-prio", "orion-mps"):
+                self.stop_mps()
+
+    def write_table(self):
+        lines = ["| service | trainer | config | p50 | p99 | p99.9 | p99 vs alone | trainer vs alone |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for r in self.results:
+            if r.get("error") or r["config"] == "alone" and r.get("hp") is None:
+                continue
+            lines.append("| {} | {} | {} | {:.2f} ms | {:.2f} ms | {:.2f} ms | {} | {} |".format(
+                r["hp"], r["be"] or "-", r["config"], r.get("p50_ms", 0), r.get("p99_ms", 0),
+                r.get("p999_ms", 0), f'{r["p99_x"]:.2f}x' if "p99_x" in r else "1.00x",
+                f'{r["be_x"]:.2f}x' if "be_x" in r else "-"))
+        for r in self.results:
+            if r["config"] == "alone" and r.get("be"):
+                lines.append(f"| - | {r['be']} | alone | | | | | {r['steps_per_s']:.2f} steps/s |")
+            if r.get("error"):
+                lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
+                             f"error: {r['error']} | | | | |")
+        text = "\n".join(lines) + "\n"
+        with open(os.path.join(self.out, "results.md"), "w") as f:
+            f.write(text)
+        print(text)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--hp", default="resnet50")
+    p.add_argument("--be", default="resnet50")
+    p.add_argument("--configs", default="timeslice,orion-pass,orion")
+    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--be-alone-seconds", type=float, default=15)
+    p.add_argument("--settle-seconds", type=float, default=3)
+    p.add_argument("--mps-be-percent", type=int, default=50)
+    p.add_argument("--admin-port", type=int, default=50071)
+    p.add_argument("--out")
+    args = p.parse_args()
+    args.hp = [x for x in args.hp.split(",") if x]
+    args.be = [x for x in args.be.split(",") if x]
+    args.configs = [x for x in args.configs.split(",") if x]
+    Bench(args).run()
+
+
+if __name__ == "__main__":
+    main()

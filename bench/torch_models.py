@@ -1,0 +1,145 @@
+"""The models of the priority benchmark, one process per role (random weights built from configs;
+nothing is downloaded). Used by bench/priority_bench.py.
+
+  serve MODEL [--graph] --rate R --requests N
+      Poisson arrivals at R requests/s, latency measured from the scheduled arrival. Prints
+      "serving" when the first arrival is scheduled, then
+      "result requests=.. p50_ms=.. p99_ms=.. p999_ms=.. mean_ms=..". --rate 0 measures the
+      capacity alone (closed loop): "result capacity_rps=..".
+      MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128).
+  train MODEL
+      Training steps until killed. Prints "ready" after warm-up, then "step T" after each step
+      (T = time.monotonic() when the step's GPU work finished).
+      MODEL: resnet50 (batch 64), bert (BERT-base, batch 32, sequence 128),
+             gpt2-large (36 layers, width 1280, batch 2, sequence 1024: long GEMM kernels).
+"""
+import argparse
+import os
+import random
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch
+
+
+def build_serve(name):
+    if name == "resnet50":
+        import torchvision
+        model = torchvision.models.resnet50().cuda().eval()
+        x = torch.randn(4, 3, 224, 224, device="cuda")
+        return lambda: model(x)
+    if name == "bert":
+        from transformers import BertConfig, BertModel
+        model = BertModel(BertConfig()).cuda().eval()
+        ids = torch.randint(0, 30522, (1, 128), device="cuda")
+        mask = torch.ones_like(ids)
+        return lambda: model(input_ids=ids, attention_mask=mask).last_hidden_state
+    raise SystemExit(f"unknown serve model {name}")
+
+
+def build_train(name):
+    if name == "resnet50":
+        import torchvision
+        model = torchvision.models.resnet50().cuda().train()
+        x = torch.randn(64, 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (64,), device="cuda")
+        loss = lambda: torch.nn.functional.cross_entropy(model(x), y)
+    elif name == "bert":
+        from transformers import BertConfig, BertForSequenceClassification
+        model = BertForSequenceClassification(BertConfig()).cuda().train()
+        ids = torch.randint(0, 30522, (32, 128), device="cuda")
+        y = torch.randint(0, 2, (32,), device="cuda")
+        loss = lambda: model(input_ids=ids, labels=y).loss
+    elif name == "gpt2-large":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        model = GPT2LMHeadModel(GPT2Config(n_layer=36, n_embd=1280, n_head=20)).cuda().train()
+        ids = torch.randint(0, 50257, (2, 1024), device="cuda")
+        loss = lambda: model(input_ids=ids, labels=ids).loss
+    else:
+        raise SystemExit(f"unknown train model {name}")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss().backward()
+        opt.step()
+    return step
+
+
+def serve(args):
+    stream = torch.cuda.Stream()
+    with torch.no_grad(), torch.cuda.stream(stream):
+        forward = build_serve(args.model)
+        for _ in range(20):
+            forward()
+        torch.cuda.synchronize()
+        run = forward
+        if args.graph:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream):
+                forward()
+            run = g.replay
+        for _ in range(10):
+            run()
+        stream.synchronize()
+        if args.rate <= 0:
+            t0 = time.perf_counter()
+            for _ in range(200):
+                run()
+                stream.synchronize()
+            per = (time.perf_counter() - t0) / 200
+            print(f"result capacity_rps={1.0 / per:.1f} latency_ms={per * 1e3:.3f}", flush=True)
+            return
+        rng = random.Random(args.seed)
+        lat = []
+        arrival = time.perf_counter() + 0.05
+        print("serving", flush=True)
+        for _ in range(args.requests):
+            arrival += rng.expovariate(args.rate)
+            now = time.perf_counter()
+            if arrival > now:
+                time.sleep(max(0.0, arrival - now - 0.0002))
+                while time.perf_counter() < arrival:
+                    pass
+            run()
+            stream.synchronize()
+            lat.append(time.perf_counter() - arrival)
+    lat.sort()
+    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3
+    print(f"result requests={len(lat)} rate={args.rate} graph={int(args.graph)} "
+          f"p50_ms={q(0.5):.3f} p99_ms={q(0.99):.3f} p999_ms={q(0.999):.3f} "
+          f"mean_ms={sum(lat) / len(lat) * 1e3:.3f}", flush=True)
+
+
+def train(args):
+    step = build_train(args.model)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    print("ready", flush=True)
+    while True:
+        step()
+        torch.cuda.synchronize()
+        print(f"step {time.monotonic():.6f}", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["serve", "train"])
+    p.add_argument("model")
+    p.add_argument("--rate", type=float, default=0)
+    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--graph", action="store_true")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    try:
+        serve(args) if args.role == "serve" else train(args)
+    except (BrokenPipeError, KeyboardInterrupt):
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
