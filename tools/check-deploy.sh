@@ -84,7 +84,8 @@ for f in "${ROOT}"/deploy/dashboards/*.json; do
     if (!d.uid || !Array.isArray(d.panels)) throw new Error("not a dashboard");' "${f}"
 done
 node "${ROOT}/tools/list-promql.mjs" > "${WORK}/promql.jsonl"
-echo "$(wc -l < "${WORK}/promql.jsonl") PromQL expressions listed (tools/list-promql.mjs)"
+echo "$(wc -l < "${WORK}/promql.jsonl") PromQL expressions listed (tools/list-promql.mjs;" \
+  "tools/check-promql.sh evaluates them against Prometheus and orion-server)"
 if command -v promtool >/dev/null 2>&1; then
   promtool check rules "${ROOT}/deploy/k8s/prometheus-rules.yaml"
 else

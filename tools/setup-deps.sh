@@ -8,7 +8,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcurl4-openssl-dev libssl-dev openssl   # openssl: the webhook TLS test makes a certificate
-  prometheus            # promtool: lints /metrics and the alerting rules in the tests
+  prometheus            # promtool (lints /metrics and the rules) and the Prometheus server that
+                        # tools/check-promql.sh evaluates every dashboard and rule expression in
   binutils              # objdump: the interposer's export and glibc-version checks
 )
 # Node.js + npm for the schema validation of the Helm chart's rendered manifests; a machine that

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs dependencies, builds everything, runs every test suite (CTest) and
-# the deploy checks (Helm chart, manifests, dashboards, rules). Exit status 0 only if all pass.
+# The test command: installs dependencies, builds everything, runs every test suite (CTest), the
+# deploy checks (Helm chart, manifests, dashboards, rules) and evaluates every dashboard and rule
+# expression in a real Prometheus scraping the built server. Exit status 0 only if all pass.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -10,3 +11,4 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$JOBS"
 ctest --test-dir build --output-on-failure -j "$JOBS" --timeout 300
 bash tools/check-deploy.sh
+bash tools/check-promql.sh build
