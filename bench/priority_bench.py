@@ -217,6 +217,31 @@ class Bench:
             prev = t
         return done / (end - start) if end > start else 0.0
 
+    def snapshot_during(self, label):
+        """Every 5 s until the returned event is set: orion-ctl gpus/clients and /metrics, appended
+        to snapshot-LABEL.txt (what the gate saw while the service ran)."""
+        stop = threading.Event()
+        path = os.path.join(self.out, "snapshot-" + "".join(
+            c if c.isalnum() or c in "-." else "_" for c in label) + ".txt")
+
+        def loop():
+            import urllib.request
+            while not stop.wait(5):
+                try:
+                    metrics = urllib.request.urlopen(
+                        f"http://127.0.0.1:{self.args.admin_port + 1}/metrics", timeout=5).read()
+                    text = "".join(l for l in metrics.decode().splitlines(True)
+                                   if l.startswith("orion_") and "bucket" not in l)
+                    with open(path, "a") as f:
+                        f.write(f"== t={time.monotonic():.1f}\n{self.ctl('policy')}"
+                                f"{self.ctl('clients')}{text}")
+                except BaseException as e:  # a snapshot must never end the run
+                    with open(path, "a") as f:
+                        f.write(f"snapshot failed: {e}\n")
+
+        threading.Thread(target=loop, daemon=True).start()
+        return stop
+
     # ---- the run -----------------------------------------------------------------------------
     def record(self, row):
         self.results.append(row)
@@ -279,11 +304,15 @@ class Bench:
                 time.sleep(a.settle_seconds)
                 for hp in a.hp:
                     rate = round(capacity[hp] / 2, 1)
+                    snap = self.snapshot_during(f"{spec}-{hp}-{be}") if cfg.startswith("orion") else None
                     try:
                         r, start, end = self.run_hp(hp, rate, a.requests, cfg)
                     except RuntimeError as e:
                         self.record({"config": spec, "hp": hp, "be": be, "error": str(e)})
                         continue
+                    finally:
+                        if snap:
+                            snap.set()
                     be_rate = self.rate_in(steps, start, end)
                     row = {"config": spec, "hp": hp, "be": be, "rate": rate, **r,
                            "be_steps_per_s": be_rate}
@@ -293,10 +322,6 @@ class Bench:
                     if alone_be.get(be):
                         row["be_x"] = round(be_rate / alone_be[be], 3)
                     self.record(row)
-                if cfg.startswith("orion"):
-                    with open(os.path.join(self.out, f"clients-{spec.replace(':', '_')}-{be}.txt"),
-                              "w") as f:
-                        f.write(self.ctl("clients"))
                 self.stop_be(p, t)
         finally:
             if cfg.startswith("orion") and knobs:  # back to the defaults for the next config

@@ -135,10 +135,12 @@ inline void ReleaseBudget(contract::GpuState& gpu, uint64_t estimate_ns) {
 // One best-effort launch's decision. Gate off, server gone, or no high-priority client on the
 // GPU: go. Otherwise, by mode:
 //  - priority (time-sliced GPU: contexts of different processes never run kernels together, so
-//    every queued best-effort kernel delays an arriving high-priority one):
-//      HP busy: go only if small (blocks <= sm_threshold) and within the budget (be_budget_ns);
-//      HP idle: go while queued best-effort work stays within the budget (one kernel always may
-//      run), which bounds how long a high-priority request that arrives now waits.
+//    what delays a high-priority kernel is the best-effort work queued ahead of it, whatever its
+//    size; the SM threshold does not apply):
+//      HP busy: go while the queued best-effort work stays within the budget (be_budget_ns);
+//      HP idle: the same, and one kernel longer than the budget may run alone.
+//    Either way an arriving high-priority kernel waits for at most the budget (or that one
+//    kernel), while best-effort work fills the GPU time a CPU-bound service leaves idle.
 //  - mps (kernels of different processes co-run in space; the best-effort share of SMs is capped
 //    by MPS itself):
 //      HP busy: go if small, not of the same known class as the running HP kernel (compute
@@ -164,7 +166,10 @@ inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState&
                ? GateDecision::kGoBudget
                : GateDecision::kWait;
   }
-  bool fits = launch.blocks <= gpu.sm_threshold.load(std::memory_order_relaxed);
+  bool fits = true;
+  if (mode == contract::GateMode::kMps) {
+    fits = launch.blocks <= gpu.sm_threshold.load(std::memory_order_relaxed);
+  }
   if (fits && mode == contract::GateMode::kMps) {
     const auto mine = contract::KernelClassFromBoard(launch.kernel_class);
     const auto theirs = contract::KernelClassFromBoard(hp.kernel_class);

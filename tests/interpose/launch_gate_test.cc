@@ -63,15 +63,17 @@ TEST_F(LaunchGateTest, IdleHighPriorityClientBoundsQueuedBestEffortWork) {
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 40'000)), GateDecision::kWait);
 }
 
-TEST_F(LaunchGateTest, WaitsForBusyHighPriorityUnlessSmallAndWithinBudget) {
+TEST_F(LaunchGateTest, BusyHighPriorityAdmitsOnlyWorkWithinTheBudget) {
   MarkHighPriority(130, 2, now_);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000)), GateDecision::kWait);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(64, 60'000)), GateDecision::kGoBudget);
+  // Time-sliced GPU: size in blocks does not matter, queued duration does.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 60'000)), GateDecision::kGoBudget);
   EXPECT_EQ(gpu().be_outstanding_ns.load(), 60'000u);
-  // The next one would exceed the 100 us budget.
+  // The next one would exceed the 100 us budget; a kernel longer than the budget never runs
+  // beside busy HP work, even alone.
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(64, 60'000)), GateDecision::kWait);
   ReleaseBudget(gpu(), 60'000);
   EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1, 300'000)), GateDecision::kWait);
   ReleaseBudget(gpu(), 5);  // never below zero
   EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
 }
@@ -83,7 +85,7 @@ TEST_F(LaunchGateTest, IgnoresStaleHighPriorityOwnSlotPassThroughAndDeadServer) 
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoBudget);
   ReleaseBudget(gpu(), 1);
   MarkHighPriority(9, 1, now_);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000)), GateDecision::kWait);
   gpu().mode.store(static_cast<uint32_t>(GateMode::kPassThrough));
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
   gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
@@ -101,11 +103,11 @@ TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
     board_->slots[9].inflight.store(0);
     OpenGate(gpu());
   });
-  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 10'000));
+  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 300'000));
   completer.join();
   EXPECT_GE(ticket.waited_ns, 15'000'000u);
   EXPECT_LT(ticket.waited_ns, 1'000'000'000u);
-  EXPECT_EQ(ticket.budget_ns, 10'000u);  // HP still present: the launch is charged
+  EXPECT_EQ(ticket.budget_ns, 300'000u);  // HP still present: the launch is charged
   EXPECT_EQ(gpu().gate_waiters.load(), 0u);
 }
 
@@ -128,11 +130,12 @@ TEST_F(LaunchGateTest, GracePeriodKeepsIdleHighPriorityBusyBetweenKernels) {
   gpu().hp_grace_ns.store(500'000);
   MarkHighPriority(130, 0, now_ - 100'000);  // completed its last kernel 100 us ago
   uint64_t wake_by = 0;
-  // Inside the grace period a large kernel waits, and the waiter learns when to look again.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000), &wake_by),
+  // Inside the grace period a kernel longer than the budget waits, and the waiter learns when
+  // to look again.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000), &wake_by),
             GateDecision::kWait);
   EXPECT_EQ(wake_by, now_ + 400'000);
-  // A small kernel within the budget may still go, as beside in-flight work.
+  // A kernel within the budget may still go, as beside in-flight work.
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(64, 10'000)), GateDecision::kGoBudget);
   ReleaseBudget(gpu(), 10'000);
   // Once the grace has run out the client is idle: the budget rule for idle HP applies.
@@ -141,7 +144,7 @@ TEST_F(LaunchGateTest, GracePeriodKeepsIdleHighPriorityBusyBetweenKernels) {
   ReleaseBudget(gpu(), 300'000);
   // With work in flight a waiter has no deadline: only a completion changes the answer.
   MarkHighPriority(131, 1, now_);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000), &wake_by),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000), &wake_by),
             GateDecision::kWait);
   EXPECT_EQ(wake_by, 0u);
 }
@@ -172,7 +175,7 @@ TEST_F(LaunchGateTest, WaiterWakesWhenGracePeriodEndsWithoutACompletion) {
   MarkHighPriority(9, 0, MonotonicNs());
   board_->slots[3].gpu.store(0);
   board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kBestEffort));
-  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 10'000));
+  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 300'000));
   EXPECT_GE(ticket.waited_ns, 25'000'000u);
   EXPECT_LT(ticket.waited_ns, 1'000'000'000u);
   EXPECT_EQ(gpu().gate_waiters.load(), 0u);
