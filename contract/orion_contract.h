@@ -60,8 +60,9 @@ enum class EventKind : uint32_t {
   kKernelTime = 8,   // func, duration_ns measured on the GPU (profile mode / completion)
   kThrottled = 9,    // a best-effort launch waited duration_ns at the gate
   kAllocDenied = 10, // an allocation of `bytes` was refused by the memory quota
-  kBusyPeriod = 11,  // high-priority client: GPU work from first launch (inflight 0 -> 1) until
-                     // all completed (inflight -> 0); cpu_ns = start, duration_ns = length
+  kBusyPeriod = 11,  // high-priority client: from the launch that found nothing in flight and
+                     // the grace (hp_grace_ns) over, to its last launch/completion before the
+                     // next such launch, which reports it; cpu_ns = start, duration_ns = length
 };
 
 enum class MemoryKind : uint32_t {
@@ -186,7 +187,9 @@ struct alignas(64) ClientSlot {
   std::atomic<uint32_t> wake_seq;            // (server) futex word for a paused client's threads
   std::atomic<uint32_t> hp_kernel_class;     // (client) class of the last HP launch, see
                                              // kernel_class.h (value + 1; 0 = unknown)
-  uint8_t reserved[156];
+  std::atomic<uint32_t> busy_seq;            // (client) HP: bumped when a busy period starts
+  std::atomic<uint64_t> busy_start_ns;       // (client) HP: when the current busy period began
+  uint8_t reserved[144];
   EventRing ring;
 };
 
@@ -207,7 +210,10 @@ struct alignas(64) GpuState {
   // last launch or completion: the CPU gaps between the kernels of one request must not let
   // best-effort work in mid-request. 0 = no grace.
   std::atomic<uint64_t> hp_grace_ns;
-  uint8_t reserved[120];
+  // (clients) best-effort GPU time admitted during the current HP busy period: the period's
+  // identity (sum of the busy HP slots' busy_seq, low 24 bits) << 40 | nanoseconds (40 bits).
+  std::atomic<uint64_t> be_period;
+  uint8_t reserved[112];
 };
 
 struct alignas(64) BoardHeader {

@@ -115,13 +115,7 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
     const uint64_t now = MonotonicNs();
     contract::ClientSlot& slot = *reg->slot;
     bool open_gate = false;
-    if (p->high_priority) {
-      slot.last_progress_ns.store(now, std::memory_order_relaxed);
-      const uint32_t before = slot.inflight.load(std::memory_order_relaxed);
-      if (before != 0 && slot.inflight.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        open_gate = true;
-      }
-    }
+    if (p->high_priority && NoteHighPriorityCompletion(slot, now)) open_gate = true;
     if (p->budget_ns != 0) {
       ReleaseBudget(*reg->gpu, p->budget_ns);
       open_gate = true;

@@ -101,8 +101,15 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
         pending->high_priority = true;
         slot.hp_kernel_class.store(kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0,
                                    std::memory_order_relaxed);
-        slot.last_progress_ns.store(MonotonicNs(), std::memory_order_relaxed);
-        slot.inflight.fetch_add(1, std::memory_order_acq_rel);
+        BusyPeriod ended;
+        const uint64_t t = MonotonicNs();
+        if (NoteHighPriorityLaunch(slot, gpu, t, &ended)) {
+          contract::Event b{};
+          b.kind = contract::EventKind::kBusyPeriod;
+          b.cpu_ns = ended.start_ns;
+          b.duration_ns = ended.duration_ns;
+          PushEvent(reg, b);
+        }
       }
     } else if (ticket.budget_ns != 0) {
       ReleaseBudget(gpu, ticket.budget_ns);  // untracked: do not leak the charge

@@ -38,6 +38,8 @@ struct HighPriorityView {
   // When every busy HP client is only inside its grace period: the earliest instant the grace of
   // all of them has run out (a waiter need not look again before). 0 if some HP work is in flight.
   uint64_t grace_ends_ns = 0;
+  // Identity of the current busy period: the sum of the busy HP clients' busy_seq.
+  uint64_t period = 0;
 };
 
 // Another client marked high priority on this GPU is busy if it has work in flight that made
@@ -73,6 +75,7 @@ inline HighPriorityView HighPriorityBusy(const contract::Board& board, const con
       }
       view.busy = true;
       view.kernel_class = slot.hp_kernel_class.load(std::memory_order_relaxed);
+      view.period += slot.busy_seq.load(std::memory_order_relaxed);
     }
   }
   if (in_flight) view.grace_ends_ns = 0;
@@ -132,15 +135,71 @@ inline void ReleaseBudget(contract::GpuState& gpu, uint64_t estimate_ns) {
   }
 }
 
+// Charges estimate_ns to the best-effort time admitted during HP busy period `period` if the
+// period's total stays within `cap` (a new period starts from zero).
+inline bool TryChargePeriod(contract::GpuState& gpu, uint64_t period, uint64_t estimate_ns,
+                            uint64_t cap) {
+  constexpr uint64_t kNsMask = (1ull << 40) - 1;
+  const uint64_t id = period & ((1ull << 24) - 1);
+  uint64_t word = gpu.be_period.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t used = (word >> 40) == id ? (word & kNsMask) : 0;
+    if (used > cap || estimate_ns > cap - used) return false;
+    const uint64_t next = (id << 40) | ((used + estimate_ns) & kNsMask);
+    if (gpu.be_period.compare_exchange_weak(word, next, std::memory_order_acq_rel)) return true;
+  }
+}
+
+// A busy period of a high-priority client that has ended, to report as kBusyPeriod.
+struct BusyPeriod {
+  uint64_t start_ns = 0;
+  uint64_t duration_ns = 0;
+};
+
+// The high-priority client's own bookkeeping before each launch (own slot only: no lock, no
+// system call). A launch that finds nothing in flight and the grace period over starts a new
+// busy period; the previous one is returned in *ended (true) for the caller to report.
+inline bool NoteHighPriorityLaunch(contract::ClientSlot& slot, const contract::GpuState& gpu,
+                                   uint64_t now_ns, BusyPeriod* ended) {
+  bool report = false;
+  if (slot.inflight.load(std::memory_order_relaxed) == 0) {
+    const uint64_t last = slot.last_progress_ns.load(std::memory_order_relaxed);
+    const uint64_t start = slot.busy_start_ns.load(std::memory_order_relaxed);
+    const uint64_t grace = gpu.hp_grace_ns.load(std::memory_order_relaxed);
+    if (start == 0 || last < start || now_ns < last || now_ns - last >= grace) {
+      if (start != 0 && last > start) {
+        *ended = BusyPeriod{start, last - start};
+        report = true;
+      }
+      slot.busy_start_ns.store(now_ns, std::memory_order_relaxed);
+      slot.busy_seq.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  slot.last_progress_ns.store(now_ns, std::memory_order_relaxed);
+  slot.inflight.fetch_add(1, std::memory_order_acq_rel);
+  return report;
+}
+
+// At the GPU completion of a high-priority launch; true when nothing is left in flight (the
+// caller opens the gate).
+inline bool NoteHighPriorityCompletion(contract::ClientSlot& slot, uint64_t now_ns) {
+  slot.last_progress_ns.store(now_ns, std::memory_order_relaxed);
+  const uint32_t before = slot.inflight.load(std::memory_order_relaxed);
+  return before != 0 && slot.inflight.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
 // One best-effort launch's decision. Gate off, server gone, or no high-priority client on the
 // GPU: go. Otherwise, by mode:
 //  - priority (time-sliced GPU: contexts of different processes never run kernels together, so
 //    what delays a high-priority kernel is the best-effort work queued ahead of it, whatever its
 //    size; the SM threshold does not apply):
-//      HP busy: go while the queued best-effort work stays within the budget (be_budget_ns);
-//      HP idle: the same, and one kernel longer than the budget may run alone.
-//    Either way an arriving high-priority kernel waits for at most the budget (or that one
-//    kernel), while best-effort work fills the GPU time a CPU-bound service leaves idle.
+//      HP busy: go while the best-effort work admitted during this busy period (one request of
+//      the service, its CPU gaps included) stays within the budget (be_budget_ns);
+//      HP idle: go while the queued best-effort work stays within the budget; one kernel longer
+//      than the budget may run alone.
+//    So a high-priority request is delayed by at most what was queued when it arrived (the
+//    budget, or that one kernel) plus the budget, while best-effort work fills the GPU time a
+//    CPU-bound service leaves idle.
 //  - mps (kernels of different processes co-run in space; the best-effort share of SMs is capped
 //    by MPS itself):
 //      HP busy: go if small, not of the same known class as the running HP kernel (compute
@@ -166,18 +225,20 @@ inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState&
                ? GateDecision::kGoBudget
                : GateDecision::kWait;
   }
-  bool fits = true;
-  if (mode == contract::GateMode::kMps) {
-    fits = launch.blocks <= gpu.sm_threshold.load(std::memory_order_relaxed);
-  }
-  if (fits && mode == contract::GateMode::kMps) {
+  if (mode != contract::GateMode::kMps) {
+    if (TryChargePeriod(gpu, hp.period, launch.estimate_ns, budget)) {
+      gpu.be_outstanding_ns.fetch_add(launch.estimate_ns, std::memory_order_acq_rel);
+      return GateDecision::kGoBudget;
+    }
+  } else if (launch.blocks <= gpu.sm_threshold.load(std::memory_order_relaxed)) {
     const auto mine = contract::KernelClassFromBoard(launch.kernel_class);
     const auto theirs = contract::KernelClassFromBoard(hp.kernel_class);
-    fits = mine == contract::KernelClass::kUnknown || theirs == contract::KernelClass::kUnknown ||
-           contract::Complementary(mine, theirs);
-  }
-  if (fits && TryChargeBudget(gpu, launch.estimate_ns, budget, /*admit_alone=*/false)) {
-    return GateDecision::kGoBudget;
+    const bool fits = mine == contract::KernelClass::kUnknown ||
+                      theirs == contract::KernelClass::kUnknown ||
+                      contract::Complementary(mine, theirs);
+    if (fits && TryChargeBudget(gpu, launch.estimate_ns, budget, /*admit_alone=*/false)) {
+      return GateDecision::kGoBudget;
+    }
   }
   if (wake_by_ns != nullptr) *wake_by_ns = hp.grace_ends_ns;
   return GateDecision::kWait;

@@ -27,7 +27,7 @@ struct PolicyConfig {
   uint32_t hp_stale_ms = 1000;    // HP inflight older than this no longer holds the gate
   uint32_t hp_grace_us = 500;     // HP idle this briefly still counts as busy (CPU gaps)
   bool adapt_budget = true;       // adapt be_budget_us to the HP latency target
-  uint64_t default_latency_target_us = 0;  // 0 = keep HP busy periods at their alone baseline
+  uint64_t default_latency_target_us = 0;  // 0 = no target unless a pod or rule sets one
 };
 
 // Standalone (no Kubernetes) priority rule: first match wins.

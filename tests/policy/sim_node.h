@@ -20,9 +20,10 @@
 //    killed or hung process run to their end on the GPU;
 //  - the server's threads become periodic events: DrainOnce every drain_period_ns and PolicyTick
 //    (heartbeat + budget adaptation) every tick_period_ns, both given the virtual time.
-//  - kBusyPeriod events: the contract defines them (inflight 0 -> 1 until inflight -> 0, sent by
-//    the poller) and PolicyTick's budget adaptation feeds on them; SimClient sends them at that
-//    transition (report_busy_periods). The interposer itself does not send them today.
+//  - high-priority bookkeeping (inflight, last_progress_ns, busy periods and their kBusyPeriod
+//    events, which PolicyTick's budget adaptation feeds on) is the interposer's own
+//    NoteHighPriorityLaunch / NoteHighPriorityCompletion (interpose/launch_gate.h);
+//    report_busy_periods = false drops the events.
 //
 // Usage:
 //   SimNode node;                                   // two GPUs, default server config
@@ -201,7 +202,6 @@ class SimClient {
   uint32_t wait_expected_ = 0;
   uint64_t wait_token_ = 0;
 
-  uint64_t busy_start_ns_ = 0;  // inflight went 0 -> 1 (for kBusyPeriod)
   std::vector<LaunchRecord> launches_;
   std::vector<DecisionRecord> decisions_;
   std::vector<std::pair<uint64_t, uint64_t>> busy_periods_;
@@ -447,8 +447,16 @@ void SimClient::DoLaunch() {
     // Before the launch: best-effort clients must see the GPU busy as early as possible.
     slot.hp_kernel_class.store(rec->kclass.load(std::memory_order_relaxed),
                                std::memory_order_relaxed);
-    slot.last_progress_ns.store(now, std::memory_order_relaxed);
-    if (slot.inflight.fetch_add(1, std::memory_order_acq_rel) == 0) busy_start_ns_ = now;
+    interpose::BusyPeriod ended;
+    if (interpose::NoteHighPriorityLaunch(slot, gpu_ref(), now, &ended) &&
+        node_->params().report_busy_periods) {
+      contract::Event e{};
+      e.kind = contract::EventKind::kBusyPeriod;
+      e.cpu_ns = ended.start_ns;
+      e.duration_ns = ended.duration_ns;
+      Push(e);
+      busy_periods_.emplace_back(ended.start_ns + ended.duration_ns, e.duration_ns);
+    }
   }
   std::function<void()> on_done = std::move(on_done_);
   const bool high = high_;
@@ -494,21 +502,7 @@ void SimClient::Finish(const Pending& p) {
   contract::GpuState& gpu = gpu_ref();
   const uint64_t now = loop().now();
   bool open_gate = false;
-  if (p.high) {
-    slot.last_progress_ns.store(now, std::memory_order_relaxed);
-    const uint32_t before = slot.inflight.load(std::memory_order_relaxed);
-    if (before != 0 && slot.inflight.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      open_gate = true;
-      if (node_->params().report_busy_periods) {
-        contract::Event e{};
-        e.kind = contract::EventKind::kBusyPeriod;
-        e.cpu_ns = busy_start_ns_;
-        e.duration_ns = now - busy_start_ns_;
-        Push(e);
-        busy_periods_.emplace_back(now, e.duration_ns);
-      }
-    }
-  }
+  if (p.high && interpose::NoteHighPriorityCompletion(slot, now)) open_gate = true;
   if (p.budget_ns != 0) {
     interpose::ReleaseBudget(gpu, p.budget_ns);
     open_gate = true;
