@@ -40,7 +40,7 @@ PROMETHEUS="${PROMETHEUS:-/usr/bin/prometheus}"
 DEADLINE_S="${ORION_PROMQL_DEADLINE_S:-60}"
 # The interposer does not report kBusyPeriod events yet, so the busy-period histogram has series
 # but no observations: its quantiles are NaN. Remove once it does.
-KNOWN_NAN="orion_hp_busy_period_seconds,orion:hp_busy_period_seconds"
+KNOWN_NAN=""
 
 for f in server/orion-server tools/orion-run tools/orion-ctl interpose/liborion_interpose.so \
          samples/orion-sample-infer samples/orion-sample-train samples/orion-sample-alloc \
