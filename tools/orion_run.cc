@@ -134,6 +134,10 @@ int main(int argc, char** argv) {
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv(orion::contract::kEnvPriority, priority.c_str(), 1);
+  // On an MPS node a best-effort process also runs below normal MPS client priority (ignored
+  // without MPS; an explicit setting wins). Fixed at context creation: a later promotion through
+  // the admin API changes the gate, not this.
+  if (priority == "best-effort") setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 0);
   if (!memory_limit.empty()) setenv(orion::contract::kEnvMemoryLimit, memory_limit.c_str(), 1);
   if (!latency_ms.empty()) setenv(orion::contract::kEnvLatencyTargetMs, latency_ms.c_str(), 1);
   if (!socket_path.empty()) setenv(orion::contract::kEnvSocket, socket_path.c_str(), 1);
