@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "tests/agent/test_kubelet.h"
 
@@ -153,6 +155,11 @@ TEST_F(DevicePluginTest, RegistersAgainAfterKubeletRestart) {
   kubelet_->Restart();
   ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_requests_unlocked() >= 2; }));
   ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked() >= 2; }));
+  // The plugin counts a registration when the kubelet's Register reply reaches it, which can be
+  // after the kubelet already listed the devices: poll (kubelet notifications do not cover it).
+  for (int i = 0; i < 500 && plugin_->Registrations() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(plugin_->Registrations(), 2);
   EXPECT_EQ(kubelet_->lists().back().devices_size(), 8);
   // The new socket serves Allocate.
