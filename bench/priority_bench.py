@@ -328,8 +328,7 @@ class Bench:
                 restore = []
                 for kv in knobs.split("+"):
                     key = kv.partition("=")[0]
-                    camel = key.split("_")[0] + "".join(w.title() for w in key.split("_")[1:])
-                    value = self.defaults.get(key, self.defaults.get(camel, 0))
+                    value = self.defaults.get(key, 0)  # orion-ctl leaves zero values out
                     restore.append(f"{key}={str(value).lower()}")
                 self.ctl("policy", "--all", *restore)
             if cfg in ("mps", "mps-prio", "orion-mps"):

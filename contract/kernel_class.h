@@ -11,7 +11,9 @@ namespace orion::contract {
 enum class KernelClass : int32_t { kUnknown = -1, kMemory = 0, kCompute = 1 };
 
 // On the board a class is stored as value + 1, so a zeroed word means "unknown".
-inline uint32_t KernelClassToBoard(KernelClass c) { return static_cast<uint32_t>(static_cast<int32_t>(c) + 1); }
+inline uint32_t KernelClassToBoard(KernelClass c) {
+  return static_cast<uint32_t>(static_cast<int32_t>(c) + 1);
+}
 inline KernelClass KernelClassFromBoard(uint32_t v) {
   return v == 1 ? KernelClass::kMemory : v == 2 ? KernelClass::kCompute : KernelClass::kUnknown;
 }

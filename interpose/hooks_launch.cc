@@ -70,11 +70,11 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
                                   static_cast<uint32_t>(contract::GateMode::kPassThrough);
   const uint64_t blocks = static_cast<uint64_t>(info.grid[0]) * info.grid[1] * info.grid[2];
   const uint64_t estimate = kernel != nullptr ? kernel->EstimateNs() : kDefaultKernelEstimateNs;
+  const uint32_t kclass = kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0;
 
   GateTicket ticket;
   if (gated || slot.paused.load(std::memory_order_relaxed) != 0) {
-    ticket = WaitAtGate(*reg->board, reg->slot_index,
-                        BestEffortLaunch{blocks, estimate, kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0});
+    ticket = WaitAtGate(*reg->board, reg->slot_index, BestEffortLaunch{blocks, estimate, kclass});
   }
 
   const uint64_t launch_index =
@@ -99,8 +99,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       if (high) {
         // Before the launch: best-effort clients must see the GPU busy as early as possible.
         pending->high_priority = true;
-        slot.hp_kernel_class.store(kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0,
-                                   std::memory_order_relaxed);
+        slot.hp_kernel_class.store(kclass, std::memory_order_relaxed);
         BusyPeriod ended;
         const uint64_t t = MonotonicNs();
         if (NoteHighPriorityLaunch(slot, gpu, t, &ended)) {

@@ -24,8 +24,6 @@
 #     - /api/v1/rules lists every rule of the file with health "ok".
 #     Checks are retried once a second until data arrives (at most ORION_PROMQL_DEADLINE_S,
 #     default 60 s); failures print the expression, where it comes from and Prometheus' answer.
-#     KNOWN_NAN lists metrics that are exported but not fed yet: expressions over them pass with
-#     a "known gap" line when their series hold only NaN (they must still exist); empty fails.
 #
 # Usage: tools/check-promql.sh [BUILD_DIR]   (default: the repository's build/)
 # Exit status 0 only if every check passed. Processes started here are stopped on exit.
@@ -38,9 +36,6 @@ cd "${ROOT}"
 CHART="${ROOT}/deploy/helm/orion-gpu-share"
 PROMETHEUS="${PROMETHEUS:-/usr/bin/prometheus}"
 DEADLINE_S="${ORION_PROMQL_DEADLINE_S:-60}"
-# The interposer does not report kBusyPeriod events yet, so the busy-period histogram has series
-# but no observations: its quantiles are NaN. Remove once it does.
-KNOWN_NAN=""
 
 for f in server/orion-server tools/orion-run tools/orion-ctl interpose/liborion_interpose.so \
          samples/orion-sample-infer samples/orion-sample-train samples/orion-sample-alloc \
@@ -182,5 +177,5 @@ sleep 1
 step "evaluate every dashboard and rule expression (${PROM_URL})"
 node "${ROOT}/tools/eval-promql.mjs" --prometheus="${PROM_URL}" --rules="${WORK}/rules.yaml" \
   --rules-name="PrometheusRule of deploy/helm/orion-gpu-share" --rate-interval=10s \
-  --deadline-s="${DEADLINE_S}" --known-nan="${KNOWN_NAN}"
+  --deadline-s="${DEADLINE_S}"
 echo "PromQL checks passed (${SECONDS} s)"

@@ -5,10 +5,9 @@
 //
 // Usage: node tools/eval-promql.mjs --prometheus=URL --rules=FILE [--rules-name=NAME]
 //          [--job=orion-server] [--rate-interval=10s] [--deadline-s=60]
-//          [--known-nan=METRIC[,METRIC...]] [dashboard.json ...]
+//          [dashboard.json ...]
 //   (dashboards default to deploy/dashboards/*.json)
-// A result whose samples are all NaN (a histogram or ratio with nothing observed) fails, except
-// for expressions naming a --known-nan metric: those are reported as known gaps and pass.
+// A result whose samples are all NaN (a histogram or ratio with nothing observed) fails.
 // Checks still failing are retried once a second until the deadline (data appears as scrapes
 // and rule evaluations come in); a query Prometheus rejects fails at once. Exit status 0 only if
 // every check passed.
@@ -16,8 +15,7 @@ import { readFileSync } from "node:fs";
 import { parse } from "yaml";
 import { collectExpressions, defaultFiles, labelValuesLabel, splitComparison } from "./list-promql.mjs";
 
-const opts = { job: "orion-server", rateInterval: "10s", deadlineS: 60, rulesName: null,
-               knownNan: [] };
+const opts = { job: "orion-server", rateInterval: "10s", deadlineS: 60, rulesName: null };
 const dashboards = [];
 for (const arg of process.argv.slice(2)) {
   const [key, ...rest] = arg.split("=");
@@ -28,7 +26,6 @@ for (const arg of process.argv.slice(2)) {
   else if (key === "--job") opts.job = value;
   else if (key === "--rate-interval") opts.rateInterval = value;
   else if (key === "--deadline-s") opts.deadlineS = Number(value);
-  else if (key === "--known-nan") opts.knownNan = value.split(",").filter(Boolean);
   else if (arg.startsWith("--")) throw new Error(`unknown option ${arg}`);
   else dashboards.push(arg);
 }
@@ -73,8 +70,6 @@ const brief = (answer) => {
 };
 
 // A check: { source, what, expr, run() -> { ok, permanent, answer, note } }.
-const knownGaps = [];
-const nanKnown = (expr) => opts.knownNan.find((m) => new RegExp(`(^|[^A-Za-z0-9_:])${m}`).test(expr));
 function exprCheck(source, what, expr) {
   return {
     source, what, expr,
@@ -84,11 +79,6 @@ function exprCheck(source, what, expr) {
         const v = r.values.filter((x) => !Number.isNaN(x));
         const fmt = (x) => Number(x.toPrecision(3));
         r.note = `${r.series.length} series, ${v.length > 1 ? `${fmt(Math.min(...v))} .. ${fmt(Math.max(...v))}` : fmt(v[0])}`;
-      } else if (!r.permanent && r.series?.length && nanKnown(expr) &&
-                 Date.now() - (this.nanSince ??= Date.now()) >= 5000) {
-        // Known gap: still only NaN after 5 s of scrapes and rule evaluations; accept, say so.
-        knownGaps.push({ source, what, metric: nanKnown(expr) });
-        return { ok: true, note: `${r.series.length} series, all NaN: known gap (${nanKnown(expr)})` };
       } else if (!r.permanent && r.series) {
         r.answer = { note: r.series.length ? "only NaN samples" : "empty result", reply: r.answer };
       }
@@ -223,7 +213,6 @@ try {
   console.log(`alerts active now: ${active.length ? active.join(", ") : "none"}`);
 } catch { /* informational */ }
 
-for (const g of knownGaps) console.log(`known gap: ${g.source} [${g.what}]: only NaN (${g.metric})`);
 const exprCount = dashExprs.length + rules.length;
 const seconds = ((Date.now() - started) / 1000).toFixed(1);
 if (failures.length) {
@@ -231,5 +220,4 @@ if (failures.length) {
   console.log(`${failures.length} check(s) failed (${exprCount} expressions, ${seconds} s)`);
   process.exit(1);
 }
-const gaps = knownGaps.length ? `, ${knownGaps.length} of them known gaps` : "";
-console.log(`all ${exprCount} expressions returned data (${phase1.length + checks.length} checks${gaps}, ${seconds} s)`);
+console.log(`all ${exprCount} expressions returned data (${phase1.length + checks.length} checks, ${seconds} s)`);
