@@ -3,9 +3,10 @@
 each sharing configuration, side by side in one run.
 
 For every trainer (BE) and configuration it starts the trainer, waits until it is warm, then runs
-each service (HP) in turn with Poisson arrivals at half of the service's capacity alone, and
-measures the service's latency percentiles (from the scheduled arrival) and the trainer's steps
-per second inside the service's window. Every figure is reported relative to the job alone.
+each service (HP) in turn with Poisson arrivals at --load (default 0.5) of the service's capacity
+alone, and measures the service's latency percentiles (from the scheduled arrival), the fraction
+of the time it was serving ("busy"), and the trainer's steps per second inside the service's
+window. Every figure is reported relative to the job alone.
 
 Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knobs for that run):
   timeslice   no orion, no MPS: the GPU's default time-slicing between processes
@@ -258,8 +259,12 @@ class Bench:
             capacity, alone_hp, alone_be = {}, {}, {}
             for hp in a.hp:
                 capacity[hp] = self.run_hp(hp, 0, 200)[0]["capacity_rps"]
-                rate = round(capacity[hp] / 2, 1)
+                rate = round(capacity[hp] * a.load, 1)
                 alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0]
+                if alone_hp[hp].get("busy", 0) > a.load * 1.25:
+                    print(f"warning: {hp} alone was busy {alone_hp[hp]['busy']:.2f} of the time at "
+                          f"{rate}/s, not {a.load}: the capacity measurement overestimates it",
+                          file=sys.stderr)
                 self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
                              "capacity_rps": capacity[hp], **alone_hp[hp]})
             for be in a.be:
@@ -303,7 +308,7 @@ class Bench:
                     continue
                 time.sleep(a.settle_seconds)
                 for hp in a.hp:
-                    rate = round(capacity[hp] / 2, 1)
+                    rate = round(capacity[hp] * a.load, 1)
                     snap = self.snapshot_during(f"{spec}-{hp}-{be}") if cfg.startswith("orion") else None
                     try:
                         r, start, end = self.run_hp(hp, rate, a.requests, cfg)
@@ -335,21 +340,22 @@ class Bench:
                 self.stop_mps()
 
     def write_table(self):
-        lines = ["| service | trainer | config | p50 | p99 | p99.9 | p99 vs alone | trainer vs alone |",
-                 "|---|---|---|---|---|---|---|---|"]
+        lines = ["| service | trainer | config | p50 | p99 | p99.9 | busy | p99 vs alone | trainer vs alone |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         for r in self.results:
             if r.get("error") or r["config"] == "alone" and r.get("hp") is None:
                 continue
-            lines.append("| {} | {} | {} | {:.2f} ms | {:.2f} ms | {:.2f} ms | {} | {} |".format(
+            lines.append("| {} | {} | {} | {:.2f} ms | {:.2f} ms | {:.2f} ms | {} | {} | {} |".format(
                 r["hp"], r["be"] or "-", r["config"], r.get("p50_ms", 0), r.get("p99_ms", 0),
-                r.get("p999_ms", 0), f'{r["p99_x"]:.2f}x' if "p99_x" in r else "1.00x",
+                r.get("p999_ms", 0), f'{r["busy"]:.2f}' if "busy" in r else "-",
+                f'{r["p99_x"]:.2f}x' if "p99_x" in r else "1.00x",
                 f'{r["be_x"]:.2f}x' if "be_x" in r else "-"))
         for r in self.results:
             if r["config"] == "alone" and r.get("be"):
-                lines.append(f"| - | {r['be']} | alone | | | | | {r['steps_per_s']:.2f} steps/s |")
+                lines.append(f"| - | {r['be']} | alone | | | | | | {r['steps_per_s']:.2f} steps/s |")
             if r.get("error"):
                 lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
-                             f"error: {r['error']} | | | | |")
+                             f"error: {r['error']} | | | | | |")
         text = "\n".join(lines) + "\n"
         with open(os.path.join(self.out, "results.md"), "w") as f:
             f.write(text)
@@ -363,6 +369,8 @@ def main():
     p.add_argument("--be", default="resnet50")
     p.add_argument("--configs", default="timeslice,orion-pass,orion")
     p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--load", type=float, default=0.5,
+                   help="the service's arrival rate as a fraction of its capacity alone")
     p.add_argument("--be-alone-seconds", type=float, default=15)
     p.add_argument("--settle-seconds", type=float, default=3)
     p.add_argument("--mps-be-percent", type=int, default=50)
