@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/annotations.h"
@@ -32,9 +33,59 @@ bool HasMember(const JsonValue* obj, std::string_view key) {
   return obj != nullptr && Member(*obj, key) != nullptr;
 }
 
+bool SetsEnv(const JsonValue& container, std::string_view name) {
+  const JsonValue* env = Member(container, "env");
+  if (env == nullptr || env->kind_case() != JsonValue::kListValue) return false;
+  for (const JsonValue& e : env->list_value().values()) {
+    if (StringAt(e, {"name"}) == name) return true;
+  }
+  return false;
+}
+
+JsonValue EnvVar(std::string_view name, std::string value) {
+  JsonValue v = ObjectWith("name", JsonString(std::string(name)));
+  (*v.mutable_struct_value()->mutable_fields())["value"] = JsonString(std::move(value));
+  return v;
+}
+
+// The SM percentage for a best-effort pod: its annotation if valid, else the default.
+int MpsThreadPercentage(const std::map<std::string, std::string>& annotations,
+                        const AdmissionOptions& options, std::vector<std::string>* warnings) {
+  auto it = annotations.find(std::string(kAnnotationMpsThreadPercentage));
+  if (it == annotations.end()) return options.best_effort_mps_thread_percentage;
+  int v = 0;
+  if (!absl::SimpleAtoi(it->second, &v) || v < 1 || v > 100) {
+    warnings->push_back(absl::StrCat(std::string(kAnnotationMpsThreadPercentage), ": \"", it->second,
+                                     "\" is not an integer in [1, 100]; using ",
+                                     options.best_effort_mps_thread_percentage));
+    return options.best_effort_mps_thread_percentage;
+  }
+  return v;
+}
+
 AdmissionReply BadRequest(std::string_view why) {
   JsonValue err = ObjectWith("error", JsonString(absl::StrCat("orion webhook: ", std::string(why))));
   return {400, WriteJson(err)};
+}
+
+// Appends "add" operations that give the container each variable it does not set itself.
+void AddEnvPatch(const JsonValue& container, int index,
+                 const std::vector<std::pair<std::string_view, std::string>>& vars,
+                 JsonValue* patch) {
+  const std::string base = absl::StrCat("/spec/containers/", index, "/env");
+  const JsonValue* env = Member(container, "env");
+  bool has_list = env != nullptr && env->kind_case() == JsonValue::kListValue;
+  for (const auto& [name, value] : vars) {
+    if (SetsEnv(container, name)) continue;
+    if (has_list) {
+      *patch->mutable_list_value()->add_values() = PatchOp(base + "/-", EnvVar(name, value));
+    } else {
+      JsonValue list;
+      *list.mutable_list_value()->add_values() = EnvVar(name, value);
+      *patch->mutable_list_value()->add_values() = PatchOp(base, std::move(list));
+      has_list = true;
+    }
+  }
 }
 
 }  // namespace
@@ -75,6 +126,9 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
   const JsonValue* containers = At(pod, {"spec", "containers"});
   if (containers == nullptr || containers->kind_case() != JsonValue::kListValue) return patch;
   const std::string resource_token = EscapeJsonPointer(options.resource_name);
+  const bool best_effort = parsed.settings.priority == PodPriority::kBestEffort;
+  const int mps_percentage =
+      best_effort ? MpsThreadPercentage(annotations, options, warnings) : 0;
   std::set<std::string> matched;
   int index = -1;
   for (const JsonValue& c : containers->list_value().values()) {
@@ -85,10 +139,14 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
     const JsonValue* resources = Member(c, "resources");
     const JsonValue* limits = resources ? Member(*resources, "limits") : nullptr;
     const JsonValue* requests = resources ? Member(*resources, "requests") : nullptr;
-    if (HasMember(limits, options.resource_name) || HasMember(limits, kWholeGpuResource) ||
-        HasMember(requests, kWholeGpuResource)) {
-      continue;
+    if (HasMember(limits, kWholeGpuResource) || HasMember(requests, kWholeGpuResource)) continue;
+    if (mps_percentage > 0) {
+      AddEnvPatch(c, index,
+                  {{"CUDA_MPS_CLIENT_PRIORITY", "1"},
+                   {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", absl::StrCat(mps_percentage)}},
+                  &patch);
     }
+    if (HasMember(limits, options.resource_name)) continue;
     // Extended resources need limits; a request alone is copied into the limit.
     JsonValue amount = JsonString("1");
     if (const JsonValue* r = requests ? Member(*requests, options.resource_name) : nullptr) {

@@ -2,6 +2,11 @@
 // `resources.limits[<resource>]: "1"` in each of its containers (or in those named by the
 // orion/containers annotation), so users need not request the share themselves. Containers
 // that already ask for the resource, or for whole GPUs (nvidia.com/gpu), are left alone.
+// Best-effort pods' containers that take a share also get CUDA_MPS_CLIENT_PRIORITY=1 and
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (the options' default or the pod's
+// orion/mps-thread-percentage), unless they set them: on nodes that run the MPS daemon their
+// kernels then queue behind high-priority ones and use at most that share of the SMs; elsewhere
+// CUDA ignores both.
 // Pure: AdmissionReview v1 JSON in, HTTP status + JSON out.
 //
 // Usage:
@@ -20,6 +25,7 @@ namespace orion::agent {
 
 struct AdmissionOptions {
   std::string resource_name = "orion.io/gpu";
+  int best_effort_mps_thread_percentage = 50;  // 1..100; 0: leave both MPS variables unset
 };
 
 struct AdmissionReply {

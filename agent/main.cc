@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "agent/agent_sync_client.h"
 #include "agent/device_plugin.h"
@@ -47,7 +48,8 @@ constexpr char kUsage[] =
     "  --kube-token-file, --kube-ca-file   with --kube-api-url\n"
     "  --no-device-plugin, --no-pod-watcher   run parts only\n"
     "webhook flags:\n"
-    "  --listen-address (0.0.0.0:8443) --tls-cert FILE --tls-key FILE --resource-name\n";
+    "  --listen-address (0.0.0.0:8443) --tls-cert FILE --tls-key FILE --resource-name\n"
+    "  --be-mps-thread-percentage (50)  SM share under MPS of best-effort pods (0: not set)\n";
 
 using Flags = std::map<std::string, std::string>;
 
@@ -97,6 +99,14 @@ int RunWebhook(const Flags& flags) {
   const sigset_t signals = BlockSignals();
   AdmissionOptions options;
   options.resource_name = Flag(flags, "resource-name", options.resource_name);
+  const std::string percentage = Flag(flags, "be-mps-thread-percentage", "50");
+  if (!absl::SimpleAtoi(percentage, &options.best_effort_mps_thread_percentage) ||
+      options.best_effort_mps_thread_percentage < 0 ||
+      options.best_effort_mps_thread_percentage > 100) {
+    std::fprintf(stderr, "orion-agent webhook: --be-mps-thread-percentage: expected an integer in "
+                         "[0, 100] (0: leave unset), got \"%s\"\n", percentage.c_str());
+    return 2;
+  }
   HttpEndpoint::Options http;
   http.listen_address = Flag(flags, "listen-address", "0.0.0.0:8443");
   http.tls_cert_file = Flag(flags, "tls-cert", "");

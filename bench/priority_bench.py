@@ -14,8 +14,11 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
   mps-prio    MPS with the trainer at CUDA_MPS_CLIENT_PRIORITY=1 (below normal)
   orion-pass  both under orion-run, gate in pass-through mode (observe only)
   orion       both under orion-run, gate in priority mode
+  mps-cap     mps-prio with the trainer's SMs capped: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+              (--mps-be-percent)
   orion-mps   MPS daemon + orion gate in mps mode; the trainer gets CUDA_MPS_CLIENT_PRIORITY=1
               and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (--mps-be-percent)
+  The knob be_percent=N (mps-cap, orion-mps) sets the trainer's SM percentage for that run.
 
   bench/priority_bench.py --bundle DIR [--hp resnet50,resnet50-graph,bert] [--be resnet50]
       [--configs timeslice,orion] [--requests 2000] [--out DIR]
@@ -95,8 +98,8 @@ class Bench:
                     f"admin_address: 127.0.0.1:{self.args.admin_port}\n"
                     f"metrics_address: 127.0.0.1:{self.args.admin_port + 1}\nmode: priority\n")
         env = dict(os.environ, **self.lib_env)
-        self.server = subprocess.Popen([os.path.join(self.bundle, "orion-server"), "--config", cfg],
-                                       env=env, stdout=self.log, stderr=self.log)
+        self.server = self.popen([os.path.join(self.bundle, "orion-server"), "--config", cfg],
+                                 "server", env=env, stdout=self.log, stderr=self.log)
         for _ in range(200):
             if os.path.exists(f"{self.work}/orion.sock"):
                 return
@@ -119,8 +122,10 @@ class Bench:
         os.makedirs(logd, exist_ok=True)
         self.mps_env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logd}
         try:
+            every_cpu = set(range(os.cpu_count() or 1))  # not this script's pinned cores
             r = subprocess.run(["nvidia-cuda-mps-control", "-d"],
-                               env=dict(os.environ, **self.mps_env), capture_output=True, text=True)
+                               env=dict(os.environ, **self.mps_env), capture_output=True, text=True,
+                               preexec_fn=lambda: os.sched_setaffinity(0, every_cpu))
             why = None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
         except OSError as e:
             why = str(e)
@@ -139,6 +144,20 @@ class Bench:
         self.mps_env = None
 
     # ---- processes ---------------------------------------------------------------------------
+    def cpus(self, role):
+        """The cores of a role when --pin is on (as a latency-critical pod gets exclusive cores
+        from the kubelet's static CPU manager): the service 2-3, the trainer 4 and up, the server
+        and this script 0-1. None: no pinning."""
+        n = os.cpu_count() or 1
+        if not self.args.pin or n < 8:
+            return None
+        return {"hp": {2, 3}, "be": set(range(4, n)), "server": {0, 1}}[role]
+
+    def popen(self, argv, role, **kw):
+        cpus = self.cpus(role)
+        pre = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        return subprocess.Popen(argv, preexec_fn=pre, **kw)
+
     def wrap(self, argv, cfg, role, extra_env):
         env = dict(os.environ)
         if self.mps_env:
@@ -155,7 +174,7 @@ class Bench:
     def run_hp(self, name, rate, requests, cfg="alone", extra_env=None):
         argv = hp_command(name, self.bundle) + ["--rate", str(rate), "--requests", str(requests)]
         argv, env = self.wrap(argv, cfg, "hp", extra_env or {})
-        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        p = self.popen(argv, "hp", env=env, stdout=subprocess.PIPE, stderr=self.log, text=True)
         start = end = None
         result = None
         for line in p.stdout:
@@ -172,8 +191,8 @@ class Bench:
 
     def start_be(self, name, cfg, extra_env):
         argv, env = self.wrap(be_command(name, self.bundle), cfg, "be", extra_env)
-        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                             start_new_session=True)
+        p = self.popen(argv, "be", env=env, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                       start_new_session=True)
         steps = []
         ready = threading.Event()
 
@@ -252,6 +271,8 @@ class Bench:
 
     def run(self):
         a = self.args
+        if self.cpus("server"):
+            os.sched_setaffinity(0, self.cpus("server"))
         self.start_server()
         try:
             # The server's knobs as configured (and a check that it answers).
@@ -287,15 +308,23 @@ class Bench:
     def run_config(self, spec, cfg, knobs, capacity, alone_hp, alone_be):
         a = self.args
         be_env = {}
-        if cfg in ("mps", "mps-prio", "orion-mps"):
+        be_percent = a.mps_be_percent
+        knob_list = []
+        for kv in (k for k in knobs.split("+") if k):
+            if kv.startswith("be_percent="):
+                be_percent = int(kv.partition("=")[2])
+            else:
+                knob_list.append(kv)
+        knobs = "+".join(knob_list)
+        if cfg in ("mps", "mps-prio", "mps-cap", "orion-mps"):
             why = self.start_mps()
             if why:
                 self.record({"config": spec, "error": why})
                 return
-        if cfg in ("mps-prio", "orion-mps"):
+        if cfg in ("mps-prio", "mps-cap", "orion-mps"):
             be_env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
-        if cfg == "orion-mps":
-            be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(a.mps_be_percent)
+        if cfg in ("mps-cap", "orion-mps"):
+            be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(be_percent)
         if cfg.startswith("orion"):
             mode = {"orion": "priority", "orion-pass": "pass-through", "orion-mps": "mps"}[cfg]
             self.ctl("policy", "--all", f"mode={mode}", *[k for k in knobs.split("+") if k])
@@ -336,7 +365,7 @@ class Bench:
                     value = self.defaults.get(key, 0)  # orion-ctl leaves zero values out
                     restore.append(f"{key}={str(value).lower()}")
                 self.ctl("policy", "--all", *restore)
-            if cfg in ("mps", "mps-prio", "orion-mps"):
+            if cfg in ("mps", "mps-prio", "mps-cap", "orion-mps"):
                 self.stop_mps()
 
     def write_table(self):
@@ -375,6 +404,9 @@ def main():
     p.add_argument("--settle-seconds", type=float, default=3)
     p.add_argument("--mps-be-percent", type=int, default=50)
     p.add_argument("--admin-port", type=int, default=50071)
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                   help="give the service, the trainer and the server their own cores "
+                        "(machines with 8 or more)")
     p.add_argument("--out")
     args = p.parse_args()
     args.hp = [x for x in args.hp.split(",") if x]

@@ -202,7 +202,7 @@ struct alignas(64) GpuState {
   std::atomic<uint64_t> hp_slot_mask[kMaxSlots / 64];  // (server) slots of high-priority clients
   std::atomic<uint64_t> be_budget_ns;   // (server) best-effort GPU time allowed beside HP work
   std::atomic<uint64_t> be_outstanding_ns;  // (clients) estimated best-effort work in flight
-  std::atomic<uint32_t> sm_threshold;   // (server) max blocks of a BE kernel admitted beside HP
+  std::atomic<uint32_t> sm_threshold;   // (server) max blocks of a BE kernel beside HP (mps); 0: any
   std::atomic<uint32_t> spin_ns;        // (server) spin before blocking on gate_seq
   std::atomic<uint64_t> hp_stale_ns;    // (server) HP inflight older than this is ignored
   char uuid[kGpuUuidBytes];             // (server, before any client) GPU UUID

@@ -202,8 +202,9 @@ inline bool NoteHighPriorityCompletion(contract::ClientSlot& slot, uint64_t now_
 //    CPU-bound service leaves idle.
 //  - mps (kernels of different processes co-run in space; the best-effort share of SMs is capped
 //    by MPS itself):
-//      HP busy: go if small, not of the same known class as the running HP kernel (compute
-//      next to memory-bound, Orion's rule) and within the budget;
+//      HP busy: go if not of the same known class as the running HP kernel (compute next to
+//      memory-bound, Orion's rule), within the budget (best-effort work in flight), and, when
+//      sm_threshold is set (not 0), with at most that many blocks;
 //      HP idle: go.
 // `wake_by_ns`, if not null, receives when a kWait should be re-examined at the latest (the end
 // of the HP clients' grace period), or 0 if only a completion can change the answer.
@@ -230,7 +231,8 @@ inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState&
       gpu.be_outstanding_ns.fetch_add(launch.estimate_ns, std::memory_order_acq_rel);
       return GateDecision::kGoBudget;
     }
-  } else if (launch.blocks <= gpu.sm_threshold.load(std::memory_order_relaxed)) {
+  } else if (const uint32_t threshold = gpu.sm_threshold.load(std::memory_order_relaxed);
+             threshold == 0 || launch.blocks <= threshold) {
     const auto mine = contract::KernelClassFromBoard(launch.kernel_class);
     const auto theirs = contract::KernelClassFromBoard(hp.kernel_class);
     const bool fits = mine == contract::KernelClass::kUnknown ||

@@ -117,6 +117,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
     }
     p->mode = *ParseGateMode(mode.Scalar());
   }
+  p->be_budget_us = DefaultBeBudgetUs(p->mode);  // unless policy.be_budget_us says otherwise
   if (!n) return absl::OkStatus();
   if (!n.IsMap()) return v.Error("policy", "a map", n);
   ORION_RETURN_IF_ERROR(v.CheckKeys(n, "policy",
@@ -348,7 +349,9 @@ gpus: []                               # GPU UUIDs in board order; empty: discov
 mode: priority                         # pass-through | priority | mps
 policy:
   be_budget_us: 500                    # best-effort GPU time allowed in flight beside HP work
-  sm_threshold: 132                    # max thread blocks of a BE kernel admitted beside HP work
+                                       # (default 500 in priority mode, 5000 in mps mode)
+  sm_threshold: 0                      # mps mode: max thread blocks of a BE kernel admitted
+                                       # beside HP work; 0: no limit (MPS caps BE SMs)
   spin_us: 20                          # spin before blocking at the gate
   hp_stale_ms: 1000                    # HP work older than this no longer holds the gate
   hp_grace_us: 500                     # HP idle this briefly still counts as busy (CPU gaps

@@ -16,13 +16,15 @@
 
 #include "absl/status/statusor.h"
 #include "contract/orion_contract.h"
+#include "server/board.h"
 
 namespace orion::server {
 
 struct PolicyConfig {
   contract::GateMode mode = contract::GateMode::kPriority;
-  uint64_t be_budget_us = 500;    // best-effort GPU time in flight beside high-priority work
-  uint32_t sm_threshold = 132;    // thread blocks; a BE kernel with more waits for HP idle
+  uint64_t be_budget_us = DefaultBeBudgetUs(contract::GateMode::kPriority);  // by mode
+  uint32_t sm_threshold = 0;      // thread blocks (mps mode); a BE kernel with more waits for
+                                  // HP idle; 0: no limit
   uint32_t spin_us = 20;          // spin before blocking on the gate word
   uint32_t hp_stale_ms = 1000;    // HP inflight older than this no longer holds the gate
   uint32_t hp_grace_us = 500;     // HP idle this briefly still counts as busy (CPU gaps)

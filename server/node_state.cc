@@ -593,9 +593,14 @@ absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::Set
   for (uint32_t g = first; g < last; ++g) {
     GpuPolicy& gp = gpu_policy_[g];
     if (has("mode")) {
+      const contract::GateMode before = gp.knobs.mode;
       gp.knobs.mode = k.mode() == orion::v1::GATE_MODE_PASS_THROUGH ? contract::GateMode::kPassThrough
                       : k.mode() == orion::v1::GATE_MODE_MPS        ? contract::GateMode::kMps
                                                                      : contract::GateMode::kPriority;
+      // A budget still at the old mode's default follows the mode; a set one stays.
+      if (!has("be_budget_us") && gp.knobs.be_budget_ns == DefaultBeBudgetUs(before) * 1000) {
+        gp.knobs.be_budget_ns = DefaultBeBudgetUs(gp.knobs.mode) * 1000;
+      }
     }
     if (has("be_budget_us")) gp.knobs.be_budget_ns = k.be_budget_us() * 1000;
     if (has("sm_threshold")) gp.knobs.sm_threshold = k.sm_threshold();

@@ -77,8 +77,8 @@ TEST(ReviewPodAdmission, OrionContainersSelectsAndExistingRequestsAreKept) {
   AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {});
   ASSERT_EQ(reply.http_status, 200);
   JsonValue patch = PatchOf(reply);
-  ASSERT_EQ(patch.list_value().values_size(), 1);
-  EXPECT_EQ(OpText(patch.list_value().values(0)),
+  ASSERT_EQ(patch.list_value().values_size(), 3);  // two MPS variables, then the share
+  EXPECT_EQ(OpText(patch.list_value().values(2)),
             R"(add /spec/containers/1/resources/limits {"orion.io/gpu":"2"})");
   JsonValue out = *ParseJson(reply.body);
   const JsonValue* warnings = At(out, {"response", "warnings"});
@@ -92,13 +92,72 @@ TEST(ReviewPodAdmission, WholeGpuAndAlreadySharedContainersAreLeftAlone) {
     "spec": {"containers": [
       {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
       {"name": "b", "resources": {"limits": {"orion.io/gpu": "1"}}}]}})");
-  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {});
+  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {.best_effort_mps_thread_percentage = 0});
   ASSERT_EQ(reply.http_status, 200);
   JsonValue out = *ParseJson(reply.body);
   EXPECT_EQ(At(out, {"response", "patch"}), nullptr);
   // The malformed priority is reported to the user as an admission warning.
   EXPECT_NE(WriteJson(*At(out, {"response", "warnings"})).find("orion/priority"),
             std::string::npos);
+}
+
+TEST(ReviewPodAdmission, BestEffortContainersGetMpsPriorityAndSmShareUnlessTheySetThem) {
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "best-effort"}},
+    "spec": {"containers": [
+      {"name": "a"},
+      {"name": "b", "env": [{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "20"}],
+       "resources": {"limits": {"orion.io/gpu": "1"}}},
+      {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})");
+  JsonValue patch = PatchOf(ReviewPodAdmission(WriteJson(review), {}));
+  ASSERT_EQ(patch.list_value().values_size(), 4) << WriteJson(patch);
+  // a: no env list yet (one op creates it, the next appends), then its share.
+  const JsonValue& create = patch.list_value().values(0);
+  EXPECT_EQ(StringAt(create, {"path"}), "/spec/containers/0/env");
+  ASSERT_EQ(At(create, {"value"})->list_value().values_size(), 1);
+  const JsonValue& priority = At(create, {"value"})->list_value().values(0);
+  EXPECT_EQ(StringAt(priority, {"name"}), "CUDA_MPS_CLIENT_PRIORITY");
+  EXPECT_EQ(StringAt(priority, {"value"}), "1");
+  EXPECT_EQ(StringAt(patch.list_value().values(1), {"path"}), "/spec/containers/0/env/-");
+  EXPECT_EQ(StringAt(patch.list_value().values(1), {"value", "name"}),
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  EXPECT_EQ(StringAt(patch.list_value().values(1), {"value", "value"}), "50");
+  EXPECT_EQ(StringAt(patch.list_value().values(2), {"path"}), "/spec/containers/0/resources");
+  // b sets its own SM share and already has the resource: only the priority is added.
+  EXPECT_EQ(StringAt(patch.list_value().values(3), {"path"}), "/spec/containers/1/env/-");
+  EXPECT_EQ(StringAt(patch.list_value().values(3), {"value", "name"}), "CUDA_MPS_CLIENT_PRIORITY");
+  // c uses a whole GPU: untouched.
+}
+
+TEST(ReviewPodAdmission, MpsThreadPercentageAnnotationOverridesTheDefault) {
+  auto share_of = [](const std::string& annotation, std::string* warnings) {
+    JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+      "metadata": {"annotations": {"orion/priority": "best-effort",
+                                   "orion/mps-thread-percentage": ")" + annotation + R"("}},
+      "spec": {"containers": [{"name": "a", "env": []}]}})");
+    AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {.best_effort_mps_thread_percentage = 40});
+    const JsonValue out = *ParseJson(reply.body);
+    const JsonValue* w = At(out, {"response", "warnings"});
+    *warnings = w ? WriteJson(*w) : "";
+    JsonValue patch = PatchOf(reply);
+    return StringAt(patch.list_value().values(1), {"value", "value"});
+  };
+  std::string warnings;
+  EXPECT_EQ(share_of("30", &warnings), "30");
+  EXPECT_EQ(warnings, "");
+  EXPECT_EQ(share_of("150", &warnings), "40");
+  EXPECT_NE(warnings.find("orion/mps-thread-percentage"), std::string::npos) << warnings;
+  EXPECT_EQ(share_of("half", &warnings), "40");
+  EXPECT_NE(warnings.find("[1, 100]"), std::string::npos) << warnings;
+}
+
+TEST(ReviewPodAdmission, HighPriorityPodsGetNoMpsVariables) {
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "high"}},
+    "spec": {"containers": [{"name": "a"}]}})");
+  JsonValue patch = PatchOf(ReviewPodAdmission(WriteJson(review), {}));
+  ASSERT_EQ(patch.list_value().values_size(), 1);
+  EXPECT_EQ(StringAt(patch.list_value().values(0), {"path"}), "/spec/containers/0/resources");
 }
 
 TEST(ReviewPodAdmission, CustomResourceName) {

@@ -189,7 +189,6 @@ TEST_F(InterposeIntegrationTest, BestEffortWaitsWhileHighPriorityWorkRuns) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   c::GpuState& gpu = registrar.board().gpus[0];
   gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
-  gpu.sm_threshold.store(0);  // nothing fits beside HP work
   gpu.spin_ns.store(50'000);
   gpu.hp_stale_ns.store(1'000'000'000);
   // A pretend high-priority client in slot 200, busy for 300 ms.

@@ -167,6 +167,14 @@ TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsAndLetsAllGoWhenIdle) {
   // Unknown class on either side is not held back for its class.
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(32, 10'000)), GateDecision::kGoBudget);
   EXPECT_EQ(gpu().be_outstanding_ns.load(), 20'000u);
+  // sm_threshold 0: no block limit (MPS caps the best-effort SMs); class and budget still count.
+  gpu().sm_threshold.store(0);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 10'000, KernelClass::kMemory)),
+            GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 10'000, KernelClass::kCompute)),
+            GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 90'000, KernelClass::kMemory)),
+            GateDecision::kWait);  // 30 us in flight + 90 us > the 100 us budget
 }
 
 TEST_F(LaunchGateTest, WaiterWakesWhenGracePeriodEndsWithoutACompletion) {

@@ -169,7 +169,7 @@ struct TrainerWorkload {
   int long_kernels = 8;
   uint64_t long_min_ns = 1 * kMs;
   uint64_t long_max_ns = 3 * kMs;
-  uint32_t long_blocks = 2048;  // grid sizes matter in MPS mode only (sm_threshold, 132)
+  uint32_t long_blocks = 2048;  // grid sizes matter in MPS mode only (sm_threshold, when set)
   int small_kernels = 8;
   uint64_t small_min_ns = 40 * kUs;
   uint64_t small_max_ns = 100 * kUs;

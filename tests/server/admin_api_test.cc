@@ -187,11 +187,37 @@ TEST_F(AdminApiTest, SetPolicyReachesTheBoard) {
   orion::v1::PolicyKnobs knobs;
   ASSERT_TRUE(admin_->SetPolicy(&ctx, pol, &knobs).ok());
   EXPECT_EQ(knobs.be_budget_us(), 123u);
-  EXPECT_EQ(knobs.sm_threshold(), 132u);  // untouched field keeps its value
+  EXPECT_EQ(knobs.spin_us(), 20u);  // untouched field keeps its value
   const auto& g = server_->state().board().board().gpus[1];
   EXPECT_EQ(g.be_budget_ns.load(), 123000u);
   EXPECT_EQ(g.mode.load(), static_cast<uint32_t>(contract::GateMode::kPassThrough));
   EXPECT_EQ(server_->state().board().board().gpus[0].be_budget_ns.load(), 500000u);
+}
+
+TEST_F(AdminApiTest, ModeChangeMovesADefaultBudgetButKeepsASetOne) {
+  auto set = [&](uint32_t gpu, orion::v1::GateMode mode, int64_t budget_us) {
+    grpc::ClientContext ctx;
+    orion::v1::SetPolicyRequest pol;
+    pol.set_gpu(gpu);
+    pol.add_fields("mode");
+    pol.mutable_knobs()->set_mode(mode);
+    if (budget_us >= 0) {
+      pol.add_fields("be_budget_us");
+      pol.mutable_knobs()->set_be_budget_us(static_cast<uint64_t>(budget_us));
+    }
+    orion::v1::PolicyKnobs knobs;
+    EXPECT_TRUE(admin_->SetPolicy(&ctx, pol, &knobs).ok());
+    return knobs.be_budget_us();
+  };
+  // GPU 0 still has priority mode's default budget: it follows the mode both ways.
+  EXPECT_EQ(set(0, orion::v1::GATE_MODE_MPS, -1), 5000u);
+  EXPECT_EQ(server_->state().board().board().gpus[0].be_budget_ns.load(), 5'000'000u);
+  EXPECT_EQ(set(0, orion::v1::GATE_MODE_PRIORITY, -1), 500u);
+  // GPU 1's budget was set: a mode change leaves it alone.
+  EXPECT_EQ(set(1, orion::v1::GATE_MODE_PRIORITY, 800), 800u);
+  EXPECT_EQ(set(1, orion::v1::GATE_MODE_MPS, -1), 800u);
+  // Both in one request: the request's budget wins.
+  EXPECT_EQ(set(0, orion::v1::GATE_MODE_MPS, 900), 900u);
 }
 
 TEST_F(AdminApiTest, TimelineAndProfileFromDrainedEvents) {

@@ -15,7 +15,20 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   EXPECT_EQ(c->metrics_address, "0.0.0.0:9464");
   EXPECT_EQ(c->policy.mode, contract::GateMode::kPriority);
   EXPECT_EQ(c->policy.be_budget_us, 500u);
+  EXPECT_EQ(c->policy.sm_threshold, 0u);  // no block limit
   EXPECT_TRUE(c->trust_client_requests);
+}
+
+TEST(ConfigTest, BudgetDefaultFollowsTheModeUnlessSet) {
+  auto mps = ParseServerConfig("mode: mps\n", "mps.yaml");
+  ASSERT_TRUE(mps.ok()) << mps.status();
+  EXPECT_EQ(mps->policy.be_budget_us, 5000u);
+  auto set = ParseServerConfig("mode: mps\npolicy: {be_budget_us: 700}\n", "set.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->policy.be_budget_us, 700u);
+  auto other_keys = ParseServerConfig("mode: mps\npolicy: {spin_us: 5}\n", "spin.yaml");
+  ASSERT_TRUE(other_keys.ok()) << other_keys.status();
+  EXPECT_EQ(other_keys->policy.be_budget_us, 5000u);
 }
 
 TEST(ConfigTest, DefaultConfigYamlParsesToTheDefaults) {
