@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The priority benchmark on a machine with an NVIDIA GPU, in the splits used for the published
 # results (each fits one 10-minute slot of GPU time). Results go to $OUT (results.md/.jsonl).
-#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|pairs-resnet50|pairs-bert|pairs-gpt2|samples]
+#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|mps-gpt2|pairs-resnet50|pairs-bert|pairs-gpt2|samples]
 # BUNDLE_DIR: tools/bundle.sh output. See bench/priority_bench.py for what each figure means.
 set -euo pipefail
 B="$1"
@@ -9,12 +9,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PB=(python3 "$ROOT/bench/priority_bench.py" --bundle "$B")
 nvidia-smi -L || true
 case "${2:-headline}" in
-  # ResNet50 b4 eager beside ResNet50 b64 training, 5,000 requests per configuration.
+  # ResNet50 b4 eager beside ResNet50 b64 training, 5,000 requests per configuration: time-slicing,
+  # MPS with the trainer at client priority 1 and 50% of the SMs, orion's MPS mode (the same MPS
+  # settings plus the gate), orion's priority mode on the time-sliced GPU.
   headline) "${PB[@]}" --hp resnet50 --be resnet50 --requests "${REQS:-5000}" \
-              --configs timeslice,orion-pass,orion ;;
-  # The same pair under MPS, MPS with client priority, and orion's MPS mode.
+              --configs timeslice,mps-cap,orion-mps,orion ;;
+  # The same pair under plain MPS, MPS with client priority, and orion pass-through.
   mps) "${PB[@]}" --hp resnet50 --be resnet50 --requests "${REQS:-2000}" \
-         --configs mps,mps-prio,orion-mps ;;
+         --configs mps,mps-prio,orion-pass ;;
+  # The other services beside the long-kernel trainer, under orion's MPS mode.
+  mps-gpt2) "${PB[@]}" --hp resnet50-graph,bert --be gpt2-large --requests "${REQS:-2000}" \
+              --configs timeslice,mps-cap,orion-mps ;;
   # Every service against one trainer, 2,000 requests each.
   pairs-resnet50) "${PB[@]}" --hp resnet50-graph,bert --be resnet50 --requests "${REQS:-2000}" \
                     --configs timeslice,orion ;;
