@@ -7,21 +7,26 @@
 
 namespace orion::contract {
 
-// Values match Orion's profile CSV (0 = memory, 1 = compute).
-enum class KernelClass : int32_t { kUnknown = -1, kMemory = 0, kCompute = 1 };
+// Values match Orion's profile CSV (0 = memory, 1 = compute). kGraph is not in Orion: a CUDA graph
+// launch, many kernels of both classes back to back, which no kernel complements.
+enum class KernelClass : int32_t { kUnknown = -1, kMemory = 0, kCompute = 1, kGraph = 2 };
 
 // On the board a class is stored as value + 1, so a zeroed word means "unknown".
 inline uint32_t KernelClassToBoard(KernelClass c) {
   return static_cast<uint32_t>(static_cast<int32_t>(c) + 1);
 }
 inline KernelClass KernelClassFromBoard(uint32_t v) {
-  return v == 1 ? KernelClass::kMemory : v == 2 ? KernelClass::kCompute : KernelClass::kUnknown;
+  return v == 1   ? KernelClass::kMemory
+         : v == 2 ? KernelClass::kCompute
+         : v == 3 ? KernelClass::kGraph
+                  : KernelClass::kUnknown;
 }
 
 // Two kernels complement each other when one is compute- and the other memory-bound: they can
 // share the SMs with little slowdown (Orion's co-scheduling rule).
 inline bool Complementary(KernelClass a, KernelClass b) {
-  return a != KernelClass::kUnknown && b != KernelClass::kUnknown && a != b;
+  return a != KernelClass::kUnknown && b != KernelClass::kUnknown && a != KernelClass::kGraph &&
+         b != KernelClass::kGraph && a != b;
 }
 
 namespace internal {

@@ -221,6 +221,8 @@ void RememberGraph(CUresult result, CUgraphExec* exec, CUgraph graph) {
   const uint64_t kernels = CountKernelNodes(graph, 0);
   record->aux.store(kernels > 0xFFFFFFFFu ? 0xFFFFFFFFu : static_cast<uint32_t>(kernels),
                     std::memory_order_relaxed);
+  record->kclass.store(contract::KernelClassToBoard(contract::KernelClass::kGraph),
+                       std::memory_order_relaxed);
 }
 
 }  // namespace

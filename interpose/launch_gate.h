@@ -203,8 +203,8 @@ inline bool NoteHighPriorityCompletion(contract::ClientSlot& slot, uint64_t now_
 //  - mps (kernels of different processes co-run in space; the best-effort share of SMs is capped
 //    by MPS itself):
 //      HP busy: go if not of the same known class as the running HP kernel (compute next to
-//      memory-bound, Orion's rule), within the budget (best-effort work in flight), and, when
-//      sm_threshold is set (not 0), with at most that many blocks;
+//      memory-bound, Orion's rule) and that is not a CUDA graph, within the budget (best-effort
+//      work in flight), and, when sm_threshold is set (not 0), with at most that many blocks;
 //      HP idle: go.
 // `wake_by_ns`, if not null, receives when a kWait should be re-examined at the latest (the end
 // of the HP clients' grace period), or 0 if only a completion can change the answer.
@@ -235,9 +235,12 @@ inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState&
              threshold == 0 || launch.blocks <= threshold) {
     const auto mine = contract::KernelClassFromBoard(launch.kernel_class);
     const auto theirs = contract::KernelClassFromBoard(hp.kernel_class);
-    const bool fits = mine == contract::KernelClass::kUnknown ||
-                      theirs == contract::KernelClass::kUnknown ||
-                      contract::Complementary(mine, theirs);
+    // Nothing co-runs beside a high-priority CUDA graph: a GPU-bound service's graph slowed
+    // down 1.9x beside a trainer's GEMMs on the other half of the SMs (H100).
+    const bool fits = theirs != contract::KernelClass::kGraph &&
+                      (mine == contract::KernelClass::kUnknown ||
+                       theirs == contract::KernelClass::kUnknown ||
+                       contract::Complementary(mine, theirs));
     if (fits && TryChargeBudget(gpu, launch.estimate_ns, budget, /*admit_alone=*/false)) {
       return GateDecision::kGoBudget;
     }

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "contract/kernel_class.h"
 #include "contract/orion_contract.h"
 #include "tests/interpose/test_registrar.h"
 
@@ -174,6 +175,8 @@ TEST_F(InterposeIntegrationTest, HighPriorityInflightDrainsAndProfileTimesKernel
   EXPECT_EQ(slot.inflight.load(), 0u);
   EXPECT_NE(slot.last_progress_ns.load(), 0u);
   EXPECT_EQ(run.values.at("alloc48"), "0");  // no limit
+  // The probe's last launch is a graph replay: MPS mode holds best-effort kernels beside it.
+  EXPECT_EQ(slot.hp_kernel_class.load(), c::KernelClassToBoard(c::KernelClass::kGraph));
   const auto events = registrar.Drain(0);
   int timed = 0;
   for (const auto& e : events) {

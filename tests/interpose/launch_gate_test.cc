@@ -175,6 +175,15 @@ TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsAndLetsAllGoWhenIdle) {
             GateDecision::kWait);
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 90'000, KernelClass::kMemory)),
             GateDecision::kWait);  // 30 us in flight + 90 us > the 100 us budget
+  // A high-priority CUDA graph in flight: nothing co-runs, whatever its class; idle again: all go.
+  gpu().be_outstanding_ns.store(0);
+  board_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kGraph));
+  for (KernelClass c : {KernelClass::kUnknown, KernelClass::kMemory, KernelClass::kCompute}) {
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, c)), GateDecision::kWait);
+  }
+  MarkHighPriority(130, 0, now_ - 10'000'000);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
+            GateDecision::kGoIdle);
 }
 
 TEST_F(LaunchGateTest, WaiterWakesWhenGracePeriodEndsWithoutACompletion) {
@@ -201,6 +210,10 @@ TEST(KernelClassTest, ClassifiesByNameWithoutAllocating) {
   EXPECT_TRUE(contract::Complementary(KernelClass::kCompute, KernelClass::kMemory));
   EXPECT_FALSE(contract::Complementary(KernelClass::kCompute, KernelClass::kCompute));
   EXPECT_FALSE(contract::Complementary(KernelClass::kUnknown, KernelClass::kMemory));
+  EXPECT_FALSE(contract::Complementary(KernelClass::kGraph, KernelClass::kMemory));
+  EXPECT_FALSE(contract::Complementary(KernelClass::kCompute, KernelClass::kGraph));
+  EXPECT_EQ(contract::KernelClassFromBoard(KernelClassToBoard(KernelClass::kGraph)),
+            KernelClass::kGraph);
   EXPECT_EQ(contract::KernelClassFromBoard(0), KernelClass::kUnknown);
   EXPECT_EQ(contract::KernelClassFromBoard(KernelClassToBoard(KernelClass::kMemory)),
             KernelClass::kMemory);
