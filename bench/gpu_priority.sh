@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The priority benchmark on a machine with an NVIDIA GPU, in the splits used for the published
 # results (each fits one 10-minute slot of GPU time). Results go to $OUT (results.md/.jsonl).
-#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|mps-gpt2|pairs-resnet50|pairs-bert|pairs-gpt2|samples]
+#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|mps-gpt2|spread|pairs-resnet50|pairs-bert|pairs-gpt2|samples]
 # BUNDLE_DIR: tools/bundle.sh output. See bench/priority_bench.py for what each figure means.
 set -euo pipefail
 B="$1"
@@ -17,6 +17,10 @@ case "${2:-headline}" in
   # The same pair under plain MPS, MPS with client priority, and orion pass-through.
   mps) "${PB[@]}" --hp resnet50 --be resnet50 --requests "${REQS:-2000}" \
          --configs mps,mps-prio,orion-pass ;;
+  # The headline pair in rounds, each against its own alone run, for the spread of every ratio
+  # (the eager service's own p99 moves about 40% between runs on a noisy host).
+  spread) "${PB[@]}" --hp resnet50 --be resnet50 --requests "${REQS:-2000}" \
+            --repeat "${ROUNDS:-3}" --configs "${CONFIGS:-orion-mps,orion}" ;;
   # The other services beside the long-kernel trainer, under orion's MPS mode.
   mps-gpt2) "${PB[@]}" --hp resnet50-graph,bert --be gpt2-large --requests "${REQS:-2000}" \
               --configs timeslice,mps-cap,orion-mps ;;

@@ -21,7 +21,7 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
   The knob be_percent=N (mps-cap, orion-mps) sets the trainer's SM percentage for that run.
 
   bench/priority_bench.py --bundle DIR [--hp resnet50,resnet50-graph,bert] [--be resnet50]
-      [--configs timeslice,orion] [--requests 2000] [--out DIR]
+      [--configs timeslice,orion] [--requests 2000] [--repeat N] [--out DIR]
 DIR (tools/bundle.sh) holds orion-server, orion-ctl, orion-run, liborion_interpose.so, the
 samples and lib/. Services/trainers "sample" are the driver-API samples (no PyTorch needed).
 Writes results.jsonl and results.md to --out (default $OUT or a temp dir) and prints the table.
@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,7 @@ class Bench:
         self.server = None
         self.mps_env = None
         self.results = []
+        self.round = 0
         self.log = open(os.path.join(self.out, "bench.log"), "a")
 
     # ---- orion-server, orion-ctl, MPS -------------------------------------------------------
@@ -295,9 +297,16 @@ class Bench:
                 alone_be[be] = self.rate_in(steps, t0, time.monotonic())
                 self.stop_be(p, t)
                 self.record({"config": "alone", "hp": None, "be": be, "steps_per_s": alone_be[be]})
-            for spec in a.configs:
-                cfg, _, knobs = spec.partition(":")
-                self.run_config(spec, cfg, knobs, capacity, alone_hp, alone_be)
+            for self.round in range(a.repeat):
+                if self.round > 0:  # a fresh baseline each round: the machine drifts
+                    for hp in a.hp:
+                        rate = round(capacity[hp] * a.load, 1)
+                        alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0]
+                        self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
+                                     "round": self.round, **alone_hp[hp]})
+                for spec in a.configs:
+                    cfg, _, knobs = spec.partition(":")
+                    self.run_config(spec, cfg, knobs, capacity, alone_hp, alone_be)
         finally:
             if self.server:
                 self.server.terminate()
@@ -348,9 +357,9 @@ class Bench:
                         if snap:
                             snap.set()
                     be_rate = self.rate_in(steps, start, end)
-                    row = {"config": spec, "hp": hp, "be": be, "rate": rate, **r,
-                           "be_steps_per_s": be_rate}
-                    for q in ("p50_ms", "p99_ms", "p999_ms"):
+                    row = {"config": spec, "hp": hp, "be": be, "rate": rate, "round": self.round,
+                           **r, "be_steps_per_s": be_rate}
+                    for q in ("p50_ms", "p99_ms", "p999_ms", "mean_ms"):
                         if q in r and alone_hp[hp].get(q):
                             row[q.replace("_ms", "_x")] = round(r[q] / alone_hp[hp][q], 3)
                     if alone_be.get(be):
@@ -385,6 +394,26 @@ class Bench:
             if r.get("error"):
                 lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
                              f"error: {r['error']} | | | | | |")
+        if self.args.repeat > 1:
+            lines += ["", f"Over {self.args.repeat} rounds (each against its own round's alone "
+                      "run): median [min, max]", "",
+                      "| service | trainer | config | p50 vs alone | p99 vs alone | mean vs alone "
+                      "| trainer vs alone |", "|---|---|---|---|---|---|---|"]
+            groups = {}
+            for r in self.results:
+                if r.get("error") or r["config"] == "alone":
+                    continue
+                groups.setdefault((r["hp"], r["be"], r["config"]), []).append(r)
+
+            def spread(rows, key):
+                xs = sorted(r[key] for r in rows if key in r)
+                if not xs:
+                    return "-"
+                return f"{statistics.median(xs):.2f}x [{xs[0]:.2f}, {xs[-1]:.2f}]"
+            for (hp, be, cfg), rows in groups.items():
+                lines.append(f"| {hp} | {be} | {cfg} | {spread(rows, 'p50_x')} | "
+                             f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
+                             f"{spread(rows, 'be_x')} |")
         text = "\n".join(lines) + "\n"
         with open(os.path.join(self.out, "results.md"), "w") as f:
             f.write(text)
@@ -398,6 +427,9 @@ def main():
     p.add_argument("--be", default="resnet50")
     p.add_argument("--configs", default="timeslice,orion-pass,orion")
     p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of every configuration, each with a fresh alone baseline; the "
+                        "table adds median [min, max] of each ratio")
     p.add_argument("--load", type=float, default=0.5,
                    help="the service's arrival rate as a fraction of its capacity alone")
     p.add_argument("--be-alone-seconds", type=float, default=15)
