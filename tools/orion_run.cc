@@ -22,6 +22,8 @@ void Usage(FILE* out) {
                "  --priority high|best-effort   requested priority (default best-effort)\n"
                "  --memory-limit SIZE            GPU memory quota, e.g. 2Gi, 512Mi, bytes\n"
                "  --latency-target-ms N          high-priority latency target\n"
+               "  --mps-thread-percentage N      best-effort: SM share under MPS (default 50;\n"
+               "                                 0: not set)\n"
                "  --socket PATH                  server socket (default %s)\n"
                "  --interposer PATH              liborion_interpose.so to preload\n"
                "                                 (default: $ORION_INTERPOSER, else next to this\n"
@@ -67,6 +69,7 @@ std::string FindInterposer() {
 
 int main(int argc, char** argv) {
   std::string priority = "best-effort", memory_limit, latency_ms, socket_path, interposer;
+  std::string mps_percentage = "50";
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -85,6 +88,16 @@ int main(int argc, char** argv) {
       if (priority != "high" && priority != "best-effort") {
         std::fprintf(stderr, "orion-run: --priority: expected high or best-effort, got '%s'\n",
                      priority.c_str());
+        return 2;
+      }
+    } else if (a == "--mps-thread-percentage") {
+      mps_percentage = value("--mps-thread-percentage");
+      char* end = nullptr;
+      const long v = std::strtol(mps_percentage.c_str(), &end, 10);
+      if (mps_percentage.empty() || *end != '\0' || v < 0 || v > 100) {
+        std::fprintf(stderr,
+                     "orion-run: --mps-thread-percentage: expected 0..100 (0: not set), got '%s'\n",
+                     mps_percentage.c_str());
         return 2;
       }
     } else if (a == "--memory-limit") {
@@ -137,7 +150,12 @@ int main(int argc, char** argv) {
   // On an MPS node a best-effort process also runs below normal MPS client priority (ignored
   // without MPS; an explicit setting wins). Fixed at context creation: a later promotion through
   // the admin API changes the gate, not this.
-  if (priority == "best-effort") setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 0);
+  // Under MPS a best-effort process queues behind others and uses at most its SM share (CUDA
+  // ignores both without the MPS daemon); settings already in the environment win.
+  if (priority == "best-effort") {
+    setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 0);
+    if (mps_percentage != "0") setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", mps_percentage.c_str(), 0);
+  }
   if (!memory_limit.empty()) setenv(orion::contract::kEnvMemoryLimit, memory_limit.c_str(), 1);
   if (!latency_ms.empty()) setenv(orion::contract::kEnvLatencyTargetMs, latency_ms.c_str(), 1);
   if (!socket_path.empty()) setenv(orion::contract::kEnvSocket, socket_path.c_str(), 1);
