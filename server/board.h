@@ -29,6 +29,7 @@ constexpr uint64_t DefaultBeBudgetUs(contract::GateMode mode) {
   return mode == contract::GateMode::kMps ? 5000 : 500;
 }
 
+// A GPU's gate knobs as published on the board; these defaults are the config's (server/config.h).
 struct GateKnobs {
   contract::GateMode mode = contract::GateMode::kPriority;
   uint64_t be_budget_ns = DefaultBeBudgetUs(contract::GateMode::kPriority) * 1000;

@@ -20,14 +20,17 @@
 
 namespace orion::server {
 
+// The gate knobs' defaults are GateKnobs' (server/board.h), in the config's units.
 struct PolicyConfig {
-  contract::GateMode mode = contract::GateMode::kPriority;
-  uint64_t be_budget_us = DefaultBeBudgetUs(contract::GateMode::kPriority);  // by mode
-  uint32_t sm_threshold = 0;      // thread blocks (mps mode); a BE kernel with more waits for
-                                  // HP idle; 0: no limit
-  uint32_t spin_us = 20;          // spin before blocking on the gate word
-  uint32_t hp_stale_ms = 1000;    // HP inflight older than this no longer holds the gate
-  uint32_t hp_grace_us = 500;     // HP idle this briefly still counts as busy (CPU gaps)
+  contract::GateMode mode = GateKnobs{}.mode;
+  uint64_t be_budget_us = GateKnobs{}.be_budget_ns / 1000;  // default by mode: DefaultBeBudgetUs
+  uint32_t sm_threshold = GateKnobs{}.sm_threshold;  // thread blocks (mps mode); a BE kernel
+                                                     // with more waits for HP idle; 0: no limit
+  uint32_t spin_us = GateKnobs{}.spin_ns / 1000;     // spin before blocking on the gate word
+  uint32_t hp_stale_ms = static_cast<uint32_t>(GateKnobs{}.hp_stale_ns / 1000000);  // HP inflight
+                                                     // older than this no longer holds the gate
+  uint32_t hp_grace_us = static_cast<uint32_t>(GateKnobs{}.hp_grace_ns / 1000);  // HP idle this
+                                                     // briefly still counts as busy (CPU gaps)
   bool adapt_budget = true;       // adapt be_budget_us to the HP latency target
   uint64_t default_latency_target_us = 0;  // 0 = no target unless a pod or rule sets one
 };

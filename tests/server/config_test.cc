@@ -38,6 +38,10 @@ TEST(ConfigTest, DefaultConfigYamlParsesToTheDefaults) {
   EXPECT_EQ(a->socket_path, b->socket_path);
   EXPECT_EQ(a->policy.be_budget_us, b->policy.be_budget_us);
   EXPECT_EQ(a->policy.sm_threshold, b->policy.sm_threshold);
+  EXPECT_EQ(a->policy.spin_us, b->policy.spin_us);
+  EXPECT_EQ(a->policy.hp_stale_ms, b->policy.hp_stale_ms);
+  EXPECT_EQ(a->policy.hp_grace_us, b->policy.hp_grace_us);
+  EXPECT_EQ(a->policy.adapt_budget, b->policy.adapt_budget);
   EXPECT_EQ(a->timeline_spans_per_gpu, b->timeline_spans_per_gpu);
 }
 
