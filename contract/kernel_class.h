@@ -7,9 +7,10 @@
 
 namespace orion::contract {
 
-// Values match Orion's profile CSV (0 = memory, 1 = compute). kGraph is not in Orion: a CUDA graph
-// launch, many kernels of both classes back to back, which no kernel complements.
-enum class KernelClass : int32_t { kUnknown = -1, kMemory = 0, kCompute = 1, kGraph = 2 };
+// Values match Orion's profile CSV (0 = memory, 1 = compute). kMixed is not in Orion: work of
+// both classes at once (a CUDA graph launch, or high-priority kernels of different classes on
+// one GPU), which no kernel complements.
+enum class KernelClass : int32_t { kUnknown = -1, kMemory = 0, kCompute = 1, kMixed = 2 };
 
 // On the board a class is stored as value + 1, so a zeroed word means "unknown".
 inline uint32_t KernelClassToBoard(KernelClass c) {
@@ -18,15 +19,15 @@ inline uint32_t KernelClassToBoard(KernelClass c) {
 inline KernelClass KernelClassFromBoard(uint32_t v) {
   return v == 1   ? KernelClass::kMemory
          : v == 2 ? KernelClass::kCompute
-         : v == 3 ? KernelClass::kGraph
+         : v == 3 ? KernelClass::kMixed
                   : KernelClass::kUnknown;
 }
 
 // Two kernels complement each other when one is compute- and the other memory-bound: they can
 // share the SMs with little slowdown (Orion's co-scheduling rule).
 inline bool Complementary(KernelClass a, KernelClass b) {
-  return a != KernelClass::kUnknown && b != KernelClass::kUnknown && a != KernelClass::kGraph &&
-         b != KernelClass::kGraph && a != b;
+  return a != KernelClass::kUnknown && b != KernelClass::kUnknown && a != KernelClass::kMixed &&
+         b != KernelClass::kMixed && a != b;
 }
 
 namespace internal {

@@ -185,7 +185,8 @@ struct alignas(64) ClientSlot {
   std::atomic<uint64_t> last_progress_ns;    // (client) CLOCK_MONOTONIC of last launch/completion
   std::atomic<uint32_t> inflight;            // (client) high-priority launches not yet complete
   std::atomic<uint32_t> wake_seq;            // (server) futex word for a paused client's threads
-  std::atomic<uint32_t> hp_kernel_class;     // (client) class of the last HP launch, see
+  std::atomic<uint32_t> hp_kernel_class;     // (client) class of the last HP launch (a graph in
+                                             // flight stays), see
                                              // kernel_class.h (value + 1; 0 = unknown)
   std::atomic<uint32_t> busy_seq;            // (client) HP: bumped when a busy period starts
   std::atomic<uint64_t> busy_start_ns;       // (client) HP: when the current busy period began

@@ -99,7 +99,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       if (high) {
         // Before the launch: best-effort clients must see the GPU busy as early as possible.
         pending->high_priority = true;
-        slot.hp_kernel_class.store(kclass, std::memory_order_relaxed);
+        NoteHighPriorityClass(slot, kclass);
         BusyPeriod ended;
         const uint64_t t = MonotonicNs();
         if (NoteHighPriorityLaunch(slot, gpu, t, &ended)) {
@@ -221,7 +221,7 @@ void RememberGraph(CUresult result, CUgraphExec* exec, CUgraph graph) {
   const uint64_t kernels = CountKernelNodes(graph, 0);
   record->aux.store(kernels > 0xFFFFFFFFu ? 0xFFFFFFFFu : static_cast<uint32_t>(kernels),
                     std::memory_order_relaxed);
-  record->kclass.store(contract::KernelClassToBoard(contract::KernelClass::kGraph),
+  record->kclass.store(contract::KernelClassToBoard(contract::KernelClass::kMixed),
                        std::memory_order_relaxed);
 }
 

@@ -73,8 +73,12 @@ inline HighPriorityView HighPriorityBusy(const contract::Board& board, const con
       } else {
         continue;
       }
+      // Several busy HP clients running different classes: nothing complements them all.
+      const uint32_t kclass = slot.hp_kernel_class.load(std::memory_order_relaxed);
+      view.kernel_class = !view.busy || view.kernel_class == kclass
+                              ? kclass
+                              : contract::KernelClassToBoard(contract::KernelClass::kMixed);
       view.busy = true;
-      view.kernel_class = slot.hp_kernel_class.load(std::memory_order_relaxed);
       view.period += slot.busy_seq.load(std::memory_order_relaxed);
     }
   }
@@ -180,6 +184,18 @@ inline bool NoteHighPriorityLaunch(contract::ClientSlot& slot, const contract::G
   return report;
 }
 
+// The class a high-priority launch publishes for the MPS gate: the launch's own, except that a
+// graph (mixed) still in flight is not hidden by a kernel launched after it. Call before
+// NoteHighPriorityLaunch.
+inline void NoteHighPriorityClass(contract::ClientSlot& slot, uint32_t kclass) {
+  const uint32_t mixed = contract::KernelClassToBoard(contract::KernelClass::kMixed);
+  if (kclass != mixed && slot.inflight.load(std::memory_order_relaxed) != 0 &&
+      slot.hp_kernel_class.load(std::memory_order_relaxed) == mixed) {
+    return;
+  }
+  slot.hp_kernel_class.store(kclass, std::memory_order_relaxed);
+}
+
 // At the GPU completion of a high-priority launch; true when nothing is left in flight (the
 // caller opens the gate).
 inline bool NoteHighPriorityCompletion(contract::ClientSlot& slot, uint64_t now_ns) {
@@ -237,7 +253,7 @@ inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState&
     const auto theirs = contract::KernelClassFromBoard(hp.kernel_class);
     // Nothing co-runs beside a high-priority CUDA graph: a GPU-bound service's graph slowed
     // down 1.9x beside a trainer's GEMMs on the other half of the SMs (H100).
-    const bool fits = theirs != contract::KernelClass::kGraph &&
+    const bool fits = theirs != contract::KernelClass::kMixed &&
                       (mine == contract::KernelClass::kUnknown ||
                        theirs == contract::KernelClass::kUnknown ||
                        contract::Complementary(mine, theirs));

@@ -13,7 +13,7 @@ const char* KernelClassName(KernelClass c) {
   switch (c) {
     case KernelClass::kCompute: return "comp";
     case KernelClass::kMemory: return "mem";
-    case KernelClass::kGraph: return "graph";
+    case KernelClass::kMixed: return "mixed";
     default: return "unknown";
   }
 }

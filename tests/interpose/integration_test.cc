@@ -176,7 +176,7 @@ TEST_F(InterposeIntegrationTest, HighPriorityInflightDrainsAndProfileTimesKernel
   EXPECT_NE(slot.last_progress_ns.load(), 0u);
   EXPECT_EQ(run.values.at("alloc48"), "0");  // no limit
   // The probe's last launch is a graph replay: MPS mode holds best-effort kernels beside it.
-  EXPECT_EQ(slot.hp_kernel_class.load(), c::KernelClassToBoard(c::KernelClass::kGraph));
+  EXPECT_EQ(slot.hp_kernel_class.load(), c::KernelClassToBoard(c::KernelClass::kMixed));
   const auto events = registrar.Drain(0);
   int timed = 0;
   for (const auto& e : events) {

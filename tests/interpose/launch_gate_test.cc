@@ -177,13 +177,43 @@ TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsAndLetsAllGoWhenIdle) {
             GateDecision::kWait);  // 30 us in flight + 90 us > the 100 us budget
   // A high-priority CUDA graph in flight: nothing co-runs, whatever its class; idle again: all go.
   gpu().be_outstanding_ns.store(0);
-  board_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kGraph));
+  board_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kMixed));
   for (KernelClass c : {KernelClass::kUnknown, KernelClass::kMemory, KernelClass::kCompute}) {
     EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, c)), GateDecision::kWait);
   }
   MarkHighPriority(130, 0, now_ - 10'000'000);
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
             GateDecision::kGoIdle);
+}
+
+TEST_F(LaunchGateTest, MpsModeSeesAGraphBehindALaterKernelAndClassesOfSeveralClients) {
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
+  gpu().sm_threshold.store(0);
+  const uint32_t mixed = KernelClassToBoard(KernelClass::kMixed);
+  const uint32_t memory = KernelClassToBoard(KernelClass::kMemory);
+  const uint32_t compute = KernelClassToBoard(KernelClass::kCompute);
+  // A graph in flight, then a memory-bound kernel behind it: the slot still shows the graph.
+  contract::ClientSlot& hp = board_->slots[130];
+  NoteHighPriorityClass(hp, mixed);
+  MarkHighPriority(130, 1, now_);
+  NoteHighPriorityClass(hp, memory);
+  EXPECT_EQ(hp.hp_kernel_class.load(), mixed);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
+            GateDecision::kWait);
+  // Drained: the next launch's class shows again.
+  hp.inflight.store(0);
+  NoteHighPriorityClass(hp, memory);
+  EXPECT_EQ(hp.hp_kernel_class.load(), memory);
+  MarkHighPriority(130, 1, now_);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
+            GateDecision::kGoBudget);
+  // A second HP client running a compute-bound kernel: no class complements both.
+  board_->slots[131].hp_kernel_class.store(compute);
+  MarkHighPriority(131, 1, now_);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
+            GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kMemory)),
+            GateDecision::kWait);
 }
 
 TEST_F(LaunchGateTest, WaiterWakesWhenGracePeriodEndsWithoutACompletion) {
@@ -210,10 +240,10 @@ TEST(KernelClassTest, ClassifiesByNameWithoutAllocating) {
   EXPECT_TRUE(contract::Complementary(KernelClass::kCompute, KernelClass::kMemory));
   EXPECT_FALSE(contract::Complementary(KernelClass::kCompute, KernelClass::kCompute));
   EXPECT_FALSE(contract::Complementary(KernelClass::kUnknown, KernelClass::kMemory));
-  EXPECT_FALSE(contract::Complementary(KernelClass::kGraph, KernelClass::kMemory));
-  EXPECT_FALSE(contract::Complementary(KernelClass::kCompute, KernelClass::kGraph));
-  EXPECT_EQ(contract::KernelClassFromBoard(KernelClassToBoard(KernelClass::kGraph)),
-            KernelClass::kGraph);
+  EXPECT_FALSE(contract::Complementary(KernelClass::kMixed, KernelClass::kMemory));
+  EXPECT_FALSE(contract::Complementary(KernelClass::kCompute, KernelClass::kMixed));
+  EXPECT_EQ(contract::KernelClassFromBoard(KernelClassToBoard(KernelClass::kMixed)),
+            KernelClass::kMixed);
   EXPECT_EQ(contract::KernelClassFromBoard(0), KernelClass::kUnknown);
   EXPECT_EQ(contract::KernelClassFromBoard(KernelClassToBoard(KernelClass::kMemory)),
             KernelClass::kMemory);

@@ -445,8 +445,7 @@ void SimClient::DoLaunch() {
   p->timed = (profile || gated_) && interpose::ShouldSample(launch_index);
   if (high_) {
     // Before the launch: best-effort clients must see the GPU busy as early as possible.
-    slot.hp_kernel_class.store(rec->kclass.load(std::memory_order_relaxed),
-                               std::memory_order_relaxed);
+    interpose::NoteHighPriorityClass(slot, rec->kclass.load(std::memory_order_relaxed));
     interpose::BusyPeriod ended;
     if (interpose::NoteHighPriorityLaunch(slot, gpu_ref(), now, &ended) &&
         node_->params().report_busy_periods) {
