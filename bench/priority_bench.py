@@ -90,6 +90,7 @@ class Bench:
         self.mps_env = None
         self.results = []
         self.round = 0
+        self.allowed_cpus = sorted(os.sched_getaffinity(0))
         self.log = open(os.path.join(self.out, "bench.log"), "a")
 
     # ---- orion-server, orion-ctl, MPS -------------------------------------------------------
@@ -124,7 +125,7 @@ class Bench:
         os.makedirs(logd, exist_ok=True)
         self.mps_env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logd}
         try:
-            every_cpu = set(range(os.cpu_count() or 1))  # not this script's pinned cores
+            every_cpu = set(self.allowed_cpus)  # not this script's pinned cores
             r = subprocess.run(["nvidia-cuda-mps-control", "-d"],
                                env=dict(os.environ, **self.mps_env), capture_output=True, text=True,
                                preexec_fn=lambda: os.sched_setaffinity(0, every_cpu))
@@ -148,17 +149,23 @@ class Bench:
     # ---- processes ---------------------------------------------------------------------------
     def cpus(self, role):
         """The cores of a role when --pin is on (as a latency-critical pod gets exclusive cores
-        from the kubelet's static CPU manager): the service 2-3, the trainer 4 and up, the server
-        and this script 0-1. None: no pinning."""
-        n = os.cpu_count() or 1
-        if not self.args.pin or n < 8:
+        from the kubelet's static CPU manager), from the cores this script may use at start: the
+        server and this script the first two, the service the next two, the trainer the rest.
+        None: no pinning (fewer than 8 cores)."""
+        cores = self.allowed_cpus
+        if not self.args.pin or len(cores) < 8:
             return None
-        return {"hp": {2, 3}, "be": set(range(4, n)), "server": {0, 1}}[role]
+        return set({"server": cores[0:2], "hp": cores[2:4], "be": cores[4:]}[role])
 
     def popen(self, argv, role, **kw):
+        p = subprocess.Popen(argv, **kw)
         cpus = self.cpus(role)
-        pre = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-        return subprocess.Popen(argv, preexec_fn=pre, **kw)
+        if cpus:
+            try:  # before the program starts its own threads (they inherit it)
+                os.sched_setaffinity(p.pid, cpus)
+            except OSError as e:
+                print(f"warning: cannot pin {role} to cores {sorted(cpus)}: {e}", file=sys.stderr)
+        return p
 
     def wrap(self, argv, cfg, role, extra_env):
         env = dict(os.environ)
@@ -291,12 +298,7 @@ class Bench:
                 self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
                              "capacity_rps": capacity[hp], **alone_hp[hp]})
             for be in a.be:
-                p, steps, t = self.start_be(be, "alone", {})
-                t0 = time.monotonic()
-                time.sleep(a.be_alone_seconds)
-                alone_be[be] = self.rate_in(steps, t0, time.monotonic())
-                self.stop_be(p, t)
-                self.record({"config": "alone", "hp": None, "be": be, "steps_per_s": alone_be[be]})
+                alone_be[be] = self.measure_be_alone(be)
             for self.round in range(a.repeat):
                 if self.round > 0:  # a fresh baseline each round: the machine drifts
                     for hp in a.hp:
@@ -304,6 +306,8 @@ class Bench:
                         alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0]
                         self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
                                      "round": self.round, **alone_hp[hp]})
+                    for be in a.be:
+                        alone_be[be] = self.measure_be_alone(be)
                 for spec in a.configs:
                     cfg, _, knobs = spec.partition(":")
                     self.run_config(spec, cfg, knobs, capacity, alone_hp, alone_be)
@@ -314,6 +318,16 @@ class Bench:
             self.stop_mps()
         self.write_table()
 
+    def measure_be_alone(self, be):
+        p, steps, t = self.start_be(be, "alone", {})
+        t0 = time.monotonic()
+        time.sleep(self.args.be_alone_seconds)
+        rate = self.rate_in(steps, t0, time.monotonic())
+        self.stop_be(p, t)
+        self.record({"config": "alone", "hp": None, "be": be, "round": self.round,
+                     "steps_per_s": rate})
+        return rate
+
     def run_config(self, spec, cfg, knobs, capacity, alone_hp, alone_be):
         a = self.args
         be_env = {}
@@ -321,7 +335,12 @@ class Bench:
         knob_list = []
         for kv in (k for k in knobs.split("+") if k):
             if kv.startswith("be_percent="):
-                be_percent = int(kv.partition("=")[2])
+                value = kv.partition("=")[2]
+                if not value.isdigit() or not 1 <= int(value) <= 100 or cfg not in ("mps-cap",
+                                                                                   "orion-mps"):
+                    raise SystemExit(f"{spec}: be_percent wants 1..100 and an mps-cap or "
+                                     f"orion-mps configuration")
+                be_percent = int(value)
             else:
                 knob_list.append(kv)
         knobs = "+".join(knob_list)
@@ -368,7 +387,9 @@ class Bench:
                 self.stop_be(p, t)
         finally:
             if cfg.startswith("orion") and knobs:  # back to the defaults for the next config
-                restore = []
+                # The defaults were read in priority mode; restoring them in another mode would
+                # pin that mode's budget to priority's default.
+                restore = ["mode=priority"]
                 for kv in knobs.split("+"):
                     key = kv.partition("=")[0]
                     value = self.defaults.get(key, 0)  # orion-ctl leaves zero values out
@@ -378,22 +399,26 @@ class Bench:
                 self.stop_mps()
 
     def write_table(self):
-        lines = ["| service | trainer | config | p50 | p99 | p99.9 | busy | p99 vs alone | trainer vs alone |",
-                 "|---|---|---|---|---|---|---|---|---|"]
+        lines = ["| service | trainer | config | p50 | p99 | p99.9 | mean | service time p50 | busy "
+                 "| p50 / p99 / p99.9 vs alone | trainer vs alone |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
+        ms = lambda r, k: f"{r[k]:.2f} ms" if k in r else "-"
         for r in self.results:
             if r.get("error") or r["config"] == "alone" and r.get("hp") is None:
                 continue
-            lines.append("| {} | {} | {} | {:.2f} ms | {:.2f} ms | {:.2f} ms | {} | {} | {} |".format(
-                r["hp"], r["be"] or "-", r["config"], r.get("p50_ms", 0), r.get("p99_ms", 0),
-                r.get("p999_ms", 0), f'{r["busy"]:.2f}' if "busy" in r else "-",
-                f'{r["p99_x"]:.2f}x' if "p99_x" in r else "1.00x",
-                f'{r["be_x"]:.2f}x' if "be_x" in r else "-"))
+            ratios = "1.00x" if r["config"] == "alone" else " / ".join(
+                f"{r[k]:.2f}x" if k in r else "-" for k in ("p50_x", "p99_x", "p999_x"))
+            lines.append(" | ".join([
+                f"| {r['hp']}", r["be"] or "-", r["config"], ms(r, "p50_ms"), ms(r, "p99_ms"),
+                ms(r, "p999_ms"), ms(r, "mean_ms"), ms(r, "svc_p50_ms"),
+                f"{r['busy']:.2f}" if "busy" in r else "-", ratios,
+                f"{r['be_x']:.2f}x |" if "be_x" in r else "- |"]))
         for r in self.results:
             if r["config"] == "alone" and r.get("be"):
-                lines.append(f"| - | {r['be']} | alone | | | | | | {r['steps_per_s']:.2f} steps/s |")
+                lines.append(f"| - | {r['be']} | alone | | | | | | | | {r['steps_per_s']:.2f} steps/s |")
             if r.get("error"):
                 lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
-                             f"error: {r['error']} | | | | | |")
+                             f"error: {r['error']} | | | | | | | |")
         if self.args.repeat > 1:
             lines += ["", f"Over {self.args.repeat} rounds (each against its own round's alone "
                       "run): median [min, max]", "",
@@ -444,6 +469,8 @@ def main():
     args.hp = [x for x in args.hp.split(",") if x]
     args.be = [x for x in args.be.split(",") if x]
     args.configs = [x for x in args.configs.split(",") if x]
+    if args.repeat < 1:
+        raise SystemExit("--repeat wants 1 or more rounds")
     Bench(args).run()
 
 
