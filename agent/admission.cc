@@ -48,16 +48,19 @@ JsonValue EnvVar(std::string_view name, std::string value) {
   return v;
 }
 
-// The SM percentage for a best-effort pod: its annotation if valid, else the default.
+// The SM percentage for a best-effort pod: its annotation if valid (0: leave both variables out),
+// else the default.
 int MpsThreadPercentage(const std::map<std::string, std::string>& annotations,
                         const AdmissionOptions& options, std::vector<std::string>* warnings) {
   auto it = annotations.find(std::string(kAnnotationMpsThreadPercentage));
   if (it == annotations.end()) return options.best_effort_mps_thread_percentage;
   int v = 0;
-  if (!absl::SimpleAtoi(it->second, &v) || v < 1 || v > 100) {
-    warnings->push_back(absl::StrCat(std::string(kAnnotationMpsThreadPercentage), ": \"", it->second,
-                                     "\" is not an integer in [1, 100]; using ",
-                                     options.best_effort_mps_thread_percentage));
+  if (!absl::SimpleAtoi(it->second, &v) || v < 0 || v > 100) {
+    const int d = options.best_effort_mps_thread_percentage;
+    warnings->push_back(absl::StrCat(
+        std::string(kAnnotationMpsThreadPercentage), ": \"", it->second,
+        "\" is not an integer in [0, 100] (0: no MPS variables); ",
+        d == 0 ? std::string("no MPS variables set") : absl::StrCat("using ", d)));
     return options.best_effort_mps_thread_percentage;
   }
   return v;

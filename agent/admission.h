@@ -1,10 +1,11 @@
 // Mutating admission for annotation-only use: a pod carrying orion/priority gets
 // `resources.limits[<resource>]: "1"` in each of its containers (or in those named by the
 // orion/containers annotation), so users need not request the share themselves. Containers
-// that already ask for the resource, or for whole GPUs (nvidia.com/gpu), are left alone.
-// Best-effort pods' containers that take a share also get CUDA_MPS_CLIENT_PRIORITY=1 and
-// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (the options' default or the pod's
-// orion/mps-thread-percentage), unless they set them: on nodes that run the MPS daemon their
+// that already ask for the resource, or for whole GPUs (nvidia.com/gpu), get no share added.
+// Best-effort pods' containers that take a share (not whole-GPU ones) also get
+// CUDA_MPS_CLIENT_PRIORITY=1 and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (the options' default or the
+// pod's orion/mps-thread-percentage, 0 there: neither), unless their `env` sets them (a value
+// from `envFrom` is overridden, as `env` takes precedence in Kubernetes): on nodes that run the MPS daemon their
 // kernels then queue behind high-priority ones and use at most that share of the SMs; elsewhere
 // CUDA ignores both.
 // Pure: AdmissionReview v1 JSON in, HTTP status + JSON out.

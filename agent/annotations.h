@@ -28,7 +28,8 @@ inline constexpr std::string_view kAnnotationMemoryLimit = "orion/memory-limit";
 inline constexpr std::string_view kAnnotationLatencyTargetMs = "orion/latency-target-ms";
 // Optional, read by the admission webhook: comma-separated container names that get a share.
 inline constexpr std::string_view kAnnotationContainers = "orion/containers";
-// Optional, read by the admission webhook: a best-effort pod's SM percentage under MPS (1..100).
+// Optional, read by the admission webhook: a best-effort pod's SM percentage under MPS (1..100;
+// 0: set no MPS variables).
 inline constexpr std::string_view kAnnotationMpsThreadPercentage = "orion/mps-thread-percentage";
 
 enum class PodPriority { kBestEffort, kHigh };

@@ -348,8 +348,8 @@ metrics_address: 0.0.0.0:9464          # Prometheus /metrics
 gpus: []                               # GPU UUIDs in board order; empty: discover, add on demand
 mode: priority                         # pass-through | priority | mps
 policy:
-  be_budget_us: 500                    # best-effort GPU time allowed in flight beside HP work
-                                       # (default 500 in priority mode, 5000 in mps mode)
+  # be_budget_us:                      # best-effort GPU time allowed in flight beside HP work;
+                                       # default by mode: 500 (priority), 5000 (mps)
   sm_threshold: 0                      # mps mode: max thread blocks of a BE kernel admitted
                                        # beside HP work; 0: no limit (MPS caps BE SMs)
   spin_us: 20                          # spin before blocking at the gate

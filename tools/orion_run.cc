@@ -69,7 +69,8 @@ std::string FindInterposer() {
 
 int main(int argc, char** argv) {
   std::string priority = "best-effort", memory_limit, latency_ms, socket_path, interposer;
-  std::string mps_percentage = "50";
+  long mps_percentage = 50;
+  bool mps_percentage_given = false;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -91,15 +92,16 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (a == "--mps-thread-percentage") {
-      mps_percentage = value("--mps-thread-percentage");
+      const std::string text = value("--mps-thread-percentage");
       char* end = nullptr;
-      const long v = std::strtol(mps_percentage.c_str(), &end, 10);
-      if (mps_percentage.empty() || *end != '\0' || v < 0 || v > 100) {
+      mps_percentage = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || text[0] < '0' || text[0] > '9' || *end != '\0' || mps_percentage > 100) {
         std::fprintf(stderr,
                      "orion-run: --mps-thread-percentage: expected 0..100 (0: not set), got '%s'\n",
-                     mps_percentage.c_str());
+                     text.c_str());
         return 2;
       }
+      mps_percentage_given = true;
     } else if (a == "--memory-limit") {
       memory_limit = value("--memory-limit");
       if (!ValidSize(memory_limit)) {
@@ -151,10 +153,17 @@ int main(int argc, char** argv) {
   // without MPS; an explicit setting wins). Fixed at context creation: a later promotion through
   // the admin API changes the gate, not this.
   // Under MPS a best-effort process queues behind others and uses at most its SM share (CUDA
-  // ignores both without the MPS daemon); settings already in the environment win.
+  // ignores both without the MPS daemon). Settings already in the environment win over the
+  // defaults; --mps-thread-percentage wins over the environment.
   if (priority == "best-effort") {
     setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 0);
-    if (mps_percentage != "0") setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", mps_percentage.c_str(), 0);
+    if (mps_percentage != 0) {
+      setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(mps_percentage).c_str(),
+             mps_percentage_given ? 1 : 0);
+    }
+  } else if (mps_percentage_given) {
+    std::fprintf(stderr, "orion-run: --mps-thread-percentage applies to best-effort only; "
+                         "ignored for --priority high\n");
   }
   if (!memory_limit.empty()) setenv(orion::contract::kEnvMemoryLimit, memory_limit.c_str(), 1);
   if (!latency_ms.empty()) setenv(orion::contract::kEnvLatencyTargetMs, latency_ms.c_str(), 1);

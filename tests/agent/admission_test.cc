@@ -86,7 +86,7 @@ TEST(ReviewPodAdmission, OrionContainersSelectsAndExistingRequestsAreKept) {
   EXPECT_NE(WriteJson(*warnings).find("ghost"), std::string::npos);
 }
 
-TEST(ReviewPodAdmission, WholeGpuAndAlreadySharedContainersAreLeftAlone) {
+TEST(ReviewPodAdmission, WholeGpuAndAlreadySharedContainersGetNoShare) {
   JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
     "metadata": {"annotations": {"orion/priority": "urgent"}},
     "spec": {"containers": [
@@ -148,7 +148,17 @@ TEST(ReviewPodAdmission, MpsThreadPercentageAnnotationOverridesTheDefault) {
   EXPECT_EQ(share_of("150", &warnings), "40");
   EXPECT_NE(warnings.find("orion/mps-thread-percentage"), std::string::npos) << warnings;
   EXPECT_EQ(share_of("half", &warnings), "40");
-  EXPECT_NE(warnings.find("[1, 100]"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("[0, 100]"), std::string::npos) << warnings;
+}
+
+TEST(ReviewPodAdmission, MpsThreadPercentageZeroOptsAPodOut) {
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "best-effort",
+                                 "orion/mps-thread-percentage": "0"}},
+    "spec": {"containers": [{"name": "a"}]}})");
+  JsonValue patch = PatchOf(ReviewPodAdmission(WriteJson(review), {}));
+  ASSERT_EQ(patch.list_value().values_size(), 1);  // the share only
+  EXPECT_EQ(StringAt(patch.list_value().values(0), {"path"}), "/spec/containers/0/resources");
 }
 
 TEST(ReviewPodAdmission, HighPriorityPodsGetNoMpsVariables) {
