@@ -19,8 +19,8 @@
 namespace orion::server {
 
 // The best-effort budget a GPU starts with in each gate mode: policy.be_budget_us when the
-// config leaves it out, and what a mode change through the admin API moves a budget still at the
-// old mode's default to.
+// config leaves it out, and what a mode change through the admin API moves a budget to when it
+// was never set nor adapted.
 //  - priority (time-sliced GPU): the work a high-priority request may wait behind, 500 us.
 //  - mps: best-effort work in flight beside high-priority work on SMs that MPS caps, 5 ms (on
 //    an H100, ResNet50 training beside ResNet50 inference kept 0.56x of its speed at 500 us and

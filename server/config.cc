@@ -125,6 +125,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
                                      "hp_grace_us", "adapt_budget", "default_latency_target_ms"}));
   ORION_RETURN_IF_ERROR(
       v.Int(n["be_budget_us"], "policy.be_budget_us", 0, 1000000, &p->be_budget_us));
+  p->be_budget_set = static_cast<bool>(n["be_budget_us"]);
   ORION_RETURN_IF_ERROR(
       v.Int(n["sm_threshold"], "policy.sm_threshold", 0, 1u << 24, &p->sm_threshold));
   ORION_RETURN_IF_ERROR(v.Int(n["spin_us"], "policy.spin_us", 0, 10000, &p->spin_us));

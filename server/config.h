@@ -24,6 +24,7 @@ namespace orion::server {
 struct PolicyConfig {
   contract::GateMode mode = GateKnobs{}.mode;
   uint64_t be_budget_us = GateKnobs{}.be_budget_ns / 1000;  // default by mode: DefaultBeBudgetUs
+  bool be_budget_set = false;  // policy.be_budget_us was given (it then stays across mode changes)
   uint32_t sm_threshold = GateKnobs{}.sm_threshold;  // thread blocks (mps mode); a BE kernel
                                                      // with more waits for HP idle; 0: no limit
   uint32_t spin_us = GateKnobs{}.spin_ns / 1000;     // spin before blocking on the gate word

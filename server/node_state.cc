@@ -159,6 +159,7 @@ NodeState::NodeState(ServerConfig config, std::unique_ptr<BoardFile> board)
     GpuPolicy& g = gpu_policy_[i];
     g.knobs.mode = config_.policy.mode;
     g.knobs.be_budget_ns = config_.policy.be_budget_us * 1000;
+    g.budget_set = config_.policy.be_budget_set;
     g.knobs.sm_threshold = config_.policy.sm_threshold;
     g.knobs.spin_ns = config_.policy.spin_us * 1000;
     g.knobs.hp_stale_ns = static_cast<uint64_t>(config_.policy.hp_stale_ms) * 1000000;
@@ -395,6 +396,7 @@ void NodeState::PolicyTick(uint64_t now) {
     const uint64_t next = budget_controller_.Update(gp.knobs.be_budget_ns, p99, target, samples);
     if (next != gp.knobs.be_budget_ns) {
       gp.knobs.be_budget_ns = next;
+      gp.budget_set = true;
       board_->PublishKnobs(g, gp.knobs);
     }
   }
@@ -593,16 +595,18 @@ absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::Set
   for (uint32_t g = first; g < last; ++g) {
     GpuPolicy& gp = gpu_policy_[g];
     if (has("mode")) {
-      const contract::GateMode before = gp.knobs.mode;
       gp.knobs.mode = k.mode() == orion::v1::GATE_MODE_PASS_THROUGH ? contract::GateMode::kPassThrough
                       : k.mode() == orion::v1::GATE_MODE_MPS        ? contract::GateMode::kMps
                                                                      : contract::GateMode::kPriority;
-      // A budget still at the old mode's default follows the mode; a set one stays.
-      if (!has("be_budget_us") && gp.knobs.be_budget_ns == DefaultBeBudgetUs(before) * 1000) {
+      // A budget never set follows the mode's default; a set or adapted one stays.
+      if (!has("be_budget_us") && !gp.budget_set) {
         gp.knobs.be_budget_ns = DefaultBeBudgetUs(gp.knobs.mode) * 1000;
       }
     }
-    if (has("be_budget_us")) gp.knobs.be_budget_ns = k.be_budget_us() * 1000;
+    if (has("be_budget_us")) {
+      gp.knobs.be_budget_ns = k.be_budget_us() * 1000;
+      gp.budget_set = true;
+    }
     if (has("sm_threshold")) gp.knobs.sm_threshold = k.sm_threshold();
     if (has("spin_us")) gp.knobs.spin_ns = k.spin_us() * 1000;
     if (has("hp_stale_ms")) gp.knobs.hp_stale_ns = static_cast<uint64_t>(k.hp_stale_ms()) * 1000000;

@@ -157,6 +157,9 @@ class NodeState {
   };
   struct GpuPolicy {
     GateKnobs knobs;
+    // The budget was set (config, admin API) or adapted; otherwise it is the mode's default and
+    // follows mode changes.
+    bool budget_set = false;
     bool adapt_budget = true;
     double busy_ns[2] = {0, 0};
   };

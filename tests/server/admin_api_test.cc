@@ -216,6 +216,10 @@ TEST_F(AdminApiTest, ModeChangeMovesADefaultBudgetButKeepsASetOne) {
   // GPU 1's budget was set: a mode change leaves it alone.
   EXPECT_EQ(set(1, orion::v1::GATE_MODE_PRIORITY, 800), 800u);
   EXPECT_EQ(set(1, orion::v1::GATE_MODE_MPS, -1), 800u);
+  // A budget set to the other mode's default is still a set budget.
+  EXPECT_EQ(set(0, orion::v1::GATE_MODE_MPS, 500), 500u);
+  EXPECT_EQ(set(0, orion::v1::GATE_MODE_PRIORITY, -1), 500u);
+  EXPECT_EQ(set(0, orion::v1::GATE_MODE_MPS, -1), 500u);
   // Both in one request: the request's budget wins.
   EXPECT_EQ(set(0, orion::v1::GATE_MODE_MPS, 900), 900u);
 }

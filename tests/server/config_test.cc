@@ -26,6 +26,8 @@ TEST(ConfigTest, BudgetDefaultFollowsTheModeUnlessSet) {
   auto set = ParseServerConfig("mode: mps\npolicy: {be_budget_us: 700}\n", "set.yaml");
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->policy.be_budget_us, 700u);
+  EXPECT_TRUE(set->policy.be_budget_set);
+  EXPECT_FALSE(mps->policy.be_budget_set);
   auto other_keys = ParseServerConfig("mode: mps\npolicy: {spin_us: 5}\n", "spin.yaml");
   ASSERT_TRUE(other_keys.ok()) << other_keys.status();
   EXPECT_EQ(other_keys->policy.be_budget_us, 5000u);
