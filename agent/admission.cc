@@ -145,8 +145,8 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
     if (HasMember(limits, kWholeGpuResource) || HasMember(requests, kWholeGpuResource)) continue;
     if (mps_percentage > 0) {
       AddEnvPatch(c, index,
-                  {{"CUDA_MPS_CLIENT_PRIORITY", "1"},
-                   {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", absl::StrCat(mps_percentage)}},
+                  {{contract::kEnvMpsClientPriority, "1"},
+                   {contract::kEnvMpsThreadPercentage, absl::StrCat(mps_percentage)}},
                   &patch);
     }
     if (HasMember(limits, options.resource_name)) continue;

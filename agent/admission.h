@@ -21,12 +21,14 @@
 
 #include "absl/status/statusor.h"
 #include "agent/json.h"
+#include "contract/orion_contract.h"
 
 namespace orion::agent {
 
 struct AdmissionOptions {
   std::string resource_name = "orion.io/gpu";
-  int best_effort_mps_thread_percentage = 50;  // 1..100; 0: leave both MPS variables unset
+  // 1..100; 0: leave both MPS variables unset.
+  int best_effort_mps_thread_percentage = contract::kDefaultBestEffortMpsThreadPercentage;
 };
 
 struct AdmissionReply {

@@ -99,7 +99,8 @@ int RunWebhook(const Flags& flags) {
   const sigset_t signals = BlockSignals();
   AdmissionOptions options;
   options.resource_name = Flag(flags, "resource-name", options.resource_name);
-  const std::string percentage = Flag(flags, "be-mps-thread-percentage", "50");
+  const std::string percentage = Flag(flags, "be-mps-thread-percentage",
+                                      std::to_string(options.best_effort_mps_thread_percentage));
   if (!absl::SimpleAtoi(percentage, &options.best_effort_mps_thread_percentage) ||
       options.best_effort_mps_thread_percentage < 0 ||
       options.best_effort_mps_thread_percentage > 100) {

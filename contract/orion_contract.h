@@ -331,6 +331,11 @@ inline constexpr const char* kEnvMemoryLimit = "ORION_MEMORY_LIMIT";  // e.g. 2G
 inline constexpr const char* kEnvLatencyTargetMs = "ORION_LATENCY_TARGET_MS";
 inline constexpr const char* kEnvDisable = "ORION_DISABLE";        // 1: pure pass-through
 inline constexpr const char* kEnvQuiet = "ORION_QUIET";            // 1: no stderr notes
+// CUDA's own MPS variables, given to best-effort processes (by orion-run and the webhook) so that
+// under MPS they queue behind others and use at most a share of the SMs.
+inline constexpr const char* kEnvMpsClientPriority = "CUDA_MPS_CLIENT_PRIORITY";
+inline constexpr const char* kEnvMpsThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+inline constexpr int kDefaultBestEffortMpsThreadPercentage = 50;
 inline constexpr const char* kDefaultSocketPath = "/run/orion/orion.sock";
 inline constexpr const char* kDefaultBoardPath = "/run/orion/board";
 

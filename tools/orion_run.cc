@@ -42,6 +42,13 @@ bool ValidSize(const std::string& s) {
   return false;
 }
 
+// A whole decimal integer in [lo, hi] (strtol's syntax, nothing after the number).
+bool ParseInRange(const std::string& text, long lo, long hi, long* out) {
+  char* end = nullptr;
+  *out = std::strtol(text.c_str(), &end, 10);
+  return !text.empty() && *end == '\0' && *out >= lo && *out <= hi;
+}
+
 std::string SelfDir() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -69,7 +76,7 @@ std::string FindInterposer() {
 
 int main(int argc, char** argv) {
   std::string priority = "best-effort", memory_limit, latency_ms, socket_path, interposer;
-  long mps_percentage = 50;
+  long mps_percentage = orion::contract::kDefaultBestEffortMpsThreadPercentage;
   bool mps_percentage_given = false;
   int i = 1;
   for (; i < argc; ++i) {
@@ -93,9 +100,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--mps-thread-percentage") {
       const std::string text = value("--mps-thread-percentage");
-      char* end = nullptr;
-      mps_percentage = std::strtol(text.c_str(), &end, 10);
-      if (text.empty() || text[0] < '0' || text[0] > '9' || *end != '\0' || mps_percentage > 100) {
+      if (text.empty() || text[0] < '0' || text[0] > '9' ||
+          !ParseInRange(text, 0, 100, &mps_percentage)) {
         std::fprintf(stderr,
                      "orion-run: --mps-thread-percentage: expected 0..100 (0: not set), got '%s'\n",
                      text.c_str());
@@ -113,9 +119,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--latency-target-ms") {
       latency_ms = value("--latency-target-ms");
-      char* end = nullptr;
-      const long v = std::strtol(latency_ms.c_str(), &end, 10);
-      if (latency_ms.empty() || *end || v <= 0 || v > 3600000) {
+      long v = 0;
+      if (!ParseInRange(latency_ms, 1, 3600000, &v)) {
         std::fprintf(stderr, "orion-run: --latency-target-ms: expected 1..3600000, got '%s'\n",
                      latency_ms.c_str());
         return 2;
@@ -156,9 +161,9 @@ int main(int argc, char** argv) {
   // ignores both without the MPS daemon). Settings already in the environment win over the
   // defaults; --mps-thread-percentage wins over the environment.
   if (priority == "best-effort") {
-    setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 0);
+    setenv(orion::contract::kEnvMpsClientPriority, "1", 0);
     if (mps_percentage != 0) {
-      setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(mps_percentage).c_str(),
+      setenv(orion::contract::kEnvMpsThreadPercentage, std::to_string(mps_percentage).c_str(),
              mps_percentage_given ? 1 : 0);
     }
   } else if (mps_percentage_given) {
