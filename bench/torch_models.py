@@ -7,7 +7,8 @@ nothing is downloaded). Used by bench/priority_bench.py.
       "result requests=.. p50_ms=.. p99_ms=.. p999_ms=.. mean_ms=.. svc_p50_ms=.. svc_p99_ms=..
       busy=..", where svc is the service time (from the moment the request is taken up to its
       completion, queueing excluded) and busy the fraction of the run spent serving. --rate 0
-      measures the capacity alone (closed loop): "result capacity_rps=..".
+      measures the capacity alone (closed loop): "result capacity_rps=.. latency_ms=.. cpu_ms=.."
+      (cpu_ms: CPU time of all the process's threads per request).
       MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128).
   train MODEL
       Training steps until killed. Prints "ready" after warm-up, then "step T" after each step
@@ -92,16 +93,18 @@ def serve(args):
             # Closed loop: one second to bring the clocks up, then at least 3 s and 200 requests
             # (200 requests alone, a fraction of a second, gave capacities 40% apart).
             def closed_loop(seconds, at_least):
-                n, t0 = 0, time.perf_counter()
+                n, t0, cpu0 = 0, time.perf_counter(), time.process_time()
                 while n < at_least or time.perf_counter() - t0 < seconds:
                     run()
                     stream.synchronize()
                     n += 1
-                return n, time.perf_counter() - t0
+                return n, time.perf_counter() - t0, time.process_time() - cpu0
             closed_loop(1.0, 10)
-            n, took = closed_loop(3.0, 200)
+            n, took, cpu = closed_loop(3.0, 200)
             per = took / n
-            print(f"result capacity_rps={1.0 / per:.1f} latency_ms={per * 1e3:.3f}", flush=True)
+            # cpu_ms: CPU time of the whole process (all its threads) per request.
+            print(f"result capacity_rps={1.0 / per:.1f} latency_ms={per * 1e3:.3f} "
+                  f"cpu_ms={cpu / n * 1e3:.3f}", flush=True)
             return
         rng = random.Random(args.seed)
         lat, svc = [], []

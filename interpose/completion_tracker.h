@@ -36,6 +36,9 @@ struct PendingLaunch {
   uint32_t block[3] = {};
   bool high_priority = false;  // counted in slot.inflight
   bool timed = false;
+  // The stream handle names one stream of ctx (not a per-thread default stream), so records
+  // with the same (ctx, stream) complete in submission order.
+  bool ordered = false;
 };
 
 // A record whose events live in `ctx`, or null if the pool is exhausted or events cannot be

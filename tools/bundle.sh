@@ -10,6 +10,7 @@ rm -rf "$DEST"
 mkdir -p "$DEST/lib"
 cp "$BUILD/server/orion-server" "$BUILD/tools/orion-ctl" "$BUILD/tools/orion-run" \
    "$BUILD/interpose/liborion_interpose.so" "$BUILD"/samples/orion-sample-* "$DEST/"
+[[ -x "$BUILD/bench/orion-bench-launch" ]] && cp "$BUILD/bench/orion-bench-launch" "$DEST/"
 for bin in "$DEST/orion-server" "$DEST/orion-ctl"; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in

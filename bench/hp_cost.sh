@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# What the interposer costs a high-priority service on the GPU: closed-loop service time
+# (latency_ms) and CPU time of all the service's threads per request (cpu_ms), without the
+# interposer and registered high-priority, alternating ROUNDS times (the service runs on two cores
+# of its own, as in the priority benchmark). ALT=path/to/liborion_interpose.so adds a third row per
+# round for another build of the interposer (A/B of a change). First, the same comparison at the C
+# level: orion-bench-launch's cost per launch and of each driver call a tracked launch adds.
+#   bench/hp_cost.sh BUNDLE_DIR [MODEL] [--graph]      (MODEL: resnet50 (default) or bert)
+set -uo pipefail
+B="$(cd "$1" && pwd)"; shift
+M="${1:-resnet50}"; shift || true
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+W="$(mktemp -d /tmp/orion-bench.XXXXXX)"
+printf 'socket_path: %s/orion.sock\nboard_path: %s/board\nadmin_address: 127.0.0.1:50063\nmetrics_address: 127.0.0.1:9476\n' "$W" "$W" > "$W/s.yaml"
+PIN=(); command -v taskset >/dev/null && [[ $(nproc) -ge 8 ]] && PIN=(taskset -c)
+on() { local cpus="$1"; shift; if ((${#PIN[@]})); then "${PIN[@]}" "$cpus" "$@"; else "$@"; fi; }
+LD_LIBRARY_PATH="$B/lib" on 0,1 "$B/orion-server" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
+for _ in $(seq 100); do [[ -S "$W/orion.sock" ]] && break; sleep 0.05; done
+SERVE=(python3 "$ROOT/bench/torch_models.py" serve "$M" "$@")
+row() {  # label, then what runs the service (env: no interposer)
+  local label="$1"; shift
+  printf '%-22s %s\n' "$label" "$(on 2,3 "$@" "${SERVE[@]}" 2>&1 | grep '^result' || echo failed)"
+}
+RUN=(env ORION_SOCKET="$W/orion.sock" "$B/orion-run" --priority high --interposer)
+if [[ -x "$B/orion-bench-launch" ]]; then
+  echo "== C-level launch cost, no interposer"; on 2,3 "$B/orion-bench-launch"
+  echo "== C-level launch cost, high priority"; on 2,3 "${RUN[@]}" "$B/liborion_interpose.so" -- "$B/orion-bench-launch"
+  if [[ -n "${ALT:-}" ]]; then
+    echo "== C-level launch cost, high priority (ALT)"; on 2,3 "${RUN[@]}" "$ALT" -- "$B/orion-bench-launch"
+  fi
+fi
+for round in $(seq "${ROUNDS:-3}"); do
+  echo "== round $round ($M $*)"
+  row "no interposer" env
+  row "high priority" "${RUN[@]}" "$B/liborion_interpose.so" --
+  [[ -n "${ALT:-}" ]] && row "high priority (ALT)" "${RUN[@]}" "$ALT" --
+done
