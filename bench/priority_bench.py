@@ -21,7 +21,10 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
   The knob be_percent=N (mps-cap, orion-mps) sets the trainer's SM percentage for that run.
 
   bench/priority_bench.py --bundle DIR [--hp resnet50,resnet50-graph,bert] [--be resnet50]
-      [--configs timeslice,orion] [--requests 2000] [--repeat N] [--out DIR]
+      [--configs timeslice,orion] [--requests 2000] [--repeat N] [--closed-loop] [--out DIR]
+--closed-loop runs each service back to back instead of with Poisson arrivals: no queueing, so
+the service time beside each trainer (what a configuration costs the service) is compared with
+far less noise than a p99 of queued requests; the trainer's ratio is measured the same way.
 DIR (tools/bundle.sh) holds orion-server, orion-ctl, orion-run, liborion_interpose.so, the
 samples and lib/. Services/trainers "sample" are the driver-API samples (no PyTorch needed).
 Writes results.jsonl and results.md to --out (default $OUT or a temp dir) and prints the table.
@@ -182,6 +185,8 @@ class Bench:
 
     def run_hp(self, name, rate, requests, cfg="alone", extra_env=None):
         argv = hp_command(name, self.bundle) + ["--rate", str(rate), "--requests", str(requests)]
+        if rate == 0 and self.args.closed_loop and name != "sample":
+            argv += ["--seconds", str(self.args.closed_loop_seconds)]
         argv, env = self.wrap(argv, cfg, "hp", extra_env or {})
         p = self.popen(argv, "hp", env=env, stdout=subprocess.PIPE, stderr=self.log, text=True)
         start = end = None
@@ -288,9 +293,10 @@ class Bench:
             self.defaults = json.loads(self.ctl("policy", "--all", "mode=priority"))
             capacity, alone_hp, alone_be = {}, {}, {}
             for hp in a.hp:
-                capacity[hp] = self.run_hp(hp, 0, 200)[0]["capacity_rps"]
-                rate = round(capacity[hp] * a.load, 1)
-                alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0]
+                closed = self.run_hp(hp, 0, 200)[0]
+                capacity[hp] = closed["capacity_rps"]
+                rate = self.rate(capacity, hp)
+                alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0] if rate else closed
                 if alone_hp[hp].get("busy", 0) > a.load * 1.25:
                     print(f"warning: {hp} alone was busy {alone_hp[hp]['busy']:.2f} of the time at "
                           f"{rate}/s, not {a.load}: the capacity measurement overestimates it",
@@ -302,7 +308,7 @@ class Bench:
             for self.round in range(a.repeat):
                 if self.round > 0:  # a fresh baseline each round: the machine drifts
                     for hp in a.hp:
-                        rate = round(capacity[hp] * a.load, 1)
+                        rate = self.rate(capacity, hp)
                         alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0]
                         self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
                                      "round": self.round, **alone_hp[hp]})
@@ -317,6 +323,10 @@ class Bench:
                 self.server.wait()
             self.stop_mps()
         self.write_table()
+
+    def rate(self, capacity, hp):
+        """The service's Poisson arrival rate; 0 (closed loop) with --closed-loop."""
+        return 0 if self.args.closed_loop else round(capacity[hp] * self.args.load, 1)
 
     def measure_be_alone(self, be):
         p, steps, t = self.start_be(be, "alone", {})
@@ -365,7 +375,7 @@ class Bench:
                     continue
                 time.sleep(a.settle_seconds)
                 for hp in a.hp:
-                    rate = round(capacity[hp] * a.load, 1)
+                    rate = self.rate(capacity, hp)
                     snap = self.snapshot_during(f"{spec}-{hp}-{be}") if cfg.startswith("orion") else None
                     try:
                         r, start, end = self.run_hp(hp, rate, a.requests, cfg)
@@ -378,7 +388,7 @@ class Bench:
                     be_rate = self.rate_in(steps, start, end)
                     row = {"config": spec, "hp": hp, "be": be, "rate": rate, "round": self.round,
                            **r, "be_steps_per_s": be_rate}
-                    for q in ("p50_ms", "p99_ms", "p999_ms", "mean_ms"):
+                    for q in ("p50_ms", "p99_ms", "p999_ms", "mean_ms", "svc_p50_ms"):
                         if q in r and alone_hp[hp].get(q):
                             row[q.replace("_ms", "_x")] = round(r[q] / alone_hp[hp][q], 3)
                     if alone_be.get(be):
@@ -400,14 +410,15 @@ class Bench:
 
     def write_table(self):
         lines = ["| service | trainer | config | p50 | p99 | p99.9 | mean | service time p50 | busy "
-                 "| p50 / p99 / p99.9 vs alone | trainer vs alone |",
+                 "| p50 / p99 / p99.9 / service time vs alone | trainer vs alone |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         ms = lambda r, k: f"{r[k]:.2f} ms" if k in r else "-"
         for r in self.results:
             if r.get("error") or r["config"] == "alone" and r.get("hp") is None:
                 continue
             ratios = "1.00x" if r["config"] == "alone" else " / ".join(
-                f"{r[k]:.2f}x" if k in r else "-" for k in ("p50_x", "p99_x", "p999_x"))
+                f"{r[k]:.2f}x" if k in r else "-"
+                for k in ("p50_x", "p99_x", "p999_x", "svc_p50_x"))
             lines.append(" | ".join([
                 f"| {r['hp']}", r["be"] or "-", r["config"], ms(r, "p50_ms"), ms(r, "p99_ms"),
                 ms(r, "p999_ms"), ms(r, "mean_ms"), ms(r, "svc_p50_ms"),
@@ -423,7 +434,8 @@ class Bench:
             lines += ["", f"Over {self.args.repeat} rounds (each against its own round's alone "
                       "run): median [min, max]", "",
                       "| service | trainer | config | p50 vs alone | p99 vs alone | mean vs alone "
-                      "| trainer vs alone |", "|---|---|---|---|---|---|---|"]
+                      "| service time vs alone | trainer vs alone |",
+                      "|---|---|---|---|---|---|---|---|"]
             groups = {}
             for r in self.results:
                 if r.get("error") or r["config"] == "alone":
@@ -438,7 +450,7 @@ class Bench:
             for (hp, be, cfg), rows in groups.items():
                 lines.append(f"| {hp} | {be} | {cfg} | {spread(rows, 'p50_x')} | "
                              f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
-                             f"{spread(rows, 'be_x')} |")
+                             f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} |")
         text = "\n".join(lines) + "\n"
         with open(os.path.join(self.out, "results.md"), "w") as f:
             f.write(text)
@@ -457,6 +469,11 @@ def main():
                         "table adds median [min, max] of each ratio")
     p.add_argument("--load", type=float, default=0.5,
                    help="the service's arrival rate as a fraction of its capacity alone")
+    p.add_argument("--closed-loop", action="store_true",
+                   help="run each service as a closed loop (back-to-back requests, no queueing) "
+                        "instead of Poisson arrivals: compares service times with little noise")
+    p.add_argument("--closed-loop-seconds", type=float, default=10,
+                   help="--closed-loop: seconds measured per run")
     p.add_argument("--be-alone-seconds", type=float, default=15)
     p.add_argument("--settle-seconds", type=float, default=3)
     p.add_argument("--mps-be-percent", type=int, default=50)

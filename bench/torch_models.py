@@ -7,8 +7,9 @@ nothing is downloaded). Used by bench/priority_bench.py.
       "result requests=.. p50_ms=.. p99_ms=.. p999_ms=.. mean_ms=.. svc_p50_ms=.. svc_p99_ms=..
       busy=..", where svc is the service time (from the moment the request is taken up to its
       completion, queueing excluded) and busy the fraction of the run spent serving. --rate 0
-      measures the capacity alone (closed loop): "result capacity_rps=.. latency_ms=.. cpu_ms=.."
-      (cpu_ms: CPU time of all the process's threads per request).
+      runs a closed loop instead (1 s of warm-up, then --seconds, default 3): "serving", then
+      "result capacity_rps=.. latency_ms=.. svc_p50_ms=.. svc_p99_ms=.. cpu_ms=.." (latency_ms:
+      the mean; cpu_ms: CPU time of all the process's threads per request).
       MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128).
   train MODEL
       Training steps until killed. Prints "ready" after warm-up, then "step T" after each step
@@ -90,20 +91,26 @@ def serve(args):
             run()
         stream.synchronize()
         if args.rate <= 0:
-            # Closed loop: one second to bring the clocks up, then at least 3 s and 200 requests
+            # Closed loop: one second to bring the clocks up, then at least --seconds and 200
+            # requests
             # (200 requests alone, a fraction of a second, gave capacities 40% apart).
             def closed_loop(seconds, at_least):
-                n, t0, cpu0 = 0, time.perf_counter(), time.process_time()
-                while n < at_least or time.perf_counter() - t0 < seconds:
+                times, t0, cpu0 = [], time.perf_counter(), time.process_time()
+                while len(times) < at_least or time.perf_counter() - t0 < seconds:
+                    began = time.perf_counter()
                     run()
                     stream.synchronize()
-                    n += 1
-                return n, time.perf_counter() - t0, time.process_time() - cpu0
+                    times.append(time.perf_counter() - began)
+                return times, time.perf_counter() - t0, time.process_time() - cpu0
             closed_loop(1.0, 10)
-            n, took, cpu = closed_loop(3.0, 200)
-            per = took / n
+            print("serving", flush=True)
+            times, took, cpu = closed_loop(args.seconds, 200)
+            n, per = len(times), took / len(times)
+            times.sort()
+            q = lambda p: times[min(n - 1, int(p * n))] * 1e3
             # cpu_ms: CPU time of the whole process (all its threads) per request.
             print(f"result capacity_rps={1.0 / per:.1f} latency_ms={per * 1e3:.3f} "
+                  f"svc_p50_ms={q(0.5):.3f} svc_p99_ms={q(0.99):.3f} "
                   f"cpu_ms={cpu / n * 1e3:.3f}", flush=True)
             return
         rng = random.Random(args.seed)
@@ -158,6 +165,8 @@ def main():
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--graph", action="store_true")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=3.0,
+                   help="--rate 0: how long the closed loop is measured (after 1 s of warm-up)")
     p.add_argument("--wait", choices=["poll", "sleep"], default="poll",
                    help="how the serving loop waits for the next arrival")
     args = p.parse_args()
