@@ -43,6 +43,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "bench", "torch_models.py")
+STALL_MS = 100  # a single service time above this (and 10x the p99) marks a stalled run
 
 
 def hp_command(name, bundle):
@@ -201,6 +202,14 @@ class Bench:
         p.wait()
         if result is None:
             raise RuntimeError(f"service {name} under {cfg} gave no result (exit {p.returncode})")
+        stall = result.get("svc_max_ms", 0)
+        if stall > max(STALL_MS, 10 * result.get("svc_p99_ms", 0)):
+            # One request took many times the service's p99: the host stopped the service (seen
+            # on virtual machines: 500 ms), and the requests queued behind it own the tail.
+            result["stall_ms"] = stall
+            print(f"warning: {name} under {cfg}: one request took {stall:.0f} ms (service time p99 "
+                  f"{result.get('svc_p99_ms', 0):.1f} ms), a stall of the host: this run's "
+                  f"latency percentiles are not comparable", file=sys.stderr)
         return result, start, end
 
     def start_be(self, name, cfg, extra_env):
@@ -393,6 +402,8 @@ class Bench:
                             row[q.replace("_ms", "_x")] = round(r[q] / alone_hp[hp][q], 3)
                     if alone_be.get(be):
                         row["be_x"] = round(be_rate / alone_be[be], 3)
+                    if "stall_ms" in alone_hp[hp]:
+                        row["baseline_stall_ms"] = alone_hp[hp]["stall_ms"]
                     self.record(row)
                 self.stop_be(p, t)
         finally:
@@ -419,8 +430,10 @@ class Bench:
             ratios = "1.00x" if r["config"] == "alone" else " / ".join(
                 f"{r[k]:.2f}x" if k in r else "-"
                 for k in ("p50_x", "p99_x", "p999_x", "svc_p50_x"))
+            cfg = r["config"] + (f" (stall {r['stall_ms']:.0f} ms)" if "stall_ms" in r else "") + (
+                " (its alone run stalled)" if "baseline_stall_ms" in r else "")
             lines.append(" | ".join([
-                f"| {r['hp']}", r["be"] or "-", r["config"], ms(r, "p50_ms"), ms(r, "p99_ms"),
+                f"| {r['hp']}", r["be"] or "-", cfg, ms(r, "p50_ms"), ms(r, "p99_ms"),
                 ms(r, "p999_ms"), ms(r, "mean_ms"), ms(r, "svc_p50_ms"),
                 f"{r['busy']:.2f}" if "busy" in r else "-", ratios,
                 f"{r['be_x']:.2f}x |" if "be_x" in r else "- |"]))
@@ -447,7 +460,11 @@ class Bench:
                 if not xs:
                     return "-"
                 return f"{statistics.median(xs):.2f}x [{xs[0]:.2f}, {xs[-1]:.2f}]"
-            for (hp, be, cfg), rows in groups.items():
+            for (hp, be, cfg), every in groups.items():
+                # Rounds where the service or its alone baseline stalled compare nothing.
+                rows = [r for r in every if "stall_ms" not in r and "baseline_stall_ms" not in r]
+                if len(rows) < len(every):
+                    cfg += f" ({len(rows)} of {len(every)} rounds: the others stalled)"
                 lines.append(f"| {hp} | {be} | {cfg} | {spread(rows, 'p50_x')} | "
                              f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
                              f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} |")
