@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The priority benchmark on a machine with an NVIDIA GPU, in the splits used for the published
 # results (each fits one 10-minute slot of GPU time). Results go to $OUT (results.md/.jsonl).
-#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|mps-gpt2|spread|pairs-resnet50|pairs-bert|pairs-gpt2|samples]
+#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|mps-gpt2|spread|closed|pairs-resnet50|pairs-bert|pairs-gpt2|samples]
 # BUNDLE_DIR: tools/bundle.sh output. See bench/priority_bench.py for what each figure means.
 set -euo pipefail
 B="$1"
@@ -21,6 +21,9 @@ case "${2:-headline}" in
   # (the eager service's own p99 moves about 40% between runs on a noisy host).
   spread) "${PB[@]}" --hp resnet50 --be resnet50 --requests "${REQS:-2000}" \
             --repeat "${ROUNDS:-3}" --configs "${CONFIGS:-orion-mps,orion}" ;;
+  # Service times beside the trainer without queueing (closed loop), in rounds.
+  closed) "${PB[@]}" --hp resnet50,bert --be resnet50 --closed-loop --repeat "${ROUNDS:-2}" \
+            --configs "${CONFIGS:-mps-cap,orion-mps,orion}" ;;
   # The other services beside the long-kernel trainer, under orion's MPS mode.
   mps-gpt2) "${PB[@]}" --hp resnet50-graph,bert --be gpt2-large --requests "${REQS:-2000}" \
               --configs timeslice,mps-cap,orion-mps ;;
