@@ -3,6 +3,7 @@
 #include "interpose/glibc_compat.h"
 
 #include "interpose/completion_tracker.h"
+#include "interpose/completion_poll.h"
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -11,7 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 
 #include "interpose/launch_gate.h"
@@ -145,34 +145,6 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
   ReleasePending(p);
 }
 
-struct StreamKey {
-  CUcontext ctx;
-  uint64_t stream;
-  bool operator==(const StreamKey&) const = default;
-};
-constexpr uint32_t kMaxWaitingStreams = 32;  // beyond this, records are simply queried
-
-bool Contains(const StreamKey* keys, uint32_t n, const StreamKey& key) {
-  for (uint32_t i = 0; i < n; ++i) {
-    if (keys[i] == key) return true;
-  }
-  return false;
-}
-
-// How often outstanding records are queried. Best-effort budget charges and timed samples are
-// followed closely (20 us): the gate's budget is small. A high-priority client stays busy for its
-// grace period after its last completion anyway, so its completions are noticed within a fifth of
-// that grace (at most 100 us): polling a service's launches every 20 us cost it about a fifth of a
-// core beside its own launching thread.
-constexpr uint64_t kBestEffortPollNs = 20'000;
-constexpr uint64_t kHighPriorityPollMaxNs = 100'000;
-
-uint64_t PollIntervalNs(const PendingLaunch& p) {
-  if (!p.high_priority || p.budget_ns != 0 || p.timed || p.reg == nullptr) return kBestEffortPollNs;
-  const uint64_t grace = p.reg->gpu->hp_grace_ns.load(std::memory_order_relaxed);
-  return std::clamp(grace / 5, kBestEffortPollNs, kHighPriorityPollMaxNs);
-}
-
 void SleepNs(uint64_t ns) {
   timespec ts{0, static_cast<long>(ns)};
   nanosleep(&ts, nullptr);
@@ -194,37 +166,17 @@ void* PollerMain(void*) {
   for (;;) {
     uint32_t index;
     while (count < kPoolSize && g_submitted.Pop(&index)) outstanding[count++] = &g_pool[index];
-    // Records of one stream complete in order: after the first that is not ready, the later ones
-    // of that stream are kept without a query. An eager model queues hundreds of launches ahead
-    // of the GPU; querying each of them every pass kept this thread busy beside the launching
-    // thread and contended with it inside the driver.
-    StreamKey waiting[kMaxWaitingStreams];
-    uint32_t waiting_count = 0;
-    uint32_t kept = 0;
-    uint64_t poll_ns = kHighPriorityPollMaxNs;
-    for (uint32_t i = 0; i < count; ++i) {
-      PendingLaunch* p = outstanding[i];
-      poll_ns = std::min(poll_ns, PollIntervalNs(*p));
-      const StreamKey key{p->ctx, p->stream};
-      if (p->ordered && Contains(waiting, waiting_count, key)) {
-        outstanding[kept++] = p;
-        continue;
-      }
-      if (p->ctx != current && set_ctx != nullptr) {
-        set_ctx(p->ctx);
-        current = p->ctx;
-      }
-      const CUevent event = p->timed ? p->end : p->done;
-      const CUresult status = query != nullptr ? query(event) : CUDA_SUCCESS;
-      if (status == CUDA_ERROR_NOT_READY) {
-        outstanding[kept++] = p;
-        if (p->ordered && waiting_count < kMaxWaitingStreams) waiting[waiting_count++] = key;
-      } else {
-        // Errors (context destroyed, sticky faults) also end tracking: never hold the gate.
-        Finish(p, status == CUDA_SUCCESS);
-      }
-    }
-    count = kept;
+    uint64_t poll_ns = kBestEffortPollNs;
+    count = PollPass(
+        outstanding, count,
+        [&](const PendingLaunch& p) {
+          if (p.ctx != current && set_ctx != nullptr) {
+            set_ctx(p.ctx);
+            current = p.ctx;
+          }
+          return query != nullptr ? query(p.timed ? p.end : p.done) : CUDA_SUCCESS;
+        },
+        [](PendingLaunch* p, CUresult status) { Finish(p, status == CUDA_SUCCESS); }, &poll_ns);
     if (count != 0) {
       SleepNs(poll_ns);
       continue;
