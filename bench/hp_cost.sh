@@ -19,9 +19,11 @@ SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
 for _ in $(seq 100); do [[ -S "$W/orion.sock" ]] && break; sleep 0.05; done
 SERVE=(python3 "$ROOT/bench/torch_models.py" serve "$M" "$@")
+ROWS="$W/rows.txt"
 row() {  # label, then what runs the service (env: no interposer)
   local label="$1"; shift
-  printf '%-22s %s\n' "$label" "$(on 2,3 "$@" "${SERVE[@]}" 2>&1 | grep '^result' || echo failed)"
+  printf '%-22s %s\n' "$label" "$(on 2,3 "$@" "${SERVE[@]}" 2>&1 | grep '^result' || echo failed)" \
+    | tee -a "$ROWS"
 }
 RUN=(env ORION_SOCKET="$W/orion.sock" "$B/orion-run" --priority high --interposer)
 if [[ -x "$B/orion-bench-launch" ]]; then
@@ -37,3 +39,11 @@ for round in $(seq "${ROUNDS:-3}"); do
   row "high priority" "${RUN[@]}" "$B/liborion_interpose.so" --
   [[ -n "${ALT:-}" ]] && row "high priority (ALT)" "${RUN[@]}" "$ALT" --
 done
+# Mean over the rounds of each row: the host drifts between rounds, so only these compare.
+echo "== mean of ${ROUNDS:-3} rounds"
+awk '{ label = substr($0, 1, 22); sub(/ +$/, "", label)
+       for (i = 1; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
+       if ("latency_ms" in v) { n[label]++; lat[label] += v["latency_ms"]; cpu[label] += v["cpu_ms"] }
+       if (!(label in seen)) { seen[label] = 1; order[++k] = label } delete v }
+     END { for (i = 1; i <= k; ++i) { l = order[i]; if (n[l])
+             printf "%-22s latency_ms=%.3f cpu_ms=%.3f (%d rounds)\n", l, lat[l] / n[l], cpu[l] / n[l], n[l] } }' "$ROWS"
