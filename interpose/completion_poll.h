@@ -24,9 +24,8 @@ inline constexpr uint64_t kBestEffortPollNs = 20'000;
 inline constexpr uint64_t kHighPriorityPollMaxNs = 100'000;
 
 inline uint64_t PollIntervalNs(const PendingLaunch& p) {
-  if (!p.high_priority || p.budget_ns != 0 || p.timed || p.reg == nullptr || p.reg->gpu == nullptr) {
-    return kBestEffortPollNs;
-  }
+  const bool high_only = p.high_priority && p.budget_ns == 0 && !p.timed;
+  if (!high_only || p.reg == nullptr || p.reg->gpu == nullptr) return kBestEffortPollNs;
   const uint64_t grace = p.reg->gpu->hp_grace_ns.load(std::memory_order_relaxed);
   return std::clamp(grace / 5, kBestEffortPollNs, kHighPriorityPollMaxNs);
 }

@@ -64,8 +64,11 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     ReportKernelName(reg, kernel, info.func);
   }
   if (Capturing(info.stream, info.per_thread_stream)) return launch();
-  bool high = slot.priority.load(std::memory_order_relaxed) ==
-              static_cast<uint32_t>(contract::Priority::kHigh);
+  auto is_high = [&slot] {
+    return slot.priority.load(std::memory_order_relaxed) ==
+           static_cast<uint32_t>(contract::Priority::kHigh);
+  };
+  bool high = is_high();
   const bool gated = !high && gpu.mode.load(std::memory_order_relaxed) !=
                                   static_cast<uint32_t>(contract::GateMode::kPassThrough);
   const uint64_t blocks = static_cast<uint64_t>(info.grid[0]) * info.grid[1] * info.grid[2];
@@ -77,8 +80,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     ticket = WaitAtGate(*reg->board, reg->slot_index, BestEffortLaunch{blocks, estimate, kclass});
     // Promoted through the admin API while waiting: this launch is already high priority (the
     // wait ends on the promotion), so it is tracked and makes best-effort clients wait.
-    high = slot.priority.load(std::memory_order_relaxed) ==
-           static_cast<uint32_t>(contract::Priority::kHigh);
+    high = is_high();
   }
 
   const uint64_t launch_index =

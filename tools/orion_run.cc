@@ -154,12 +154,10 @@ int main(int argc, char** argv) {
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv(orion::contract::kEnvPriority, priority.c_str(), 1);
-  // On an MPS node a best-effort process also runs below normal MPS client priority (ignored
-  // without MPS; an explicit setting wins). Fixed at context creation: a later promotion through
-  // the admin API changes the gate, not this.
-  // Under MPS a best-effort process queues behind others and uses at most its SM share (CUDA
-  // ignores both without the MPS daemon). Settings already in the environment win over the
-  // defaults; --mps-thread-percentage wins over the environment.
+  // Under MPS a best-effort process queues behind others (client priority 1) and uses at most its
+  // SM share (CUDA ignores both without the MPS daemon). Settings already in the environment win
+  // over the defaults; --mps-thread-percentage wins over the environment. Both are fixed at
+  // context creation: a later promotion through the admin API changes the gate, not these.
   if (priority == "best-effort") {
     setenv(orion::contract::kEnvMpsClientPriority, "1", 0);
     if (mps_percentage != 0) {
