@@ -6,12 +6,8 @@
 set -uo pipefail
 B="$(cd "$1" && pwd)"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-W="$(mktemp -d /tmp/orion-bench.XXXXXX)"
-printf 'socket_path: %s/orion.sock\nboard_path: %s/board\nadmin_address: 127.0.0.1:50062\nmetrics_address: 127.0.0.1:9475\n' "$W" "$W" > "$W/s.yaml"
-LD_LIBRARY_PATH="$B/lib" "$B/orion-server" --config "$W/s.yaml" 2> "$W/server.log" &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
-for _ in $(seq 100); do [[ -S "$W/orion.sock" ]] && break; sleep 0.05; done
+source "$ROOT/bench/server.sh"
+start_server "$B" 50062 9475 || exit 1
 RUN() { ORION_SOCKET="$W/orion.sock" "$B/orion-run" --interposer "$B/liborion_interpose.so" "$@"; }
 echo "== quota 2Gi"
 for conf in "" "expandable_segments:True" "backend:cudaMallocAsync"; do

@@ -10,14 +10,11 @@ set -uo pipefail
 B="$(cd "$1" && pwd)"; shift
 M="${1:-resnet50}"; shift || true
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-W="$(mktemp -d /tmp/orion-bench.XXXXXX)"
-printf 'socket_path: %s/orion.sock\nboard_path: %s/board\nadmin_address: 127.0.0.1:50063\nmetrics_address: 127.0.0.1:9476\n' "$W" "$W" > "$W/s.yaml"
 PIN=(); command -v taskset >/dev/null && [[ $(nproc) -ge 8 ]] && PIN=(taskset -c)
 on() { local cpus="$1"; shift; if ((${#PIN[@]})); then "${PIN[@]}" "$cpus" "$@"; else "$@"; fi; }
-LD_LIBRARY_PATH="$B/lib" on 0,1 "$B/orion-server" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
-for _ in $(seq 100); do [[ -S "$W/orion.sock" ]] && break; sleep 0.05; done
+source "$ROOT/bench/server.sh"
+# The prefix must be a program (not the function `on`): the trap kills the pid it starts.
+start_server "$B" 50063 9476 ${PIN[@]:+"${PIN[@]}" 0,1} || exit 1
 SERVE=(python3 "$ROOT/bench/torch_models.py" serve "$M" "$@")
 ROWS="$W/rows.txt"
 row() {  # label, then what runs the service (env: no interposer)
