@@ -7,8 +7,8 @@ nothing is downloaded). Used by bench/priority_bench.py.
       "result requests=.. p50_ms=.. p99_ms=.. p999_ms=.. mean_ms=.. svc_p50_ms=.. svc_p99_ms=..
       svc_max_ms=.. busy=..", where svc is the service time (from the moment the request is
       taken up to its completion, queueing excluded) and busy the fraction of the run spent
-      serving. --rate 0 runs a closed loop instead (1 s of warm-up, then --seconds, default 3): "serving", then
-      "result capacity_rps=.. latency_ms=.. svc_p50_ms=.. svc_p99_ms=.. cpu_ms=.." (latency_ms:
+      serving. --rate 0 runs a closed loop instead (1 s of warm-up, then --seconds, default 3):
+      "serving", then "result capacity_rps=.. latency_ms=.. svc_p50_ms=.. svc_p99_ms=.. cpu_ms=.." (latency_ms:
       the mean; cpu_ms: CPU time of all the process's threads per request).
       MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128).
   train MODEL
@@ -74,6 +74,12 @@ def build_train(name):
     return step
 
 
+def quantile_ms(sorted_seconds, p):
+    """The p-quantile of sorted durations in seconds, in milliseconds."""
+    n = len(sorted_seconds)
+    return sorted_seconds[min(n - 1, int(p * n))] * 1e3
+
+
 def serve(args):
     stream = torch.cuda.Stream()
     with torch.no_grad(), torch.cuda.stream(stream):
@@ -107,10 +113,10 @@ def serve(args):
             times, took, cpu = closed_loop(args.seconds, 200)
             n, per = len(times), took / len(times)
             times.sort()
-            q = lambda p: times[min(n - 1, int(p * n))] * 1e3
+            q = quantile_ms
             # cpu_ms: CPU time of the whole process (all its threads) per request.
             print(f"result capacity_rps={1.0 / per:.1f} latency_ms={per * 1e3:.3f} "
-                  f"svc_p50_ms={q(0.5):.3f} svc_p99_ms={q(0.99):.3f} "
+                  f"svc_p50_ms={q(times, 0.5):.3f} svc_p99_ms={q(times, 0.99):.3f} "
                   f"cpu_ms={cpu / n * 1e3:.3f}", flush=True)
             return
         rng = random.Random(args.seed)
@@ -137,7 +143,7 @@ def serve(args):
             svc.append(done - began)
     lat.sort()
     svc_sorted = sorted(svc)
-    q = lambda xs, p: xs[min(len(xs) - 1, int(p * len(xs)))] * 1e3
+    q = quantile_ms
     print(f"result requests={len(lat)} rate={args.rate} graph={int(args.graph)} "
           f"p50_ms={q(lat, 0.5):.3f} p99_ms={q(lat, 0.99):.3f} p999_ms={q(lat, 0.999):.3f} "
           f"mean_ms={sum(lat) / len(lat) * 1e3:.3f} svc_p50_ms={q(svc_sorted, 0.5):.3f} "
