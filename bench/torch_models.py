@@ -8,8 +8,9 @@ nothing is downloaded). Used by bench/priority_bench.py.
       svc_max_ms=.. busy=..", where svc is the service time (from the moment the request is
       taken up to its completion, queueing excluded) and busy the fraction of the run spent
       serving. --rate 0 runs a closed loop instead (1 s of warm-up, then --seconds, default 3):
-      "serving", then "result capacity_rps=.. latency_ms=.. svc_p50_ms=.. svc_p99_ms=.. cpu_ms=.." (latency_ms:
-      the mean; cpu_ms: CPU time of all the process's threads per request).
+      "serving", then "result capacity_rps=.. latency_ms=.. svc_p50_ms=.. svc_p99_ms=..
+      cpu_ms=.." (latency_ms: the mean; cpu_ms: CPU time of all the process's threads per
+      request).
       MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128).
   train MODEL
       Training steps until killed. Prints "ready" after warm-up, then "step T" after each step
