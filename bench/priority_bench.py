@@ -19,6 +19,8 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
   orion-mps   MPS daemon + orion gate in mps mode; the trainer gets CUDA_MPS_CLIENT_PRIORITY=1
               and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (--mps-be-percent)
   The knob be_percent=N (mps-cap, orion-mps) sets the trainer's SM percentage for that run.
+  NAME@alt[:knobs] (with --alt-interposer PATH): the orion configuration with that interposer instead of
+  the bundle's, to compare two builds of the gate in one run.
 
   bench/priority_bench.py --bundle DIR [--hp resnet50,resnet50-graph,bert] [--be resnet50]
       [--configs timeslice,orion] [--requests 2000] [--repeat N] [--closed-loop] [--out DIR]
@@ -82,6 +84,36 @@ def parse_result(line):
     return out
 
 
+CONFIGS = ("timeslice", "mps", "mps-prio", "mps-cap", "orion-pass", "orion", "orion-mps")
+
+
+def parse_config(spec, args):
+    """NAME[@alt][:knob=v+knob=v] -> (NAME, alt, the orion-ctl knobs joined by '+', the trainer's
+    MPS SM percentage); a bad one ends the run before anything starts."""
+    head, _, knobs = spec.partition(":")
+    cfg, _, build = head.partition("@")
+    if cfg not in CONFIGS:
+        raise SystemExit(f"{spec}: unknown configuration '{cfg}' (one of {', '.join(CONFIGS)})")
+    if build and (build != "alt" or not args.alt_interposer or not cfg.startswith("orion")):
+        raise SystemExit(f"{spec}: '@alt' wants --alt-interposer and an orion configuration")
+    be_percent, knob_list = args.mps_be_percent, []
+    for kv in (k for k in knobs.split("+") if k):
+        key, eq, value = kv.partition("=")
+        if not eq or not value:
+            raise SystemExit(f"{spec}: '{kv}' is not knob=value")
+        if key == "be_percent":
+            if not value.isdigit() or not 1 <= int(value) <= 100 or cfg not in ("mps-cap",
+                                                                               "orion-mps"):
+                raise SystemExit(f"{spec}: be_percent wants 1..100 and an mps-cap or orion-mps "
+                                 f"configuration")
+            be_percent = int(value)
+        elif not cfg.startswith("orion"):
+            raise SystemExit(f"{spec}: knob '{key}' wants an orion configuration")
+        else:
+            knob_list.append(kv)
+    return cfg, bool(build), "+".join(knob_list), be_percent
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -96,6 +128,8 @@ class Bench:
         self.round = 0
         self.allowed_cpus = sorted(os.sched_getaffinity(0))
         self.log = open(os.path.join(self.out, "bench.log"), "a")
+        self.began = time.monotonic()
+        self.interposer = os.path.join(self.bundle, "liborion_interpose.so")
 
     # ---- orion-server, orion-ctl, MPS -------------------------------------------------------
     def start_server(self):
@@ -179,9 +213,8 @@ class Bench:
         if cfg.startswith("orion"):
             env["ORION_SOCKET"] = f"{self.work}/orion.sock"
             prio = "high" if role == "hp" else "best-effort"
-            argv = [os.path.join(self.bundle, "orion-run"), "--interposer",
-                    os.path.join(self.bundle, "liborion_interpose.so"), "--priority", prio,
-                    "--", *argv]
+            argv = [os.path.join(self.bundle, "orion-run"), "--interposer", self.interposer,
+                    "--priority", prio, "--", *argv]
         return argv, env
 
     def run_hp(self, name, rate, requests, cfg="alone", extra_env=None):
@@ -287,6 +320,7 @@ class Bench:
 
     # ---- the run -----------------------------------------------------------------------------
     def record(self, row):
+        row["t_s"] = round(time.monotonic() - self.began, 1)  # when it ended, from the start
         self.results.append(row)
         with open(os.path.join(self.out, "results.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -324,8 +358,7 @@ class Bench:
                     for be in a.be:
                         alone_be[be] = self.measure_be_alone(be)
                 for spec in a.configs:
-                    cfg, _, knobs = spec.partition(":")
-                    self.run_config(spec, cfg, knobs, capacity, alone_hp, alone_be)
+                    self.run_config(spec, capacity, alone_hp, alone_be)
         finally:
             if self.server:
                 self.server.terminate()
@@ -347,22 +380,12 @@ class Bench:
                      "steps_per_s": rate})
         return rate
 
-    def run_config(self, spec, cfg, knobs, capacity, alone_hp, alone_be):
+    def run_config(self, spec, capacity, alone_hp, alone_be):
         a = self.args
+        cfg, alt, knobs, be_percent = parse_config(spec, a)
+        self.interposer = os.path.abspath(a.alt_interposer) if alt else os.path.join(
+            self.bundle, "liborion_interpose.so")
         be_env = {}
-        be_percent = a.mps_be_percent
-        knob_list = []
-        for kv in (k for k in knobs.split("+") if k):
-            if kv.startswith("be_percent="):
-                value = kv.partition("=")[2]
-                if not value.isdigit() or not 1 <= int(value) <= 100 or cfg not in ("mps-cap",
-                                                                                   "orion-mps"):
-                    raise SystemExit(f"{spec}: be_percent wants 1..100 and an mps-cap or "
-                                     f"orion-mps configuration")
-                be_percent = int(value)
-            else:
-                knob_list.append(kv)
-        knobs = "+".join(knob_list)
         if cfg in ("mps", "mps-prio", "mps-cap", "orion-mps"):
             why = self.start_mps()
             if why:
@@ -494,6 +517,8 @@ def main():
     p.add_argument("--be-alone-seconds", type=float, default=15)
     p.add_argument("--settle-seconds", type=float, default=3)
     p.add_argument("--mps-be-percent", type=int, default=50)
+    p.add_argument("--alt-interposer",
+                   help="another build of liborion_interpose.so, for configurations NAME@alt")
     p.add_argument("--admin-port", type=int, default=50071)
     p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                    help="give the service, the trainer and the server their own cores "
@@ -505,6 +530,8 @@ def main():
     args.configs = [x for x in args.configs.split(",") if x]
     if args.repeat < 1:
         raise SystemExit("--repeat wants 1 or more rounds")
+    for spec in args.configs:
+        parse_config(spec, args)
     Bench(args).run()
 
 

@@ -98,10 +98,10 @@ TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
   board_->slots[3].gpu.store(0);
   board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kBestEffort));
   gpu().spin_ns.store(10'000);
+  // The completion wakes nobody (as the poller's): the waiter sees it at its next look.
   std::thread completer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     board_->slots[9].inflight.store(0);
-    OpenGate(gpu());
   });
   const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 300'000));
   completer.join();
@@ -142,18 +142,34 @@ TEST_F(LaunchGateTest, GracePeriodKeepsIdleHighPriorityBusyBetweenKernels) {
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_ + 400'001, Be(1000, 300'000), &wake_by),
             GateDecision::kGoBudget);
   ReleaseBudget(gpu(), 300'000);
-  // With work in flight a waiter has no deadline: only a completion changes the answer.
+  // With work in flight a waiter looks again after kInFlightRecheckNs: the completion wakes nobody.
   MarkHighPriority(131, 1, now_);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000), &wake_by),
+            GateDecision::kWait);
+  EXPECT_EQ(wake_by, now_ + kInFlightRecheckNs);
+  // Waiting on the budget alone (no HP busy): only a best-effort completion changes the answer.
+  MarkHighPriority(131, 0, now_ - 10'000'000);
+  MarkHighPriority(130, 0, now_ - 10'000'000);
+  gpu().be_outstanding_ns.store(100'000);
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000), &wake_by),
             GateDecision::kWait);
   EXPECT_EQ(wake_by, 0u);
 }
 
-TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsAndLetsAllGoWhenIdle) {
+TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsAndBoundsTheQueueWhenIdle) {
   gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
-  MarkHighPriority(130, 0, now_ - 10'000'000);  // idle: co-running is harmless, nothing charged
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 900'000)), GateDecision::kGoIdle);
-  EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
+  // Idle: the queue a request would find is bounded by the budget (100 us here); one longer
+  // kernel may run alone.
+  MarkHighPriority(130, 0, now_ - 10'000'000);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 900'000)),
+            GateDecision::kGoBudget);
+  EXPECT_EQ(gpu().be_outstanding_ns.load(), 900'000u);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000)), GateDecision::kWait);
+  ReleaseBudget(gpu(), 900'000);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 60'000)), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 40'000)), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000)), GateDecision::kWait);
+  gpu().be_outstanding_ns.store(0);
   MarkHighPriority(130, 1, now_);
   board_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kCompute));
   // Busy with a compute-bound kernel: another compute-bound one waits, a memory-bound one that
@@ -175,7 +191,8 @@ TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsAndLetsAllGoWhenIdle) {
             GateDecision::kWait);
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 90'000, KernelClass::kMemory)),
             GateDecision::kWait);  // 30 us in flight + 90 us > the 100 us budget
-  // A high-priority CUDA graph in flight: nothing co-runs, whatever its class; idle again: all go.
+  // A high-priority CUDA graph in flight: nothing co-runs, whatever its class; idle again: goes
+  // within the budget.
   gpu().be_outstanding_ns.store(0);
   board_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kMixed));
   for (KernelClass c : {KernelClass::kUnknown, KernelClass::kMemory, KernelClass::kCompute}) {
@@ -183,7 +200,7 @@ TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsAndLetsAllGoWhenIdle) {
   }
   MarkHighPriority(130, 0, now_ - 10'000'000);
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
-            GateDecision::kGoIdle);
+            GateDecision::kGoBudget);
 }
 
 TEST_F(LaunchGateTest, MpsModeSeesAGraphBehindALaterKernelAndClassesOfSeveralClients) {
