@@ -115,13 +115,13 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
   if (reg != nullptr && reg->StillOwned()) {
     const uint64_t now = MonotonicNs();
     contract::ClientSlot& slot = *reg->slot;
-    // A high-priority completion wakes no waiter: the high-priority process makes no system call
-    // for best-effort work (waiters look again every kInFlightRecheckNs while it is in flight).
-    if (p->high_priority) NoteHighPriorityCompletion(slot, now);
+    bool open_gate = false;
+    if (p->high_priority && NoteHighPriorityCompletion(slot, now)) open_gate = true;
     if (p->budget_ns != 0) {
       ReleaseBudget(*reg->gpu, p->budget_ns);
-      OpenGate(*reg->gpu);
+      open_gate = true;
     }
+    if (open_gate) OpenGate(*reg->gpu);
     if (p->timed && measured_on_gpu) {
       float ms = 0.0f;
       auto elapsed = ORION_DRIVER(cuEventElapsedTime_v2);

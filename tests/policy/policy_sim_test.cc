@@ -252,9 +252,8 @@ TEST(PolicySimTest, GracePeriodKeepsTrainerOutOfRequestGaps) {
   EXPECT_GE(n.p99_ns, g.p99_ns * 5 / 4);
   EXPECT_GE(n.p50_ns, g.p50_ns);
 
-  // The poller's lag is an accidental grace: with a faster poller (20 us) more gaps let a trainer
-  // kernel in (waiters look again every kInFlightRecheckNs while a request's kernel runs) and,
-  // without grace, the request queue falls behind.
+  // The poller's lag is an accidental grace: with a faster poller (20 us) nearly every gap lets
+  // a trainer kernel in and, without grace, the request queue no longer keeps up.
   Scenario fast_grace = with_grace;
   fast_grace.params.poll_lag_ns = 20 * kUs;
   Scenario fast_none = no_grace;
@@ -264,7 +263,7 @@ TEST(PolicySimTest, GracePeriodKeepsTrainerOutOfRequestGaps) {
   std::printf("[policy-sim] poll lag 20 us: hp p99 with grace %.2f ms, grace 0 %.2f ms\n",
               Ms(fg.p99_ns), Ms(fn.p99_ns));
   EXPECT_LE(fg.p99_ns, g.p99_ns * 5 / 4);
-  EXPECT_GE(fn.p99_ns, 3 * fg.p99_ns);
+  EXPECT_GE(fn.p99_ns, 10 * fg.p99_ns);
 }
 
 // ---- 3. A hung and a killed HP client ----

@@ -11,11 +11,10 @@
 //    step as in interpose/hooks_launch.cc, launch_gate.cc and completion_tracker.cc, but as events:
 //    a high-priority launch raises slot.inflight and stamps last_progress_ns before the launch and
 //    again after it; the poller notices a kernel's end poll_lag_ns late, then stamps
-//    last_progress_ns and lowers inflight (a high-priority kernel), or releases the budget charge
-//    and opens the gate (a best-effort one); a held best-effort launch re-evaluates when a futex
-//    word it waits on changes (plus wake_latency_ns), at the time DecideBestEffort gives (wake_by:
-//    the end of the high-priority grace period, or the next look while high-priority work is in
-//    flight) or after kMaxFutexWaitNs, like the real waiter. The spin phase of WaitAtGate (spin_ns) is not modelled separately: a waiter
+//    last_progress_ns, lowers inflight, releases the budget charge and opens the gate; a held
+//    best-effort launch re-evaluates when a futex word it waits on changes (plus wake_latency_ns),
+//    at the end of the high-priority grace period (wake_by) or after kMaxFutexWaitNs, like the
+//    real waiter. The spin phase of WaitAtGate (spin_ns) is not modelled separately: a waiter
 //    always reacts wake_latency_ns after a change. A launch call itself takes no time, and the
 //    application's own synchronize returns at the kernel's end (no poller lag). Kernels of a
 //    killed or hung process run to their end on the GPU;
@@ -501,11 +500,13 @@ void SimClient::Finish(const Pending& p) {
   contract::ClientSlot& slot = slot_ref();
   contract::GpuState& gpu = gpu_ref();
   const uint64_t now = loop().now();
-  if (p.high) interpose::NoteHighPriorityCompletion(slot, now);  // wakes nobody
+  bool open_gate = false;
+  if (p.high && interpose::NoteHighPriorityCompletion(slot, now)) open_gate = true;
   if (p.budget_ns != 0) {
     interpose::ReleaseBudget(gpu, p.budget_ns);
-    interpose::OpenGate(gpu);
+    open_gate = true;
   }
+  if (open_gate) interpose::OpenGate(gpu);
   if (p.timed) {
     p.record->AddSample(p.duration_ns);
     contract::Event e{};
