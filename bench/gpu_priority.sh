@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The priority benchmark on a machine with an NVIDIA GPU, in the splits used for the published
 # results (each fits one 10-minute slot of GPU time). Results go to $OUT (results.md/.jsonl).
-#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|mps-gpt2|spread|closed|pairs-resnet50|pairs-bert|pairs-gpt2|samples]
+#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|mps-gpt2|spread|closed|pairs|samples]
 # BUNDLE_DIR: tools/bundle.sh output. See bench/priority_bench.py for what each figure means.
 set -euo pipefail
 B="$1"
@@ -27,13 +27,12 @@ case "${2:-headline}" in
   # The other services beside the long-kernel trainer, under orion's MPS mode.
   mps-gpt2) "${PB[@]}" --hp resnet50-graph,bert --be gpt2-large --requests "${REQS:-2000}" \
               --configs timeslice,mps-cap,orion-mps ;;
-  # Every service against one trainer, 2,000 requests each.
-  pairs-resnet50) "${PB[@]}" --hp resnet50-graph,bert --be resnet50 --requests "${REQS:-2000}" \
-                    --configs timeslice,orion ;;
-  pairs-bert) "${PB[@]}" --hp resnet50,resnet50-graph,bert --be bert --requests "${REQS:-2000}" \
-                --configs timeslice,orion ;;
-  pairs-gpt2) "${PB[@]}" --hp resnet50,resnet50-graph,bert --be gpt2-large \
-                --requests "${REQS:-2000}" --configs timeslice,orion ;;
+  # The matrix: every service beside one trainer (BE: resnet50, bert or gpt2-large), 2,000
+  # requests each. Four configurations fit one 10-minute slot; the rest go in a second command
+  # (CONFIGS=orion-pass,mps,mps-prio,...).
+  pairs) "${PB[@]}" --hp "${HP:-resnet50,resnet50-graph,bert}" --be "${BE:-bert}" \
+           --requests "${REQS:-2000}" --be-alone-seconds 10 \
+           --configs "${CONFIGS:-timeslice,mps-cap,orion-mps,orion}" ;;
   # The driver-API samples (no PyTorch).
   samples) "${PB[@]}" --hp sample --be sample --requests "${REQS:-4000}" \
              --configs timeslice,orion-pass,orion ;;

@@ -443,63 +443,71 @@ class Bench:
                 self.stop_mps()
 
     def write_table(self):
-        lines = ["| service | trainer | config | p50 | p99 | p99.9 | mean | service time p50 | busy "
-                 "| p50 / p99 / p99.9 / service time vs alone | trainer vs alone |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|"]
-        ms = lambda r, k: f"{r[k]:.2f} ms" if k in r else "-"
-        for r in self.results:
-            if r.get("error") or r["config"] == "alone" and r.get("hp") is None:
-                continue
-            ratios = "1.00x" if r["config"] == "alone" else " / ".join(
-                f"{r[k]:.2f}x" if k in r else "-"
-                for k in ("p50_x", "p99_x", "p999_x", "svc_p50_x"))
-            cfg = r["config"] + (f" (stall {r['stall_ms']:.0f} ms)" if "stall_ms" in r else "") + (
-                " (its alone run stalled)" if "baseline_stall_ms" in r else "")
-            lines.append(" | ".join([
-                f"| {r['hp']}", r["be"] or "-", cfg, ms(r, "p50_ms"), ms(r, "p99_ms"),
-                ms(r, "p999_ms"), ms(r, "mean_ms"), ms(r, "svc_p50_ms"),
-                f"{r['busy']:.2f}" if "busy" in r else "-", ratios,
-                f"{r['be_x']:.2f}x |" if "be_x" in r else "- |"]))
-        for r in self.results:
-            if r["config"] == "alone" and r.get("be"):
-                lines.append(f"| - | {r['be']} | alone | | | | | | | | {r['steps_per_s']:.2f} steps/s |")
-            if r.get("error"):
-                lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
-                             f"error: {r['error']} | | | | | | | |")
-        if self.args.repeat > 1:
-            lines += ["", f"Over {self.args.repeat} rounds (each against its own round's alone "
-                      "run): median [min, max]", "",
-                      "| service | trainer | config | p50 vs alone | p99 vs alone | mean vs alone "
-                      "| service time vs alone | trainer vs alone |",
-                      "|---|---|---|---|---|---|---|---|"]
-            groups = {}
-            for r in self.results:
-                if r.get("error") or r["config"] == "alone":
-                    continue
-                groups.setdefault((r["hp"], r["be"], r["config"]), []).append(r)
-
-            def spread(rows, key):
-                xs = sorted(r[key] for r in rows if key in r)
-                if not xs:
-                    return "-"
-                return f"{statistics.median(xs):.2f}x [{xs[0]:.2f}, {xs[-1]:.2f}]"
-            for (hp, be, cfg), every in groups.items():
-                # Rounds where the service or its alone baseline stalled compare nothing.
-                rows = [r for r in every if "stall_ms" not in r and "baseline_stall_ms" not in r]
-                if len(rows) < len(every):
-                    cfg += f" ({len(rows)} of {len(every)} rounds: the others stalled)"
-                lines.append(f"| {hp} | {be} | {cfg} | {spread(rows, 'p50_x')} | "
-                             f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
-                             f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} |")
-        text = "\n".join(lines) + "\n"
+        text = render_table(self.results, self.args.repeat)
         with open(os.path.join(self.out, "results.md"), "w") as f:
             f.write(text)
         print(text)
 
 
+def render_table(results, repeat):
+    """The markdown table of a run's rows (and, over several rounds, the median summary)."""
+    lines = ["| service | trainer | config | p50 | p99 | p99.9 | mean | service time p50 | busy "
+             "| p50 / p99 / p99.9 / service time vs alone | trainer vs alone |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    ms = lambda r, k: f"{r[k]:.2f} ms" if k in r else "-"
+    for r in results:
+        if r.get("error") or r["config"] == "alone" and r.get("hp") is None:
+            continue
+        ratios = "1.00x" if r["config"] == "alone" else " / ".join(
+            f"{r[k]:.2f}x" if k in r else "-"
+            for k in ("p50_x", "p99_x", "p999_x", "svc_p50_x"))
+        cfg = r["config"] + (f" (stall {r['stall_ms']:.0f} ms)" if "stall_ms" in r else "") + (
+            " (its alone run stalled)" if "baseline_stall_ms" in r else "")
+        lines.append(" | ".join([
+            f"| {r['hp']}", r["be"] or "-", cfg, ms(r, "p50_ms"), ms(r, "p99_ms"),
+            ms(r, "p999_ms"), ms(r, "mean_ms"), ms(r, "svc_p50_ms"),
+            f"{r['busy']:.2f}" if "busy" in r else "-", ratios,
+            f"{r['be_x']:.2f}x |" if "be_x" in r else "- |"]))
+    for r in results:
+        if r["config"] == "alone" and r.get("be"):
+            lines.append(f"| - | {r['be']} | alone | | | | | | | | {r['steps_per_s']:.2f} steps/s |")
+        if r.get("error"):
+            lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
+                         f"error: {r['error']} | | | | | | | |")
+    if repeat > 1:
+        lines += ["", f"Over {repeat} rounds (each against its own round's alone "
+                  "run): median [min, max]", "",
+                  "| service | trainer | config | p50 vs alone | p99 vs alone | mean vs alone "
+                  "| service time vs alone | trainer vs alone |",
+                  "|---|---|---|---|---|---|---|---|"]
+        groups = {}
+        for r in results:
+            if r.get("error") or r["config"] == "alone":
+                continue
+            groups.setdefault((r["hp"], r["be"], r["config"]), []).append(r)
+
+        def spread(rows, key):
+            xs = sorted(r[key] for r in rows if key in r)
+            if not xs:
+                return "-"
+            return f"{statistics.median(xs):.2f}x [{xs[0]:.2f}, {xs[-1]:.2f}]"
+        for (hp, be, cfg), every in groups.items():
+            # Rounds where the service or its alone baseline stalled compare nothing.
+            rows = [r for r in every if "stall_ms" not in r and "baseline_stall_ms" not in r]
+            if len(rows) < len(every):
+                cfg += f" ({len(rows)} of {len(every)} rounds: the others stalled)"
+            lines.append(f"| {hp} | {be} | {cfg} | {spread(rows, 'p50_x')} | "
+                         f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
+                         f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--bundle", required=True)
+    p.add_argument("--bundle")
+    p.add_argument("--table", metavar="RESULTS_JSONL",
+                   help="print the table of an earlier run's results.jsonl (one cut short before "
+                        "its table, say) and exit")
     p.add_argument("--hp", default="resnet50")
     p.add_argument("--be", default="resnet50")
     p.add_argument("--configs", default="timeslice,orion-pass,orion")
@@ -525,6 +533,13 @@ def main():
                         "(machines with 8 or more)")
     p.add_argument("--out")
     args = p.parse_args()
+    if args.table:
+        with open(args.table) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        print(render_table(rows, 1 + max((r.get("round", 0) for r in rows), default=0)), end="")
+        return
+    if not args.bundle:
+        p.error("--bundle is required")
     args.hp = [x for x in args.hp.split(",") if x]
     args.be = [x for x in args.be.split(",") if x]
     args.configs = [x for x in args.configs.split(",") if x]
