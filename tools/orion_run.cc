@@ -42,11 +42,12 @@ bool ValidSize(const std::string& s) {
   return false;
 }
 
-// A whole decimal integer in [lo, hi] (strtol's syntax, nothing after the number).
+// A whole decimal integer in [lo, hi]: digits only (no sign, space or anything after them).
 bool ParseInRange(const std::string& text, long lo, long hi, long* out) {
+  if (text.empty() || text[0] < '0' || text[0] > '9') return false;
   char* end = nullptr;
   *out = std::strtol(text.c_str(), &end, 10);
-  return !text.empty() && *end == '\0' && *out >= lo && *out <= hi;
+  return *end == '\0' && *out >= lo && *out <= hi;
 }
 
 std::string SelfDir() {
@@ -100,8 +101,7 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--mps-thread-percentage") {
       const std::string text = value("--mps-thread-percentage");
-      if (text.empty() || text[0] < '0' || text[0] > '9' ||
-          !ParseInRange(text, 0, 100, &mps_percentage)) {
+      if (!ParseInRange(text, 0, 100, &mps_percentage)) {
         std::fprintf(stderr,
                      "orion-run: --mps-thread-percentage: expected 0..100 (0: not set), got '%s'\n",
                      text.c_str());

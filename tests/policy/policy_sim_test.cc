@@ -2,7 +2,8 @@
 // the real gate decisions, simulated GPUs and applications (sim_gpu_model.h, sim_node.h,
 // sim_workloads.h). Each test prints its figures on one line.
 //
-//   HP latency alone vs beside a trainer (priority vs pass-through), trainer progress;
+//   HP latency alone vs beside a trainer (priority vs pass-through), trainer progress; what MPS
+//   mode lets a trainer queue while the HP client is idle;
 //   the HP grace period; a hung and a killed HP client; priority changes and pause/resume through
 //   the gRPC admin API; two GPUs; the latency-target budget adaptation.
 #include <grpcpp/grpcpp.h>
@@ -187,6 +188,32 @@ TEST(PolicySimTest, HighPriorityLatencyIsProtectedAndTrainerProgresses) {
   // Best effort keeps making progress in what the high-priority client leaves.
   EXPECT_GE(progress, 0.3);
   EXPECT_GT(g.trainer_waits, 0u);
+}
+
+TEST(PolicySimTest, MpsModeBoundsWhatARequestFindsQueuedAfterAnIdleGap) {
+  // MPS mode (5 ms budget) with the service idle between requests: the trainer may queue only a
+  // budget of work, not its whole step (8 kernels of 1-3 ms + 8 small ones), so the next request
+  // finds at most that. The simulated GPU time-slices, so a queued kernel delays the request's
+  // kernels outright; on an MPS GPU the same queue shares the SMs with them instead.
+  Scenario mps;
+  mps.mode = GateMode::kMps;
+  Scenario pass = mps;
+  pass.mode = GateMode::kPassThrough;
+  Scenario trainer_alone;
+  trainer_alone.hp = false;
+  const Outcome m = RunScenario(mps);
+  const Outcome p = RunScenario(pass);
+  const Outcome t = RunScenario(trainer_alone);
+  ASSERT_EQ(m.be_budget_ns, 5 * kMs);
+  const uint64_t bound = PerKernelBound(m, mps.params);
+  std::printf(
+      "[policy-sim] mps mode, budget %.1f ms: longest HP kernel queueing %.2f ms (bound %.2f), "
+      "pass-through %.2f ms; trainer progress %.2fx of alone\n",
+      Ms(m.be_budget_ns), Ms(m.max_hp_kernel_wait_ns), Ms(bound), Ms(p.max_hp_kernel_wait_ns),
+      m.trainer_share / t.trainer_share);
+  EXPECT_LE(m.max_hp_kernel_wait_ns, bound);
+  EXPECT_GT(p.max_hp_kernel_wait_ns, 2 * bound);  // unbounded, a step's queue is far longer
+  EXPECT_GE(m.trainer_share / t.trainer_share, 0.3);
 }
 
 TEST(PolicySimTest, TrainerWithShortKernelsNeedsABudgetBelowItsKernels) {
