@@ -51,16 +51,26 @@ TEST_F(LaunchGateTest, GoesUnchargedWithoutHighPriorityClients) {
 }
 
 TEST_F(LaunchGateTest, IdleHighPriorityClientBoundsQueuedBestEffortWork) {
-  MarkHighPriority(130, 0, now_);  // HP client present, nothing in flight
-  // A kernel longer than the 100 us budget still goes when nothing is queued...
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000)), GateDecision::kGoBudget);
-  EXPECT_EQ(gpu().be_outstanding_ns.load(), 300'000u);
-  // ...but nothing more queues behind it until it completes.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000)), GateDecision::kWait);
-  ReleaseBudget(gpu(), 300'000);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 40'000)), GateDecision::kGoBudget);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 40'000)), GateDecision::kGoBudget);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 40'000)), GateDecision::kWait);
+  // The same in both modes: what a request arriving now would find queued (time-slicing) or
+  // sharing the SMs with it (MPS) stays within the 100 us budget.
+  for (GateMode mode : {GateMode::kPriority, GateMode::kMps}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    gpu().mode.store(static_cast<uint32_t>(mode));
+    gpu().be_outstanding_ns.store(0);
+    MarkHighPriority(130, 0, now_ - 10'000'000);  // HP client present, long idle
+    // A kernel longer than the budget still goes when nothing is queued...
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000)),
+              GateDecision::kGoBudget);
+    EXPECT_EQ(gpu().be_outstanding_ns.load(), 300'000u);
+    // ...but nothing more queues behind it until it completes.
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000)), GateDecision::kWait);
+    ReleaseBudget(gpu(), 300'000);
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 40'000)),
+              GateDecision::kGoBudget);
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 60'000)),
+              GateDecision::kGoBudget);
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1'000)), GateDecision::kWait);
+  }
 }
 
 TEST_F(LaunchGateTest, BusyHighPriorityAdmitsOnlyWorkWithinTheBudget) {
@@ -149,20 +159,8 @@ TEST_F(LaunchGateTest, GracePeriodKeepsIdleHighPriorityBusyBetweenKernels) {
   EXPECT_EQ(wake_by, 0u);
 }
 
-TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsAndBoundsTheQueueWhenIdle) {
+TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsBesideBusyHighPriority) {
   gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
-  // Idle: the queue a request would find is bounded by the budget (100 us here); one longer
-  // kernel may run alone.
-  MarkHighPriority(130, 0, now_ - 10'000'000);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 900'000)),
-            GateDecision::kGoBudget);
-  EXPECT_EQ(gpu().be_outstanding_ns.load(), 900'000u);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000)), GateDecision::kWait);
-  ReleaseBudget(gpu(), 900'000);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 60'000)), GateDecision::kGoBudget);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 40'000)), GateDecision::kGoBudget);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000)), GateDecision::kWait);
-  gpu().be_outstanding_ns.store(0);
   MarkHighPriority(130, 1, now_);
   board_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kCompute));
   // Busy with a compute-bound kernel: another compute-bound one waits, a memory-bound one that
