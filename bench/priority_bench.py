@@ -19,8 +19,8 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
   orion-mps   MPS daemon + orion gate in mps mode; the trainer gets CUDA_MPS_CLIENT_PRIORITY=1
               and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (--mps-be-percent)
   The knob be_percent=N (mps-cap, orion-mps) sets the trainer's SM percentage for that run.
-  NAME@alt[:knobs] (with --alt-interposer PATH): the orion configuration with that interposer instead of
-  the bundle's, to compare two builds of the gate in one run.
+  NAME@alt[:knobs] (with --alt-interposer PATH): the orion configuration with that interposer
+  instead of the bundle's, to compare two builds of the gate in one run.
 
   bench/priority_bench.py --bundle DIR [--hp resnet50,resnet50-graph,bert] [--be resnet50]
       [--configs timeslice,orion] [--requests 2000] [--repeat N] [--closed-loop] [--out DIR]
@@ -91,10 +91,10 @@ def parse_config(spec, args):
     """NAME[@alt][:knob=v+knob=v] -> (NAME, alt, the orion-ctl knobs joined by '+', the trainer's
     MPS SM percentage); a bad one ends the run before anything starts."""
     head, _, knobs = spec.partition(":")
-    cfg, _, build = head.partition("@")
+    cfg, at, build = head.partition("@")
     if cfg not in CONFIGS:
         raise SystemExit(f"{spec}: unknown configuration '{cfg}' (one of {', '.join(CONFIGS)})")
-    if build and (build != "alt" or not args.alt_interposer or not cfg.startswith("orion")):
+    if at and (build != "alt" or not args.alt_interposer or not cfg.startswith("orion")):
         raise SystemExit(f"{spec}: '@alt' wants --alt-interposer and an orion configuration")
     be_percent, knob_list = args.mps_be_percent, []
     for kv in (k for k in knobs.split("+") if k):
@@ -470,7 +470,9 @@ def render_table(results, repeat):
             f"{r['be_x']:.2f}x |" if "be_x" in r else "- |"]))
     for r in results:
         if r["config"] == "alone" and r.get("be"):
-            lines.append(f"| - | {r['be']} | alone | | | | | | | | {r['steps_per_s']:.2f} steps/s |")
+            label = "alone" + (f" (round {r.get('round', 0) + 1})" if repeat > 1 else "")
+            lines.append(f"| - | {r['be']} | {label} | | | | | | | | "
+                         f"{r['steps_per_s']:.2f} steps/s |")
         if r.get("error"):
             lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
                          f"error: {r['error']} | | | | | | | |")
@@ -534,12 +536,19 @@ def main():
     p.add_argument("--out")
     args = p.parse_args()
     if args.table:
+        rows = []
         with open(args.table) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+            for n, line in enumerate(f, 1):
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:  # the last line of a run killed mid-write
+                    print(f"{args.table}:{n}: not a JSON row, left out", file=sys.stderr)
         print(render_table(rows, 1 + max((r.get("round", 0) for r in rows), default=0)), end="")
         return
     if not args.bundle:
         p.error("--bundle is required")
+    if args.alt_interposer and not os.path.isfile(args.alt_interposer):
+        p.error(f"--alt-interposer {args.alt_interposer}: no such file")
     args.hp = [x for x in args.hp.split(",") if x]
     args.be = [x for x in args.be.split(",") if x]
     args.configs = [x for x in args.configs.split(",") if x]

@@ -92,7 +92,7 @@ inline bool ServerAlive(const contract::Board& board, uint64_t now_ns) {
 }
 
 enum class GateDecision {
-  kGoIdle,    // nothing to protect, or co-running is harmless: go
+  kGoIdle,    // nothing to protect (no HP client, pass-through, server gone): go, uncharged
   kGoBudget,  // within the best-effort budget: go, charged until completion
   kWait,      // hold back
 };
