@@ -129,7 +129,8 @@ class Bench:
         self.allowed_cpus = sorted(os.sched_getaffinity(0))
         self.log = open(os.path.join(self.out, "bench.log"), "a")
         self.began = time.monotonic()
-        self.interposer = os.path.join(self.bundle, "liborion_interpose.so")
+        self.bundle_interposer = os.path.join(self.bundle, "liborion_interpose.so")
+        self.interposer = self.bundle_interposer  # the current configuration's (NAME@alt)
 
     # ---- orion-server, orion-ctl, MPS -------------------------------------------------------
     def start_server(self):
@@ -383,8 +384,7 @@ class Bench:
     def run_config(self, spec, capacity, alone_hp, alone_be):
         a = self.args
         cfg, alt, knobs, be_percent = parse_config(spec, a)
-        self.interposer = os.path.abspath(a.alt_interposer) if alt else os.path.join(
-            self.bundle, "liborion_interpose.so")
+        self.interposer = os.path.abspath(a.alt_interposer) if alt else self.bundle_interposer
         be_env = {}
         if cfg in ("mps", "mps-prio", "mps-cap", "orion-mps"):
             why = self.start_mps()
