@@ -1,20 +1,51 @@
-// AIMD budget search (see budget_controller.h).
+// The budget search (see budget_controller.h).
 #include "server/budget_controller.h"
 
 #include <algorithm>
 
 namespace orion::server {
 
-uint64_t BudgetController::Update(uint64_t budget, uint64_t p99, uint64_t target,
-                                  uint32_t samples) const {
-  if (target == 0 || samples < limits_.min_samples) return std::clamp(budget, limits_.min_ns,
-                                                                       limits_.max_ns);
-  if (p99 > target) {
-    budget = static_cast<uint64_t>(static_cast<double>(budget) * limits_.decrease);
-  } else if (static_cast<double>(p99) < limits_.headroom * static_cast<double>(target)) {
-    budget += limits_.step_ns;
+TailEvidence BudgetController::Judge(const uint64_t* durations_ns, size_t n,
+                                     uint64_t target_ns) const {
+  TailEvidence e;
+  const double room = limits_.headroom * static_cast<double>(target_ns);
+  for (size_t i = 0; i < n; ++i) {
+    ++e.samples;
+    if (durations_ns[i] > target_ns) ++e.over_target;
+    if (static_cast<double>(durations_ns[i]) > room) ++e.over_headroom;
   }
-  return std::clamp(budget, limits_.min_ns, limits_.max_ns);
+  return e;
+}
+
+BudgetVerdict BudgetController::Verdict(const TailEvidence& e) const {
+  // One long period on its own is not a missed p99: more than 1% of them, and at least two.
+  if (e.over_target >= 2 && e.over_target > e.samples / 100) return BudgetVerdict::kShrink;
+  if (e.samples < limits_.min_samples_to_grow) return BudgetVerdict::kWait;
+  return e.over_headroom <= e.samples / 100 ? BudgetVerdict::kGrow : BudgetVerdict::kHold;
+}
+
+BudgetVerdict BudgetController::Combine(BudgetVerdict a, BudgetVerdict b) {
+  auto rank = [](BudgetVerdict v) {
+    switch (v) {
+      case BudgetVerdict::kShrink: return 3;
+      case BudgetVerdict::kHold: return 2;
+      case BudgetVerdict::kGrow: return 1;
+      case BudgetVerdict::kWait: return 0;
+    }
+    return 0;
+  };
+  return rank(a) >= rank(b) ? a : b;
+}
+
+uint64_t BudgetController::Update(uint64_t budget, BudgetVerdict verdict) const {
+  if (verdict == BudgetVerdict::kShrink) {
+    budget = static_cast<uint64_t>(static_cast<double>(budget) * limits_.decrease);
+  } else if (verdict == BudgetVerdict::kGrow) {
+    budget += std::max(limits_.step_ns,
+                       static_cast<uint64_t>(static_cast<double>(budget) * limits_.growth));
+  }
+  // Whole microseconds: what the admin API reports is what the board holds.
+  return std::clamp(budget / 1000 * 1000, limits_.min_ns, limits_.max_ns);
 }
 
 }  // namespace orion::server

@@ -1,31 +1,61 @@
 // Online search of the best-effort budget for one GPU, in the spirit of Orion's offline search of
 // `orion_hp_limit`: keep the high-priority tail (p99 of busy periods) under its target while giving
-// best-effort work as much GPU time as possible. Multiplicative decrease when the tail is over the
-// target, additive increase when it is comfortably under. Pure logic, driven by the server's
-// policy loop (about every 100 ms) and tested directly.
+// best-effort work as much GPU time as possible. Pure logic, driven by the server's policy loop
+// (about every 100 ms) and tested directly.
+//
+// It judges only the busy periods that ended since the budget last changed (the caller keeps
+// that window): a tail over a longer window still holds periods from before the last change, and
+// deciding on it again every tick halved the budget to 0 within a second, then held it there for
+// as long as the window took to refill (a limit cycle between 0 and the right budget).
+//   - shrink (halve) when more than 1% of them, and at least two, were over the target;
+//   - grow (by a quarter, at least step_ns) when at least min_samples_to_grow of them are in and
+//     no more than 1% were over headroom * target;
+//   - otherwise hold, and keep collecting.
 //
 // Usage:
 //   BudgetController c({.min_ns = 0, .max_ns = 5'000'000});
-//   uint64_t budget = c.Update(current_budget, observed_p99_ns, target_ns, samples);
+//   TailEvidence e = c.Judge(durations_since_change, n, target_ns);
+//   uint64_t budget = c.Update(current_budget, c.Verdict(e));   // changed: restart the window
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace orion::server {
 
 struct BudgetLimits {
   uint64_t min_ns = 0;
-  uint64_t max_ns = 5000000;    // 5 ms
-  uint64_t step_ns = 50000;     // additive increase
-  double decrease = 0.5;        // multiplicative decrease
-  double headroom = 0.9;        // increase only while p99 < headroom * target
-  uint32_t min_samples = 20;    // too few busy periods: hold
+  uint64_t max_ns = 5000000;         // 5 ms
+  uint64_t step_ns = 50000;          // smallest increase
+  double growth = 0.25;              // increase by this fraction of the budget (at least step_ns)
+  double decrease = 0.5;             // multiplicative decrease
+  double headroom = 0.9;             // grow only while p99 < headroom * target
+  uint32_t min_samples_to_grow = 100;  // busy periods needed to say the p99 has room
+};
+
+// What the busy periods since the budget last changed say about one client's tail.
+struct TailEvidence {
+  uint32_t samples = 0;        // busy periods
+  uint32_t over_target = 0;    // longer than the target
+  uint32_t over_headroom = 0;  // longer than headroom * target
+};
+
+enum class BudgetVerdict {
+  kWait,    // too few periods to tell
+  kHold,    // p99 between headroom * target and target
+  kGrow,
+  kShrink,
 };
 
 class BudgetController {
  public:
   explicit BudgetController(BudgetLimits limits) : limits_(limits) {}
-  uint64_t Update(uint64_t budget_ns, uint64_t p99_ns, uint64_t target_ns, uint32_t samples) const;
+
+  TailEvidence Judge(const uint64_t* durations_ns, size_t n, uint64_t target_ns) const;
+  BudgetVerdict Verdict(const TailEvidence& e) const;
+  // Several clients with targets on one GPU: any shrink wins, then any hold, then any grow.
+  static BudgetVerdict Combine(BudgetVerdict a, BudgetVerdict b);
+  uint64_t Update(uint64_t budget_ns, BudgetVerdict verdict) const;
 
  private:
   BudgetLimits limits_;

@@ -370,8 +370,20 @@ size_t NodeState::DrainOnce(uint64_t now) {
   return total;
 }
 
-uint64_t NodeState::P99BusyNs(const ClientRecord& c) const {
-  return Percentile99(c.busy_recent);
+std::vector<uint64_t> NodeState::BusySinceChange(const ClientRecord& c) const {
+  const size_t n = c.busy_recent.size();
+  const size_t fresh = static_cast<size_t>(
+      std::min<uint64_t>(c.busy_count - c.busy_count_at_change, n));
+  std::vector<uint64_t> out(fresh);
+  // The ring's newest entry is just before busy_next (busy_next stays 0 until the ring is full).
+  for (size_t i = 0; i < fresh; ++i) out[fresh - 1 - i] = c.busy_recent[(c.busy_next + n - 1 - i) % n];
+  return out;
+}
+
+void NodeState::RestartBudgetEvidence(uint32_t g) {
+  for (auto& [id, c] : clients_) {
+    if (c.gpu == g) c.busy_count_at_change = c.busy_count;
+  }
 }
 
 void NodeState::PolicyTick(uint64_t now) {
@@ -381,23 +393,25 @@ void NodeState::PolicyTick(uint64_t now) {
   for (uint32_t g = 0; g < ngpus; ++g) {
     GpuPolicy& gp = gpu_policy_[g];
     if (!gp.adapt_budget || gp.knobs.mode == contract::GateMode::kPassThrough) continue;
-    uint64_t target = 0, p99 = 0;
-    uint32_t samples = 0;
+    bool targeted = false;
+    BudgetVerdict verdict = BudgetVerdict::kWait;
     for (const auto& [id, c] : clients_) {
       if (c.gpu != g || c.policy.priority != Priority::kHigh || c.policy.latency_target_us == 0) {
         continue;
       }
-      const uint64_t t = c.policy.latency_target_us * 1000;
-      target = target == 0 ? t : std::min(target, t);
-      p99 = std::max(p99, P99BusyNs(c));
-      samples += static_cast<uint32_t>(c.busy_recent.size());
+      targeted = true;
+      const std::vector<uint64_t> fresh = BusySinceChange(c);
+      const TailEvidence e =
+          budget_controller_.Judge(fresh.data(), fresh.size(), c.policy.latency_target_us * 1000);
+      verdict = BudgetController::Combine(verdict, budget_controller_.Verdict(e));
     }
-    if (target == 0) continue;
-    const uint64_t next = budget_controller_.Update(gp.knobs.be_budget_ns, p99, target, samples);
+    if (!targeted) continue;
+    const uint64_t next = budget_controller_.Update(gp.knobs.be_budget_ns, verdict);
     if (next != gp.knobs.be_budget_ns) {
       gp.knobs.be_budget_ns = next;
       gp.budget_set = true;
       board_->PublishKnobs(g, gp.knobs);
+      RestartBudgetEvidence(g);
     }
   }
 }
@@ -607,6 +621,7 @@ absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::Set
       gp.knobs.be_budget_ns = k.be_budget_us() * 1000;
       gp.budget_set = true;
     }
+    if (has("be_budget_us") || has("mode")) RestartBudgetEvidence(g);
     if (has("sm_threshold")) gp.knobs.sm_threshold = k.sm_threshold();
     if (has("spin_us")) gp.knobs.spin_ns = k.spin_us() * 1000;
     if (has("hp_stale_ms")) gp.knobs.hp_stale_ns = static_cast<uint64_t>(k.hp_stale_ms()) * 1000000;

@@ -151,6 +151,7 @@ class NodeState {
     std::vector<uint64_t> busy_recent;
     size_t busy_next = 0;
     uint64_t busy_count = 0;
+    uint64_t busy_count_at_change = 0;  // busy_count when the GPU's budget last changed
     double busy_sum_s = 0;
     std::array<uint64_t, kBusyPeriodBuckets.size()> busy_buckets{};
     uint64_t hole_since_ns = 0;
@@ -169,7 +170,11 @@ class NodeState {
   void ApplyPolicyToClient(ClientRecord& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ConsumeEvent(ClientRecord& c, const contract::Event& e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t P99BusyNs(const ClientRecord& c) const;
+  // The busy periods this client reported since its GPU's budget last changed (newest last, at
+  // most the window), for the budget search.
+  std::vector<uint64_t> BusySinceChange(const ClientRecord& c) const;
+  // The budget of GPU g changed: the budget search starts collecting evidence afresh.
+  void RestartBudgetEvidence(uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int GpuIndexFor(const contract::RegisterRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ToUnixNs(uint64_t mono_ns) const { return static_cast<int64_t>(mono_ns) + mono_to_unix_; }
 
