@@ -19,6 +19,9 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
   orion-mps   MPS daemon + orion gate in mps mode; the trainer gets CUDA_MPS_CLIENT_PRIORITY=1
               and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (--mps-be-percent)
   The knob be_percent=N (mps-cap, orion-mps) sets the trainer's SM percentage for that run.
+  The knob target_x=F (orion, orion-mps) gives each service a latency target of F times its p99
+  alone in this run (orion-run --latency-target-ms, whole ms): the server adapts the budget to it.
+  Every orion configuration starts from its mode's default budget unless be_budget_us is given.
   NAME@alt[:knobs] (with --alt-interposer PATH): the orion configuration with that interposer
   instead of the bundle's, to compare two builds of the gate in one run.
 
@@ -32,6 +35,7 @@ samples and lib/. Services/trainers "sample" are the driver-API samples (no PyTo
 Writes results.jsonl and results.md to --out (default $OUT or a temp dir) and prints the table.
 """
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -85,18 +89,23 @@ def parse_result(line):
 
 
 CONFIGS = ("timeslice", "mps", "mps-prio", "mps-cap", "orion-pass", "orion", "orion-mps")
+MODES = {"orion": "priority", "orion-pass": "pass-through", "orion-mps": "mps"}
+
+# One configuration of a run: name, whether it uses --alt-interposer, the orion-ctl policy knobs
+# (a list of knob=value), the trainer's MPS SM percentage, the services' latency target as a
+# multiple of their p99 alone (0: none).
+Config = collections.namedtuple("Config", "name alt knobs be_percent target_x")
 
 
 def parse_config(spec, args):
-    """NAME[@alt][:knob=v+knob=v] -> (NAME, alt, the orion-ctl knobs joined by '+', the trainer's
-    MPS SM percentage); a bad one ends the run before anything starts."""
+    """NAME[@alt][:knob=v+knob=v] -> Config; a bad one ends the run before anything starts."""
     head, _, knobs = spec.partition(":")
     cfg, at, build = head.partition("@")
     if cfg not in CONFIGS:
         raise SystemExit(f"{spec}: unknown configuration '{cfg}' (one of {', '.join(CONFIGS)})")
     if at and (build != "alt" or not args.alt_interposer or not cfg.startswith("orion")):
         raise SystemExit(f"{spec}: '@alt' wants --alt-interposer and an orion configuration")
-    be_percent, knob_list = args.mps_be_percent, []
+    be_percent, knob_list, target_x = args.mps_be_percent, [], 0.0
     for kv in (k for k in knobs.split("+") if k):
         key, eq, value = kv.partition("=")
         if not eq or not value:
@@ -107,11 +116,19 @@ def parse_config(spec, args):
                 raise SystemExit(f"{spec}: be_percent wants 1..100 and an mps-cap or orion-mps "
                                  f"configuration")
             be_percent = int(value)
+        elif key == "target_x":
+            try:
+                target_x = float(value)
+            except ValueError:
+                target_x = 0.0
+            if not 0 < target_x <= 100 or cfg not in ("orion", "orion-mps"):
+                raise SystemExit(f"{spec}: target_x wants a number in (0, 100] and an orion or "
+                                 f"orion-mps configuration")
         elif not cfg.startswith("orion"):
             raise SystemExit(f"{spec}: knob '{key}' wants an orion configuration")
         else:
             knob_list.append(kv)
-    return cfg, bool(build), "+".join(knob_list), be_percent
+    return Config(cfg, bool(build), knob_list, be_percent, target_x)
 
 
 class Bench:
@@ -206,7 +223,7 @@ class Bench:
                 print(f"warning: cannot pin {role} to cores {sorted(cpus)}: {e}", file=sys.stderr)
         return p
 
-    def wrap(self, argv, cfg, role, extra_env):
+    def wrap(self, argv, cfg, role, extra_env, run_args=()):
         env = dict(os.environ)
         if self.mps_env:
             env.update(self.mps_env)
@@ -215,14 +232,14 @@ class Bench:
             env["ORION_SOCKET"] = f"{self.work}/orion.sock"
             prio = "high" if role == "hp" else "best-effort"
             argv = [os.path.join(self.bundle, "orion-run"), "--interposer", self.interposer,
-                    "--priority", prio, "--", *argv]
+                    "--priority", prio, *run_args, "--", *argv]
         return argv, env
 
-    def run_hp(self, name, rate, requests, cfg="alone", extra_env=None):
+    def run_hp(self, name, rate, requests, cfg="alone", extra_env=None, run_args=()):
         argv = hp_command(name, self.bundle) + ["--rate", str(rate), "--requests", str(requests)]
         if rate == 0 and self.args.closed_loop and name != "sample":
             argv += ["--seconds", str(self.args.closed_loop_seconds)]
-        argv, env = self.wrap(argv, cfg, "hp", extra_env or {})
+        argv, env = self.wrap(argv, cfg, "hp", extra_env or {}, run_args)
         p = self.popen(argv, "hp", env=env, stdout=subprocess.PIPE, stderr=self.log, text=True)
         start = end = None
         result = None
@@ -333,7 +350,10 @@ class Bench:
             os.sched_setaffinity(0, self.cpus("server"))
         self.start_server()
         try:
-            # The server's knobs as configured (and a check that it answers).
+            # The server's knobs as configured (and a check that it answers), and each mode's
+            # default budget (every orion configuration starts from it: an adapted budget stays).
+            self.mode_budget = {m: json.loads(self.ctl("policy", "--all", f"mode={m}"))
+                                .get("be_budget_us", "0") for m in ("mps", "priority")}
             self.defaults = json.loads(self.ctl("policy", "--all", "mode=priority"))
             capacity, alone_hp, alone_be = {}, {}, {}
             for hp in a.hp:
@@ -383,8 +403,9 @@ class Bench:
 
     def run_config(self, spec, capacity, alone_hp, alone_be):
         a = self.args
-        cfg, alt, knobs, be_percent = parse_config(spec, a)
-        self.interposer = os.path.abspath(a.alt_interposer) if alt else self.bundle_interposer
+        c = parse_config(spec, a)
+        cfg = c.name
+        self.interposer = os.path.abspath(a.alt_interposer) if c.alt else self.bundle_interposer
         be_env = {}
         if cfg in ("mps", "mps-prio", "mps-cap", "orion-mps"):
             why = self.start_mps()
@@ -394,10 +415,12 @@ class Bench:
         if cfg in ("mps-prio", "mps-cap", "orion-mps"):
             be_env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
         if cfg in ("mps-cap", "orion-mps"):
-            be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(be_percent)
+            be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(c.be_percent)
         if cfg.startswith("orion"):
-            mode = {"orion": "priority", "orion-pass": "pass-through", "orion-mps": "mps"}[cfg]
-            self.ctl("policy", "--all", f"mode={mode}", *[k for k in knobs.split("+") if k])
+            mode = MODES[cfg]
+            budget = [] if any(k.startswith("be_budget_us=") for k in c.knobs) else [
+                f"be_budget_us={self.mode_budget.get(mode, self.mode_budget['priority'])}"]
+            self.ctl("policy", "--all", f"mode={mode}", *budget, *c.knobs)
         try:
             for be in a.be:
                 try:
@@ -409,8 +432,18 @@ class Bench:
                 for hp in a.hp:
                     rate = self.rate(capacity, hp)
                     snap = self.snapshot_during(f"{spec}-{hp}-{be}") if cfg.startswith("orion") else None
+                    target = []
+                    if c.target_x:
+                        target_ms = max(1, round(alone_hp[hp]["p99_ms"] * c.target_x))
+                        target = ["--latency-target-ms", str(target_ms)]
+                        # A fresh search for each service, from the mode's default.
+                        self.ctl("policy", "--all", f"be_budget_us={self.mode_budget[MODES[cfg]]}")
                     try:
-                        r, start, end = self.run_hp(hp, rate, a.requests, cfg)
+                        r, start, end = self.run_hp(hp, rate, a.requests, cfg, run_args=target)
+                        if target:
+                            r["target_ms"] = int(target[1])
+                            r["budget_us_end"] = int(json.loads(self.ctl("policy"))
+                                                     .get("be_budget_us", 0))
                     except RuntimeError as e:
                         self.record({"config": spec, "hp": hp, "be": be, "error": str(e)})
                         continue
@@ -430,11 +463,9 @@ class Bench:
                     self.record(row)
                 self.stop_be(p, t)
         finally:
-            if cfg.startswith("orion") and knobs:  # back to the defaults for the next config
-                # The defaults were read in priority mode; restoring them in another mode would
-                # pin that mode's budget to priority's default.
+            if cfg.startswith("orion") and c.knobs:  # back to the defaults for the next config
                 restore = ["mode=priority"]
-                for kv in knobs.split("+"):
+                for kv in c.knobs:
                     key = kv.partition("=")[0]
                     value = self.defaults.get(key, 0)  # orion-ctl leaves zero values out
                     restore.append(f"{key}={str(value).lower()}")
@@ -462,7 +493,9 @@ def render_table(results, repeat):
             f"{r[k]:.2f}x" if k in r else "-"
             for k in ("p50_x", "p99_x", "p999_x", "svc_p50_x"))
         cfg = r["config"] + (f" (stall {r['stall_ms']:.0f} ms)" if "stall_ms" in r else "") + (
-            " (its alone run stalled)" if "baseline_stall_ms" in r else "")
+            " (its alone run stalled)" if "baseline_stall_ms" in r else "") + (
+            f" (target {r['target_ms']} ms, budget {r['budget_us_end']} µs at the end)"
+            if "target_ms" in r else "")
         lines.append(" | ".join([
             f"| {r['hp']}", r["be"] or "-", cfg, ms(r, "p50_ms"), ms(r, "p99_ms"),
             ms(r, "p999_ms"), ms(r, "mean_ms"), ms(r, "svc_p50_ms"),
