@@ -416,11 +416,13 @@ class Bench:
             be_env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
         if cfg in ("mps-cap", "orion-mps"):
             be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(c.be_percent)
+        start_budget = None
         if cfg.startswith("orion"):
             mode = MODES[cfg]
-            budget = [] if any(k.startswith("be_budget_us=") for k in c.knobs) else [
-                f"be_budget_us={self.mode_budget.get(mode, self.mode_budget['priority'])}"]
-            self.ctl("policy", "--all", f"mode={mode}", *budget, *c.knobs)
+            given = [k.partition("=")[2] for k in c.knobs if k.startswith("be_budget_us=")]
+            start_budget = f"be_budget_us={given[-1] if given else self.mode_budget.get(mode, 0)}"
+            self.ctl("policy", "--all", f"mode={mode}", start_budget,
+                     *[k for k in c.knobs if not k.startswith("be_budget_us=")])
         try:
             for be in a.be:
                 try:
@@ -436,8 +438,7 @@ class Bench:
                     if c.target_x:
                         target_ms = max(1, round(alone_hp[hp]["p99_ms"] * c.target_x))
                         target = ["--latency-target-ms", str(target_ms)]
-                        # A fresh search for each service, from the mode's default.
-                        self.ctl("policy", "--all", f"be_budget_us={self.mode_budget[MODES[cfg]]}")
+                        self.ctl("policy", "--all", start_budget)  # a fresh search per service
                     try:
                         r, start, end = self.run_hp(hp, rate, a.requests, cfg, run_args=target)
                         if target:
