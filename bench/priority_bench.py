@@ -352,9 +352,10 @@ class Bench:
         try:
             # The server's knobs as configured (and a check that it answers), and each mode's
             # default budget (every orion configuration starts from it: an adapted budget stays).
-            self.mode_budget = {m: json.loads(self.ctl("policy", "--all", f"mode={m}"))
-                                .get("be_budget_us", "0") for m in ("mps", "priority")}
+            mps = json.loads(self.ctl("policy", "--all", "mode=mps"))
             self.defaults = json.loads(self.ctl("policy", "--all", "mode=priority"))
+            self.mode_budget = {m: k.get("be_budget_us", "0")
+                                for m, k in (("mps", mps), ("priority", self.defaults))}
             capacity, alone_hp, alone_be = {}, {}, {}
             for hp in a.hp:
                 closed = self.run_hp(hp, 0, 200)[0]

@@ -25,16 +25,7 @@ BudgetVerdict BudgetController::Verdict(const TailEvidence& e) const {
 }
 
 BudgetVerdict BudgetController::Combine(BudgetVerdict a, BudgetVerdict b) {
-  auto rank = [](BudgetVerdict v) {
-    switch (v) {
-      case BudgetVerdict::kShrink: return 3;
-      case BudgetVerdict::kHold: return 2;
-      case BudgetVerdict::kGrow: return 1;
-      case BudgetVerdict::kWait: return 0;
-    }
-    return 0;
-  };
-  return rank(a) >= rank(b) ? a : b;
+  return std::max(a, b);
 }
 
 uint64_t BudgetController::Update(uint64_t budget, BudgetVerdict verdict) const {

@@ -40,10 +40,11 @@ struct TailEvidence {
   uint32_t over_headroom = 0;  // longer than headroom * target
 };
 
+// In the order Combine ranks them: a later one wins.
 enum class BudgetVerdict {
   kWait,    // too few periods to tell
-  kHold,    // p99 between headroom * target and target
   kGrow,
+  kHold,    // p99 between headroom * target and target
   kShrink,
 };
 
