@@ -25,7 +25,7 @@
 namespace orion::contract {
 
 inline constexpr uint32_t kBoardMagic = 0x4D42524Fu;  // "ORBM" little-endian
-inline constexpr uint32_t kBoardVersion = 1;
+inline constexpr uint32_t kBoardVersion = 2;  // 2: GpuState::be_clients, tracker_seq
 inline constexpr uint32_t kWireMagic = 0x5057524Fu;   // "ORWP" little-endian
 inline constexpr uint32_t kWireVersion = 1;
 
@@ -199,7 +199,7 @@ struct alignas(64) GpuState {
   std::atomic<uint32_t> present;       // (server) 1 if this index is a GPU of the node
   std::atomic<uint32_t> mode;          // (server) GateMode
   std::atomic<uint32_t> gate_seq;      // futex word: bumped whenever held launches may go
-  std::atomic<uint32_t> gate_waiters;  // best-effort threads blocked on gate_seq
+  std::atomic<uint32_t> gate_waiters;  // best-effort threads held at the gate (spinning or blocked)
   std::atomic<uint64_t> hp_slot_mask[kMaxSlots / 64];  // (server) slots of high-priority clients
   std::atomic<uint64_t> be_budget_ns;   // (server) best-effort GPU time allowed beside HP work
   std::atomic<uint64_t> be_outstanding_ns;  // (clients) estimated best-effort work in flight
@@ -214,7 +214,14 @@ struct alignas(64) GpuState {
   // (clients) best-effort GPU time admitted during the current HP busy period: the period's
   // identity (sum of the busy HP slots' busy_seq, low 24 bits) << 40 | nanoseconds (40 bits).
   std::atomic<uint64_t> be_period;
-  uint8_t reserved[112];
+  // (server) active best-effort clients on this GPU. High-priority clients follow their launches
+  // to completion only while this is not 0: with nobody to hold back, completions inform nobody.
+  std::atomic<uint32_t> be_clients;
+  // (clients) futex word of the clients' completion trackers: a best-effort thread that starts
+  // to wait at the gate bumps it and wakes them, so that they follow completions closely only
+  // while somebody is held (gate_waiters > 0) and sleep otherwise.
+  std::atomic<uint32_t> tracker_seq;
+  uint8_t reserved[104];
 };
 
 struct alignas(64) BoardHeader {

@@ -1,12 +1,24 @@
 // One pass of the completion poller over its outstanding records, apart from the driver so that
-// it can be tested: which records are queried, which are kept, and how long the poller sleeps
-// before the next pass. completion_tracker.cc runs it with cuEventQuery.
+// it can be tested: which records are queried, which are kept, and when the poller looks again.
+// completion_tracker.cc runs it with cuEventQuery.
 //
 // Records of one stream complete in order, so after the first record of a stream that is not
 // ready, the later ones of that stream are kept without a query. An eager model queues hundreds
 // of launches ahead of the GPU; querying each of them on every pass kept the poller busy beside
 // the launching thread. A per-thread default stream is one handle for many streams: its records
 // are queried one by one.
+//
+// When to look again costs the host process CPU, and a pod limited to one core shares that core
+// with the poller (a 20 to 100 us timer had doubled a one-core eager service's p50 on an H100).
+// So the poller never runs on a timer that nobody needs:
+//  - a high-priority client counts as busy until the grace after its last launch or completion
+//    has run out, whatever completes, so nothing is looked at before then; after it, the poller
+//    waits for the newest followed record in the driver (a blocking-sync event: the thread sleeps
+//    until the GPU reaches it), which completes every earlier record of its stream too;
+//  - best-effort budget charges and timed samples are followed closely (kBestEffortPollNs) only
+//    while somebody is held at the gate of the record's GPU (gate_waiters > 0); otherwise the
+//    poller looks again after kLazyPollNs, or at once when a held thread bumps the GPU's
+//    tracker_seq.
 #pragma once
 
 #include <stdint.h>
@@ -17,26 +29,83 @@
 
 namespace orion::interpose {
 
-// Best-effort budget charges and timed samples are followed closely: the gate's budget is small.
+// Best-effort budget charges and timed samples are followed closely while a launch is held: the
+// gate's budget is small.
 inline constexpr uint64_t kBestEffortPollNs = 20'000;
-// A high-priority client stays busy for its grace period after its last completion anyway, so
-// its completions are noticed within a fifth of that grace, at most this often.
-inline constexpr uint64_t kHighPriorityPollMaxNs = 100'000;
+// Where the driver cannot wait for an event (no cuEventSynchronize), high-priority records past
+// their grace are polled this often instead.
+inline constexpr uint64_t kHighPriorityPollNs = 100'000;
+// Nobody held: completions only recycle records and feed the estimates.
+inline constexpr uint64_t kLazyPollNs = 1'000'000;
 
-inline uint64_t PollIntervalNs(const PendingLaunch& p) {
+// What one record still pending at `now_ns` asks of the poller: a look after `sleep_ns`, or (for
+// a followed high-priority record past its client's grace) a wait for it in the driver.
+struct NextLook {
+  uint64_t sleep_ns = kLazyPollNs;
+  bool wait_in_driver = false;
+};
+
+inline NextLook NextLookAt(const PendingLaunch& p, uint64_t now_ns) {
+  if (p.reg == nullptr || p.reg->gpu == nullptr) return {kBestEffortPollNs, false};
+  const contract::GpuState& gpu = *p.reg->gpu;
   const bool high_only = p.high_priority && p.budget_ns == 0 && !p.timed;
-  if (!high_only || p.reg == nullptr || p.reg->gpu == nullptr) return kBestEffortPollNs;
-  const uint64_t grace = p.reg->gpu->hp_grace_ns.load(std::memory_order_relaxed);
-  return std::clamp(grace / 5, kBestEffortPollNs, kHighPriorityPollMaxNs);
+  if (!high_only) {
+    const bool held = gpu.gate_waiters.load(std::memory_order_relaxed) != 0;
+    return {held ? kBestEffortPollNs : kLazyPollNs, false};
+  }
+  const uint64_t grace = gpu.hp_grace_ns.load(std::memory_order_relaxed);
+  if (p.reg->slot != nullptr) {
+    const uint64_t last = p.reg->slot->last_progress_ns.load(std::memory_order_relaxed);
+    if (last <= now_ns && now_ns - last < grace) {
+      return {std::max(last + grace - now_ns, kBestEffortPollNs), false};
+    }
+  }
+  return {kLazyPollNs, true};
+}
+
+// How the poller waits before its next pass.
+struct PollSchedule {
+  uint64_t sleep_ns = kLazyPollNs;
+  // When no record needs a look before kLazyPollNs: the poller may sleep on this GPU's
+  // tracker_seq, which a best-effort thread that starts to wait there bumps.
+  contract::GpuState* lazy_gpu = nullptr;
+  // When no record needs a look before kLazyPollNs and this one may be waited for in the
+  // driver: the newest such record (it completes its stream's earlier records too).
+  PendingLaunch* wait_for = nullptr;
+};
+
+// After the wait for `through` ended with `status`: finishes it and, if its stream is ordered,
+// every earlier record of the same stream (they completed before it). Keeps the others in order
+// and returns their number.
+template <typename Finish>
+uint32_t FinishThrough(PendingLaunch** records, uint32_t count, PendingLaunch* through,
+                       CUresult status, Finish&& finish) {
+  uint32_t position = count;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (records[i] == through) position = i;
+  }
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    PendingLaunch* p = records[i];
+    const bool done = p == through || (i < position && through->ordered && p->ordered &&
+                                       p->ctx == through->ctx && p->stream == through->stream);
+    if (done) {
+      finish(p, status);
+    } else {
+      records[kept++] = p;
+    }
+  }
+  return kept;
 }
 
 // query(const PendingLaunch&) -> CUresult of its completion event; finish(PendingLaunch*, CUresult)
 // ends a record that is not CUDA_ERROR_NOT_READY (errors end tracking too: never hold the gate).
-// Keeps the unfinished records at the front of `records`, in order, and returns their number;
-// *poll_ns receives the interval before the next pass.
+// Keeps the unfinished records at the front of `records`, in order, stamps them known pending at
+// `now_ns` (a later completion happened after that), and returns their number; *schedule
+// receives how to wait before the next pass.
 template <typename Query, typename Finish>
-uint32_t PollPass(PendingLaunch** records, uint32_t count, Query&& query, Finish&& finish,
-                  uint64_t* poll_ns) {
+uint32_t PollPass(PendingLaunch** records, uint32_t count, uint64_t now_ns, Query&& query,
+                  Finish&& finish, PollSchedule* schedule) {
   struct StreamKey {
     CUcontext ctx;
     uint64_t stream;
@@ -46,24 +115,40 @@ uint32_t PollPass(PendingLaunch** records, uint32_t count, Query&& query, Finish
   StreamKey waiting[kMaxWaitingStreams];
   uint32_t waiting_count = 0;
   uint32_t kept = 0;
-  uint64_t interval = kHighPriorityPollMaxNs;
+  PollSchedule next;
+  auto keep = [&](PendingLaunch* p) {
+    p->pending_at_ns = now_ns;
+    records[kept++] = p;
+    const NextLook look = NextLookAt(*p, now_ns);
+    if (look.wait_in_driver) {
+      next.wait_for = p;  // the newest: records are in submission order
+    } else {
+      next.sleep_ns = std::min(next.sleep_ns, look.sleep_ns);
+      if (next.lazy_gpu == nullptr && p->reg != nullptr) next.lazy_gpu = p->reg->gpu;
+    }
+  };
   for (uint32_t i = 0; i < count; ++i) {
     PendingLaunch* p = records[i];
-    interval = std::min(interval, PollIntervalNs(*p));
     const StreamKey key{p->ctx, p->stream};
     if (p->ordered && std::find(waiting, waiting + waiting_count, key) != waiting + waiting_count) {
-      records[kept++] = p;
+      keep(p);
       continue;
     }
     const CUresult status = query(*p);
     if (status == CUDA_ERROR_NOT_READY) {
-      records[kept++] = p;
+      keep(p);
       if (p->ordered && waiting_count < kMaxWaitingStreams) waiting[waiting_count++] = key;
     } else {
       finish(p, status);
     }
   }
-  *poll_ns = interval;
+  if (next.sleep_ns < kLazyPollNs) {
+    next.lazy_gpu = nullptr;
+    next.wait_for = nullptr;
+  } else if (next.wait_for != nullptr) {
+    next.lazy_gpu = nullptr;
+  }
+  *schedule = next;
   return kept;
 }
 

@@ -116,7 +116,7 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
     const uint64_t now = MonotonicNs();
     contract::ClientSlot& slot = *reg->slot;
     bool open_gate = false;
-    if (p->high_priority && NoteHighPriorityCompletion(slot, now)) open_gate = true;
+    if (p->high_priority && NoteHighPriorityCompletion(slot, p->pending_at_ns)) open_gate = true;
     if (p->budget_ns != 0) {
       ReleaseBudget(*reg->gpu, p->budget_ns);
       open_gate = true;
@@ -150,12 +150,25 @@ void SleepNs(uint64_t ns) {
   nanosleep(&ts, nullptr);
 }
 
+// Nobody is held at the gate: sleeps up to `ns`, or until a best-effort thread that starts to
+// wait at this GPU's gate bumps its tracker_seq (a shared futex: the waiter may be another
+// process). The seq is read before gate_waiters, and the waiter bumps it after raising
+// gate_waiters, so a waiter that arrives after the check changes the word and ends the wait.
+void SleepUnlessHeld(contract::GpuState& gpu, uint64_t ns) {
+  const uint32_t seq = gpu.tracker_seq.load(std::memory_order_seq_cst);
+  if (gpu.gate_waiters.load(std::memory_order_seq_cst) != 0) return;
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000ull), static_cast<long>(ns % 1'000'000'000ull)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&gpu.tracker_seq), FUTEX_WAIT, seq, &ts, nullptr,
+          0);
+}
+
 void* PollerMain(void*) {
   // Outstanding records in submission order; a record completes when its event does.
   static PendingLaunch* outstanding[kPoolSize];
   uint32_t count = 0;
   CUcontext current = nullptr;
   auto query = ORION_DRIVER(cuEventQuery);
+  auto sync = ORION_DRIVER(cuEventSynchronize);
   auto set_ctx = ORION_DRIVER(cuCtxSetCurrent);
   // cuEventQuery is a "potentially unsafe" call while another thread captures a graph in global
   // mode (PyTorch's default); relaxed mode keeps this thread from invalidating the capture.
@@ -166,19 +179,34 @@ void* PollerMain(void*) {
   for (;;) {
     uint32_t index;
     while (count < kPoolSize && g_submitted.Pop(&index)) outstanding[count++] = &g_pool[index];
-    uint64_t poll_ns = kBestEffortPollNs;
+    auto use_context = [&](const PendingLaunch& p) {
+      if (p.ctx != current && set_ctx != nullptr) {
+        set_ctx(p.ctx);
+        current = p.ctx;
+      }
+    };
+    auto finish = [](PendingLaunch* p, CUresult status) { Finish(p, status == CUDA_SUCCESS); };
+    PollSchedule schedule;
     count = PollPass(
-        outstanding, count,
+        outstanding, count, MonotonicNs(),
         [&](const PendingLaunch& p) {
-          if (p.ctx != current && set_ctx != nullptr) {
-            set_ctx(p.ctx);
-            current = p.ctx;
-          }
+          use_context(p);
           return query != nullptr ? query(p.timed ? p.end : p.done) : CUDA_SUCCESS;
         },
-        [](PendingLaunch* p, CUresult status) { Finish(p, status == CUDA_SUCCESS); }, &poll_ns);
+        finish, &schedule);
     if (count != 0) {
-      SleepNs(poll_ns);
+      if (PendingLaunch* p = schedule.wait_for; p != nullptr && sync != nullptr) {
+        use_context(*p);
+        const CUresult status = sync(p->timed ? p->end : p->done);
+        p->pending_at_ns = MonotonicNs();  // it completed just now
+        count = FinishThrough(outstanding, count, p, status, finish);
+      } else if (p != nullptr) {
+        SleepNs(kHighPriorityPollNs);
+      } else if (schedule.lazy_gpu != nullptr) {
+        SleepUnlessHeld(*schedule.lazy_gpu, schedule.sleep_ns);
+      } else {
+        SleepNs(schedule.sleep_ns);
+      }
       continue;
     }
     // Idle: sleep until a launch thread submits (it wakes us only when we announced sleeping).
@@ -189,9 +217,9 @@ void* PollerMain(void*) {
       outstanding[count++] = &g_pool[index];
       continue;
     }
-    timespec ts{0, 100'000'000};
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAIT_PRIVATE, 1, &ts,
-            nullptr, 0);
+    // No timeout: with nothing outstanding there is nothing to look at until a launch submits.
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAIT_PRIVATE, 1,
+            nullptr, nullptr, 0);
     g_poller_sleeping.store(0, std::memory_order_relaxed);
   }
   return nullptr;
@@ -227,10 +255,12 @@ PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
   auto create = ORION_DRIVER(cuEventCreate);
   bool ok = create != nullptr;
   if (ok && !timed && p->done == nullptr) {
-    ok = create(&p->done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+    ok = create(&p->done, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) == CUDA_SUCCESS;
   }
   if (ok && timed && p->start == nullptr) ok = create(&p->start, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
-  if (ok && timed && p->end == nullptr) ok = create(&p->end, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+  if (ok && timed && p->end == nullptr) {
+    ok = create(&p->end, CU_EVENT_BLOCKING_SYNC) == CUDA_SUCCESS;
+  }
   if (!ok) {
     g_free.Push(index);
     return nullptr;
@@ -242,6 +272,7 @@ PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
   p->budget_ns = 0;
   p->high_priority = false;
   p->timed = timed;
+  p->pending_at_ns = 0;
   p->ordered = false;
   return p;
 }
@@ -250,7 +281,9 @@ bool RecordStart(PendingLaunch* p, CUstream stream, bool per_thread_stream) {
   return RecordOn(p->start, stream, per_thread_stream);
 }
 
-void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream) {
+void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream,
+                   uint64_t launched_ns) {
+  p->pending_at_ns = launched_ns;
   if (!RecordOn(p->timed ? p->end : p->done, stream, per_thread_stream)) {
     // The events may belong to a destroyed context whose address was reused: recreate them on
     // the record's next use instead of failing forever.

@@ -4,12 +4,14 @@
 //
 // The launch path takes a pooled record (lock-free queue), records events on the launch's
 // stream and hands the record to a background poller thread; it makes no system call and takes
-// no lock. The poller, started lazily, cuEventQuery's records, updates the slot and the gate and
-// recycles the records.
+// no lock. The poller, started lazily on the first record, cuEventQuery's records, updates the
+// slot and the gate and recycles the records. With no record outstanding it sleeps until the next
+// submission; with records, when completion_poll.h's schedule says (closely only while somebody
+// is held at the gate).
 //
 // Usage:
 //   PendingLaunch* p = AcquirePending(ctx, /*timed=*/true);   // may be null: pool exhausted
-//   RecordStart(p, stream, ptsz); launch...; FinishPending(p, stream, ptsz);
+//   RecordStart(p, stream, ptsz); launch...; SubmitPending(p, stream, ptsz, launched_ns);
 #pragma once
 
 #include <stdint.h>
@@ -22,6 +24,7 @@ namespace orion::interpose {
 
 struct PendingLaunch {
   // Owned events, created lazily in `ctx` and reused.
+  // Blocking-sync events: the poller may wait for them in the driver without spinning.
   CUevent done = nullptr;   // CU_EVENT_DISABLE_TIMING: completion only
   CUevent start = nullptr;  // timing pair for sampled launches
   CUevent end = nullptr;
@@ -34,7 +37,10 @@ struct PendingLaunch {
   uint64_t budget_ns = 0;
   uint32_t grid[3] = {};
   uint32_t block[3] = {};
-  bool high_priority = false;  // counted in slot.inflight
+  bool high_priority = false;  // followed: counted in slot.inflight
+  // The last time the record was known not complete: its submission, then each poller pass that
+  // found it pending. Its completion happened after this.
+  uint64_t pending_at_ns = 0;
   bool timed = false;
   // The stream handle names one stream of ctx (not a per-thread default stream), so records
   // with the same (ctx, stream) complete in submission order.
@@ -46,9 +52,9 @@ struct PendingLaunch {
 PendingLaunch* AcquirePending(CUcontext ctx, bool timed);
 // Records the start event of a timed launch; returns false if timing is impossible.
 bool RecordStart(PendingLaunch* p, CUstream stream, bool per_thread_stream);
-// After a successful launch: records the completion event and hands the record to the poller.
-// If recording fails the record completes at once.
-void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream);
+// After a successful launch at `launched_ns`: records the completion event and hands the record
+// to the poller. If recording fails the record completes at once.
+void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream, uint64_t launched_ns);
 // Completion bookkeeping without the GPU (launch failed / event failed) and recycling.
 void CompleteNow(PendingLaunch* p);
 void ReleasePending(PendingLaunch* p);

@@ -88,8 +88,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool profile = Config().profile || slot.profile.load(std::memory_order_relaxed) != 0;
   const bool timed = kernel != nullptr && (profile || gated) && ShouldSample(launch_index);
 
+  // High-priority work is followed to completion only while the gate may hold somebody for it.
+  const bool follow = high && FollowHighPriority(gpu);
   PendingLaunch* pending = nullptr;
-  if (high || timed || ticket.budget_ns != 0) {
+  if (follow || timed || ticket.budget_ns != 0) {
     pending = AcquirePending(ctx, timed);
     if (pending != nullptr) {
       pending->reg = reg;
@@ -97,27 +99,27 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       pending->func = info.func;
       pending->stream = reinterpret_cast<uint64_t>(info.stream);
       pending->budget_ns = ticket.budget_ns;
+      pending->high_priority = follow;
       memcpy(pending->grid, info.grid, sizeof(info.grid));
       memcpy(pending->block, info.block, sizeof(info.block));
       if (timed && !RecordStart(pending, info.stream, info.per_thread_stream)) {
         pending->timed = false;
       }
-      if (high) {
-        // Before the launch: best-effort clients must see the GPU busy as early as possible.
-        pending->high_priority = true;
-        NoteHighPriorityClass(slot, kclass);
-        BusyPeriod ended;
-        const uint64_t t = MonotonicNs();
-        if (NoteHighPriorityLaunch(slot, gpu, t, &ended)) {
-          contract::Event b{};
-          b.kind = contract::EventKind::kBusyPeriod;
-          b.cpu_ns = ended.start_ns;
-          b.duration_ns = ended.duration_ns;
-          PushEvent(reg, b);
-        }
-      }
     } else if (ticket.budget_ns != 0) {
       ReleaseBudget(gpu, ticket.budget_ns);  // untracked: do not leak the charge
+    }
+  }
+  if (high) {
+    // Before the launch: best-effort clients must see the GPU busy as early as possible.
+    NoteHighPriorityClass(slot, kclass);
+    BusyPeriod ended;
+    const bool followed = pending != nullptr && pending->high_priority;
+    if (NoteHighPriorityLaunch(slot, gpu, MonotonicNs(), &ended, followed)) {
+      contract::Event b{};
+      b.kind = contract::EventKind::kBusyPeriod;
+      b.cpu_ns = ended.start_ns;
+      b.duration_ns = ended.duration_ns;
+      PushEvent(reg, b);
     }
   }
 
@@ -152,7 +154,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     t.duration_ns = ticket.waited_ns;
     PushEvent(reg, t);
   }
-  if (pending != nullptr) SubmitPending(pending, info.stream, info.per_thread_stream);
+  if (pending != nullptr) SubmitPending(pending, info.stream, info.per_thread_stream, now);
   return result;
 }
 

@@ -42,6 +42,7 @@ GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEff
   GateTicket ticket;
   contract::ClientSlot& slot = board.slots[slot_index];
   uint64_t start = 0;
+  contract::GpuState* held = nullptr;  // the GPU whose gate_waiters counts us
   for (;;) {
     // Paused: hold every launch, high priority included, until the server resumes us.
     if (slot.paused.load(std::memory_order_acquire) != 0) {
@@ -68,14 +69,21 @@ GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEff
     }
     if (decision == GateDecision::kGoIdle) break;
     if (start == 0) start = now;
+    if (held == nullptr) {
+      // Held from here on: completion trackers of every client on this GPU follow closely now.
+      held = &gpu;
+      if (gpu.gate_waiters.fetch_add(1, std::memory_order_seq_cst) == 0) {
+        gpu.tracker_seq.fetch_add(1, std::memory_order_seq_cst);
+        FutexWakeAll(&gpu.tracker_seq);
+      }
+    }
     if (now - start < gpu.spin_ns.load(std::memory_order_relaxed)) {
       for (int i = 0; i < 32; ++i) CpuRelax();
       continue;
     }
-    // Register as a waiter before the last check, so a completion that lands in between either
-    // is seen by the check or changes gate_seq and makes FUTEX_WAIT return at once.
+    // Counted as a waiter before the last check, so a completion that lands in between either is
+    // seen by the check or changes gate_seq and makes FUTEX_WAIT return at once.
     const uint32_t seq = gpu.gate_seq.load(std::memory_order_acquire);
-    gpu.gate_waiters.fetch_add(1, std::memory_order_acq_rel);
     const uint64_t checked = MonotonicNs();
     uint64_t wake_by = 0;
     const GateDecision again = DecideBestEffort(board, gpu, slot_index, checked, launch, &wake_by);
@@ -84,13 +92,12 @@ GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEff
       uint64_t timeout = kMaxFutexWaitNs;
       if (wake_by > checked && wake_by - checked < timeout) timeout = wake_by - checked;
       FutexWait(&gpu.gate_seq, seq, timeout);
-      gpu.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
       continue;
     }
-    gpu.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
     if (again == GateDecision::kGoBudget) ticket.budget_ns = launch.estimate_ns;
     break;
   }
+  if (held != nullptr) held->gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
   if (start != 0) ticket.waited_ns = MonotonicNs() - start;
   return ticket;
 }

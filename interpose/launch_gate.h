@@ -160,11 +160,22 @@ struct BusyPeriod {
   uint64_t duration_ns = 0;
 };
 
+// A high-priority launch is followed to completion (counted in slot.inflight until its event
+// completes) only while best-effort clients share its GPU and the gate may hold them: otherwise
+// nobody reads what its completion would tell, and following it costs the service CPU.
+inline bool FollowHighPriority(const contract::GpuState& gpu) {
+  return gpu.be_clients.load(std::memory_order_relaxed) != 0 &&
+         gpu.mode.load(std::memory_order_relaxed) !=
+             static_cast<uint32_t>(contract::GateMode::kPassThrough);
+}
+
 // The high-priority client's own bookkeeping before each launch (own slot only: no lock, no
 // system call). A launch that finds nothing in flight and the grace period over starts a new
-// busy period; the previous one is returned in *ended (true) for the caller to report.
+// busy period; the previous one is returned in *ended (true) for the caller to report. A
+// `followed` launch is counted in slot.inflight until NoteHighPriorityCompletion; one that is not
+// keeps the client busy for the grace period after it, like any launch.
 inline bool NoteHighPriorityLaunch(contract::ClientSlot& slot, const contract::GpuState& gpu,
-                                   uint64_t now_ns, BusyPeriod* ended) {
+                                   uint64_t now_ns, BusyPeriod* ended, bool followed = true) {
   bool report = false;
   if (slot.inflight.load(std::memory_order_relaxed) == 0) {
     const uint64_t last = slot.last_progress_ns.load(std::memory_order_relaxed);
@@ -180,7 +191,7 @@ inline bool NoteHighPriorityLaunch(contract::ClientSlot& slot, const contract::G
     }
   }
   slot.last_progress_ns.store(now_ns, std::memory_order_relaxed);
-  slot.inflight.fetch_add(1, std::memory_order_acq_rel);
+  if (followed) slot.inflight.fetch_add(1, std::memory_order_acq_rel);
   return report;
 }
 
@@ -196,10 +207,16 @@ inline void NoteHighPriorityClass(contract::ClientSlot& slot, uint32_t kclass) {
   slot.hp_kernel_class.store(kclass, std::memory_order_relaxed);
 }
 
-// At the GPU completion of a high-priority launch; true when nothing is left in flight (the
-// caller opens the gate).
-inline bool NoteHighPriorityCompletion(contract::ClientSlot& slot, uint64_t now_ns) {
-  slot.last_progress_ns.store(now_ns, std::memory_order_relaxed);
+// At the GPU completion of a followed high-priority launch, known to have completed at or after
+// `done_after_ns` (the last time it was seen pending: the completion tracker looks lazily while
+// nobody waits, and stamping the time it looked would stretch the busy period by that delay).
+// Progress never moves back. True when nothing is left in flight (the caller opens the gate).
+inline bool NoteHighPriorityCompletion(contract::ClientSlot& slot, uint64_t done_after_ns) {
+  uint64_t last = slot.last_progress_ns.load(std::memory_order_relaxed);
+  while (last < done_after_ns &&
+         !slot.last_progress_ns.compare_exchange_weak(last, done_after_ns,
+                                                      std::memory_order_relaxed)) {
+  }
   const uint32_t before = slot.inflight.load(std::memory_order_relaxed);
   return before != 0 && slot.inflight.fetch_sub(1, std::memory_order_acq_rel) == 1;
 }
@@ -273,9 +290,10 @@ struct GateTicket {
 };
 
 // Blocks the calling thread until the launch may go: while the slot is paused, and for a
-// best-effort client while the gate says kWait. Spins up to gpu.spin_ns, then futex-waits on
-// gate_seq (or the slot's wake_seq when paused) at most kMaxFutexWaitNs at a time, or until the
-// high-priority clients' grace period ends.
+// best-effort client while the gate says kWait. Counts itself in gpu.gate_waiters from the first
+// kWait to the end (the 0 -> 1 step wakes the clients' completion trackers through tracker_seq),
+// spins up to gpu.spin_ns, then futex-waits on gate_seq (or the slot's wake_seq when paused) at
+// most kMaxFutexWaitNs at a time, or until the high-priority clients' grace period ends.
 GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEffortLaunch& launch);
 
 // Wakes best-effort threads of every process waiting on this GPU's gate.

@@ -117,7 +117,7 @@ std::optional<uint32_t> BoardFile::AssignSlot(uint32_t client_id, uint32_t pid, 
     s.inflight.store(0, std::memory_order_relaxed);
     s.generation.fetch_add(1, std::memory_order_relaxed);
     s.state.store(static_cast<uint32_t>(contract::SlotState::kActive), std::memory_order_release);
-    RecomputeHpMask(gpu);
+    RecomputePriorities(gpu);
     return i;
   }
   return std::nullopt;
@@ -131,25 +131,30 @@ void BoardFile::FreeSlot(uint32_t slot) {
   s.inflight.store(0, std::memory_order_relaxed);
   slot_used_[slot] = false;
   if (gpu < contract::kMaxGpus) {
-    RecomputeHpMask(gpu);
+    RecomputePriorities(gpu);
     WakeGate(gpu);  // a dead high-priority client must not keep anyone waiting
   }
 }
 
-void BoardFile::RecomputeHpMask(uint32_t gpu) {
+void BoardFile::RecomputePriorities(uint32_t gpu) {
   if (gpu >= contract::kMaxGpus) return;
   uint64_t mask[contract::kMaxSlots / 64] = {};
+  uint32_t best_effort = 0;
   for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
     const ClientSlot& s = board_->slots[i];
-    if (slot_used_[i] && s.gpu.load(std::memory_order_relaxed) == gpu &&
-        s.priority.load(std::memory_order_relaxed) ==
-            static_cast<uint32_t>(contract::Priority::kHigh)) {
+    if (!slot_used_[i] || s.gpu.load(std::memory_order_relaxed) != gpu) continue;
+    if (s.priority.load(std::memory_order_relaxed) ==
+        static_cast<uint32_t>(contract::Priority::kHigh)) {
       mask[i / 64] |= 1ull << (i % 64);
+    } else {
+      ++best_effort;
     }
   }
+  GpuState& g = board_->gpus[gpu];
   for (size_t w = 0; w < contract::kMaxSlots / 64; ++w) {
-    board_->gpus[gpu].hp_slot_mask[w].store(mask[w], std::memory_order_release);
+    g.hp_slot_mask[w].store(mask[w], std::memory_order_release);
   }
+  g.be_clients.store(best_effort, std::memory_order_release);
 }
 
 void BoardFile::SetPriority(uint32_t slot, contract::Priority priority) {
@@ -157,7 +162,7 @@ void BoardFile::SetPriority(uint32_t slot, contract::Priority priority) {
   ClientSlot& s = board_->slots[slot];
   s.priority.store(static_cast<uint32_t>(priority), std::memory_order_release);
   const uint32_t gpu = s.gpu.load(std::memory_order_relaxed);
-  RecomputeHpMask(gpu);
+  RecomputePriorities(gpu);
   if (gpu < contract::kMaxGpus) WakeGate(gpu);
 }
 

@@ -75,7 +75,8 @@ class BoardFile {
  private:
   BoardFile(std::string path, contract::Board* board, size_t bytes, uint64_t epoch)
       : path_(std::move(path)), board_(board), bytes_(bytes), epoch_(epoch) {}
-  void RecomputeHpMask(uint32_t gpu);
+  // hp_slot_mask and be_clients of a GPU, from the slots in use.
+  void RecomputePriorities(uint32_t gpu);
 
   std::string path_;
   contract::Board* board_;

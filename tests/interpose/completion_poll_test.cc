@@ -1,11 +1,13 @@
 // The completion poller's pass (interpose/completion_poll.h) with a scripted cuEventQuery: which
-// records are queried, which are kept and finished, and how often a pass runs.
+// records are queried, which are kept and finished, and when the poller looks again: closely
+// only while somebody is held at the gate, lazily (and woken by a held thread) otherwise.
 #include "interpose/completion_poll.h"
 
 #include <gtest/gtest.h>
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <vector>
 
 namespace orion::interpose {
@@ -35,18 +37,22 @@ class PollPassTest : public ::testing::Test {
       return CUDA_ERROR_NOT_READY;
     };
     auto finish = [&](PendingLaunch* p, CUresult status) { finished_[p] = status; };
-    const uint32_t kept = PollPass(records.data(), static_cast<uint32_t>(records.size()), query,
-                                   finish, &poll_ns_);
+    const uint32_t kept = PollPass(records.data(), static_cast<uint32_t>(records.size()), now_ns_,
+                                   query, finish, &schedule_);
     records.resize(kept);
     return kept;
   }
 
+  void Hold() { gpu_.gate_waiters.store(1); }
+
   std::deque<PendingLaunch> pool_;
   contract::GpuState gpu_{};
-  Registration reg_{.gpu = &gpu_};
+  std::unique_ptr<contract::ClientSlot> slot_ = std::make_unique<contract::ClientSlot>();
+  Registration reg_{.slot = slot_.get(), .gpu = &gpu_};
   std::vector<const PendingLaunch*> queried_;
   std::map<const PendingLaunch*, CUresult> finished_;
-  uint64_t poll_ns_ = 0;
+  uint64_t now_ns_ = 10'000'000'000;
+  PollSchedule schedule_;
 };
 
 TEST_F(PollPassTest, OnlyTheOldestUnfinishedRecordOfAStreamIsQueried) {
@@ -93,23 +99,97 @@ TEST_F(PollPassTest, AnErrorEndsTrackingWithItsStatus) {
   EXPECT_EQ(finished_[p], CUDA_ERROR_CONTEXT_IS_DESTROYED);
 }
 
-TEST_F(PollPassTest, HighPriorityRecordsArePolledAtAFifthOfTheGrace) {
-  std::vector<PendingLaunch*> records{Record(1, 10)};
-  gpu_.hp_grace_ns.store(500'000);
+TEST_F(PollPassTest, KeptRecordsAreStampedPendingAtThePass) {
+  PendingLaunch* a1 = Record(1, 10);
+  PendingLaunch* a2 = Record(1, 10);  // behind a1: kept without a query, still known pending
+  std::vector<PendingLaunch*> records{a1, a2};
   Pass(records, {});
-  EXPECT_EQ(poll_ns_, 100'000u);
-  gpu_.hp_grace_ns.store(200'000);
-  Pass(records, {});
-  EXPECT_EQ(poll_ns_, 40'000u);
-  gpu_.hp_grace_ns.store(0);  // no grace: follow completions closely
-  Pass(records, {});
-  EXPECT_EQ(poll_ns_, kBestEffortPollNs);
-  gpu_.hp_grace_ns.store(50'000'000);
-  Pass(records, {});
-  EXPECT_EQ(poll_ns_, kHighPriorityPollMaxNs);
+  EXPECT_EQ(a1->pending_at_ns, now_ns_);
+  EXPECT_EQ(a2->pending_at_ns, now_ns_);
 }
 
-TEST_F(PollPassTest, BudgetChargesAndTimedSamplesArePolledClosely) {
+TEST_F(PollPassTest, PastItsGraceTheNewestHighPriorityRecordIsWaitedForInTheDriver) {
+  gpu_.hp_grace_ns.store(500'000);
+  PendingLaunch* a1 = Record(1, 10);
+  PendingLaunch* a2 = Record(1, 10);
+  std::vector<PendingLaunch*> records{a1, a2};
+  for (bool held : {false, true}) {
+    gpu_.gate_waiters.store(held ? 1 : 0);
+    Pass(records, {});
+    EXPECT_EQ(schedule_.wait_for, a2) << held;
+    EXPECT_EQ(schedule_.lazy_gpu, nullptr);
+  }
+  // A best-effort record that needs a close look (somebody held) wins: no wait in the driver.
+  PendingLaunch* charged = Record(1, 20);
+  charged->high_priority = false;
+  charged->budget_ns = 1000;
+  records.push_back(charged);
+  Pass(records, {});
+  EXPECT_EQ(schedule_.wait_for, nullptr);
+  EXPECT_EQ(schedule_.sleep_ns, kBestEffortPollNs);
+}
+
+TEST_F(PollPassTest, WaitingForARecordFinishesTheEarlierOnesOfItsStream) {
+  PendingLaunch* a1 = Record(1, 10);
+  PendingLaunch* b1 = Record(1, 20);
+  PendingLaunch* a2 = Record(1, 10);
+  PendingLaunch* a3 = Record(1, 10);  // after the one waited for: not known complete
+  PendingLaunch* t1 = Record(1, 0, /*ordered=*/false);
+  std::vector<PendingLaunch*> records{a1, b1, a2, a3, t1};
+  auto finish = [&](PendingLaunch* p, CUresult status) { finished_[p] = status; };
+  uint32_t kept = FinishThrough(records.data(), 5, a2, CUDA_SUCCESS, finish);
+  records.resize(kept);
+  EXPECT_EQ(records, (std::vector<PendingLaunch*>{b1, a3, t1}));
+  EXPECT_EQ(finished_.count(a1) + finished_.count(a2), 2u);
+  // An unordered record completes alone.
+  PendingLaunch* t2 = Record(1, 0, /*ordered=*/false);
+  records.push_back(t2);
+  finished_.clear();
+  kept = FinishThrough(records.data(), static_cast<uint32_t>(records.size()), t2,
+                       CUDA_ERROR_CONTEXT_IS_DESTROYED, finish);
+  EXPECT_EQ(kept, 3u);
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[t2], CUDA_ERROR_CONTEXT_IS_DESTROYED);
+}
+
+TEST_F(PollPassTest, InsideItsGraceAHighPriorityClientIsNotPolled) {
+  // Busy until the grace after its last launch has run out, whatever completes: look then.
+  Hold();
+  gpu_.hp_grace_ns.store(500'000);
+  slot_->last_progress_ns.store(now_ns_ - 100'000);
+  std::vector<PendingLaunch*> records{Record(1, 10)};
+  Pass(records, {});
+  EXPECT_EQ(schedule_.sleep_ns, 400'000u);
+  EXPECT_EQ(schedule_.lazy_gpu, nullptr);
+  slot_->last_progress_ns.store(now_ns_ - 495'000);  // never closer than the closest poll
+  Pass(records, {});
+  EXPECT_EQ(schedule_.sleep_ns, kBestEffortPollNs);
+}
+
+TEST_F(PollPassTest, NobodyHeldMeansALazyPollThatAHeldThreadCanEnd) {
+  gpu_.hp_grace_ns.store(500'000);
+  PendingLaunch* charged = Record(1, 20);
+  charged->high_priority = false;
+  charged->budget_ns = 300'000;
+  PendingLaunch* timed = Record(1, 30);
+  timed->high_priority = false;
+  timed->timed = true;
+  std::vector<PendingLaunch*> records{charged, timed};
+  Pass(records, {});
+  EXPECT_EQ(schedule_.sleep_ns, kLazyPollNs);
+  EXPECT_EQ(schedule_.lazy_gpu, &gpu_);
+  EXPECT_EQ(schedule_.wait_for, nullptr);
+  // A high-priority client inside its grace is looked at when the grace ends.
+  slot_->last_progress_ns.store(now_ns_ - 100'000);
+  records.push_back(Record(1, 10));
+  Pass(records, {});
+  EXPECT_EQ(schedule_.sleep_ns, 400'000u);
+  EXPECT_EQ(schedule_.lazy_gpu, nullptr);
+  EXPECT_EQ(schedule_.wait_for, nullptr);
+}
+
+TEST_F(PollPassTest, BudgetChargesAndTimedSamplesArePolledCloselyWhileSomebodyIsHeld) {
+  Hold();
   gpu_.hp_grace_ns.store(500'000);
   PendingLaunch* hp = Record(1, 10);
   PendingLaunch* charged = Record(1, 20);
@@ -117,12 +197,12 @@ TEST_F(PollPassTest, BudgetChargesAndTimedSamplesArePolledClosely) {
   charged->budget_ns = 300'000;
   std::vector<PendingLaunch*> records{hp, charged};
   Pass(records, {});
-  EXPECT_EQ(poll_ns_, kBestEffortPollNs);
+  EXPECT_EQ(schedule_.sleep_ns, kBestEffortPollNs);
   PendingLaunch* timed = Record(1, 30);
   timed->timed = true;
   records = {hp, timed};
   Pass(records, {});
-  EXPECT_EQ(poll_ns_, kBestEffortPollNs);
+  EXPECT_EQ(schedule_.sleep_ns, kBestEffortPollNs);
 }
 
 }  // namespace

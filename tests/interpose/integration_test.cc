@@ -166,6 +166,10 @@ TEST_F(InterposeIntegrationTest, RegistersReportsLaunchesAndEnforcesQuota) {
 
 TEST_F(InterposeIntegrationTest, HighPriorityInflightDrainsAndProfileTimesKernels) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/true);
+  // A best-effort client shares the GPU and the gate is on: high-priority launches are followed
+  // to completion (counted in inflight until the poller sees them done).
+  registrar.board().gpus[0].mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
+  registrar.board().gpus[0].be_clients.store(1);
   const ProbeRun run =
       RunProbe("ORION_PRIORITY=high ORION_PROFILE=1 ORION_SOCKET=" + registrar.socket_path(), "4");
   ASSERT_EQ(run.exit_code, 0) << run.err;
