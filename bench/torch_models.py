@@ -5,16 +5,18 @@ nothing is downloaded). Used by bench/priority_bench.py.
       Poisson arrivals at R requests/s, latency measured from the scheduled arrival. Prints
       "serving" when the first arrival is scheduled, then
       "result requests=.. p50_ms=.. p99_ms=.. p999_ms=.. mean_ms=.. svc_p50_ms=.. svc_p99_ms=..
-      svc_max_ms=.. busy=..", where svc is the service time (from the moment the request is
-      taken up to its completion, queueing excluded) and busy the fraction of the run spent
-      serving. --rate 0 runs a closed loop instead (1 s of warm-up, then --seconds, default 3):
+      svc_max_ms=.. busy=.. cpu_ms=..", where svc is the service time (from the moment the request
+      is taken up to its completion, queueing excluded), busy the fraction of the run spent
+      serving and cpu_ms the CPU time of all the process's threads per request (with --wait poll
+      that includes the spinning between arrivals). --rate 0 runs a closed loop instead (1 s of warm-up, then --seconds, default 3):
       "serving", then "result capacity_rps=.. latency_ms=.. svc_p50_ms=.. svc_p99_ms=..
       cpu_ms=.." (latency_ms: the mean; cpu_ms: CPU time of all the process's threads per
       request).
       MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128).
   train MODEL
       Training steps until killed. Prints "ready" after warm-up, then "step T" after each step
-      (T = time.monotonic() when the step's GPU work finished).
+      (T = time.monotonic() when the step's GPU work finished), and on SIGTERM or after
+      --steps steps (0: no limit) "result steps=.. cpu_ms=.." (CPU time per step).
       MODEL: resnet50 (batch 64), bert (BERT-base, batch 32, sequence 128),
              gpt2-large (36 layers, width 1280, batch 2, sequence 1024: long GEMM kernels).
 """
@@ -129,6 +131,7 @@ def serve(args):
         gc.freeze()
         gc.disable()
         arrival = time.perf_counter() + 0.05
+        cpu0 = time.process_time()
         print("serving", flush=True)
         for _ in range(args.requests):
             arrival += rng.expovariate(args.rate)
@@ -142,6 +145,7 @@ def serve(args):
             done = time.perf_counter()
             lat.append(done - arrival)
             svc.append(done - began)
+        cpu_ms = (time.process_time() - cpu0) / len(lat) * 1e3
     lat.sort()
     svc_sorted = sorted(svc)
     q = quantile_ms
@@ -149,7 +153,7 @@ def serve(args):
           f"p50_ms={q(lat, 0.5):.3f} p99_ms={q(lat, 0.99):.3f} p999_ms={q(lat, 0.999):.3f} "
           f"mean_ms={sum(lat) / len(lat) * 1e3:.3f} svc_p50_ms={q(svc_sorted, 0.5):.3f} "
           f"svc_p99_ms={q(svc_sorted, 0.99):.3f} svc_max_ms={svc_sorted[-1] * 1e3:.3f} "
-          f"busy={sum(svc) * args.rate / len(svc):.3f}",
+          f"busy={sum(svc) * args.rate / len(svc):.3f} cpu_ms={cpu_ms:.3f}",
           flush=True)
 
 
@@ -159,10 +163,14 @@ def train(args):
         step()
     torch.cuda.synchronize()
     print("ready", flush=True)
-    while True:
+    steps, cpu0 = 0, time.process_time()
+    while args.steps == 0 or steps < args.steps:
         step()
         torch.cuda.synchronize()
+        steps += 1
         print(f"step {time.monotonic():.6f}", flush=True)
+    print(f"result steps={steps} cpu_ms={(time.process_time() - cpu0) / steps * 1e3:.3f}",
+          flush=True)
 
 
 def main():
@@ -175,6 +183,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--seconds", type=float, default=3.0,
                    help="--rate 0: how long the closed loop is measured (after 1 s of warm-up)")
+    p.add_argument("--steps", type=int, default=0, help="train: stop after this many steps")
     p.add_argument("--wait", choices=["poll", "sleep"], default="poll",
                    help="how the serving loop waits for the next arrival")
     args = p.parse_args()
