@@ -36,7 +36,11 @@ std::atomic<uint32_t> g_note_printed{0};
 std::atomic<uint32_t> g_epoch{1};
 
 std::atomic<uint32_t> g_state[kMaxDevices];
-Registration g_registrations[kMaxDevices];
+// Per device: the registrations it has had (the first, then one per renewal after a server
+// restart) and the index of the live one. Old ones stay valid: records in flight point at them.
+Registration g_registrations[kMaxDevices][kMaxRenewals + 1];
+std::atomic<uint32_t> g_live[kMaxDevices];
+uint64_t g_last_renewal_ns[kMaxDevices];  // under g_register_mutex
 
 thread_local CUcontext t_cached_ctx = nullptr;
 thread_local Registration* t_cached_reg = nullptr;
@@ -88,9 +92,12 @@ void OnForkChild() {
   // the parent's registration (the parent still holds its copy).
   pthread_mutex_init(&g_register_mutex, nullptr);
   for (int i = 0; i < kMaxDevices; ++i) {
-    Registration& reg = g_registrations[i];
-    if (reg.socket_fd >= 0) close(reg.socket_fd);
-    reg = Registration{};
+    for (Registration& reg : g_registrations[i]) {
+      if (reg.socket_fd >= 0) close(reg.socket_fd);
+      reg = Registration{};
+    }
+    g_live[i].store(0, std::memory_order_relaxed);
+    g_last_renewal_ns[i] = 0;
     g_state[i].store(kUnregistered, std::memory_order_relaxed);
   }
   g_epoch.fetch_add(1, std::memory_order_relaxed);
@@ -106,16 +113,20 @@ void InitProcess() {
   pthread_atfork(nullptr, nullptr, OnForkChild);
 }
 
-contract::Board* MapBoard(const char* path, size_t* mapped_bytes, bool* reused) {
+Registration* Live(int device) { return &g_registrations[device][g_live[device].load()]; }
+
+contract::Board* MapBoard(const char* path, uint64_t epoch, size_t* mapped_bytes, bool* reused) {
   *reused = false;
-  // Reuse a mapping another device's registration already made of the same file.
+  // Reuse a mapping another device's registration already made of the same board (one file per
+  // node, per server start: the epoch tells a restarted server's board from the old one).
   for (int i = 0; i < kMaxDevices; ++i) {
-    if (g_state[i].load(std::memory_order_acquire) == kActive &&
-        g_registrations[i].board != nullptr) {
-      // Boards are per node: one file. Same path is the common case.
+    if (g_state[i].load(std::memory_order_acquire) != kActive) continue;
+    const Registration* other = Live(i);
+    if (other->board != nullptr &&
+        other->board->header.server_epoch.load(std::memory_order_relaxed) == epoch) {
       *mapped_bytes = contract::kBoardBytes;
       *reused = true;
-      return g_registrations[i].board;
+      return other->board;
     }
   }
   const int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -133,8 +144,9 @@ contract::Board* MapBoard(const char* path, size_t* mapped_bytes, bool* reused) 
   return static_cast<contract::Board*>(addr);
 }
 
-// Registers `device` with the server. On failure writes a reason into `why`.
-bool Register(int device, Registration* reg, char* why, size_t why_bytes) {
+// Registers `device` with the server, waiting at most `timeout` for each socket operation. On
+// failure writes a reason into `why`.
+bool Register(int device, Registration* reg, timeval timeout, char* why, size_t why_bytes) {
   contract::RegisterRequest request;
   memset(&request, 0, sizeof(request));
   request.header = contract::MakeHeader(contract::MessageType::kRegister, sizeof(request));
@@ -157,8 +169,7 @@ bool Register(int device, Registration* reg, char* why, size_t why_bytes) {
     snprintf(why, why_bytes, "cannot create a Unix socket (%s)", strerror(errno));
     return false;
   }
-  // A hung server must not hang the application's first CUDA call for long.
-  timeval timeout{2, 0};
+  // A hung server must not hang the application's CUDA call for long.
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   sockaddr_un addr;
@@ -206,7 +217,7 @@ bool Register(int device, Registration* reg, char* why, size_t why_bytes) {
       reply.board_path[0] != '\0' ? reply.board_path : contract::kDefaultBoardPath;
   size_t mapped = 0;
   bool reused = false;
-  contract::Board* board = MapBoard(board_path, &mapped, &reused);
+  contract::Board* board = MapBoard(board_path, reply.server_epoch, &mapped, &reused);
   if (board == nullptr || !contract::BoardLooksValid(*board, mapped)) {
     snprintf(why, why_bytes, "board %s is missing or does not match this interposer's layout",
              board_path);
@@ -230,25 +241,37 @@ bool Register(int device, Registration* reg, char* why, size_t why_bytes) {
   reg->slot_index = reply.slot;
   reg->generation = reply.generation;
   reg->client_id = reply.client_id;
+  reg->server_epoch = reply.server_epoch;
   return true;
+}
+
+// The client-written counters of a registration, carried into its renewal: the quota keeps
+// counting what the process holds, and the totals go on from where they were.
+void CarryClientCounters(const contract::ClientSlot& from, contract::ClientSlot& to) {
+  for (auto field : {&contract::ClientSlot::memory_used_bytes,
+                     &contract::ClientSlot::memory_peak_bytes, &contract::ClientSlot::launches,
+                     &contract::ClientSlot::throttled_ns}) {
+    (to.*field).fetch_add((from.*field).load(std::memory_order_relaxed),
+                          std::memory_order_relaxed);
+  }
 }
 
 Registration* RegisterDevice(int device) {
   if (device < 0 || device >= kMaxDevices) return nullptr;
   const uint32_t state = g_state[device].load(std::memory_order_acquire);
-  if (state == kActive) return &g_registrations[device];
+  if (state == kActive) return Live(device);
   if (state == kFailed) return nullptr;
   pthread_mutex_lock(&g_register_mutex);
   Registration* result = nullptr;
   if (g_pass_through.load(std::memory_order_acquire) == 0) {
     const uint32_t again = g_state[device].load(std::memory_order_acquire);
     if (again == kActive) {
-      result = &g_registrations[device];
+      result = Live(device);
     } else if (again == kUnregistered) {
       char why[400] = {};
-      if (Register(device, &g_registrations[device], why, sizeof(why))) {
+      if (Register(device, Live(device), timeval{2, 0}, why, sizeof(why))) {
         g_state[device].store(kActive, std::memory_order_release);
-        result = &g_registrations[device];
+        result = Live(device);
       } else {
         g_state[device].store(kFailed, std::memory_order_release);
         FailOpen(why);
@@ -262,6 +285,42 @@ Registration* RegisterDevice(int device) {
 }  // namespace
 
 const EnvConfig& Config() { return g_config; }
+
+void RenewRegistration(Registration* reg, uint64_t now_ns) {
+  const int device = reg->device;
+  if (device < 0 || device >= kMaxDevices) return;
+  // One thread renews; the others keep launching on the old registration meanwhile.
+  if (pthread_mutex_trylock(&g_register_mutex) != 0) return;
+  const uint32_t index = g_live[device].load(std::memory_order_relaxed);
+  if (Live(device) == reg && index < kMaxRenewals &&
+      now_ns - g_last_renewal_ns[device] >= kRenewRetryNs) {
+    g_last_renewal_ns[device] = now_ns;
+    Registration& fresh = g_registrations[device][index + 1];
+    fresh = Registration{};
+    char why[400] = {};
+    // Short timeouts: this runs in the application's launching thread.
+    if (Register(device, &fresh, timeval{0, 200'000}, why, sizeof(why))) {
+      CarryClientCounters(*reg->slot, *fresh.slot);
+      g_kernels.ForgetNameReports();
+      close(reg->socket_fd);
+      reg->socket_fd = -1;
+      g_live[device].store(index + 1, std::memory_order_release);
+      g_epoch.fetch_add(1, std::memory_order_relaxed);  // thread caches look again
+      if (!g_config.quiet) {
+        char line[160];
+        const int n = snprintf(line, sizeof(line),
+                               "orion: orion-server restarted; device %d registered again "
+                               "(client %u)\n",
+                               device, fresh.client_id);
+        if (n > 0) {
+          ssize_t ignored = write(2, line, static_cast<size_t>(n));
+          (void)ignored;
+        }
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_register_mutex);
+}
 
 bool EnsureProcessInit() {
   pthread_once(&g_process_once, InitProcess);

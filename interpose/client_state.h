@@ -30,6 +30,7 @@ struct Registration {
   uint32_t slot_index = 0;
   uint32_t generation = 0;
   uint32_t client_id = 0;
+  uint64_t server_epoch = 0;  // of the board this registration's slot is on
 
   // False once the server reassigned the slot (server restart): stop writing into it.
   bool StillOwned() const { return slot->generation.load(std::memory_order_relaxed) == generation; }
@@ -45,6 +46,29 @@ bool EnsureProcessInit();
 // Null when the process passes through (disabled, no server, no context, ...). *ctx_out receives
 // the current context (may be null).
 Registration* CurrentRegistration(CUcontext* ctx_out);
+
+// A registration whose server has not beaten its heartbeat for this long is renewed: the server
+// restarted (or was replaced by an upgrade) and its new board is another file. The renewal keeps
+// the process's priority (decided again by the new server from the same identity) and carries
+// the client's counters (memory in use, peak, launches, throttled time) into the new slot.
+inline constexpr uint64_t kRenewAfterNs = 500'000'000;
+// Attempts are at least this far apart while the server is away.
+inline constexpr uint64_t kRenewRetryNs = 250'000'000;
+// Renewals of one device's registration in a process's life (a bound on the slots it may leave
+// behind on old boards, which stay mapped: in-flight records may still point at them).
+inline constexpr uint32_t kMaxRenewals = 8;
+
+// Registers the device of `reg` again with whatever server now listens on the socket, at most
+// every kRenewRetryNs, without blocking other threads (one thread renews, the others go on with
+// the old registration meanwhile).
+void RenewRegistration(Registration* reg, uint64_t now_ns);
+
+// After a launch at `now_ns`: one load of the board's heartbeat; renews the registration if the
+// server has been silent for kRenewAfterNs.
+inline void KeepRegistered(Registration* reg, uint64_t now_ns) {
+  const uint64_t beat = reg->board->header.server_heartbeat_ns.load(std::memory_order_relaxed);
+  if (beat < now_ns && now_ns - beat >= kRenewAfterNs) RenewRegistration(reg, now_ns);
+}
 
 // Pushes one event into the registration's ring (a full ring counts a drop, never blocks).
 inline void PushEvent(Registration* reg, const contract::Event& event) {

@@ -155,6 +155,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     PushEvent(reg, t);
   }
   if (pending != nullptr) SubmitPending(pending, info.stream, info.per_thread_stream, now);
+  KeepRegistered(reg, now);
   return result;
 }
 

@@ -90,6 +90,12 @@ class KernelRegistry {
     return nullptr;
   }
 
+  // A new server knows no names: each is sent again on the record's next launch (safe while
+  // other threads launch: at worst a name goes twice).
+  void ForgetNameReports() {
+    for (auto& r : records_) r.name_reported.store(0, std::memory_order_relaxed);
+  }
+
   // Only when no other thread can use the registry (a fork child before any CUDA call).
   void Clear() {
     for (auto& r : records_) {

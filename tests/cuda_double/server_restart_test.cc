@@ -1,0 +1,199 @@
+// A server killed with SIGKILL under load and started again, on the CUDA driver test double:
+// the running clients (a high-priority service and a best-effort trainer under the interposer)
+// must neither crash nor hang, must register with the new server by themselves within 2 s with
+// the same priorities, carry their counters over (launches keep counting from where they were),
+// and the gate must hold the trainer again.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "contract/orion_contract.h"
+
+namespace {
+
+namespace c = orion::contract;
+
+double NowS() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+pid_t Start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+            const std::string& log) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  for (const std::string& kv : env) putenv(const_cast<char*>(kv.c_str()));
+  if (freopen(log.c_str(), "a", stdout) == nullptr) _exit(126);
+  dup2(STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The board a server made, read-only; unmapped on destruction.
+class BoardView {
+ public:
+  explicit BoardView(const std::string& path) {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    void* mem = mmap(nullptr, c::kBoardBytes, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (mem != MAP_FAILED) board_ = static_cast<const c::Board*>(mem);
+  }
+  ~BoardView() {
+    if (board_ != nullptr) munmap(const_cast<c::Board*>(board_), c::kBoardBytes);
+  }
+  // The active slot of `pid`, or null.
+  const c::ClientSlot* SlotOf(pid_t pid) const {
+    if (board_ == nullptr) return nullptr;
+    for (const c::ClientSlot& s : board_->slots) {
+      if (s.state.load() == static_cast<uint32_t>(c::SlotState::kActive) &&
+          s.host_pid.load() == static_cast<uint32_t>(pid)) {
+        return &s;
+      }
+    }
+    return nullptr;
+  }
+  uint64_t Epoch() const { return board_ ? board_->header.server_epoch.load() : 0; }
+
+ private:
+  const c::Board* board_ = nullptr;
+};
+
+class ServerRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/orion-restart-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    config_ = dir_ + "/orion.yaml";
+    std::ofstream(config_) << "socket_path: " << dir_ << "/orion.sock\n"
+                           << "board_path: " << dir_ << "/board\n"
+                           << "admin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\n"
+                           << "mode: priority\n";
+    env_ = {"ORION_SIM_DIR=" + dir_, "ORION_SIM_MEMORY=4Gi",
+            std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR,
+            std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_SOCKET=" + dir_ + "/orion.sock"};
+  }
+  void TearDown() override {
+    for (pid_t pid : {server_, service_, trainer_}) {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+    if (!dir_.empty()) ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
+  }
+
+  void StartServer() {
+    unlink((dir_ + "/orion.sock").c_str());
+    server_ = Start({ORION_SERVER, "--config", config_}, env_, dir_ + "/server.log");
+    for (int i = 0; i < 200 && access((dir_ + "/orion.sock").c_str(), F_OK) != 0; ++i) {
+      usleep(25'000);
+    }
+    ASSERT_EQ(access((dir_ + "/orion.sock").c_str(), F_OK), 0) << ReadFile(dir_ + "/server.log");
+  }
+
+  // Waits up to `seconds` until both clients hold an active slot of the board; the time taken.
+  double WaitForBothRegistered(double seconds) {
+    const double t0 = NowS();
+    while (NowS() - t0 < seconds) {
+      BoardView board(dir_ + "/board");
+      if (board.SlotOf(service_) != nullptr && board.SlotOf(trainer_) != nullptr) {
+        return NowS() - t0;
+      }
+      usleep(20'000);
+    }
+    return -1;
+  }
+
+  std::string dir_, config_;
+  std::vector<std::string> env_;
+  pid_t server_ = -1, service_ = -1, trainer_ = -1;
+};
+
+TEST_F(ServerRestartTest, ClientsRegisterAgainWithinTwoSecondsAndKeepTheirState) {
+  StartServer();
+  std::vector<std::string> hp_env = env_, be_env = env_;
+  hp_env.push_back("ORION_PRIORITY=high");
+  be_env.push_back("ORION_PRIORITY=best-effort");
+  // A service with GPU work most of the time, and a trainer that would take the GPU from it.
+  service_ = Start({ORION_SAMPLE_INFER, "--rate", "200", "--requests", "1400", "--kernels", "2",
+                    "--kernel-us", "500", "--warmup", "5"},
+                   hp_env, dir_ + "/service.log");
+  trainer_ = Start({ORION_SAMPLE_TRAIN, "--seconds", "7", "--kernels", "10", "--kernel-us", "1000"},
+                   be_env, dir_ + "/trainer.log");
+  ASSERT_GE(WaitForBothRegistered(5.0), 0) << ReadFile(dir_ + "/server.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  uint64_t launches_before = 0, epoch_before = 0;
+  {
+    BoardView board(dir_ + "/board");
+    epoch_before = board.Epoch();
+    const c::ClientSlot* hp = board.SlotOf(service_);
+    ASSERT_NE(hp, nullptr);
+    launches_before = hp->launches.load();
+    EXPECT_GT(launches_before, 0u);
+    EXPECT_GT(board.SlotOf(trainer_)->throttled_ns.load(), 0u);  // the gate held it
+  }
+
+  kill(server_, SIGKILL);
+  waitpid(server_, nullptr, 0);
+  server_ = -1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double restarted_at = NowS();
+  StartServer();
+  const double took = WaitForBothRegistered(2.0 + (NowS() - restarted_at));
+  ASSERT_GE(took, 0) << "clients did not register with the new server\n"
+                     << ReadFile(dir_ + "/service.log") << ReadFile(dir_ + "/trainer.log");
+  printf("{\"case\":\"server-sigkill-restart\",\"registered_again_s\":%.3f}\n",
+         NowS() - restarted_at);
+  EXPECT_LE(NowS() - restarted_at, 2.5);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  {
+    BoardView board(dir_ + "/board");
+    EXPECT_NE(board.Epoch(), epoch_before);
+    const c::ClientSlot* hp = board.SlotOf(service_);
+    const c::ClientSlot* be = board.SlotOf(trainer_);
+    ASSERT_NE(hp, nullptr);
+    ASSERT_NE(be, nullptr);
+    EXPECT_EQ(hp->priority.load(), static_cast<uint32_t>(c::Priority::kHigh));
+    EXPECT_EQ(be->priority.load(), static_cast<uint32_t>(c::Priority::kBestEffort));
+    EXPECT_GT(hp->launches.load(), launches_before);  // carried over, then counting on
+    const uint64_t held = be->throttled_ns.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_GT(be->throttled_ns.load(), held);  // enforced again
+  }
+
+  // Neither client crashed or hung: both finish their runs.
+  for (pid_t* pid : {&service_, &trainer_}) {
+    int status = -1;
+    const double t0 = NowS();
+    while (waitpid(*pid, &status, WNOHANG) == 0 && NowS() - t0 < 20) usleep(50'000);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << ReadFile(dir_ + "/service.log") << ReadFile(dir_ + "/trainer.log");
+    *pid = -1;
+  }
+  EXPECT_NE(ReadFile(dir_ + "/service.log").find("registered again"), std::string::npos);
+}
+
+}  // namespace
