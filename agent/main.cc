@@ -37,7 +37,7 @@ constexpr char kUsage[] =
     "  --shares-per-gpu       devices advertised per GPU (8)\n"
     "  --gpus                 comma-separated GPU UUIDs (default: discover)\n"
     "  --proc-gpus-dir        /proc/driver/nvidia/gpus\n"
-    "  --server-address       orion-server AgentSync target (127.0.0.1:50051)\n"
+    "  --server-address       orion-server AgentSync target (unix:RUN_DIR/agent.sock)\n"
     "  --device-plugin-dir    /var/lib/kubelet/device-plugins\n"
     "  --interposer           library to install (/opt/orion/lib/liborion_interpose.so)\n"
     "  --host-lib-dir         host folder receiving versions of it (/var/lib/orion)\n"
@@ -208,7 +208,8 @@ int RunNodeAgent(const Flags& flags) {
       kube = *in_cluster;
     }
     api = std::make_unique<CurlKubeApi>(kube);
-    sink = std::make_unique<AgentSyncClient>(Flag(flags, "server-address", "127.0.0.1:50051"));
+    sink = std::make_unique<AgentSyncClient>(
+        Flag(flags, "server-address", "unix:" + plugin_config.layout.run_dir + "/agent.sock"));
     watcher = std::make_unique<PodWatcher>(PodWatcherConfig{.node_name = node_name}, api.get(),
                                            sink.get());
     watcher_thread = std::thread([&] { watcher->Run(&stop); });

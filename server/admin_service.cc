@@ -1,6 +1,10 @@
 // orion.v1.Admin and orion.v1.AgentSync over NodeState (see admin_service.h).
 #include "server/admin_service.h"
 
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
 namespace orion::server {
 namespace {
 
@@ -25,9 +29,31 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+absl::StatusOr<AdminCaller> AdminServiceImpl::Admit(grpc::CallbackServerContext* ctx,
+                                                    AdminRole role, const char* method,
+                                                    const google::protobuf::Message& request) {
+  absl::string_view header;
+  const auto& metadata = ctx->client_metadata();
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    header = absl::string_view(it->second.data(), it->second.size());
+  }
+  absl::StatusOr<AdminCaller> caller = auth_->Authorize(header, role);
+  if (role == AdminRole::kOperator) {
+    const std::string who =
+        caller.ok() ? absl::StrCat(caller->name, " (", AdminRoleName(caller->role), ")")
+                    : absl::StrCat("refused: ", caller.status().message());
+    std::fprintf(stderr, "orion-server: audit: %s by %s from %s: %s\n", method, who.c_str(),
+                 ctx->peer().c_str(), request.ShortDebugString().c_str());
+  }
+  return caller;
+}
+
 grpc::ServerUnaryReactor* AdminServiceImpl::ListGpus(grpc::CallbackServerContext* ctx,
-                                                     const orion::v1::ListGpusRequest*,
+                                                     const orion::v1::ListGpusRequest* req,
                                                      orion::v1::ListGpusResponse* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kReader, "ListGpus", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   for (auto& g : state_->ListGpus()) *resp->add_gpus() = std::move(g);
   return Done(ctx, grpc::Status::OK);
 }
@@ -35,6 +61,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListGpus(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* AdminServiceImpl::ListClients(grpc::CallbackServerContext* ctx,
                                                         const orion::v1::ListClientsRequest* req,
                                                         orion::v1::ListClientsResponse* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kReader, "ListClients", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   for (auto& c : state_->ListClients(*req)) *resp->add_clients() = std::move(c);
   return Done(ctx, grpc::Status::OK);
 }
@@ -42,12 +71,18 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListClients(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* AdminServiceImpl::GetClient(grpc::CallbackServerContext* ctx,
                                                       const orion::v1::GetClientRequest* req,
                                                       orion::v1::Client* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kReader, "GetClient", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   return DoneWith(ctx, state_->GetClient(req->client_id()), resp);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetPriority(grpc::CallbackServerContext* ctx,
                                                         const orion::v1::SetPriorityRequest* req,
                                                         orion::v1::SetPriorityResponse* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kOperator, "SetPriority", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   auto changed = state_->SetPriority(*req);
   if (!changed.ok()) return Done(ctx, ToGrpc(changed.status()));
   for (auto& c : *changed) *resp->add_clients() = std::move(c);
@@ -57,36 +92,54 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetPriority(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* AdminServiceImpl::PauseClient(grpc::CallbackServerContext* ctx,
                                                         const orion::v1::PauseRequest* req,
                                                         orion::v1::Client* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kOperator, "PauseClient", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   return DoneWith(ctx, state_->SetPaused(req->client_id(), true), resp);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ResumeClient(grpc::CallbackServerContext* ctx,
                                                          const orion::v1::ResumeRequest* req,
                                                          orion::v1::Client* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kOperator, "ResumeClient", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   return DoneWith(ctx, state_->SetPaused(req->client_id(), false), resp);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetPolicy(grpc::CallbackServerContext* ctx,
                                                       const orion::v1::GetPolicyRequest* req,
                                                       orion::v1::PolicyKnobs* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kReader, "GetPolicy", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   return DoneWith(ctx, state_->GetPolicy(req->gpu()), resp);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContext* ctx,
                                                       const orion::v1::SetPolicyRequest* req,
                                                       orion::v1::PolicyKnobs* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kOperator, "SetPolicy", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   return DoneWith(ctx, state_->SetPolicy(*req), resp);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetTimeline(grpc::CallbackServerContext* ctx,
                                                         const orion::v1::TimelineRequest* req,
                                                         orion::v1::TimelineResponse* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kReader, "GetTimeline", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   return DoneWith(ctx, state_->GetTimeline(*req), resp);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetKernelProfile(
     grpc::CallbackServerContext* ctx, const orion::v1::KernelProfileRequest* req,
     orion::v1::KernelProfileResponse* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kReader, "GetKernelProfile", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
   return DoneWith(ctx, state_->GetKernelProfile(req->client_id()), resp);
 }
 

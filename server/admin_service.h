@@ -1,12 +1,14 @@
 // gRPC adapters over NodeState: orion.v1.Admin (operators, orion-ctl, grpcurl) and
-// orion.v1.AgentSync (orion-agent's pod policies). Thin: validate, call NodeState, map absl codes
-// to gRPC codes with the same message.
+// orion.v1.AgentSync (orion-agent's pod policies). Thin: check the caller's token (AdminAuth:
+// readers list and read, operators also change), validate, call NodeState, map absl codes to gRPC
+// codes with the same message. Every call that changes something is logged with who made it.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include "orion/v1/admin.grpc.pb.h"
 #include "orion/v1/agent.grpc.pb.h"
+#include "server/admin_auth.h"
 #include "server/node_state.h"
 
 namespace orion::server {
@@ -15,7 +17,7 @@ grpc::Status ToGrpc(const absl::Status& s);
 
 class AdminServiceImpl final : public orion::v1::Admin::CallbackService {
  public:
-  explicit AdminServiceImpl(NodeState* state) : state_(state) {}
+  AdminServiceImpl(NodeState* state, const AdminAuth* auth) : state_(state), auth_(auth) {}
 
   grpc::ServerUnaryReactor* ListGpus(grpc::CallbackServerContext* ctx,
                                      const orion::v1::ListGpusRequest* req,
@@ -49,7 +51,12 @@ class AdminServiceImpl final : public orion::v1::Admin::CallbackService {
                                              orion::v1::KernelProfileResponse* resp) override;
 
  private:
+  // The caller if its token allows `role`; logs operator calls (allowed or refused).
+  absl::StatusOr<AdminCaller> Admit(grpc::CallbackServerContext* ctx, AdminRole role,
+                                    const char* method, const google::protobuf::Message& request);
+
   NodeState* state_;
+  const AdminAuth* auth_;
 };
 
 class AgentSyncServiceImpl final : public orion::v1::AgentSync::CallbackService {

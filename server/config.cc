@@ -267,22 +267,37 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
     return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1,
                                                    ": not valid YAML: ", e.msg));
   }
-  if (root.IsNull()) return c;  // empty file: all defaults
+  if (root.IsNull()) {  // empty file: all defaults
+    c.agent_socket = c.socket_path.substr(0, c.socket_path.rfind('/') + 1) + "agent.sock";
+    return c;
+  }
   if (!root.IsMap()) return v.Error("(top level)", "a map of settings", root);
   try {
     ORION_RETURN_IF_ERROR(v.CheckKeys(
         root, "",
-        {"node_name", "socket_path", "board_path", "admin_address", "metrics_address", "gpus",
-         "mode", "policy", "standalone", "timeline_spans_per_gpu", "hp_latency_window",
-         "kernel_profiles"}));
+        {"node_name", "socket_path", "board_path", "admin_address", "admin_auth", "agent_socket",
+         "metrics_address", "gpus", "mode", "policy", "standalone", "timeline_spans_per_gpu",
+         "hp_latency_window", "kernel_profiles"}));
     ORION_RETURN_IF_ERROR(v.String(root["node_name"], "node_name", &c.node_name));
     ORION_RETURN_IF_ERROR(v.String(root["socket_path"], "socket_path", &c.socket_path));
     ORION_RETURN_IF_ERROR(v.String(root["board_path"], "board_path", &c.board_path));
     ORION_RETURN_IF_ERROR(v.String(root["admin_address"], "admin_address", &c.admin_address));
     ORION_RETURN_IF_ERROR(
         v.String(root["metrics_address"], "metrics_address", &c.metrics_address));
-    for (const char* key : {"socket_path", "board_path"}) {
-      const std::string& p = std::string(key) == "socket_path" ? c.socket_path : c.board_path;
+    ORION_RETURN_IF_ERROR(v.String(root["agent_socket"], "agent_socket", &c.agent_socket));
+    if (const YAML::Node a = root["admin_auth"]) {
+      if (!a.IsMap()) return v.Error("admin_auth", "a map such as {tokens_file: PATH}", a);
+      ORION_RETURN_IF_ERROR(v.CheckKeys(a, "admin_auth", {"tokens_file"}));
+      ORION_RETURN_IF_ERROR(
+          v.String(a["tokens_file"], "admin_auth.tokens_file", &c.admin_tokens_file));
+    }
+    if (c.agent_socket.empty()) {
+      c.agent_socket = c.socket_path.substr(0, c.socket_path.rfind('/') + 1) + "agent.sock";
+    }
+    for (const char* key : {"socket_path", "board_path", "agent_socket"}) {
+      const std::string& p = std::string(key) == "socket_path" ? c.socket_path
+                             : std::string(key) == "board_path" ? c.board_path
+                                                                : c.agent_socket;
       if (p.empty() || p[0] != '/') return v.Error(key, "an absolute path", root[key]);
       if (p.size() >= 108) return v.Error(key, "a path shorter than 108 bytes", root[key]);
     }
@@ -344,7 +359,14 @@ const char* DefaultConfigYaml() {
 node_name: ""                          # default: $NODE_NAME, else the host name
 socket_path: /run/orion/orion.sock     # Unix socket where interposed processes register
 board_path: /run/orion/board           # shared-memory board (mapped by every client)
-admin_address: 0.0.0.0:50051           # gRPC admin API (health + reflection enabled)
+admin_address: 127.0.0.1:50051         # gRPC admin API (health + reflection enabled); loopback
+                                       # unless set: another address wants admin_auth too
+admin_auth:
+  tokens_file: ""                      # "ROLE NAME TOKEN" lines (reader | operator); empty:
+                                       # no tokens, every caller may change everything
+agent_socket: ""                       # AgentSync (pod priorities from orion-agent), a Unix
+                                       # socket for root only; default: agent.sock beside
+                                       # socket_path
 metrics_address: 0.0.0.0:9464          # Prometheus /metrics
 gpus: []                               # GPU UUIDs in board order; empty: discover, add on demand
 mode: priority                         # pass-through | priority | mps

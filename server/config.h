@@ -50,7 +50,13 @@ struct ServerConfig {
   std::string node_name;                // default: $NODE_NAME, else hostname
   std::string socket_path = contract::kDefaultSocketPath;
   std::string board_path = contract::kDefaultBoardPath;
-  std::string admin_address = "0.0.0.0:50051";
+  // Loopback by default: the admin API changes priorities, so it is reachable from elsewhere
+  // only when configured so, and then with admin_tokens_file (see admin_auth.h).
+  std::string admin_address = "127.0.0.1:50051";
+  std::string admin_tokens_file;        // empty: no tokens, every caller may do everything
+  // orion.v1.AgentSync (the agent's pod priorities), apart from the admin API: a Unix socket
+  // only root on the node can open. Empty in the file: agent.sock beside socket_path.
+  std::string agent_socket;
   std::string metrics_address = "0.0.0.0:9464";
   std::vector<std::string> gpus;        // UUIDs in board order; empty = discover + add on demand
   PolicyConfig policy;

@@ -2,11 +2,14 @@
 #include "server/orion_server.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -38,6 +41,12 @@ std::vector<std::string> DiscoverGpuUuids(const std::string& dir) {
   return uuids;
 }
 
+bool IsLoopbackAddress(const std::string& host_port) {
+  const std::string host = host_port.substr(0, host_port.rfind(':'));
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" ||
+         host_port.rfind("unix:", 0) == 0;
+}
+
 absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig config,
                                                                 ServerOptions options) {
   std::unique_ptr<OrionServer> s(new OrionServer());
@@ -67,20 +76,43 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
                                                         options.proc_root);
   if (absl::Status st = s->listener_->Start(); !st.ok()) return st;
 
+  std::vector<AdminToken> tokens;
+  if (!config.admin_tokens_file.empty()) {
+    auto loaded = LoadAdminTokens(config.admin_tokens_file);
+    if (!loaded.ok()) return loaded.status();
+    tokens = std::move(*loaded);
+  }
+  s->auth_ = std::make_unique<AdminAuth>(std::move(tokens));
+  if (!s->auth_->enabled() && !IsLoopbackAddress(config.admin_address)) {
+    std::fprintf(stderr,
+                 "orion-server: warning: the admin API on %s takes calls from anyone who can "
+                 "reach it (set admin_auth.tokens_file, or listen on 127.0.0.1)\n",
+                 config.admin_address.c_str());
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  s->admin_ = std::make_unique<AdminServiceImpl>(s->state_.get());
+  s->admin_ = std::make_unique<AdminServiceImpl>(s->state_.get(), s->auth_.get());
   s->agent_sync_ = std::make_unique<AgentSyncServiceImpl>(s->state_.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.admin_address, grpc::InsecureServerCredentials(),
                            &s->admin_port_);
   builder.RegisterService(s->admin_.get());
-  builder.RegisterService(s->agent_sync_.get());
   s->grpc_ = builder.BuildAndStart();
   if (!s->grpc_ || s->admin_port_ == 0) {
     return absl::UnavailableError(absl::StrCat(config.source, ": admin_address: cannot listen on ",
                                                config.admin_address,
                                                " (in use, or not a local address?)"));
+  }
+  // AgentSync sets pod priorities: only root on the node (the agent) may reach it.
+  ::unlink(config.agent_socket.c_str());
+  grpc::ServerBuilder agent_builder;
+  agent_builder.AddListeningPort("unix:" + config.agent_socket, grpc::InsecureServerCredentials());
+  agent_builder.RegisterService(s->agent_sync_.get());
+  s->agent_grpc_ = agent_builder.BuildAndStart();
+  if (!s->agent_grpc_ || ::chmod(config.agent_socket.c_str(), 0600) != 0) {
+    return absl::UnavailableError(absl::StrCat(config.source, ": agent_socket: cannot listen on ",
+                                               config.agent_socket));
   }
   try {
     s->exposer_ = std::make_unique<prometheus::Exposer>(config.metrics_address, 2);
@@ -114,6 +146,9 @@ void OrionServer::DrainLoop() {
 void OrionServer::Shutdown() {
   if (stop_.exchange(true)) return;
   if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (agent_grpc_) {
+    agent_grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
   if (drain_thread_.joinable()) drain_thread_.join();
   if (listener_) listener_->Stop();  // unregisters every client, removes the socket
   if (exposer_ && collector_) exposer_->RemoveCollectable(collector_);

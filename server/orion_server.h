@@ -33,6 +33,9 @@ struct ServerOptions {
 // GPU UUIDs from /proc/driver/nvidia/gpus/*/information, in PCI order (no driver library needed).
 std::vector<std::string> DiscoverGpuUuids(const std::string& driver_proc_dir);
 
+// True for 127.x.x.x, localhost, [::1] and unix: addresses.
+bool IsLoopbackAddress(const std::string& host_port);
+
 class OrionServer {
  public:
   static absl::StatusOr<std::unique_ptr<OrionServer>> Start(ServerConfig config,
@@ -50,9 +53,11 @@ class OrionServer {
 
   std::unique_ptr<NodeState> state_;
   std::unique_ptr<RegistrationListener> listener_;
+  std::unique_ptr<AdminAuth> auth_;
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<AgentSyncServiceImpl> agent_sync_;
-  std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<grpc::Server> grpc_;        // admin API (TCP)
+  std::unique_ptr<grpc::Server> agent_grpc_;  // AgentSync (Unix socket)
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<MetricsCollector> collector_;
   std::thread drain_thread_;

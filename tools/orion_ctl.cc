@@ -21,7 +21,7 @@ using orion::v1::Admin;
 
 void Usage(FILE* out) {
   std::fputs(
-      "usage: orion-ctl [--server HOST:PORT] [--json] COMMAND\n"
+      "usage: orion-ctl [--server HOST:PORT] [--token-file FILE] [--json] COMMAND\n"
       "  gpus                                  GPUs of the node and their gate mode\n"
       "  clients [--namespace NS] [--pod P] [--gpu N]\n"
       "  client ID                             one client in detail\n"
@@ -33,7 +33,9 @@ void Usage(FILE* out) {
       "                                        hp_grace_us, adapt_budget=true|false\n"
       "  timeline [--gpu N] [--last-ms N]      who ran when (default last 1000 ms)\n"
       "  profile ID [--csv FILE]               learned kernel profile; Orion CSV to FILE\n"
-      "server default: $ORION_ADMIN or localhost:50051\n",
+      "server default: $ORION_ADMIN or localhost:50051; token (sent as 'authorization: Bearer'):\n"
+      "--token-file, else $ORION_TOKEN_FILE (a file holding the token, or a tokens-file line\n"
+      "'ROLE NAME TOKEN': its last field is used)\n",
       out);
 }
 
@@ -82,11 +84,14 @@ bool ParseU32(const std::string& s, uint32_t* out) {
 int main(int argc, char** argv) {
   std::string server = std::getenv("ORION_ADMIN") ? std::getenv("ORION_ADMIN") : "localhost:50051";
   bool json = false;
+  std::string token_file = std::getenv("ORION_TOKEN_FILE") ? std::getenv("ORION_TOKEN_FILE") : "";
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--server" && i + 1 < argc) {
       server = argv[++i];
+    } else if (a == "--token-file" && i + 1 < argc) {
+      token_file = argv[++i];
     } else if (a == "--json") {
       json = true;
     } else if (a == "-h" || a == "--help") {
@@ -100,10 +105,26 @@ int main(int argc, char** argv) {
     Usage(stderr);
     return 2;
   }
+  std::string token;
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    std::string line;
+    // The first non-comment line; its last field (a bare token, or ROLE NAME TOKEN).
+    while (token.empty() && std::getline(in, line)) {
+      std::istringstream fields(line.substr(0, line.find('#')));
+      for (std::string f; fields >> f;) token = f;
+    }
+    if (token.empty()) {
+      std::fprintf(stderr, "orion-ctl: %s: no token in it (or not readable)\n",
+                   token_file.c_str());
+      return 2;
+    }
+  }
   auto stub = Admin::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
-  auto ctx = [] {
+  auto ctx = [&token] {
     auto c = std::make_unique<grpc::ClientContext>();
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!token.empty()) c->AddMetadata("authorization", "Bearer " + token);
     return c;
   };
   const std::string cmd = args[0];

@@ -390,7 +390,7 @@ TEST(PolicySimTest, KilledHighPriorityClientReleasesGateAtOnce) {
 
 class AdminApi {
  public:
-  explicit AdminApi(server::NodeState* state) : service_(state) {
+  explicit AdminApi(server::NodeState* state) : service_(state, &open_) {
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     b.RegisterService(&service_);
@@ -407,6 +407,7 @@ class AdminApi {
   orion::v1::Admin::Stub& stub() { return *stub_; }
 
  private:
+  server::AdminAuth open_{{}};  // no tokens: the API is open, as on a standalone loopback server
   server::AdminServiceImpl service_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;

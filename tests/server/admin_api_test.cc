@@ -2,9 +2,11 @@
 // every RPC's happy path, and error codes with actionable messages.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
@@ -73,10 +75,12 @@ TEST_F(AdminApiTest, ReflectionListsAndDescribesTheServices) {
   ASSERT_TRUE(stream->Read(&resp));
   std::vector<std::string> names;
   for (const auto& s : resp.list_services_response().service()) names.push_back(s.name());
-  for (const char* want : {"orion.v1.Admin", "orion.v1.AgentSync", "grpc.health.v1.Health",
+  for (const char* want : {"orion.v1.Admin", "grpc.health.v1.Health",
                            "grpc.reflection.v1alpha.ServerReflection"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
   }
+  // AgentSync lives on the agent's Unix socket only.
+  EXPECT_EQ(std::find(names.begin(), names.end(), "orion.v1.AgentSync"), names.end());
   // `grpcurl describe orion.v1.Admin` fetches the file that defines the symbol.
   req.set_file_containing_symbol("orion.v1.Admin");
   ASSERT_TRUE(stream->Write(req));
@@ -274,8 +278,23 @@ TEST_F(AdminApiTest, TimelineAndProfileFromDrainedEvents) {
   close(fd);
 }
 
+TEST_F(AdminApiTest, AgentSyncIsOnlyOnTheAgentSocket) {
+  // Not on the admin port: whoever reaches the admin API cannot set pod priorities through it.
+  auto over_tcp = orion::v1::AgentSync::NewStub(channel_);
+  grpc::ClientContext c1;
+  orion::v1::DeletePodRequest del;
+  del.set_pod_uid("11111111-2222-3333-4444-555555555555");
+  orion::v1::DeletePodResponse delr;
+  EXPECT_EQ(over_tcp->DeletePod(&c1, del, &delr).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  // The agent socket is for its owner only.
+  struct stat st{};
+  ASSERT_EQ(stat(cfg_.agent_socket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
 TEST_F(AdminApiTest, AgentPodPolicyAppliesToLiveAndFutureClients) {
-  auto agent = orion::v1::AgentSync::NewStub(channel_);
+  auto agent = orion::v1::AgentSync::NewStub(
+      grpc::CreateChannel("unix:" + cfg_.agent_socket, grpc::InsecureChannelCredentials()));
   grpc::ClientContext c1;
   orion::v1::UpsertPodsRequest up;
   auto* pod = up.add_pods();
@@ -299,6 +318,85 @@ TEST_F(AdminApiTest, AgentPodPolicyAppliesToLiveAndFutureClients) {
   del.set_pod_uid("11111111-2222-3333-4444-555555555555");
   orion::v1::DeletePodResponse delr;
   EXPECT_EQ(agent->DeletePod(&c3, del, &delr).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// With a tokens file: no token, no call; a reader reads but cannot change; an operator can; the
+// health service stays open for probes.
+class AdminAuthApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir();
+    cfg_ = testing::TestConfig(dir_);
+    cfg_.admin_tokens_file = dir_ + "/tokens";
+    std::ofstream(cfg_.admin_tokens_file) << "# who may call\n"
+                                          << "operator alice op-0123456789abcdef\n"
+                                          << "reader grafana rd-0123456789abcdef\n";
+    server_ = testing::StartServer(cfg_);
+    ASSERT_NE(server_, nullptr);
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->admin_port()),
+                                   grpc::InsecureChannelCredentials());
+    admin_ = orion::v1::Admin::NewStub(channel_);
+  }
+  grpc::Status ListClients(const std::string& token) {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    orion::v1::ListClientsResponse resp;
+    return admin_->ListClients(&ctx, orion::v1::ListClientsRequest(), &resp);
+  }
+  grpc::Status SetBudget(const std::string& token, uint32_t budget_us) {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    orion::v1::SetPolicyRequest req;
+    req.set_gpu(0);
+    req.mutable_knobs()->set_be_budget_us(budget_us);
+    req.add_fields("be_budget_us");
+    orion::v1::PolicyKnobs resp;
+    return admin_->SetPolicy(&ctx, req, &resp);
+  }
+  uint64_t Budget() {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer rd-0123456789abcdef");
+    orion::v1::GetPolicyRequest req;
+    orion::v1::PolicyKnobs resp;
+    EXPECT_TRUE(admin_->GetPolicy(&ctx, req, &resp).ok());
+    return resp.be_budget_us();
+  }
+  std::string dir_;
+  ServerConfig cfg_;
+  std::unique_ptr<OrionServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<orion::v1::Admin::Stub> admin_;
+};
+
+TEST_F(AdminAuthApiTest, CallsWithoutAKnownTokenAreRefused) {
+  grpc::Status none = ListClients("");
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(none.error_message().find("authorization: Bearer"), std::string::npos);
+  EXPECT_EQ(ListClients("not-a-token-of-this-server").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(SetBudget("", 123).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // Health needs no token (kubelet probes).
+  const grpc::internal::RpcMethod check("/grpc.health.v1.Health/Check",
+                                        grpc::internal::RpcMethod::NORMAL_RPC, channel_);
+  grpc::ClientContext ctx;
+  orion::test::wire::HealthCheckRequest req;
+  orion::test::wire::HealthCheckResponse resp;
+  EXPECT_TRUE((grpc::internal::BlockingUnaryCall<orion::test::wire::HealthCheckRequest,
+                                                 orion::test::wire::HealthCheckResponse>(
+                   channel_.get(), check, &ctx, req, &resp))
+                  .ok());
+}
+
+TEST_F(AdminAuthApiTest, ReadersReadAndOperatorsChange) {
+  EXPECT_TRUE(ListClients("rd-0123456789abcdef").ok());
+  EXPECT_TRUE(ListClients("op-0123456789abcdef").ok());
+  const uint64_t before = Budget();
+  grpc::Status reader = SetBudget("rd-0123456789abcdef", 123);
+  EXPECT_EQ(reader.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(reader.error_message().find("grafana holds a reader token"), std::string::npos);
+  EXPECT_EQ(Budget(), before);  // nothing changed
+  EXPECT_TRUE(SetBudget("op-0123456789abcdef", 123).ok());
+  EXPECT_EQ(Budget(), 123u);
 }
 
 }  // namespace

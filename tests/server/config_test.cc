@@ -11,12 +11,25 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->socket_path, "/run/orion/orion.sock");
   EXPECT_EQ(c->board_path, "/run/orion/board");
-  EXPECT_EQ(c->admin_address, "0.0.0.0:50051");
+  EXPECT_EQ(c->admin_address, "127.0.0.1:50051");  // loopback unless asked otherwise
+  EXPECT_EQ(c->admin_tokens_file, "");
+  EXPECT_EQ(c->agent_socket, "/run/orion/agent.sock");
   EXPECT_EQ(c->metrics_address, "0.0.0.0:9464");
   EXPECT_EQ(c->policy.mode, contract::GateMode::kPriority);
   EXPECT_EQ(c->policy.be_budget_us, 500u);
   EXPECT_EQ(c->policy.sm_threshold, 0u);  // no block limit
   EXPECT_TRUE(c->trust_client_requests);
+}
+
+TEST(ConfigTest, AgentSocketSitsBesideTheClientSocketUnlessSet) {
+  auto c = ParseServerConfig("socket_path: /tmp/o/orion.sock\nadmin_auth: {tokens_file: /t}\n",
+                             "a.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->agent_socket, "/tmp/o/agent.sock");
+  EXPECT_EQ(c->admin_tokens_file, "/t");
+  auto set = ParseServerConfig("agent_socket: /var/run/a.sock\n", "b.yaml");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->agent_socket, "/var/run/a.sock");
 }
 
 TEST(ConfigTest, BudgetDefaultFollowsTheModeUnlessSet) {
@@ -104,6 +117,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"policy: {be_budget: 3}", "policy.be_budget: unknown key"},
         BadCase{"socket_path: relative.sock", "socket_path: expected an absolute path"},
         BadCase{"admin_address: 50051", "admin_address: expected HOST:PORT"},
+        BadCase{"admin_auth: tokens.txt", "admin_auth: expected a map such as {tokens_file: PATH}"},
+        BadCase{"admin_auth: {token_file: /x}", "admin_auth.token_file: unknown key"},
+        BadCase{"agent_socket: agent.sock", "agent_socket: expected an absolute path"},
         BadCase{"gpus: GPU-1", "gpus: expected a list"},
         BadCase{"gpus: [nvidia0]", "gpus[0]: expected a GPU UUID"},
         BadCase{"standalone: {rules: [{process: x}]}", "standalone.rules[0]: missing key 'priority'"},

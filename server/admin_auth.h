@@ -1,0 +1,60 @@
+// Who may call the admin API: bearer tokens with one of two roles, read from a tokens file.
+//
+// A tokens file has one token a line, `ROLE NAME TOKEN` (ROLE: reader or operator; NAME: who
+// holds it, for the audit log), with blank lines and `#` comments allowed:
+//
+//   operator alice  3f9c...   # may change priorities, pause, resume, set the policy
+//   reader   grafana 77ab...  # may list, get, read timelines and profiles
+//
+// Usage:
+//   auto tokens = LoadAdminTokens("/etc/orion/admin-tokens/tokens");   // or ParseAdminTokens
+//   AdminAuth auth(std::move(*tokens));
+//   absl::StatusOr<AdminCaller> who = auth.Authorize(authorization_header, AdminRole::kOperator);
+//
+// With no tokens at all the API is open (every caller is an anonymous operator): the server then
+// listens on loopback by default, and says so at start when it does not.
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace orion::server {
+
+enum class AdminRole { kReader = 0, kOperator = 1 };  // an operator may do what a reader may
+
+const char* AdminRoleName(AdminRole role);
+
+struct AdminToken {
+  AdminRole role = AdminRole::kReader;
+  std::string name;
+  std::string token;
+};
+
+struct AdminCaller {
+  std::string name;  // "anonymous" when auth is off
+  AdminRole role = AdminRole::kOperator;
+};
+
+// Errors name the source, the line and what was wrong (never the token itself).
+absl::StatusOr<std::vector<AdminToken>> ParseAdminTokens(absl::string_view text,
+                                                         const std::string& source);
+absl::StatusOr<std::vector<AdminToken>> LoadAdminTokens(const std::string& path);
+
+class AdminAuth {
+ public:
+  explicit AdminAuth(std::vector<AdminToken> tokens) : tokens_(std::move(tokens)) {}
+  bool enabled() const { return !tokens_.empty(); }
+
+  // `authorization` is the request's "authorization" metadata ("Bearer TOKEN"; empty if absent).
+  // UNAUTHENTICATED without a known token, PERMISSION_DENIED for a reader where an operator is
+  // needed.
+  absl::StatusOr<AdminCaller> Authorize(absl::string_view authorization, AdminRole needed) const;
+
+ private:
+  std::vector<AdminToken> tokens_;
+};
+
+}  // namespace orion::server
