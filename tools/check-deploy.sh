@@ -61,6 +61,30 @@ echo -n "deploy/k8s: "
 node "${ROOT}/tools/validate-manifests.mjs" "${ROOT}"/deploy/k8s/namespace.yaml \
   "${ROOT}"/deploy/k8s/orion-gpu-share.yaml
 
+step "admin API auth in the chart"
+# On by default: the server reads tokens from the Secret the chart makes; AgentSync is a socket in
+# a volume only the node pod's containers share, never in runDir (which sharing pods mount).
+(cd "${ROOT}/tools" && node --input-type=module -e '
+  import { parseAllDocuments } from "yaml";
+  import { readFileSync } from "node:fs";
+  const objs = parseAllDocuments(readFileSync(process.argv[1], "utf8")).map((d) => d.toJSON());
+  const fail = (m) => { console.error("check-deploy: " + m); process.exit(1); };
+  const cm = objs.find((o) => o?.kind === "ConfigMap" && o.data?.["server.yaml"]);
+  const yaml = cm.data["server.yaml"];
+  if (!yaml.includes("tokens_file: /etc/orion/admin-tokens/tokens")) fail("admin_auth is not on by default");
+  if (!yaml.includes("agent_socket: /run/orion-agent/agent.sock")) fail("agent_socket is not in the pod-local volume");
+  const secret = objs.find((o) => o?.kind === "Secret" && o.metadata.name.endsWith("-admin-tokens"));
+  if (!secret) fail("no admin tokens Secret");
+  const tokens = Buffer.from(secret.data.tokens, "base64").toString();
+  if (!/^operator admin \w{40}\nreader reader \w{40}\n$/.test(tokens)) fail("tokens Secret malformed");
+  const ds = objs.find((o) => o?.kind === "DaemonSet");
+  const agent = ds.spec.template.spec.containers.find((c) => c.name === "agent");
+  if (!agent.args.includes("--server-address=unix:/run/orion-agent/agent.sock")) fail("agent does not use the socket");
+  const vol = ds.spec.template.spec.volumes.find((v) => v.name === "agent-sync");
+  if (!vol?.emptyDir) fail("agent-sync is not a pod-local emptyDir");
+  console.log("admin auth on, tokens Secret, AgentSync on a pod-local socket: ok");
+' "${WORK}/default.yaml")
+
 step "server config rendered by the chart"
 SERVER_BIN="${ORION_SERVER_BIN:-${ROOT}/build/server/orion-server}"
 if [[ -x "${SERVER_BIN}" ]]; then

@@ -5,7 +5,9 @@
 #
 # Plain manifests cannot run Helm's certificate generation, so they use the chart's
 # webhook.tls.mode=certManager (cert-manager must be installed), and ship the alert and
-# recording rules as a plain Prometheus rule file instead of a PrometheusRule object.
+# recording rules as a plain Prometheus rule file instead of a PrometheusRule object. Nor can
+# they make random admin tokens: kustomize builds the tokens Secret from deploy/k8s/admin-tokens,
+# a file the user writes first (see docs/kubernetes.md; git ignores it).
 #
 # Usage: tools/render-k8s.sh [OUT_DIR]   (default deploy/k8s)
 set -euo pipefail
@@ -36,7 +38,8 @@ YAML
 {
   echo "${HEADER}"
   "${HELM}" template orion-gpu-share "${CHART}" --namespace "${NAMESPACE}" \
-    --set webhook.tls.mode=certManager
+    --set webhook.tls.mode=certManager \
+    --set server.adminAuth.existingSecret=orion-gpu-share-admin-tokens
 } > "${OUT}/orion-gpu-share.yaml"
 
 {
@@ -54,5 +57,14 @@ kind: Kustomization
 resources:
   - namespace.yaml
   - orion-gpu-share.yaml
+# The admin API's bearer tokens: write admin-tokens first, lines "ROLE NAME TOKEN", e.g.
+#   printf 'operator admin %s\\nreader reader %s\\n' \$(openssl rand -hex 20) \$(openssl rand -hex 20) > admin-tokens
+secretGenerator:
+  - name: orion-gpu-share-admin-tokens
+    namespace: ${NAMESPACE}
+    files:
+      - tokens=admin-tokens
+generatorOptions:
+  disableNameSuffixHash: true
 YAML
 echo "rendered ${OUT}"

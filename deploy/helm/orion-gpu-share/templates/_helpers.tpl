@@ -45,3 +45,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- include "orion.webhookName" . }}-tls
 {{- end }}
 {{- end }}
+
+{{/* Name of the Secret holding the admin API tokens. */}}
+{{- define "orion.adminTokensSecret" -}}
+{{- .Values.server.adminAuth.existingSecret | default (printf "%s-admin-tokens" (include "orion.fullname" .)) -}}
+{{- end -}}
