@@ -24,6 +24,7 @@
 #include "agent/kube_api.h"
 #include "agent/pod_watcher.h"
 #include "agent/webhook_routes.h"
+#include "orion_version.h"
 
 namespace orion::agent {
 namespace {
@@ -257,6 +258,10 @@ int main(int argc, char** argv) {
   using namespace orion::agent;
   const bool webhook = argc > 1 && std::string(argv[1]) == "webhook";
   Flags flags;
+  if (argc > 1 && std::string(argv[1]) == "--version") {
+    std::printf("orion-agent %s\n", ORION_VERSION_LINE);
+    return 0;
+  }
   if (!ParseFlags(argc, argv, webhook ? 2 : 1, &flags) || flags.count("help") > 0) {
     std::fputs(kUsage, flags.count("help") > 0 ? stdout : stderr);
     return flags.count("help") > 0 ? 0 : 2;

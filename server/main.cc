@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "orion_version.h"
 #include "server/config.h"
 #include "server/orion_server.h"
 
@@ -16,6 +17,7 @@ namespace {
 void Usage() {
   std::fprintf(stderr,
                "usage: orion-server [--config FILE] [--print-default-config] [--check-config]\n"
+               "                    [--version]\n"
                "  --config FILE            YAML config (default: built-in defaults)\n"
                "  --print-default-config   print the documented default config and exit\n"
                "  --check-config           validate the config and exit\n");
@@ -35,6 +37,9 @@ int main(int argc, char** argv) {
       return 0;
     } else if (a == "--check-config") {
       check_only = true;
+    } else if (a == "--version") {
+      std::printf("orion-server %s\n", ORION_VERSION_LINE);
+      return 0;
     } else if (a == "-h" || a == "--help") {
       Usage();
       return 0;

@@ -19,6 +19,17 @@ if [[ ! -d "${ROOT}/tools/node_modules/kubernetes-models" ]]; then
   (cd "${ROOT}/tools" && npm install --no-audit --no-fund --silent)
 fi
 
+step "one version: VERSION, the chart's version and appVersion"
+VERSION="$(head -n1 "${ROOT}/VERSION")"
+for key in version appVersion; do
+  got="$(sed -n "s/^${key}: *\"\{0,1\}\([^\"]*\)\"\{0,1\}$/\1/p" "${CHART}/Chart.yaml")"
+  if [[ "${got}" != "${VERSION}" ]]; then
+    echo "check-deploy: Chart.yaml ${key} is '${got}', VERSION says '${VERSION}'" >&2
+    exit 1
+  fi
+done
+echo "${VERSION}"
+
 step "helm lint"
 "${HELM}" lint --strict "${CHART}"
 "${HELM}" lint --strict "${CHART}" --set webhook.tls.mode=certManager \

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "orion/v1/admin.grpc.pb.h"
+#include "orion_version.h"
 
 namespace {
 
@@ -94,6 +95,9 @@ int main(int argc, char** argv) {
       token_file = argv[++i];
     } else if (a == "--json") {
       json = true;
+    } else if (a == "--version") {
+      std::printf("%s %s\n", "orion-ctl", ORION_VERSION_LINE);
+      return 0;
     } else if (a == "-h" || a == "--help") {
       Usage(stdout);
       return 0;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "contract/orion_contract.h"
+#include "orion_version.h"
 
 namespace {
 
@@ -129,6 +130,9 @@ int main(int argc, char** argv) {
       socket_path = value("--socket");
     } else if (a == "--interposer") {
       interposer = value("--interposer");
+    } else if (a == "--version") {
+      std::printf("%s %s\n", "orion-run", ORION_VERSION_LINE);
+      return 0;
     } else if (a == "-h" || a == "--help") {
       Usage(stdout);
       return 0;
