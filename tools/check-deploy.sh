@@ -57,6 +57,27 @@ fi
 echo -n "examples: "
 node "${ROOT}/tools/validate-manifests.mjs" "${ROOT}"/deploy/examples/*.yaml
 
+step "the chart as users get it: helm package, a repository index, install from the tgz"
+# ORION_CHART_DIR keeps the package and index.yaml (default: a temporary folder).
+CHARTS="${ORION_CHART_DIR:-${WORK}/charts}"
+mkdir -p "${CHARTS}"
+"${HELM}" package "${CHART}" --destination "${CHARTS}" > /dev/null
+TGZ="${CHARTS}/orion-gpu-share-${VERSION}.tgz"
+[[ -f "${TGZ}" ]] || { echo "check-deploy: helm package made no ${TGZ}" >&2; exit 1; }
+"${HELM}" repo index "${CHARTS}"
+grep -q "version: ${VERSION}" "${CHARTS}/index.yaml" ||
+  { echo "check-deploy: index.yaml does not list ${VERSION}" >&2; exit 1; }
+# Nothing random (made certificates, made tokens), so that the two renderings compare.
+FIXED=(--set server.adminAuth.existingSecret=tokens --set webhook.tls.mode=certManager)
+"${HELM}" template orion-gpu-share "${TGZ}" --namespace orion-system "${FIXED[@]}" \
+  > "${WORK}/from-tgz.yaml"
+"${HELM}" template orion-gpu-share "${CHART}" --namespace orion-system "${FIXED[@]}" \
+  > "${WORK}/from-dir.yaml"
+cmp -s "${WORK}/from-tgz.yaml" "${WORK}/from-dir.yaml" ||
+  { echo "check-deploy: the packaged chart renders differently from the folder" >&2; exit 1; }
+echo -n "$(basename "${TGZ}"): "
+node "${ROOT}/tools/validate-manifests.mjs" "${WORK}/from-tgz.yaml"
+
 step "deploy/k8s equals the chart's rendering"
 mkdir -p "${WORK}/k8s"
 HELM="${HELM}" "${ROOT}/tools/render-k8s.sh" "${WORK}/k8s" >/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds everything, runs every test suite (CTest), the
-# deploy checks (Helm chart, manifests, dashboards, rules) and evaluates every dashboard and rule
-# expression in a real Prometheus scraping the built server. Exit status 0 only if all pass.
+# deploy checks (Helm chart and its package, manifests, dashboards, rules), evaluates every
+# dashboard and rule expression in a real Prometheus scraping the built server, and builds and
+# checks the image. Exit status 0 only if all pass.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -12,3 +13,11 @@ cmake --build build -j "$JOBS"
 ctest --test-dir build --output-on-failure -j "$JOBS" --timeout 300
 bash tools/check-deploy.sh
 bash tools/check-promql.sh build
+# The image the chart runs, built without a container engine and checked as a runtime sees it
+# (root: mmdebstrap and chroot).
+if [[ $(id -u) -eq 0 ]]; then
+  bash tools/build-image.sh build build/image
+  bash tools/check-image.sh build/image
+else
+  echo "test.sh: not root: the image build and its checks (tools/build-image.sh) are skipped"
+fi
