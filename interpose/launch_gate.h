@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "contract/gate_rules.h"
 #include "contract/kernel_class.h"
 #include "contract/orion_contract.h"
 
@@ -23,9 +24,7 @@ inline uint64_t MonotonicNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// Defaults for knobs a server left at 0.
-inline constexpr uint64_t kDefaultHpStaleNs = 100'000'000;  // 100 ms without progress: ignored
-inline constexpr uint64_t kMaxFutexWaitNs = 2'000'000;      // re-check knobs and staleness
+inline constexpr uint64_t kMaxFutexWaitNs = 2'000'000;  // re-check knobs and staleness
 // Without a server heartbeat for this long the gate opens (fail open: a dead server must not
 // stall best-effort work forever).
 inline constexpr uint64_t kServerHeartbeatTimeoutNs = 2'000'000'000;
@@ -42,15 +41,13 @@ struct HighPriorityView {
   uint64_t period = 0;
 };
 
-// Another client marked high priority on this GPU is busy if it has work in flight that made
-// progress recently (hp_stale_ns: a hung client stops counting), or if it launched or completed
-// work within the GPU's grace period (hp_grace_ns: the CPU gaps between the kernels of one
-// request). Slots not in hp_slot_mask, and our own slot, never count. Progress stamps in the
-// future (clock skew, scribbles) count as now.
+// Whether another client marked high priority on this GPU is busy, by the contract's rule
+// (HighPriorityActivityOf in contract/gate_rules.h; a server that left hp_stale_ns at 0 gets the
+// default). Slots not in hp_slot_mask, and our own slot, never count.
 inline HighPriorityView HighPriorityBusy(const contract::Board& board, const contract::GpuState& gpu,
                                          uint32_t own_slot, uint64_t now_ns) {
   uint64_t stale_ns = gpu.hp_stale_ns.load(std::memory_order_relaxed);
-  if (stale_ns == 0) stale_ns = kDefaultHpStaleNs;
+  if (stale_ns == 0) stale_ns = contract::kDefaultHpStaleNs;
   const uint64_t grace_ns = gpu.hp_grace_ns.load(std::memory_order_relaxed);
   HighPriorityView view;
   bool in_flight = false;
@@ -62,16 +59,18 @@ inline HighPriorityView HighPriorityBusy(const contract::Board& board, const con
       const uint32_t index = w * 64 + bit;
       if (index == own_slot) continue;
       const contract::ClientSlot& slot = board.slots[index];
-      const uint64_t progress = slot.last_progress_ns.load(std::memory_order_relaxed);
-      const uint64_t age = progress >= now_ns ? 0 : now_ns - progress;
-      if (slot.inflight.load(std::memory_order_acquire) != 0) {
-        if (age >= stale_ns) continue;
-        in_flight = true;
-      } else if (age < grace_ns) {
-        const uint64_t ends = now_ns - age + grace_ns;
-        if (ends > view.grace_ends_ns) view.grace_ends_ns = ends;
-      } else {
-        continue;
+      uint64_t age = 0;
+      switch (contract::HighPriorityActivityOf(slot, now_ns, stale_ns, grace_ns, &age)) {
+        case contract::HighPriorityActivity::kIdle:
+          continue;
+        case contract::HighPriorityActivity::kInFlight:
+          in_flight = true;
+          break;
+        case contract::HighPriorityActivity::kInGrace:
+          if (const uint64_t ends = now_ns - age + grace_ns; ends > view.grace_ends_ns) {
+            view.grace_ends_ns = ends;
+          }
+          break;
       }
       // Several busy HP clients running different classes: nothing complements them all.
       const uint32_t kclass = slot.hp_kernel_class.load(std::memory_order_relaxed);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "contract/gate_rules.h"
 #include "contract/orion_contract.h"
 
 namespace orion::server {
@@ -26,17 +27,17 @@ namespace orion::server {
 //    an H100, ResNet50 training beside ResNet50 inference kept 0.56x of its speed at 500 us and
 //    0.70x at 5 ms, the same as with no budget at all).
 constexpr uint64_t DefaultBeBudgetUs(contract::GateMode mode) {
-  return mode == contract::GateMode::kMps ? 5000 : 500;
+  return contract::DefaultBeBudgetNs(mode) / 1000;
 }
 
 // A GPU's gate knobs as published on the board; these defaults are the config's (server/config.h).
-struct GateKnobs {
-  contract::GateMode mode = contract::GateMode::kPriority;
-  uint64_t be_budget_ns = DefaultBeBudgetUs(contract::GateMode::kPriority) * 1000;
-  uint32_t sm_threshold = 0;  // 0: no limit (MPS caps the best-effort SMs)
-  uint32_t spin_ns = 20000;
-  uint64_t hp_stale_ns = 1000000000;
-  uint64_t hp_grace_ns = 500000;
+struct GateKnobs {  // defaults: contract/gate_rules.h
+  contract::GateMode mode = contract::kDefaultGateMode;
+  uint64_t be_budget_ns = contract::DefaultBeBudgetNs(contract::kDefaultGateMode);
+  uint32_t sm_threshold = contract::kDefaultSmThreshold;  // 0: no limit (MPS caps BE SMs)
+  uint32_t spin_ns = contract::kDefaultSpinNs;
+  uint64_t hp_stale_ns = contract::kDefaultHpStaleNs;
+  uint64_t hp_grace_ns = contract::kDefaultHpGraceNs;
 };
 
 class BoardFile {

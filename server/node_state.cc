@@ -54,10 +54,10 @@ constexpr uint64_t kMaxPlausibleDurationNs = 600ull * 1000000000ull;  // 10 min
 constexpr uint64_t kStuckEntryTimeoutNs = 200ull * 1000000ull;        // 200 ms
 constexpr size_t kMaxDrainPerClient = 1u << 16;
 
-// A slot has GPU work in flight that made progress within stale_ns (as the gate sees it).
-bool SlotBusy(const contract::ClientSlot& s, uint64_t now, uint64_t stale_ns) {
-  return s.inflight.load(std::memory_order_relaxed) > 0 &&
-         now - s.last_progress_ns.load(std::memory_order_relaxed) < stale_ns;
+// A high-priority slot is busy as the gate sees it (the contract's rule).
+bool SlotBusy(const contract::ClientSlot& s, uint64_t now, const GateKnobs& knobs) {
+  return contract::HighPriorityActivityOf(s, now, knobs.hp_stale_ns, knobs.hp_grace_ns) !=
+         contract::HighPriorityActivity::kIdle;
 }
 
 }  // namespace
@@ -464,7 +464,7 @@ std::vector<orion::v1::Gpu> NodeState::ListGpus() {
       ++n;
       if (c.policy.priority != Priority::kHigh) continue;
       ++hp;
-      busy = busy || SlotBusy(board_->board().slots[c.slot], now, gpu_policy_[g].knobs.hp_stale_ns);
+      busy = busy || SlotBusy(board_->board().slots[c.slot], now, gpu_policy_[g].knobs);
     }
     gpu.set_clients(n);
     gpu.set_high_priority_clients(hp);
@@ -799,7 +799,7 @@ MetricsSnapshot NodeState::Snapshot() {
     if (c.gpu < ngpus) {
       ++snap.gpus[c.gpu].clients[static_cast<uint32_t>(c.policy.priority) & 1];
       if (c.policy.priority == Priority::kHigh &&
-          SlotBusy(s, now, gpu_policy_[c.gpu].knobs.hp_stale_ns)) {
+          SlotBusy(s, now, gpu_policy_[c.gpu].knobs)) {
         snap.gpus[c.gpu].hp_busy = true;
       }
     }

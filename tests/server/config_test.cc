@@ -1,6 +1,8 @@
 // Config parsing: defaults, a full valid file, and bad inputs whose messages name file and key.
 #include "server/config.h"
 
+#include "contract/gate_rules.h"
+
 #include <gtest/gtest.h>
 
 namespace orion::server {
@@ -19,6 +21,26 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   EXPECT_EQ(c->policy.be_budget_us, 500u);
   EXPECT_EQ(c->policy.sm_threshold, 0u);  // no block limit
   EXPECT_TRUE(c->trust_client_requests);
+}
+
+TEST(ConfigTest, PrintedDefaultsAreTheContractsDefaults) {
+  // The documented default config (--print-default-config) says what the code does: the same
+  // knobs as an empty file, and those are contract/gate_rules.h's.
+  auto printed = ParseServerConfig(DefaultConfigYaml(), "default.yaml");
+  auto empty = ParseServerConfig("", "empty.yaml");
+  ASSERT_TRUE(printed.ok()) << printed.status();
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  for (const PolicyConfig* p : {&printed->policy, &empty->policy}) {
+    EXPECT_EQ(p->mode, contract::kDefaultGateMode);
+    EXPECT_EQ(p->be_budget_us * 1000, contract::DefaultBeBudgetNs(p->mode));
+    EXPECT_EQ(p->sm_threshold, contract::kDefaultSmThreshold);
+    EXPECT_EQ(p->spin_us * 1000ull, contract::kDefaultSpinNs);
+    EXPECT_EQ(p->hp_stale_ms * 1000000ull, contract::kDefaultHpStaleNs);
+    EXPECT_EQ(p->hp_grace_us * 1000ull, contract::kDefaultHpGraceNs);
+  }
+  EXPECT_EQ(printed->admin_address, empty->admin_address);
+  EXPECT_EQ(printed->agent_socket, empty->agent_socket);
+  EXPECT_EQ(printed->metrics_address, empty->metrics_address);
 }
 
 TEST(ConfigTest, AgentSocketSitsBesideTheClientSocketUnlessSet) {

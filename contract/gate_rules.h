@@ -1,0 +1,50 @@
+// The launch gate's shared rules, defined once for the server and the interposer: the defaults of
+// the knobs the server publishes on the board, and when a high-priority client counts as busy.
+// Allocation-free and libstdc++-free at run time, like the rest of contract/.
+//
+// Usage:
+//   const uint64_t grace = gpu.hp_grace_ns.load(...);
+//   if (HighPriorityActivityOf(slot, now, stale_ns, grace) != HighPriorityActivity::kIdle) ...
+#pragma once
+
+#include <stdint.h>
+
+#include "contract/orion_contract.h"
+
+namespace orion::contract {
+
+// Knob defaults (server config, board, admin API and the interposer's fallbacks all use these).
+inline constexpr GateMode kDefaultGateMode = GateMode::kPriority;
+// Best-effort GPU time allowed beside high-priority work, by mode: a time-sliced GPU runs queued
+// best-effort work before a request's kernels, so that budget is small; under MPS it co-runs.
+inline constexpr uint64_t DefaultBeBudgetNs(GateMode mode) {
+  return mode == GateMode::kMps ? 5'000'000 : 500'000;
+}
+inline constexpr uint32_t kDefaultSmThreshold = 0;          // 0: no block limit (mps mode)
+inline constexpr uint32_t kDefaultSpinNs = 20'000;          // spin before blocking at the gate
+inline constexpr uint64_t kDefaultHpStaleNs = 1'000'000'000;  // HP work without progress: ignored
+inline constexpr uint64_t kDefaultHpGraceNs = 500'000;      // CPU gaps inside one request
+
+enum class HighPriorityActivity {
+  kIdle,      // nothing in flight (or only stale work) and the grace period over
+  kInFlight,  // GPU work in flight that made progress within stale_ns
+  kInGrace,   // nothing in flight, but a launch or completion within grace_ns
+};
+
+// When a high-priority client counts as busy: work in flight that progressed within `stale_ns`
+// (a hung or killed client stops counting), or a launch or completion within `grace_ns` (the CPU
+// gaps between the kernels of one request). A progress stamp in the future (clock skew, a
+// scribbled board) counts as now. *age_ns, if given, receives the time since the last progress.
+inline HighPriorityActivity HighPriorityActivityOf(const ClientSlot& slot, uint64_t now_ns,
+                                                   uint64_t stale_ns, uint64_t grace_ns,
+                                                   uint64_t* age_ns = nullptr) {
+  const uint64_t progress = slot.last_progress_ns.load(std::memory_order_relaxed);
+  const uint64_t age = progress >= now_ns ? 0 : now_ns - progress;
+  if (age_ns != nullptr) *age_ns = age;
+  if (slot.inflight.load(std::memory_order_acquire) != 0) {
+    return age < stale_ns ? HighPriorityActivity::kInFlight : HighPriorityActivity::kIdle;
+  }
+  return age < grace_ns ? HighPriorityActivity::kInGrace : HighPriorityActivity::kIdle;
+}
+
+}  // namespace orion::contract
