@@ -57,6 +57,18 @@ fi
 echo -n "examples: "
 node "${ROOT}/tools/validate-manifests.mjs" "${ROOT}"/deploy/examples/*.yaml
 
+step "bad values fail at install with a message that names them (values.schema.json)"
+for bad in "server.mode=turbo|/server/mode" "sharesPerGpu=0|/sharesPerGpu" \
+           "webhook.tls.mode=vault|/webhook/tls/mode" "servr.mode=mps|additional properties 'servr'"; do
+  set_arg="${bad%%|*}"; want="${bad#*|}"
+  if out="$("${HELM}" template orion-gpu-share "${CHART}" --set "${set_arg}" 2>&1)"; then
+    echo "check-deploy: --set ${set_arg} was accepted" >&2; exit 1
+  fi
+  grep -qF "${want}" <<< "${out}" ||
+    { echo "check-deploy: --set ${set_arg} failed without naming ${want}: ${out}" >&2; exit 1; }
+  echo "--set ${set_arg}: refused ($(grep -F "${want}" <<< "${out}" | head -n1 | sed 's/^ *//'))"
+done
+
 step "the chart as users get it: helm package, a repository index, install from the tgz"
 # ORION_CHART_DIR keeps the package and index.yaml (default: a temporary folder).
 CHARTS="${ORION_CHART_DIR:-${WORK}/charts}"

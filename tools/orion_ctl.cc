@@ -4,6 +4,8 @@
 //           pause ID | resume ID | policy [--gpu N] [KEY=VALUE ...] |
 //           timeline [--gpu N] [--last-ms N] | profile ID [--csv FILE]
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <grpcpp/impl/codegen/rpc_method.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <chrono>
@@ -23,6 +25,7 @@ using orion::v1::Admin;
 void Usage(FILE* out) {
   std::fputs(
       "usage: orion-ctl [--server HOST:PORT] [--token-file FILE] [--json] COMMAND\n"
+      "  health                                health check, then count GPUs and clients\n"
       "  gpus                                  GPUs of the node and their gate mode\n"
       "  clients [--namespace NS] [--pod P] [--gpu N]\n"
       "  client ID                             one client in detail\n"
@@ -137,6 +140,34 @@ int main(int argc, char** argv) {
     return 2;
   };
 
+  if (cmd == "health") {
+    // grpc.health.v1.Health/Check (no token needed) without its generated code: an empty
+    // request, and a response whose field 1 (status) is 1 (SERVING): bytes 08 01.
+    auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+    const grpc::internal::RpcMethod check("/grpc.health.v1.Health/Check",
+                                          grpc::internal::RpcMethod::NORMAL_RPC, channel);
+    grpc::Slice empty_message(std::string{});
+    grpc::ByteBuffer request(&empty_message, 1), response;
+    auto c = ctx();
+    grpc::Status hs = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel.get(), check, c.get(), request, &response);
+    if (!hs.ok()) return Fail(hs);
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (response.Dump(&slices).ok()) {
+      for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    }
+    if (bytes != std::string("\x08\x01", 2)) {
+      std::fprintf(stderr, "orion-ctl health: the server is not SERVING\n");
+      return 1;
+    }
+    orion::v1::ListGpusResponse gpus;
+    if (auto s = stub->ListGpus(ctx().get(), {}, &gpus); !s.ok()) return Fail(s);
+    orion::v1::ListClientsResponse clients;
+    if (auto s = stub->ListClients(ctx().get(), {}, &clients); !s.ok()) return Fail(s);
+    std::printf("SERVING: %d GPU(s), %d client(s)\n", gpus.gpus_size(), clients.clients_size());
+    return 0;
+  }
   if (cmd == "gpus") {
     orion::v1::ListGpusResponse r;
     if (auto s = stub->ListGpus(ctx().get(), {}, &r); !s.ok()) return Fail(s);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# orion-ctl against a real orion-server with admin tokens: `health` and reads refuse a caller
+# without a token, a reader token reads but cannot change the policy, an operator token can, and
+# the server's log names who changed it.
+#   orion_ctl_auth_test.sh ORION_SERVER ORION_CTL
+set -euo pipefail
+SERVER="$1"; CTL="$2"
+W="$(mktemp -d /tmp/orion-ctl-auth.XXXXXX)"
+trap 'kill "${PID:-0}" 2>/dev/null; wait "${PID:-0}" 2>/dev/null; rm -rf "$W"' EXIT
+printf 'operator alice op-0123456789abcdef0123\nreader grafana rd-0123456789abcdef0123\n' > "$W/tokens"
+grep reader "$W/tokens" > "$W/reader"
+grep operator "$W/tokens" > "$W/operator"
+printf 'socket_path: %s/orion.sock\nboard_path: %s/board\nadmin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\nadmin_auth: {tokens_file: %s/tokens}\ngpus: [GPU-00000000-1111-2222-3333-444444444444]\n' \
+  "$W" "$W" "$W" > "$W/s.yaml"
+"$SERVER" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
+PID=$!
+port=""
+for _ in $(seq 100); do
+  port="$(sed -n 's/.*(port \([0-9]*\); gRPC health.*/\1/p' "$W/server.log")"
+  [[ -n "$port" ]] && break
+  sleep 0.05
+done
+[[ -n "$port" ]] || { cat "$W/server.log"; echo "no admin port"; exit 1; }
+ctl() { "$CTL" --server "127.0.0.1:$port" "$@"; }
+fail() { echo "FAIL: $*"; cat "$W/server.log"; exit 1; }
+
+out="$(ctl health 2>&1)" && fail "health without a token succeeded: $out"
+grep -q "requires a token" <<< "$out" || fail "no clear refusal: $out"
+out="$(ctl --token-file "$W/reader" health)" || fail "reader health: $out"
+grep -q "^SERVING: 1 GPU(s), 0 client(s)$" <<< "$out" || fail "health said: $out"
+out="$(ORION_TOKEN_FILE="$W/reader" ctl policy be_budget_us=123 2>&1)" && fail "reader changed the policy"
+grep -q "grafana holds a reader token" <<< "$out" || fail "no clear denial: $out"
+ctl --token-file "$W/operator" policy be_budget_us=123 > /dev/null || fail "operator could not set the policy"
+ctl --token-file "$W/reader" --json policy | grep -q '"be_budget_us": "123"' || fail "the budget did not change"
+grep -q "audit: SetPolicy by alice (operator)" "$W/server.log" || fail "no audit line naming alice"
+grep -q "audit: SetPolicy by refused" "$W/server.log" || fail "no audit line for the refused call"
+echo "orion-ctl auth: ok"
