@@ -51,6 +51,15 @@ class TestApiServer {
     std::lock_guard<std::mutex> lock(mu_);
     watches_.push_back(std::move(a));
   }
+  // Lines that a quiet watch already open sends as they come (a pod deleted while the agent
+  // watches), instead of a scripted answer to the next watch request.
+  void SendOnOpenWatch(std::string lines) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.push_back(std::move(lines));
+    }
+    cv_.notify_all();
+  }
 
   bool WaitFor(const std::function<bool()>& pred,
                std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
@@ -116,7 +125,17 @@ class TestApiServer {
     if (have) mg_send_chunk(conn, answer.body.data(), answer.body.size());
     if (!have) {
       std::unique_lock<std::mutex> lock(self->mu_);
-      self->cv_.wait_for(lock, std::chrono::seconds(20), [self] { return self->stopping_.load(); });
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (self->cv_.wait_until(lock, until, [self] {
+        return self->stopping_.load() || !self->live_.empty();
+      })) {
+        if (self->stopping_.load()) break;
+        const std::string lines = std::move(self->live_.front());
+        self->live_.pop_front();
+        lock.unlock();
+        mg_send_chunk(conn, lines.data(), lines.size());
+        lock.lock();
+      }
     }
     mg_send_chunk(conn, "", 0);
     return 1;
@@ -145,6 +164,7 @@ class TestApiServer {
   std::condition_variable cv_;
   std::deque<Answer> lists_;
   std::deque<Answer> watches_;
+  std::deque<std::string> live_;
   std::vector<std::string> requests_;
   std::vector<std::string> events_;
   size_t watch_requests_ = 0;
