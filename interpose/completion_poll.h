@@ -35,8 +35,10 @@ inline constexpr uint64_t kBestEffortPollNs = 20'000;
 // Where the driver cannot wait for an event (no cuEventSynchronize), high-priority records past
 // their grace are polled this often instead.
 inline constexpr uint64_t kHighPriorityPollNs = 100'000;
-// Nobody held: completions only recycle records and feed the estimates.
-inline constexpr uint64_t kLazyPollNs = 1'000'000;
+// Nobody held: completions only recycle records and feed the estimates. A trainer always has a
+// timed sample in flight, and its one-CPU pod pays for every look: at 1 ms its step p99 rose
+// 1.13x under a cgroup cpu.max of one CPU on an H100 (bench/cpu_tax_bench.py).
+inline constexpr uint64_t kLazyPollNs = 10'000'000;
 
 // What one record still pending at `now_ns` asks of the poller: a look after `sleep_ns`, or (for
 // a followed high-priority record past its client's grace) a wait for it in the driver.
