@@ -142,12 +142,16 @@ class FaultsTest : public ::testing::Test {
     return -1;
   }
 
+  // Runs a service and a trainer, stops the server with `signal`, starts a new one, and checks
+  // that both clients register with it by themselves, as they were, and are enforced again.
+  void RestartUnderLoad(int signal, const char* label);
+
   std::string dir_, config_;
   std::vector<std::string> env_;
   pid_t server_ = -1, service_ = -1, trainer_ = -1;
 };
 
-TEST_F(FaultsTest, ServerKilledAndRestartedClientsRegisterAgainWithinTwoSeconds) {
+void FaultsTest::RestartUnderLoad(int signal, const char* label) {
   StartServer();
   std::vector<std::string> hp_env = env_, be_env = env_;
   hp_env.push_back("ORION_PRIORITY=high");
@@ -171,7 +175,7 @@ TEST_F(FaultsTest, ServerKilledAndRestartedClientsRegisterAgainWithinTwoSeconds)
     EXPECT_GT(board.SlotOf(trainer_)->throttled_ns.load(), 0u);  // the gate held it
   }
 
-  kill(server_, SIGKILL);
+  kill(server_, signal);
   waitpid(server_, nullptr, 0);
   server_ = -1;
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -180,8 +184,7 @@ TEST_F(FaultsTest, ServerKilledAndRestartedClientsRegisterAgainWithinTwoSeconds)
   const double took = WaitForBothRegistered(2.0 + (NowS() - restarted_at));
   ASSERT_GE(took, 0) << "clients did not register with the new server\n"
                      << ReadFile(dir_ + "/service.log") << ReadFile(dir_ + "/trainer.log");
-  printf("{\"case\":\"server-sigkill-restart\",\"registered_again_s\":%.3f}\n",
-         NowS() - restarted_at);
+  printf("{\"case\":\"%s\",\"registered_again_s\":%.3f}\n", label, NowS() - restarted_at);
   EXPECT_LE(NowS() - restarted_at, 2.5);
 
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
@@ -210,6 +213,16 @@ TEST_F(FaultsTest, ServerKilledAndRestartedClientsRegisterAgainWithinTwoSeconds)
     *pid = -1;
   }
   EXPECT_NE(ReadFile(dir_ + "/service.log").find("registered again"), std::string::npos);
+}
+
+TEST_F(FaultsTest, ServerKilledAndRestartedClientsRegisterAgainWithinTwoSeconds) {
+  RestartUnderLoad(SIGKILL, "server-sigkill-restart");
+}
+
+// A rolling update (helm upgrade) stops the old server with SIGTERM: it unregisters its clients
+// and removes its socket and board on the way out. The running pods carry on with the new one.
+TEST_F(FaultsTest, ServerStoppedForAnUpgradeClientsRegisterWithTheNewOne) {
+  RestartUnderLoad(SIGTERM, "server-sigterm-upgrade");
 }
 
 TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100ms) {

@@ -258,6 +258,18 @@ TEST_F(InterposeIntegrationTest, NoServerPassesThroughWithOneStderrLine) {
   EXPECT_NE(run.err.find("passing CUDA calls through unchanged"), std::string::npos) << run.err;
 }
 
+TEST_F(InterposeIntegrationTest, BoardOfAnotherContractVersionIsRefusedClearly) {
+  // A server of another release (an upgrade half done): the client must not write into a board
+  // whose layout it does not know; it passes through and says why.
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/true);
+  registrar.board().header.version = c::kBoardVersion + 1;
+  const ProbeRun run = RunProbe("ORION_PRIORITY=high ORION_SOCKET=" + registrar.socket_path());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.values.at("done"), "1");
+  EXPECT_NE(run.err.find("does not match this interposer's layout"), std::string::npos) << run.err;
+  EXPECT_EQ(registrar.board().slots[0].launches.load(), 0u);  // nothing written into it
+}
+
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {
   const ProbeRun quiet = RunProbe("ORION_QUIET=1 ORION_SOCKET=" + dir_ + "/nobody-listens.sock");
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
