@@ -37,8 +37,10 @@ absl::StatusOr<std::vector<AdminToken>> ParseAdminTokens(absl::string_view text,
     if (const size_t hash = line.find('#'); hash != absl::string_view::npos) {
       line = line.substr(0, hash);
     }
-    std::vector<absl::string_view> fields =
-        absl::StrSplit(absl::StripAsciiWhitespace(line), absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    // Split at any ASCII white space: Authorize strips it around a presented token, so a token
+    // holding some (a \v, say) could never be presented.
+    std::vector<absl::string_view> fields = absl::StrSplit(
+        absl::StripAsciiWhitespace(line), absl::ByAnyChar(" \t\v\f\r"), absl::SkipEmpty());
     if (fields.empty()) continue;
     auto bad = [&](const std::string& what) {
       return absl::InvalidArgumentError(absl::StrCat(source, ":", line_no, ": ", what));

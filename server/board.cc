@@ -72,23 +72,24 @@ BoardFile::~BoardFile() {
 }
 
 int BoardFile::FindGpu(const std::string& uuid) const {
-  for (uint32_t i = 0; i < board_->header.num_gpus; ++i) {
-    if (uuid == board_->gpus[i].uuid) return static_cast<int>(i);
+  for (size_t i = 0; i < gpu_uuids_.size(); ++i) {
+    if (uuid == gpu_uuids_[i]) return static_cast<int>(i);
   }
   return -1;
 }
 
-uint32_t BoardFile::num_gpus() const { return board_->header.num_gpus; }
+uint32_t BoardFile::num_gpus() const { return static_cast<uint32_t>(gpu_uuids_.size()); }
 
 int BoardFile::FindOrAddGpu(const std::string& uuid) {
   if (int i = FindGpu(uuid); i >= 0) return i;
-  const uint32_t n = board_->header.num_gpus;
+  const uint32_t n = num_gpus();
   if (n >= contract::kMaxGpus || uuid.size() >= contract::kGpuUuidBytes) return -1;
   GpuState& g = board_->gpus[n];
   std::memset(g.uuid, 0, sizeof(g.uuid));
   std::memcpy(g.uuid, uuid.data(), uuid.size());
   PublishKnobs(n, GateKnobs{});
   g.present.store(1, std::memory_order_release);
+  gpu_uuids_.push_back(uuid);
   board_->header.num_gpus = n + 1;
   return static_cast<int>(n);
 }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "contract/gate_rules.h"
@@ -54,9 +55,11 @@ class BoardFile {
   uint64_t epoch() const { return epoch_; }
 
   // Returns the GPU index of uuid, adding it if there is room. -1 if the board is full.
+  // GPUs are looked up in the server's own record, never in the board (tenants can write it).
   int FindOrAddGpu(const std::string& uuid);
   int FindGpu(const std::string& uuid) const;
   uint32_t num_gpus() const;
+  const std::string& gpu_uuid(uint32_t gpu) const { return gpu_uuids_.at(gpu); }
 
   // Slot life cycle. AssignSlot resets the ring and all counters before publishing kActive.
   std::optional<uint32_t> AssignSlot(uint32_t client_id, uint32_t pid, uint32_t gpu,
@@ -84,6 +87,8 @@ class BoardFile {
   size_t bytes_;
   uint64_t epoch_;
   bool slot_used_[contract::kMaxSlots] = {};
+  std::vector<std::string> gpu_uuids_;  // board order; header.num_gpus and GpuState::uuid are
+                                        // copies for the clients
 };
 
 // Wakes futex waiters on a shared-memory word (FUTEX_WAKE, not private: other processes wait).

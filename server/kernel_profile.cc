@@ -132,19 +132,22 @@ absl::StatusOr<std::vector<OrionProfileRow>> ParseOrionCsv(const std::string& te
       return absl::InvalidArgumentError(absl::StrCat(
           source, ":", line_no, ": column Profile: expected -1, 0 or 1, got '", cols[1], "'"));
     }
-    if (!absl::SimpleAtod(cols[2], &footprint) || footprint < 0) {
+    // Written so that NaN fails too; the bounds keep the integer conversions below defined.
+    constexpr double kTwo32 = 4294967296.0, kTwo64 = 18446744073709551616.0;
+    if (!absl::SimpleAtod(cols[2], &footprint) || !(footprint >= 0 && footprint < kTwo64)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          source, ":", line_no, ": column Memory_footprint: expected a number >= 0, got '",
-          cols[2], "'"));
+          source, ":", line_no, ": column Memory_footprint: expected a number >= 0 (bytes, "
+          "below 2^64), got '", cols[2], "'"));
     }
-    if (!absl::SimpleAtod(cols[3], &sm) || sm < 0) {
+    if (!absl::SimpleAtod(cols[3], &sm) || !(sm >= 0 && sm < kTwo32)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          source, ":", line_no, ": column SM_usage: expected a number >= 0, got '", cols[3], "'"));
+          source, ":", line_no, ": column SM_usage: expected a number >= 0 (below 2^32), got '",
+          cols[3], "'"));
     }
-    if (!absl::SimpleAtod(cols[4], &duration) || duration < 0) {
+    if (!absl::SimpleAtod(cols[4], &duration) || !(duration >= 0 && duration < kTwo64)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          source, ":", line_no, ": column Duration: expected nanoseconds >= 0, got '", cols[4],
-          "'"));
+          source, ":", line_no, ": column Duration: expected nanoseconds >= 0 (below 2^64), got '",
+          cols[4], "'"));
     }
     r.kclass = static_cast<KernelClass>(profile);
     r.memory_footprint = static_cast<uint64_t>(footprint);

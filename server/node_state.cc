@@ -454,7 +454,7 @@ std::vector<orion::v1::Gpu> NodeState::ListGpus() {
   for (uint32_t g = 0; g < board_->num_gpus(); ++g) {
     orion::v1::Gpu gpu;
     gpu.set_index(g);
-    gpu.set_uuid(board_->board().gpus[g].uuid);
+    gpu.set_uuid(board_->gpu_uuid(g));
     gpu.set_node(config_.node_name);
     gpu.set_mode(ToProtoMode(gpu_policy_[g].knobs.mode));
     uint32_t n = 0, hp = 0;

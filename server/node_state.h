@@ -176,7 +176,10 @@ class NodeState {
   // The budget of GPU g changed: the budget search starts collecting evidence afresh.
   void RestartBudgetEvidence(uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int GpuIndexFor(const contract::RegisterRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t ToUnixNs(uint64_t mono_ns) const { return static_cast<int64_t>(mono_ns) + mono_to_unix_; }
+  // Wraps rather than overflows: event times come from rings that tenants can write.
+  int64_t ToUnixNs(uint64_t mono_ns) const {
+    return static_cast<int64_t>(mono_ns + static_cast<uint64_t>(mono_to_unix_));
+  }
 
   const ServerConfig config_;
   std::unique_ptr<BoardFile> board_;
