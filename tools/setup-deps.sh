@@ -11,6 +11,8 @@ PACKAGES=(
   prometheus            # promtool (lints /metrics and the rules) and the Prometheus server that
                         # tools/check-promql.sh evaluates every dashboard and rule expression in
   binutils              # objdump: the interposer's export and glibc-version checks
+  clang libclang-rt-14-dev llvm  # tools/fuzz.sh: libFuzzer and the sanitizer runtimes (only
+                        # recommended by clang), llvm-symbolizer for readable crash stacks
 )
 # Node.js + npm for the schema validation of the Helm chart's rendered manifests; a machine that
 # already has them (from another source than Debian) keeps its own.
