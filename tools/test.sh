@@ -21,3 +21,7 @@ if [[ $(id -u) -eq 0 ]]; then
 else
   echo "test.sh: not root: the image build and its checks (tools/build-image.sh) are skipped"
 fi
+# libFuzzer targets (tests/fuzz) for ORION_FUZZ_SECONDS each, then the test suites under ASan and
+# UBSan (own build folders: build-fuzz, build-asan).
+bash tools/fuzz.sh
+bash tools/sanitize.sh
