@@ -639,6 +639,16 @@ absl::StatusOr<orion::v1::TimelineResponse> NodeState::GetTimeline(
     return absl::NotFoundError(absl::StrCat("no GPU with index ", r.gpu(), "; this node has ",
                                             board_->num_gpus()));
   }
+  // Milliseconds that fit nanoseconds in an int64 (until year 2262); beyond, the multiplication
+  // below would overflow.
+  constexpr int64_t kMaxUnixMs = INT64_MAX / 1000000;
+  for (const auto& [name, ms] : {std::pair{"since_unix_ms", r.since_unix_ms()},
+                                 std::pair{"until_unix_ms", r.until_unix_ms()}}) {
+    if (ms < 0 || ms > kMaxUnixMs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be in [0, ", kMaxUnixMs, "], got ", ms));
+    }
+  }
   if (r.until_unix_ms() != 0 && r.until_unix_ms() < r.since_unix_ms()) {
     return absl::InvalidArgumentError("until_unix_ms is before since_unix_ms");
   }

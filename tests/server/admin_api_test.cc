@@ -178,6 +178,16 @@ TEST_F(AdminApiTest, ErrorsUseTheRightCodesAndSayWhatToDo) {
   orion::v1::TimelineResponse tl;
   s = admin_->GetTimeline(&c5, tr, &tl);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Times whose nanoseconds do not fit an int64 are refused, naming the field (they overflowed).
+  for (int64_t ms : {INT64_MAX / 1000, int64_t{-1}}) {
+    grpc::ClientContext c6;
+    orion::v1::TimelineRequest far;
+    far.set_since_unix_ms(ms);
+    s = admin_->GetTimeline(&c6, far, &tl);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << ms;
+    EXPECT_NE(s.error_message().find("since_unix_ms must be in [0, "), std::string::npos)
+        << s.error_message();
+  }
 }
 
 TEST_F(AdminApiTest, SetPolicyReachesTheBoard) {
