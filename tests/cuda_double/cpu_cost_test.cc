@@ -21,13 +21,13 @@
 #include <string>
 #include <vector>
 
+#include "tests/cuda_double/child_process.h"
+
 namespace {
 
-double NowS() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+using orion::testing::NowS;
+using orion::testing::ReadFile;
+using orion::testing::StartProcess;
 
 struct Usage {
   int status = -1;
@@ -35,28 +35,6 @@ struct Usage {
   double wall_s = 0;
   double CoreShare() const { return wall_s > 0 ? cpu_s / wall_s : 0; }
 };
-
-// Starts argv with `env` added to the environment, stdout/stderr to `log`, pinned to `cpu` if
-// cpu >= 0.
-pid_t Start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            const std::string& log, int cpu) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  if (cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    sched_setaffinity(0, sizeof(set), &set);
-  }
-  for (const std::string& kv : env) putenv(const_cast<char*>(kv.c_str()));
-  if (freopen(log.c_str(), "a", stdout) == nullptr) _exit(126);
-  dup2(STDOUT_FILENO, STDERR_FILENO);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execv(args[0], args.data());
-  _exit(127);
-}
 
 Usage Finish(pid_t pid, double started_s) {
   Usage u;
@@ -68,11 +46,6 @@ Usage Finish(pid_t pid, double started_s) {
   u.cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
             static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
   return u;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 class CpuCostTest : public ::testing::Test {
@@ -90,7 +63,7 @@ class CpuCostTest : public ::testing::Test {
     // simulated GPU lives in the work folder.
     base_env_ = {"ORION_SIM_DIR=" + dir_, "ORION_SIM_MEMORY=4Gi",
                  std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR};
-    server_ = Start({ORION_SERVER, "--config", config}, base_env_, dir_ + "/server.log", -1);
+    server_ = StartProcess({ORION_SERVER, "--config", config}, base_env_, dir_ + "/server.log", -1);
     for (int i = 0; i < 200 && access((dir_ + "/orion.sock").c_str(), F_OK) != 0; ++i) {
       usleep(25'000);
     }
@@ -126,11 +99,12 @@ class CpuCostTest : public ::testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string log = dir_ + "/" + label + (interposer ? "-interposer" : "-bare") + ".log";
     const double t0 = NowS();
-    const Usage u = Finish(Start(argv, Env(interposer, "high"), log, service_cpu_), t0);
+    const Usage u = Finish(StartProcess(argv, Env(interposer, "high"), log, service_cpu_), t0);
     EXPECT_EQ(u.status, 0) << ReadFile(log);
-    printf("{\"case\":\"%s\",\"interposer\":%s,\"cpu\":%d,\"cpu_s\":%.4f,\"wall_s\":%.3f,"
-           "\"core_share\":%.4f}\n",
-           label, interposer ? "true" : "false", service_cpu_, u.cpu_s, u.wall_s, u.CoreShare());
+    printf(
+        "{\"case\":\"%s\",\"interposer\":%s,\"cpu\":%d,\"cpu_s\":%.4f,\"wall_s\":%.3f,"
+        "\"core_share\":%.4f}\n",
+        label, interposer ? "true" : "false", service_cpu_, u.cpu_s, u.wall_s, u.CoreShare());
     fflush(stdout);
     return u;
   }
@@ -156,13 +130,11 @@ class CpuCostTest : public ::testing::Test {
 };
 
 // GPU work always in flight: 4 kernels of 2 ms per request, back to back.
-const std::vector<std::string> kClosedLoop = {"--rate",      "0",    "--requests", "150",
-                                              "--kernels",   "4",    "--kernel-us", "2000",
-                                              "--warmup",    "5"};
+const std::vector<std::string> kClosedLoop = {
+    "--rate", "0", "--requests", "150", "--kernels", "4", "--kernel-us", "2000", "--warmup", "5"};
 // Mostly idle: a short request every 200 ms on average.
-const std::vector<std::string> kMostlyIdle = {"--rate",      "5",   "--requests", "8",
-                                              "--kernels",   "1",   "--kernel-us", "100",
-                                              "--warmup",    "1"};
+const std::vector<std::string> kMostlyIdle = {
+    "--rate", "5", "--requests", "8", "--kernels", "1", "--kernel-us", "100", "--warmup", "1"};
 
 TEST_F(CpuCostTest, ClosedLoopServiceOnOneCorePaysAtMostTwoPercentOfIt) {
   EXPECT_LE(ExtraCoreShare(kClosedLoop, "hp-closed-loop"), 0.02);
@@ -176,9 +148,9 @@ TEST_F(CpuCostTest, BesideATrainerTheFollowedServiceStillPaysLittle) {
   // A best-effort trainer registered on the same GPU: the service's launches are now followed to
   // completion and the trainer is held at the gate while the service is busy.
   const std::string log = dir_ + "/trainer.log";
-  const pid_t trainer =
-      Start({ORION_SAMPLE_TRAIN, "--seconds", "12", "--kernels", "10", "--kernel-us", "1000"},
-            Env(true, "best-effort"), log, other_cpu_);
+  const pid_t trainer = StartProcess(
+      {ORION_SAMPLE_TRAIN, "--seconds", "12", "--kernels", "10", "--kernel-us", "1000"},
+      Env(true, "best-effort"), log, other_cpu_);
   usleep(300'000);
   const Usage bare = RunService(kClosedLoop, false, "hp-closed-loop-beside-trainer");
   const Usage with = RunService(kClosedLoop, true, "hp-closed-loop-beside-trainer");

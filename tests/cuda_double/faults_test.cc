@@ -22,35 +22,15 @@
 #include <vector>
 
 #include "contract/orion_contract.h"
+#include "tests/cuda_double/child_process.h"
 
 namespace {
 
 namespace c = orion::contract;
 
-double NowS() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-pid_t Start(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            const std::string& log) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  for (const std::string& kv : env) putenv(const_cast<char*>(kv.c_str()));
-  if (freopen(log.c_str(), "a", stdout) == nullptr) _exit(126);
-  dup2(STDOUT_FILENO, STDERR_FILENO);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execv(args[0], args.data());
-  _exit(127);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using orion::testing::NowS;
+using orion::testing::ReadFile;
+using orion::testing::StartProcess;
 
 // The board a server made, read-only; unmapped on destruction.
 class BoardView {
@@ -98,7 +78,8 @@ class FaultsTest : public ::testing::Test {
                            << "mode: priority\n";
     env_ = {"ORION_SIM_DIR=" + dir_, "ORION_SIM_MEMORY=4Gi",
             std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR,
-            std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_SOCKET=" + dir_ + "/orion.sock"};
+            std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB,
+            "ORION_SOCKET=" + dir_ + "/orion.sock"};
   }
   void TearDown() override {
     for (pid_t pid : {server_, service_, trainer_}) {
@@ -112,7 +93,7 @@ class FaultsTest : public ::testing::Test {
 
   void StartServer() {
     unlink((dir_ + "/orion.sock").c_str());
-    server_ = Start({ORION_SERVER, "--config", config_}, env_, dir_ + "/server.log");
+    server_ = StartProcess({ORION_SERVER, "--config", config_}, env_, dir_ + "/server.log");
     for (int i = 0; i < 200 && access((dir_ + "/orion.sock").c_str(), F_OK) != 0; ++i) {
       usleep(25'000);
     }
@@ -157,10 +138,11 @@ void FaultsTest::RestartUnderLoad(int signal, const char* label) {
   hp_env.push_back("ORION_PRIORITY=high");
   be_env.push_back("ORION_PRIORITY=best-effort");
   // A service with GPU work most of the time, and a trainer that would take the GPU from it.
-  service_ = Start({ORION_SAMPLE_INFER, "--rate", "200", "--requests", "1400", "--kernels", "2",
-                    "--kernel-us", "500", "--warmup", "5"},
-                   hp_env, dir_ + "/service.log");
-  trainer_ = Start({ORION_SAMPLE_TRAIN, "--seconds", "7", "--kernels", "10", "--kernel-us", "1000"},
+  service_ = StartProcess({ORION_SAMPLE_INFER, "--rate", "200", "--requests", "1400", "--kernels",
+                           "2", "--kernel-us", "500", "--warmup", "5"},
+                          hp_env, dir_ + "/service.log");
+  trainer_ =
+      StartProcess({ORION_SAMPLE_TRAIN, "--seconds", "7", "--kernels", "10", "--kernel-us", "1000"},
                    be_env, dir_ + "/trainer.log");
   ASSERT_GE(WaitForBothRegistered(5.0), 0) << ReadFile(dir_ + "/server.log");
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
@@ -231,11 +213,12 @@ TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100m
   hp_env.push_back("ORION_PRIORITY=high");
   be_env.push_back("ORION_PRIORITY=best-effort");
   // Back-to-back 400 ms kernels: the service always has one in flight, the trainer waits.
-  service_ = Start({ORION_SAMPLE_INFER, "--rate", "0", "--requests", "100", "--kernels", "1",
-                    "--kernel-us", "400000", "--warmup", "0"},
-                   hp_env, dir_ + "/service.log");
+  service_ = StartProcess({ORION_SAMPLE_INFER, "--rate", "0", "--requests", "100", "--kernels", "1",
+                           "--kernel-us", "400000", "--warmup", "0"},
+                          hp_env, dir_ + "/service.log");
   ASSERT_GE(WaitForSlot(service_, 5.0), 0) << ReadFile(dir_ + "/server.log");
-  trainer_ = Start({ORION_SAMPLE_TRAIN, "--seconds", "6", "--kernels", "10", "--kernel-us", "1000"},
+  trainer_ =
+      StartProcess({ORION_SAMPLE_TRAIN, "--seconds", "6", "--kernels", "10", "--kernel-us", "1000"},
                    be_env, dir_ + "/trainer.log");
   ASSERT_GE(WaitForSlot(trainer_, 5.0), 0) << ReadFile(dir_ + "/trainer.log");
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));

@@ -1,0 +1,56 @@
+// Test support for the tests that run the samples, orion-server and the interposer as real
+// processes on the CUDA driver test double: start a program with extra environment, its output
+// in a log file, optionally pinned to one CPU; read a file; a monotonic clock in seconds.
+//
+// Usage:
+//   const pid_t pid = orion::testing::StartProcess({ORION_SERVER, "--config", cfg}, env, log);
+#pragma once
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace orion::testing {
+
+inline double NowS() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Starts argv with `env` (KEY=VALUE) added to the environment, stdout and stderr appended to
+// `log`, pinned to `cpu` when cpu >= 0. Returns the child's pid.
+inline pid_t StartProcess(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& env, const std::string& log,
+                          int cpu = -1) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    sched_setaffinity(0, sizeof(set), &set);
+  }
+  for (const std::string& kv : env) putenv(const_cast<char*>(kv.c_str()));
+  if (freopen(log.c_str(), "a", stdout) == nullptr) _exit(126);
+  dup2(STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace orion::testing
