@@ -42,6 +42,7 @@ declare -A VALUE_SETS=(
   [cert-manager]="--set webhook.tls.mode=certManager"
   [existing-secret]="--set webhook.tls.mode=secret --set webhook.tls.existingSecret=my-tls --set webhook.tls.caBundle=Zm9v"
   [no-webhook]="--set webhook.enabled=false --set dashboards.enabled=false --set gpus={GPU-0,GPU-1}"
+  [gpu-operator]="--set runtimeClassName=nvidia"
 )
 for name in "${!VALUE_SETS[@]}"; do
   # shellcheck disable=SC2086
