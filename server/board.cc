@@ -100,6 +100,8 @@ std::optional<uint32_t> BoardFile::AssignSlot(uint32_t client_id, uint32_t pid, 
   for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
     if (slot_used_[i]) continue;
     slot_used_[i] = true;
+    slot_gpu_[i] = gpu;
+    slot_priority_[i] = priority;
     ClientSlot& s = board_->slots[i];
     s.state.store(static_cast<uint32_t>(contract::SlotState::kFree), std::memory_order_release);
     s.ring.Reset();
@@ -127,7 +129,7 @@ std::optional<uint32_t> BoardFile::AssignSlot(uint32_t client_id, uint32_t pid, 
 void BoardFile::FreeSlot(uint32_t slot) {
   if (slot >= contract::kMaxSlots || !slot_used_[slot]) return;
   ClientSlot& s = board_->slots[slot];
-  const uint32_t gpu = s.gpu.load(std::memory_order_relaxed);
+  const uint32_t gpu = slot_gpu_[slot];
   s.state.store(static_cast<uint32_t>(contract::SlotState::kFree), std::memory_order_release);
   s.inflight.store(0, std::memory_order_relaxed);
   slot_used_[slot] = false;
@@ -142,10 +144,8 @@ void BoardFile::RecomputePriorities(uint32_t gpu) {
   uint64_t mask[contract::kMaxSlots / 64] = {};
   uint32_t best_effort = 0;
   for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
-    const ClientSlot& s = board_->slots[i];
-    if (!slot_used_[i] || s.gpu.load(std::memory_order_relaxed) != gpu) continue;
-    if (s.priority.load(std::memory_order_relaxed) ==
-        static_cast<uint32_t>(contract::Priority::kHigh)) {
+    if (!slot_used_[i] || slot_gpu_[i] != gpu) continue;
+    if (slot_priority_[i] == contract::Priority::kHigh) {
       mask[i / 64] |= 1ull << (i % 64);
     } else {
       ++best_effort;
@@ -162,7 +162,8 @@ void BoardFile::SetPriority(uint32_t slot, contract::Priority priority) {
   if (slot >= contract::kMaxSlots) return;
   ClientSlot& s = board_->slots[slot];
   s.priority.store(static_cast<uint32_t>(priority), std::memory_order_release);
-  const uint32_t gpu = s.gpu.load(std::memory_order_relaxed);
+  slot_priority_[slot] = priority;
+  const uint32_t gpu = slot_gpu_[slot];
   RecomputePriorities(gpu);
   if (gpu < contract::kMaxGpus) WakeGate(gpu);
 }

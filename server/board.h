@@ -87,6 +87,10 @@ class BoardFile {
   size_t bytes_;
   uint64_t epoch_;
   bool slot_used_[contract::kMaxSlots] = {};
+  // The server's own record of each slot's GPU and priority: the board's copies are for the
+  // clients, and a tenant can write them (it must not put itself into hp_slot_mask).
+  uint32_t slot_gpu_[contract::kMaxSlots] = {};
+  contract::Priority slot_priority_[contract::kMaxSlots] = {};
   std::vector<std::string> gpu_uuids_;  // board order; header.num_gpus and GpuState::uuid are
                                         // copies for the clients
 };

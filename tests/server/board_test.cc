@@ -31,6 +31,37 @@ TEST(BoardTest, HeaderAndLayoutAreValidForClients) {
   EXPECT_STREQ(mapped->gpus[1].uuid, "GPU-b");
 }
 
+TEST(BoardTest, PriorityMaskAndBestEffortCountComeFromTheServersRecord) {
+  const std::string dir = testing::MakeTempDir();
+  auto board = BoardFile::Create(dir + "/board");
+  ASSERT_TRUE(board.ok()) << board.status();
+  BoardFile& b = **board;
+  contract::Board* mapped = testing::MapBoard(dir + "/board");
+  ASSERT_NE(mapped, nullptr);
+  ASSERT_EQ(b.FindOrAddGpu("GPU-a"), 0);
+  const auto hp = b.AssignSlot(1, 100, 0, contract::Priority::kHigh, 0);
+  const auto be = b.AssignSlot(2, 200, 0, contract::Priority::kBestEffort, 0);
+  ASSERT_TRUE(hp && be);
+  const contract::GpuState& gpu = mapped->gpus[0];
+  EXPECT_EQ(gpu.hp_slot_mask[0].load(), 1ull << *hp);
+  EXPECT_EQ(gpu.be_clients.load(), 1u);
+  // A best-effort tenant writes high priority into its slot and moves the HP client to another
+  // GPU on the board; the next recomputation (a third client arrives) must not believe either.
+  mapped->slots[*be].priority.store(static_cast<uint32_t>(contract::Priority::kHigh));
+  mapped->slots[*hp].gpu.store(7);
+  const auto third = b.AssignSlot(3, 300, 0, contract::Priority::kBestEffort, 0);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(gpu.hp_slot_mask[0].load(), 1ull << *hp);
+  EXPECT_EQ(gpu.be_clients.load(), 2u);
+  // The admin API's change goes through the server's record.
+  b.SetPriority(*be, contract::Priority::kHigh);
+  EXPECT_EQ(gpu.hp_slot_mask[0].load(), (1ull << *hp) | (1ull << *be));
+  EXPECT_EQ(gpu.be_clients.load(), 1u);
+  // Freeing uses the recorded GPU too, whatever the slot says.
+  b.FreeSlot(*hp);
+  EXPECT_EQ(gpu.hp_slot_mask[0].load(), 1ull << *be);
+}
+
 TEST(BoardTest, ChildProcessEventsArriveInOrder) {
   const std::string dir = testing::MakeTempDir();
   auto board = BoardFile::Create(dir + "/board");
