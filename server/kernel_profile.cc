@@ -18,21 +18,36 @@ const char* KernelClassName(KernelClass c) {
   }
 }
 
+KernelStats* KernelProfileBook::Stats(uint64_t func) {
+  if (auto it = kernels_.find(func); it != kernels_.end()) return &it->second;
+  if (kernels_.size() >= kMaxKernels) {
+    ++dropped_events_;
+    return nullptr;
+  }
+  return &kernels_[func];
+}
+
 void KernelProfileBook::OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads) {
-  KernelStats& k = kernels_[func];
+  KernelStats* stats = Stats(func);
+  if (stats == nullptr) return;
+  KernelStats& k = *stats;
   ++k.launches;
   k.max_blocks = std::max(k.max_blocks, blocks);
   k.threads_per_block = threads;
 }
 
 void KernelProfileBook::OnName(uint64_t func, const std::string& name) {
-  KernelStats& k = kernels_[func];
+  KernelStats* stats = Stats(func);
+  if (stats == nullptr) return;
+  KernelStats& k = *stats;
   k.name = name;
   if (k.kclass == KernelClass::kUnknown) k.kclass = ClassifyKernelName(name);
 }
 
 void KernelProfileBook::OnDuration(uint64_t func, uint64_t ns) {
-  KernelStats& k = kernels_[func];
+  KernelStats* stats = Stats(func);
+  if (stats == nullptr) return;
+  KernelStats& k = *stats;
   ++k.samples;
   k.duration_sum_ns += ns;
   const uint32_t us = static_cast<uint32_t>(std::min<uint64_t>(ns / 1000, UINT32_MAX));

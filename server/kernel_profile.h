@@ -66,6 +66,9 @@ struct OrionProfileRow {
 class KernelProfileBook {
  public:
   static constexpr size_t kRecent = 64;
+  // Distinct functions kept per client (the interposer's own table holds 8192): the events come
+  // from a ring the tenant writes, and ever-new handles must not grow the server without bound.
+  static constexpr size_t kMaxKernels = 8192;
   void OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads_per_block);
   void OnName(uint64_t func, const std::string& name);
   void OnDuration(uint64_t func, uint64_t duration_ns);
@@ -73,6 +76,8 @@ class KernelProfileBook {
   uint64_t EstimateNs(uint64_t func) const;
   const std::string* NameOf(uint64_t func) const;
   const std::unordered_map<uint64_t, KernelStats>& kernels() const { return kernels_; }
+  // Events about functions beyond kMaxKernels, left out.
+  uint64_t dropped_events() const { return dropped_events_; }
   std::string ToOrionCsv() const;
   // Applies known classes/durations from an imported Orion profile, matched by name: to every
   // kernel, or to the one kernel func (when its name has just arrived).
@@ -80,7 +85,11 @@ class KernelProfileBook {
   void ApplyKnown(uint64_t func, const std::unordered_map<std::string, OrionProfileRow>& known);
 
  private:
+  // The stats of func, added if there is room; null when the book is full.
+  KernelStats* Stats(uint64_t func);
+
   std::unordered_map<uint64_t, KernelStats> kernels_;
+  uint64_t dropped_events_ = 0;
 };
 
 // Parses an Orion profile CSV; errors name the source, the line and the column.

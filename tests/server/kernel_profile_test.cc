@@ -76,5 +76,21 @@ TEST(OrionCsvTest, RejectsBadFilesWithLineAndColumn) {
   EXPECT_FALSE(ParseOrionCsv("", "e.csv").ok());
 }
 
+TEST(KernelProfileTest, EverNewFunctionsStopAtTheBound) {
+  // A tenant's ring can name a new function in every event; the book keeps kMaxKernels of them.
+  KernelProfileBook book;
+  for (uint64_t f = 1; f <= KernelProfileBook::kMaxKernels + 100; ++f) {
+    book.OnLaunch(f, 1, 32);
+    book.OnName(f, "k");
+  }
+  EXPECT_EQ(book.kernels().size(), KernelProfileBook::kMaxKernels);
+  EXPECT_EQ(book.dropped_events(), 200u);
+  // Functions already known keep counting.
+  book.OnDuration(1, 5000);
+  book.OnLaunch(1, 2, 32);
+  EXPECT_EQ(book.kernels().at(1).launches, 2u);
+  EXPECT_EQ(book.kernels().at(1).samples, 1u);
+}
+
 }  // namespace
 }  // namespace orion::server
