@@ -2,11 +2,13 @@
 #include "agent/interposer_install.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -122,9 +124,34 @@ absl::StatusOr<std::string> InstallInterposer(const std::string& source_file,
     return a.last_write_time() > b.last_write_time();
   });
   for (size_t i = std::max(0, keep_versions - 1); i < old.size(); ++i) {
-    fs::remove_all(old[i].path(), ec);
+    const std::string dir = old[i].path().string();
+    const std::string file = absl::StrCat(dir, "/", file_name);
+    // A process that loaded this version holds a shared lock on the file (interpose/
+    // version_pin.cc); the exclusive lock is held until the folder is renamed away, so no
+    // process can mark it in between.
+    const int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      close(fd);
+      std::fprintf(stderr, "orion-agent: keeping interposer version %s: a running process uses it\n",
+                   old[i].path().filename().c_str());
+      continue;
+    }
+    const std::string retired = absl::StrCat(versions, "/.retired-", old[i].path().filename().string());
+    fs::remove_all(retired, ec);
+    const bool moved = rename(dir.c_str(), retired.c_str()) == 0;
+    if (fd >= 0) close(fd);
+    fs::remove_all(moved ? retired : dir, ec);
   }
   return target;
+}
+
+bool InterposerVersionInUse(const std::string& version_dir) {
+  const std::string file = absl::StrCat(version_dir, "/", std::string(kInterposerFileName));
+  const int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool in_use = flock(fd, LOCK_EX | LOCK_NB) != 0;
+  close(fd);
+  return in_use;
 }
 
 }  // namespace orion::agent

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: orion-agent [FLAGS]            node agent (DaemonSet)\n"
     "       orion-agent webhook [FLAGS]    mutating admission webhook\n"
+    "       orion-agent gpus [--proc-gpus-dir DIR]   list GPUs and whether they are shared\n"
     "node agent flags (--name=value):\n"
     "  --node-name            default $NODE_NAME\n"
     "  --resource-name        extended resource (orion.io/gpu)\n"
@@ -44,6 +46,10 @@ constexpr char kUsage[] =
     "  --host-lib-dir         host folder receiving versions of it (/var/lib/orion)\n"
     "  --container-lib-dir    where pods see it (/usr/local/orion/lib)\n"
     "  --run-dir              server socket + board folder (/run/orion)\n"
+    "  --device-list-strategy envvar | cdi-cri | cdi-annotations (envvar)\n"
+    "  --cdi-kind             CDI device kind; names are KIND=<GPU UUID> (nvidia.com/gpu)\n"
+    "  --mps-pipe-dir         MPS daemon pipe folder handed to containers (none)\n"
+    "  --mps-shm-dir          host folder shared as /dev/shm with the MPS daemon (none)\n"
     "  --health-address       /healthz and /readyz (0.0.0.0:8081)\n"
     "  --kube-api-url         API server URL (default: in-cluster)\n"
     "  --kube-token-file, --kube-ca-file   with --kube-api-url\n"
@@ -153,6 +159,21 @@ int RunNodeAgent(const Flags& flags) {
   plugin_config.layout.container_lib_dir =
       Flag(flags, "container-lib-dir", plugin_config.layout.container_lib_dir);
   plugin_config.layout.run_dir = Flag(flags, "run-dir", plugin_config.layout.run_dir);
+  const std::string strategy = Flag(flags, "device-list-strategy", "envvar");
+  if (!ParseDeviceListStrategy(strategy, &plugin_config.layout.device_list)) {
+    std::fprintf(stderr, "orion-agent: --device-list-strategy: expected envvar, cdi-cri or "
+                 "cdi-annotations, got \"%s\"\n", strategy.c_str());
+    return 2;
+  }
+  plugin_config.layout.cdi_kind = Flag(flags, "cdi-kind", plugin_config.layout.cdi_kind);
+  if (plugin_config.layout.cdi_kind.find('/') == std::string::npos ||
+      plugin_config.layout.cdi_kind.find('=') != std::string::npos) {
+    std::fprintf(stderr, "orion-agent: --cdi-kind: expected VENDOR/CLASS (nvidia.com/gpu), got "
+                 "\"%s\"\n", plugin_config.layout.cdi_kind.c_str());
+    return 2;
+  }
+  plugin_config.layout.mps_pipe_dir = Flag(flags, "mps-pipe-dir", "");
+  plugin_config.layout.mps_shm_dir = Flag(flags, "mps-shm-dir", "");
 
   // 1. The interposer must be on the host before any pod is handed LD_PRELOAD of it.
   const std::string host_lib_dir = Flag(flags, "host-lib-dir", "/var/lib/orion");
@@ -171,6 +192,9 @@ int RunNodeAgent(const Flags& flags) {
   std::unique_ptr<DevicePlugin> plugin;
   const std::string gpus_flag = Flag(flags, "gpus", "");
   const std::string proc_gpus = Flag(flags, "proc-gpus-dir", "/proc/driver/nvidia/gpus");
+  NvmlMigProbe nvml;
+  std::mutex gpus_mu;
+  std::string gpus_text;  // last discovery, for /gpus and the log
   auto current_gpus = [&] {
     if (!gpus_flag.empty()) {
       std::vector<std::string> out;
@@ -179,7 +203,21 @@ int RunNodeAgent(const Flags& flags) {
       }
       return out;
     }
-    return DiscoverGpus(proc_gpus);
+    const std::vector<Gpu> gpus = DiscoverGpus(proc_gpus, &nvml);
+    const std::string text = DescribeGpus(gpus);
+    std::lock_guard<std::mutex> lock(gpus_mu);
+    if (text != gpus_text) {  // log each change once: a refused GPU is said plainly
+      for (const Gpu& g : gpus) {
+        if (!g.Shareable()) {
+          std::fprintf(stderr, "orion-agent: GPU %s not shared: %s. Disable MIG on it "
+                       "(nvidia-smi -i %s -mig 0) or keep this node out of the chart's "
+                       "nodeSelector.\n", g.uuid.c_str(), g.refusal.c_str(), g.uuid.c_str());
+        }
+      }
+      std::fprintf(stderr, "orion-agent: GPUs:\n%s", text.empty() ? "  (none found)\n" : text.c_str());
+      gpus_text = text;
+    }
+    return ShareableGpus(gpus);
   };
   if (with_plugin && installed) {
     plugin = std::make_unique<DevicePlugin>(plugin_config);
@@ -226,6 +264,10 @@ int RunNodeAgent(const Flags& flags) {
   auto health = HttpEndpoint::Start(
       {.listen_address = Flag(flags, "health-address", "0.0.0.0:8081")},
       {{"/healthz", [](const HttpRequest&) { return Text(200, "ok\n"); }},
+       {"/gpus", [&](const HttpRequest&) {
+          std::lock_guard<std::mutex> lock(gpus_mu);
+          return HttpReply{200, "text/plain", gpus_text};
+        }},
        {"/readyz", [&](const HttpRequest&) {
           const std::string why = ready();
           return why.empty() ? Text(200, "ok\n") : HttpReply{503, "text/plain", why + "\n"};
@@ -257,14 +299,23 @@ int RunNodeAgent(const Flags& flags) {
 int main(int argc, char** argv) {
   using namespace orion::agent;
   const bool webhook = argc > 1 && std::string(argv[1]) == "webhook";
+  const bool gpus = argc > 1 && std::string(argv[1]) == "gpus";
   Flags flags;
   if (argc > 1 && std::string(argv[1]) == "--version") {
     std::printf("orion-agent %s\n", ORION_VERSION_LINE);
     return 0;
   }
-  if (!ParseFlags(argc, argv, webhook ? 2 : 1, &flags) || flags.count("help") > 0) {
+  if (!ParseFlags(argc, argv, webhook || gpus ? 2 : 1, &flags) || flags.count("help") > 0) {
     std::fputs(kUsage, flags.count("help") > 0 ? stdout : stderr);
     return flags.count("help") > 0 ? 0 : 2;
+  }
+  if (gpus) {
+    NvmlMigProbe nvml;
+    const std::vector<Gpu> found =
+        DiscoverGpus(Flag(flags, "proc-gpus-dir", "/proc/driver/nvidia/gpus"), &nvml);
+    std::printf("%s", DescribeGpus(found).c_str());
+    std::printf("MIG mode read from: %s\n", nvml.Loaded() ? "NVML" : "/proc capabilities");
+    return found.empty() ? 1 : 0;
   }
   return webhook ? RunWebhook(flags) : RunNodeAgent(flags);
 }

@@ -14,6 +14,19 @@ namespace {
 constexpr char kSeparator[] = "::";
 }  // namespace
 
+bool ParseDeviceListStrategy(std::string_view text, DeviceListStrategy* out) {
+  if (text == "envvar") {
+    *out = DeviceListStrategy::kEnvVar;
+  } else if (text == "cdi-cri") {
+    *out = DeviceListStrategy::kCdiCri;
+  } else if (text == "cdi-annotations") {
+    *out = DeviceListStrategy::kCdiAnnotations;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 std::string ShareId(std::string_view gpu_uuid, int index) {
   return absl::StrCat(std::string(gpu_uuid), kSeparator, index);
 }
@@ -42,7 +55,21 @@ v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::st
   }
   v1beta1::ContainerAllocateResponse r;
   auto& envs = *r.mutable_envs();
-  envs["NVIDIA_VISIBLE_DEVICES"] = absl::StrJoin(gpus, ",");
+  std::vector<std::string> cdi_names;
+  for (const std::string& gpu : gpus) cdi_names.push_back(absl::StrCat(layout.cdi_kind, "=", gpu));
+  switch (layout.device_list) {
+    case DeviceListStrategy::kEnvVar:
+      envs["NVIDIA_VISIBLE_DEVICES"] = absl::StrJoin(gpus, ",");
+      break;
+    case DeviceListStrategy::kCdiCri:
+      envs["NVIDIA_VISIBLE_DEVICES"] = "void";
+      for (const std::string& name : cdi_names) r.add_cdi_devices()->set_name(name);
+      break;
+    case DeviceListStrategy::kCdiAnnotations:
+      envs["NVIDIA_VISIBLE_DEVICES"] = "void";
+      (*r.mutable_annotations())[kCdiAnnotationKey] = absl::StrJoin(cdi_names, ",");
+      break;
+  }
   envs["LD_PRELOAD"] = absl::StrCat(layout.container_lib_dir, "/", std::string(kInterposerFileName));
   envs[contract::kEnvSocket] = absl::StrCat(layout.run_dir, "/", layout.socket_name);
   v1beta1::Mount* lib = r.add_mounts();
@@ -53,6 +80,13 @@ v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::st
   run->set_container_path(layout.run_dir);
   run->set_host_path(layout.run_dir);
   run->set_read_only(false);
+  if (!layout.mps_pipe_dir.empty()) envs["CUDA_MPS_PIPE_DIRECTORY"] = layout.mps_pipe_dir;
+  if (!layout.mps_shm_dir.empty()) {
+    v1beta1::Mount* shm = r.add_mounts();
+    shm->set_container_path("/dev/shm");
+    shm->set_host_path(layout.mps_shm_dir);
+    shm->set_read_only(false);
+  }
   return r;
 }
 

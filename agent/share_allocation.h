@@ -18,6 +18,21 @@
 namespace orion::agent {
 
 inline constexpr std::string_view kInterposerFileName = "liborion_interpose.so";
+// Annotation carrying CDI device names (cdi.k8s.io/<plugin>_<device>, as the CDI spec names
+// them); one per container, listing all its GPUs.
+inline constexpr char kCdiAnnotationKey[] = "cdi.k8s.io/orion-gpu-share_gpus";
+
+// How a container is given its GPUs, as NVIDIA's device plugin names the choices:
+//   kEnvVar: NVIDIA_VISIBLE_DEVICES=<uuids>, read by the NVIDIA container runtime (legacy mode);
+//   kCdiCri: CDI device names in the Allocate response's cdi_devices (kubelet >= 1.28 passes
+//            them to the runtime through the CRI), for a CDI-only container toolkit;
+//   kCdiAnnotations: the same names in a cdi.k8s.io/ annotation, for runtimes that read CDI
+//            annotations (containerd >= 1.7, CRI-O).
+// In both CDI modes NVIDIA_VISIBLE_DEVICES is "void", so an image that sets it to "all" (CUDA
+// base images do) cannot widen the container's GPUs through a legacy-mode runtime.
+enum class DeviceListStrategy { kEnvVar, kCdiCri, kCdiAnnotations };
+// Parses "envvar", "cdi-cri", "cdi-annotations"; false otherwise.
+bool ParseDeviceListStrategy(std::string_view text, DeviceListStrategy* out);
 
 // Where things are on the host and in the container; Allocate hands out these paths.
 struct ContainerLayout {
@@ -25,6 +40,13 @@ struct ContainerLayout {
   std::string container_lib_dir = "/usr/local/orion/lib";
   std::string run_dir = "/run/orion";                 // socket + board, same path both sides
   std::string socket_name = "orion.sock";
+  DeviceListStrategy device_list = DeviceListStrategy::kEnvVar;
+  std::string cdi_kind = "nvidia.com/gpu";  // CDI names are <kind>=<GPU UUID>
+  // MPS control daemon run by the chart (empty: none). Containers get CUDA_MPS_PIPE_DIRECTORY
+  // (the pipe folder sits in run_dir, mounted already) and the daemon's shared-memory folder as
+  // their /dev/shm, which MPS clients and server must share.
+  std::string mps_pipe_dir;
+  std::string mps_shm_dir;
 };
 
 std::string ShareId(std::string_view gpu_uuid, int index);
@@ -32,8 +54,9 @@ std::string ShareId(std::string_view gpu_uuid, int index);
 std::string GpuOfShare(std::string_view share_id);
 std::vector<std::string> ShareIds(const std::vector<std::string>& gpu_uuids, int shares_per_gpu);
 
-// Env (NVIDIA_VISIBLE_DEVICES, LD_PRELOAD, ORION_SOCKET) and mounts (interposer folder read-only,
-// run folder read-write: clients map the board and connect to the socket) for one container.
+// Env (the GPUs by `layout.device_list`, LD_PRELOAD, ORION_SOCKET, MPS pipe), CDI devices or
+// annotations, and mounts (interposer folder read-only; run folder read-write: clients map the
+// board and connect to the socket; MPS shared memory) for one container.
 v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::string>& share_ids,
                                                        const ContainerLayout& layout);
 

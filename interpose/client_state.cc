@@ -17,6 +17,7 @@
 #include "interpose/completion_tracker.h"
 #include "interpose/real_driver.h"
 #include "interpose/tables.h"
+#include "interpose/version_pin.h"
 
 extern "C" char* program_invocation_short_name;
 
@@ -106,6 +107,7 @@ void OnForkChild() {
 }
 
 void InitProcess() {
+  PinLoadedVersion();
   g_config = ReadEnvConfig(getenv);
   g_driver_ok = EnsureDriverResolved();
   // Disabled or no driver: the hooks only forward (or report CUDA_ERROR_NOT_INITIALIZED).

@@ -18,6 +18,7 @@ __asm__(".symver dlvsym,dlvsym@" ORION_GLIBC_BASE);
 __asm__(".symver dlopen,dlopen@" ORION_GLIBC_BASE);
 __asm__(".symver dlclose,dlclose@" ORION_GLIBC_BASE);
 __asm__(".symver dlerror,dlerror@" ORION_GLIBC_BASE);
+__asm__(".symver dladdr,dladdr@" ORION_GLIBC_BASE);
 __asm__(".symver pthread_once,pthread_once@" ORION_GLIBC_BASE);
 __asm__(".symver pthread_create,pthread_create@" ORION_GLIBC_BASE);
 __asm__(".symver pthread_detach,pthread_detach@" ORION_GLIBC_BASE);

@@ -43,6 +43,8 @@ declare -A VALUE_SETS=(
   [existing-secret]="--set webhook.tls.mode=secret --set webhook.tls.existingSecret=my-tls --set webhook.tls.caBundle=Zm9v"
   [no-webhook]="--set webhook.enabled=false --set dashboards.enabled=false --set gpus={GPU-0,GPU-1}"
   [gpu-operator]="--set runtimeClassName=nvidia"
+  [cdi]="--set runtimeClassName=nvidia --set deviceListStrategy=cdi-cri"
+  [mps-daemon]="--set runtimeClassName=nvidia --set mps.daemon.enabled=true --set server.mode=mps"
 )
 for name in "${!VALUE_SETS[@]}"; do
   # shellcheck disable=SC2086
@@ -60,7 +62,8 @@ node "${ROOT}/tools/validate-manifests.mjs" "${ROOT}"/deploy/examples/*.yaml
 
 step "bad values fail at install with a message that names them (values.schema.json)"
 for bad in "server.mode=turbo|/server/mode" "sharesPerGpu=0|/sharesPerGpu" \
-           "webhook.tls.mode=vault|/webhook/tls/mode" "servr.mode=mps|additional properties 'servr'"; do
+           "webhook.tls.mode=vault|/webhook/tls/mode" "servr.mode=mps|additional properties 'servr'" \
+           "deviceListStrategy=volume-mounts|/deviceListStrategy" "mps.daemon.enable=true|'enable'"; do
   set_arg="${bad%%|*}"; want="${bad#*|}"
   if out="$("${HELM}" template orion-gpu-share "${CHART}" --set "${set_arg}" 2>&1)"; then
     echo "check-deploy: --set ${set_arg} was accepted" >&2; exit 1
@@ -129,6 +132,33 @@ step "admin API auth in the chart"
   if (!vol?.emptyDir) fail("agent-sync is not a pod-local emptyDir");
   console.log("admin auth on, tokens Secret, AgentSync on a pod-local socket: ok");
 ' "${WORK}/default.yaml")
+
+step "GPU stack combinations in the chart: CDI and the MPS daemon"
+(cd "${ROOT}/tools" && node --input-type=module -e '
+  import { parseAllDocuments } from "yaml";
+  import { readFileSync } from "node:fs";
+  const fail = (m) => { console.error("check-deploy: " + m); process.exit(1); };
+  const node = (file) => {
+    const objs = parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJSON());
+    return objs.find((o) => o?.kind === "DaemonSet").spec.template.spec;
+  };
+  const plain = node(process.argv[1]), cdi = node(process.argv[2]), mps = node(process.argv[3]);
+  const agentOf = (spec) => spec.containers.find((c) => c.name === "agent");
+  if (!agentOf(plain).args.includes("--device-list-strategy=envvar")) fail("envvar is not the default");
+  if (plain.containers.some((c) => c.name === "mps-control-daemon")) fail("MPS daemon on by default");
+  if (!agentOf(cdi).args.includes("--device-list-strategy=cdi-cri")) fail("cdi-cri not passed to the agent");
+  if (cdi.runtimeClassName !== "nvidia") fail("runtimeClassName not rendered");
+  const daemon = mps.containers.find((c) => c.name === "mps-control-daemon");
+  if (!daemon) fail("mps.daemon.enabled renders no daemon container");
+  if (daemon.command.join(" ") !== "nvidia-cuda-mps-control -f") fail("daemon command: " + daemon.command);
+  const env = Object.fromEntries(daemon.env.map((e) => [e.name, e.value]));
+  const args = agentOf(mps).args;
+  if (!args.includes("--mps-pipe-dir=" + env.CUDA_MPS_PIPE_DIRECTORY)) fail("agent and daemon disagree on the pipe folder");
+  const shm = mps.volumes.find((v) => v.name === "mps-shm").hostPath.path;
+  if (!args.includes("--mps-shm-dir=" + shm)) fail("agent and daemon disagree on the shared memory");
+  if (daemon.volumeMounts.find((m) => m.name === "mps-shm").mountPath !== "/dev/shm") fail("daemon /dev/shm");
+  console.log("envvar by default, cdi-cri passed through, MPS daemon and agent agree on pipe and shm: ok");
+' "${WORK}/default.yaml" "${WORK}/cdi.yaml" "${WORK}/mps-daemon.yaml")
 
 step "server config rendered by the chart"
 SERVER_BIN="${ORION_SERVER_BIN:-${ROOT}/build/server/orion-server}"

@@ -171,6 +171,58 @@ TEST_F(DevicePluginTest, RegistersAgainAfterKubeletRestart) {
   EXPECT_TRUE(stub->Allocate(&ctx, request, &response).ok());
 }
 
+// With a CDI-only container toolkit the GPUs go as CDI device names (through the CRI, or as an
+// annotation), and NVIDIA_VISIBLE_DEVICES is "void" so an image's own "all" cannot widen them.
+TEST(ContainerAllocation, CdiDeviceNamesInsteadOfTheVariable) {
+  ContainerLayout layout;
+  layout.host_lib_dir = "/var/lib/orion/versions/0123abcd";
+  const std::vector<std::string> shares = {std::string(kGpu0) + "::0", std::string(kGpu0) + "::3",
+                                           std::string(kGpu1) + "::1"};
+  DeviceListStrategy strategy;
+  ASSERT_TRUE(ParseDeviceListStrategy("cdi-cri", &strategy));
+  layout.device_list = strategy;
+  v1beta1::ContainerAllocateResponse cri = ContainerAllocation(shares, layout);
+  ASSERT_EQ(cri.cdi_devices_size(), 2);
+  EXPECT_EQ(cri.cdi_devices(0).name(), std::string("nvidia.com/gpu=") + kGpu0);
+  EXPECT_EQ(cri.cdi_devices(1).name(), std::string("nvidia.com/gpu=") + kGpu1);
+  EXPECT_EQ(cri.envs().at("NVIDIA_VISIBLE_DEVICES"), "void");
+  EXPECT_TRUE(cri.annotations().empty());
+  EXPECT_EQ(cri.envs().at("LD_PRELOAD"), "/usr/local/orion/lib/liborion_interpose.so");
+
+  ASSERT_TRUE(ParseDeviceListStrategy("cdi-annotations", &strategy));
+  layout.device_list = strategy;
+  v1beta1::ContainerAllocateResponse annotated = ContainerAllocation(shares, layout);
+  EXPECT_EQ(annotated.cdi_devices_size(), 0);
+  EXPECT_EQ(annotated.annotations().at("cdi.k8s.io/orion-gpu-share_gpus"),
+            std::string("nvidia.com/gpu=") + kGpu0 + ",nvidia.com/gpu=" + kGpu1);
+
+  ASSERT_TRUE(ParseDeviceListStrategy("envvar", &strategy));
+  layout.device_list = strategy;
+  v1beta1::ContainerAllocateResponse plain = ContainerAllocation(shares, layout);
+  EXPECT_EQ(plain.envs().at("NVIDIA_VISIBLE_DEVICES"), std::string(kGpu0) + "," + kGpu1);
+  EXPECT_EQ(plain.cdi_devices_size(), 0);
+  EXPECT_FALSE(ParseDeviceListStrategy("volume-mounts", &strategy));
+}
+
+// With the chart's MPS daemon, containers find its pipe and share its /dev/shm.
+TEST(ContainerAllocation, MpsDaemonPipeAndSharedMemory) {
+  ContainerLayout layout;
+  layout.host_lib_dir = "/var/lib/orion/versions/0123abcd";
+  v1beta1::ContainerAllocateResponse without = ContainerAllocation({std::string(kGpu0) + "::0"},
+                                                                  layout);
+  EXPECT_EQ(without.envs().count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
+  EXPECT_EQ(without.mounts_size(), 2);
+  layout.mps_pipe_dir = "/run/orion/mps/pipe";
+  layout.mps_shm_dir = "/run/orion/mps/shm";
+  v1beta1::ContainerAllocateResponse with = ContainerAllocation({std::string(kGpu0) + "::0"},
+                                                               layout);
+  EXPECT_EQ(with.envs().at("CUDA_MPS_PIPE_DIRECTORY"), "/run/orion/mps/pipe");
+  ASSERT_EQ(with.mounts_size(), 3);
+  EXPECT_EQ(with.mounts(2).host_path(), "/run/orion/mps/shm");
+  EXPECT_EQ(with.mounts(2).container_path(), "/dev/shm");
+  EXPECT_FALSE(with.mounts(2).read_only());
+}
+
 TEST(PreferredShares, MustIncludeFirstThenSameGpu) {
   std::vector<std::string> available = ShareIds({"GPU-a", "GPU-b"}, 3);
   std::vector<std::string> chosen = PreferredShares(available, {"GPU-b::1"}, 3);

@@ -9,7 +9,8 @@
 // allocation, the interposer loaded from the mounted (versioned) folder, registration with the
 // pod's identity from its cgroup, priority high on the board from the pod's annotation (the
 // process asked for nothing), metrics labelled with the pod's namespace and name, the timeline's
-// spans, and the pod's removal when the API server reports it deleted.
+// spans, an upgrade that installs newer interposers while the pod runs (its version stays), and
+// the pod's removal when the API server reports it deleted (then its version is pruned).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -27,6 +29,7 @@
 
 #include "absl/strings/escaping.h"
 #include "agent/admission.h"
+#include "agent/interposer_install.h"
 #include "server/orion_server.h"
 #include "tests/agent/test_api_server.h"
 #include "tests/agent/test_kubelet.h"
@@ -274,12 +277,26 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
       },
       5));
 
-  // 8. The container ends; the API server reports the pod deleted: the server forgets both.
+  // 8. An upgrade while the pod runs: newer interposers installed (as a new agent does at start)
+  // with room for one version only. The pod's version stays: its process holds it.
+  EXPECT_TRUE(orion::agent::InterposerVersionInUse(lib_host));
+  for (int i = 0; i < 3; ++i) {
+    const std::string newer = dir_ + "/newer.so";
+    std::ofstream(newer, std::ios::binary) << ReadFile(ORION_INTERPOSE_LIB) << "upgrade " << i;
+    ASSERT_TRUE(orion::agent::InstallInterposer(newer, dir_ + "/lib", /*keep_versions=*/1).ok());
+    ASSERT_TRUE(std::filesystem::exists(lib_host + "/liborion_interpose.so"));
+  }
+
+  // 9. The container ends; the API server reports the pod deleted: the server forgets both.
   int status = -1;
   ASSERT_EQ(waitpid(container_, &status, 0), container_);
   container_ = -1;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(dir_ + "/container.log");
   ASSERT_TRUE(WaitUntil([&] { return state.ListClients({}).empty(); }, 5));
+  // No process uses the old version any more: the next install prunes it.
+  EXPECT_FALSE(orion::agent::InterposerVersionInUse(lib_host));
+  ASSERT_TRUE(orion::agent::InstallInterposer(dir_ + "/newer.so", dir_ + "/lib", 1).ok());
+  EXPECT_FALSE(std::filesystem::exists(lib_host));
   // An empty, partial UpsertPods changes nothing and answers how many pods the server knows: the
   // three pods of the recorded list on this node.
   orion::v1::UpsertPodsRequest none;
