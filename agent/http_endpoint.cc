@@ -1,26 +1,20 @@
-// HTTP(S) endpoint on POSIX sockets + OpenSSL (see http_endpoint.h).
+// HTTP(S) endpoint on CivetWeb (see http_endpoint.h).
 #include "agent/http_endpoint.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
-#include <functional>
+#include <mutex>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "civetweb.h"
 
 namespace orion::agent {
 namespace {
-
-constexpr size_t kMaxHeaderBytes = 64 << 10;
 
 const char* StatusText(int status) {
   switch (status) {
@@ -28,34 +22,23 @@ const char* StatusText(int status) {
     case 400: return "Bad Request";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 411: return "Length Required";
     case 413: return "Payload Too Large";
     case 503: return "Service Unavailable";
     default: return "Error";
   }
 }
 
-// Reads and writes either plain or TLS; every call is bounded by the socket timeouts.
-struct Stream {
-  int fd;
-  SSL* ssl;
-  long Read(char* buf, size_t n) {
-    return ssl ? SSL_read(ssl, buf, static_cast<int>(n)) : recv(fd, buf, n, 0);
-  }
-  bool WriteAll(const std::string& data) {
-    size_t done = 0;
-    while (done < data.size()) {
-      const long n = ssl ? SSL_write(ssl, data.data() + done, static_cast<int>(data.size() - done))
-                         : send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      done += static_cast<size_t>(n);
-    }
-    return true;
-  }
-};
+void InitCivetWebOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { mg_init_library(MG_FEATURES_TLS | MG_FEATURES_IPV6); });
+}
 
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  return s;
+std::string OpenSslError() {
+  char err[256] = "unknown error";
+  const unsigned long code = ERR_get_error();
+  if (code != 0) ERR_error_string_n(code, err, sizeof(err));
+  return err;
 }
 
 }  // namespace
@@ -67,168 +50,113 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   self->routes_ = std::move(routes);
   const std::string& addr = self->options_.listen_address;
   const size_t colon = addr.rfind(':');
-  if (colon == std::string::npos) {
+  if (colon == std::string::npos || colon + 1 == addr.size()) {
     return absl::InvalidArgumentError(absl::StrCat("listen address \"", addr, "\" is not HOST:PORT"));
   }
   std::string host = addr.substr(0, colon);
   if (host.empty()) host = "0.0.0.0";
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   const std::string port = addr.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("listen address \"", addr, "\": bad port"));
+  }
+  const bool tls = !self->options_.tls_cert_file.empty() || !self->options_.tls_key_file.empty();
 
-  if (!self->options_.tls_cert_file.empty() || !self->options_.tls_key_file.empty()) {
+  if (tls) {
     SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
     if (ctx == nullptr ||
         SSL_CTX_use_certificate_chain_file(ctx, self->options_.tls_cert_file.c_str()) != 1 ||
         SSL_CTX_use_PrivateKey_file(ctx, self->options_.tls_key_file.c_str(), SSL_FILETYPE_PEM) !=
             1 ||
         SSL_CTX_check_private_key(ctx) != 1) {
+      const std::string why = OpenSslError();
       if (ctx != nullptr) SSL_CTX_free(ctx);
-      char err[256];
-      ERR_error_string_n(ERR_get_error(), err, sizeof(err));
       return absl::InvalidArgumentError(absl::StrCat("TLS certificate/key ",
                                                      self->options_.tls_cert_file, ", ",
-                                                     self->options_.tls_key_file, ": ", err));
+                                                     self->options_.tls_key_file, ": ", why));
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     self->tls_ = ctx;
   }
 
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot parse listen address ", addr));
+  InitCivetWebOnce();
+  // CivetWeb's listening_ports: HOST:PORT, with an "s" suffix for TLS; [v6]:PORT for IPv6.
+  const std::string listen = absl::StrCat(addr, tls ? "s" : "");
+  const std::string threads = std::to_string(std::max(1, self->options_.threads));
+  const char* config[] = {"listening_ports", listen.c_str(),
+                          "num_threads", threads.c_str(),
+                          "request_timeout_ms", "10000",  // a stuck peer frees its thread
+                          "enable_keep_alive", "no",
+                          nullptr, nullptr};
+  mg_callbacks callbacks;
+  std::memset(&callbacks, 0, sizeof(callbacks));
+  callbacks.external_ssl_ctx = &HttpEndpoint::ProvideTls;
+  mg_init_data init;
+  std::memset(&init, 0, sizeof(init));
+  init.callbacks = &callbacks;
+  init.user_data = self.get();
+  init.configuration_options = config;
+  char error_text[256] = "";
+  mg_error_data error;
+  std::memset(&error, 0, sizeof(error));
+  error.text = error_text;
+  error.text_buffer_size = sizeof(error_text);
+  self->server_ = mg_start2(&init, &error);
+  if (self->server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve on ", addr, ": ", error_text));
   }
-  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  const bool bound = fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 64) == 0;
-  freeaddrinfo(res);
-  if (!bound) {
-    const std::string why = std::strerror(errno);
-    if (fd >= 0) close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", addr, ": ", why));
-  }
-  sockaddr_storage local{};
-  socklen_t len = sizeof(local);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
-  self->port_ = ntohs(local.ss_family == AF_INET6
-                          ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
-                          : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
-  self->listen_fd_ = fd;
-  self->acceptor_ = std::thread([raw = self.get()] { raw->AcceptLoop(); });
+  mg_set_request_handler(self->server_, "/", &HttpEndpoint::OnRequest, self.get());
+  mg_server_port ports[4];
+  const int n = mg_get_server_ports(self->server_, 4, ports);
+  if (n >= 1) self->port_ = ports[0].port;
   return self;
 }
 
 HttpEndpoint::~HttpEndpoint() {
-  stop_ = true;
-  if (acceptor_.joinable()) acceptor_.join();
-  if (listen_fd_ >= 0) close(listen_fd_);
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [this] { return active_ == 0; });
+  if (server_ != nullptr) mg_stop(server_);  // waits for requests in flight
   if (tls_ != nullptr) SSL_CTX_free(tls_);
 }
 
-void HttpEndpoint::AcceptLoop() {
-  while (!stop_) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++active_;
-    }
-    std::thread([this, fd] {
-      Serve(fd);
-      close(fd);
-      std::lock_guard<std::mutex> lock(mu_);
-      --active_;
-      idle_.notify_all();
-    }).detach();
-  }
+// CivetWeb asks for the TLS context at start and again at stop; 1 means "ours, do not touch".
+int HttpEndpoint::ProvideTls(void** ssl_ctx, void* self) {
+  auto* endpoint = static_cast<HttpEndpoint*>(self);
+  if (endpoint->tls_ == nullptr) return 0;
+  *ssl_ctx = endpoint->tls_;
+  return 1;
 }
 
-HttpReply HttpEndpoint::Dispatch(const HttpRequest& request) const {
+int HttpEndpoint::OnRequest(mg_connection* conn, void* self) {
+  const HttpReply reply = static_cast<const HttpEndpoint*>(self)->Handle(conn);
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            reply.status, StatusText(reply.status), reply.content_type.c_str(), reply.body.size());
+  mg_write(conn, reply.body.data(), reply.body.size());
+  return reply.status;
+}
+
+HttpReply HttpEndpoint::Handle(mg_connection* conn) const {
+  const mg_request_info* info = mg_get_request_info(conn);
+  HttpRequest request;
+  request.method = info->request_method != nullptr ? info->request_method : "";
+  request.path = info->local_uri != nullptr ? info->local_uri : "";  // no query string
   auto route = routes_.find(request.path);
   if (route == routes_.end()) return {404, "text/plain", "not found\n"};
+  if (const char* te = mg_get_header(conn, "Transfer-Encoding"); te != nullptr) {
+    return {400, "text/plain", "chunked request bodies are not supported\n"};
+  }
+  if (info->content_length > 0) {
+    if (static_cast<unsigned long long>(info->content_length) > options_.max_body_bytes) {
+      return {413, "text/plain", "request body too large\n"};
+    }
+    request.body.resize(static_cast<size_t>(info->content_length));
+    size_t done = 0;
+    while (done < request.body.size()) {
+      const int n = mg_read(conn, request.body.data() + done, request.body.size() - done);
+      if (n <= 0) return {400, "text/plain", "incomplete request body\n"};
+      done += static_cast<size_t>(n);
+    }
+  }
   return route->second(request);
-}
-
-void HttpEndpoint::Serve(int fd) {
-  // A slow or stuck peer cannot hold a thread for long.
-  timeval timeout{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  SSL* ssl = nullptr;
-  if (tls_ != nullptr) {
-    ssl = SSL_new(tls_);
-    SSL_set_fd(ssl, fd);
-    if (SSL_accept(ssl) != 1) {
-      SSL_free(ssl);
-      return;
-    }
-  }
-  Stream stream{fd, ssl};
-  auto finish = [&](const HttpReply& reply) {
-    stream.WriteAll(absl::StrCat("HTTP/1.1 ", reply.status, " ", StatusText(reply.status),
-                                 "\r\nContent-Type: ", reply.content_type,
-                                 "\r\nContent-Length: ", reply.body.size(),
-                                 "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-                                 reply.body));
-    if (ssl != nullptr) {
-      SSL_shutdown(ssl);
-      SSL_free(ssl);
-    }
-  };
-
-  std::string data;
-  char buf[16384];
-  size_t header_end;
-  while ((header_end = data.find("\r\n\r\n")) == std::string::npos) {
-    if (data.size() > kMaxHeaderBytes) return finish({413, "text/plain", "headers too large\n"});
-    const long n = stream.Read(buf, sizeof(buf));
-    if (n <= 0) return finish({400, "text/plain", "incomplete request\n"});
-    data.append(buf, static_cast<size_t>(n));
-  }
-  HttpRequest request;
-  const size_t line_end = data.find("\r\n");
-  const std::string line = data.substr(0, line_end);
-  const size_t sp1 = line.find(' ');
-  const size_t sp2 = line.find(' ', sp1 + 1);
-  if (sp1 == std::string::npos || sp2 == std::string::npos) {
-    return finish({400, "text/plain", "bad request line\n"});
-  }
-  request.method = line.substr(0, sp1);
-  request.path = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  request.path = request.path.substr(0, request.path.find('?'));
-  size_t content_length = 0;
-  for (size_t pos = line_end + 2; pos < header_end;) {
-    const size_t eol = data.find("\r\n", pos);
-    const std::string header = data.substr(pos, eol - pos);
-    pos = eol + 2;
-    const size_t colon = header.find(':');
-    if (colon == std::string::npos) continue;
-    const std::string name = Lower(header.substr(0, colon));
-    if (name == "content-length") {
-      content_length = std::strtoull(header.c_str() + colon + 1, nullptr, 10);
-    } else if (name == "transfer-encoding") {
-      return finish({400, "text/plain", "chunked request bodies are not supported\n"});
-    }
-  }
-  if (content_length > options_.max_body_bytes) {
-    return finish({413, "text/plain", "request body too large\n"});
-  }
-  request.body = data.substr(header_end + 4);
-  while (request.body.size() < content_length) {
-    const long n = stream.Read(buf, sizeof(buf));
-    if (n <= 0) return finish({400, "text/plain", "incomplete request body\n"});
-    request.body.append(buf, static_cast<size_t>(n));
-  }
-  request.body.resize(content_length);
-  finish(Dispatch(request));
 }
 
 }  // namespace orion::agent

@@ -1,7 +1,7 @@
-// Small HTTP/1.1 server (one request per connection) for the agent's /healthz and /readyz and
-// the webhook's /mutate, on POSIX sockets with OpenSSL for TLS, loading the PEM files
-// Kubernetes mounts (tls.crt, tls.key). Not civetweb: Debian's civetweb loads OpenSSL 1.1
-// symbols at run time and crashes against OpenSSL 3.
+// The agent's small HTTP(S) server: /healthz, /readyz and /gpus on the node, /mutate in the
+// webhook. CivetWeb (cmake/civetweb.cmake) does the HTTP and TLS; this class adds routing by
+// exact path, a bound on request bodies, and TLS from the PEM files Kubernetes mounts (tls.crt
+// with its chain, tls.key) with TLS 1.2 as the floor.
 //
 // Usage:
 //   absl::StatusOr<std::unique_ptr<HttpEndpoint>> http = HttpEndpoint::Start(
@@ -9,17 +9,15 @@
 //       {{"/healthz", [](const HttpRequest&) { return HttpReply{200, "text/plain", "ok\n"}; }}});
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 
+struct mg_context;
+struct mg_connection;
 struct ssl_ctx_st;
 
 namespace orion::agent {
@@ -44,29 +42,27 @@ class HttpEndpoint {
     std::string tls_cert_file;   // both set: HTTPS
     std::string tls_key_file;
     size_t max_body_bytes = 4 << 20;
+    int threads = 4;
   };
 
   static absl::StatusOr<std::unique_ptr<HttpEndpoint>> Start(Options options,
                                                              std::map<std::string, Handler> routes);
   ~HttpEndpoint();
+  HttpEndpoint(const HttpEndpoint&) = delete;
+  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
   int port() const { return port_; }
 
  private:
   HttpEndpoint() = default;
-  void AcceptLoop();
-  void Serve(int fd);
-  HttpReply Dispatch(const HttpRequest& request) const;
+  static int OnRequest(mg_connection* conn, void* self);
+  static int ProvideTls(void** ssl_ctx, void* self);
+  HttpReply Handle(mg_connection* conn) const;
 
   Options options_;
   std::map<std::string, Handler> routes_;
   ssl_ctx_st* tls_ = nullptr;
-  int listen_fd_ = -1;
+  mg_context* server_ = nullptr;
   int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::condition_variable idle_;
-  int active_ = 0;  // connections being served, guarded by mu_
 };
 
 }  // namespace orion::agent

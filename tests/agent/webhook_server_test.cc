@@ -1,5 +1,6 @@
-// The webhook over real HTTPS (civetweb + OpenSSL, a throw-away certificate), as the API server
-// calls it: AdmissionReview POSTs, malformed bodies, wrong methods, health endpoints.
+// The webhook over real HTTPS (CivetWeb + OpenSSL 3, a throw-away certificate), as the API server
+// calls it: AdmissionReview POSTs, malformed bodies, wrong methods, health endpoints; and the
+// plain-HTTP endpoint the node's health port uses.
 #include <curl/curl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -96,6 +97,52 @@ TEST_F(WebhookServerTest, MalformedBodiesAndMethods) {
   response.clear();
   EXPECT_EQ(Call("GET", "/healthz", "", &response), 200);
   EXPECT_EQ(Call("GET", "/readyz", "", &response), 200);
+}
+
+// Plain HTTP (the node's health port): exact routes, query strings ignored, bodies bounded.
+TEST(HttpEndpoint, PlainHttpRoutesAndBodyLimit) {
+  auto endpoint = HttpEndpoint::Start(
+      {.listen_address = "127.0.0.1:0", .max_body_bytes = 1024},
+      {{"/echo", [](const HttpRequest& r) {
+          return HttpReply{200, "text/plain", r.method + " " + r.path + " " + r.body};
+        }}});
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  ASSERT_GT(port, 0);
+  auto call = [&](const std::string& path, const std::string& body, std::string* out) {
+    CURL* curl = curl_easy_init();
+    const std::string url = "http://127.0.0.1:" + std::to_string(port) + path;
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    if (!body.empty()) {
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    }
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, out);
+    EXPECT_EQ(curl_easy_perform(curl), CURLE_OK);
+    long status = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(curl);
+    return status;
+  };
+  std::string out;
+  EXPECT_EQ(call("/echo?x=1", "", &out), 200);
+  EXPECT_EQ(out, "GET /echo ");
+  out.clear();
+  EXPECT_EQ(call("/echo", "hello", &out), 200);
+  EXPECT_EQ(out, "POST /echo hello");
+  out.clear();
+  EXPECT_EQ(call("/echo", std::string(4096, 'x'), &out), 413);
+  EXPECT_NE(out.find("too large"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(call("/echo/more", "", &out), 404);
+
+  // The port is taken: a second endpoint on it says so.
+  auto second = HttpEndpoint::Start({.listen_address = "127.0.0.1:" + std::to_string(port)}, {});
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("cannot serve on 127.0.0.1:"), std::string::npos)
+      << second.status();
+  EXPECT_FALSE(HttpEndpoint::Start({.listen_address = "8081"}, {}).ok());
 }
 
 TEST(HttpEndpoint, RefusesUnreadableCertificate) {
