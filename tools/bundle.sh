@@ -8,10 +8,10 @@ BUILD="${1:-build}"
 DEST="${2:-.bundle}"
 rm -rf "$DEST"
 mkdir -p "$DEST/lib"
-cp "$BUILD/server/orion-server" "$BUILD/tools/orion-ctl" "$BUILD/tools/orion-run" \
+cp "$BUILD/server/orion-server" "$BUILD/agent/orion-agent" "$BUILD/tools/orion-ctl" "$BUILD/tools/orion-run" \
    "$BUILD/interpose/liborion_interpose.so" "$BUILD"/samples/orion-sample-* "$DEST/"
 [[ -x "$BUILD/bench/orion-bench-launch" ]] && cp "$BUILD/bench/orion-bench-launch" "$DEST/"
-for bin in "$DEST/orion-server" "$DEST/orion-ctl"; do
+for bin in "$DEST/orion-server" "$DEST/orion-agent" "$DEST/orion-ctl"; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       # glibc and the C++ runtime come from the target system (newer there is compatible).
@@ -20,4 +20,6 @@ for bin in "$DEST/orion-server" "$DEST/orion-ctl"; do
     esac
   done
 done
+# Debug info stays in the build tree: the bundle travels (size limits).
+strip --strip-debug "$DEST"/orion-* "$DEST"/lib/* 2>/dev/null || true
 du -sh "$DEST"
