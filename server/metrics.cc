@@ -110,9 +110,32 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                  "Launch and memory events drained from client rings",
                                  MetricType::Counter);
   Add(ingested, {{"node", node_}}, static_cast<double>(snap.events_ingested));
+  MetricFamily written = Family("orion_events_written_total",
+                                "Events clients wrote into their rings (claimed positions), "
+                                "departed clients included; once read, each is ingested or skipped",
+                                MetricType::Counter);
+  Add(written, {{"node", node_}}, static_cast<double>(snap.events_written));
+  MetricFamily skipped = Family("orion_events_skipped_total",
+                                "Ring entries claimed but never published (a client killed "
+                                "mid-write), skipped by the server",
+                                MetricType::Counter);
+  Add(skipped, {{"node", node_}}, static_cast<double>(snap.events_skipped));
+  MetricFamily node_dropped = Family("orion_events_dropped_total",
+                                     "Events clients could not write because their ring was "
+                                     "full, departed clients included",
+                                     MetricType::Counter);
+  Add(node_dropped, {{"node", node_}}, static_cast<double>(snap.events_dropped));
+  MetricFamily repairs = Family("orion_server_repairs_total",
+                                "Things of the server found broken and put right while running "
+                                "(what: socket-deleted, socket-replaced)",
+                                MetricType::Counter);
+  for (const auto& [what, n] : snap.repairs) {
+    Add(repairs, {{"node", node_}, {"what", what}}, static_cast<double>(n));
+  }
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
-                          &mem_limit, &dropped, &period, &regs, &ingested}) {
+                          &mem_limit, &dropped, &period, &regs, &ingested, &written, &skipped,
+                          &node_dropped, &repairs}) {
     out.push_back(std::move(*f));
   }
   return out;

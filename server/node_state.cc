@@ -236,6 +236,11 @@ void NodeState::RecordRegistrationFailure(const std::string& reason) {
   ++registrations_failed_[reason];
 }
 
+void NodeState::RecordRepair(const std::string& what) {
+  absl::MutexLock lock(&mu_);
+  ++repairs_[what];
+}
+
 void NodeState::Unregister(uint32_t client_id) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client_id);
@@ -244,7 +249,28 @@ void NodeState::Unregister(uint32_t client_id) {
   ClientRecord& c = it->second;
   Event e{};
   auto& ring = board_->board().slots[c.slot].ring;
-  for (size_t n = 0; n < contract::kRingCapacity && ring.TryPop(&e); ++n) ConsumeEvent(c, e);
+  // The client is gone, so no entry will be published any more: skip holes (a writer killed
+  // mid-write) and keep reading the published entries behind them.
+  for (size_t n = 0; n < contract::kRingCapacity; ++n) {
+    if (ring.TryPop(&e)) {
+      ConsumeEvent(c, e);
+      ++events_ingested_;
+    } else if (ring.HasPendingHole()) {
+      ring.SkipStuckEntry();
+      ++events_skipped_;
+      ++c.malformed_events;
+    } else {
+      break;
+    }
+  }
+  // More than a ring's worth claimed but not read means the client wrote garbage into its
+  // ring's indices: counted as skipped, never silently lost.
+  const uint64_t head = ring.head.load(std::memory_order_acquire);
+  const uint64_t tail = ring.tail.load(std::memory_order_acquire);
+  const uint64_t left = head > tail ? std::min<uint64_t>(head - tail, contract::kRingCapacity) : 0;
+  events_skipped_ += left;
+  departed_written_ += tail + left;
+  departed_dropped_ += ring.dropped.load(std::memory_order_relaxed);
   board_->FreeSlot(c.slot);
   if (c.policy.priority == Priority::kBestEffort && c.gpu < contract::kMaxGpus) {
     // A best-effort client that died with kernels in flight never gives its budget charges
@@ -359,6 +385,7 @@ size_t NodeState::DrainOnce(uint64_t now) {
       } else if (now - c.hole_since_ns > kStuckEntryTimeoutNs) {
         ring.SkipStuckEntry();
         ++c.malformed_events;
+        ++events_skipped_;
         c.hole_since_ns = 0;
       }
     } else {
@@ -818,6 +845,15 @@ MetricsSnapshot NodeState::Snapshot() {
   snap.registrations_ok = registrations_ok_;
   snap.registrations_failed = registrations_failed_;
   snap.events_ingested = events_ingested_;
+  snap.events_skipped = events_skipped_;
+  snap.repairs = repairs_;
+  snap.events_written = departed_written_;
+  snap.events_dropped = departed_dropped_;
+  for (const auto& [id, c] : clients_) {
+    const auto& ring = board_->board().slots[c.slot].ring;
+    snap.events_written += ring.head.load(std::memory_order_relaxed);  // pending ones included
+    snap.events_dropped += ring.dropped.load(std::memory_order_relaxed);
+  }
   return snap;
 }
 

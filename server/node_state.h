@@ -81,7 +81,14 @@ struct MetricsSnapshot {
   std::vector<GpuSample> gpus;
   uint64_t registrations_ok = 0;
   std::map<std::string, uint64_t> registrations_failed;  // by reason
+  // Node-wide event accounting, departed clients included: every event a client wrote into its
+  // ring (claimed a position) is ingested or skipped (a hole left by a client killed mid-write,
+  // or entries still unpublished when it left); drops happen before a position is claimed.
   uint64_t events_ingested = 0;
+  uint64_t events_written = 0;
+  uint64_t events_skipped = 0;
+  uint64_t events_dropped = 0;
+  std::map<std::string, uint64_t> repairs;  // by what
 };
 
 class NodeState {
@@ -98,6 +105,8 @@ class NodeState {
   Admission Register(const PeerIdentity& peer, const contract::RegisterRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
   void RecordRegistrationFailure(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Something of the server's was found broken and put right (e.g. "socket-deleted").
+  void RecordRepair(const std::string& what) ABSL_LOCKS_EXCLUDED(mu_);
   void Unregister(uint32_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Drains every active ring; returns the number of events consumed.
@@ -197,6 +206,11 @@ class NodeState {
   uint64_t registrations_ok_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t> registrations_failed_ ABSL_GUARDED_BY(mu_);
   uint64_t events_ingested_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t events_skipped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, uint64_t> repairs_ ABSL_GUARDED_BY(mu_);
+  // What departed clients' rings held at the end (their slots are reused, so kept here).
+  uint64_t departed_written_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t departed_dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace orion::server

@@ -9,6 +9,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,28 +25,38 @@ RegistrationListener::RegistrationListener(NodeState* state, std::string socket_
 
 RegistrationListener::~RegistrationListener() { Stop(); }
 
-absl::Status RegistrationListener::Start() {
+absl::StatusOr<int> RegistrationListener::BindSocket() {
   sockaddr_un addr{};
   if (socket_path_.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(socket_path_, ": socket path too long"));
   }
-  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
-  ::unlink(socket_path_.c_str());  // a stale socket of a previous server
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  ::unlink(socket_path_.c_str());  // a stale socket of a previous server, or what replaced ours
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     const int err = errno;
-    ::close(listen_fd_);
-    listen_fd_ = -1;
+    ::close(fd);
     return absl::PermissionDeniedError(
         absl::StrCat(socket_path_, ": cannot bind client socket: ", std::strerror(err)));
   }
   // Pods run as any user; identity comes from SO_PEERCRED, so everyone may connect.
   ::chmod(socket_path_.c_str(), 0666);
-  if (::listen(listen_fd_, 1024) != 0) {
-    return absl::InternalError(absl::StrCat("listen: ", std::strerror(errno)));
+  if (::listen(fd, 1024) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("listen: ", std::strerror(err)));
   }
+  struct stat st {};
+  bound_inode_ = ::stat(socket_path_.c_str(), &st) == 0 ? st.st_ino : 0;
+  return fd;
+}
+
+absl::Status RegistrationListener::Start() {
+  absl::StatusOr<int> fd = BindSocket();
+  if (!fd.ok()) return fd.status();
+  listen_fd_ = *fd;
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_event ev{};
@@ -55,6 +67,31 @@ absl::Status RegistrationListener::Start() {
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
+}
+
+void RegistrationListener::RepairSocketIfGone() {
+  struct stat st {};
+  const bool present = ::stat(socket_path_.c_str(), &st) == 0;
+  if (present && S_ISSOCK(st.st_mode) && st.st_ino == bound_inode_) return;
+  // Deleted (a cleanup script, a careless `rm -rf /run/orion/*`) or replaced by something else:
+  // no new client could reach us. Registered clients keep their connections either way.
+  const char* what = present ? "replaced" : "deleted";
+  absl::StatusOr<int> fd = BindSocket();
+  if (!fd.ok()) {
+    std::fprintf(stderr, "orion-server: client socket %s was %s; binding a new one failed: %s\n",
+                 socket_path_.c_str(), what, std::string(fd.status().message()).c_str());
+    return;  // tried again on the next pass
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = *fd;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, *fd, &ev);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+  ::close(listen_fd_);
+  listen_fd_ = *fd;
+  state_->RecordRepair(absl::StrCat("socket-", what));
+  std::fprintf(stderr, "orion-server: client socket %s was %s; listening on a new one\n",
+               socket_path_.c_str(), what);
 }
 
 void RegistrationListener::Stop() {
@@ -77,7 +114,14 @@ void RegistrationListener::Stop() {
 void RegistrationListener::Loop() {
   epoll_event events[128];
   while (!stop_) {
-    const int n = ::epoll_wait(epoll_fd_, events, 128, 500);
+    const int n = ::epoll_wait(epoll_fd_, events, 128, 250);
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const uint64_t now_ns = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + now.tv_nsec;
+    if (now_ns - last_socket_check_ns_ >= 250'000'000ull) {
+      last_socket_check_ns_ = now_ns;
+      RepairSocketIfGone();
+    }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == wake_fd_) continue;

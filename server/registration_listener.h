@@ -2,6 +2,8 @@
 // kernel (SO_PEERCRED, /proc), admits it through NodeState, replies with its slot, and keeps the
 // connection: when it closes (exit, crash, SIGKILL) the client is unregistered and its slot freed.
 // One epoll thread; no per-client threads, so 300 processes registering at once cost 300 accepts.
+// The thread also watches the socket's path: deleted or replaced, it binds a new socket there
+// within about 250 ms (registered clients keep their connections) and counts the repair.
 //
 // Usage:
 //   RegistrationListener listener(&state, "/run/orion/orion.sock", "/proc");
@@ -10,12 +12,15 @@
 //   listener.Stop();                      // closes clients, removes the socket file
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <string>
 #include <thread>
 #include <unordered_map>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/node_state.h"
 
 namespace orion::server {
@@ -34,6 +39,8 @@ class RegistrationListener {
     size_t have = 0;
     contract::RegisterRequest request{};
   };
+  absl::StatusOr<int> BindSocket();  // sets bound_inode_
+  void RepairSocketIfGone();
   void Loop();
   void OnReadable(int fd);
   void Close(int fd);
@@ -43,6 +50,8 @@ class RegistrationListener {
   std::string socket_path_;
   std::string proc_root_;
   int listen_fd_ = -1;
+  ino_t bound_inode_ = 0;
+  uint64_t last_socket_check_ns_ = 0;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stop_{false};

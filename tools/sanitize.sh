@@ -51,6 +51,8 @@ EXCLUDED=(
   '^OrionRunSetsTheEnvironment$'
   # Server kill/restart and client-kill faults: samples run with the interposer preloaded.
   '^faults_test$'
+  # Churn of 1,000 clients: each runs with the interposer preloaded.
+  '^soak_test$'
   # The interposer's CPU cost to a service: preloads it, and measures CPU shares that the
   # instrumentation inflates several times.
   '^cpu_cost_test$'

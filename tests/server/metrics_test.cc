@@ -86,6 +86,9 @@ TEST_F(MetricsTest, ExpositionHasTheOrionFamiliesAndPassesPromtool) {
         "orion_gpu_high_priority_busy{", "orion_policy_be_budget_seconds{",
         "orion_registrations_total{node=\"test-node\",result=\"ok\"} 2",
         "orion_events_ingested_total{node=\"test-node\"} 1",
+        "orion_events_written_total{node=\"test-node\"} 1",
+        "orion_events_skipped_total{node=\"test-node\"} 0",
+        "orion_events_dropped_total{node=\"test-node\"} 0",
         "orion_hp_busy_period_seconds_bucket{", "le=\"0.005\"} 1",
         "orion_hp_busy_period_seconds_count{"}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "\n" << text;
@@ -107,6 +110,37 @@ TEST_F(MetricsTest, ExpositionHasTheOrionFamiliesAndPassesPromtool) {
   EXPECT_EQ(rc, 0) << out;
   close(f1);
   close(f2);
+}
+
+// A client that leaves with events in its ring: published ones are ingested (also those behind a
+// hole), one it claimed and never published (killed mid-write) is counted as skipped, and its drops stay in the node's
+// total after its slot is freed. Nothing leaves the books unreported.
+TEST_F(MetricsTest, DepartedClientsEventsStayAccountedFor) {
+  contract::RegisterReply be{};
+  const int fd = testing::RegisterClient(
+      cfg_.socket_path, testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kBestEffort),
+      &be);
+  ASSERT_GE(fd, 0);
+  contract::Board* b = testing::MapBoard(cfg_.board_path);
+  auto& ring = b->slots[be.slot].ring;
+  ring.dropped.store(5);
+  contract::Event e{};
+  e.kind = contract::EventKind::kBusyPeriod;
+  e.duration_ns = 1000;
+  // A hole first (claimed, never published), then two events behind it: the server cannot drain
+  // past the hole while the client lives; when it leaves, the hole is skipped and both are read.
+  ring.head.fetch_add(1);
+  ASSERT_TRUE(ring.TryPush(e));
+  ASSERT_TRUE(ring.TryPush(e));
+  close(fd);  // the client leaves
+  ASSERT_TRUE(testing::WaitFor([&] { return server_->state().ListClients({}).empty(); }));
+  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  for (const char* want : {"orion_events_written_total{node=\"test-node\"} 3",
+                           "orion_events_skipped_total{node=\"test-node\"} 1",
+                           "orion_events_ingested_total{node=\"test-node\"} 2",
+                           "orion_events_dropped_total{node=\"test-node\"} 5"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "\n" << text;
+  }
 }
 
 TEST_F(MetricsTest, ScrapeWith256ClientsIsFast) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <vector>
 
 #include "server/node_state.h"
@@ -72,6 +73,42 @@ TEST_F(RegistrationTest, ForkedClientIsIdentifiedByTheKernelAndReleasedOnExit) {
   waitpid(child, nullptr, 0);
   EXPECT_TRUE(testing::WaitFor([&] { return server_->state().ListClients({}).empty(); }));
   EXPECT_EQ(gpu.hp_slot_mask[clients[0].slot() / 64].load(), 0u);
+}
+
+// The socket file deleted, then replaced by something else, while the server runs: a new socket
+// is bound at the path within about 250 ms each time, the client registered before keeps its
+// registration, new clients register, and each repair is counted.
+TEST_F(RegistrationTest, DeletedOrReplacedSocketIsBoundAgain) {
+  RegisterReply first{};
+  const int f1 = testing::RegisterClient(
+      cfg_.socket_path, testing::MakeRequest(cfg_.gpus[0].c_str(), Priority::kHigh), &first);
+  ASSERT_GE(f1, 0);
+  ASSERT_EQ(first.status, 0u);
+
+  ASSERT_EQ(unlink(cfg_.socket_path.c_str()), 0);
+  ASSERT_TRUE(testing::WaitFor([&] { return access(cfg_.socket_path.c_str(), F_OK) == 0; }));
+  RegisterReply second{};
+  const int f2 = testing::RegisterClient(
+      cfg_.socket_path, testing::MakeRequest(cfg_.gpus[0].c_str(), Priority::kBestEffort), &second);
+  ASSERT_GE(f2, 0);
+  EXPECT_EQ(second.status, 0u);
+
+  ASSERT_EQ(unlink(cfg_.socket_path.c_str()), 0);
+  { std::ofstream(cfg_.socket_path) << "not a socket\n"; }
+  RegisterReply third{};
+  int f3 = -1;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    if (f3 >= 0) close(f3);
+    f3 = testing::RegisterClient(
+        cfg_.socket_path, testing::MakeRequest(cfg_.gpus[1].c_str(), Priority::kBestEffort), &third);
+    return f3 >= 0 && third.status == 0u;
+  }));
+
+  EXPECT_EQ(server_->state().ListClients({}).size(), 3u);  // the first one kept its registration
+  const MetricsSnapshot snap = server_->state().Snapshot();
+  EXPECT_EQ(snap.repairs.at("socket-deleted"), 1u);
+  EXPECT_EQ(snap.repairs.at("socket-replaced"), 1u);
+  for (int fd : {f1, f2, f3}) close(fd);
 }
 
 TEST_F(RegistrationTest, BadMagicGetsAClearRefusal) {
