@@ -22,6 +22,8 @@ inline constexpr uint64_t DefaultBeBudgetNs(GateMode mode) {
 }
 inline constexpr uint32_t kDefaultSmThreshold = 0;          // 0: no block limit (mps mode)
 inline constexpr uint32_t kDefaultSpinNs = 20'000;          // spin before blocking at the gate
+// The most the interposer spins, whatever the board says (a tenant can write the board).
+inline constexpr uint32_t kMaxSpinNs = 1'000'000;
 inline constexpr uint64_t kDefaultHpStaleNs = 1'000'000'000;  // HP work without progress: ignored
 inline constexpr uint64_t kDefaultHpGraceNs = 500'000;      // CPU gaps inside one request
 

@@ -4,6 +4,8 @@
 #include "interpose/launch_gate.h"
 
 #include <linux/futex.h>
+
+#include <algorithm>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -77,7 +79,8 @@ GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEff
         FutexWakeAll(&gpu.tracker_seq);
       }
     }
-    if (now - start < gpu.spin_ns.load(std::memory_order_relaxed)) {
+    if (now - start <
+        std::min(gpu.spin_ns.load(std::memory_order_relaxed), contract::kMaxSpinNs)) {
       for (int i = 0; i < 32; ++i) CpuRelax();
       continue;
     }

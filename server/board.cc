@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
@@ -118,7 +119,8 @@ std::optional<uint32_t> BoardFile::AssignSlot(uint32_t client_id, uint32_t pid, 
     s.throttled_ns.store(0, std::memory_order_relaxed);
     s.last_progress_ns.store(0, std::memory_order_relaxed);
     s.inflight.store(0, std::memory_order_relaxed);
-    s.generation.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t generation = s.generation.fetch_add(1, std::memory_order_relaxed) + 1;
+    slot_record_[i] = SlotRecord{client_id, pid, generation, 0, 0, memory_limit};
     s.state.store(static_cast<uint32_t>(contract::SlotState::kActive), std::memory_order_release);
     RecomputePriorities(gpu);
     return i;
@@ -172,6 +174,7 @@ void BoardFile::SetPaused(uint32_t slot, bool paused) {
   if (slot >= contract::kMaxSlots) return;
   ClientSlot& s = board_->slots[slot];
   s.paused.store(paused ? 1 : 0, std::memory_order_release);
+  slot_record_[slot].paused = paused ? 1 : 0;
   s.wake_seq.fetch_add(1, std::memory_order_acq_rel);
   FutexWakeAll(&s.wake_seq);
 }
@@ -179,18 +182,21 @@ void BoardFile::SetPaused(uint32_t slot, bool paused) {
 void BoardFile::SetMemoryLimit(uint32_t slot, uint64_t bytes) {
   if (slot < contract::kMaxSlots) {
     board_->slots[slot].memory_limit_bytes.store(bytes, std::memory_order_release);
+    slot_record_[slot].memory_limit = bytes;
   }
 }
 
 void BoardFile::SetProfile(uint32_t slot, bool on) {
   if (slot < contract::kMaxSlots) {
     board_->slots[slot].profile.store(on ? 1 : 0, std::memory_order_release);
+    slot_record_[slot].profile = on ? 1 : 0;
   }
 }
 
 void BoardFile::PublishKnobs(uint32_t gpu, const GateKnobs& k) {
   if (gpu >= contract::kMaxGpus) return;
   GpuState& g = board_->gpus[gpu];
+  knobs_[gpu] = k;
   g.be_budget_ns.store(k.be_budget_ns, std::memory_order_relaxed);
   g.sm_threshold.store(k.sm_threshold, std::memory_order_relaxed);
   g.spin_ns.store(k.spin_ns, std::memory_order_relaxed);
@@ -218,6 +224,91 @@ void BoardFile::WakeGate(uint32_t gpu) {
   GpuState& g = board_->gpus[gpu];
   g.gate_seq.fetch_add(1, std::memory_order_acq_rel);
   FutexWakeAll(&g.gate_seq);
+}
+
+uint32_t BoardFile::Reassert() {
+  uint32_t fixed = 0;
+  auto put = [&fixed](auto& field, auto want) {
+    using T = std::remove_reference_t<decltype(field.load())>;
+    if (field.load(std::memory_order_relaxed) != static_cast<T>(want)) {
+      field.store(static_cast<T>(want), std::memory_order_release);
+      ++fixed;
+    }
+  };
+  auto put_plain = [&fixed](auto& field, auto want) {
+    if (field != want) {
+      field = want;
+      ++fixed;
+    }
+  };
+  contract::BoardHeader& h = board_->header;
+  put_plain(h.version, contract::kBoardVersion);
+  put_plain(h.header_bytes, static_cast<uint32_t>(sizeof(contract::BoardHeader)));
+  put_plain(h.gpu_state_bytes, static_cast<uint32_t>(sizeof(GpuState)));
+  put_plain(h.slot_bytes, static_cast<uint32_t>(sizeof(ClientSlot)));
+  put_plain(h.num_gpus, num_gpus());
+  put_plain(h.max_slots, contract::kMaxSlots);
+  put_plain(h.ring_capacity, contract::kRingCapacity);
+  put(h.server_epoch, epoch_);
+  put(*reinterpret_cast<std::atomic<uint32_t>*>(&h.magic), contract::kBoardMagic);
+
+  for (uint32_t gi = 0; gi < contract::kMaxGpus; ++gi) {
+    GpuState& g = board_->gpus[gi];
+    const bool present = gi < num_gpus();
+    put(g.present, present ? 1u : 0u);
+    if (!present) continue;
+    const uint32_t before = fixed;
+    const GateKnobs& k = knobs_[gi];
+    put(g.be_budget_ns, k.be_budget_ns);
+    put(g.sm_threshold, k.sm_threshold);
+    put(g.spin_ns, k.spin_ns);
+    put(g.hp_stale_ns, k.hp_stale_ns);
+    put(g.hp_grace_ns, k.hp_grace_ns);
+    put(g.mode, static_cast<uint32_t>(k.mode));
+    char uuid[contract::kGpuUuidBytes] = {};
+    std::memcpy(uuid, gpu_uuids_[gi].data(), gpu_uuids_[gi].size());
+    if (std::memcmp(g.uuid, uuid, sizeof(uuid)) != 0) {
+      std::memcpy(g.uuid, uuid, sizeof(uuid));
+      ++fixed;
+    }
+    uint64_t mask[contract::kMaxSlots / 64] = {};
+    uint32_t best_effort = 0;
+    for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
+      if (!slot_used_[i] || slot_gpu_[i] != gi) continue;
+      if (slot_priority_[i] == contract::Priority::kHigh) {
+        mask[i / 64] |= 1ull << (i % 64);
+      } else {
+        ++best_effort;
+      }
+    }
+    for (size_t w = 0; w < contract::kMaxSlots / 64; ++w) put(g.hp_slot_mask[w], mask[w]);
+    put(g.be_clients, best_effort);
+    if (fixed != before) WakeGate(gi);  // whoever waits re-decides on the true state
+  }
+
+  for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
+    ClientSlot& s = board_->slots[i];
+    if (!slot_used_[i]) {
+      put(s.state, static_cast<uint32_t>(contract::SlotState::kFree));
+      continue;
+    }
+    const SlotRecord& r = slot_record_[i];
+    const uint32_t before = fixed;
+    put(s.state, static_cast<uint32_t>(contract::SlotState::kActive));
+    put(s.client_id, r.client_id);
+    put(s.host_pid, r.host_pid);
+    put(s.generation, r.generation);
+    put(s.gpu, slot_gpu_[i]);
+    put(s.priority, static_cast<uint32_t>(slot_priority_[i]));
+    put(s.profile, r.profile);
+    put(s.memory_limit_bytes, r.memory_limit);
+    put(s.paused, r.paused);
+    if (fixed != before) {
+      s.wake_seq.fetch_add(1, std::memory_order_acq_rel);  // a thread held by a forged pause
+      FutexWakeAll(&s.wake_seq);
+    }
+  }
+  return fixed;
 }
 
 void BoardFile::Heartbeat(uint64_t now_ns) {

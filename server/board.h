@@ -75,6 +75,11 @@ class BoardFile {
   // Wakes every thread blocked on the GPU's gate word (knobs or priorities changed).
   void WakeGate(uint32_t gpu);
   void Heartbeat(uint64_t now_ns);
+  // Writes back every server-owned field of the board (header, GPU knobs and priority masks,
+  // slot identity, priority, pause, profile, memory limit) that differs from the server's own
+  // record: tenants map the board writable, and one may have written over them. Returns how
+  // many fields were put back (0 when nobody touched them). A few microseconds for 256 slots.
+  uint32_t Reassert();
 
  private:
   BoardFile(std::string path, contract::Board* board, size_t bytes, uint64_t epoch)
@@ -91,6 +96,13 @@ class BoardFile {
   // clients, and a tenant can write them (it must not put itself into hp_slot_mask).
   uint32_t slot_gpu_[contract::kMaxSlots] = {};
   contract::Priority slot_priority_[contract::kMaxSlots] = {};
+  struct SlotRecord {
+    uint32_t client_id = 0, host_pid = 0, generation = 0;
+    uint32_t paused = 0, profile = 0;
+    uint64_t memory_limit = 0;
+  };
+  SlotRecord slot_record_[contract::kMaxSlots];
+  GateKnobs knobs_[contract::kMaxGpus];
   std::vector<std::string> gpu_uuids_;  // board order; header.num_gpus and GpuState::uuid are
                                         // copies for the clients
 };

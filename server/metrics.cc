@@ -132,10 +132,15 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   for (const auto& [what, n] : snap.repairs) {
     Add(repairs, {{"node", node_}, {"what", what}}, static_cast<double>(n));
   }
+  MetricFamily corrections = Family("orion_board_corrections_total",
+                                    "Server-owned board fields (priorities, pauses, knobs, "
+                                    "header) found overwritten by a tenant and put back",
+                                    MetricType::Counter);
+  Add(corrections, {{"node", node_}}, static_cast<double>(snap.board_corrections));
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
                           &mem_limit, &dropped, &period, &regs, &ingested, &written, &skipped,
-                          &node_dropped, &repairs}) {
+                          &node_dropped, &repairs, &corrections}) {
     out.push_back(std::move(*f));
   }
   return out;

@@ -1,6 +1,8 @@
 // Node scheduler state: admission, ring draining, policy loop and admin queries (node_state.h).
 #include "server/node_state.h"
 
+#include <cstdio>
+
 #include <fnmatch.h>
 #include <time.h>
 
@@ -373,6 +375,18 @@ size_t NodeState::DrainOnce(uint64_t now) {
   Event e{};
   for (auto& [id, c] : clients_) {
     auto& ring = board_->board().slots[c.slot].ring;
+    // More than a ring's worth between tail and head cannot come from producers (they stop at a
+    // full ring): the indices were written over. Start reading afresh at head, counted as
+    // skipped, instead of skipping one phantom entry per timeout for the rest of the run.
+    const uint64_t head = ring.head.load(std::memory_order_acquire);
+    const uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+    if (head - tail > contract::kRingCapacity) {
+      ring.tail.store(head, std::memory_order_release);
+      events_skipped_ += contract::kRingCapacity;
+      c.malformed_events += contract::kRingCapacity;
+      c.hole_since_ns = 0;
+      continue;
+    }
     size_t n = 0;
     while (n < kMaxDrainPerClient && ring.TryPop(&e)) {
       ConsumeEvent(c, e);
@@ -416,6 +430,17 @@ void NodeState::RestartBudgetEvidence(uint32_t g) {
 void NodeState::PolicyTick(uint64_t now) {
   absl::MutexLock lock(&mu_);
   board_->Heartbeat(now);
+  // Tenants map the board writable: put back whatever one wrote over the server's fields.
+  if (const uint32_t fixed = board_->Reassert(); fixed > 0) {
+    board_corrections_ += fixed;
+    if (now - last_correction_log_ns_ > 10'000'000'000ull) {  // at most one line per 10 s
+      last_correction_log_ns_ = now;
+      std::fprintf(stderr,
+                   "orion-server: %u server-owned board fields had been overwritten (by a "
+                   "tenant with the board mapped); put back (%llu so far)\n",
+                   fixed, static_cast<unsigned long long>(board_corrections_));
+    }
+  }
   const uint32_t ngpus = board_->num_gpus();
   for (uint32_t g = 0; g < ngpus; ++g) {
     GpuPolicy& gp = gpu_policy_[g];
@@ -847,6 +872,7 @@ MetricsSnapshot NodeState::Snapshot() {
   snap.events_ingested = events_ingested_;
   snap.events_skipped = events_skipped_;
   snap.repairs = repairs_;
+  snap.board_corrections = board_corrections_;
   snap.events_written = departed_written_;
   snap.events_dropped = departed_dropped_;
   for (const auto& [id, c] : clients_) {

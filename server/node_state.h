@@ -89,6 +89,7 @@ struct MetricsSnapshot {
   uint64_t events_skipped = 0;
   uint64_t events_dropped = 0;
   std::map<std::string, uint64_t> repairs;  // by what
+  uint64_t board_corrections = 0;  // server-owned board fields found overwritten and put back
 };
 
 class NodeState {
@@ -208,6 +209,8 @@ class NodeState {
   uint64_t events_ingested_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t events_skipped_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t> repairs_ ABSL_GUARDED_BY(mu_);
+  uint64_t board_corrections_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_correction_log_ns_ ABSL_GUARDED_BY(mu_) = 0;
   // What departed clients' rings held at the end (their slots are reused, so kept here).
   uint64_t departed_written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t departed_dropped_ ABSL_GUARDED_BY(mu_) = 0;

@@ -22,6 +22,8 @@ else
   echo "test.sh: not root: the image build and its checks (tools/build-image.sh) are skipped"
 fi
 # libFuzzer targets (tests/fuzz) for ORION_FUZZ_SECONDS each, then the test suites under ASan and
-# UBSan (own build folders: build-fuzz, build-asan).
+# UBSan, then the lock-free and threaded interposer code under TSan (own build folders:
+# build-fuzz, build-asan, build-tsan).
 bash tools/fuzz.sh
 bash tools/sanitize.sh
+bash tools/sanitize.sh thread

@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstring>
+
 #include "server/node_state.h"
 #include "tests/server/test_server.h"
 
@@ -29,6 +32,54 @@ TEST(BoardTest, HeaderAndLayoutAreValidForClients) {
   EXPECT_EQ((*board)->FindOrAddGpu("GPU-a"), 0);
   EXPECT_EQ(mapped->header.num_gpus, 2u);
   EXPECT_STREQ(mapped->gpus[1].uuid, "GPU-b");
+}
+
+// A tenant with the board mapped writes over the server's fields (its own priority, another
+// client's pause, the knobs, the mask, the header): Reassert puts every one back from the server's
+// record and says how many; untouched, it changes nothing. Client-written fields stay as written.
+TEST(BoardTest, ReassertPutsBackWhatATenantOverwrote) {
+  const std::string dir = testing::MakeTempDir();
+  auto board = BoardFile::Create(dir + "/board");
+  ASSERT_TRUE(board.ok()) << board.status();
+  BoardFile& b = **board;
+  contract::Board* mapped = testing::MapBoard(dir + "/board");
+  ASSERT_NE(mapped, nullptr);
+  ASSERT_EQ(b.FindOrAddGpu("GPU-a"), 0);
+  auto hp = b.AssignSlot(1, 100, 0, contract::Priority::kHigh, 0);
+  auto be = b.AssignSlot(2, 200, 0, contract::Priority::kBestEffort, 1 << 20);
+  ASSERT_TRUE(hp && be);
+  EXPECT_EQ(b.Reassert(), 0u);
+  unsigned char header_before[offsetof(contract::BoardHeader, server_heartbeat_ns)];
+  std::memcpy(header_before, &mapped->header, sizeof(header_before));
+
+  auto& gpu = mapped->gpus[0];
+  mapped->slots[*be].priority.store(static_cast<uint32_t>(contract::Priority::kHigh));
+  mapped->slots[*hp].paused.store(1);
+  mapped->slots[*be].memory_limit_bytes.store(0);
+  mapped->slots[*be].gpu.store(7);
+  gpu.hp_slot_mask[0].store(~0ull);
+  gpu.spin_ns.store(0xFFFFFFFFu);
+  gpu.be_budget_ns.store(0);
+  gpu.mode.store(99);
+  mapped->header.magic = 0;
+  mapped->slots[*be].launches.store(12345);  // the client's own counter: left alone
+  EXPECT_EQ(b.Reassert(), 9u);
+  EXPECT_EQ(mapped->slots[*be].priority.load(), static_cast<uint32_t>(contract::Priority::kBestEffort));
+  EXPECT_EQ(mapped->slots[*hp].paused.load(), 0u);
+  EXPECT_EQ(mapped->slots[*be].memory_limit_bytes.load(), 1u << 20);
+  EXPECT_EQ(mapped->slots[*be].gpu.load(), 0u);
+  EXPECT_EQ(gpu.hp_slot_mask[0].load(), 1ull << *hp);
+  EXPECT_EQ(gpu.spin_ns.load(), contract::kDefaultSpinNs);
+  EXPECT_EQ(gpu.mode.load(), static_cast<uint32_t>(contract::kDefaultGateMode));
+  EXPECT_EQ(std::memcmp(&mapped->header, header_before, sizeof(header_before)), 0);
+  EXPECT_EQ(mapped->slots[*be].launches.load(), 12345u);
+  EXPECT_EQ(b.Reassert(), 0u);
+
+  // A freed slot forged back to active is put back too.
+  b.FreeSlot(*be);
+  mapped->slots[*be].state.store(static_cast<uint32_t>(contract::SlotState::kActive));
+  EXPECT_EQ(b.Reassert(), 1u);
+  EXPECT_EQ(mapped->slots[*be].state.load(), static_cast<uint32_t>(contract::SlotState::kFree));
 }
 
 TEST(BoardTest, PriorityMaskAndBestEffortCountComeFromTheServersRecord) {
