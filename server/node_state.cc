@@ -711,6 +711,9 @@ absl::StatusOr<orion::v1::TimelineResponse> NodeState::GetTimeline(
   std::vector<Span> spans = timelines_[r.gpu()].Window(since, until, max_spans, &truncated);
   orion::v1::TimelineResponse out;
   out.set_truncated(truncated);
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  out.set_server_now_unix_ns(static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec);
   for (const Span& s : spans) {
     auto* p = out.add_spans();
     p->set_client_id(s.client_id);

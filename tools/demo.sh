@@ -86,5 +86,8 @@ cat <<MSG
 MSG
 echo "== last spans of the timeline:"
 "$BIN/tools/orion-ctl" timeline --last-ms 100000 | tail -5
+echo "== the whole run as a trace (open the .json in https://ui.perfetto.dev, the .html anywhere):"
+"$BIN/tools/orion-ctl" timeline --last-ms 100000 --trace "$RUN_DIR/timeline.json" \
+  --html "$RUN_DIR/timeline.html"
 echo "== orion_ metrics (sample):"
 curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | grep -E '^orion_(clients|registrations_total|events_ingested_total|client_throttled)' | head -8

@@ -2,7 +2,8 @@
 //   orion-ctl [--server HOST:PORT] [--json] COMMAND ...
 // Commands: gpus | clients | client ID | priority (ID | --pod UID) high|best-effort |
 //           pause ID | resume ID | policy [--gpu N] [KEY=VALUE ...] |
-//           timeline [--gpu N] [--last-ms N] | profile ID [--csv FILE]
+//           timeline [--gpu N] [--last-ms N|--since MS --until MS] [--trace F] [--html F] |
+//           timeline merge A.json B.json ... --out F | profile ID [--csv FILE]
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
@@ -12,10 +13,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "orion/v1/admin.grpc.pb.h"
+#include "tools/trace_export.h"
 #include "orion_version.h"
 
 namespace {
@@ -35,7 +38,12 @@ void Usage(FILE* out) {
       "  policy [--gpu N|--all] [KEY=VALUE...] show or set knobs: mode=pass-through|priority|mps,\n"
       "                                        be_budget_us, sm_threshold, spin_us, hp_stale_ms,\n"
       "                                        hp_grace_us, adapt_budget=true|false\n"
-      "  timeline [--gpu N] [--last-ms N]      who ran when (default last 1000 ms)\n"
+      "  timeline [--gpu N] [--last-ms N | --since MS [--until MS]] [--trace F.json] [--html F.html]\n"
+      "                                        who ran when (default: GPU 0, last 1000 ms; times in\n"
+      "                                        Unix ms). --trace: Chrome trace JSON of every GPU\n"
+      "                                        (Perfetto, chrome://tracing); --html: one page\n"
+      "  timeline merge A.json B.json ... --out ALL.json [--html ALL.html]\n"
+      "                                        several nodes' exports on one time axis\n"
       "  profile ID [--csv FILE]               learned kernel profile; Orion CSV to FILE\n"
       "server default: $ORION_ADMIN or localhost:50051; token (sent as 'authorization: Bearer'):\n"
       "--token-file, else $ORION_TOKEN_FILE (a file holding the token, or a tokens-file line\n"
@@ -311,34 +319,134 @@ int main(int argc, char** argv) {
     PrintJson(r);
     return 0;
   }
-  if (cmd == "timeline") {
-    orion::v1::TimelineRequest q;
-    uint32_t last_ms = 1000;
-    for (size_t i = 1; i < args.size(); ++i) {
-      uint32_t v = 0;
-      if (args[i] == "--gpu" && i + 1 < args.size() && ParseU32(args[i + 1], &v)) {
-        q.set_gpu(v);
-        ++i;
-      } else if (args[i] == "--last-ms" && i + 1 < args.size() && ParseU32(args[i + 1], &v)) {
-        last_ms = v;
-        ++i;
+  if (cmd == "timeline" && args.size() >= 2 && args[1] == "merge") {
+    // timeline merge A.json B.json ... --out ALL.json [--html ALL.html]: no server needed.
+    std::vector<std::pair<std::string, std::string>> inputs;
+    std::string out_path, html_path;
+    for (size_t i = 2; i < args.size(); ++i) {
+      if (args[i] == "--out" && i + 1 < args.size()) {
+        out_path = args[++i];
+      } else if (args[i] == "--html" && i + 1 < args.size()) {
+        html_path = args[++i];
       } else {
-        return bad("unknown argument '" + args[i] + "'");
+        std::ifstream in(args[i]);
+        if (!in) return bad("cannot read " + args[i]);
+        std::stringstream text;
+        text << in.rdbuf();
+        inputs.emplace_back(args[i], text.str());
       }
     }
-    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-    q.set_since_unix_ms(now_ms - last_ms);
-    orion::v1::TimelineResponse r;
-    if (auto s = stub->GetTimeline(ctx().get(), q, &r); !s.ok()) return Fail(s);
-    if (json) return PrintJson(r), 0;
-    for (const auto& sp : r.spans()) {
-      std::printf("%.6f client=%u %-11s %-9s dur_us=%.1f %s\n", sp.start_unix_ns() / 1e9,
-                  sp.client_id(), PrioName(sp.priority()), sp.kind().c_str(),
-                  sp.duration_ns() / 1e3, sp.name().c_str());
+    if (inputs.empty() || (out_path.empty() && html_path.empty())) {
+      return bad("expected: timeline merge A.json B.json ... --out ALL.json [--html ALL.html]");
     }
-    if (r.truncated()) std::printf("(truncated: oldest spans left out)\n");
+    absl::StatusOr<std::string> merged = orion::tools::MergeChromeTraces(inputs);
+    if (!merged.ok()) return bad(std::string(merged.status().message()));
+    for (const auto& [path, text] :
+         {std::pair{out_path, *merged}, std::pair{html_path, std::string()}}) {
+      if (path.empty()) continue;
+      std::ofstream out(path);
+      out << (text.empty() ? orion::tools::TimelineHtml(*merged) : text);
+      if (!out) return bad("cannot write " + path);
+      std::printf("wrote %s (%zu exports merged)\n", path.c_str(), inputs.size());
+    }
+    return 0;
+  }
+  if (cmd == "timeline") {
+    // Window: --last-ms N (default 1000), or --since/--until in Unix milliseconds.
+    uint32_t last_ms = 1000;
+    int64_t since_ms = -1, until_ms = 0;
+    int64_t gpu = -1;
+    std::string trace_path, html_path;
+    auto parse_ms = [](const std::string& text, int64_t* out) {
+      char* end = nullptr;
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      if (end == text.c_str() || *end != 0 || v < 0) return false;
+      *out = v;
+      return true;
+    };
+    for (size_t i = 1; i < args.size(); ++i) {
+      uint32_t v = 0;
+      const bool has_value = i + 1 < args.size();
+      if (args[i] == "--gpu" && has_value && ParseU32(args[i + 1], &v)) {
+        gpu = v;
+        ++i;
+      } else if (args[i] == "--last-ms" && has_value && ParseU32(args[i + 1], &v)) {
+        last_ms = v;
+        ++i;
+      } else if (args[i] == "--since" && has_value && parse_ms(args[i + 1], &since_ms)) {
+        ++i;
+      } else if (args[i] == "--until" && has_value && parse_ms(args[i + 1], &until_ms)) {
+        ++i;
+      } else if (args[i] == "--trace" && has_value) {
+        trace_path = args[++i];
+      } else if (args[i] == "--html" && has_value) {
+        html_path = args[++i];
+      } else {
+        return bad("unknown argument '" + args[i] + "' (see --help)");
+      }
+    }
+    const auto unix_ns = [] {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+    if (since_ms < 0) since_ms = unix_ns() / 1000000 - last_ms;
+    if (until_ms != 0 && until_ms < since_ms) return bad("--until is before --since");
+    const bool export_mode = !trace_path.empty() || !html_path.empty();
+
+    orion::v1::ListGpusResponse gpus;
+    if (auto s = stub->ListGpus(ctx().get(), {}, &gpus); !s.ok()) return Fail(s);
+    orion::tools::NodeTimeline t;
+    t.since_unix_ns = since_ms * 1000000;
+    t.until_unix_ns = until_ms * 1000000;
+    orion::v1::TimelineResponse first;
+    for (const orion::v1::Gpu& g : gpus.gpus()) {
+      if (gpu >= 0 && g.index() != gpu) continue;
+      if (gpu < 0 && !export_mode && g.index() != 0) continue;  // text: GPU 0 unless --gpu
+      if (t.node.empty()) t.node = g.node();
+      orion::v1::TimelineRequest q;
+      q.set_gpu(g.index());
+      q.set_since_unix_ms(since_ms);
+      q.set_until_unix_ms(until_ms);
+      if (export_mode) q.set_max_spans(200000);  // a file, not a screen: take the window whole
+      orion::v1::TimelineResponse r;
+      const int64_t sent = unix_ns();
+      if (auto s = stub->GetTimeline(ctx().get(), q, &r); !s.ok()) return Fail(s);
+      const int64_t received = unix_ns();
+      if (t.gpus.empty() && r.server_now_unix_ns() != 0) {
+        t.clock_offset_ns = r.server_now_unix_ns() - (sent + received) / 2;
+        t.clock_uncertainty_ns = (received - sent) / 2;
+      }
+      if (t.gpus.empty()) first = r;
+      t.gpus.push_back({g, {r.spans().begin(), r.spans().end()}, r.truncated()});
+    }
+    if (t.gpus.empty()) return bad("no such GPU on this node");
+    if (!export_mode) {
+      if (json) return PrintJson(first), 0;
+      for (const auto& sp : first.spans()) {
+        std::printf("%.6f client=%u %-11s %-9s dur_us=%.1f %s\n", sp.start_unix_ns() / 1e9,
+                    sp.client_id(), PrioName(sp.priority()), sp.kind().c_str(),
+                    sp.duration_ns() / 1e3, sp.name().c_str());
+      }
+      if (first.truncated()) std::printf("(truncated: oldest spans left out)\n");
+      return 0;
+    }
+    orion::v1::ListClientsResponse clients;
+    if (auto s = stub->ListClients(ctx().get(), {}, &clients); !s.ok()) return Fail(s);
+    for (const auto& c : clients.clients()) t.clients[c.client_id()] = c;
+    t.exported_unix_ns = unix_ns();
+    const std::string trace = orion::tools::ChromeTraceJson(t);
+    size_t spans = 0;
+    for (const auto& g : t.gpus) spans += g.spans.size();
+    for (const auto& [path, text] :
+         {std::pair{trace_path, trace}, std::pair{html_path, orion::tools::TimelineHtml(trace)}}) {
+      if (path.empty()) continue;
+      std::ofstream out(path);
+      out << text;
+      if (!out) return bad("cannot write " + path);
+      std::printf("wrote %s: %zu spans of %zu GPU(s) of node %s\n", path.c_str(), spans,
+                  t.gpus.size(), t.node.c_str());
+    }
     return 0;
   }
   if (cmd == "profile") {

@@ -13,6 +13,7 @@ PACKAGES=(
   binutils              # objdump: the interposer's export and glibc-version checks
   clang libclang-rt-14-dev llvm  # tools/fuzz.sh: libFuzzer and the sanitizer runtimes (only
                         # recommended by clang), llvm-symbolizer for readable crash stacks
+  chromium              # the timeline page drawn headless (tests/tools/timeline_html_test.sh)
 )
 # Node.js + npm for the schema validation of the Helm chart's rendered manifests; a machine that
 # already has them (from another source than Debian) keeps its own.

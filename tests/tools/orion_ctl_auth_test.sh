@@ -34,4 +34,13 @@ ctl --token-file "$W/operator" policy be_budget_us=123 > /dev/null || fail "oper
 ctl --token-file "$W/reader" --json policy | grep -q '"be_budget_us": "123"' || fail "the budget did not change"
 grep -q "audit: SetPolicy by alice (operator)" "$W/server.log" || fail "no audit line naming alice"
 grep -q "audit: SetPolicy by refused" "$W/server.log" || fail "no audit line for the refused call"
+# A reader may export the timeline: Chrome trace JSON and the page, every GPU of the node.
+ctl --token-file "$W/reader" timeline --last-ms 60000 --trace "$W/t.json" --html "$W/t.html" \
+  > "$W/export.out" || fail "timeline export: $(cat "$W/export.out")"
+grep -q "wrote $W/t.json: 0 spans of 1 GPU(s)" "$W/export.out" || fail "export said: $(cat "$W/export.out")"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["otherData"]["format"] == "orion-timeline/1"; assert abs(d["otherData"]["clock_offset_ns"]) < 1e9' "$W/t.json" ||
+  fail "the export is not the trace format"
+grep -q '<script type="application/json" id="trace">' "$W/t.html" || fail "no page"
+out="$(ctl --token-file "$W/reader" timeline --since 200 --until 100 2>&1)" && fail "a reversed window was accepted"
+grep -q "until is before" <<< "$out" || fail "no clear refusal of the window: $out"
 echo "orion-ctl auth: ok"

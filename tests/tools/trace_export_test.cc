@@ -1,0 +1,185 @@
+// Timeline exports: the Chrome trace JSON checked against the trace event format by a parser
+// (every event well formed, one process per GPU, one thread per client, held time on its own
+// thread, measured vs launch-instant spans), the merge of two nodes' exports (processes kept
+// apart, clock offsets applied, bad input named), and the HTML page's embedding.
+#include "tools/trace_export.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+namespace orion::tools {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+Struct Parse(const std::string& json) {
+  Struct s;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, &s).ok()) << json.substr(0, 300);
+  return s;
+}
+
+// The trace event format's rules that viewers rely on; returns the events by phase.
+std::map<std::string, std::vector<Struct>> CheckTraceFormat(const Struct& root) {
+  std::map<std::string, std::vector<Struct>> by_phase;
+  const auto& events = root.fields().at("traceEvents").list_value().values();
+  for (const Value& v : events) {
+    EXPECT_TRUE(v.has_struct_value());
+    const auto& f = v.struct_value().fields();
+    const std::string ph = f.at("ph").string_value();
+    EXPECT_TRUE(ph == "X" || ph == "M") << ph;
+    EXPECT_TRUE(f.at("pid").has_number_value());
+    EXPECT_TRUE(f.at("name").has_string_value());
+    if (ph == "X") {
+      EXPECT_TRUE(f.at("tid").has_number_value());
+      EXPECT_TRUE(f.at("ts").has_number_value());
+      EXPECT_GE(f.at("dur").number_value(), 0);
+      EXPECT_TRUE(f.at("cat").has_string_value());
+    } else {
+      EXPECT_TRUE(f.at("args").struct_value().fields().count("name") ||
+                  f.at("args").struct_value().fields().count("sort_index"));
+    }
+    by_phase[ph].push_back(v.struct_value());
+  }
+  return by_phase;
+}
+
+orion::v1::TimelineSpan MakeSpan(uint32_t client, orion::v1::Priority p, const std::string& kind,
+                                 int64_t start_ns, uint64_t dur_ns, uint64_t bytes = 0) {
+  orion::v1::TimelineSpan s;
+  s.set_client_id(client);
+  s.set_priority(p);
+  s.set_kind(kind);
+  s.set_name(kind == "kernel" ? "gemm_kernel" : "");
+  s.set_start_unix_ns(start_ns);
+  s.set_duration_ns(dur_ns);
+  s.set_bytes(bytes);
+  return s;
+}
+
+NodeTimeline TwoGpuNode(const std::string& node, int64_t offset_ns) {
+  NodeTimeline t;
+  t.node = node;
+  t.exported_unix_ns = 1'700'000'010'000'000'000;
+  t.clock_offset_ns = offset_ns;
+  t.clock_uncertainty_ns = 150'000;
+  orion::v1::Client svc;
+  svc.set_client_id(1);
+  svc.set_pod("resnet-svc");
+  svc.set_namespace_("ml");
+  svc.set_priority(orion::v1::PRIORITY_HIGH);
+  t.clients[1] = svc;
+  NodeTimeline::GpuSpans g0;
+  g0.gpu.set_index(0);
+  g0.gpu.set_uuid("GPU-aaaa");
+  const int64_t t0 = 1'700'000'000'000'000'000;
+  g0.spans = {MakeSpan(1, orion::v1::PRIORITY_HIGH, "kernel", t0, 250'000),
+              MakeSpan(2, orion::v1::PRIORITY_BEST_EFFORT, "kernel", t0 + 300'000, 0),
+              MakeSpan(2, orion::v1::PRIORITY_BEST_EFFORT, "throttled", t0 + 10'000, 280'000),
+              MakeSpan(1, orion::v1::PRIORITY_HIGH, "memcpy", t0 + 400'000, 5'000, 1 << 20)};
+  NodeTimeline::GpuSpans g1;
+  g1.gpu.set_index(1);
+  g1.gpu.set_uuid("GPU-bbbb");
+  g1.spans = {MakeSpan(3, orion::v1::PRIORITY_BEST_EFFORT, "graph", t0 + 50'000, 1'000'000)};
+  t.gpus = {g0, g1};
+  return t;
+}
+
+TEST(ChromeTrace, OneProcessPerGpuOneThreadPerClientHeldTimeApart) {
+  const Struct root = Parse(ChromeTraceJson(TwoGpuNode("node-a", 0)));
+  auto events = CheckTraceFormat(root);
+  ASSERT_EQ(events["X"].size(), 5u);
+  std::map<int, std::string> processes;
+  std::map<std::pair<int, int>, std::string> threads;
+  for (const Struct& m : events["M"]) {
+    const auto& f = m.fields();
+    if (f.at("name").string_value() == "process_name") {
+      processes[static_cast<int>(f.at("pid").number_value())] =
+          f.at("args").struct_value().fields().at("name").string_value();
+    }
+    if (f.at("name").string_value() == "thread_name") {
+      threads[{static_cast<int>(f.at("pid").number_value()),
+               static_cast<int>(f.at("tid").number_value())}] =
+          f.at("args").struct_value().fields().at("name").string_value();
+    }
+  }
+  EXPECT_EQ(processes[0], "node-a GPU 0 (GPU-aaaa)");
+  EXPECT_EQ(processes[1], "node-a GPU 1 (GPU-bbbb)");
+  EXPECT_EQ(threads[std::make_pair(0, 1)], "ml/resnet-svc (client 1, high)");
+  EXPECT_EQ(threads[std::make_pair(0, 2)], "client 2 (best-effort, exited)");
+  EXPECT_EQ(threads[std::make_pair(0, 1'000'002)], "client 2 (best-effort, exited) held at gate");
+  EXPECT_EQ(threads[std::make_pair(1, 3)], "client 3 (best-effort, exited)");
+
+  for (const Struct& x : events["X"]) {
+    const auto& f = x.fields();
+    const auto& args = f.at("args").struct_value().fields();
+    const std::string cat = f.at("cat").string_value();
+    if (cat == "kernel" && f.at("tid").number_value() == 1) {
+      EXPECT_DOUBLE_EQ(f.at("ts").number_value(), 1'700'000'000'000'000.0);  // microseconds
+      EXPECT_DOUBLE_EQ(f.at("dur").number_value(), 250.0);
+      EXPECT_TRUE(args.at("measured").bool_value());
+      EXPECT_EQ(f.at("name").string_value(), "gemm_kernel");
+    } else if (cat == "kernel") {
+      EXPECT_FALSE(args.at("measured").bool_value());  // a launch instant, not a GPU interval
+    } else if (cat == "throttled") {
+      EXPECT_EQ(f.at("tid").number_value(), 1'000'002);
+      EXPECT_TRUE(args.at("measured").bool_value());
+    } else if (cat == "memcpy") {
+      EXPECT_EQ(args.at("bytes").number_value(), 1 << 20);
+    }
+  }
+  const auto& other = root.fields().at("otherData").struct_value().fields();
+  EXPECT_EQ(other.at("node").string_value(), "node-a");
+  EXPECT_EQ(other.at("clock_uncertainty_ns").number_value(), 150'000);
+}
+
+TEST(ChromeTrace, MergeKeepsNodesApartAndAlignsClocks) {
+  const std::string a = ChromeTraceJson(TwoGpuNode("node-a", 0));
+  const std::string b = ChromeTraceJson(TwoGpuNode("node-b", 2'000'000));  // 2 ms ahead
+  absl::StatusOr<std::string> merged = MergeChromeTraces({{"a.json", a}, {"b.json", b}});
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  const Struct root = Parse(*merged);
+  auto events = CheckTraceFormat(root);
+  EXPECT_EQ(events["X"].size(), 10u);
+  std::set<int> pids;
+  double a_first = 0, b_first = 0;
+  for (const Struct& x : events["X"]) {
+    const int pid = static_cast<int>(x.fields().at("pid").number_value());
+    pids.insert(pid);
+    if (x.fields().at("tid").number_value() == 1 && x.fields().at("cat").string_value() == "kernel") {
+      (pid < 1000 ? a_first : b_first) = x.fields().at("ts").number_value();
+    }
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1, 1000, 1001}));
+  // The same instant on both nodes' clocks: node-b's clock runs 2 ms ahead, so its copy moves back.
+  EXPECT_DOUBLE_EQ(a_first - b_first, 2000.0);
+  const auto& sources =
+      root.fields().at("otherData").struct_value().fields().at("sources").list_value().values();
+  ASSERT_EQ(sources.size(), 2u);
+  EXPECT_EQ(sources[1].struct_value().fields().at("node").string_value(), "node-b");
+
+  auto bad = MergeChromeTraces({{"a.json", a}, {"broken.json", "{\"traceEvents\": 3}"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("broken.json"), std::string::npos) << bad.status();
+  EXPECT_FALSE(MergeChromeTraces({{"x.json", "not json"}}).ok());
+  EXPECT_FALSE(MergeChromeTraces({}).ok());
+}
+
+TEST(TimelineHtml, SelfContainedWithTheTraceEmbedded) {
+  NodeTimeline t = TwoGpuNode("node-a", 0);
+  t.gpus[0].spans[0].set_name("evil</script><script>alert(1)</script>");
+  const std::string html = TimelineHtml(ChromeTraceJson(t));
+  EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no fetches
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  EXPECT_EQ(html.find("evil</script>"), std::string::npos);  // cannot end the script early
+  EXPECT_NE(html.find("evil"), std::string::npos);  // the name is kept, escaped
+  EXPECT_NE(html.find("node-a GPU 1 (GPU-bbbb)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace orion::tools

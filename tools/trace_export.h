@@ -1,0 +1,58 @@
+// Timeline exports for orion-ctl: Chrome trace event JSON (opens in Perfetto and
+// chrome://tracing), the merge of several nodes' exports onto one time axis, and a
+// self-contained HTML page. Pure: no RPCs; orion-ctl fetches, these format.
+//
+// Trace layout: one process per node GPU ("<node> GPU <index>"), one thread per client
+// ("<namespace>/<pod> (client N, high)"), GPU work as complete events ("X"; args.measured says
+// whether the duration is the GPU's own, else the span is a launch instant of zero length), and
+// time held at the gate on a second thread of the client ("... held at gate"). Timestamps are the
+// node's CLOCK_REALTIME in microseconds; otherData records the node, when it was exported and the
+// node's clock offset to the exporting host (server clock minus host clock, measured over the
+// RPC, with half the round trip as its uncertainty).
+//
+// Usage:
+//   NodeTimeline t{.node = "gpu-node-1", ...};  // GPUs, clients, spans from the admin API
+//   std::string json = ChromeTraceJson(t);
+//   absl::StatusOr<std::string> all = MergeChromeTraces({{"a.json", a}, {"b.json", b}});
+//   std::string page = TimelineHtml(json);
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "orion/v1/admin.pb.h"
+
+namespace orion::tools {
+
+struct NodeTimeline {
+  std::string node;
+  int64_t exported_unix_ns = 0;    // the exporting host's clock
+  int64_t clock_offset_ns = 0;     // node clock minus exporting host clock
+  int64_t clock_uncertainty_ns = 0;
+  int64_t since_unix_ns = 0, until_unix_ns = 0;  // the window asked for (0: open)
+  struct GpuSpans {
+    orion::v1::Gpu gpu;
+    std::vector<orion::v1::TimelineSpan> spans;
+    bool truncated = false;
+  };
+  std::vector<GpuSpans> gpus;
+  std::map<uint32_t, orion::v1::Client> clients;  // by client id; departed ones may be missing
+};
+
+std::string ChromeTraceJson(const NodeTimeline& timeline);
+
+// Merges exports (name, JSON text) of several nodes: each input's processes are renumbered so
+// they stay apart, and its timestamps are moved by its recorded clock offset onto the clock of
+// the host that exported it (so exports taken from one host share one axis). Errors name the file.
+absl::StatusOr<std::string> MergeChromeTraces(
+    const std::vector<std::pair<std::string, std::string>>& inputs);
+
+// One HTML page, no network: the trace embedded, drawn as rows (GPU, then client) with zoom
+// (wheel), pan (drag) and hover details.
+std::string TimelineHtml(const std::string& trace_json);
+
+}  // namespace orion::tools
