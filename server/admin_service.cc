@@ -1,7 +1,11 @@
 // orion.v1.Admin and orion.v1.AgentSync over NodeState (see admin_service.h).
 #include "server/admin_service.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -141,6 +145,100 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetKernelProfile(
     return Done(ctx, ToGrpc(caller.status()));
   }
   return DoneWith(ctx, state_->GetKernelProfile(req->client_id()), resp);
+}
+
+namespace {
+
+// One StreamTimeline call. Its thread does the blocking work (waiting for a write to finish, for
+// new spans); gRPC's callbacks only signal it. Deletes itself in OnDone, after the thread ended.
+class TimelineStreamer final : public grpc::ServerWriteReactor<orion::v1::TimelineChunk> {
+ public:
+  TimelineStreamer(NodeState* state, orion::v1::StreamTimelineRequest request)
+      : state_(state), request_(std::move(request)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) stop_ = true;  // the caller went away
+    cv_.notify_all();
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  void OnDone() override {
+    // OnDone runs after Finish; should gRPC run it on the streaming thread itself, detach.
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+    delete this;
+  }
+
+ private:
+  void Run() {
+    uint64_t cursor = request_.cursor();
+    grpc::Status status = grpc::Status::OK;
+    for (;;) {
+      absl::StatusOr<orion::v1::TimelineChunk> chunk =
+          state_->TimelineAfter(request_.gpu(), cursor, request_.max_spans_per_message());
+      if (!chunk.ok()) {
+        status = ToGrpc(chunk.status());
+        break;
+      }
+      const bool fresh = chunk->spans_size() > 0 || chunk->lost() > 0;
+      cursor = chunk->cursor();
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stop_) break;
+      if (fresh) {
+        chunk_ = *std::move(chunk);
+        writing_ = true;
+        StartWrite(&chunk_);
+        cv_.wait(lock, [this] { return !writing_; });
+        if (stop_) break;
+        continue;  // more may be waiting
+      }
+      if (!request_.follow()) break;
+      cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; });
+      if (stop_) break;
+    }
+    Finish(status);
+  }
+
+  NodeState* state_;
+  const orion::v1::StreamTimelineRequest request_;
+  orion::v1::TimelineChunk chunk_;  // the message being written (must outlive StartWrite)
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool writing_ = false, stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<orion::v1::TimelineChunk>* AdminServiceImpl::StreamTimeline(
+    grpc::CallbackServerContext* ctx, const orion::v1::StreamTimelineRequest* req) {
+  if (auto caller = Admit(ctx, AdminRole::kReader, "StreamTimeline", *req); !caller.ok()) {
+    class Refused final : public grpc::ServerWriteReactor<orion::v1::TimelineChunk> {
+     public:
+      explicit Refused(grpc::Status s) { Finish(std::move(s)); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(ToGrpc(caller.status()));
+  }
+  return new TimelineStreamer(state_, *req);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetRecording(grpc::CallbackServerContext* ctx,
+                                                         const orion::v1::RecordingRequest* req,
+                                                         orion::v1::RecordingState* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kOperator, "SetRecording", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
+  return DoneWith(ctx, state_->SetRecording(*req), resp);
 }
 
 grpc::ServerUnaryReactor* AgentSyncServiceImpl::UpsertPods(grpc::CallbackServerContext* ctx,

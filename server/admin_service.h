@@ -49,6 +49,13 @@ class AdminServiceImpl final : public orion::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* GetKernelProfile(grpc::CallbackServerContext* ctx,
                                              const orion::v1::KernelProfileRequest* req,
                                              orion::v1::KernelProfileResponse* resp) override;
+  // Server streaming: a thread per open stream reads spans after the cursor and writes them one
+  // message at a time; with follow it polls every 100 ms until the caller cancels.
+  grpc::ServerWriteReactor<orion::v1::TimelineChunk>* StreamTimeline(
+      grpc::CallbackServerContext* ctx, const orion::v1::StreamTimelineRequest* req) override;
+  grpc::ServerUnaryReactor* SetRecording(grpc::CallbackServerContext* ctx,
+                                         const orion::v1::RecordingRequest* req,
+                                         orion::v1::RecordingState* resp) override;
 
  private:
   // The caller if its token allows `role`; logs operator calls (allowed or refused).

@@ -684,6 +684,78 @@ absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::Set
   return KnobsToProto(gpu_policy_[first]);
 }
 
+void NodeState::SpanToProto(const Span& s, orion::v1::TimelineSpan* p) const {
+  p->set_client_id(s.client_id);
+  p->set_priority(ToProtoPriority(static_cast<Priority>(s.priority)));
+  p->set_kind(SpanKindName(s.kind));
+  if (s.kind == SpanKind::kKernel) {
+    auto it = clients_.find(s.client_id);
+    const std::string* name = it == clients_.end() ? nullptr : it->second.profile.NameOf(s.func);
+    p->set_name(name ? *name : absl::StrCat("func@0x", absl::Hex(s.func)));
+  }
+  p->set_start_unix_ns(s.start_unix_ns);
+  p->set_duration_ns(s.duration_ns);
+  p->set_bytes(s.bytes);
+}
+
+namespace {
+int64_t UnixNowNs() {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+}  // namespace
+
+absl::StatusOr<orion::v1::TimelineChunk> NodeState::TimelineAfter(uint32_t gpu, uint64_t cursor,
+                                                                  uint32_t max_spans) {
+  absl::MutexLock lock(&mu_);
+  if (gpu >= board_->num_gpus()) {
+    return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
+                                            board_->num_gpus()));
+  }
+  const size_t max = max_spans == 0 ? 1000 : std::min<uint32_t>(max_spans, 100000);
+  uint64_t lost = 0;
+  std::vector<Span> spans = timelines_[gpu].After(&cursor, max, &lost);
+  orion::v1::TimelineChunk out;
+  for (const Span& s : spans) SpanToProto(s, out.add_spans());
+  out.set_cursor(cursor);
+  out.set_lost(lost);
+  out.set_server_now_unix_ns(UnixNowNs());
+  return out;
+}
+
+absl::StatusOr<orion::v1::RecordingState> NodeState::SetRecording(
+    const orion::v1::RecordingRequest& r) {
+  absl::MutexLock lock(&mu_);
+  constexpr int64_t kMaxUnixMs = INT64_MAX / 1000000;
+  for (const auto& [name, ms] : {std::pair{"from_unix_ms", r.from_unix_ms()},
+                                 std::pair{"until_unix_ms", r.until_unix_ms()}}) {
+    if (ms < 0 || ms > kMaxUnixMs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be in [0, ", kMaxUnixMs, "], got ", ms));
+    }
+  }
+  if (r.until_unix_ms() != 0 && r.until_unix_ms() < r.from_unix_ms()) {
+    return absl::InvalidArgumentError("until_unix_ms is before from_unix_ms");
+  }
+  if (!r.all_gpus() && r.gpu() >= board_->num_gpus()) {
+    return absl::NotFoundError(absl::StrCat("no GPU with index ", r.gpu(), "; this node has ",
+                                            board_->num_gpus()));
+  }
+  orion::v1::RecordingState out;
+  for (uint32_t g = 0; g < board_->num_gpus(); ++g) {
+    if (r.all_gpus() || g == r.gpu()) {
+      timelines_[g].SetRecording(r.from_unix_ms() * 1000000, r.until_unix_ms() * 1000000);
+    }
+    auto* state = out.add_gpus();
+    state->set_gpu(g);
+    state->set_from_unix_ms(timelines_[g].record_from_ns() / 1000000);
+    state->set_until_unix_ms(timelines_[g].record_until_ns() / 1000000);
+    state->set_spans_recorded(timelines_[g].added());
+  }
+  return out;
+}
+
 absl::StatusOr<orion::v1::TimelineResponse> NodeState::GetTimeline(
     const orion::v1::TimelineRequest& r) {
   absl::MutexLock lock(&mu_);
@@ -711,23 +783,8 @@ absl::StatusOr<orion::v1::TimelineResponse> NodeState::GetTimeline(
   std::vector<Span> spans = timelines_[r.gpu()].Window(since, until, max_spans, &truncated);
   orion::v1::TimelineResponse out;
   out.set_truncated(truncated);
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  out.set_server_now_unix_ns(static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec);
-  for (const Span& s : spans) {
-    auto* p = out.add_spans();
-    p->set_client_id(s.client_id);
-    p->set_priority(ToProtoPriority(static_cast<Priority>(s.priority)));
-    p->set_kind(SpanKindName(s.kind));
-    if (s.kind == SpanKind::kKernel) {
-      auto it = clients_.find(s.client_id);
-      const std::string* name = it == clients_.end() ? nullptr : it->second.profile.NameOf(s.func);
-      p->set_name(name ? *name : absl::StrCat("func@0x", absl::Hex(s.func)));
-    }
-    p->set_start_unix_ns(s.start_unix_ns);
-    p->set_duration_ns(s.duration_ns);
-    p->set_bytes(s.bytes);
-  }
+  out.set_server_now_unix_ns(UnixNowNs());
+  for (const Span& s : spans) SpanToProto(s, out.add_spans());
   return out;
 }
 

@@ -127,6 +127,12 @@ class NodeState {
   absl::StatusOr<orion::v1::PolicyKnobs> GetPolicy(uint32_t gpu) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<orion::v1::PolicyKnobs> SetPolicy(const orion::v1::SetPolicyRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Spans of a GPU after a cursor, in arrival order (StreamTimeline); the recording window.
+  absl::StatusOr<orion::v1::TimelineChunk> TimelineAfter(uint32_t gpu, uint64_t cursor,
+                                                         uint32_t max_spans)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<orion::v1::RecordingState> SetRecording(const orion::v1::RecordingRequest& r)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<orion::v1::TimelineResponse> GetTimeline(
       const orion::v1::TimelineRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<orion::v1::KernelProfileResponse> GetKernelProfile(uint32_t client_id)
@@ -197,6 +203,7 @@ class NodeState {
   BudgetController budget_controller_;
 
   absl::Mutex mu_;
+  void SpanToProto(const Span& s, orion::v1::TimelineSpan* p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t next_client_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint32_t, ClientRecord> clients_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, orion::v1::PodPolicy> pods_ ABSL_GUARDED_BY(mu_);

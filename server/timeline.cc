@@ -33,4 +33,23 @@ std::vector<Span> TimelineStore::Window(int64_t since_ns, int64_t until_ns, size
   return out;
 }
 
+std::vector<Span> TimelineStore::After(uint64_t* cursor, size_t max, uint64_t* lost) const {
+  std::vector<Span> out;
+  *lost = 0;
+  const uint64_t oldest = added_ - spans_.size();  // count of spans before the oldest kept
+  if (*cursor > added_) *cursor = added_;  // a cursor of a previous server: start afresh at now
+  if (*cursor < oldest) {
+    *lost = oldest - *cursor;
+    *cursor = oldest;
+  }
+  const size_t n = spans_.size();
+  while (*cursor < added_ && out.size() < max) {
+    // Element `k` spans after the oldest kept sits at (next_ + k) % n once the ring is full.
+    const uint64_t k = *cursor - oldest;
+    out.push_back(spans_[n < capacity_ ? k : (next_ + k) % n]);
+    ++*cursor;
+  }
+  return out;
+}
+
 }  // namespace orion::server

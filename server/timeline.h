@@ -5,6 +5,9 @@
 //   TimelineStore store(200000);
 //   store.Add(span);
 //   std::vector<Span> spans = store.Window(since_ns, until_ns, 10000, &truncated);
+//   uint64_t cursor = 0, lost = 0;
+//   std::vector<Span> fresh = store.After(&cursor, 1000, &lost);  // in arrival order; follow live
+//   store.SetRecording(from_ns, until_ns);  // keep only spans starting inside (0: open ends)
 #pragma once
 
 #include <cstddef>
@@ -30,6 +33,10 @@ class TimelineStore {
  public:
   explicit TimelineStore(size_t capacity) : capacity_(capacity) { spans_.reserve(capacity); }
   void Add(const Span& s) {
+    if (s.start_unix_ns < record_from_ns_ || (record_until_ns_ != 0 && s.start_unix_ns > record_until_ns_)) {
+      return;  // outside the recording window
+    }
+    ++added_;
     if (spans_.size() < capacity_) {
       spans_.push_back(s);
     } else {
@@ -40,9 +47,22 @@ class TimelineStore {
   // Spans whose start lies in [since, until], oldest first; at most max_spans (the newest kept).
   std::vector<Span> Window(int64_t since_ns, int64_t until_ns, size_t max_spans,
                            bool* truncated) const;
+  // Spans added after *cursor (a count of spans ever added; 0 = from the oldest kept), in arrival
+  // order, at most max; moves *cursor past them. *lost: spans after the cursor that the ring had
+  // already overwritten.
+  std::vector<Span> After(uint64_t* cursor, size_t max, uint64_t* lost) const;
+  uint64_t added() const { return added_; }
+  void SetRecording(int64_t from_ns, int64_t until_ns) {
+    record_from_ns_ = from_ns;
+    record_until_ns_ = until_ns;
+  }
+  int64_t record_from_ns() const { return record_from_ns_; }
+  int64_t record_until_ns() const { return record_until_ns_; }
   size_t size() const { return spans_.size(); }
 
  private:
+  uint64_t added_ = 0;
+  int64_t record_from_ns_ = 0, record_until_ns_ = 0;
   size_t capacity_;
   size_t next_ = 0;  // oldest element once full
   std::vector<Span> spans_;

@@ -44,6 +44,9 @@ void Usage(FILE* out) {
       "                                        (Perfetto, chrome://tracing); --html: one page\n"
       "  timeline merge A.json B.json ... --out ALL.json [--html ALL.html]\n"
       "                                        several nodes' exports on one time axis\n"
+      "  timeline --follow [--gpu N]           print spans as the server records them\n"
+      "  recording [--gpu N] [--from MS] [--until MS]   record spans only in this window\n"
+      "                                        (Unix ms; 0 or left out: open; operator)\n"
       "  profile ID [--csv FILE]               learned kernel profile; Orion CSV to FILE\n"
       "server default: $ORION_ADMIN or localhost:50051; token (sent as 'authorization: Bearer'):\n"
       "--token-file, else $ORION_TOKEN_FILE (a file holding the token, or a tokens-file line\n"
@@ -349,6 +352,65 @@ int main(int argc, char** argv) {
       if (!out) return bad("cannot write " + path);
       std::printf("wrote %s (%zu exports merged)\n", path.c_str(), inputs.size());
     }
+    return 0;
+  }
+  if (cmd == "timeline" && args.size() >= 2 && args[1] == "--follow") {
+    // timeline --follow [--gpu N]: every new span as the server records it, until interrupted.
+    orion::v1::StreamTimelineRequest q;
+    q.set_follow(true);
+    q.set_cursor(UINT64_MAX);  // from now (the server clamps a cursor ahead of it)
+    for (size_t i = 2; i < args.size(); ++i) {
+      uint32_t v = 0;
+      if (args[i] == "--gpu" && i + 1 < args.size() && ParseU32(args[i + 1], &v)) {
+        q.set_gpu(v);
+        ++i;
+      } else {
+        return bad("unknown argument '" + args[i] + "'");
+      }
+    }
+    grpc::ClientContext c;  // no deadline: follows until interrupted
+    if (!token.empty()) c.AddMetadata("authorization", "Bearer " + token);
+    auto reader = stub->StreamTimeline(&c, q);
+    orion::v1::TimelineChunk chunk;
+    while (reader->Read(&chunk)) {
+      if (chunk.lost() > 0) std::printf("(%llu spans lost: read too slowly)\n",
+                                        static_cast<unsigned long long>(chunk.lost()));
+      for (const auto& sp : chunk.spans()) {
+        std::printf("%.6f client=%u %-11s %-9s dur_us=%.1f %s\n", sp.start_unix_ns() / 1e9,
+                    sp.client_id(), PrioName(sp.priority()), sp.kind().c_str(),
+                    sp.duration_ns() / 1e3, sp.name().c_str());
+      }
+      std::fflush(stdout);
+    }
+    if (auto s = reader->Finish(); !s.ok()) return Fail(s);
+    return 0;
+  }
+  if (cmd == "recording") {
+    // recording [--gpu N] [--from MS] [--until MS]: record spans only inside the window.
+    orion::v1::RecordingRequest q;
+    q.set_all_gpus(true);
+    for (size_t i = 1; i < args.size(); ++i) {
+      uint32_t v = 0;
+      const bool has_value = i + 1 < args.size();
+      if (args[i] == "--gpu" && has_value && ParseU32(args[i + 1], &v)) {
+        q.set_all_gpus(false);
+        q.set_gpu(v);
+        ++i;
+      } else if ((args[i] == "--from" || args[i] == "--until") && has_value) {
+        char* end = nullptr;
+        const long long ms = std::strtoll(args[i + 1].c_str(), &end, 10);
+        if (end == args[i + 1].c_str() || *end != 0 || ms < 0) {
+          return bad(args[i] + " needs Unix milliseconds (0: open)");
+        }
+        if (args[i] == "--from") q.set_from_unix_ms(ms); else q.set_until_unix_ms(ms);
+        ++i;
+      } else {
+        return bad("unknown argument '" + args[i] + "'");
+      }
+    }
+    orion::v1::RecordingState r;
+    if (auto s = stub->SetRecording(ctx().get(), q, &r); !s.ok()) return Fail(s);
+    PrintJson(r);
     return 0;
   }
   if (cmd == "timeline") {

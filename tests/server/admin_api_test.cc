@@ -2,6 +2,8 @@
 // every RPC's happy path, and error codes with actionable messages.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <thread>
+#include <atomic>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -236,6 +238,102 @@ TEST_F(AdminApiTest, ModeChangeMovesADefaultBudgetButKeepsASetOne) {
   EXPECT_EQ(set(0, orion::v1::GATE_MODE_MPS, -1), 500u);
   // Both in one request: the request's budget wins.
   EXPECT_EQ(set(0, orion::v1::GATE_MODE_MPS, 900), 900u);
+}
+
+// StreamTimeline: all spans after a cursor in arrival order, then, with follow, new ones as they
+// are drained, until the caller cancels. SetRecording: spans outside the window are not kept.
+TEST_F(AdminApiTest, StreamTimelineFollowsLiveSpansAndRecordingWindowFilters) {
+  contract::RegisterReply reply{};
+  const int fd = Register(Priority::kHigh, 0, &reply);
+  ASSERT_GE(fd, 0);
+  contract::Board* b = testing::MapBoard(reply.board_path);
+  ASSERT_NE(b, nullptr);
+  auto& ring = b->slots[reply.slot].ring;
+  uint64_t pushed = 0;
+  auto launch = [&] {
+    contract::Event e{};
+    e.kind = contract::EventKind::kLaunch;
+    e.func = 0x100 + pushed;
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e.cpu_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+    ASSERT_TRUE(ring.TryPush(e));
+    ++pushed;
+  };
+  for (int i = 0; i < 3; ++i) launch();
+  ASSERT_TRUE(testing::WaitFor([&] { return ring.tail.load() == pushed; }));
+
+  // Everything so far, then the stream ends (no follow).
+  orion::v1::StreamTimelineRequest req;
+  req.set_gpu(0);
+  req.set_max_spans_per_message(2);
+  grpc::ClientContext c1;
+  auto reader = admin_->StreamTimeline(&c1, req);
+  orion::v1::TimelineChunk chunk;
+  int spans = 0, messages = 0;
+  uint64_t cursor = 0;
+  while (reader->Read(&chunk)) {
+    spans += chunk.spans_size();
+    ++messages;
+    cursor = chunk.cursor();
+    EXPECT_EQ(chunk.lost(), 0u);
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(spans, 3);
+  EXPECT_EQ(messages, 2);  // 2 + 1 with two per message
+  EXPECT_EQ(cursor, 3u);
+
+  // Follow from the cursor: new spans arrive while the stream is open.
+  req.set_cursor(cursor);
+  req.set_follow(true);
+  grpc::ClientContext c2;
+  auto follower = admin_->StreamTimeline(&c2, req);
+  std::atomic<int> live{0};
+  std::thread reading([&] {
+    orion::v1::TimelineChunk c;
+    while (follower->Read(&c)) live += c.spans_size();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  launch();
+  launch();
+  EXPECT_TRUE(testing::WaitFor([&] { return live.load() == 2; }));
+  c2.TryCancel();
+  reading.join();
+  EXPECT_EQ(follower->Finish().error_code(), grpc::StatusCode::CANCELLED);
+
+  // A recording window that starts in an hour: nothing new is kept.
+  orion::v1::RecordingRequest window;
+  window.set_all_gpus(true);
+  window.set_from_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count() +
+                          3'600'000);
+  orion::v1::RecordingState state;
+  grpc::ClientContext c3;
+  ASSERT_TRUE(admin_->SetRecording(&c3, window, &state).ok());
+  ASSERT_GE(state.gpus_size(), 1);
+  EXPECT_EQ(state.gpus(0).spans_recorded(), 5u);
+  launch();
+  ASSERT_TRUE(testing::WaitFor([&] { return ring.tail.load() == pushed; }));
+  grpc::ClientContext c4;
+  req.set_cursor(5);
+  req.set_follow(false);
+  auto after = admin_->StreamTimeline(&c4, req);
+  int kept = 0;
+  while (after->Read(&chunk)) kept += chunk.spans_size();
+  EXPECT_TRUE(after->Finish().ok());
+  EXPECT_EQ(kept, 0);
+
+  window.set_until_unix_ms(1);  // before from
+  grpc::ClientContext c5;
+  EXPECT_EQ(admin_->SetRecording(&c5, window, &state).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  req.set_gpu(9);
+  grpc::ClientContext c6;
+  auto none = admin_->StreamTimeline(&c6, req);
+  while (none->Read(&chunk)) {
+  }
+  EXPECT_EQ(none->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  close(fd);
 }
 
 TEST_F(AdminApiTest, TimelineAndProfileFromDrainedEvents) {

@@ -43,4 +43,14 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["otherData
 grep -q '<script type="application/json" id="trace">' "$W/t.html" || fail "no page"
 out="$(ctl --token-file "$W/reader" timeline --since 200 --until 100 2>&1)" && fail "a reversed window was accepted"
 grep -q "until is before" <<< "$out" || fail "no clear refusal of the window: $out"
+# The recording window is an operator's call; a reader is refused, and a bad window is named.
+out="$(ctl --token-file "$W/reader" recording --from 1 2>&1)" && fail "a reader set the recording window"
+ctl --token-file "$W/operator" recording --from 1000 --until 2000 | grep -q '"until_unix_ms": "2000"' ||
+  fail "the operator could not set the recording window"
+out="$(ctl --token-file "$W/operator" recording --from 2000 --until 1000 2>&1)" && fail "a reversed window was accepted"
+grep -q "until_unix_ms is before from_unix_ms" <<< "$out" || fail "no clear refusal: $out"
+# --follow streams until interrupted (here: until the timeout ends it).
+rc=0
+timeout 1 "$CTL" --server "127.0.0.1:$port" --token-file "$W/reader" timeline --follow > /dev/null 2>&1 || rc=$?
+[[ $rc == 124 ]] || fail "timeline --follow ended by itself (exit $rc)"
 echo "orion-ctl auth: ok"
