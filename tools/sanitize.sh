@@ -60,6 +60,7 @@ TARGETS=(
   orion_server_tests       # orion-server: config, board, registration, admin API, metrics
   orion_policy_sim_tests   # NodeState and the gate on simulated GPUs
   orion_agent_tests        # orion-agent: annotations, admission, device plugin, pod watcher
+  trace_export_test        # timeline exports: Chrome trace JSON, merge, HTML page
   orion-server orion-ctl   # OrionCtlAdminTokens runs both
 )
 build_args=()
