@@ -61,6 +61,16 @@ class TestApiServer {
     cv_.notify_all();
   }
 
+  // Ends every watch open now (their client went away, e.g. an agent that was restarted), so lines
+  // sent later go to the watches opened after.
+  void DropOpenWatches() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++watch_epoch_;
+    }
+    cv_.notify_all();
+  }
+
   bool WaitFor(const std::function<bool()>& pred,
                std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -125,11 +135,12 @@ class TestApiServer {
     if (have) mg_send_chunk(conn, answer.body.data(), answer.body.size());
     if (!have) {
       std::unique_lock<std::mutex> lock(self->mu_);
+      const uint64_t epoch = self->watch_epoch_;
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (self->cv_.wait_until(lock, until, [self] {
-        return self->stopping_.load() || !self->live_.empty();
+      while (self->cv_.wait_until(lock, until, [self, epoch] {
+        return self->stopping_.load() || !self->live_.empty() || self->watch_epoch_ != epoch;
       })) {
-        if (self->stopping_.load()) break;
+        if (self->stopping_.load() || self->watch_epoch_ != epoch) break;
         const std::string lines = std::move(self->live_.front());
         self->live_.pop_front();
         lock.unlock();
@@ -168,6 +179,7 @@ class TestApiServer {
   std::vector<std::string> requests_;
   std::vector<std::string> events_;
   size_t watch_requests_ = 0;
+  uint64_t watch_epoch_ = 0;  // guarded by mu_; DropOpenWatches bumps it
 };
 
 }  // namespace orion::agent::testing

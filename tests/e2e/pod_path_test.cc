@@ -9,8 +9,10 @@
 // allocation, the interposer loaded from the mounted (versioned) folder, registration with the
 // pod's identity from its cgroup, priority high on the board from the pod's annotation (the
 // process asked for nothing), metrics labelled with the pod's namespace and name, the timeline's
-// spans, an upgrade that installs newer interposers while the pod runs (its version stays), and
-// the pod's removal when the API server reports it deleted (then its version is pruned).
+// spans, an upgrade that installs newer interposers while the pod runs (its version stays), an
+// agent restart that re-registers the device plugin and re-applies the pod's (changed)
+// annotation to the running client, and the pod's removal when the API server reports it
+// deleted (then its version is pruned).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -144,23 +146,28 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   api.AddList({200, pods});
   std::ofstream(dir_ + "/kube-token") << "test-token\n";
 
-  agent_ = fork();
-  if (agent_ == 0) {
-    const std::string log = dir_ + "/agent.log";
-    if (freopen(log.c_str(), "w", stdout) == nullptr) _exit(126);
-    dup2(STDOUT_FILENO, STDERR_FILENO);
-    const std::vector<std::string> args = {
-        ORION_AGENT, "--node-name=gpu-node-a", std::string("--gpus=") + kGpu,
-        "--shares-per-gpu=4", "--device-plugin-dir=" + dir_ + "/dp",
-        std::string("--interposer=") + ORION_INTERPOSE_LIB, "--host-lib-dir=" + dir_ + "/lib",
-        "--run-dir=" + dir_ + "/run", "--health-address=127.0.0.1:0",
-        "--kube-api-url=" + api.base_url(), "--kube-token-file=" + dir_ + "/kube-token"};
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  // The agent process; started again in step 9 (a restart, as a DaemonSet rollout does).
+  auto start_agent = [&](const char* log_name) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const std::string log = dir_ + "/" + log_name;
+      if (freopen(log.c_str(), "w", stdout) == nullptr) _exit(126);
+      dup2(STDOUT_FILENO, STDERR_FILENO);
+      const std::vector<std::string> args = {
+          ORION_AGENT, "--node-name=gpu-node-a", std::string("--gpus=") + kGpu,
+          "--shares-per-gpu=4", "--device-plugin-dir=" + dir_ + "/dp",
+          std::string("--interposer=") + ORION_INTERPOSE_LIB, "--host-lib-dir=" + dir_ + "/lib",
+          "--run-dir=" + dir_ + "/run", "--health-address=127.0.0.1:0",
+          "--kube-api-url=" + api.base_url(), "--kube-token-file=" + dir_ + "/kube-token"};
+      std::vector<char*> argv;
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    return pid;
+  };
+  agent_ = start_agent("agent.log");
   ASSERT_GT(agent_, 0);
 
   // 3. The device plugin registers with the kubelet and lists the shares.
@@ -218,7 +225,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
     dup2(STDOUT_FILENO, STDERR_FILENO);
     char* argv[] = {const_cast<char*>(ORION_SAMPLE_INFER), const_cast<char*>("--rate"),
                     const_cast<char*>("100"), const_cast<char*>("--requests"),
-                    const_cast<char*>("250"), const_cast<char*>("--kernel-us"),
+                    const_cast<char*>("700"), const_cast<char*>("--kernel-us"),
                     const_cast<char*>("300"), nullptr};
     execve(argv[0], argv, envp.data());
     _exit(127);
@@ -287,7 +294,43 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
     ASSERT_TRUE(std::filesystem::exists(lib_host + "/liborion_interpose.so"));
   }
 
-  // 9. The container ends; the API server reports the pod deleted: the server forgets both.
+  // 9. The agent restarts (a rollout) while the pod runs, and the pod's annotation changed to
+  // best-effort meanwhile. The new agent registers the device plugin again, lists the pods again
+  // and applies what it finds to the running client.
+  kill(agent_, SIGTERM);
+  ASSERT_EQ(waitpid(agent_, nullptr, 0), agent_);
+  agent_ = -1;
+  std::string changed = pods;
+  const size_t high = changed.find("\"orion/priority\":\"high\"");
+  ASSERT_NE(high, std::string::npos);
+  changed.replace(high, std::string("\"orion/priority\":\"high\"").size(),
+                  "\"orion/priority\":\"best-effort\"");
+  api.DropOpenWatches();  // the old agent's watch is gone with it
+  api.AddList({200, changed});
+  size_t watches_before = 0;
+  api.WaitFor([&] {
+    watches_before = api.num_watches_unlocked();
+    return true;
+  });
+  agent_ = start_agent("agent-2.log");
+  ASSERT_TRUE(kubelet.WaitFor([&] { return kubelet.num_requests_unlocked() >= 2; }))
+      << ReadFile(dir_ + "/agent-2.log");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const auto& c : state.ListClients({})) {
+          if (c.client_id() == client.client_id()) {
+            return c.priority() == orion::v1::PRIORITY_BEST_EFFORT;
+          }
+        }
+        return false;
+      },
+      10))
+      << "the restarted agent did not apply the pod's new annotation\n"
+      << ReadFile(dir_ + "/agent-2.log");
+  EXPECT_EQ(slot.priority.load(), static_cast<uint32_t>(orion::contract::Priority::kBestEffort));
+  ASSERT_TRUE(api.WaitFor([&] { return api.num_watches_unlocked() > watches_before; }));
+
+  // 10. The container ends; the API server reports the pod deleted: the server forgets both.
   int status = -1;
   ASSERT_EQ(waitpid(container_, &status, 0), container_);
   container_ = -1;
