@@ -48,6 +48,32 @@ inline pid_t StartProcess(const std::vector<std::string>& argv,
   _exit(127);
 }
 
+// A fresh folder for one test's server and clients: /tmp/<prefix>-XXXXXX; "" on failure.
+inline std::string MakeTestDir(const char* prefix) {
+  std::string tmpl = std::string("/tmp/") + prefix + "-XXXXXX";
+  return mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
+}
+
+// orion-server's config for a test in `dir` (socket and board there, ports the kernel picks,
+// priority mode); returns its path.
+inline std::string WriteServerConfig(const std::string& dir) {
+  const std::string path = dir + "/orion.yaml";
+  std::ofstream(path) << "socket_path: " << dir << "/orion.sock\n"
+                      << "board_path: " << dir << "/board\n"
+                      << "admin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\n"
+                      << "mode: priority\n";
+  return path;
+}
+
+// The environment of a client on the CUDA driver test double under the interposer, talking to
+// the server of `dir`.
+inline std::vector<std::string> ClientEnv(const std::string& dir, const char* gpu_memory,
+                                          const char* interposer, const char* double_dir) {
+  return {"ORION_SIM_DIR=" + dir, std::string("ORION_SIM_MEMORY=") + gpu_memory,
+          std::string("LD_LIBRARY_PATH=") + double_dir, std::string("LD_PRELOAD=") + interposer,
+          "ORION_SOCKET=" + dir + "/orion.sock"};
+}
+
 inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -68,18 +68,10 @@ class BoardView {
 class FaultsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/orion-restart-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    config_ = dir_ + "/orion.yaml";
-    std::ofstream(config_) << "socket_path: " << dir_ << "/orion.sock\n"
-                           << "board_path: " << dir_ << "/board\n"
-                           << "admin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\n"
-                           << "mode: priority\n";
-    env_ = {"ORION_SIM_DIR=" + dir_, "ORION_SIM_MEMORY=4Gi",
-            std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR,
-            std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB,
-            "ORION_SOCKET=" + dir_ + "/orion.sock"};
+    dir_ = orion::testing::MakeTestDir("orion-restart");
+    ASSERT_FALSE(dir_.empty());
+    config_ = orion::testing::WriteServerConfig(dir_);
+    env_ = orion::testing::ClientEnv(dir_, "4Gi", ORION_INTERPOSE_LIB, ORION_CUDA_DOUBLE_DIR);
   }
   void TearDown() override {
     for (pid_t pid : {server_, service_, trainer_}) {

@@ -41,16 +41,10 @@ using orion::testing::StartProcess;
 class HostileTenantTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/orion-hostile-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    std::ofstream(dir_ + "/orion.yaml") << "socket_path: " << dir_ << "/orion.sock\n"
-                                        << "board_path: " << dir_ << "/board\n"
-                                        << "admin_address: 127.0.0.1:0\n"
-                                        << "metrics_address: 127.0.0.1:0\nmode: priority\n";
-    env_ = {"ORION_SIM_DIR=" + dir_, "ORION_SIM_MEMORY=4Gi",
-            std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR,
-            std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_SOCKET=" + dir_ + "/orion.sock"};
+    dir_ = orion::testing::MakeTestDir("orion-hostile");
+    ASSERT_FALSE(dir_.empty());
+    config_ = orion::testing::WriteServerConfig(dir_);
+    env_ = orion::testing::ClientEnv(dir_, "4Gi", ORION_INTERPOSE_LIB, ORION_CUDA_DOUBLE_DIR);
   }
   void TearDown() override {
     for (pid_t pid : pids_) {
@@ -59,7 +53,7 @@ class HostileTenantTest : public ::testing::Test {
     }
     if (!dir_.empty()) ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
   }
-  std::string dir_;
+  std::string dir_, config_;
   std::vector<std::string> env_;
   std::vector<pid_t> pids_;
 };
@@ -88,7 +82,7 @@ const c::ClientSlot* SlotOf(const c::Board* board, pid_t pid) {
 }
 
 TEST_F(HostileTenantTest, WritingOverTheBoardHoldsNobodyForeverAndIsPutBack) {
-  const pid_t server = StartProcess({ORION_SERVER, "--config", dir_ + "/orion.yaml"}, env_,
+  const pid_t server = StartProcess({ORION_SERVER, "--config", config_}, env_,
                                     dir_ + "/server.log");
   pids_.push_back(server);
   for (int i = 0; i < 200 && access((dir_ + "/orion.sock").c_str(), F_OK) != 0; ++i) usleep(25'000);

@@ -107,17 +107,11 @@ double Sample(const std::string& text, const std::string& family) {
 class SoakTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/orion-soak-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    std::ofstream(dir_ + "/orion.yaml") << "socket_path: " << dir_ << "/orion.sock\n"
-                                        << "board_path: " << dir_ << "/board\n"
-                                        << "admin_address: 127.0.0.1:0\n"
-                                        << "metrics_address: 127.0.0.1:0\nmode: priority\n";
-    env_ = {"ORION_SIM_DIR=" + dir_, "ORION_SIM_MEMORY=8Gi",
-            std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR,
-            std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_SOCKET=" + dir_ + "/orion.sock",
-            "ORION_QUIET=1"};
+    dir_ = orion::testing::MakeTestDir("orion-soak");
+    ASSERT_FALSE(dir_.empty());
+    config_ = orion::testing::WriteServerConfig(dir_);
+    env_ = orion::testing::ClientEnv(dir_, "8Gi", ORION_INTERPOSE_LIB, ORION_CUDA_DOUBLE_DIR);
+    env_.push_back("ORION_QUIET=1");
   }
   void TearDown() override {
     for (pid_t pid : pids_) {
@@ -132,7 +126,7 @@ class SoakTest : public ::testing::Test {
     return env;
   }
 
-  std::string dir_;
+  std::string dir_, config_;
   std::vector<std::string> env_;
   std::vector<pid_t> pids_;  // killed on teardown
 };
@@ -141,7 +135,7 @@ TEST_F(SoakTest, ChurningClientsLeakNothing) {
   const int total = EnvInt("ORION_SOAK_CLIENTS", 1000);
   const int alive_max = std::min(EnvInt("ORION_SOAK_ALIVE", 250), static_cast<int>(c::kMaxSlots) - 2);
 
-  const pid_t server = StartProcess({ORION_SERVER, "--config", dir_ + "/orion.yaml"}, env_,
+  const pid_t server = StartProcess({ORION_SERVER, "--config", config_}, env_,
                                     dir_ + "/server.log");
   pids_.push_back(server);
   int metrics_port = 0;
