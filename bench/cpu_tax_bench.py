@@ -106,6 +106,11 @@ class Bench:
         raise SystemExit("orion-server did not start; see bench.log")
 
     def command(self, argv, interposer, priority):
+        if not interposer and self.args.baseline_interposer:
+            # A/B of two builds: the "bare" arm runs under the baseline library instead.
+            return self.prefix + [os.path.join(self.bundle, "orion-run"), "--priority", priority,
+                                  "--interposer", os.path.abspath(self.args.baseline_interposer),
+                                  "--"] + argv
         if not interposer:
             return self.prefix + argv
         return self.prefix + [os.path.join(self.bundle, "orion-run"), "--priority", priority,
@@ -237,6 +242,9 @@ def main():
     p.add_argument("--load", type=float, default=0.5)
     p.add_argument("--train-steps", type=int, default=60)
     p.add_argument("--out")
+    p.add_argument("--baseline-interposer",
+                   help="compare against this liborion_interpose.so (another build) instead of "
+                        "no interposer: the table's 'bare' column is then that build")
     p.add_argument("--table", help="print the table of a results.jsonl and exit")
     args = p.parse_args()
     if args.table:
