@@ -698,14 +698,6 @@ void NodeState::SpanToProto(const Span& s, orion::v1::TimelineSpan* p) const {
   p->set_bytes(s.bytes);
 }
 
-namespace {
-int64_t UnixNowNs() {
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
-}
-}  // namespace
-
 absl::StatusOr<orion::v1::TimelineChunk> NodeState::TimelineAfter(uint32_t gpu, uint64_t cursor,
                                                                   uint32_t max_spans) {
   absl::MutexLock lock(&mu_);
@@ -720,7 +712,7 @@ absl::StatusOr<orion::v1::TimelineChunk> NodeState::TimelineAfter(uint32_t gpu, 
   for (const Span& s : spans) SpanToProto(s, out.add_spans());
   out.set_cursor(cursor);
   out.set_lost(lost);
-  out.set_server_now_unix_ns(UnixNowNs());
+  out.set_server_now_unix_ns(RealtimeNs());
   return out;
 }
 
@@ -783,7 +775,7 @@ absl::StatusOr<orion::v1::TimelineResponse> NodeState::GetTimeline(
   std::vector<Span> spans = timelines_[r.gpu()].Window(since, until, max_spans, &truncated);
   orion::v1::TimelineResponse out;
   out.set_truncated(truncated);
-  out.set_server_now_unix_ns(UnixNowNs());
+  out.set_server_now_unix_ns(RealtimeNs());
   for (const Span& s : spans) SpanToProto(s, out.add_spans());
   return out;
 }

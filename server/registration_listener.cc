@@ -9,8 +9,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <time.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -115,9 +113,7 @@ void RegistrationListener::Loop() {
   epoll_event events[128];
   while (!stop_) {
     const int n = ::epoll_wait(epoll_fd_, events, 128, 250);
-    timespec now{};
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    const uint64_t now_ns = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + now.tv_nsec;
+    const uint64_t now_ns = MonotonicNs();
     if (now_ns - last_socket_check_ns_ >= 250'000'000ull) {
       last_socket_check_ns_ = now_ns;
       RepairSocketIfGone();
