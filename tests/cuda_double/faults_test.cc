@@ -22,48 +22,18 @@
 #include <vector>
 
 #include "contract/orion_contract.h"
+#include "tests/cuda_double/board_view.h"
 #include "tests/cuda_double/child_process.h"
 
 namespace {
 
 namespace c = orion::contract;
 
+using orion::testing::BoardView;
 using orion::testing::NowS;
 using orion::testing::ReadFile;
 using orion::testing::StartProcess;
 
-// The board a server made, read-only; unmapped on destruction.
-class BoardView {
- public:
-  explicit BoardView(const std::string& path) {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    void* mem = mmap(nullptr, c::kBoardBytes, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (mem != MAP_FAILED) board_ = static_cast<const c::Board*>(mem);
-  }
-  ~BoardView() {
-    if (board_ != nullptr) munmap(const_cast<c::Board*>(board_), c::kBoardBytes);
-  }
-  // The active slot of `pid`, or null.
-  const c::ClientSlot* SlotOf(pid_t pid) const {
-    if (board_ == nullptr) return nullptr;
-    for (const c::ClientSlot& s : board_->slots) {
-      if (s.state.load() == static_cast<uint32_t>(c::SlotState::kActive) &&
-          s.host_pid.load() == static_cast<uint32_t>(pid)) {
-        return &s;
-      }
-    }
-    return nullptr;
-  }
-  uint64_t Epoch() const { return board_ ? board_->header.server_epoch.load() : 0; }
-  uint32_t Waiters(uint32_t gpu) const {
-    return board_ && gpu < c::kMaxGpus ? board_->gpus[gpu].gate_waiters.load() : 0;
-  }
-
- private:
-  const c::Board* board_ = nullptr;
-};
 
 class FaultsTest : public ::testing::Test {
  protected:

@@ -28,12 +28,14 @@
 
 #include "contract/gate_rules.h"
 #include "contract/orion_contract.h"
+#include "tests/cuda_double/board_view.h"
 #include "tests/cuda_double/child_process.h"
 
 namespace {
 
 namespace c = orion::contract;
 
+using orion::testing::FindSlot;
 using orion::testing::NowS;
 using orion::testing::ReadFile;
 using orion::testing::StartProcess;
@@ -71,15 +73,6 @@ int WaitExit(pid_t pid, double seconds) {
   return -1;
 }
 
-const c::ClientSlot* SlotOf(const c::Board* board, pid_t pid) {
-  for (const c::ClientSlot& s : board->slots) {
-    if (s.state.load() == static_cast<uint32_t>(c::SlotState::kActive) &&
-        s.host_pid.load() == static_cast<uint32_t>(pid)) {
-      return &s;
-    }
-  }
-  return nullptr;
-}
 
 TEST_F(HostileTenantTest, WritingOverTheBoardHoldsNobodyForeverAndIsPutBack) {
   const pid_t server = StartProcess({ORION_SERVER, "--config", config_}, env_,
@@ -111,12 +104,13 @@ TEST_F(HostileTenantTest, WritingOverTheBoardHoldsNobodyForeverAndIsPutBack) {
   ASSERT_NE(mem, MAP_FAILED);
   auto* board = static_cast<c::Board*>(mem);
   auto* bytes = static_cast<unsigned char*>(mem);
-  for (int i = 0; i < 100 && (SlotOf(board, service) == nullptr || SlotOf(board, trainer) == nullptr);
+  for (int i = 0;
+       i < 100 && (FindSlot(*board, service) == nullptr || FindSlot(*board, trainer) == nullptr);
        ++i) {
     usleep(50'000);
   }
-  ASSERT_NE(SlotOf(board, service), nullptr) << ReadFile(dir_ + "/service.log");
-  ASSERT_NE(SlotOf(board, trainer), nullptr) << ReadFile(dir_ + "/trainer.log");
+  ASSERT_NE(FindSlot(*board, service), nullptr) << ReadFile(dir_ + "/service.log");
+  ASSERT_NE(FindSlot(*board, trainer), nullptr) << ReadFile(dir_ + "/trainer.log");
   usleep(300'000);
 
   std::mt19937_64 rng(42);
@@ -148,8 +142,8 @@ TEST_F(HostileTenantTest, WritingOverTheBoardHoldsNobodyForeverAndIsPutBack) {
 
   // One policy tick (100 ms) later, the server's fields are its own again.
   usleep(300'000);
-  const c::ClientSlot* hp = SlotOf(board, service);
-  const c::ClientSlot* be = SlotOf(board, trainer);
+  const c::ClientSlot* hp = FindSlot(*board, service);
+  const c::ClientSlot* be = FindSlot(*board, trainer);
   ASSERT_NE(hp, nullptr);
   ASSERT_NE(be, nullptr);
   EXPECT_EQ(hp->priority.load(), static_cast<uint32_t>(c::Priority::kHigh));

@@ -10,11 +10,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,13 +22,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/http_get.h"
 #include "contract/orion_contract.h"
+#include "tests/cuda_double/board_view.h"
 #include "tests/cuda_double/child_process.h"
 
 namespace {
 
 namespace c = orion::contract;
 
+using orion::testing::BoardView;
 using orion::testing::NowS;
 using orion::testing::ReadFile;
 using orion::testing::StartProcess;
@@ -58,38 +58,7 @@ int OpenFds(pid_t pid) {
   return n;
 }
 
-int ActiveSlots(const std::string& board_path) {
-  const int fd = open(board_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  void* mem = mmap(nullptr, c::kBoardBytes, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  if (mem == MAP_FAILED) return -1;
-  const auto* board = static_cast<const c::Board*>(mem);
-  int n = 0;
-  for (const c::ClientSlot& s : board->slots) {
-    n += s.state.load() != static_cast<uint32_t>(c::SlotState::kFree);
-  }
-  munmap(mem, c::kBoardBytes);
-  return n;
-}
 
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[65536];
-      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
-    }
-  }
-  close(fd);
-  return out;
-}
 
 // The value of an unlabelled-but-for-node sample, e.g. orion_events_ingested_total{node="x"} 12.
 double Sample(const std::string& text, const std::string& family) {
@@ -203,7 +172,7 @@ TEST_F(SoakTest, ChurningClientsLeakNothing) {
 
   // Only the steady pair holds slots once the server has seen every churn client leave.
   int slots = -1;
-  for (int i = 0; i < 100 && (slots = ActiveSlots(dir_ + "/board")) != 2; ++i) usleep(50'000);
+  for (int i = 0; i < 100 && (slots = BoardView(dir_ + "/board").SlotsInUse()) != 2; ++i) usleep(50'000);
   EXPECT_EQ(slots, 2);
   const long rss_end = RssKib(server);
   const int fds_end = OpenFds(server);
@@ -215,9 +184,9 @@ TEST_F(SoakTest, ChurningClientsLeakNothing) {
   for (pid_t pid : {service, trainer}) kill(pid, SIGKILL);
   for (pid_t pid : {service, trainer}) waitpid(pid, nullptr, 0);
   pids_ = {server};
-  for (int i = 0; i < 100 && (slots = ActiveSlots(dir_ + "/board")) != 0; ++i) usleep(50'000);
+  for (int i = 0; i < 100 && (slots = BoardView(dir_ + "/board").SlotsInUse()) != 0; ++i) usleep(50'000);
   EXPECT_EQ(slots, 0);
-  const std::string metrics = HttpGet(metrics_port, "/metrics");
+  const std::string metrics = orion::testing::HttpGet(metrics_port, "/metrics");
   const double written = Sample(metrics, "orion_events_written_total");
   const double ingested = Sample(metrics, "orion_events_ingested_total");
   const double skipped = Sample(metrics, "orion_events_skipped_total");

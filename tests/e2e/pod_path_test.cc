@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/http_get.h"
 #include "absl/strings/escaping.h"
 #include "agent/admission.h"
 #include "agent/interposer_install.h"
@@ -61,24 +62,6 @@ bool WaitUntil(const std::function<bool()>& pred, double seconds) {
   return pred();
 }
 
-// GET http://127.0.0.1:port/path, the whole response.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[65536];
-      for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
-    }
-  }
-  close(fd);
-  return out;
-}
 
 class PodPathTest : public ::testing::Test {
  protected:
@@ -269,7 +252,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
 
   // 7. Metrics carry the pod's namespace and name; the timeline has its kernels.
   ASSERT_TRUE(WaitUntil([&] { return slot.launches.load() > 20; }, 10));
-  const std::string metrics = HttpGet(server_->metrics_port(), "/metrics");
+  const std::string metrics = orion::testing::HttpGet(server_->metrics_port(), "/metrics");
   EXPECT_NE(metrics.find(std::string("namespace=\"ml\"")), std::string::npos);
   EXPECT_NE(metrics.find(std::string("pod=\"") + kPodName + "\""), std::string::npos);
   bool span = false;

@@ -11,31 +11,12 @@
 #include <fstream>
 #include <vector>
 
+#include "tests/http_get.h"
 #include "tests/server/test_server.h"
 
 namespace orion::server {
 namespace {
 
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return {};
-  }
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  const size_t body = out.find("\r\n\r\n");
-  return body == std::string::npos ? out : out.substr(body + 4);
-}
 
 std::string FindPromtool() {
   for (const char* p : {"/usr/bin/promtool", "/usr/local/bin/promtool"}) {
@@ -77,7 +58,7 @@ TEST_F(MetricsTest, ExpositionHasTheOrionFamiliesAndPassesPromtool) {
   ASSERT_TRUE(b->slots[hp.slot].ring.TryPush(e));
   ASSERT_TRUE(testing::WaitFor([&] { return b->slots[hp.slot].ring.tail.load() == 1; }));
 
-  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  const std::string text = orion::testing::HttpGet(server_->metrics_port(), "/metrics");
   for (const char* want :
        {"orion_clients{node=\"test-node\",gpu=\"0\",priority=\"high\"} 1",
         "orion_client_memory_used_bytes{node=\"test-node\",gpu=\"0\",pod=\"",
@@ -134,7 +115,7 @@ TEST_F(MetricsTest, DepartedClientsEventsStayAccountedFor) {
   ASSERT_TRUE(ring.TryPush(e));
   close(fd);  // the client leaves
   ASSERT_TRUE(testing::WaitFor([&] { return server_->state().ListClients({}).empty(); }));
-  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  const std::string text = orion::testing::HttpGet(server_->metrics_port(), "/metrics");
   for (const char* want : {"orion_events_written_total{node=\"test-node\"} 3",
                            "orion_events_skipped_total{node=\"test-node\"} 1",
                            "orion_events_ingested_total{node=\"test-node\"} 2",
@@ -156,12 +137,12 @@ TEST_F(MetricsTest, ScrapeWith256ClientsIsFast) {
     ASSERT_EQ(r.status, 0u);
     fds.push_back(fd);
   }
-  HttpGet(server_->metrics_port(), "/metrics");  // warm up
+  orion::testing::HttpGet(server_->metrics_port(), "/metrics");  // warm up
   double worst_ms = 0;
   size_t bytes = 0;
   for (int i = 0; i < 10; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    bytes = HttpGet(server_->metrics_port(), "/metrics").size();
+    bytes = orion::testing::HttpGet(server_->metrics_port(), "/metrics").size();
     worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(
                                       std::chrono::steady_clock::now() - t0)
                                       .count());
