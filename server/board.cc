@@ -141,23 +141,27 @@ void BoardFile::FreeSlot(uint32_t slot) {
   }
 }
 
-void BoardFile::RecomputePriorities(uint32_t gpu) {
-  if (gpu >= contract::kMaxGpus) return;
-  uint64_t mask[contract::kMaxSlots / 64] = {};
-  uint32_t best_effort = 0;
+BoardFile::PriorityView BoardFile::PrioritiesFromRecords(uint32_t gpu) const {
+  PriorityView v;
   for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
     if (!slot_used_[i] || slot_gpu_[i] != gpu) continue;
     if (slot_priority_[i] == contract::Priority::kHigh) {
-      mask[i / 64] |= 1ull << (i % 64);
+      v.hp_mask[i / 64] |= 1ull << (i % 64);
     } else {
-      ++best_effort;
+      ++v.best_effort;
     }
   }
+  return v;
+}
+
+void BoardFile::RecomputePriorities(uint32_t gpu) {
+  if (gpu >= contract::kMaxGpus) return;
+  const PriorityView v = PrioritiesFromRecords(gpu);
   GpuState& g = board_->gpus[gpu];
   for (size_t w = 0; w < contract::kMaxSlots / 64; ++w) {
-    g.hp_slot_mask[w].store(mask[w], std::memory_order_release);
+    g.hp_slot_mask[w].store(v.hp_mask[w], std::memory_order_release);
   }
-  g.be_clients.store(best_effort, std::memory_order_release);
+  g.be_clients.store(v.best_effort, std::memory_order_release);
 }
 
 void BoardFile::SetPriority(uint32_t slot, contract::Priority priority) {
@@ -271,18 +275,9 @@ uint32_t BoardFile::Reassert() {
       std::memcpy(g.uuid, uuid, sizeof(uuid));
       ++fixed;
     }
-    uint64_t mask[contract::kMaxSlots / 64] = {};
-    uint32_t best_effort = 0;
-    for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
-      if (!slot_used_[i] || slot_gpu_[i] != gi) continue;
-      if (slot_priority_[i] == contract::Priority::kHigh) {
-        mask[i / 64] |= 1ull << (i % 64);
-      } else {
-        ++best_effort;
-      }
-    }
-    for (size_t w = 0; w < contract::kMaxSlots / 64; ++w) put(g.hp_slot_mask[w], mask[w]);
-    put(g.be_clients, best_effort);
+    const PriorityView v = PrioritiesFromRecords(gi);
+    for (size_t w = 0; w < contract::kMaxSlots / 64; ++w) put(g.hp_slot_mask[w], v.hp_mask[w]);
+    put(g.be_clients, v.best_effort);
     if (fixed != before) WakeGate(gi);  // whoever waits re-decides on the true state
   }
 

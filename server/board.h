@@ -84,7 +84,13 @@ class BoardFile {
  private:
   BoardFile(std::string path, contract::Board* board, size_t bytes, uint64_t epoch)
       : path_(std::move(path)), board_(board), bytes_(bytes), epoch_(epoch) {}
-  // hp_slot_mask and be_clients of a GPU, from the slots in use.
+  // hp_slot_mask and be_clients of a GPU as the server's records say (never the board's copies).
+  struct PriorityView {
+    uint64_t hp_mask[contract::kMaxSlots / 64] = {};
+    uint32_t best_effort = 0;
+  };
+  PriorityView PrioritiesFromRecords(uint32_t gpu) const;
+  // Publishes them to the board.
   void RecomputePriorities(uint32_t gpu);
 
   std::string path_;
