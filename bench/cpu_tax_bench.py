@@ -93,7 +93,7 @@ class Bench:
     def start_server(self):
         cfg = os.path.join(self.work, "s.yaml")
         with open(cfg, "w") as f:
-            f.write(f"socket_path: {self.work}/orion.sock\nboard_path: {self.work}/board\n"
+            f.write(f"socket_path: {self.work}/orion.sock\n"
                     "admin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\n")
         env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(self.bundle, "lib"))
         self.server = subprocess.Popen(

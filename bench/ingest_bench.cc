@@ -14,12 +14,9 @@ using namespace orion;
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 200;
-  char tmpl[] = "/tmp/orion-bench-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
   auto cfg = *server::ParseServerConfig("", "<bench>");
-  cfg.board_path = dir + "/board";
   cfg.gpus = {"GPU-00000000-0000-0000-0000-000000000000"};
-  auto board = server::BoardFile::Create(cfg.board_path);
+  auto board = server::NodeBoard::Create();
   if (!board.ok()) {
     std::fprintf(stderr, "%s\n", std::string(board.status().message()).c_str());
     return 1;
@@ -34,7 +31,7 @@ int main(int argc, char** argv) {
     r.requested_priority = c % 4 == 0 ? 1 : 0;
     slots.push_back(state.Register(peer, r).slot);
   }
-  contract::Board& b = state.board().board();
+  server::NodeBoard& b = state.board();
   // Names once per function, as the interposer sends them.
   for (uint32_t s : slots) {
     for (uint64_t f = 0; f < 200; ++f) {
@@ -42,7 +39,7 @@ int main(int argc, char** argv) {
       e.kind = contract::EventKind::kKernelName;
       e.func = 0x1000 + f;
       std::snprintf(e.name, sizeof(e.name), "void at::native::kernel_%lu<float>", f);
-      b.slots[s].ring.TryPush(e);
+      b.area(s)->ring.TryPush(e);
     }
   }
   state.DrainOnce(server::MonotonicNs());
@@ -58,7 +55,7 @@ int main(int argc, char** argv) {
         e.grid[0] = 80; e.grid[1] = 1; e.grid[2] = 1;
         e.block[0] = 256; e.block[1] = 1; e.block[2] = 1;
         e.duration_ns = 25000;
-        b.slots[s].ring.TryPush(e);
+        b.area(s)->ring.TryPush(e);
       }
     }
     const auto t0 = std::chrono::steady_clock::now();

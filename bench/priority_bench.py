@@ -153,7 +153,7 @@ class Bench:
     def start_server(self):
         cfg = os.path.join(self.work, "server.yaml")
         with open(cfg, "w") as f:
-            f.write(f"socket_path: {self.work}/orion.sock\nboard_path: {self.work}/board\n"
+            f.write(f"socket_path: {self.work}/orion.sock\n"
                     f"admin_address: 127.0.0.1:{self.args.admin_port}\n"
                     f"metrics_address: 127.0.0.1:{self.args.admin_port + 1}\nmode: priority\n")
         env = dict(os.environ, **self.lib_env)

@@ -7,8 +7,8 @@
 start_server() {
   local bundle="$1" admin="$2" metrics="$3"; shift 3
   W="$(mktemp -d /tmp/orion-bench.XXXXXX)"
-  printf 'socket_path: %s/orion.sock\nboard_path: %s/board\nadmin_address: 127.0.0.1:%s\nmetrics_address: 127.0.0.1:%s\n' \
-    "$W" "$W" "$admin" "$metrics" > "$W/s.yaml"
+  printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:%s\nmetrics_address: 127.0.0.1:%s\n' \
+    "$W" "$admin" "$metrics" > "$W/s.yaml"
   LD_LIBRARY_PATH="$bundle/lib" "$@" "$bundle/orion-server" --config "$W/s.yaml" \
     > "$W/server.log" 2>&1 &
   SERVER=$!

@@ -10,8 +10,8 @@ set -u
 B="$PWD/.bundle"; W="$(mktemp -d)"; OUT="${OUT:-$PWD/timeline-out}"
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$B/lib"
-printf 'socket_path: %s/orion.sock\nboard_path: %s/board\nadmin_address: 127.0.0.1:50071\nmetrics_address: 127.0.0.1:0\nmode: priority\n' \
-  "$W" "$W" > "$W/s.yaml"
+printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:50071\nmetrics_address: 127.0.0.1:0\nmode: priority\n' \
+  "$W" > "$W/s.yaml"
 "$B/orion-server" --config "$W/s.yaml" > "$OUT/server.log" 2>&1 &
 S=$!
 sleep 1

@@ -36,8 +36,8 @@ enum class HighPriorityActivity {
 // When a high-priority client counts as busy: work in flight that progressed within `stale_ns`
 // (a hung or killed client stops counting), or a launch or completion within `grace_ns` (the CPU
 // gaps between the kernels of one request). A progress stamp in the future (clock skew, a
-// scribbled board) counts as now. *age_ns, if given, receives the time since the last progress.
-inline HighPriorityActivity HighPriorityActivityOf(const ClientSlot& slot, uint64_t now_ns,
+// scribbled gate area) counts as now. *age_ns, if given, receives the time since the last progress.
+inline HighPriorityActivity HighPriorityActivityOf(const SlotGate& slot, uint64_t now_ns,
                                                    uint64_t stale_ns, uint64_t grace_ns,
                                                    uint64_t* age_ns = nullptr) {
   const uint64_t progress = slot.last_progress_ns.load(std::memory_order_relaxed);

@@ -1,21 +1,36 @@
 // The one contract between liborion_interpose.so (inside user processes) and orion-server:
-// the shared-memory board and the Unix-socket registration protocol.
+// the shared-memory areas and the Unix-socket registration protocol.
 //
 // Both sides include this header and nothing else defines these layouts. Every type is fixed
 // width and versioned (magic + version + reserved space); every field that one process writes
-// and another reads is a std::atomic of a lock-free width. It depends on <atomic>, <cstdint> and
-// <cstring> only, so the interposer can use it without libstdc++ at run time.
+// and another reads is a std::atomic of a lock-free width. It depends on libc headers, <atomic>,
+// <cstdint> and <cstring> only, so the interposer can use it without libstdc++ at run time.
 //
-// Board file (created by the server, mapped by every client, default /run/orion/board):
+// Three kinds of shared memory, each a memfd the server creates and hands to a client over the
+// registration socket (SCM_RIGHTS), so that a tenant reaches only what it was given:
 //
-//   BoardHeader | GpuState[kMaxGpus] | ClientSlot[kMaxSlots]
+//   Board     (one per node; read-only in clients: sealed against writable mappings)
+//             BoardHeader | GpuState[kMaxGpus] | ClientSlot[kMaxSlots]
+//             everything the server decides: knobs, priority masks, priorities, pause, limits.
+//   GateArea  (one per GPU; read-write in the clients of that GPU only)
+//             GateHeader | gate words | SlotGate[kMaxSlots]
+//             what the gate must share between processes at launch speed: the futex words, the
+//             best-effort time in flight and each high-priority client's busy state.
+//   ClientArea (one per registration; read-write in that client only)
+//             ClientAreaHeader | the client's counters | EventRing
 //
 // Usage (client side):
-//   auto* board = static_cast<orion::contract::Board*>(mmap(...));
-//   if (!orion::contract::BoardLooksValid(*board, mapped_bytes)) fail_open();
-//   orion::contract::ClientSlot& slot = board->slots[reply.slot];
-//   orion::contract::Event e{}; e.kind = EventKind::kLaunch; ...; slot.ring.TryPush(e);
+//   int fds[kRegisterFds]; RegisterReply reply; ReceiveWithFds(sock, &reply, sizeof reply, fds, ...);
+//   auto* board = static_cast<const Board*>(mmap(..., PROT_READ, MAP_SHARED, fds[kBoardFd], 0));
+//   if (!BoardLooksValid(*board, bytes)) fail_open();
+//   auto* area = static_cast<ClientArea*>(mmap(..., PROT_READ | PROT_WRITE, ..., fds[kAreaFd], 0));
+//   Event e{}; e.kind = EventKind::kLaunch; ...; area->ring.TryPush(e);
 #pragma once
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
@@ -25,9 +40,12 @@
 namespace orion::contract {
 
 inline constexpr uint32_t kBoardMagic = 0x4D42524Fu;  // "ORBM" little-endian
-inline constexpr uint32_t kBoardVersion = 2;  // 2: GpuState::be_clients, tracker_seq
+// 3: the board is read-only in clients; gate words and client counters moved to their own areas
+inline constexpr uint32_t kBoardVersion = 3;
+inline constexpr uint32_t kGateMagic = 0x4741524Fu;    // "ORAG"
+inline constexpr uint32_t kAreaMagic = 0x4143524Fu;    // "ORCA"
 inline constexpr uint32_t kWireMagic = 0x5057524Fu;   // "ORWP" little-endian
-inline constexpr uint32_t kWireVersion = 1;
+inline constexpr uint32_t kWireVersion = 2;  // 2: the reply carries the areas as descriptors
 
 inline constexpr uint32_t kMaxGpus = 16;
 inline constexpr uint32_t kMaxSlots = 256;       // live clients per node
@@ -165,63 +183,40 @@ struct alignas(64) EventRing {
   }
 };
 
-// One registered client (a process using one GPU). Fields marked (server) are written by the
-// server only; fields marked (client) by the interposer only. The server re-validates every
-// client-written value it uses.
+// One registered client (a process using one GPU), as the server decides it. On the board:
+// written by the server only, read-only in clients.
 struct alignas(64) ClientSlot {
-  std::atomic<uint32_t> state;        // (server) SlotState
-  std::atomic<uint32_t> generation;   // (server) bumped each time the slot is assigned
-  std::atomic<uint32_t> client_id;    // (server)
-  std::atomic<uint32_t> host_pid;     // (server) from SO_PEERCRED
-  std::atomic<uint32_t> gpu;          // (server) board GPU index
-  std::atomic<uint32_t> priority;     // (server) Priority; admin may change it at run time
-  std::atomic<uint32_t> paused;       // (server) 1: hold every launch until resumed
-  std::atomic<uint32_t> profile;      // (server) 1: time kernels on the GPU (sampled)
-  std::atomic<uint64_t> memory_limit_bytes;  // (server) 0 = unlimited
-  std::atomic<uint64_t> memory_used_bytes;   // (client) bytes currently allocated
-  std::atomic<uint64_t> memory_peak_bytes;   // (client)
-  std::atomic<uint64_t> launches;            // (client) kernels launched (graph nodes counted)
-  std::atomic<uint64_t> throttled_ns;        // (client) time best-effort launches waited
-  std::atomic<uint64_t> last_progress_ns;    // (client) CLOCK_MONOTONIC of last launch/completion
-  std::atomic<uint32_t> inflight;            // (client) high-priority launches not yet complete
-  std::atomic<uint32_t> wake_seq;            // (server) futex word for a paused client's threads
-  std::atomic<uint32_t> hp_kernel_class;     // (client) class of the last HP launch (a graph in
-                                             // flight stays), see
-                                             // kernel_class.h (value + 1; 0 = unknown)
-  std::atomic<uint32_t> busy_seq;            // (client) HP: bumped when a busy period starts
-  std::atomic<uint64_t> busy_start_ns;       // (client) HP: when the current busy period began
-  uint8_t reserved[144];
-  EventRing ring;
+  std::atomic<uint32_t> state;        // SlotState
+  std::atomic<uint32_t> generation;   // bumped each time the slot is assigned
+  std::atomic<uint32_t> client_id;
+  std::atomic<uint32_t> host_pid;     // from SO_PEERCRED
+  std::atomic<uint32_t> gpu;          // board GPU index
+  std::atomic<uint32_t> priority;     // Priority; admin may change it at run time
+  std::atomic<uint32_t> paused;       // 1: hold every launch until resumed
+  std::atomic<uint32_t> profile;      // 1: time kernels on the GPU (sampled)
+  std::atomic<uint64_t> memory_limit_bytes;  // 0 = unlimited
+  std::atomic<uint32_t> wake_seq;     // futex word for a paused client's threads
+  uint8_t reserved[20];
 };
 
-// Per-GPU gate state and policy knobs.
+// Per-GPU policy as the server publishes it (board: read-only in clients).
 struct alignas(64) GpuState {
-  std::atomic<uint32_t> present;       // (server) 1 if this index is a GPU of the node
-  std::atomic<uint32_t> mode;          // (server) GateMode
-  std::atomic<uint32_t> gate_seq;      // futex word: bumped whenever held launches may go
-  std::atomic<uint32_t> gate_waiters;  // best-effort threads held at the gate (spinning or blocked)
-  std::atomic<uint64_t> hp_slot_mask[kMaxSlots / 64];  // (server) slots of high-priority clients
-  std::atomic<uint64_t> be_budget_ns;   // (server) best-effort GPU time allowed beside HP work
-  std::atomic<uint64_t> be_outstanding_ns;  // (clients) estimated best-effort work in flight
-  std::atomic<uint32_t> sm_threshold;   // (server) max blocks of a BE kernel beside HP (mps); 0: any
-  std::atomic<uint32_t> spin_ns;        // (server) spin before blocking on gate_seq
-  std::atomic<uint64_t> hp_stale_ns;    // (server) HP inflight older than this is ignored
-  char uuid[kGpuUuidBytes];             // (server, before any client) GPU UUID
-  // (server) an HP client with nothing in flight still counts as busy for this long after its
-  // last launch or completion: the CPU gaps between the kernels of one request must not let
+  std::atomic<uint32_t> present;       // 1 if this index is a GPU of the node
+  std::atomic<uint32_t> mode;          // GateMode
+  std::atomic<uint64_t> hp_slot_mask[kMaxSlots / 64];  // slots of high-priority clients
+  std::atomic<uint64_t> be_budget_ns;   // best-effort GPU time allowed beside HP work
+  std::atomic<uint32_t> sm_threshold;   // max blocks of a BE kernel beside HP (mps); 0: any
+  std::atomic<uint32_t> spin_ns;        // spin before blocking on the gate word
+  std::atomic<uint64_t> hp_stale_ns;    // HP inflight older than this is ignored
+  char uuid[kGpuUuidBytes];             // GPU UUID (before any client)
+  // An HP client with nothing in flight still counts as busy for this long after its last
+  // launch or completion: the CPU gaps between the kernels of one request must not let
   // best-effort work in mid-request. 0 = no grace.
   std::atomic<uint64_t> hp_grace_ns;
-  // (clients) best-effort GPU time admitted during the current HP busy period: the period's
-  // identity (sum of the busy HP slots' busy_seq, low 24 bits) << 40 | nanoseconds (40 bits).
-  std::atomic<uint64_t> be_period;
-  // (server) active best-effort clients on this GPU. High-priority clients follow their launches
-  // to completion only while this is not 0: with nobody to hold back, completions inform nobody.
+  // Active best-effort clients on this GPU. High-priority clients follow their launches to
+  // completion only while this is not 0: with nobody to hold back, completions inform nobody.
   std::atomic<uint32_t> be_clients;
-  // (clients) futex word of the clients' completion trackers: a best-effort thread that starts
-  // to wait at the gate bumps it and wakes them, so that they follow completions closely only
-  // while somebody is held (gate_waiters > 0) and sleep otherwise.
-  std::atomic<uint32_t> tracker_seq;
-  uint8_t reserved[104];
+  uint8_t reserved[116];
 };
 
 struct alignas(64) BoardHeader {
@@ -233,9 +228,11 @@ struct alignas(64) BoardHeader {
   uint32_t num_gpus;
   uint32_t max_slots;
   uint32_t ring_capacity;
-  std::atomic<uint64_t> server_epoch;  // (server) changes on each server start
-  std::atomic<uint64_t> server_heartbeat_ns;  // (server) CLOCK_MONOTONIC, ~every 100 ms
-  uint8_t reserved[192];
+  std::atomic<uint64_t> server_epoch;  // changes on each server start
+  std::atomic<uint64_t> server_heartbeat_ns;  // CLOCK_MONOTONIC, ~every 100 ms
+  uint32_t gate_area_bytes;    // sizeof(GateArea)
+  uint32_t client_area_bytes;  // sizeof(ClientArea)
+  uint8_t reserved[184];
 };
 
 struct Board {
@@ -244,9 +241,80 @@ struct Board {
   ClientSlot slots[kMaxSlots];
 };
 
+// A high-priority client's busy state, written by that client and read by the gates of every
+// best-effort client of its GPU (an entry of a slot not in hp_slot_mask is never read).
+struct alignas(64) SlotGate {
+  std::atomic<uint32_t> inflight;         // followed HP launches not yet complete
+  std::atomic<uint32_t> hp_kernel_class;  // class of the last HP launch (a graph in flight
+                                          // stays), kernel_class.h encoding (value + 1; 0 unknown)
+  std::atomic<uint32_t> busy_seq;         // bumped when a busy period starts
+  uint32_t reserved0;
+  std::atomic<uint64_t> busy_start_ns;     // when the current busy period began
+  std::atomic<uint64_t> last_progress_ns;  // CLOCK_MONOTONIC of the last launch/completion
+  uint8_t reserved[32];
+};
+
+struct alignas(64) GateHeader {
+  uint32_t magic;    // kGateMagic (written last by the server)
+  uint32_t version;  // kBoardVersion
+  uint32_t bytes;    // sizeof(GateArea)
+  uint32_t gpu;      // board GPU index this area belongs to
+  uint64_t server_epoch;
+  uint8_t reserved[40];
+};
+
+// The launch gate's shared words of one GPU. Mapped read-write by the clients of that GPU only
+// (and the server, which checks them every tick: a lie here can hold or release best-effort work
+// on this GPU, as a tenant without the interposer could, and nothing else).
+struct GateArea {
+  GateHeader header;
+  struct alignas(64) Words {
+    std::atomic<uint32_t> gate_seq;      // futex word: bumped whenever held launches may go
+    std::atomic<uint32_t> gate_waiters;  // best-effort threads held at the gate
+    // Futex word of the clients' completion trackers: a best-effort thread that starts to wait
+    // at the gate bumps it and wakes them, so that they follow completions closely only while
+    // somebody is held (gate_waiters > 0) and sleep otherwise.
+    std::atomic<uint32_t> tracker_seq;
+    uint32_t reserved0;
+    std::atomic<uint64_t> be_outstanding_ns;  // estimated best-effort work in flight
+    // Best-effort GPU time admitted during the current HP busy period: the period's identity
+    // (sum of the busy HP slots' busy_seq, low 24 bits) << 40 | nanoseconds (40 bits).
+    std::atomic<uint64_t> be_period;
+    uint8_t reserved[32];
+  } words;
+  SlotGate slots[kMaxSlots];
+};
+
+struct alignas(64) ClientAreaHeader {
+  uint32_t magic;    // kAreaMagic (written last by the server)
+  uint32_t version;  // kBoardVersion
+  uint32_t bytes;    // sizeof(ClientArea)
+  uint32_t slot;     // board slot of the registration
+  uint32_t generation;
+  uint32_t client_id;
+  uint8_t reserved[40];
+};
+
+// What one registration writes: its counters and its event ring. Mapped by that client and the
+// server only; the server re-validates every value it reads.
+struct ClientArea {
+  ClientAreaHeader header;
+  struct alignas(64) Counters {
+    std::atomic<uint64_t> memory_used_bytes;  // bytes currently allocated
+    std::atomic<uint64_t> memory_peak_bytes;
+    std::atomic<uint64_t> launches;           // kernels launched (graph nodes counted)
+    std::atomic<uint64_t> throttled_ns;       // time best-effort launches waited
+    uint8_t reserved[32];
+  } counters;
+  EventRing ring;
+};
+
 static_assert(sizeof(BoardHeader) == 256);
 static_assert(sizeof(GpuState) == 256);
-static_assert(offsetof(ClientSlot, ring) == 256);
+static_assert(sizeof(ClientSlot) == 64);
+static_assert(sizeof(SlotGate) == 64);
+static_assert(sizeof(GateArea) == 128 + kMaxSlots * sizeof(SlotGate));
+static_assert(offsetof(ClientArea, ring) == 128);
 static_assert(sizeof(EventRing::Entry) == kEventWords * 8);
 static_assert(offsetof(Board, gpus) == 256);
 static_assert(offsetof(Board, slots) == 256 + kMaxGpus * sizeof(GpuState));
@@ -256,13 +324,26 @@ static_assert((kRingCapacity & (kRingCapacity - 1)) == 0);
 
 inline constexpr size_t kBoardBytes = sizeof(Board);
 
-// Client check before trusting a mapping.
+// Client checks before trusting a mapping.
 inline bool BoardLooksValid(const Board& b, size_t mapped_bytes) {
   return mapped_bytes >= sizeof(Board) && b.header.magic == kBoardMagic &&
          b.header.version == kBoardVersion && b.header.header_bytes == sizeof(BoardHeader) &&
          b.header.gpu_state_bytes == sizeof(GpuState) &&
          b.header.slot_bytes == sizeof(ClientSlot) && b.header.max_slots == kMaxSlots &&
-         b.header.ring_capacity == kRingCapacity && b.header.num_gpus <= kMaxGpus;
+         b.header.ring_capacity == kRingCapacity && b.header.num_gpus <= kMaxGpus &&
+         b.header.gate_area_bytes == sizeof(GateArea) &&
+         b.header.client_area_bytes == sizeof(ClientArea);
+}
+inline bool GateLooksValid(const GateArea& g, size_t mapped_bytes, uint32_t gpu) {
+  return mapped_bytes >= sizeof(GateArea) && g.header.magic == kGateMagic &&
+         g.header.version == kBoardVersion && g.header.bytes == sizeof(GateArea) &&
+         g.header.gpu == gpu;
+}
+inline bool AreaLooksValid(const ClientArea& a, size_t mapped_bytes, uint32_t slot,
+                           uint32_t generation) {
+  return mapped_bytes >= sizeof(ClientArea) && a.header.magic == kAreaMagic &&
+         a.header.version == kBoardVersion && a.header.bytes == sizeof(ClientArea) &&
+         a.header.slot == slot && a.header.generation == generation;
 }
 
 // ---- Unix-socket registration protocol (SOCK_STREAM, default /run/orion/orion.sock) ----
@@ -271,6 +352,10 @@ inline bool BoardLooksValid(const Board& b, size_t mapped_bytes) {
 // connection open for the life of the registration: the server frees the slot when the
 // connection closes (exit, crash, SIGKILL). The client may send a Goodbye message first.
 // Identity (pid, uid, pod, container) comes from SO_PEERCRED and /proc, never from the request.
+// A kOk reply carries kRegisterFds descriptors (SCM_RIGHTS) with its first byte, in the order
+// of RegisterFd: the node's board (sealed: no writable mapping can be made of it), the GPU's
+// gate area and the client's own area. Nothing is opened by path, so the run folder can be
+// mounted read-only into pods.
 
 enum class MessageType : uint32_t { kRegister = 1, kRegisterReply = 2, kGoodbye = 3 };
 
@@ -312,10 +397,12 @@ struct RegisterReply {
   uint32_t priority;     // Priority as decided by the server
   uint64_t memory_limit_bytes;
   uint64_t server_epoch;
-  char board_path[128];  // file to mmap (MAP_SHARED)
+  uint8_t reserved0[128];
   char message[128];     // human-readable reason when status != kOk
   uint8_t reserved[72];
 };
+
+enum RegisterFd : int { kBoardFd = 0, kGateFd = 1, kAreaFd = 2, kRegisterFds = 3 };
 
 struct Goodbye {
   MessageHeader header;
@@ -331,6 +418,81 @@ inline MessageHeader MakeHeader(MessageType type, uint32_t bytes) {
   return MessageHeader{kWireMagic, kWireVersion, static_cast<uint32_t>(type), bytes};
 }
 
+// Sends `bytes` of `data` with `nfds` descriptors attached to the first byte (SCM_RIGHTS).
+// Returns false unless everything was sent.
+inline bool SendWithFds(int sock, const void* data, size_t bytes, const int* fds, int nfds) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kRegisterFds)] = {};
+  if (nfds < 0 || nfds > kRegisterFds) return false;
+  const char* p = static_cast<const char*>(data);
+  bool first = true;
+  while (bytes > 0) {
+    iovec iov{const_cast<char*>(p), bytes};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (first && nfds > 0) {
+      msg.msg_control = control;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+      std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+    }
+    const ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    first = false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Reads exactly `bytes` into `data`, collecting up to kRegisterFds descriptors (close-on-exec)
+// into fds[] (unfilled entries are -1); *nfds receives how many came. Descriptors beyond
+// kRegisterFds, or any received on failure, are closed. Returns false on EOF, error or timeout.
+inline bool ReceiveWithFds(int sock, void* data, size_t bytes, int* fds, int* nfds) {
+  for (int i = 0; i < kRegisterFds; ++i) fds[i] = -1;
+  *nfds = 0;
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (kRegisterFds + 4))] = {};
+    iovec iov{p, bytes};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); n >= 0 && c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (*nfds < kRegisterFds) {
+          fds[(*nfds)++] = fd;
+        } else {
+          close(fd);
+        }
+      }
+    }
+    if (n <= 0) {
+      for (int i = 0; i < kRegisterFds; ++i) {
+        if (fds[i] >= 0) close(fds[i]);
+        fds[i] = -1;
+      }
+      *nfds = 0;
+      return false;
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
 // Environment variables read by the interposer (set by orion-run, the device plugin, or a user).
 inline constexpr const char* kEnvSocket = "ORION_SOCKET";          // default below
 inline constexpr const char* kEnvPriority = "ORION_PRIORITY";      // high | best-effort
@@ -344,6 +506,5 @@ inline constexpr const char* kEnvMpsClientPriority = "CUDA_MPS_CLIENT_PRIORITY";
 inline constexpr const char* kEnvMpsThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
 inline constexpr int kDefaultBestEffortMpsThreadPercentage = 50;
 inline constexpr const char* kDefaultSocketPath = "/run/orion/orion.sock";
-inline constexpr const char* kDefaultBoardPath = "/run/orion/board";
 
 }  // namespace orion::contract

@@ -1,4 +1,5 @@
-// Registration with orion-server over its Unix socket, board mapping, fork handling.
+// Registration with orion-server over its Unix socket, mapping of the board and areas it
+// hands over, fork handling.
 #include "interpose/glibc_compat.h"
 
 #include "interpose/client_state.h"
@@ -75,18 +76,6 @@ bool WriteAll(int fd, const void* data, size_t bytes) {
   return true;
 }
 
-bool ReadAll(int fd, void* data, size_t bytes) {
-  char* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = recv(fd, p, bytes, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 void OnForkChild() {
   // The child shares the parent's connection and slot; neither is ours. Forget both so the
   // child registers on its own if it uses CUDA. Closing the inherited descriptor does not end
@@ -117,9 +106,22 @@ void InitProcess() {
 
 Registration* Live(int device) { return &g_registrations[device][g_live[device].load()]; }
 
-contract::Board* MapBoard(const char* path, uint64_t epoch, size_t* mapped_bytes, bool* reused) {
+// Maps a descriptor the server handed over; null on failure. `writable`: the gate and client
+// areas; the board is mapped read-only (the server sealed it against anything else).
+void* MapDescriptor(int fd, size_t bytes, bool writable, size_t* mapped_bytes) {
+  // lseek rather than fstat: fstat binds to GLIBC_2.33 on current glibc.
+  const off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+  if (size < 0 || static_cast<size_t>(size) < bytes) return nullptr;
+  void* addr = mmap(nullptr, static_cast<size_t>(size), writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                    MAP_SHARED, fd, 0);
+  if (addr == MAP_FAILED) return nullptr;
+  *mapped_bytes = static_cast<size_t>(size);
+  return addr;
+}
+
+const contract::Board* MapBoard(int fd, uint64_t epoch, size_t* mapped_bytes, bool* reused) {
   *reused = false;
-  // Reuse a mapping another device's registration already made of the same board (one file per
+  // Reuse a mapping another device's registration already made of the same board (one per
   // node, per server start: the epoch tells a restarted server's board from the old one).
   for (int i = 0; i < kMaxDevices; ++i) {
     if (g_state[i].load(std::memory_order_acquire) != kActive) continue;
@@ -131,19 +133,14 @@ contract::Board* MapBoard(const char* path, uint64_t epoch, size_t* mapped_bytes
       return other->board;
     }
   }
-  const int fd = open(path, O_RDWR | O_CLOEXEC);
-  if (fd < 0) return nullptr;
-  // lseek rather than fstat: fstat binds to GLIBC_2.33 on current glibc.
-  const off_t size = lseek(fd, 0, SEEK_END);
-  if (size < 0 || static_cast<size_t>(size) < contract::kBoardBytes) {
-    close(fd);
-    return nullptr;
+  return static_cast<const contract::Board*>(
+      MapDescriptor(fd, contract::kBoardBytes, /*writable=*/false, mapped_bytes));
+}
+
+void CloseAll(const int* fds) {
+  for (int i = 0; i < contract::kRegisterFds; ++i) {
+    if (fds[i] >= 0) close(fds[i]);
   }
-  void* addr = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (addr == MAP_FAILED) return nullptr;
-  *mapped_bytes = static_cast<size_t>(size);
-  return static_cast<contract::Board*>(addr);
 }
 
 // Registers `device` with the server, waiting at most `timeout` for each socket operation. On
@@ -186,13 +183,21 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
   }
   contract::RegisterReply reply;
   memset(&reply, 0, sizeof(reply));
-  if (!WriteAll(fd, &request, sizeof(request)) || !ReadAll(fd, &reply, sizeof(reply))) {
+  int fds[contract::kRegisterFds];
+  int nfds = 0;
+  errno = 0;
+  if (!WriteAll(fd, &request, sizeof(request)) ||
+      !contract::ReceiveWithFds(fd, &reply, sizeof(reply), fds, &nfds)) {
     snprintf(why, why_bytes, "registration with orion-server at %s failed (%s)",
              g_config.socket_path, errno != 0 ? strerror(errno) : "connection closed");
     close(fd);
     return false;
   }
-  reply.board_path[sizeof(reply.board_path) - 1] = '\0';
+  // The mappings (or the reasons to fail) are all that is kept of the descriptors.
+  struct Closer {
+    int* fds;
+    ~Closer() { CloseAll(fds); }
+  } closer{fds};
   reply.message[sizeof(reply.message) - 1] = '\0';
   if (reply.header.magic != contract::kWireMagic ||
       reply.header.version != contract::kWireVersion ||
@@ -215,23 +220,42 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
     close(fd);
     return false;
   }
-  const char* board_path =
-      reply.board_path[0] != '\0' ? reply.board_path : contract::kDefaultBoardPath;
-  size_t mapped = 0;
-  bool reused = false;
-  contract::Board* board = MapBoard(board_path, reply.server_epoch, &mapped, &reused);
-  if (board == nullptr || !contract::BoardLooksValid(*board, mapped)) {
-    snprintf(why, why_bytes, "board %s is missing or does not match this interposer's layout",
-             board_path);
-    if (board != nullptr && !reused) munmap(board, mapped);
+  if (nfds != contract::kRegisterFds) {
+    snprintf(why, why_bytes,
+             "orion-server handed over %d of the %d shared-memory areas (an older server?)", nfds,
+             contract::kRegisterFds);
     close(fd);
     return false;
   }
-  contract::ClientSlot& slot = board->slots[reply.slot];
-  if (slot.generation.load(std::memory_order_acquire) != reply.generation ||
-      slot.state.load(std::memory_order_acquire) !=
-          static_cast<uint32_t>(contract::SlotState::kActive)) {
-    snprintf(why, why_bytes, "board slot %u does not belong to this registration", reply.slot);
+  size_t mapped = 0;
+  bool reused = false;
+  const contract::Board* board =
+      MapBoard(fds[contract::kBoardFd], reply.server_epoch, &mapped, &reused);
+  if (board == nullptr || !contract::BoardLooksValid(*board, mapped)) {
+    snprintf(why, why_bytes, "the board orion-server handed over does not match this "
+             "interposer's layout (version %u, expected %u)",
+             board != nullptr ? board->header.version : 0u, contract::kBoardVersion);
+    if (board != nullptr && !reused) munmap(const_cast<contract::Board*>(board), mapped);
+    close(fd);
+    return false;
+  }
+  const contract::ClientSlot& slot = board->slots[reply.slot];
+  size_t gate_bytes = 0, area_bytes = 0;
+  auto* gate = static_cast<contract::GateArea*>(MapDescriptor(
+      fds[contract::kGateFd], sizeof(contract::GateArea), /*writable=*/true, &gate_bytes));
+  auto* area = static_cast<contract::ClientArea*>(MapDescriptor(
+      fds[contract::kAreaFd], sizeof(contract::ClientArea), /*writable=*/true, &area_bytes));
+  const bool owned = slot.generation.load(std::memory_order_acquire) == reply.generation &&
+                     slot.state.load(std::memory_order_acquire) ==
+                         static_cast<uint32_t>(contract::SlotState::kActive);
+  if (!owned || gate == nullptr || area == nullptr ||
+      !contract::GateLooksValid(*gate, gate_bytes, reply.gpu) ||
+      !contract::AreaLooksValid(*area, area_bytes, reply.slot, reply.generation)) {
+    snprintf(why, why_bytes, "board slot %u, its gate area or its client area does not belong "
+             "to this registration", reply.slot);
+    if (gate != nullptr) munmap(gate, gate_bytes);
+    if (area != nullptr) munmap(area, area_bytes);
+    if (!reused) munmap(const_cast<contract::Board*>(board), mapped);
     close(fd);
     return false;
   }
@@ -240,6 +264,9 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
   reg->board = board;
   reg->slot = &slot;
   reg->gpu = &board->gpus[reply.gpu];
+  reg->gate = gate;
+  reg->own_gate = &gate->slots[reply.slot];
+  reg->area = area;
   reg->slot_index = reply.slot;
   reg->generation = reply.generation;
   reg->client_id = reply.client_id;
@@ -249,10 +276,12 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
 
 // The client-written counters of a registration, carried into its renewal: the quota keeps
 // counting what the process holds, and the totals go on from where they were.
-void CarryClientCounters(const contract::ClientSlot& from, contract::ClientSlot& to) {
-  for (auto field : {&contract::ClientSlot::memory_used_bytes,
-                     &contract::ClientSlot::memory_peak_bytes, &contract::ClientSlot::launches,
-                     &contract::ClientSlot::throttled_ns}) {
+void CarryClientCounters(const contract::ClientArea& from_area, contract::ClientArea& to_area) {
+  using Counters = contract::ClientArea::Counters;
+  const Counters& from = from_area.counters;
+  Counters& to = to_area.counters;
+  for (auto field : {&Counters::memory_used_bytes, &Counters::memory_peak_bytes,
+                     &Counters::launches, &Counters::throttled_ns}) {
     (to.*field).fetch_add((from.*field).load(std::memory_order_relaxed),
                           std::memory_order_relaxed);
   }
@@ -302,7 +331,7 @@ void RenewRegistration(Registration* reg, uint64_t now_ns) {
     char why[400] = {};
     // Short timeouts: this runs in the application's launching thread.
     if (Register(device, &fresh, timeval{0, 200'000}, why, sizeof(why))) {
-      CarryClientCounters(*reg->slot, *fresh.slot);
+      CarryClientCounters(*reg->area, *fresh.area);
       g_kernels.ForgetNameReports();
       close(reg->socket_fd);
       reg->socket_fd = -1;

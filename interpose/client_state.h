@@ -7,7 +7,7 @@
 //   CUcontext ctx;
 //   Registration* reg = CurrentRegistration(&ctx);
 //   if (reg == nullptr) return real(...);  // pass-through
-//   reg->slot->ring.TryPush(event);
+//   reg->area->ring.TryPush(event);
 #pragma once
 
 #include <stdint.h>
@@ -24,9 +24,15 @@ inline constexpr int kMaxDevices = 64;
 struct Registration {
   int device = -1;
   int socket_fd = -1;  // kept open: the server frees the slot when it closes
-  contract::Board* board = nullptr;
-  contract::ClientSlot* slot = nullptr;
-  contract::GpuState* gpu = nullptr;
+  // What the server decides, mapped read-only: the node's board, our slot on it, our GPU's knobs.
+  const contract::Board* board = nullptr;
+  const contract::ClientSlot* slot = nullptr;
+  const contract::GpuState* gpu = nullptr;
+  // Shared with the other clients of our GPU: gate words and each HP client's busy state.
+  contract::GateArea* gate = nullptr;
+  contract::SlotGate* own_gate = nullptr;  // our entry in it
+  // Ours alone: counters and event ring.
+  contract::ClientArea* area = nullptr;
   uint32_t slot_index = 0;
   uint32_t generation = 0;
   uint32_t client_id = 0;
@@ -48,7 +54,7 @@ bool EnsureProcessInit();
 Registration* CurrentRegistration(CUcontext* ctx_out);
 
 // A registration whose server has not beaten its heartbeat for this long is renewed: the server
-// restarted (or was replaced by an upgrade) and its new board is another file. The renewal keeps
+// restarted (or was replaced by an upgrade) and its new board is another one. The renewal keeps
 // the process's priority (decided again by the new server from the same identity) and carries
 // the client's counters (memory in use, peak, launches, throttled time) into the new slot.
 inline constexpr uint64_t kRenewAfterNs = 500'000'000;
@@ -72,7 +78,7 @@ inline void KeepRegistered(Registration* reg, uint64_t now_ns) {
 
 // Pushes one event into the registration's ring (a full ring counts a drop, never blocks).
 inline void PushEvent(Registration* reg, const contract::Event& event) {
-  reg->slot->ring.TryPush(event);
+  reg->area->ring.TryPush(event);
 }
 
 // What a hook returns when the driver or the entry point is missing.

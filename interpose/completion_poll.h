@@ -48,16 +48,18 @@ struct NextLook {
 };
 
 inline NextLook NextLookAt(const PendingLaunch& p, uint64_t now_ns) {
-  if (p.reg == nullptr || p.reg->gpu == nullptr) return {kBestEffortPollNs, false};
+  if (p.reg == nullptr || p.reg->gpu == nullptr || p.reg->gate == nullptr) {
+    return {kBestEffortPollNs, false};
+  }
   const contract::GpuState& gpu = *p.reg->gpu;
   const bool high_only = p.high_priority && p.budget_ns == 0 && !p.timed;
   if (!high_only) {
-    const bool held = gpu.gate_waiters.load(std::memory_order_relaxed) != 0;
+    const bool held = p.reg->gate->words.gate_waiters.load(std::memory_order_relaxed) != 0;
     return {held ? kBestEffortPollNs : kLazyPollNs, false};
   }
   const uint64_t grace = gpu.hp_grace_ns.load(std::memory_order_relaxed);
-  if (p.reg->slot != nullptr) {
-    const uint64_t last = p.reg->slot->last_progress_ns.load(std::memory_order_relaxed);
+  if (p.reg->own_gate != nullptr) {
+    const uint64_t last = p.reg->own_gate->last_progress_ns.load(std::memory_order_relaxed);
     if (last <= now_ns && now_ns - last < grace) {
       return {std::max(last + grace - now_ns, kBestEffortPollNs), false};
     }
@@ -69,8 +71,8 @@ inline NextLook NextLookAt(const PendingLaunch& p, uint64_t now_ns) {
 struct PollSchedule {
   uint64_t sleep_ns = kLazyPollNs;
   // When no record needs a look before kLazyPollNs: the poller may sleep on this GPU's
-  // tracker_seq, which a best-effort thread that starts to wait there bumps.
-  contract::GpuState* lazy_gpu = nullptr;
+  // tracker_seq (in its gate area), which a best-effort thread that starts to wait there bumps.
+  contract::GateArea* lazy_gate = nullptr;
   // When no record needs a look before kLazyPollNs and this one may be waited for in the
   // driver: the newest such record (it completes its stream's earlier records too).
   PendingLaunch* wait_for = nullptr;
@@ -126,7 +128,7 @@ uint32_t PollPass(PendingLaunch** records, uint32_t count, uint64_t now_ns, Quer
       next.wait_for = p;  // the newest: records are in submission order
     } else {
       next.sleep_ns = std::min(next.sleep_ns, look.sleep_ns);
-      if (next.lazy_gpu == nullptr && p->reg != nullptr) next.lazy_gpu = p->reg->gpu;
+      if (next.lazy_gate == nullptr && p->reg != nullptr) next.lazy_gate = p->reg->gate;
     }
   };
   for (uint32_t i = 0; i < count; ++i) {
@@ -145,10 +147,10 @@ uint32_t PollPass(PendingLaunch** records, uint32_t count, uint64_t now_ns, Quer
     }
   }
   if (next.sleep_ns < kLazyPollNs) {
-    next.lazy_gpu = nullptr;
+    next.lazy_gate = nullptr;
     next.wait_for = nullptr;
   } else if (next.wait_for != nullptr) {
-    next.lazy_gpu = nullptr;
+    next.lazy_gate = nullptr;
   }
   *schedule = next;
   return kept;

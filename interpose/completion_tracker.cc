@@ -114,14 +114,15 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
   Registration* reg = p->reg;
   if (reg != nullptr && reg->StillOwned()) {
     const uint64_t now = MonotonicNs();
-    contract::ClientSlot& slot = *reg->slot;
     bool open_gate = false;
-    if (p->high_priority && NoteHighPriorityCompletion(slot, p->pending_at_ns)) open_gate = true;
-    if (p->budget_ns != 0) {
-      ReleaseBudget(*reg->gpu, p->budget_ns);
+    if (p->high_priority && NoteHighPriorityCompletion(*reg->own_gate, p->pending_at_ns)) {
       open_gate = true;
     }
-    if (open_gate) OpenGate(*reg->gpu);
+    if (p->budget_ns != 0) {
+      ReleaseBudget(*reg->gate, p->budget_ns);
+      open_gate = true;
+    }
+    if (open_gate) OpenGate(*reg->gate);
     if (p->timed && measured_on_gpu) {
       float ms = 0.0f;
       auto elapsed = ORION_DRIVER(cuEventElapsedTime_v2);
@@ -154,12 +155,12 @@ void SleepNs(uint64_t ns) {
 // wait at this GPU's gate bumps its tracker_seq (a shared futex: the waiter may be another
 // process). The seq is read before gate_waiters, and the waiter bumps it after raising
 // gate_waiters, so a waiter that arrives after the check changes the word and ends the wait.
-void SleepUnlessHeld(contract::GpuState& gpu, uint64_t ns) {
-  const uint32_t seq = gpu.tracker_seq.load(std::memory_order_seq_cst);
-  if (gpu.gate_waiters.load(std::memory_order_seq_cst) != 0) return;
+void SleepUnlessHeld(contract::GateArea& gate, uint64_t ns) {
+  const uint32_t seq = gate.words.tracker_seq.load(std::memory_order_seq_cst);
+  if (gate.words.gate_waiters.load(std::memory_order_seq_cst) != 0) return;
   timespec ts{static_cast<time_t>(ns / 1'000'000'000ull), static_cast<long>(ns % 1'000'000'000ull)};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&gpu.tracker_seq), FUTEX_WAIT, seq, &ts, nullptr,
-          0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&gate.words.tracker_seq), FUTEX_WAIT, seq, &ts,
+          nullptr, 0);
 }
 
 void* PollerMain(void*) {
@@ -202,8 +203,8 @@ void* PollerMain(void*) {
         count = FinishThrough(outstanding, count, p, status, finish);
       } else if (p != nullptr) {
         SleepNs(kHighPriorityPollNs);
-      } else if (schedule.lazy_gpu != nullptr) {
-        SleepUnlessHeld(*schedule.lazy_gpu, schedule.sleep_ns);
+      } else if (schedule.lazy_gate != nullptr) {
+        SleepUnlessHeld(*schedule.lazy_gate, schedule.sleep_ns);
       } else {
         SleepNs(schedule.sleep_ns);
       }

@@ -56,8 +56,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
   if (reg == nullptr) return launch();
-  contract::ClientSlot& slot = *reg->slot;
-  contract::GpuState& gpu = *reg->gpu;
+  const contract::ClientSlot& slot = *reg->slot;
+  const contract::GpuState& gpu = *reg->gpu;
+  contract::SlotGate& own_gate = *reg->own_gate;
+  contract::ClientArea::Counters& counters = reg->area->counters;
 
   KernelRecord* kernel = info.graph ? g_graphs.Find(info.func) : g_kernels.FindOrInsert(info.func);
   if (!info.graph && kernel != nullptr && kernel->ClaimNameReport()) {
@@ -77,7 +79,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   GateTicket ticket;
   if (gated || slot.paused.load(std::memory_order_relaxed) != 0) {
-    ticket = WaitAtGate(*reg->board, reg->slot_index, BestEffortLaunch{blocks, estimate, kclass});
+    ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
+                        BestEffortLaunch{blocks, estimate, kclass});
     // Promoted through the admin API while waiting: this launch is already high priority (the
     // wait ends on the promotion), so it is tracked and makes best-effort clients wait.
     high = is_high();
@@ -106,15 +109,15 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
         pending->timed = false;
       }
     } else if (ticket.budget_ns != 0) {
-      ReleaseBudget(gpu, ticket.budget_ns);  // untracked: do not leak the charge
+      ReleaseBudget(*reg->gate, ticket.budget_ns);  // untracked: do not leak the charge
     }
   }
   if (high) {
     // Before the launch: best-effort clients must see the GPU busy as early as possible.
-    NoteHighPriorityClass(slot, kclass);
+    NoteHighPriorityClass(own_gate, kclass);
     BusyPeriod ended;
     const bool followed = pending != nullptr && pending->high_priority;
-    if (NoteHighPriorityLaunch(slot, gpu, MonotonicNs(), &ended, followed)) {
+    if (NoteHighPriorityLaunch(own_gate, gpu, MonotonicNs(), &ended, followed)) {
       contract::Event b{};
       b.kind = contract::EventKind::kBusyPeriod;
       b.cpu_ns = ended.start_ns;
@@ -130,8 +133,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     return result;
   }
   const uint32_t kernels = info.graph ? (kernel != nullptr ? kernel->aux.load() : 0) : 1;
-  slot.launches.fetch_add(kernels, std::memory_order_relaxed);
-  slot.last_progress_ns.store(now, std::memory_order_relaxed);
+  counters.launches.fetch_add(kernels, std::memory_order_relaxed);
+  own_gate.last_progress_ns.store(now, std::memory_order_relaxed);
 
   contract::Event e{};
   e.kind = info.graph ? contract::EventKind::kGraphLaunch : contract::EventKind::kLaunch;
@@ -145,7 +148,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   PushEvent(reg, e);
 
   if (ticket.waited_ns != 0) {
-    slot.throttled_ns.fetch_add(ticket.waited_ns, std::memory_order_relaxed);
+    counters.throttled_ns.fetch_add(ticket.waited_ns, std::memory_order_relaxed);
     contract::Event t{};
     t.kind = contract::EventKind::kThrottled;
     t.cpu_ns = now;

@@ -29,9 +29,11 @@ void PushMemoryEvent(Registration* reg, EventKind kind, uint64_t address, uint64
 
 // Reserves `bytes` in the slot's quota; on refusal reports kAllocDenied.
 bool Reserve(Registration* reg, uint64_t bytes, MemoryKind kind) {
-  contract::ClientSlot& slot = *reg->slot;
-  const uint64_t limit = slot.memory_limit_bytes.load(std::memory_order_relaxed);
-  if (TryReserve(slot.memory_used_bytes, slot.memory_peak_bytes, limit, bytes)) return true;
+  const uint64_t limit = reg->slot->memory_limit_bytes.load(std::memory_order_relaxed);
+  contract::ClientArea::Counters& counters = reg->area->counters;
+  if (TryReserve(counters.memory_used_bytes, counters.memory_peak_bytes, limit, bytes)) {
+    return true;
+  }
   PushMemoryEvent(reg, EventKind::kAllocDenied, 0, bytes, kind, nullptr);
   return false;
 }
@@ -46,12 +48,12 @@ CUresult GuardedAlloc(CUdeviceptr* dptr, uint64_t bytes, MemoryKind kind, CUstre
   if (!Reserve(reg, bytes, kind)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = allocate();
   if (result != CUDA_SUCCESS || dptr == nullptr) {
-    Unreserve(reg->slot->memory_used_bytes, bytes);
+    Unreserve(reg->area->counters.memory_used_bytes, bytes);
     return result;
   }
   if (!g_allocations.Insert(*dptr, bytes, kind)) {
     // Table full: the bytes could never be returned, so do not count them.
-    Unreserve(reg->slot->memory_used_bytes, bytes);
+    Unreserve(reg->area->counters.memory_used_bytes, bytes);
   }
   PushMemoryEvent(reg, EventKind::kMemAlloc, *dptr, bytes, kind, stream);
   return result;
@@ -66,7 +68,7 @@ CUresult GuardedFree(CUdeviceptr dptr, CUstream stream, Free release) {
   const bool known = g_allocations.Find(dptr, &entry);
   const CUresult result = release();
   if (result == CUDA_SUCCESS && known && g_allocations.Remove(dptr, &entry)) {
-    Unreserve(reg->slot->memory_used_bytes, entry.bytes);
+    Unreserve(reg->area->counters.memory_used_bytes, entry.bytes);
   }
   if (result == CUDA_SUCCESS) {
     PushMemoryEvent(reg, EventKind::kMemFree, dptr, known ? entry.bytes : 0,
@@ -127,19 +129,19 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wid
   }
   const CUresult result = real(dptr, pitch, width, height, elem);
   if (result != CUDA_SUCCESS || dptr == nullptr || pitch == nullptr) {
-    Unreserve(reg->slot->memory_used_bytes, estimate);
+    Unreserve(reg->area->counters.memory_used_bytes, estimate);
     return result;
   }
   const uint64_t actual = static_cast<uint64_t>(*pitch) * height;
   if (actual > estimate && !orion::interpose::Reserve(reg, actual - estimate, MemoryKind::kPitch)) {
     if (auto free_fn = ORION_REAL(cuMemFree_v2); free_fn != nullptr) free_fn(*dptr);
-    Unreserve(reg->slot->memory_used_bytes, estimate);
+    Unreserve(reg->area->counters.memory_used_bytes, estimate);
     *dptr = 0;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const uint64_t counted = actual > estimate ? actual : estimate;
   if (!orion::interpose::g_allocations.Insert(*dptr, counted, MemoryKind::kPitch)) {
-    Unreserve(reg->slot->memory_used_bytes, counted);
+    Unreserve(reg->area->counters.memory_used_bytes, counted);
   }
   orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, *dptr, counted,
                                     MemoryKind::kPitch, nullptr);
@@ -170,11 +172,11 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
   }
   const CUresult result = real(handle, bytes, prop, flags);
   if (result != CUDA_SUCCESS || handle == nullptr) {
-    orion::interpose::Unreserve(reg->slot->memory_used_bytes, bytes);
+    orion::interpose::Unreserve(reg->area->counters.memory_used_bytes, bytes);
     return result;
   }
   if (!orion::interpose::g_vmm_handles.Insert(*handle, bytes, MemoryKind::kVmmCreate)) {
-    orion::interpose::Unreserve(reg->slot->memory_used_bytes, bytes);
+    orion::interpose::Unreserve(reg->area->counters.memory_used_bytes, bytes);
   }
   orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, *handle, bytes,
                                     MemoryKind::kVmmCreate, nullptr);
@@ -189,7 +191,7 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   const CUresult result = real(handle);
   orion::interpose::AllocationTable<16384>::Entry entry{};
   if (result == CUDA_SUCCESS && orion::interpose::g_vmm_handles.Remove(handle, &entry)) {
-    orion::interpose::Unreserve(reg->slot->memory_used_bytes, entry.bytes);
+    orion::interpose::Unreserve(reg->area->counters.memory_used_bytes, entry.bytes);
     orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemFree, handle,
                                       entry.bytes, MemoryKind::kVmmCreate, nullptr);
   }
@@ -231,7 +233,8 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   if (reg == nullptr) return result;
   const orion::contract::ClientSlot& slot = *reg->slot;
   orion::interpose::VirtualizeMemInfo(slot.memory_limit_bytes.load(std::memory_order_relaxed),
-                                      slot.memory_used_bytes.load(std::memory_order_relaxed),
+                                      reg->area->counters.memory_used_bytes.load(
+                                          std::memory_order_relaxed),
                                       free_bytes, total_bytes);
   return result;
 }

@@ -1,4 +1,4 @@
-// Waiting at the launch gate: spin, then futex on the board's shared words.
+// Waiting at the launch gate: spin, then futex on the gate area's shared words.
 #include "interpose/glibc_compat.h"
 
 #include "interpose/launch_gate.h"
@@ -12,12 +12,13 @@
 namespace orion::interpose {
 namespace {
 
-// Shared (not FUTEX_PRIVATE_FLAG): the word lives in a MAP_SHARED file mapping and waiters and
-// wakers are different processes.
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
+// Shared (not FUTEX_PRIVATE_FLAG): the word lives in a MAP_SHARED mapping (read-only for the
+// board's words) and waiters and wakers are different processes.
+void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
   timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000ull),
               static_cast<long>(timeout_ns % 1'000'000'000ull)};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr,
+          0);
 }
 
 void FutexWakeAll(std::atomic<uint32_t>* word) {
@@ -35,16 +36,20 @@ inline void CpuRelax() {
 
 }  // namespace
 
-void OpenGate(contract::GpuState& gpu) {
-  gpu.gate_seq.fetch_add(1, std::memory_order_acq_rel);
-  if (gpu.gate_waiters.load(std::memory_order_acquire) > 0) FutexWakeAll(&gpu.gate_seq);
+void OpenGate(contract::GateArea& gate) {
+  gate.words.gate_seq.fetch_add(1, std::memory_order_acq_rel);
+  if (gate.words.gate_waiters.load(std::memory_order_acquire) > 0) {
+    FutexWakeAll(&gate.words.gate_seq);
+  }
 }
 
-GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEffortLaunch& launch) {
+GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, uint32_t slot_index,
+                      const BestEffortLaunch& launch) {
   GateTicket ticket;
-  contract::ClientSlot& slot = board.slots[slot_index];
+  const contract::ClientSlot& slot = board.slots[slot_index];
+  auto& words = gate.words;
   uint64_t start = 0;
-  contract::GpuState* held = nullptr;  // the GPU whose gate_waiters counts us
+  bool held = false;  // counted in gate_waiters
   for (;;) {
     // Paused: hold every launch, high priority included, until the server resumes us.
     if (slot.paused.load(std::memory_order_acquire) != 0) {
@@ -62,21 +67,21 @@ GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEff
         contract::Priority::kHigh) {
       break;
     }
-    contract::GpuState& gpu = board.gpus[gpu_index];
+    const contract::GpuState& gpu = board.gpus[gpu_index];
     const uint64_t now = MonotonicNs();
-    const GateDecision decision = DecideBestEffort(board, gpu, slot_index, now, launch);
+    const GateDecision decision = DecideBestEffort(board, gpu, gate, slot_index, now, launch);
     if (decision == GateDecision::kGoBudget) {
       ticket.budget_ns = launch.estimate_ns;
       break;
     }
     if (decision == GateDecision::kGoIdle) break;
     if (start == 0) start = now;
-    if (held == nullptr) {
+    if (!held) {
       // Held from here on: completion trackers of every client on this GPU follow closely now.
-      held = &gpu;
-      if (gpu.gate_waiters.fetch_add(1, std::memory_order_seq_cst) == 0) {
-        gpu.tracker_seq.fetch_add(1, std::memory_order_seq_cst);
-        FutexWakeAll(&gpu.tracker_seq);
+      held = true;
+      if (words.gate_waiters.fetch_add(1, std::memory_order_seq_cst) == 0) {
+        words.tracker_seq.fetch_add(1, std::memory_order_seq_cst);
+        FutexWakeAll(&words.tracker_seq);
       }
     }
     if (now - start <
@@ -86,21 +91,22 @@ GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEff
     }
     // Counted as a waiter before the last check, so a completion that lands in between either is
     // seen by the check or changes gate_seq and makes FUTEX_WAIT return at once.
-    const uint32_t seq = gpu.gate_seq.load(std::memory_order_acquire);
+    const uint32_t seq = words.gate_seq.load(std::memory_order_acquire);
     const uint64_t checked = MonotonicNs();
     uint64_t wake_by = 0;
-    const GateDecision again = DecideBestEffort(board, gpu, slot_index, checked, launch, &wake_by);
+    const GateDecision again =
+        DecideBestEffort(board, gpu, gate, slot_index, checked, launch, &wake_by);
     if (again == GateDecision::kWait) {
       // Only inside the HP clients' grace period: no completion will wake us when it ends.
       uint64_t timeout = kMaxFutexWaitNs;
       if (wake_by > checked && wake_by - checked < timeout) timeout = wake_by - checked;
-      FutexWait(&gpu.gate_seq, seq, timeout);
+      FutexWait(&words.gate_seq, seq, timeout);
       continue;
     }
     if (again == GateDecision::kGoBudget) ticket.budget_ns = launch.estimate_ns;
     break;
   }
-  if (held != nullptr) held->gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
+  if (held) words.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
   if (start != 0) ticket.waited_ns = MonotonicNs() - start;
   return ticket;
 }

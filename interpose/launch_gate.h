@@ -1,11 +1,12 @@
 // Client side of the Orion-style launch gate: decides, per best-effort kernel launch, whether it
-// may go now or must wait for the GPU's high-priority clients, using only the shared board.
+// may go now or must wait for the GPU's high-priority clients, using only shared memory: the
+// board (read-only: knobs, priorities) and the GPU's gate area (words shared by its clients).
 //
-// The decision functions are pure over the board (unit-tested with a board in plain memory);
+// The decision functions are pure over those (unit-tested with both in plain memory);
 // WaitAtGate() adds the spin-then-futex wait. High-priority launches never come here.
 //
 // Usage (best-effort launch, gate mode != kPassThrough):
-//   GateTicket t = WaitAtGate(board, slot_index, BestEffortLaunch{blocks, estimate_ns, cls});
+//   GateTicket t = WaitAtGate(board, gate, slot_index, BestEffortLaunch{blocks, estimate_ns, cls});
 //   launch...;  if (t.budget_ns) remember to give t.budget_ns back at completion.
 #pragma once
 
@@ -44,8 +45,9 @@ struct HighPriorityView {
 // Whether another client marked high priority on this GPU is busy, by the contract's rule
 // (HighPriorityActivityOf in contract/gate_rules.h; a server that left hp_stale_ns at 0 gets the
 // default). Slots not in hp_slot_mask, and our own slot, never count.
-inline HighPriorityView HighPriorityBusy(const contract::Board& board, const contract::GpuState& gpu,
-                                         uint32_t own_slot, uint64_t now_ns) {
+inline HighPriorityView HighPriorityBusy(const contract::GateArea& gate,
+                                         const contract::GpuState& gpu, uint32_t own_slot,
+                                         uint64_t now_ns) {
   uint64_t stale_ns = gpu.hp_stale_ns.load(std::memory_order_relaxed);
   if (stale_ns == 0) stale_ns = contract::kDefaultHpStaleNs;
   const uint64_t grace_ns = gpu.hp_grace_ns.load(std::memory_order_relaxed);
@@ -58,7 +60,7 @@ inline HighPriorityView HighPriorityBusy(const contract::Board& board, const con
       mask &= mask - 1;
       const uint32_t index = w * 64 + bit;
       if (index == own_slot) continue;
-      const contract::ClientSlot& slot = board.slots[index];
+      const contract::SlotGate& slot = gate.slots[index];
       uint64_t age = 0;
       switch (contract::HighPriorityActivityOf(slot, now_ns, stale_ns, grace_ns, &age)) {
         case contract::HighPriorityActivity::kIdle:
@@ -116,40 +118,44 @@ inline bool HighPriorityPresent(const contract::GpuState& gpu, uint32_t own_slot
 // Atomically charges estimate_ns to be_outstanding_ns if the total stays within `cap`. With
 // `admit_alone`, a launch is also admitted when nothing is outstanding, so a kernel longer than
 // the cap still runs (alone).
-inline bool TryChargeBudget(contract::GpuState& gpu, uint64_t estimate_ns, uint64_t cap,
+inline bool TryChargeBudget(contract::GateArea& gate, uint64_t estimate_ns, uint64_t cap,
                             bool admit_alone) {
-  uint64_t outstanding = gpu.be_outstanding_ns.load(std::memory_order_relaxed);
+  std::atomic<uint64_t>& word = gate.words.be_outstanding_ns;
+  uint64_t outstanding = word.load(std::memory_order_relaxed);
   for (;;) {
     const bool fits = outstanding <= cap && estimate_ns <= cap - outstanding;
     if (!fits && !(admit_alone && outstanding == 0)) return false;
-    if (gpu.be_outstanding_ns.compare_exchange_weak(outstanding, outstanding + estimate_ns,
-                                                    std::memory_order_acq_rel)) {
+    if (word.compare_exchange_weak(outstanding, outstanding + estimate_ns,
+                                   std::memory_order_acq_rel)) {
       return true;
     }
   }
 }
 
 // Gives back a charge at completion, never below zero (the server may reset the counter).
-inline void ReleaseBudget(contract::GpuState& gpu, uint64_t estimate_ns) {
-  uint64_t seen = gpu.be_outstanding_ns.load(std::memory_order_relaxed);
+inline void ReleaseBudget(contract::GateArea& gate, uint64_t estimate_ns) {
+  std::atomic<uint64_t>& word = gate.words.be_outstanding_ns;
+  uint64_t seen = word.load(std::memory_order_relaxed);
   for (;;) {
     const uint64_t next = seen > estimate_ns ? seen - estimate_ns : 0;
-    if (gpu.be_outstanding_ns.compare_exchange_weak(seen, next, std::memory_order_acq_rel)) return;
+    if (word.compare_exchange_weak(seen, next, std::memory_order_acq_rel)) return;
   }
 }
 
 // Charges estimate_ns to the best-effort time admitted during HP busy period `period` if the
 // period's total stays within `cap` (a new period starts from zero).
-inline bool TryChargePeriod(contract::GpuState& gpu, uint64_t period, uint64_t estimate_ns,
+inline bool TryChargePeriod(contract::GateArea& gate, uint64_t period, uint64_t estimate_ns,
                             uint64_t cap) {
   constexpr uint64_t kNsMask = (1ull << 40) - 1;
   const uint64_t id = period & ((1ull << 24) - 1);
-  uint64_t word = gpu.be_period.load(std::memory_order_relaxed);
+  uint64_t word = gate.words.be_period.load(std::memory_order_relaxed);
   for (;;) {
     const uint64_t used = (word >> 40) == id ? (word & kNsMask) : 0;
     if (used > cap || estimate_ns > cap - used) return false;
     const uint64_t next = (id << 40) | ((used + estimate_ns) & kNsMask);
-    if (gpu.be_period.compare_exchange_weak(word, next, std::memory_order_acq_rel)) return true;
+    if (gate.words.be_period.compare_exchange_weak(word, next, std::memory_order_acq_rel)) {
+      return true;
+    }
   }
 }
 
@@ -159,7 +165,7 @@ struct BusyPeriod {
   uint64_t duration_ns = 0;
 };
 
-// A high-priority launch is followed to completion (counted in slot.inflight until its event
+// A high-priority launch is followed to completion (counted in its SlotGate's inflight until its event
 // completes) only while best-effort clients share its GPU and the gate may hold them: otherwise
 // nobody reads what its completion would tell, and following it costs the service CPU.
 inline bool FollowHighPriority(const contract::GpuState& gpu) {
@@ -173,7 +179,7 @@ inline bool FollowHighPriority(const contract::GpuState& gpu) {
 // busy period; the previous one is returned in *ended (true) for the caller to report. A
 // `followed` launch is counted in slot.inflight until NoteHighPriorityCompletion; one that is not
 // keeps the client busy for the grace period after it, like any launch.
-inline bool NoteHighPriorityLaunch(contract::ClientSlot& slot, const contract::GpuState& gpu,
+inline bool NoteHighPriorityLaunch(contract::SlotGate& slot, const contract::GpuState& gpu,
                                    uint64_t now_ns, BusyPeriod* ended, bool followed = true) {
   bool report = false;
   if (slot.inflight.load(std::memory_order_relaxed) == 0) {
@@ -197,7 +203,7 @@ inline bool NoteHighPriorityLaunch(contract::ClientSlot& slot, const contract::G
 // The class a high-priority launch publishes for the MPS gate: the launch's own, except that a
 // graph (mixed) still in flight is not hidden by a kernel launched after it. Call before
 // NoteHighPriorityLaunch.
-inline void NoteHighPriorityClass(contract::ClientSlot& slot, uint32_t kclass) {
+inline void NoteHighPriorityClass(contract::SlotGate& slot, uint32_t kclass) {
   const uint32_t mixed = contract::KernelClassToBoard(contract::KernelClass::kMixed);
   if (kclass != mixed && slot.inflight.load(std::memory_order_relaxed) != 0 &&
       slot.hp_kernel_class.load(std::memory_order_relaxed) == mixed) {
@@ -210,7 +216,7 @@ inline void NoteHighPriorityClass(contract::ClientSlot& slot, uint32_t kclass) {
 // `done_after_ns` (the last time it was seen pending: the completion tracker looks lazily while
 // nobody waits, and stamping the time it looked would stretch the busy period by that delay).
 // Progress never moves back. True when nothing is left in flight (the caller opens the gate).
-inline bool NoteHighPriorityCompletion(contract::ClientSlot& slot, uint64_t done_after_ns) {
+inline bool NoteHighPriorityCompletion(contract::SlotGate& slot, uint64_t done_after_ns) {
   uint64_t last = slot.last_progress_ns.load(std::memory_order_relaxed);
   while (last < done_after_ns &&
          !slot.last_progress_ns.compare_exchange_weak(last, done_after_ns,
@@ -243,8 +249,8 @@ inline bool NoteHighPriorityCompletion(contract::ClientSlot& slot, uint64_t done
 //      graph service beside GPT-2-large-like training: p99 4.5x alone unbounded, 1.6x bounded).
 // `wake_by_ns`, if not null, receives when a kWait should be re-examined at the latest (the end
 // of the HP clients' grace period), or 0 if only a completion can change the answer.
-inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState& gpu,
-                                     uint32_t own_slot, uint64_t now_ns,
+inline GateDecision DecideBestEffort(const contract::Board& board, const contract::GpuState& gpu,
+                                     contract::GateArea& gate, uint32_t own_slot, uint64_t now_ns,
                                      const BestEffortLaunch& launch,
                                      uint64_t* wake_by_ns = nullptr) {
   if (wake_by_ns != nullptr) *wake_by_ns = 0;
@@ -254,15 +260,15 @@ inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState&
     return GateDecision::kGoIdle;
   }
   const uint64_t budget = gpu.be_budget_ns.load(std::memory_order_relaxed);
-  const HighPriorityView hp = HighPriorityBusy(board, gpu, own_slot, now_ns);
+  const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
   if (!hp.busy) {
-    return TryChargeBudget(gpu, launch.estimate_ns, budget, /*admit_alone=*/true)
+    return TryChargeBudget(gate, launch.estimate_ns, budget, /*admit_alone=*/true)
                ? GateDecision::kGoBudget
                : GateDecision::kWait;
   }
   if (mode != contract::GateMode::kMps) {
-    if (TryChargePeriod(gpu, hp.period, launch.estimate_ns, budget)) {
-      gpu.be_outstanding_ns.fetch_add(launch.estimate_ns, std::memory_order_acq_rel);
+    if (TryChargePeriod(gate, hp.period, launch.estimate_ns, budget)) {
+      gate.words.be_outstanding_ns.fetch_add(launch.estimate_ns, std::memory_order_acq_rel);
       return GateDecision::kGoBudget;
     }
   } else if (const uint32_t threshold = gpu.sm_threshold.load(std::memory_order_relaxed);
@@ -275,7 +281,7 @@ inline GateDecision DecideBestEffort(contract::Board& board, contract::GpuState&
                       (mine == contract::KernelClass::kUnknown ||
                        theirs == contract::KernelClass::kUnknown ||
                        contract::Complementary(mine, theirs));
-    if (fits && TryChargeBudget(gpu, launch.estimate_ns, budget, /*admit_alone=*/false)) {
+    if (fits && TryChargeBudget(gate, launch.estimate_ns, budget, /*admit_alone=*/false)) {
       return GateDecision::kGoBudget;
     }
   }
@@ -289,13 +295,14 @@ struct GateTicket {
 };
 
 // Blocks the calling thread until the launch may go: while the slot is paused, and for a
-// best-effort client while the gate says kWait. Counts itself in gpu.gate_waiters from the first
+// best-effort client while the gate says kWait. Counts itself in gate_waiters from the first
 // kWait to the end (the 0 -> 1 step wakes the clients' completion trackers through tracker_seq),
 // spins up to gpu.spin_ns, then futex-waits on gate_seq (or the slot's wake_seq when paused) at
 // most kMaxFutexWaitNs at a time, or until the high-priority clients' grace period ends.
-GateTicket WaitAtGate(contract::Board& board, uint32_t slot_index, const BestEffortLaunch& launch);
+GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, uint32_t slot_index,
+                      const BestEffortLaunch& launch);
 
 // Wakes best-effort threads of every process waiting on this GPU's gate.
-void OpenGate(contract::GpuState& gpu);
+void OpenGate(contract::GateArea& gate);
 
 }  // namespace orion::interpose

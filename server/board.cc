@@ -1,4 +1,5 @@
-// Board file creation, slot assignment and knob publication (see board.h).
+// The node's board and its gate and client areas: creation, slot assignment, knob
+// publication and checks (see board.h).
 #include "server/board.h"
 
 #include <fcntl.h>
@@ -9,11 +10,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+
+// Linux 5.1 (older headers lack it; older kernels refuse it, see NodeBoard::sealed()).
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
 
 namespace orion::server {
 
@@ -26,29 +34,44 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
           0);
 }
 
-absl::StatusOr<std::unique_ptr<BoardFile>> BoardFile::Create(const std::string& path) {
-  // Unlink first: clients still mapping an old board keep their (now orphaned) copy and will see
-  // their socket close, instead of reading a half-initialised new board.
-  ::unlink(path.c_str());
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(path, ": cannot create board file: ", std::strerror(errno)));
-  }
-  ::fchmod(fd, 0666);
-  const size_t bytes = sizeof(Board);
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int err = errno;
-    ::close(fd);
+absl::StatusOr<NodeBoard::Area> NodeBoard::MakeArea(const char* name, size_t bytes,
+                                                    bool seal_now) {
+  Area a;
+  a.fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (a.fd < 0) {
     return absl::ResourceExhaustedError(
-        absl::StrCat(path, ": cannot size board to ", bytes, " bytes: ", std::strerror(err)));
+        absl::StrCat("cannot create shared memory '", name, "': ", std::strerror(errno)));
   }
-  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (mem == MAP_FAILED) {
-    return absl::InternalError(absl::StrCat(path, ": mmap failed: ", std::strerror(errno)));
+  if (::ftruncate(a.fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    ::close(a.fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot size '", name, "' to ", bytes, " bytes: ", std::strerror(err)));
   }
-  auto* board = static_cast<Board*>(mem);  // zero-filled by ftruncate
+  a.mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
+  if (a.mem == MAP_FAILED) {
+    const int err = errno;
+    ::close(a.fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map '", name, "': ", std::strerror(err)));
+  }
+  a.bytes = bytes;
+  // A client must not shrink what the server reads (a read past the end would be SIGBUS), nor
+  // add seals of its own (a write seal would keep later clients from mapping a gate area).
+  ::fcntl(a.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | (seal_now ? F_SEAL_SEAL : 0));
+  return a;
+}
+
+void NodeBoard::DropArea(Area& area) {
+  if (area.mem != nullptr) ::munmap(area.mem, area.bytes);
+  if (area.fd >= 0) ::close(area.fd);
+  area = Area{};
+}
+
+absl::StatusOr<std::unique_ptr<NodeBoard>> NodeBoard::Create() {
+  absl::StatusOr<Area> made = MakeArea("orion-board", sizeof(Board), /*seal_now=*/false);
+  if (!made.ok()) return made.status();
+  auto* board = static_cast<Board*>(made->mem);  // zero-filled by ftruncate
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   const uint64_t epoch = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
@@ -59,32 +82,64 @@ absl::StatusOr<std::unique_ptr<BoardFile>> BoardFile::Create(const std::string& 
   board->header.num_gpus = 0;
   board->header.max_slots = contract::kMaxSlots;
   board->header.ring_capacity = contract::kRingCapacity;
+  board->header.gate_area_bytes = sizeof(contract::GateArea);
+  board->header.client_area_bytes = sizeof(contract::ClientArea);
   board->header.server_epoch.store(epoch, std::memory_order_relaxed);
   // Magic last: a client that sees it sees a complete header.
   std::atomic_thread_fence(std::memory_order_release);
   reinterpret_cast<std::atomic<uint32_t>*>(&board->header.magic)
       ->store(contract::kBoardMagic, std::memory_order_release);
-  return std::unique_ptr<BoardFile>(new BoardFile(path, board, bytes, epoch));
+  // From here on nobody can make a writable mapping of the board or write(2) to it; the
+  // server's own mapping, made before, stays writable.
+  const bool sealed = ::fcntl(made->fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0;
+  ::fcntl(made->fd, F_ADD_SEALS, F_SEAL_SEAL);
+  return std::unique_ptr<NodeBoard>(new NodeBoard(board, made->fd, sealed, epoch));
 }
 
-BoardFile::~BoardFile() {
-  if (board_) ::munmap(board_, bytes_);
-  ::unlink(path_.c_str());
+NodeBoard::~NodeBoard() {
+  for (Area& a : areas_) DropArea(a);
+  for (Area& g : gates_) DropArea(g);
+  if (board_) ::munmap(board_, sizeof(Board));
+  if (board_fd_ >= 0) ::close(board_fd_);
 }
 
-int BoardFile::FindGpu(const std::string& uuid) const {
+contract::GateArea* NodeBoard::gate(uint32_t gpu) {
+  return gpu < contract::kMaxGpus ? static_cast<contract::GateArea*>(gates_[gpu].mem) : nullptr;
+}
+
+contract::ClientArea* NodeBoard::area(uint32_t slot) {
+  return slot < contract::kMaxSlots ? static_cast<contract::ClientArea*>(areas_[slot].mem)
+                                    : nullptr;
+}
+
+int NodeBoard::FindGpu(const std::string& uuid) const {
   for (size_t i = 0; i < gpu_uuids_.size(); ++i) {
     if (uuid == gpu_uuids_[i]) return static_cast<int>(i);
   }
   return -1;
 }
 
-uint32_t BoardFile::num_gpus() const { return static_cast<uint32_t>(gpu_uuids_.size()); }
+uint32_t NodeBoard::num_gpus() const { return static_cast<uint32_t>(gpu_uuids_.size()); }
 
-int BoardFile::FindOrAddGpu(const std::string& uuid) {
+int NodeBoard::FindOrAddGpu(const std::string& uuid) {
   if (int i = FindGpu(uuid); i >= 0) return i;
   const uint32_t n = num_gpus();
   if (n >= contract::kMaxGpus || uuid.size() >= contract::kGpuUuidBytes) return -1;
+  absl::StatusOr<Area> made = MakeArea("orion-gate", sizeof(contract::GateArea), true);
+  if (!made.ok()) {
+    std::fprintf(stderr, "orion-server: GPU %s not added: %s\n", uuid.c_str(),
+                 std::string(made.status().message()).c_str());
+    return -1;
+  }
+  gates_[n] = *made;
+  auto* area = static_cast<contract::GateArea*>(made->mem);
+  area->header.version = contract::kBoardVersion;
+  area->header.bytes = sizeof(contract::GateArea);
+  area->header.gpu = n;
+  area->header.server_epoch = epoch_;
+  std::atomic_thread_fence(std::memory_order_release);
+  reinterpret_cast<std::atomic<uint32_t>*>(&area->header.magic)
+      ->store(contract::kGateMagic, std::memory_order_release);
   GpuState& g = board_->gpus[n];
   std::memset(g.uuid, 0, sizeof(g.uuid));
   std::memcpy(g.uuid, uuid.data(), uuid.size());
@@ -95,17 +150,30 @@ int BoardFile::FindOrAddGpu(const std::string& uuid) {
   return static_cast<int>(n);
 }
 
-std::optional<uint32_t> BoardFile::AssignSlot(uint32_t client_id, uint32_t pid, uint32_t gpu,
+std::optional<uint32_t> NodeBoard::AssignSlot(uint32_t client_id, uint32_t pid, uint32_t gpu,
                                               contract::Priority priority,
                                               uint64_t memory_limit) {
+  contract::GateArea* gate_area = gate(gpu);
+  if (gate_area == nullptr) return std::nullopt;
   for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
     if (slot_used_[i]) continue;
+    absl::StatusOr<Area> made = MakeArea("orion-client", sizeof(contract::ClientArea), true);
+    if (!made.ok()) {
+      std::fprintf(stderr, "orion-server: client %u not registered: %s\n", client_id,
+                   std::string(made.status().message()).c_str());
+      return std::nullopt;
+    }
     slot_used_[i] = true;
     slot_gpu_[i] = gpu;
     slot_priority_[i] = priority;
     ClientSlot& s = board_->slots[i];
     s.state.store(static_cast<uint32_t>(contract::SlotState::kFree), std::memory_order_release);
-    s.ring.Reset();
+    contract::SlotGate& entry = gate_area->slots[i];
+    entry.inflight.store(0, std::memory_order_relaxed);
+    entry.hp_kernel_class.store(0, std::memory_order_relaxed);
+    entry.busy_seq.store(0, std::memory_order_relaxed);
+    entry.busy_start_ns.store(0, std::memory_order_relaxed);
+    entry.last_progress_ns.store(0, std::memory_order_relaxed);
     s.client_id.store(client_id, std::memory_order_relaxed);
     s.host_pid.store(pid, std::memory_order_relaxed);
     s.gpu.store(gpu, std::memory_order_relaxed);
@@ -113,14 +181,19 @@ std::optional<uint32_t> BoardFile::AssignSlot(uint32_t client_id, uint32_t pid, 
     s.paused.store(0, std::memory_order_relaxed);
     s.profile.store(0, std::memory_order_relaxed);
     s.memory_limit_bytes.store(memory_limit, std::memory_order_relaxed);
-    s.memory_used_bytes.store(0, std::memory_order_relaxed);
-    s.memory_peak_bytes.store(0, std::memory_order_relaxed);
-    s.launches.store(0, std::memory_order_relaxed);
-    s.throttled_ns.store(0, std::memory_order_relaxed);
-    s.last_progress_ns.store(0, std::memory_order_relaxed);
-    s.inflight.store(0, std::memory_order_relaxed);
     const uint32_t generation = s.generation.fetch_add(1, std::memory_order_relaxed) + 1;
     slot_record_[i] = SlotRecord{client_id, pid, generation, 0, 0, memory_limit};
+    // A fresh area: zero counters, empty ring (ftruncate zero-fills).
+    areas_[i] = *made;
+    auto* client = static_cast<contract::ClientArea*>(made->mem);
+    client->header.version = contract::kBoardVersion;
+    client->header.bytes = sizeof(contract::ClientArea);
+    client->header.slot = i;
+    client->header.generation = generation;
+    client->header.client_id = client_id;
+    std::atomic_thread_fence(std::memory_order_release);
+    reinterpret_cast<std::atomic<uint32_t>*>(&client->header.magic)
+        ->store(contract::kAreaMagic, std::memory_order_release);
     s.state.store(static_cast<uint32_t>(contract::SlotState::kActive), std::memory_order_release);
     RecomputePriorities(gpu);
     return i;
@@ -128,12 +201,15 @@ std::optional<uint32_t> BoardFile::AssignSlot(uint32_t client_id, uint32_t pid, 
   return std::nullopt;
 }
 
-void BoardFile::FreeSlot(uint32_t slot) {
+void NodeBoard::FreeSlot(uint32_t slot) {
   if (slot >= contract::kMaxSlots || !slot_used_[slot]) return;
   ClientSlot& s = board_->slots[slot];
   const uint32_t gpu = slot_gpu_[slot];
   s.state.store(static_cast<uint32_t>(contract::SlotState::kFree), std::memory_order_release);
-  s.inflight.store(0, std::memory_order_relaxed);
+  if (contract::GateArea* g = gate(gpu); g != nullptr) {
+    g->slots[slot].inflight.store(0, std::memory_order_relaxed);
+  }
+  DropArea(areas_[slot]);
   slot_used_[slot] = false;
   if (gpu < contract::kMaxGpus) {
     RecomputePriorities(gpu);
@@ -141,7 +217,7 @@ void BoardFile::FreeSlot(uint32_t slot) {
   }
 }
 
-BoardFile::PriorityView BoardFile::PrioritiesFromRecords(uint32_t gpu) const {
+NodeBoard::PriorityView NodeBoard::PrioritiesFromRecords(uint32_t gpu) const {
   PriorityView v;
   for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
     if (!slot_used_[i] || slot_gpu_[i] != gpu) continue;
@@ -154,7 +230,7 @@ BoardFile::PriorityView BoardFile::PrioritiesFromRecords(uint32_t gpu) const {
   return v;
 }
 
-void BoardFile::RecomputePriorities(uint32_t gpu) {
+void NodeBoard::RecomputePriorities(uint32_t gpu) {
   if (gpu >= contract::kMaxGpus) return;
   const PriorityView v = PrioritiesFromRecords(gpu);
   GpuState& g = board_->gpus[gpu];
@@ -164,7 +240,7 @@ void BoardFile::RecomputePriorities(uint32_t gpu) {
   g.be_clients.store(v.best_effort, std::memory_order_release);
 }
 
-void BoardFile::SetPriority(uint32_t slot, contract::Priority priority) {
+void NodeBoard::SetPriority(uint32_t slot, contract::Priority priority) {
   if (slot >= contract::kMaxSlots) return;
   ClientSlot& s = board_->slots[slot];
   s.priority.store(static_cast<uint32_t>(priority), std::memory_order_release);
@@ -174,7 +250,7 @@ void BoardFile::SetPriority(uint32_t slot, contract::Priority priority) {
   if (gpu < contract::kMaxGpus) WakeGate(gpu);
 }
 
-void BoardFile::SetPaused(uint32_t slot, bool paused) {
+void NodeBoard::SetPaused(uint32_t slot, bool paused) {
   if (slot >= contract::kMaxSlots) return;
   ClientSlot& s = board_->slots[slot];
   s.paused.store(paused ? 1 : 0, std::memory_order_release);
@@ -183,21 +259,21 @@ void BoardFile::SetPaused(uint32_t slot, bool paused) {
   FutexWakeAll(&s.wake_seq);
 }
 
-void BoardFile::SetMemoryLimit(uint32_t slot, uint64_t bytes) {
+void NodeBoard::SetMemoryLimit(uint32_t slot, uint64_t bytes) {
   if (slot < contract::kMaxSlots) {
     board_->slots[slot].memory_limit_bytes.store(bytes, std::memory_order_release);
     slot_record_[slot].memory_limit = bytes;
   }
 }
 
-void BoardFile::SetProfile(uint32_t slot, bool on) {
+void NodeBoard::SetProfile(uint32_t slot, bool on) {
   if (slot < contract::kMaxSlots) {
     board_->slots[slot].profile.store(on ? 1 : 0, std::memory_order_release);
     slot_record_[slot].profile = on ? 1 : 0;
   }
 }
 
-void BoardFile::PublishKnobs(uint32_t gpu, const GateKnobs& k) {
+void NodeBoard::PublishKnobs(uint32_t gpu, const GateKnobs& k) {
   if (gpu >= contract::kMaxGpus) return;
   GpuState& g = board_->gpus[gpu];
   knobs_[gpu] = k;
@@ -210,7 +286,7 @@ void BoardFile::PublishKnobs(uint32_t gpu, const GateKnobs& k) {
   WakeGate(gpu);
 }
 
-GateKnobs BoardFile::ReadKnobs(uint32_t gpu) const {
+GateKnobs NodeBoard::ReadKnobs(uint32_t gpu) const {
   GateKnobs k;
   if (gpu >= contract::kMaxGpus) return k;
   const GpuState& g = board_->gpus[gpu];
@@ -223,14 +299,57 @@ GateKnobs BoardFile::ReadKnobs(uint32_t gpu) const {
   return k;
 }
 
-void BoardFile::WakeGate(uint32_t gpu) {
-  if (gpu >= contract::kMaxGpus) return;
-  GpuState& g = board_->gpus[gpu];
-  g.gate_seq.fetch_add(1, std::memory_order_acq_rel);
-  FutexWakeAll(&g.gate_seq);
+void NodeBoard::WakeGate(uint32_t gpu) {
+  contract::GateArea* g = gate(gpu);
+  if (g == nullptr) return;
+  g->words.gate_seq.fetch_add(1, std::memory_order_acq_rel);
+  FutexWakeAll(&g->words.gate_seq);
 }
 
-uint32_t BoardFile::Reassert() {
+GateRepairs NodeBoard::CheckGates(uint64_t now_ns) {
+  GateRepairs r;
+  // Anything a real client could have in flight fits in its ring many times over.
+  constexpr uint32_t kMaxInflight = contract::kRingCapacity * 16;
+  constexpr uint64_t kFutureSlackNs = 1'000'000'000;  // clocks of one host: generous
+  for (uint32_t gi = 0; gi < num_gpus(); ++gi) {
+    contract::GateArea* g = gate(gi);
+    if (g == nullptr) continue;
+    const size_t before = r.claimed_by.size() + r.values_reset;
+    const uint64_t outstanding = g->words.be_outstanding_ns.load(std::memory_order_relaxed);
+    const uint64_t budget = knobs_[gi].be_budget_ns;
+    if (budget > 0 && outstanding / 64 > budget) {
+      g->words.be_outstanding_ns.store(0, std::memory_order_relaxed);
+      ++r.values_reset;
+    }
+    for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
+      contract::SlotGate& e = g->slots[i];
+      const uint32_t inflight = e.inflight.load(std::memory_order_relaxed);
+      const bool high = slot_used_[i] && slot_gpu_[i] == gi &&
+                        slot_priority_[i] == contract::Priority::kHigh;
+      if (!high) {
+        // A slot that is not high priority on this GPU: the gates never read its entry. A
+        // best-effort client of this GPU that fills it claims work it may not claim. (A client
+        // lowered from high priority at run time may still count kernels it launched before:
+        // those complete within the tick or two it takes to see them twice.)
+        if (inflight != 0) {
+          e.inflight.store(0, std::memory_order_relaxed);
+          if (slot_used_[i] && slot_gpu_[i] == gi) r.claimed_by.push_back(i);
+        }
+        continue;
+      }
+      const uint64_t progress = e.last_progress_ns.load(std::memory_order_relaxed);
+      if (inflight > kMaxInflight || progress > now_ns + kFutureSlackNs) {
+        e.inflight.store(0, std::memory_order_relaxed);
+        e.last_progress_ns.store(std::min(progress, now_ns), std::memory_order_relaxed);
+        ++r.values_reset;
+      }
+    }
+    if (r.claimed_by.size() + r.values_reset != before) WakeGate(gi);
+  }
+  return r;
+}
+
+uint32_t NodeBoard::Reassert() {
   uint32_t fixed = 0;
   auto put = [&fixed](auto& field, auto want) {
     using T = std::remove_reference_t<decltype(field.load())>;
@@ -253,6 +372,8 @@ uint32_t BoardFile::Reassert() {
   put_plain(h.num_gpus, num_gpus());
   put_plain(h.max_slots, contract::kMaxSlots);
   put_plain(h.ring_capacity, contract::kRingCapacity);
+  put_plain(h.gate_area_bytes, static_cast<uint32_t>(sizeof(contract::GateArea)));
+  put_plain(h.client_area_bytes, static_cast<uint32_t>(sizeof(contract::ClientArea)));
   put(h.server_epoch, epoch_);
   put(*reinterpret_cast<std::atomic<uint32_t>*>(&h.magic), contract::kBoardMagic);
 
@@ -306,7 +427,7 @@ uint32_t BoardFile::Reassert() {
   return fixed;
 }
 
-void BoardFile::Heartbeat(uint64_t now_ns) {
+void NodeBoard::Heartbeat(uint64_t now_ns) {
   board_->header.server_heartbeat_ns.store(now_ns, std::memory_order_relaxed);
 }
 

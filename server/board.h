@@ -1,11 +1,14 @@
-// Server side of the shared-memory board: creates the board file, lays out GPUs and slots,
-// assigns and frees client slots, and publishes policy knobs. The server never trusts what clients
-// wrote: values read back are clamped by the caller.
+// Server side of the shared memory (contract/orion_contract.h): creates the node's board (a
+// sealed memfd that clients can only map read-only), one gate area per GPU and one client area
+// per registration, lays out GPUs and slots, assigns and frees slots, publishes policy knobs and
+// checks what clients wrote into the gate areas. The server never trusts what clients wrote:
+// values read back are clamped by the caller.
 //
 // Usage:
-//   absl::StatusOr<std::unique_ptr<BoardFile>> board = BoardFile::Create("/run/orion/board");
-//   int gpu = (*board)->AddGpu("GPU-...");
+//   absl::StatusOr<std::unique_ptr<NodeBoard>> board = NodeBoard::Create();
+//   int gpu = (*board)->FindOrAddGpu("GPU-...");
 //   auto slot = (*board)->AssignSlot(client_id, pid, gpu, Priority::kHigh, limit);
+//   hand (*board)->board_fd(), gate_fd(gpu), area_fd(*slot) to the client (SCM_RIGHTS)
 #pragma once
 
 #include <cstdint>
@@ -41,27 +44,44 @@ struct GateKnobs {  // defaults: contract/gate_rules.h
   uint64_t hp_grace_ns = contract::kDefaultHpGraceNs;
 };
 
-class BoardFile {
+// What the server found in the gate areas that no honest client writes, and put right.
+struct GateRepairs {
+  std::vector<uint32_t> claimed_by;  // slots not high priority whose entry claimed work
+  uint32_t values_reset = 0;  // impossible values (time in the future, counts out of range)
+};
+
+class NodeBoard {
  public:
-  // Creates (or truncates and re-initialises) the board file and maps it. The file is
-  // world-readable/writable (0666) because clients in pods run as arbitrary users.
-  static absl::StatusOr<std::unique_ptr<BoardFile>> Create(const std::string& path);
-  ~BoardFile();
-  BoardFile(const BoardFile&) = delete;
-  BoardFile& operator=(const BoardFile&) = delete;
+  // Creates the board (a memfd, sealed against writable mappings where the kernel can seal:
+  // F_SEAL_FUTURE_WRITE, Linux 5.1) and maps it.
+  static absl::StatusOr<std::unique_ptr<NodeBoard>> Create();
+  ~NodeBoard();
+  NodeBoard(const NodeBoard&) = delete;
+  NodeBoard& operator=(const NodeBoard&) = delete;
 
   contract::Board& board() { return *board_; }
-  const std::string& path() const { return path_; }
   uint64_t epoch() const { return epoch_; }
+  // False where the kernel could not seal the board: clients could then map it writable, and
+  // only Reassert() puts back what they wrote.
+  bool sealed() const { return sealed_; }
+  // Descriptors to hand to a client (the caller never closes them). -1 when there is none.
+  int board_fd() const { return board_fd_; }
+  int gate_fd(uint32_t gpu) const { return gpu < contract::kMaxGpus ? gates_[gpu].fd : -1; }
+  int area_fd(uint32_t slot) const { return slot < contract::kMaxSlots ? areas_[slot].fd : -1; }
+  // The gate area of a GPU of the board, and the client area of a slot in use (null otherwise).
+  contract::GateArea* gate(uint32_t gpu);
+  contract::ClientArea* area(uint32_t slot);
 
-  // Returns the GPU index of uuid, adding it if there is room. -1 if the board is full.
-  // GPUs are looked up in the server's own record, never in the board (tenants can write it).
+  // Returns the GPU index of uuid, adding it (and its gate area) if there is room. -1 if the
+  // board is full or the area cannot be made. GPUs are looked up in the server's own record.
   int FindOrAddGpu(const std::string& uuid);
   int FindGpu(const std::string& uuid) const;
   uint32_t num_gpus() const;
   const std::string& gpu_uuid(uint32_t gpu) const { return gpu_uuids_.at(gpu); }
 
-  // Slot life cycle. AssignSlot resets the ring and all counters before publishing kActive.
+  // Slot life cycle. AssignSlot makes the slot's client area (empty ring, zero counters) and
+  // clears its gate entry before publishing kActive; nullopt if no slot is free or the area
+  // cannot be made. FreeSlot releases the area.
   std::optional<uint32_t> AssignSlot(uint32_t client_id, uint32_t pid, uint32_t gpu,
                                      contract::Priority priority, uint64_t memory_limit);
   void FreeSlot(uint32_t slot);
@@ -77,13 +97,19 @@ class BoardFile {
   void Heartbeat(uint64_t now_ns);
   // Writes back every server-owned field of the board (header, GPU knobs and priority masks,
   // slot identity, priority, pause, profile, memory limit) that differs from the server's own
-  // record: tenants map the board writable, and one may have written over them. Returns how
-  // many fields were put back (0 when nobody touched them). A few microseconds for 256 slots.
+  // record. Returns how many fields were put back: 0 unless the board could not be sealed and
+  // a tenant wrote into it (or the server has a bug). A few microseconds for 256 slots.
   uint32_t Reassert();
+  // Checks each GPU's gate area against the server's records at `now_ns` (CLOCK_MONOTONIC):
+  // an entry of a slot that is not high priority claiming work in flight is cleared (the gates
+  // never read it: claims ignored); progress stamps in the future, in-flight counts above the
+  // ring's capacity and best-effort time in flight above 64 budgets are reset. Wakes the GPU's
+  // waiters when it changed anything.
+  GateRepairs CheckGates(uint64_t now_ns);
 
  private:
-  BoardFile(std::string path, contract::Board* board, size_t bytes, uint64_t epoch)
-      : path_(std::move(path)), board_(board), bytes_(bytes), epoch_(epoch) {}
+  NodeBoard(contract::Board* board, int fd, bool sealed, uint64_t epoch)
+      : board_(board), board_fd_(fd), sealed_(sealed), epoch_(epoch) {}
   // hp_slot_mask and be_clients of a GPU as the server's records say (never the board's copies).
   struct PriorityView {
     uint64_t hp_mask[contract::kMaxSlots / 64] = {};
@@ -93,10 +119,22 @@ class BoardFile {
   // Publishes them to the board.
   void RecomputePriorities(uint32_t gpu);
 
-  std::string path_;
+  // One memfd and its mapping.
+  struct Area {
+    int fd = -1;
+    void* mem = nullptr;
+    size_t bytes = 0;
+  };
+  // Seals size changes, and with `seal_now` further seals too.
+  static absl::StatusOr<Area> MakeArea(const char* name, size_t bytes, bool seal_now);
+  static void DropArea(Area& area);
+
   contract::Board* board_;
-  size_t bytes_;
+  int board_fd_;
+  bool sealed_;
   uint64_t epoch_;
+  Area gates_[contract::kMaxGpus];
+  Area areas_[contract::kMaxSlots];
   bool slot_used_[contract::kMaxSlots] = {};
   // The server's own record of each slot's GPU and priority: the board's copies are for the
   // clients, and a tenant can write them (it must not put itself into hp_slot_mask).

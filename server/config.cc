@@ -273,14 +273,18 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
   }
   if (!root.IsMap()) return v.Error("(top level)", "a map of settings", root);
   try {
+    if (root["board_path"]) {
+      return v.Plain("board_path",
+                     "is no longer used: the server hands the board to each client over the "
+                     "registration socket (no file); remove the key");
+    }
     ORION_RETURN_IF_ERROR(v.CheckKeys(
         root, "",
-        {"node_name", "socket_path", "board_path", "admin_address", "admin_auth", "agent_socket",
+        {"node_name", "socket_path", "admin_address", "admin_auth", "agent_socket",
          "metrics_address", "gpus", "mode", "policy", "standalone", "timeline_spans_per_gpu",
          "hp_latency_window", "kernel_profiles"}));
     ORION_RETURN_IF_ERROR(v.String(root["node_name"], "node_name", &c.node_name));
     ORION_RETURN_IF_ERROR(v.String(root["socket_path"], "socket_path", &c.socket_path));
-    ORION_RETURN_IF_ERROR(v.String(root["board_path"], "board_path", &c.board_path));
     ORION_RETURN_IF_ERROR(v.String(root["admin_address"], "admin_address", &c.admin_address));
     ORION_RETURN_IF_ERROR(
         v.String(root["metrics_address"], "metrics_address", &c.metrics_address));
@@ -294,10 +298,8 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
     if (c.agent_socket.empty()) {
       c.agent_socket = c.socket_path.substr(0, c.socket_path.rfind('/') + 1) + "agent.sock";
     }
-    for (const char* key : {"socket_path", "board_path", "agent_socket"}) {
-      const std::string& p = std::string(key) == "socket_path" ? c.socket_path
-                             : std::string(key) == "board_path" ? c.board_path
-                                                                : c.agent_socket;
+    for (const char* key : {"socket_path", "agent_socket"}) {
+      const std::string& p = std::string(key) == "socket_path" ? c.socket_path : c.agent_socket;
       if (p.empty() || p[0] != '/') return v.Error(key, "an absolute path", root[key]);
       if (p.size() >= 108) return v.Error(key, "a path shorter than 108 bytes", root[key]);
     }
@@ -357,8 +359,8 @@ absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path) {
 const char* DefaultConfigYaml() {
   return R"(# orion-server configuration. Every key is optional; these are the defaults.
 node_name: ""                          # default: $NODE_NAME, else the host name
-socket_path: /run/orion/orion.sock     # Unix socket where interposed processes register
-board_path: /run/orion/board           # shared-memory board (mapped by every client)
+socket_path: /run/orion/orion.sock     # Unix socket where interposed processes register (and
+                                       # receive the board, read-only, and their own areas)
 admin_address: 127.0.0.1:50051         # gRPC admin API (health + reflection enabled); loopback
                                        # unless set: another address wants admin_auth too
 admin_auth:

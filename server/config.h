@@ -49,7 +49,6 @@ struct ServerConfig {
   std::string source = "<defaults>";   // file the config came from, for messages
   std::string node_name;                // default: $NODE_NAME, else hostname
   std::string socket_path = contract::kDefaultSocketPath;
-  std::string board_path = contract::kDefaultBoardPath;
   // Loopback by default: the admin API changes priorities, so it is reachable from elsewhere
   // only when configured so, and then with admin_tokens_file (see admin_auth.h).
   std::string admin_address = "127.0.0.1:50051";

@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
                "  metrics:  http://%s/metrics (port %d)\n",
                config->node_name.c_str(), (*server)->state().board().num_gpus(),
                orion::server::GateModeName(config->policy.mode), config->socket_path.c_str(),
-               config->board_path.c_str(), config->admin_address.c_str(), (*server)->admin_port(),
+               (*server)->state().board().sealed() ? "sealed read-only" : "NOT sealed",
+               config->admin_address.c_str(), (*server)->admin_port(),
                config->metrics_address.c_str(), (*server)->metrics_port());
   int sig = 0;
   sigwait(&set, &sig);

@@ -72,6 +72,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   MetricFamily dropped = Family("orion_client_events_dropped_total",
                                 "Events lost because a client's ring was full",
                                 MetricType::Counter);
+  MetricFamily claims = Family("orion_client_gate_claims_ignored_total",
+                               "Times a best-effort client was found claiming high-priority work "
+                               "in its GPU's shared gate area (ignored by every gate, cleared)",
+                               MetricType::Counter);
   MetricFamily period = Family("orion_hp_busy_period_seconds",
                                "High-priority GPU latency per burst of work (first launch to "
                                "last completion)",
@@ -85,6 +89,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     Add(mem_used, labels, static_cast<double>(c.memory_used));
     Add(mem_limit, labels, static_cast<double>(c.memory_limit));
     Add(dropped, labels, static_cast<double>(c.dropped));
+    Add(claims, labels, static_cast<double>(c.gate_claims_ignored));
     if (c.priority == "high") {
       auto h = Labeled({{"node", node_}, {"gpu", c.gpu}, {"pod", c.pod}, {"namespace", c.ns},
                         {"client", c.client}});
@@ -127,19 +132,22 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   Add(node_dropped, {{"node", node_}}, static_cast<double>(snap.events_dropped));
   MetricFamily repairs = Family("orion_server_repairs_total",
                                 "Things of the server found broken and put right while running "
-                                "(what: socket-deleted, socket-replaced)",
+                                "(what: socket-deleted, socket-replaced, gate-value: an "
+                                "impossible value in a GPU's gate area, gate-claim: a "
+                                "best-effort client's claim of high-priority work)",
                                 MetricType::Counter);
   for (const auto& [what, n] : snap.repairs) {
     Add(repairs, {{"node", node_}, {"what", what}}, static_cast<double>(n));
   }
   MetricFamily corrections = Family("orion_board_corrections_total",
                                     "Server-owned board fields (priorities, pauses, knobs, "
-                                    "header) found overwritten by a tenant and put back",
+                                    "header) found overwritten and put back (0 where the "
+                                    "kernel seals the board against clients)",
                                     MetricType::Counter);
   Add(corrections, {{"node", node_}}, static_cast<double>(snap.board_corrections));
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
-                          &mem_limit, &dropped, &period, &regs, &ingested, &written, &skipped,
+                          &mem_limit, &dropped, &claims, &period, &regs, &ingested, &written, &skipped,
                           &node_dropped, &repairs, &corrections}) {
     out.push_back(std::move(*f));
   }

@@ -57,7 +57,7 @@ constexpr uint64_t kStuckEntryTimeoutNs = 200ull * 1000000ull;        // 200 ms
 constexpr size_t kMaxDrainPerClient = 1u << 16;
 
 // A high-priority slot is busy as the gate sees it (the contract's rule).
-bool SlotBusy(const contract::ClientSlot& s, uint64_t now, const GateKnobs& knobs) {
+bool SlotBusy(const contract::SlotGate& s, uint64_t now, const GateKnobs& knobs) {
   return contract::HighPriorityActivityOf(s, now, knobs.hp_stale_ns, knobs.hp_grace_ns) !=
          contract::HighPriorityActivity::kIdle;
 }
@@ -148,7 +148,7 @@ ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequ
   return p;
 }
 
-NodeState::NodeState(ServerConfig config, std::unique_ptr<BoardFile> board)
+NodeState::NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board)
     : config_(std::move(config)),
       board_(std::move(board)),
       mono_to_unix_(RealtimeNs() - static_cast<int64_t>(MonotonicNs())),
@@ -228,6 +228,9 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   a.slot = *slot;
   a.generation = board_->board().slots[*slot].generation.load(std::memory_order_relaxed);
   a.gpu = static_cast<uint32_t>(gpu);
+  a.board_fd = board_->board_fd();
+  a.gate_fd = board_->gate_fd(a.gpu);
+  a.area_fd = board_->area_fd(*slot);
   a.priority = policy.priority;
   a.memory_limit_bytes = policy.memory_limit_bytes;
   return a;
@@ -250,7 +253,7 @@ void NodeState::Unregister(uint32_t client_id) {
   // Take what the client left in its ring before the slot is reused.
   ClientRecord& c = it->second;
   Event e{};
-  auto& ring = board_->board().slots[c.slot].ring;
+  auto& ring = board_->area(c.slot)->ring;
   // The client is gone, so no entry will be published any more: skip holes (a writer killed
   // mid-write) and keep reading the published entries behind them.
   for (size_t n = 0; n < contract::kRingCapacity; ++n) {
@@ -277,7 +280,9 @@ void NodeState::Unregister(uint32_t client_id) {
   if (c.policy.priority == Priority::kBestEffort && c.gpu < contract::kMaxGpus) {
     // A best-effort client that died with kernels in flight never gives its budget charges
     // back; start the GPU's count afresh (briefly over-admitting is the safe side).
-    board_->board().gpus[c.gpu].be_outstanding_ns.store(0, std::memory_order_relaxed);
+    if (contract::GateArea* gate = board_->gate(c.gpu); gate != nullptr) {
+      gate->words.be_outstanding_ns.store(0, std::memory_order_relaxed);
+    }
   }
   clients_.erase(it);
 }
@@ -374,7 +379,7 @@ size_t NodeState::DrainOnce(uint64_t now) {
   size_t total = 0;
   Event e{};
   for (auto& [id, c] : clients_) {
-    auto& ring = board_->board().slots[c.slot].ring;
+    auto& ring = board_->area(c.slot)->ring;
     // More than a ring's worth between tail and head cannot come from producers (they stop at a
     // full ring): the indices were written over. Start reading afresh at head, counted as
     // skipped, instead of skipping one phantom entry per timeout for the rest of the run.
@@ -430,15 +435,36 @@ void NodeState::RestartBudgetEvidence(uint32_t g) {
 void NodeState::PolicyTick(uint64_t now) {
   absl::MutexLock lock(&mu_);
   board_->Heartbeat(now);
-  // Tenants map the board writable: put back whatever one wrote over the server's fields.
+  // Clients map the board read-only where the kernel can seal it; where it cannot, put back
+  // whatever a tenant wrote over the server's fields.
+  const bool log_now = now - last_correction_log_ns_ > 10'000'000'000ull;  // a line per 10 s
   if (const uint32_t fixed = board_->Reassert(); fixed > 0) {
     board_corrections_ += fixed;
-    if (now - last_correction_log_ns_ > 10'000'000'000ull) {  // at most one line per 10 s
+    if (log_now) {
       last_correction_log_ns_ = now;
       std::fprintf(stderr,
                    "orion-server: %u server-owned board fields had been overwritten (by a "
                    "tenant with the board mapped); put back (%llu so far)\n",
                    fixed, static_cast<unsigned long long>(board_corrections_));
+    }
+  }
+  // The gate areas are shared by the clients of a GPU: clear what no honest client writes.
+  const GateRepairs gate = board_->CheckGates(now);
+  if (gate.values_reset > 0) repairs_["gate-value"] += gate.values_reset;
+  for (const uint32_t slot : gate.claimed_by) {
+    ++repairs_["gate-claim"];
+    for (auto& [id, c] : clients_) {
+      if (c.slot != slot) continue;
+      ++c.gate_claims_ignored;
+      if (log_now) {
+        last_correction_log_ns_ = now;
+        std::fprintf(stderr,
+                     "orion-server: client %u (%s, pid %d) is best-effort but claimed "
+                     "high-priority work in its GPU's gate area; ignored and cleared (%llu "
+                     "times)\n",
+                     c.id, c.process_name.c_str(), c.peer.pid,
+                     static_cast<unsigned long long>(c.gate_claims_ignored));
+      }
     }
   }
   const uint32_t ngpus = board_->num_gpus();
@@ -469,7 +495,8 @@ void NodeState::PolicyTick(uint64_t now) {
 }
 
 orion::v1::Client NodeState::ToProto(const ClientRecord& c) const {
-  const contract::ClientSlot& s = board_->board().slots[c.slot];
+  const contract::ClientArea::Counters& s = board_->area(c.slot)->counters;
+  const contract::EventRing& ring = board_->area(c.slot)->ring;
   orion::v1::Client out;
   out.set_client_id(c.id);
   out.set_slot(c.slot);
@@ -493,7 +520,7 @@ orion::v1::Client NodeState::ToProto(const ClientRecord& c) const {
   const uint64_t slot_launches = s.launches.load(std::memory_order_relaxed);
   out.set_kernels_launched(std::max(slot_launches, c.launch_events));
   out.set_throttled_ns(s.throttled_ns.load(std::memory_order_relaxed));
-  out.set_events_dropped(s.ring.dropped.load(std::memory_order_relaxed));
+  out.set_events_dropped(ring.dropped.load(std::memory_order_relaxed));
   out.set_registered_unix_ms(c.registered_unix_ms);
   out.set_latency_target_us(c.policy.latency_target_us);
   return out;
@@ -516,7 +543,7 @@ std::vector<orion::v1::Gpu> NodeState::ListGpus() {
       ++n;
       if (c.policy.priority != Priority::kHigh) continue;
       ++hp;
-      busy = busy || SlotBusy(board_->board().slots[c.slot], now, gpu_policy_[g].knobs);
+      busy = busy || SlotBusy(board_->gate(g)->slots[c.slot], now, gpu_policy_[g].knobs);
     }
     gpu.set_clients(n);
     gpu.set_high_priority_clients(hp);
@@ -890,7 +917,8 @@ MetricsSnapshot NodeState::Snapshot() {
   }
   snap.clients.reserve(clients_.size());
   for (const auto& [id, c] : clients_) {
-    const contract::ClientSlot& s = board_->board().slots[c.slot];
+    const contract::ClientArea& area = *board_->area(c.slot);
+    const contract::ClientArea::Counters& s = area.counters;
     ClientSample cs;
     cs.gpu = std::to_string(c.gpu);
     if (auto it = pods_.find(c.peer.cgroup.pod_uid); it != pods_.end()) {
@@ -906,14 +934,15 @@ MetricsSnapshot NodeState::Snapshot() {
     cs.throttled_ns = s.throttled_ns.load(std::memory_order_relaxed);
     cs.memory_used = s.memory_used_bytes.load(std::memory_order_relaxed);
     cs.memory_limit = c.policy.memory_limit_bytes;
-    cs.dropped = s.ring.dropped.load(std::memory_order_relaxed);
+    cs.dropped = area.ring.dropped.load(std::memory_order_relaxed);
+    cs.gate_claims_ignored = c.gate_claims_ignored;
     cs.busy_count = c.busy_count;
     cs.busy_sum_s = c.busy_sum_s;
     cs.busy_buckets = c.busy_buckets;
     if (c.gpu < ngpus) {
       ++snap.gpus[c.gpu].clients[static_cast<uint32_t>(c.policy.priority) & 1];
       if (c.policy.priority == Priority::kHigh &&
-          SlotBusy(s, now, gpu_policy_[c.gpu].knobs)) {
+          SlotBusy(board_->gate(c.gpu)->slots[c.slot], now, gpu_policy_[c.gpu].knobs)) {
         snap.gpus[c.gpu].hp_busy = true;
       }
     }
@@ -928,7 +957,7 @@ MetricsSnapshot NodeState::Snapshot() {
   snap.events_written = departed_written_;
   snap.events_dropped = departed_dropped_;
   for (const auto& [id, c] : clients_) {
-    const auto& ring = board_->board().slots[c.slot].ring;
+    const auto& ring = board_->area(c.slot)->ring;
     snap.events_written += ring.head.load(std::memory_order_relaxed);  // pending ones included
     snap.events_dropped += ring.dropped.load(std::memory_order_relaxed);
   }

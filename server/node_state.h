@@ -65,6 +65,7 @@ absl::Status ValidateRegisterRequest(const contract::RegisterRequest& request, s
 struct ClientSample {
   std::string gpu, pod, ns, priority, client;
   uint64_t kernels = 0, throttled_ns = 0, memory_used = 0, memory_limit = 0, dropped = 0;
+  uint64_t gate_claims_ignored = 0;  // best-effort claims of HP work found in the gate area
   uint64_t busy_count = 0;
   double busy_sum_s = 0;
   std::array<uint64_t, kBusyPeriodBuckets.size()> busy_buckets{};  // non-cumulative
@@ -94,7 +95,7 @@ struct MetricsSnapshot {
 
 class NodeState {
  public:
-  NodeState(ServerConfig config, std::unique_ptr<BoardFile> board);
+  NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board);
 
   struct Admission {
     contract::RegisterStatus status = contract::RegisterStatus::kOk;
@@ -102,6 +103,8 @@ class NodeState {
     uint32_t client_id = 0, slot = 0, generation = 0, gpu = 0;
     contract::Priority priority = contract::Priority::kBestEffort;
     uint64_t memory_limit_bytes = 0;
+    // What to hand the client (SCM_RIGHTS), owned by the board: valid until the slot is freed.
+    int board_fd = -1, gate_fd = -1, area_fd = -1;
   };
   Admission Register(const PeerIdentity& peer, const contract::RegisterRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -148,7 +151,7 @@ class NodeState {
 
   MetricsSnapshot Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
   const ServerConfig& config() const { return config_; }
-  BoardFile& board() { return *board_; }
+  NodeBoard& board() { return *board_; }
 
  private:
   struct ClientRecord {
@@ -162,6 +165,7 @@ class NodeState {
     KernelProfileBook profile;
     uint64_t launch_events = 0, graph_launches = 0, copy_bytes = 0, alloc_denied = 0;
     uint64_t malformed_events = 0;
+    uint64_t gate_claims_ignored = 0;
     double gpu_busy_ns = 0;
     // High-priority busy periods: window for the tail, histogram for Prometheus.
     std::vector<uint64_t> busy_recent;
@@ -198,7 +202,7 @@ class NodeState {
   }
 
   const ServerConfig config_;
-  std::unique_ptr<BoardFile> board_;
+  std::unique_ptr<NodeBoard> board_;
   const int64_t mono_to_unix_;
   BudgetController budget_controller_;
 

@@ -67,8 +67,14 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
     if (!rows.ok()) return rows.status();
     profiles.push_back(std::move(*rows));
   }
-  auto board = BoardFile::Create(config.board_path);
+  auto board = NodeBoard::Create();
   if (!board.ok()) return board.status();
+  if (!(*board)->sealed()) {
+    std::fprintf(stderr,
+                 "orion-server: WARNING: this kernel cannot seal the board against writable "
+                 "mappings (F_SEAL_FUTURE_WRITE, Linux 5.1): tenants can write it, and the server "
+                 "puts back what they write once per policy tick\n");
+  }
   s->state_ = std::make_unique<NodeState>(config, std::move(*board));
   for (const auto& rows : profiles) s->state_->ImportOrionProfile(rows);
 

@@ -210,9 +210,10 @@ void RegistrationListener::OnReadable(int fd) {
   reply.priority = static_cast<uint32_t>(a.priority);
   reply.memory_limit_bytes = a.memory_limit_bytes;
   reply.server_epoch = state_->board().epoch();
-  std::snprintf(reply.board_path, sizeof(reply.board_path), "%s", state_->board().path().c_str());
   conn.client_id = a.client_id;
-  Reply(fd, reply);
+  // The client's view: the board (read-only), its GPU's gate area and its own area.
+  const int fds[contract::kRegisterFds] = {a.board_fd, a.gate_fd, a.area_fd};
+  (void)contract::SendWithFds(fd, &reply, sizeof(reply), fds, contract::kRegisterFds);
 }
 
 void RegistrationListener::Close(int fd) {

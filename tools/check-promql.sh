@@ -105,7 +105,6 @@ step "orion-server (admin 127.0.0.1:${ADMIN_PORT}, metrics 127.0.0.1:${METRICS_P
 cat > "${WORK}/server.yaml" <<YAML
 node_name: promql-check
 socket_path: ${WORK}/orion.sock
-board_path: ${WORK}/board
 admin_address: 127.0.0.1:${ADMIN_PORT}
 metrics_address: 127.0.0.1:${METRICS_PORT}
 mode: priority

@@ -33,7 +33,6 @@ echo "== orion-gpu-share demo on: $MODE"
 
 cat > "$RUN_DIR/server.yaml" <<YAML
 socket_path: $RUN_DIR/orion.sock
-board_path: $RUN_DIR/board
 admin_address: 127.0.0.1:$ADMIN_PORT
 metrics_address: 127.0.0.1:$METRICS_PORT
 mode: priority

@@ -54,12 +54,11 @@ inline std::string MakeTestDir(const char* prefix) {
   return mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
 }
 
-// orion-server's config for a test in `dir` (socket and board there, ports the kernel picks,
+// orion-server's config for a test in `dir` (socket there, ports the kernel picks,
 // priority mode); returns its path.
 inline std::string WriteServerConfig(const std::string& dir) {
   const std::string path = dir + "/orion.yaml";
   std::ofstream(path) << "socket_path: " << dir << "/orion.sock\n"
-                      << "board_path: " << dir << "/board\n"
                       << "admin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\n"
                       << "mode: priority\n";
   return path;

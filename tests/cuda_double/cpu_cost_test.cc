@@ -56,7 +56,6 @@ class CpuCostTest : public ::testing::Test {
     dir_ = tmpl;
     const std::string config = dir_ + "/orion.yaml";
     std::ofstream(config) << "socket_path: " << dir_ << "/orion.sock\n"
-                          << "board_path: " << dir_ << "/board\n"
                           << "admin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\n"
                           << "mode: priority\n";
     // The test double: the samples and the interposer find it through LD_LIBRARY_PATH; its

@@ -66,7 +66,7 @@ class FaultsTest : public ::testing::Test {
   double WaitForSlot(pid_t pid, double seconds) {
     const double t0 = NowS();
     while (NowS() - t0 < seconds) {
-      if (BoardView(dir_ + "/board").SlotOf(pid) != nullptr) return NowS() - t0;
+      if (BoardView(server_).SlotOf(pid) != nullptr) return NowS() - t0;
       usleep(20'000);
     }
     return -1;
@@ -76,7 +76,7 @@ class FaultsTest : public ::testing::Test {
   double WaitForBothRegistered(double seconds) {
     const double t0 = NowS();
     while (NowS() - t0 < seconds) {
-      BoardView board(dir_ + "/board");
+      BoardView board(server_);
       if (board.SlotOf(service_) != nullptr && board.SlotOf(trainer_) != nullptr) {
         return NowS() - t0;
       }
@@ -110,13 +110,14 @@ void FaultsTest::RestartUnderLoad(int signal, const char* label) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   uint64_t launches_before = 0, epoch_before = 0;
   {
-    BoardView board(dir_ + "/board");
+    BoardView board(server_);
     epoch_before = board.Epoch();
-    const c::ClientSlot* hp = board.SlotOf(service_);
+    const auto* hp = board.CountersOf(service_);
     ASSERT_NE(hp, nullptr);
+    ASSERT_NE(board.CountersOf(trainer_), nullptr);
     launches_before = hp->launches.load();
     EXPECT_GT(launches_before, 0u);
-    EXPECT_GT(board.SlotOf(trainer_)->throttled_ns.load(), 0u);  // the gate held it
+    EXPECT_GT(board.CountersOf(trainer_)->throttled_ns.load(), 0u);  // the gate held it
   }
 
   kill(server_, signal);
@@ -133,7 +134,7 @@ void FaultsTest::RestartUnderLoad(int signal, const char* label) {
 
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   {
-    BoardView board(dir_ + "/board");
+    BoardView board(server_);
     EXPECT_NE(board.Epoch(), epoch_before);
     const c::ClientSlot* hp = board.SlotOf(service_);
     const c::ClientSlot* be = board.SlotOf(trainer_);
@@ -141,10 +142,14 @@ void FaultsTest::RestartUnderLoad(int signal, const char* label) {
     ASSERT_NE(be, nullptr);
     EXPECT_EQ(hp->priority.load(), static_cast<uint32_t>(c::Priority::kHigh));
     EXPECT_EQ(be->priority.load(), static_cast<uint32_t>(c::Priority::kBestEffort));
-    EXPECT_GT(hp->launches.load(), launches_before);  // carried over, then counting on
-    const uint64_t held = be->throttled_ns.load();
+    const auto* hp_counters = board.CountersOf(service_);
+    const auto* be_counters = board.CountersOf(trainer_);
+    ASSERT_NE(hp_counters, nullptr);
+    ASSERT_NE(be_counters, nullptr);
+    EXPECT_GT(hp_counters->launches.load(), launches_before);  // carried over, then counting on
+    const uint64_t held = be_counters->throttled_ns.load();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    EXPECT_GT(be->throttled_ns.load(), held);  // enforced again
+    EXPECT_GT(be_counters->throttled_ns.load(), held);  // enforced again
   }
 
   // Neither client crashed or hung: both finish their runs.
@@ -185,13 +190,15 @@ TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100m
   ASSERT_GE(WaitForSlot(trainer_, 5.0), 0) << ReadFile(dir_ + "/trainer.log");
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
 
-  BoardView board(dir_ + "/board");
+  BoardView board(server_);
   const c::ClientSlot* be = board.SlotOf(trainer_);
   ASSERT_NE(be, nullptr);
+  const auto* be_counters = board.CountersOf(trainer_);
+  ASSERT_NE(be_counters, nullptr);
   // Held at the gate (not merely queued on the GPU): counted as a waiter, launches standing still.
-  const uint64_t before = be->launches.load();
+  const uint64_t before = be_counters->launches.load();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_EQ(be->launches.load(), before) << "the trainer was not held";
+  ASSERT_EQ(be_counters->launches.load(), before) << "the trainer was not held";
   ASSERT_GT(board.Waiters(be->gpu.load()), 0u) << "the trainer is not waiting at the gate";
 
   const double killed_at = NowS();
@@ -200,7 +207,7 @@ TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100m
   service_ = -1;
   double released_after = -1;
   while (NowS() - killed_at < 2.0) {
-    if (be->launches.load() > before) {
+    if (be_counters->launches.load() > before) {
       released_after = NowS() - killed_at;
       break;
     }

@@ -1,17 +1,19 @@
 // A hostile tenant, on the CUDA driver test double with the real orion-server: while a
-// high-priority service and a best-effort trainer run, a process that has the board mapped (as
-// every sharing pod has today) writes over everything it can reach for 2.5 s: random bytes at
-// random places past the first 4 KiB, and on purpose every server-owned field (every client
-// high priority, every client paused, the knobs, the priority mask, the header). Afterwards:
-//  - the server put every server-owned field back within one policy tick, and counts it
-//    (orion_board_corrections_total);
-//  - no client is held forever: the trainer finishes its run within 3 s of its planned end (the
-//    measured failure before: asleep in a futex wait 40 s after its run should have ended), and
-//    the service finishes all its requests;
-//  - the two keep the priorities the server gave them.
-// What the attacker can still do while it writes (client-written counters and rings of other
-// clients, forged busy state) is listed in docs/security.md; the split that removes it is not
-// built yet.
+// high-priority service and a best-effort trainer run on one GPU, a process registers on that GPU
+// as any tenant can (the registration socket) and attacks with what it is handed:
+//  - the board (priorities, pauses, knobs, masks): every way to write it fails (writable mmap,
+//    write(2), resize, a fresh open of /proc/self/fd/N, mprotect), and over the attack the
+//    victims' priority and pause never change, not even for a moment;
+//  - its own client area (ring, counters) and the GPU's shared gate area: it writes random bytes
+//    at random places for 2.5 s, and on purpose what hurts most: its own entry claiming
+//    high-priority work, the service's entry claiming endless work in flight, an absurd
+//    best-effort time in flight.
+// Afterwards: the server is up and reported the best-effort claim; the victims' own counters
+// (which the attacker cannot reach) kept counting; the trainer launches again at its earlier rate
+// once the attacker stops (the server clears the lies every policy tick), finishes, and the
+// service finishes all its requests. What the attacker still can do, and the figure printed shows:
+// while it keeps lying in the gate area (2,000 writes a second), best-effort work on its GPU is
+// held (the trainer's launch rate during the attack); docs/security.md lists it.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -30,11 +32,14 @@
 #include "contract/orion_contract.h"
 #include "tests/cuda_double/board_view.h"
 #include "tests/cuda_double/child_process.h"
+#include "tests/registered_client.h"
 
 namespace {
 
 namespace c = orion::contract;
 
+using orion::testing::BoardView;
+using orion::testing::ClientMaps;
 using orion::testing::FindSlot;
 using orion::testing::NowS;
 using orion::testing::ReadFile;
@@ -74,12 +79,13 @@ int WaitExit(pid_t pid, double seconds) {
 }
 
 
-TEST_F(HostileTenantTest, WritingOverTheBoardHoldsNobodyForeverAndIsPutBack) {
+TEST_F(HostileTenantTest, TheBoardIsOutOfReachAndGateLiesAreBounded) {
   const pid_t server = StartProcess({ORION_SERVER, "--config", config_}, env_,
                                     dir_ + "/server.log");
   pids_.push_back(server);
-  for (int i = 0; i < 200 && access((dir_ + "/orion.sock").c_str(), F_OK) != 0; ++i) usleep(25'000);
-  ASSERT_EQ(access((dir_ + "/orion.sock").c_str(), F_OK), 0) << ReadFile(dir_ + "/server.log");
+  const std::string socket = dir_ + "/orion.sock";
+  for (int i = 0; i < 200 && access(socket.c_str(), F_OK) != 0; ++i) usleep(25'000);
+  ASSERT_EQ(access(socket.c_str(), F_OK), 0) << ReadFile(dir_ + "/server.log");
 
   std::vector<std::string> hp_env = env_, be_env = env_;
   hp_env.push_back("ORION_PRIORITY=high");
@@ -94,71 +100,118 @@ TEST_F(HostileTenantTest, WritingOverTheBoardHoldsNobodyForeverAndIsPutBack) {
                                      be_env, dir_ + "/trainer.log");
   pids_.push_back(service);
   pids_.push_back(trainer);
-
-  // The tenant's view: the board file, mapped read-write as the interposer maps it.
-  const int fd = open((dir_ + "/board").c_str(), O_RDWR | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  const off_t size = lseek(fd, 0, SEEK_END);
-  void* mem = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  ASSERT_NE(mem, MAP_FAILED);
-  auto* board = static_cast<c::Board*>(mem);
-  auto* bytes = static_cast<unsigned char*>(mem);
-  for (int i = 0;
-       i < 100 && (FindSlot(*board, service) == nullptr || FindSlot(*board, trainer) == nullptr);
-       ++i) {
-    usleep(50'000);
+  std::string gpu_uuid;
+  for (int i = 0; i < 100 && gpu_uuid.empty(); ++i) {
+    BoardView view(server);
+    if (view.SlotOf(service) != nullptr && view.SlotOf(trainer) != nullptr) {
+      gpu_uuid = view.board()->gpus[view.SlotOf(service)->gpu.load()].uuid;
+    } else {
+      usleep(50'000);
+    }
   }
-  ASSERT_NE(FindSlot(*board, service), nullptr) << ReadFile(dir_ + "/service.log");
-  ASSERT_NE(FindSlot(*board, trainer), nullptr) << ReadFile(dir_ + "/trainer.log");
-  usleep(300'000);
+  ASSERT_FALSE(gpu_uuid.empty()) << ReadFile(dir_ + "/service.log")
+                                 << ReadFile(dir_ + "/trainer.log");
+
+  // The tenant registers on the victims' GPU, as any process in a sharing pod can.
+  c::RegisterRequest request{};
+  request.header = c::MakeHeader(c::MessageType::kRegister, sizeof(request));
+  std::snprintf(request.gpu_uuid, sizeof(request.gpu_uuid), "%s", gpu_uuid.c_str());
+  request.requested_priority = static_cast<uint32_t>(c::Priority::kBestEffort);
+  std::snprintf(request.process_name, sizeof(request.process_name), "hostile");
+  c::RegisterReply reply{};
+  ClientMaps maps;
+  const int sock = orion::testing::RegisterClient(socket, request, &reply, &maps);
+  ASSERT_GE(sock, 0);
+  ASSERT_EQ(reply.status, 0u) << reply.message;
+  ASSERT_NE(maps.board, nullptr);
+  ASSERT_NE(maps.gate, nullptr);
+  ASSERT_NE(maps.area, nullptr);
+  const c::Board& board = *maps.board;
+  const c::ClientSlot* hp = FindSlot(board, service);
+  const c::ClientSlot* be = FindSlot(board, trainer);
+  ASSERT_NE(hp, nullptr);
+  ASSERT_NE(be, nullptr);
+  const uint32_t hp_slot = static_cast<uint32_t>(hp - board.slots);
+
+  // Every way to write the board fails.
+  const int board_fd = maps.fds[c::kBoardFd];
+  EXPECT_EQ(mmap(nullptr, sizeof(c::Board), PROT_READ | PROT_WRITE, MAP_SHARED, board_fd, 0),
+            MAP_FAILED);
+  const char byte = 1;
+  EXPECT_EQ(pwrite(board_fd, &byte, 1, 0), -1);
+  EXPECT_NE(ftruncate(board_fd, 0), 0);
+  const std::string again = "/proc/self/fd/" + std::to_string(board_fd);
+  if (const int fd = open(again.c_str(), O_RDWR | O_CLOEXEC); fd >= 0) {
+    EXPECT_EQ(mmap(nullptr, sizeof(c::Board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0),
+              MAP_FAILED);
+    EXPECT_EQ(pwrite(fd, &byte, 1, 0), -1);
+    close(fd);
+  }
+  EXPECT_NE(mprotect(const_cast<c::Board*>(&board), 4096, PROT_READ | PROT_WRITE), 0);
+  EXPECT_NE(ftruncate(maps.fds[c::kGateFd], 0), 0);
+  EXPECT_NE(ftruncate(maps.fds[c::kAreaFd], 0), 0);
+
+  BoardView view(server);
+  const c::ClientArea::Counters* service_counters = view.CountersOf(service);
+  const c::ClientArea::Counters* trainer_counters = view.CountersOf(trainer);
+  ASSERT_NE(service_counters, nullptr);
+  ASSERT_NE(trainer_counters, nullptr);
+
+  // The trainer's launch rate before, during and after the attack (its own counter).
+  auto rate = [&](double seconds) {
+    const uint64_t before = trainer_counters->launches.load();
+    usleep(static_cast<useconds_t>(seconds * 1e6));
+    return static_cast<double>(trainer_counters->launches.load() - before) / seconds;
+  };
+  const double rate_before = rate(0.5);
 
   std::mt19937_64 rng(42);
-  uint64_t writes = 0;
+  uint64_t writes = 0, priority_changes = 0;
+  const uint64_t launches_at_attack = trainer_counters->launches.load();
+  auto* area_bytes = reinterpret_cast<unsigned char*>(maps.area);
+  auto* gate_bytes = reinterpret_cast<unsigned char*>(maps.gate);
   const double attack_start = NowS();
   while (NowS() - attack_start < 2.5) {
-    // Random bytes at a random place past the first 4 KiB.
-    const size_t at = 4096 + rng() % (static_cast<size_t>(size) - 8192);
-    for (size_t i = 0; i < 4096; i += 8) {
-      const uint64_t r = rng();
-      std::memcpy(bytes + at + i, &r, 8);
+    // Random bytes at random places of all it can write.
+    for (auto [base, size] : {std::pair{area_bytes, sizeof(c::ClientArea)},
+                              std::pair{gate_bytes, sizeof(c::GateArea)}}) {
+      const size_t at = rng() % (size - 512);
+      for (size_t i = 0; i < 512; i += 8) {
+        const uint64_t r = rng();
+        std::memcpy(base + at + i, &r, 8);
+      }
     }
     // And on purpose, what would hurt the others most.
-    for (c::ClientSlot& s : board->slots) {
-      s.priority.store(static_cast<uint32_t>(c::Priority::kHigh));
-      s.paused.store(1);
-    }
-    for (c::GpuState& g : board->gpus) {
-      g.hp_slot_mask[0].store(~0ull);
-      g.spin_ns.store(0xFFFFFFFFu);
-      g.be_budget_ns.store(0);
-      g.hp_stale_ns.store(~0ull);
-    }
-    board->header.magic = 0;
+    maps.gate->slots[reply.slot].inflight.store(1000);
+    maps.gate->slots[reply.slot].last_progress_ns.store(static_cast<uint64_t>(NowS() * 1e9));
+    maps.gate->slots[hp_slot].inflight.store(0x7fffffff);
+    maps.gate->slots[hp_slot].last_progress_ns.store(~0ull);
+    maps.gate->words.be_outstanding_ns.store(~0ull / 2);
+    // The victims as the server decided them, every pass.
+    priority_changes += hp->priority.load() != static_cast<uint32_t>(c::Priority::kHigh) ||
+                        be->priority.load() != static_cast<uint32_t>(c::Priority::kBestEffort) ||
+                        hp->paused.load() != 0 || be->paused.load() != 0;
     ++writes;
     usleep(500);
   }
   const double attack_end = NowS();
+  const double rate_during =
+      static_cast<double>(trainer_counters->launches.load() - launches_at_attack) /
+      (attack_end - attack_start);
+  EXPECT_EQ(priority_changes, 0u);
+  EXPECT_EQ(board.slots[reply.slot].priority.load(),
+            static_cast<uint32_t>(c::Priority::kBestEffort));
 
-  // One policy tick (100 ms) later, the server's fields are its own again.
-  usleep(300'000);
-  const c::ClientSlot* hp = FindSlot(*board, service);
-  const c::ClientSlot* be = FindSlot(*board, trainer);
-  ASSERT_NE(hp, nullptr);
-  ASSERT_NE(be, nullptr);
-  EXPECT_EQ(hp->priority.load(), static_cast<uint32_t>(c::Priority::kHigh));
-  EXPECT_EQ(be->priority.load(), static_cast<uint32_t>(c::Priority::kBestEffort));
-  EXPECT_EQ(hp->paused.load(), 0u);
-  EXPECT_EQ(be->paused.load(), 0u);
-  EXPECT_EQ(board->header.magic, c::kBoardMagic);
-  EXPECT_EQ(board->gpus[be->gpu.load()].spin_ns.load(), c::kDefaultSpinNs);
-  const uint64_t launches_after_attack = be->launches.load();
-  usleep(500'000);
-  EXPECT_GT(be->launches.load(), launches_after_attack) << "the trainer is still held";
+  // The victims' own counters kept counting; after one policy tick the trainer runs again.
+  usleep(200'000);
+  EXPECT_GT(service_counters->launches.load(), 0u);
+  const double rate_after = rate(0.5);
+  EXPECT_GT(rate_after, rate_before / 2) << "the trainer is still held";
 
-  // Nobody is held forever: the trainer ends within 3 s of its planned end, the service finishes.
+  // Nobody is held forever: the trainer ends, the service finishes, the server is up and said
+  // what it saw.
   const double planned_end = started + kTrainSeconds;
-  const int trainer_rc = WaitExit(trainer, planned_end + 3.0 - NowS() + 1.0);
+  const int trainer_rc = WaitExit(trainer, planned_end + 5.0 - NowS());
   const double trainer_done = NowS();
   EXPECT_EQ(trainer_rc, 0) << ReadFile(dir_ + "/trainer.log");
   const int service_rc = WaitExit(service, 15.0);
@@ -166,11 +219,13 @@ TEST_F(HostileTenantTest, WritingOverTheBoardHoldsNobodyForeverAndIsPutBack) {
   pids_ = {server};
   EXPECT_EQ(kill(server, 0), 0) << "the server died\n" << ReadFile(dir_ + "/server.log");
   const std::string log = ReadFile(dir_ + "/server.log");
-  EXPECT_NE(log.find("server-owned board fields had been overwritten"), std::string::npos) << log;
-  munmap(mem, static_cast<size_t>(size));
-  printf("{\"attack_s\":%.2f,\"attack_writes\":%llu,\"trainer_late_s\":%.2f,"
-         "\"trainer_rc\":%d,\"service_rc\":%d}\n",
+  EXPECT_NE(log.find("is best-effort but claimed high-priority work"), std::string::npos) << log;
+  close(sock);
+  printf("{\"attack_s\":%.2f,\"attack_writes\":%llu,\"board_changes_seen\":%llu,"
+         "\"trainer_launches_per_s\":{\"before\":%.0f,\"during\":%.0f,\"after\":%.0f},"
+         "\"trainer_late_s\":%.2f,\"trainer_rc\":%d,\"service_rc\":%d}\n",
          attack_end - attack_start, static_cast<unsigned long long>(writes),
+         static_cast<unsigned long long>(priority_changes), rate_before, rate_during, rate_after,
          trainer_done - planned_end, trainer_rc, service_rc);
 }
 

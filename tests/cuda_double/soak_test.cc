@@ -172,7 +172,7 @@ TEST_F(SoakTest, ChurningClientsLeakNothing) {
 
   // Only the steady pair holds slots once the server has seen every churn client leave.
   int slots = -1;
-  for (int i = 0; i < 100 && (slots = BoardView(dir_ + "/board").SlotsInUse()) != 2; ++i) usleep(50'000);
+  for (int i = 0; i < 100 && (slots = BoardView(server).SlotsInUse()) != 2; ++i) usleep(50'000);
   EXPECT_EQ(slots, 2);
   const long rss_end = RssKib(server);
   const int fds_end = OpenFds(server);
@@ -184,7 +184,7 @@ TEST_F(SoakTest, ChurningClientsLeakNothing) {
   for (pid_t pid : {service, trainer}) kill(pid, SIGKILL);
   for (pid_t pid : {service, trainer}) waitpid(pid, nullptr, 0);
   pids_ = {server};
-  for (int i = 0; i < 100 && (slots = BoardView(dir_ + "/board").SlotsInUse()) != 0; ++i) usleep(50'000);
+  for (int i = 0; i < 100 && (slots = BoardView(server).SlotsInUse()) != 0; ++i) usleep(50'000);
   EXPECT_EQ(slots, 0);
   const std::string metrics = orion::testing::HttpGet(metrics_port, "/metrics");
   const double written = Sample(metrics, "orion_events_written_total");

@@ -110,7 +110,6 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   ASSERT_TRUE(config.ok());
   config->node_name = "gpu-node-a";
   config->socket_path = dir_ + "/run/orion.sock";
-  config->board_path = dir_ + "/run/board";
   config->agent_socket = dir_ + "/run/agent.sock";
   config->admin_address = "127.0.0.1:0";
   config->metrics_address = "127.0.0.1:0";
@@ -251,7 +250,9 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   EXPECT_NE(maps.find(lib_host + "/liborion_interpose.so"), std::string::npos) << lib_host;
 
   // 7. Metrics carry the pod's namespace and name; the timeline has its kernels.
-  ASSERT_TRUE(WaitUntil([&] { return slot.launches.load() > 20; }, 10));
+  const orion::contract::ClientArea* area = state.board().area(client.slot());
+  ASSERT_NE(area, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return area->counters.launches.load() > 20; }, 10));
   const std::string metrics = orion::testing::HttpGet(server_->metrics_port(), "/metrics");
   EXPECT_NE(metrics.find(std::string("namespace=\"ml\"")), std::string::npos);
   EXPECT_NE(metrics.find(std::string("pod=\"") + kPodName + "\""), std::string::npos);

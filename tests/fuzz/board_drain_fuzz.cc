@@ -1,17 +1,20 @@
-// Fuzz target: orion-server over a board that tenants wrote. Every sharing process maps the board
-// read-write (docs/security.md), so whatever bytes its clients' slots hold (rings, counters, and
-// the server-written fields too), the server's drain, policy loop and queries must neither crash
-// nor trip a sanitizer.
+// Fuzz target: orion-server over shared memory that tenants wrote. Each client writes its own
+// client area and, with the other clients of its GPU, the GPU's gate area (docs/security.md);
+// where the kernel cannot seal the board, the board too. Whatever bytes those hold (rings,
+// counters, gate words, and the server-written fields), the server's drain, policy loop, gate
+// checks and queries must neither crash nor trip a sanitizer.
 //
-// One NodeState over a real BoardFile (in a temporary folder, unlinked at once) with two GPUs and
-// four clients registered through NodeState::Register as the registration listener does (no
-// socket): per GPU a high-priority client with a latency target and a best-effort one. Input:
+// One NodeState over a real NodeBoard (memfds) with two GPUs and four clients registered through
+// NodeState::Register as the registration listener does (no socket): per GPU a high-priority
+// client with a latency target and a best-effort one. Input:
 //
 //   bytes [i*kWindow, (i+1)*kWindow), i < kClients: laid over the first kWindow bytes of client
-//       i's ClientSlot: its fields, the ring's head/tail/dropped and the first kWindowEntries
-//       ring entries (sequence word + payload);
-//   bytes [kClients*kWindow, +kHeadBytes), if the input is that long: laid over the start of the
-//       board, the header and the GPU states (tenants can write those too).
+//       i's ClientArea: its header and counters, the ring's head/tail/dropped and the first
+//       kWindowEntries ring entries (sequence word + payload);
+//   then kGateWindow bytes per GPU, laid over the start of its gate area: header, gate words and
+//       the first kGateSlots slots' entries;
+//   then kHeadBytes, if the input is that long: laid over the start of the board, the header and
+//       the GPU states (writable by tenants only where the board cannot be sealed).
 //
 // Before each input the board regions are put back as they were after registration, so an input
 // alone decides what the board holds. Then: DrainOnce and PolicyTick (on a virtual clock that
@@ -43,12 +46,17 @@ namespace {
 using namespace orion;
 
 constexpr size_t kClients = 4;
+constexpr size_t kGpuCount = 2;
 constexpr size_t kWindowEntries = 16;
-constexpr size_t kRingOffset = offsetof(contract::ClientSlot, ring);
+constexpr size_t kRingOffset = offsetof(contract::ClientArea, ring);
 constexpr size_t kWindow = kRingOffset + offsetof(contract::EventRing, entries) +
                            kWindowEntries * sizeof(contract::EventRing::Entry);
+constexpr size_t kGateSlots = 8;
+constexpr size_t kGateWindow =
+    offsetof(contract::GateArea, slots) + kGateSlots * sizeof(contract::SlotGate);
 constexpr size_t kHeadBytes = offsetof(contract::Board, slots);
-static_assert(kWindow == 3072);
+static_assert(kWindow == 2944);
+static_assert(kGateWindow == 640);
 static_assert(kHeadBytes == 4352);
 
 const char* const kGpus[] = {"GPU-11111111-2222-3333-4444-555555555555",
@@ -69,12 +77,13 @@ struct Fixture {
   std::array<uint32_t, kClients> ids{};
   std::array<uint32_t, kClients> slots{};
   std::vector<uint8_t> pristine_head;
-  std::array<std::vector<uint8_t>, kClients> pristine_window;
+  std::array<std::vector<uint8_t>, kGpuCount> pristine_gate;
   uint64_t now = 0;
 
   contract::Board& board() { return state->board().board(); }
   uint8_t* head() { return reinterpret_cast<uint8_t*>(&board()); }
-  uint8_t* window(size_t i) { return reinterpret_cast<uint8_t*>(&board().slots[slots[i]]); }
+  uint8_t* window(size_t i) { return reinterpret_cast<uint8_t*>(state->board().area(slots[i])); }
+  uint8_t* gate(size_t g) { return reinterpret_cast<uint8_t*>(state->board().gate(g)); }
 
   void RegisterAll() {
     for (size_t i = 0; i < kClients; ++i) {
@@ -88,21 +97,14 @@ struct Fixture {
 
 Fixture* MakeFixture() {
   auto* f = new Fixture;
-  char tmpl[] = "/tmp/orion-board-fuzz-XXXXXX";
-  const char* dir = mkdtemp(tmpl);
-  Check(dir != nullptr, "mkdtemp failed");
   auto cfg = server::ParseServerConfig("", "<fuzz>");
   Check(cfg.ok(), "default config");
-  cfg->board_path = std::string(dir) + "/board";
   cfg->gpus = {kGpus[0], kGpus[1]};
   cfg->timeline_spans_per_gpu = 1000;  // small, so the timeline ring wraps
   cfg->hp_latency_window = 100;
-  auto board = server::BoardFile::Create(cfg->board_path);
+  auto board = server::NodeBoard::Create();
   Check(board.ok(), "cannot create the board");
   f->state = std::make_unique<server::NodeState>(*cfg, std::move(*board));
-  // The mapping stays; nothing is left in /tmp whatever happens to this process.
-  ::unlink(cfg->board_path.c_str());
-  ::rmdir(dir);
   f->metrics = std::make_unique<server::MetricsCollector>(f->state.get(), "fuzz-node");
 
   // Known kernels, so that kernel names arriving in rings are matched against a profile.
@@ -132,8 +134,8 @@ Fixture* MakeFixture() {
   }
   f->RegisterAll();
   f->pristine_head.assign(f->head(), f->head() + kHeadBytes);
-  for (size_t i = 0; i < kClients; ++i) {
-    f->pristine_window[i].assign(f->window(i), f->window(i) + kWindow);
+  for (size_t g = 0; g < kGpuCount; ++g) {
+    f->pristine_gate[g].assign(f->gate(g), f->gate(g) + kGateWindow);
   }
   f->now = server::MonotonicNs();
   return f;
@@ -146,15 +148,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   server::NodeState& state = *f->state;
 
   // What the tenants wrote.
+  // (Client areas are fresh: every client registered again after the last input.)
   std::memcpy(f->head(), f->pristine_head.data(), kHeadBytes);
   for (size_t i = 0; i < kClients; ++i) {
-    std::memcpy(f->window(i), f->pristine_window[i].data(), kWindow);
     const size_t begin = i * kWindow;
     if (size > begin) std::memcpy(f->window(i), data + begin, std::min(kWindow, size - begin));
   }
-  if (size > kClients * kWindow) {
-    const size_t tail = size - kClients * kWindow;
-    std::memcpy(f->head(), data + kClients * kWindow, std::min(kHeadBytes, tail));
+  for (size_t g = 0; g < kGpuCount; ++g) {
+    std::memcpy(f->gate(g), f->pristine_gate[g].data(), kGateWindow);
+    const size_t begin = kClients * kWindow + g * kGateWindow;
+    if (size > begin) std::memcpy(f->gate(g), data + begin, std::min(kGateWindow, size - begin));
+  }
+  if (const size_t begin = kClients * kWindow + kGpuCount * kGateWindow; size > begin) {
+    std::memcpy(f->head(), data + begin, std::min(kHeadBytes, size - begin));
   }
 
   // The server's loops: drain ~every 1 ms, policy ~every 100 ms; a hole in a ring is skipped

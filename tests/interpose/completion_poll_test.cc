@@ -43,12 +43,14 @@ class PollPassTest : public ::testing::Test {
     return kept;
   }
 
-  void Hold() { gpu_.gate_waiters.store(1); }
+  void Hold() { gate_->words.gate_waiters.store(1); }
 
   std::deque<PendingLaunch> pool_;
   contract::GpuState gpu_{};
   std::unique_ptr<contract::ClientSlot> slot_ = std::make_unique<contract::ClientSlot>();
-  Registration reg_{.slot = slot_.get(), .gpu = &gpu_};
+  std::unique_ptr<contract::GateArea> gate_ = std::make_unique<contract::GateArea>();
+  contract::SlotGate* own_ = &gate_->slots[3];
+  Registration reg_{.slot = slot_.get(), .gpu = &gpu_, .gate = gate_.get(), .own_gate = own_};
   std::vector<const PendingLaunch*> queried_;
   std::map<const PendingLaunch*, CUresult> finished_;
   uint64_t now_ns_ = 10'000'000'000;
@@ -114,10 +116,10 @@ TEST_F(PollPassTest, PastItsGraceTheNewestHighPriorityRecordIsWaitedForInTheDriv
   PendingLaunch* a2 = Record(1, 10);
   std::vector<PendingLaunch*> records{a1, a2};
   for (bool held : {false, true}) {
-    gpu_.gate_waiters.store(held ? 1 : 0);
+    gate_->words.gate_waiters.store(held ? 1 : 0);
     Pass(records, {});
     EXPECT_EQ(schedule_.wait_for, a2) << held;
-    EXPECT_EQ(schedule_.lazy_gpu, nullptr);
+    EXPECT_EQ(schedule_.lazy_gate, nullptr);
   }
   // A best-effort record that needs a close look (somebody held) wins: no wait in the driver.
   PendingLaunch* charged = Record(1, 20);
@@ -156,12 +158,12 @@ TEST_F(PollPassTest, InsideItsGraceAHighPriorityClientIsNotPolled) {
   // Busy until the grace after its last launch has run out, whatever completes: look then.
   Hold();
   gpu_.hp_grace_ns.store(500'000);
-  slot_->last_progress_ns.store(now_ns_ - 100'000);
+  own_->last_progress_ns.store(now_ns_ - 100'000);
   std::vector<PendingLaunch*> records{Record(1, 10)};
   Pass(records, {});
   EXPECT_EQ(schedule_.sleep_ns, 400'000u);
-  EXPECT_EQ(schedule_.lazy_gpu, nullptr);
-  slot_->last_progress_ns.store(now_ns_ - 495'000);  // never closer than the closest poll
+  EXPECT_EQ(schedule_.lazy_gate, nullptr);
+  own_->last_progress_ns.store(now_ns_ - 495'000);  // never closer than the closest poll
   Pass(records, {});
   EXPECT_EQ(schedule_.sleep_ns, kBestEffortPollNs);
 }
@@ -177,14 +179,14 @@ TEST_F(PollPassTest, NobodyHeldMeansALazyPollThatAHeldThreadCanEnd) {
   std::vector<PendingLaunch*> records{charged, timed};
   Pass(records, {});
   EXPECT_EQ(schedule_.sleep_ns, kLazyPollNs);
-  EXPECT_EQ(schedule_.lazy_gpu, &gpu_);
+  EXPECT_EQ(schedule_.lazy_gate, gate_.get());
   EXPECT_EQ(schedule_.wait_for, nullptr);
   // A high-priority client inside its grace is looked at when the grace ends.
-  slot_->last_progress_ns.store(now_ns_ - 100'000);
+  own_->last_progress_ns.store(now_ns_ - 100'000);
   records.push_back(Record(1, 10));
   Pass(records, {});
   EXPECT_EQ(schedule_.sleep_ns, 400'000u);
-  EXPECT_EQ(schedule_.lazy_gpu, nullptr);
+  EXPECT_EQ(schedule_.lazy_gate, nullptr);
   EXPECT_EQ(schedule_.wait_for, nullptr);
 }
 

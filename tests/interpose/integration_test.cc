@@ -122,7 +122,8 @@ TEST_F(InterposeIntegrationTest, RegistersReportsLaunchesAndEnforcesQuota) {
   EXPECT_EQ(run.values.at("meminfo_total"), std::to_string(64ull << 20));
   EXPECT_EQ(run.values.at("meminfo_free"), std::to_string(32ull << 20));
 
-  c::ClientSlot& slot = registrar.board().slots[0];
+  ASSERT_NE(registrar.area(0), nullptr);
+  const c::ClientArea::Counters& slot = registrar.area(0)->counters;
   EXPECT_EQ(slot.memory_used_bytes.load(), 0u);
   EXPECT_EQ(slot.memory_peak_bytes.load(), 32ull << 20);
   // 5 direct + Ex + cuGetProcAddress + dlsym launches and the 3 kernel nodes of the graph
@@ -175,7 +176,7 @@ TEST_F(InterposeIntegrationTest, HighPriorityInflightDrainsAndProfileTimesKernel
   ASSERT_EQ(run.exit_code, 0) << run.err;
   ASSERT_EQ(registrar.requests().size(), 1u);
   EXPECT_EQ(registrar.requests()[0].requested_priority, static_cast<uint32_t>(c::Priority::kHigh));
-  c::ClientSlot& slot = registrar.board().slots[0];
+  const c::SlotGate& slot = registrar.gate().slots[0];
   EXPECT_EQ(slot.inflight.load(), 0u);
   EXPECT_NE(slot.last_progress_ns.load(), 0u);
   EXPECT_EQ(run.values.at("alloc48"), "0");  // no limit
@@ -199,29 +200,30 @@ TEST_F(InterposeIntegrationTest, BestEffortWaitsWhileHighPriorityWorkRuns) {
   gpu.spin_ns.store(50'000);
   gpu.hp_stale_ns.store(1'000'000'000);
   // A pretend high-priority client in slot 200, busy for 300 ms.
-  c::ClientSlot& hp = registrar.board().slots[200];
+  c::SlotGate& hp = registrar.gate().slots[200];
+  auto& words = registrar.gate().words;
   gpu.hp_slot_mask[200 / 64].fetch_or(1ull << (200 % 64));
   hp.inflight.store(1);
   hp.last_progress_ns.store(NowNs());
   std::thread hp_done([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     hp.inflight.store(0);
-    gpu.gate_seq.fetch_add(1);
-    syscall(SYS_futex, &gpu.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+    words.gate_seq.fetch_add(1);
+    syscall(SYS_futex, &words.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
   });
   const auto start = std::chrono::steady_clock::now();
   const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "2");
   const auto elapsed = std::chrono::steady_clock::now() - start;
   hp_done.join();
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  c::ClientSlot& slot = registrar.board().slots[0];
-  EXPECT_GE(slot.throttled_ns.load(), 100'000'000u);
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_GE(registrar.area(0)->counters.throttled_ns.load(), 100'000'000u);
   EXPECT_GE(elapsed, std::chrono::milliseconds(250));
   const auto events = registrar.Drain(0);
   EXPECT_GE(CountKind(events, c::EventKind::kThrottled), 1);
-  EXPECT_EQ(gpu.gate_waiters.load(), 0u);
+  EXPECT_EQ(words.gate_waiters.load(), 0u);
   // Every admitted launch was charged and every charge came back at completion.
-  EXPECT_EQ(gpu.be_outstanding_ns.load(), 0u);
+  EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
 }
 
 TEST_F(InterposeIntegrationTest, ForkedChildLeavesTheParentsRegistrationAlone) {
@@ -232,7 +234,8 @@ TEST_F(InterposeIntegrationTest, ForkedChildLeavesTheParentsRegistrationAlone) {
   EXPECT_EQ(run.values.at("fork_child"), "0");
   ASSERT_GE(registrar.requests().size(), 1u);
   // The parent's slot holds the parent's launches only (8 + 3 graph nodes + 1 after the fork).
-  EXPECT_EQ(registrar.board().slots[0].launches.load(), 12u);
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_EQ(registrar.area(0)->counters.launches.load(), 12u);
   // The parent kept its registration through the child's exit: it closed exactly once, and the
   // child (which may register on its own) did not close the parent's connection early.
   for (int i = 0;
@@ -267,7 +270,8 @@ TEST_F(InterposeIntegrationTest, BoardOfAnotherContractVersionIsRefusedClearly) 
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.values.at("done"), "1");
   EXPECT_NE(run.err.find("does not match this interposer's layout"), std::string::npos) << run.err;
-  EXPECT_EQ(registrar.board().slots[0].launches.load(), 0u);  // nothing written into it
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_EQ(registrar.area(0)->counters.launches.load(), 0u);  // nothing written
 }
 
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {

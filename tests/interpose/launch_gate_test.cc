@@ -1,4 +1,4 @@
-// Unit tests of the launch gate's decisions over a board in plain memory, and of the kernel
+// Unit tests of the launch gate's decisions over a board and a gate area in plain memory, and of the kernel
 // registry (name-once, sampling, duration estimate).
 #include "interpose/launch_gate.h"
 
@@ -27,6 +27,8 @@ class LaunchGateTest : public ::testing::Test {
   void SetUp() override {
     board_.reset(new Board());
     memset(static_cast<void*>(board_.get()), 0, sizeof(Board));
+    gate_.reset(new contract::GateArea());
+    memset(static_cast<void*>(gate_.get()), 0, sizeof(contract::GateArea));
     now_ = MonotonicNs();
     board_->header.server_heartbeat_ns.store(now_);
     gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
@@ -37,17 +39,18 @@ class LaunchGateTest : public ::testing::Test {
   contract::GpuState& gpu() { return board_->gpus[0]; }
   void MarkHighPriority(uint32_t slot, uint32_t inflight, uint64_t progress_ns) {
     gpu().hp_slot_mask[slot / 64].fetch_or(1ull << (slot % 64));
-    board_->slots[slot].inflight.store(inflight);
-    board_->slots[slot].last_progress_ns.store(progress_ns);
+    gate_->slots[slot].inflight.store(inflight);
+    gate_->slots[slot].last_progress_ns.store(progress_ns);
   }
 
   std::unique_ptr<Board> board_;
+  std::unique_ptr<contract::GateArea> gate_;
   uint64_t now_ = 0;
 };
 
 TEST_F(LaunchGateTest, GoesUnchargedWithoutHighPriorityClients) {
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000)), GateDecision::kGoIdle);
-  EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 10'000)), GateDecision::kGoIdle);
+  EXPECT_EQ(gate_->words.be_outstanding_ns.load(), 0u);
 }
 
 TEST_F(LaunchGateTest, IdleHighPriorityClientBoundsQueuedBestEffortWork) {
@@ -56,51 +59,51 @@ TEST_F(LaunchGateTest, IdleHighPriorityClientBoundsQueuedBestEffortWork) {
   for (GateMode mode : {GateMode::kPriority, GateMode::kMps}) {
     SCOPED_TRACE(static_cast<int>(mode));
     gpu().mode.store(static_cast<uint32_t>(mode));
-    gpu().be_outstanding_ns.store(0);
+    gate_->words.be_outstanding_ns.store(0);
     MarkHighPriority(130, 0, now_ - 10'000'000);  // HP client present, long idle
     // A kernel longer than the budget still goes when nothing is queued...
-    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000)),
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 300'000)),
               GateDecision::kGoBudget);
-    EXPECT_EQ(gpu().be_outstanding_ns.load(), 300'000u);
+    EXPECT_EQ(gate_->words.be_outstanding_ns.load(), 300'000u);
     // ...but nothing more queues behind it until it completes.
-    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000)), GateDecision::kWait);
-    ReleaseBudget(gpu(), 300'000);
-    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 40'000)),
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 10'000)), GateDecision::kWait);
+    ReleaseBudget(*gate_, 300'000);
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 40'000)),
               GateDecision::kGoBudget);
-    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 60'000)),
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 60'000)),
               GateDecision::kGoBudget);
-    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1'000)), GateDecision::kWait);
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 1'000)), GateDecision::kWait);
   }
 }
 
 TEST_F(LaunchGateTest, BusyHighPriorityAdmitsOnlyWorkWithinTheBudget) {
   MarkHighPriority(130, 2, now_);
   // Time-sliced GPU: size in blocks does not matter, queued duration does.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 60'000)), GateDecision::kGoBudget);
-  EXPECT_EQ(gpu().be_outstanding_ns.load(), 60'000u);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 60'000)), GateDecision::kGoBudget);
+  EXPECT_EQ(gate_->words.be_outstanding_ns.load(), 60'000u);
   // The next one would exceed the 100 us budget; a kernel longer than the budget never runs
   // beside busy HP work, even alone.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(64, 60'000)), GateDecision::kWait);
-  ReleaseBudget(gpu(), 60'000);
-  EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1, 300'000)), GateDecision::kWait);
-  ReleaseBudget(gpu(), 5);  // never below zero
-  EXPECT_EQ(gpu().be_outstanding_ns.load(), 0u);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 60'000)), GateDecision::kWait);
+  ReleaseBudget(*gate_, 60'000);
+  EXPECT_EQ(gate_->words.be_outstanding_ns.load(), 0u);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1, 300'000)), GateDecision::kWait);
+  ReleaseBudget(*gate_, 5);  // never below zero
+  EXPECT_EQ(gate_->words.be_outstanding_ns.load(), 0u);
 }
 
 TEST_F(LaunchGateTest, IgnoresStaleHighPriorityOwnSlotPassThroughAndDeadServer) {
   MarkHighPriority(3, 1, now_);  // our own slot never blocks us
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
   MarkHighPriority(7, 1, now_ - 60'000'000);  // no progress for 60 ms > 50 ms: counts as idle
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoBudget);
-  ReleaseBudget(gpu(), 1);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 1)), GateDecision::kGoBudget);
+  ReleaseBudget(*gate_, 1);
   MarkHighPriority(9, 1, now_);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000)), GateDecision::kWait);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 300'000)), GateDecision::kWait);
   gpu().mode.store(static_cast<uint32_t>(GateMode::kPassThrough));
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
   gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
   board_->header.server_heartbeat_ns.store(now_ - 3'000'000'000ull);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
 }
 
 TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
@@ -110,28 +113,28 @@ TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
   gpu().spin_ns.store(10'000);
   std::thread completer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    board_->slots[9].inflight.store(0);
-    OpenGate(gpu());
+    gate_->slots[9].inflight.store(0);
+    OpenGate(*gate_);
   });
-  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 300'000));
+  const GateTicket ticket = WaitAtGate(*board_, *gate_, 3, Be(1000, 300'000));
   completer.join();
   EXPECT_GE(ticket.waited_ns, 15'000'000u);
   EXPECT_LT(ticket.waited_ns, 1'000'000'000u);
   EXPECT_EQ(ticket.budget_ns, 300'000u);  // HP still present: the launch is charged
-  EXPECT_EQ(gpu().gate_waiters.load(), 0u);
+  EXPECT_EQ(gate_->words.gate_waiters.load(), 0u);
 }
 
 TEST_F(LaunchGateTest, HighPriorityPassesUnlessPaused) {
   MarkHighPriority(9, 1, now_);
   board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kHigh));
-  EXPECT_EQ(WaitAtGate(*board_, 3, Be(1000, 10'000)).waited_ns, 0u);
+  EXPECT_EQ(WaitAtGate(*board_, *gate_, 3, Be(1000, 10'000)).waited_ns, 0u);
   board_->slots[3].paused.store(1);
   std::thread resumer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     board_->slots[3].paused.store(0);
     board_->slots[3].wake_seq.fetch_add(1);
   });
-  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 10'000));
+  const GateTicket ticket = WaitAtGate(*board_, *gate_, 3, Be(1000, 10'000));
   resumer.join();
   EXPECT_GE(ticket.waited_ns, 5'000'000u);
 }
@@ -142,19 +145,19 @@ TEST_F(LaunchGateTest, GracePeriodKeepsIdleHighPriorityBusyBetweenKernels) {
   uint64_t wake_by = 0;
   // Inside the grace period a kernel longer than the budget waits, and the waiter learns when
   // to look again.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000), &wake_by),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 300'000), &wake_by),
             GateDecision::kWait);
   EXPECT_EQ(wake_by, now_ + 400'000);
   // A kernel within the budget may still go, as beside in-flight work.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(64, 10'000)), GateDecision::kGoBudget);
-  ReleaseBudget(gpu(), 10'000);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 10'000)), GateDecision::kGoBudget);
+  ReleaseBudget(*gate_, 10'000);
   // Once the grace has run out the client is idle: the budget rule for idle HP applies.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_ + 400'001, Be(1000, 300'000), &wake_by),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_ + 400'001, Be(1000, 300'000), &wake_by),
             GateDecision::kGoBudget);
-  ReleaseBudget(gpu(), 300'000);
+  ReleaseBudget(*gate_, 300'000);
   // With work in flight a waiter has no deadline: only a completion changes the answer.
   MarkHighPriority(131, 1, now_);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 300'000), &wake_by),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 300'000), &wake_by),
             GateDecision::kWait);
   EXPECT_EQ(wake_by, 0u);
 }
@@ -162,35 +165,35 @@ TEST_F(LaunchGateTest, GracePeriodKeepsIdleHighPriorityBusyBetweenKernels) {
 TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsBesideBusyHighPriority) {
   gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
   MarkHighPriority(130, 1, now_);
-  board_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kCompute));
+  gate_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kCompute));
   // Busy with a compute-bound kernel: another compute-bound one waits, a memory-bound one that
   // fits the SM threshold and the budget co-runs, a large one waits.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(32, 10'000, KernelClass::kCompute)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(32, 10'000, KernelClass::kCompute)),
             GateDecision::kWait);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(32, 10'000, KernelClass::kMemory)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(32, 10'000, KernelClass::kMemory)),
             GateDecision::kGoBudget);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(1000, 10'000, KernelClass::kMemory)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 10'000, KernelClass::kMemory)),
             GateDecision::kWait);
   // Unknown class on either side is not held back for its class.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(32, 10'000)), GateDecision::kGoBudget);
-  EXPECT_EQ(gpu().be_outstanding_ns.load(), 20'000u);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(32, 10'000)), GateDecision::kGoBudget);
+  EXPECT_EQ(gate_->words.be_outstanding_ns.load(), 20'000u);
   // sm_threshold 0: no block limit (MPS caps the best-effort SMs); class and budget still count.
   gpu().sm_threshold.store(0);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 10'000, KernelClass::kMemory)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(100000, 10'000, KernelClass::kMemory)),
             GateDecision::kGoBudget);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 10'000, KernelClass::kCompute)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(100000, 10'000, KernelClass::kCompute)),
             GateDecision::kWait);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(100000, 90'000, KernelClass::kMemory)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(100000, 90'000, KernelClass::kMemory)),
             GateDecision::kWait);  // 30 us in flight + 90 us > the 100 us budget
   // A high-priority CUDA graph in flight: nothing co-runs, whatever its class; idle again: goes
   // within the budget.
-  gpu().be_outstanding_ns.store(0);
-  board_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kMixed));
+  gate_->words.be_outstanding_ns.store(0);
+  gate_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kMixed));
   for (KernelClass c : {KernelClass::kUnknown, KernelClass::kMemory, KernelClass::kCompute}) {
-    EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, c)), GateDecision::kWait);
+    EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(8, 1'000, c)), GateDecision::kWait);
   }
   MarkHighPriority(130, 0, now_ - 10'000'000);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(8, 1'000, KernelClass::kCompute)),
             GateDecision::kGoBudget);
 }
 
@@ -201,26 +204,26 @@ TEST_F(LaunchGateTest, MpsModeSeesAGraphBehindALaterKernelAndClassesOfSeveralCli
   const uint32_t memory = KernelClassToBoard(KernelClass::kMemory);
   const uint32_t compute = KernelClassToBoard(KernelClass::kCompute);
   // A graph in flight, then a memory-bound kernel behind it: the slot still shows the graph.
-  contract::ClientSlot& hp = board_->slots[130];
+  contract::SlotGate& hp = gate_->slots[130];
   NoteHighPriorityClass(hp, mixed);
   MarkHighPriority(130, 1, now_);
   NoteHighPriorityClass(hp, memory);
   EXPECT_EQ(hp.hp_kernel_class.load(), mixed);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(8, 1'000, KernelClass::kCompute)),
             GateDecision::kWait);
   // Drained: the next launch's class shows again.
   hp.inflight.store(0);
   NoteHighPriorityClass(hp, memory);
   EXPECT_EQ(hp.hp_kernel_class.load(), memory);
   MarkHighPriority(130, 1, now_);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(8, 1'000, KernelClass::kCompute)),
             GateDecision::kGoBudget);
   // A second HP client running a compute-bound kernel: no class complements both.
-  board_->slots[131].hp_kernel_class.store(compute);
+  gate_->slots[131].hp_kernel_class.store(compute);
   MarkHighPriority(131, 1, now_);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kCompute)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(8, 1'000, KernelClass::kCompute)),
             GateDecision::kWait);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), 3, now_, Be(8, 1'000, KernelClass::kMemory)),
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(8, 1'000, KernelClass::kMemory)),
             GateDecision::kWait);
 }
 
@@ -230,10 +233,10 @@ TEST_F(LaunchGateTest, WaiterWakesWhenGracePeriodEndsWithoutACompletion) {
   MarkHighPriority(9, 0, MonotonicNs());
   board_->slots[3].gpu.store(0);
   board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kBestEffort));
-  const GateTicket ticket = WaitAtGate(*board_, 3, Be(1000, 300'000));
+  const GateTicket ticket = WaitAtGate(*board_, *gate_, 3, Be(1000, 300'000));
   EXPECT_GE(ticket.waited_ns, 25'000'000u);
   EXPECT_LT(ticket.waited_ns, 1'000'000'000u);
-  EXPECT_EQ(gpu().gate_waiters.load(), 0u);
+  EXPECT_EQ(gate_->words.gate_waiters.load(), 0u);
 }
 
 TEST(KernelClassTest, ClassifiesByNameWithoutAllocating) {

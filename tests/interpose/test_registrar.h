@@ -1,7 +1,9 @@
-// A test registrar standing in for orion-server in the interposer's tests: it creates a board
-// file, answers the Unix-socket registration protocol of contract/orion_contract.h, keeps a
-// heartbeat and counts closed connections. Not a scheduler: it assigns slots in order,
-// grants the requested priority if told to, and hands every client the same memory limit.
+// A test registrar standing in for orion-server in the interposer's tests: it creates a board, a
+// gate area and a client area per registration (memfds, handed over with the reply as the
+// server does), answers the Unix-socket registration protocol of contract/orion_contract.h,
+// keeps a heartbeat and counts closed connections. Not a scheduler: it assigns slots in order,
+// grants the requested priority if told to, and hands every client the same memory limit. It
+// does not seal the board (the server's own tests cover that).
 //
 // Usage:
 //   TestRegistrar registrar(dir, /*memory_limit=*/64 << 20, /*honour_priority=*/true);
@@ -11,6 +13,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -42,21 +45,14 @@ class TestRegistrar {
  public:
   TestRegistrar(const std::string& dir, uint64_t memory_limit, bool honour_priority)
       : dir_(dir), memory_limit_(memory_limit), honour_priority_(honour_priority) {
-    board_path_ = dir_ + "/board";
     socket_path_ = dir_ + "/orion.sock";
-    const int fd = open(board_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    void* addr = MAP_FAILED;
-    if (fd >= 0 && ftruncate(fd, c::kBoardBytes) == 0) {
-      addr = mmap(nullptr, c::kBoardBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    }
-    if (fd >= 0) close(fd);
-    if (addr == MAP_FAILED) {
-      // Keep going on a private scratch board so callers can report ok() == false cleanly.
-      ok_ = false;
-      addr =
-          mmap(nullptr, c::kBoardBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    }
-    board_ = static_cast<c::Board*>(addr);
+    board_ = static_cast<c::Board*>(MakeArea(sizeof(c::Board), &board_fd_));
+    gate_ = static_cast<c::GateArea*>(MakeArea(sizeof(c::GateArea), &gate_fd_));
+    gate_->header.version = c::kBoardVersion;
+    gate_->header.bytes = sizeof(c::GateArea);
+    gate_->header.gpu = 0;
+    gate_->header.server_epoch = 77;
+    gate_->header.magic = c::kGateMagic;
     c::BoardHeader& h = board_->header;
     h.version = c::kBoardVersion;
     h.header_bytes = sizeof(c::BoardHeader);
@@ -65,6 +61,8 @@ class TestRegistrar {
     h.num_gpus = 1;
     h.max_slots = c::kMaxSlots;
     h.ring_capacity = c::kRingCapacity;
+    h.gate_area_bytes = sizeof(c::GateArea);
+    h.client_area_bytes = sizeof(c::ClientArea);
     h.server_epoch.store(77);
     h.server_heartbeat_ns.store(NowNs());
     board_->gpus[0].present.store(1);
@@ -96,11 +94,25 @@ class TestRegistrar {
     heartbeat_thread_.join();
     for (auto& t : connection_threads_) t.join();
     munmap(board_, c::kBoardBytes);
+    munmap(gate_, sizeof(c::GateArea));
+    for (uint32_t i = 0; i < c::kMaxSlots; ++i) {
+      if (areas_[i] == nullptr) continue;
+      munmap(areas_[i], sizeof(c::ClientArea));
+      close(area_fds_[i]);
+    }
+    close(board_fd_);
+    close(gate_fd_);
   }
 
   bool ok() const { return ok_; }  // board created and socket listening
   const std::string& socket_path() const { return socket_path_; }
   c::Board& board() { return *board_; }
+  c::GateArea& gate() { return *gate_; }
+  // The client area of a slot handed out (null before).
+  c::ClientArea* area(uint32_t slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return slot < c::kMaxSlots ? areas_[slot] : nullptr;
+  }
   std::vector<c::RegisterRequest> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
@@ -111,11 +123,27 @@ class TestRegistrar {
   std::vector<c::Event> Drain(uint32_t slot) {
     std::vector<c::Event> events;
     c::Event e;
-    while (board_->slots[slot].ring.TryPop(&e)) events.push_back(e);
+    c::ClientArea* a = area(slot);
+    while (a != nullptr && a->ring.TryPop(&e)) events.push_back(e);
     return events;
   }
 
  private:
+  // A memfd of `bytes`, mapped read-write; aborts the test run on failure (nothing to test).
+  static void* MakeArea(size_t bytes, int* fd_out) {
+    const int fd = static_cast<int>(syscall(SYS_memfd_create, "orion-test", 1u /*CLOEXEC*/));
+    void* addr = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+      addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (addr == MAP_FAILED) {
+      perror("test registrar: shared memory");
+      abort();
+    }
+    *fd_out = fd;
+    return addr;
+  }
+
   void AcceptLoop() {
     while (!stop_) {
       const int fd = accept(listen_fd_, nullptr, nullptr);
@@ -131,13 +159,16 @@ class TestRegistrar {
       return;
     }
     uint32_t slot_index;
+    int area_fd = -1;
+    c::ClientArea* area = static_cast<c::ClientArea*>(MakeArea(sizeof(c::ClientArea), &area_fd));
     {
       std::lock_guard<std::mutex> lock(mu_);
       requests_.push_back(request);
       slot_index = next_slot_++;
+      areas_[slot_index] = area;
+      area_fds_[slot_index] = area_fd;
     }
     c::ClientSlot& slot = board_->slots[slot_index];
-    slot.ring.Reset();
     slot.gpu.store(0);
     slot.client_id.store(100 + slot_index);
     const uint32_t priority = honour_priority_ && request.requested_priority != c::kNoValue32
@@ -146,6 +177,11 @@ class TestRegistrar {
     slot.priority.store(priority);
     slot.memory_limit_bytes.store(memory_limit_);
     slot.generation.fetch_add(1);
+    area->header.version = c::kBoardVersion;
+    area->header.bytes = sizeof(c::ClientArea);
+    area->header.slot = slot_index;
+    area->header.generation = slot.generation.load();
+    area->header.magic = c::kAreaMagic;
     slot.state.store(static_cast<uint32_t>(c::SlotState::kActive));
     if (priority == static_cast<uint32_t>(c::Priority::kHigh)) {
       board_->gpus[0].hp_slot_mask[slot_index / 64].fetch_or(1ull << (slot_index % 64));
@@ -161,8 +197,8 @@ class TestRegistrar {
     reply.priority = priority;
     reply.memory_limit_bytes = memory_limit_;
     reply.server_epoch = 77;
-    snprintf(reply.board_path, sizeof(reply.board_path), "%s", board_path_.c_str());
-    send(fd, &reply, sizeof(reply), MSG_NOSIGNAL);
+    const int fds[c::kRegisterFds] = {board_fd_, gate_fd_, area_fd};
+    c::SendWithFds(fd, &reply, sizeof(reply), fds, c::kRegisterFds);
     // Hold the registration until the client goes away.
     char byte;
     while (recv(fd, &byte, 1, 0) > 0) {
@@ -171,11 +207,15 @@ class TestRegistrar {
     closed_.fetch_add(1);
   }
 
-  std::string dir_, board_path_, socket_path_;
+  std::string dir_, socket_path_;
   uint64_t memory_limit_;
   bool honour_priority_;
   bool ok_ = true;
   c::Board* board_ = nullptr;
+  c::GateArea* gate_ = nullptr;
+  int board_fd_ = -1, gate_fd_ = -1;
+  c::ClientArea* areas_[c::kMaxSlots] = {};
+  int area_fds_[c::kMaxSlots] = {};
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::atomic<int> closed_{0};

@@ -120,18 +120,22 @@ int main(int argc, char** argv) {
     printf("registrations=%zu\n", requests.size());
     for (size_t s = 0; s < requests.size(); ++s) {
       const c::ClientSlot& slot = registrar.board().slots[s];
+      const c::SlotGate& gate = registrar.gate().slots[s];
+      const c::ClientArea* area = registrar.area(static_cast<uint32_t>(s));
+      if (area == nullptr) continue;
+      const c::ClientArea::Counters& n = area->counters;
       SlotTally& t = tallies[static_cast<uint32_t>(s)];
       printf(
           "slot=%zu process=%s priority=%u uuid=%s launches=%llu event_kernels=%llu dropped=%llu "
           "inflight=%u throttled_ns=%llu mem_used=%llu mem_peak=%llu names=%zu "
           "kernel_time_ns=%llu",
           s, requests[s].process_name, slot.priority.load(), requests[s].gpu_uuid,
-          static_cast<unsigned long long>(slot.launches.load()),
+          static_cast<unsigned long long>(n.launches.load()),
           static_cast<unsigned long long>(t.launch_kernels),
-          static_cast<unsigned long long>(slot.ring.dropped.load()), slot.inflight.load(),
-          static_cast<unsigned long long>(slot.throttled_ns.load()),
-          static_cast<unsigned long long>(slot.memory_used_bytes.load()),
-          static_cast<unsigned long long>(slot.memory_peak_bytes.load()), t.names.size(),
+          static_cast<unsigned long long>(area->ring.dropped.load()), gate.inflight.load(),
+          static_cast<unsigned long long>(n.throttled_ns.load()),
+          static_cast<unsigned long long>(n.memory_used_bytes.load()),
+          static_cast<unsigned long long>(n.memory_peak_bytes.load()), t.names.size(),
           static_cast<unsigned long long>(t.kernel_time_ns));
       for (const auto& [kind, count] : t.kinds) {
         printf(" kind%u=%llu", kind, static_cast<unsigned long long>(count));

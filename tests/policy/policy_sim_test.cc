@@ -323,7 +323,7 @@ TEST(PolicySimTest, HungHighPriorityClientStopsHoldingAfterStaleBoundAndUnregist
 
   const uint64_t hung = svc.hung_at_ns();
   ASSERT_NE(hung, 0u);
-  const contract::ClientSlot& slot = node.board().slots[hp->slot()];
+  const contract::SlotGate& slot = node.gate(0).slots[hp->slot()];
   const uint32_t inflight = slot.inflight.load();
   EXPECT_GE(inflight, 1u);  // stopped mid-request with work in flight
   const uint64_t last_progress = slot.last_progress_ns.load();
@@ -372,7 +372,7 @@ TEST(PolicySimTest, KilledHighPriorityClientReleasesGateAtOnce) {
   node.RunUntil(t0 + 2 * kSec + 20 * kMs);
   ASSERT_NE(svc.hung_at_ns(), 0u);
   // ...and its socket closes (killed): 20 ms later, well inside hp_stale (1 s).
-  ASSERT_GE(node.board().slots[hp->slot()].inflight.load(), 1u);
+  ASSERT_GE(node.gate(0).slots[hp->slot()].inflight.load(), 1u);
   ASSERT_EQ(FirstLaunchLongerThan(*be, svc.hung_at_ns(), budget), 0u);
   const uint64_t killed = node.now();
   node.loop().At(killed, [&] { node.Kill(hp); });
@@ -427,6 +427,7 @@ TEST(PolicySimTest, AdminPriorityChangeAndPauseResumeTakeEffect) {
   BeTrainer trainer(be, TrainerWorkload{}, kTrainerSeed);
   trainer.Start(t0);
   contract::ClientSlot& be_slot = node.board().slots[be->slot()];
+  const contract::ClientArea::Counters& be_counters = node.state().board().area(be->slot())->counters;
 
   auto set_priority = [&](SimClient* c, orion::v1::Priority p) {
     grpc::ClientContext ctx;
@@ -508,7 +509,7 @@ TEST(PolicySimTest, AdminPriorityChangeAndPauseResumeTakeEffect) {
   node.RunUntil(t4 - 1);
   EXPECT_TRUE(launches_in(be, t3, t4).empty());
   EXPECT_TRUE(be->launch_pending());  // its launching thread is held
-  const uint64_t throttled_before = be_slot.throttled_ns.load();
+  const uint64_t throttled_before = be_counters.throttled_ns.load();
   node.loop().At(t4, [&] { pause(be, false); });
   node.RunUntil(t4);
   EXPECT_EQ(be_slot.paused.load(), 0u);
@@ -520,7 +521,7 @@ TEST(PolicySimTest, AdminPriorityChangeAndPauseResumeTakeEffect) {
   // high-priority request and the grace period.
   EXPECT_LE(resumed.front().t_ns - t4, 5 * kMs);
   EXPECT_GE(resumed.front().waited_ns, t4 - t3);
-  EXPECT_GE(be_slot.throttled_ns.load() - throttled_before, t4 - t3);
+  EXPECT_GE(be_counters.throttled_ns.load() - throttled_before, t4 - t3);
 
   // The high-priority client can be paused too: its requests wait, then drain.
   node.loop().At(t5, [&] { pause(hp, true); });
@@ -576,7 +577,7 @@ TEST(PolicySimTest, HighPriorityWorkGatesOnlyItsOwnGpu) {
   // GPU 1 has no high-priority client: its trainer is never held or charged.
   EXPECT_EQ(be1->CountDecisions(GateDecision::kWait), 0u);
   EXPECT_EQ(be1->CountDecisions(GateDecision::kGoBudget), 0u);
-  EXPECT_EQ(node.board().gpus[1].be_outstanding_ns.load(), 0u);
+  EXPECT_EQ(node.gate(1).words.be_outstanding_ns.load(), 0u);
   EXPECT_GE(share1 / alone1, 0.99);
   // GPU 0's trainer is gated.
   EXPECT_GT(be0->CountDecisions(GateDecision::kWait), 0u);

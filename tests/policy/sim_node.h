@@ -1,4 +1,4 @@
-// Policy simulation harness (tests/policy): the real server state (BoardFile in a temporary file +
+// Policy simulation harness (tests/policy): the real server state (NodeBoard and its areas +
 // NodeState) and simulated interposer clients, all on the virtual clock of sim_gpu_model.h.
 //
 // What is real and what is simulated:
@@ -9,7 +9,7 @@
 //    duration estimate (interpose/kernel_registry.h) and the kernel-name classifier;
 //  - simulated (SimClient): the interposer's GuardedLaunch / WaitAtGate / poller sequence, step by
 //    step as in interpose/hooks_launch.cc, launch_gate.cc and completion_tracker.cc, but as events:
-//    a high-priority launch raises slot.inflight and stamps last_progress_ns before the launch and
+//    a high-priority launch raises its SlotGate's inflight and stamps last_progress_ns before the launch and
 //    again after it; the poller notices a kernel's end poll_lag_ns late, then stamps
 //    last_progress_ns, lowers inflight, releases the budget charge and opens the gate; a held
 //    best-effort launch re-evaluates when a futex word it waits on changes (plus wake_latency_ns),
@@ -179,6 +179,9 @@ class SimClient {
   inline void Push(const contract::Event& e);
   inline contract::ClientSlot& slot_ref();
   inline contract::GpuState& gpu_ref();
+  inline contract::GateArea& gate_ref();
+  inline contract::SlotGate& own_gate();
+  inline contract::ClientArea::Counters& counters();
   inline interpose::KernelRecord* Record(const KernelSpec& k);
 
   SimNode* node_;
@@ -208,18 +211,14 @@ class SimClient {
   std::vector<GpuTiming> gpu_timings_;
 };
 
-// The node: real BoardFile + NodeState, two simulated GPUs, the server's periodic work.
+// The node: real NodeBoard + NodeState, two simulated GPUs, the server's periodic work.
 class SimNode {
  public:
   // `configure` may change the server config before NodeState starts (gpus are set already).
   explicit SimNode(SimParams params = {},
                    const std::function<void(server::ServerConfig&)>& configure = {})
       : params_(params), loop_(params.start_ns) {
-    char tmpl[] = "/tmp/orion-policy-sim-XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    dir_ = d != nullptr ? d : "";
-    auto board = server::BoardFile::Create((d != nullptr ? dir_ : std::string("/tmp")) +
-                                           "/board-" + std::to_string(getpid()));
+    auto board = server::NodeBoard::Create();
     if (!board.ok()) {
       std::fprintf(stderr, "policy sim: %s\n", board.status().ToString().c_str());
       std::abort();
@@ -240,8 +239,7 @@ class SimNode {
   }
   ~SimNode() {
     clients_.clear();
-    state_.reset();  // unmaps and unlinks the board file
-    if (!dir_.empty()) ::rmdir(dir_.c_str());
+    state_.reset();  // unmaps and closes the board and its areas
   }
   SimNode(const SimNode&) = delete;
   SimNode& operator=(const SimNode&) = delete;
@@ -250,6 +248,7 @@ class SimNode {
   EventLoop& loop() { return loop_; }
   server::NodeState& state() { return *state_; }
   contract::Board& board() { return state_->board().board(); }
+  contract::GateArea& gate(uint32_t gpu) { return *state_->board().gate(gpu); }
   SimGpuModel& gpu(uint32_t i) { return *gpus_[i]; }
   uint64_t now() const { return loop_.now(); }
   void RunUntil(uint64_t t_ns) { loop_.RunUntil(t_ns); }
@@ -306,7 +305,6 @@ class SimNode {
 
   SimParams params_;
   EventLoop loop_;
-  std::string dir_;
   std::unique_ptr<server::NodeState> state_;
   std::unique_ptr<SimGpuModel> gpus_[2];
   std::vector<std::unique_ptr<SimClient>> clients_;
@@ -317,8 +315,17 @@ class SimNode {
 EventLoop& SimClient::loop() { return node_->loop(); }
 contract::ClientSlot& SimClient::slot_ref() { return node_->board().slots[slot_]; }
 contract::GpuState& SimClient::gpu_ref() { return node_->board().gpus[gpu_]; }
+contract::GateArea& SimClient::gate_ref() { return *node_->state().board().gate(gpu_); }
+contract::SlotGate& SimClient::own_gate() { return gate_ref().slots[slot_]; }
+contract::ClientArea::Counters& SimClient::counters() {
+  return node_->state().board().area(slot_)->counters;
+}
 
-void SimClient::Push(const contract::Event& e) { slot_ref().ring.TryPush(e); }
+void SimClient::Push(const contract::Event& e) {
+  if (contract::ClientArea* area = node_->state().board().area(slot_); area != nullptr) {
+    area->ring.TryPush(e);
+  }
+}
 
 interpose::KernelRecord* SimClient::Record(const KernelSpec& k) {
   auto& rec = kernels_[k.func];
@@ -389,7 +396,7 @@ void SimClient::Attempt() {
   }
   uint64_t wake_by = 0;
   const GateDecision d = interpose::DecideBestEffort(
-      board, gpu, slot_, now,
+      board, gpu, gate_ref(), slot_, now,
       interpose::BestEffortLaunch{kernel_.blocks, estimate_ns_,
                                   record_->kclass.load(std::memory_order_relaxed)},
       &wake_by);
@@ -406,7 +413,7 @@ void SimClient::Attempt() {
   if (start_ns_ == 0) start_ns_ = now;
   uint64_t timeout = interpose::kMaxFutexWaitNs;
   if (wake_by > now && wake_by - now < timeout) timeout = wake_by - now;
-  WaitOn(&gpu.gate_seq, timeout);
+  WaitOn(&gate_ref().words.gate_seq, timeout);
 }
 
 void SimClient::WaitOn(const std::atomic<uint32_t>* word, uint64_t timeout_ns) {
@@ -445,9 +452,9 @@ void SimClient::DoLaunch() {
   p->timed = (profile || gated_) && interpose::ShouldSample(launch_index);
   if (high_) {
     // Before the launch: best-effort clients must see the GPU busy as early as possible.
-    interpose::NoteHighPriorityClass(slot, rec->kclass.load(std::memory_order_relaxed));
+    interpose::NoteHighPriorityClass(own_gate(), rec->kclass.load(std::memory_order_relaxed));
     interpose::BusyPeriod ended;
-    if (interpose::NoteHighPriorityLaunch(slot, gpu_ref(), now, &ended) &&
+    if (interpose::NoteHighPriorityLaunch(own_gate(), gpu_ref(), now, &ended) &&
         node_->params().report_busy_periods) {
       contract::Event e{};
       e.kind = contract::EventKind::kBusyPeriod;
@@ -465,8 +472,8 @@ void SimClient::DoLaunch() {
     if (!frozen_ && on_done) on_done();  // the application's synchronize returns
     loop().After(node_->params().poll_lag_ns, [this, p] { Finish(*p); });
   });
-  slot.launches.fetch_add(1, std::memory_order_relaxed);
-  slot.last_progress_ns.store(now, std::memory_order_relaxed);
+  counters().launches.fetch_add(1, std::memory_order_relaxed);
+  own_gate().last_progress_ns.store(now, std::memory_order_relaxed);
   contract::Event e{};
   e.kind = contract::EventKind::kLaunch;
   e.cpu_ns = now;
@@ -478,7 +485,7 @@ void SimClient::DoLaunch() {
   Push(e);
   const uint64_t waited = start_ns_ != 0 ? now - start_ns_ : 0;
   if (waited != 0) {
-    slot.throttled_ns.fetch_add(waited, std::memory_order_relaxed);
+    counters().throttled_ns.fetch_add(waited, std::memory_order_relaxed);
     contract::Event t{};
     t.kind = contract::EventKind::kThrottled;
     t.cpu_ns = now;
@@ -497,16 +504,14 @@ void SimClient::DoLaunch() {
 void SimClient::Finish(const Pending& p) {
   // A hung process's poller is hung too; a slot taken over by someone else is not ours.
   if (frozen_ || slot_ref().generation.load(std::memory_order_relaxed) != generation_) return;
-  contract::ClientSlot& slot = slot_ref();
-  contract::GpuState& gpu = gpu_ref();
   const uint64_t now = loop().now();
   bool open_gate = false;
-  if (p.high && interpose::NoteHighPriorityCompletion(slot, now)) open_gate = true;
+  if (p.high && interpose::NoteHighPriorityCompletion(own_gate(), now)) open_gate = true;
   if (p.budget_ns != 0) {
-    interpose::ReleaseBudget(gpu, p.budget_ns);
+    interpose::ReleaseBudget(gate_ref(), p.budget_ns);
     open_gate = true;
   }
-  if (open_gate) interpose::OpenGate(gpu);
+  if (open_gate) interpose::OpenGate(gate_ref());
   if (p.timed) {
     p.record->AddSample(p.duration_ns);
     contract::Event e{};

@@ -36,9 +36,10 @@ class AdminApiTest : public ::testing::Test {
                                    grpc::InsecureChannelCredentials());
     admin_ = orion::v1::Admin::NewStub(channel_);
   }
-  int Register(Priority p, int gpu, contract::RegisterReply* reply) {
+  int Register(Priority p, int gpu, contract::RegisterReply* reply,
+               testing::ClientMaps* maps = nullptr) {
     return testing::RegisterClient(cfg_.socket_path,
-                                   testing::MakeRequest(cfg_.gpus[gpu].c_str(), p), reply);
+                                   testing::MakeRequest(cfg_.gpus[gpu].c_str(), p), reply, maps);
   }
   std::string dir_;
   ServerConfig cfg_;
@@ -244,11 +245,11 @@ TEST_F(AdminApiTest, ModeChangeMovesADefaultBudgetButKeepsASetOne) {
 // are drained, until the caller cancels. SetRecording: spans outside the window are not kept.
 TEST_F(AdminApiTest, StreamTimelineFollowsLiveSpansAndRecordingWindowFilters) {
   contract::RegisterReply reply{};
-  const int fd = Register(Priority::kHigh, 0, &reply);
+  testing::ClientMaps maps;
+  const int fd = Register(Priority::kHigh, 0, &reply, &maps);
   ASSERT_GE(fd, 0);
-  contract::Board* b = testing::MapBoard(reply.board_path);
-  ASSERT_NE(b, nullptr);
-  auto& ring = b->slots[reply.slot].ring;
+  ASSERT_NE(maps.area, nullptr);
+  auto& ring = maps.area->ring;
   uint64_t pushed = 0;
   auto launch = [&] {
     contract::Event e{};
@@ -338,11 +339,11 @@ TEST_F(AdminApiTest, StreamTimelineFollowsLiveSpansAndRecordingWindowFilters) {
 
 TEST_F(AdminApiTest, TimelineAndProfileFromDrainedEvents) {
   contract::RegisterReply reply{};
-  const int fd = Register(Priority::kHigh, 0, &reply);
+  testing::ClientMaps maps;
+  const int fd = Register(Priority::kHigh, 0, &reply, &maps);
   ASSERT_GE(fd, 0);
-  contract::Board* b = testing::MapBoard(reply.board_path);
-  ASSERT_NE(b, nullptr);
-  auto& ring = b->slots[reply.slot].ring;
+  ASSERT_NE(maps.area, nullptr);
+  auto& ring = maps.area->ring;
   contract::Event e{};
   e.kind = contract::EventKind::kKernelName;
   e.func = 0xabc;

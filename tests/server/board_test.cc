@@ -1,9 +1,13 @@
-// The board across processes: a forked child maps the board file and writes events and counters
-// through the contract's atomics; the server side reads them back in order. Also the ring's
-// behaviour when full, and a producer killed between claim and publish.
+// The board and its areas across processes: a forked child maps what a client is handed and
+// writes events and counters through the contract's atomics; the server side reads them back in
+// order. What a client cannot do with the board it is handed (make it writable by any means), the
+// server's checks of the shared gate areas, the ring's behaviour when full, and a producer killed
+// between claim and publish.
 #include "server/board.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,11 +23,17 @@ namespace {
 using contract::Event;
 using contract::EventKind;
 
+// Maps a descriptor as a client does; null on failure.
+template <typename T>
+T* MapAs(int fd, int prot) {
+  void* m = mmap(nullptr, sizeof(T), prot, MAP_SHARED, fd, 0);
+  return m == MAP_FAILED ? nullptr : static_cast<T*>(m);
+}
+
 TEST(BoardTest, HeaderAndLayoutAreValidForClients) {
-  const std::string dir = testing::MakeTempDir();
-  auto board = BoardFile::Create(dir + "/board");
+  auto board = NodeBoard::Create();
   ASSERT_TRUE(board.ok()) << board.status();
-  contract::Board* mapped = testing::MapBoard(dir + "/board");
+  const auto* mapped = MapAs<const contract::Board>((*board)->board_fd(), PROT_READ);
   ASSERT_NE(mapped, nullptr);
   EXPECT_TRUE(contract::BoardLooksValid(*mapped, sizeof(contract::Board)));
   EXPECT_FALSE(contract::BoardLooksValid(*mapped, sizeof(contract::Board) - 1));
@@ -32,18 +42,117 @@ TEST(BoardTest, HeaderAndLayoutAreValidForClients) {
   EXPECT_EQ((*board)->FindOrAddGpu("GPU-a"), 0);
   EXPECT_EQ(mapped->header.num_gpus, 2u);
   EXPECT_STREQ(mapped->gpus[1].uuid, "GPU-b");
+  // Each GPU has its own gate area; each slot its own client area, made at assignment.
+  auto* gate = MapAs<contract::GateArea>((*board)->gate_fd(1), PROT_READ | PROT_WRITE);
+  ASSERT_NE(gate, nullptr);
+  EXPECT_TRUE(contract::GateLooksValid(*gate, sizeof(contract::GateArea), 1));
+  EXPECT_FALSE(contract::GateLooksValid(*gate, sizeof(contract::GateArea), 0));
+  EXPECT_NE((*board)->gate_fd(0), (*board)->gate_fd(1));
+  EXPECT_EQ((*board)->area_fd(0), -1);
+  auto slot = (*board)->AssignSlot(5, 1, 1, contract::Priority::kBestEffort, 0);
+  ASSERT_TRUE(slot);
+  auto* area = MapAs<contract::ClientArea>((*board)->area_fd(*slot), PROT_READ | PROT_WRITE);
+  ASSERT_NE(area, nullptr);
+  const uint32_t generation = mapped->slots[*slot].generation.load();
+  EXPECT_TRUE(contract::AreaLooksValid(*area, sizeof(contract::ClientArea), *slot, generation));
+  EXPECT_FALSE(
+      contract::AreaLooksValid(*area, sizeof(contract::ClientArea), *slot, generation + 1));
+  (*board)->FreeSlot(*slot);
+  EXPECT_EQ((*board)->area_fd(*slot), -1);
+  EXPECT_EQ((*board)->area(*slot), nullptr);
 }
 
-// A tenant with the board mapped writes over the server's fields (its own priority, another
-// client's pause, the knobs, the mask, the header): Reassert puts every one back from the server's
-// record and says how many; untouched, it changes nothing. Client-written fields stay as written.
-TEST(BoardTest, ReassertPutsBackWhatATenantOverwrote) {
-  const std::string dir = testing::MakeTempDir();
-  auto board = BoardFile::Create(dir + "/board");
+// What a tenant holds of the board is a descriptor of a sealed memfd: no writable mapping, no
+// write(2), no resize, not even through a fresh open of /proc/self/fd/N or mprotect; the gate and
+// client areas cannot be resized (the server reads them) nor sealed by a client.
+TEST(BoardTest, AClientCannotMakeTheBoardWritable) {
+  auto board = NodeBoard::Create();
   ASSERT_TRUE(board.ok()) << board.status();
-  BoardFile& b = **board;
-  contract::Board* mapped = testing::MapBoard(dir + "/board");
-  ASSERT_NE(mapped, nullptr);
+  if (!(*board)->sealed()) GTEST_SKIP() << "this kernel cannot seal (F_SEAL_FUTURE_WRITE)";
+  ASSERT_EQ((*board)->FindOrAddGpu("GPU-a"), 0);
+  auto slot = (*board)->AssignSlot(5, 1, 0, contract::Priority::kBestEffort, 0);
+  ASSERT_TRUE(slot);
+  const int fd = (*board)->board_fd();
+  EXPECT_EQ(mmap(nullptr, sizeof(contract::Board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0),
+            MAP_FAILED);
+  EXPECT_EQ(errno, EPERM);
+  const char byte = 1;
+  EXPECT_EQ(pwrite(fd, &byte, 1, 0), -1);
+  EXPECT_NE(ftruncate(fd, 0), 0);
+  EXPECT_NE(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+  const std::string again = "/proc/self/fd/" + std::to_string(fd);
+  const int reopened = open(again.c_str(), O_RDWR | O_CLOEXEC);
+  if (reopened >= 0) {  // a fresh file description of the same memfd: still sealed
+    EXPECT_EQ(mmap(nullptr, sizeof(contract::Board), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   reopened, 0),
+              MAP_FAILED);
+    EXPECT_EQ(pwrite(reopened, &byte, 1, 0), -1);
+    close(reopened);
+  }
+  void* ro = mmap(nullptr, sizeof(contract::Board), PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(ro, MAP_FAILED);
+  EXPECT_NE(mprotect(ro, 4096, PROT_READ | PROT_WRITE), 0);
+  munmap(ro, sizeof(contract::Board));
+  // The server's own mapping stays writable.
+  (*board)->SetPaused(*slot, true);
+  EXPECT_EQ((*board)->board().slots[*slot].paused.load(), 1u);
+  for (const int area_fd : {(*board)->gate_fd(0), (*board)->area_fd(*slot)}) {
+    EXPECT_NE(ftruncate(area_fd, 0), 0);
+    EXPECT_NE(fcntl(area_fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE), 0);
+  }
+}
+
+// The gate area is shared by the clients of a GPU: what no honest client writes there is cleared
+// at each check, and a best-effort slot's claim of high-priority work is reported by slot.
+TEST(BoardTest, CheckGatesClearsBestEffortClaimsAndImpossibleValues) {
+  auto board = NodeBoard::Create();
+  ASSERT_TRUE(board.ok()) << board.status();
+  NodeBoard& b = **board;
+  ASSERT_EQ(b.FindOrAddGpu("GPU-a"), 0);
+  const auto hp = b.AssignSlot(1, 100, 0, contract::Priority::kHigh, 0);
+  const auto be = b.AssignSlot(2, 200, 0, contract::Priority::kBestEffort, 0);
+  ASSERT_TRUE(hp && be);
+  auto* gate = MapAs<contract::GateArea>(b.gate_fd(0), PROT_READ | PROT_WRITE);
+  ASSERT_NE(gate, nullptr);
+  const uint64_t now = MonotonicNs();
+  // Honest state: an HP client with work in flight, best-effort time within 64 budgets.
+  gate->slots[*hp].inflight.store(3);
+  gate->slots[*hp].last_progress_ns.store(now);
+  gate->words.be_outstanding_ns.store(b.ReadKnobs(0).be_budget_ns * 2);
+  GateRepairs r = b.CheckGates(now);
+  EXPECT_TRUE(r.claimed_by.empty());
+  EXPECT_EQ(r.values_reset, 0u);
+  EXPECT_EQ(gate->slots[*hp].inflight.load(), 3u);
+  // A best-effort client claims HP work; the HP entry gets a progress stamp an hour ahead and a
+  // count no ring could hold; the best-effort time in flight is absurd.
+  const uint32_t seq_before = gate->words.gate_seq.load();
+  gate->slots[*be].inflight.store(5);
+  gate->slots[*hp].last_progress_ns.store(now + 3600ull * 1000000000ull);
+  gate->slots[*hp].inflight.store(0x7fffffff);
+  gate->words.be_outstanding_ns.store(~0ull / 2);
+  r = b.CheckGates(now);
+  ASSERT_EQ(r.claimed_by.size(), 1u);
+  EXPECT_EQ(r.claimed_by[0], *be);
+  EXPECT_EQ(r.values_reset, 2u);
+  EXPECT_EQ(gate->slots[*be].inflight.load(), 0u);
+  EXPECT_EQ(gate->slots[*hp].inflight.load(), 0u);
+  EXPECT_LE(gate->slots[*hp].last_progress_ns.load(), now);
+  EXPECT_EQ(gate->words.be_outstanding_ns.load(), 0u);
+  EXPECT_NE(gate->words.gate_seq.load(), seq_before);  // waiters re-decide
+  r = b.CheckGates(now);
+  EXPECT_TRUE(r.claimed_by.empty());
+  EXPECT_EQ(r.values_reset, 0u);
+}
+
+// Where the kernel cannot seal the board, a tenant could write over the server's fields (its own
+// priority, another client's pause, the knobs, the mask, the header); written here through the
+// server's own mapping: Reassert puts every one back from the server's record and says how
+// many; untouched, it changes nothing.
+TEST(BoardTest, ReassertPutsBackWhatATenantOverwrote) {
+  auto board = NodeBoard::Create();
+  ASSERT_TRUE(board.ok()) << board.status();
+  NodeBoard& b = **board;
+  contract::Board* mapped = &b.board();
   ASSERT_EQ(b.FindOrAddGpu("GPU-a"), 0);
   auto hp = b.AssignSlot(1, 100, 0, contract::Priority::kHigh, 0);
   auto be = b.AssignSlot(2, 200, 0, contract::Priority::kBestEffort, 1 << 20);
@@ -62,7 +171,6 @@ TEST(BoardTest, ReassertPutsBackWhatATenantOverwrote) {
   gpu.be_budget_ns.store(0);
   gpu.mode.store(99);
   mapped->header.magic = 0;
-  mapped->slots[*be].launches.store(12345);  // the client's own counter: left alone
   EXPECT_EQ(b.Reassert(), 9u);
   EXPECT_EQ(mapped->slots[*be].priority.load(), static_cast<uint32_t>(contract::Priority::kBestEffort));
   EXPECT_EQ(mapped->slots[*hp].paused.load(), 0u);
@@ -72,7 +180,6 @@ TEST(BoardTest, ReassertPutsBackWhatATenantOverwrote) {
   EXPECT_EQ(gpu.spin_ns.load(), contract::kDefaultSpinNs);
   EXPECT_EQ(gpu.mode.load(), static_cast<uint32_t>(contract::kDefaultGateMode));
   EXPECT_EQ(std::memcmp(&mapped->header, header_before, sizeof(header_before)), 0);
-  EXPECT_EQ(mapped->slots[*be].launches.load(), 12345u);
   EXPECT_EQ(b.Reassert(), 0u);
 
   // A freed slot forged back to active is put back too.
@@ -83,12 +190,10 @@ TEST(BoardTest, ReassertPutsBackWhatATenantOverwrote) {
 }
 
 TEST(BoardTest, PriorityMaskAndBestEffortCountComeFromTheServersRecord) {
-  const std::string dir = testing::MakeTempDir();
-  auto board = BoardFile::Create(dir + "/board");
+  auto board = NodeBoard::Create();
   ASSERT_TRUE(board.ok()) << board.status();
-  BoardFile& b = **board;
-  contract::Board* mapped = testing::MapBoard(dir + "/board");
-  ASSERT_NE(mapped, nullptr);
+  NodeBoard& b = **board;
+  contract::Board* mapped = &b.board();
   ASSERT_EQ(b.FindOrAddGpu("GPU-a"), 0);
   const auto hp = b.AssignSlot(1, 100, 0, contract::Priority::kHigh, 0);
   const auto be = b.AssignSlot(2, 200, 0, contract::Priority::kBestEffort, 0);
@@ -96,8 +201,8 @@ TEST(BoardTest, PriorityMaskAndBestEffortCountComeFromTheServersRecord) {
   const contract::GpuState& gpu = mapped->gpus[0];
   EXPECT_EQ(gpu.hp_slot_mask[0].load(), 1ull << *hp);
   EXPECT_EQ(gpu.be_clients.load(), 1u);
-  // A best-effort tenant writes high priority into its slot and moves the HP client to another
-  // GPU on the board; the next recomputation (a third client arrives) must not believe either.
+  // Written over (an unsealed board): the best-effort slot says high priority and the HP client
+  // another GPU; the next recomputation (a third client arrives) must not believe either.
   mapped->slots[*be].priority.store(static_cast<uint32_t>(contract::Priority::kHigh));
   mapped->slots[*hp].gpu.store(7);
   const auto third = b.AssignSlot(3, 300, 0, contract::Priority::kBestEffort, 0);
@@ -114,8 +219,7 @@ TEST(BoardTest, PriorityMaskAndBestEffortCountComeFromTheServersRecord) {
 }
 
 TEST(BoardTest, ChildProcessEventsArriveInOrder) {
-  const std::string dir = testing::MakeTempDir();
-  auto board = BoardFile::Create(dir + "/board");
+  auto board = NodeBoard::Create();
   ASSERT_TRUE(board.ok());
   (*board)->FindOrAddGpu("GPU-a");
   auto slot = (*board)->AssignSlot(7, 1, 0, contract::Priority::kHigh, 1 << 20);
@@ -123,22 +227,24 @@ TEST(BoardTest, ChildProcessEventsArriveInOrder) {
   constexpr int kEvents = 20000;  // ~10 ring laps: the child waits when the ring is full
   const pid_t child = fork();
   if (child == 0) {
-    contract::Board* b = testing::MapBoard(dir + "/board");
-    if (!b) _exit(3);
-    contract::ClientSlot& s = b->slots[*slot];
+    // The descriptors a client would be handed, inherited across fork.
+    const auto* b = MapAs<const contract::Board>((*board)->board_fd(), PROT_READ);
+    auto* area = MapAs<contract::ClientArea>((*board)->area_fd(*slot), PROT_READ | PROT_WRITE);
+    if (!b || !area) _exit(3);
+    const contract::ClientSlot& s = b->slots[*slot];
     if (s.client_id.load() != 7 || s.memory_limit_bytes.load() != (1u << 20)) _exit(4);
     for (int i = 0; i < kEvents; ++i) {
       Event e{};
       e.kind = EventKind::kLaunch;
       e.func = static_cast<uint64_t>(i);
       e.grid[0] = 3;
-      while (!s.ring.TryPush(e)) usleep(50);
+      while (!area->ring.TryPush(e)) usleep(50);
     }
-    s.memory_used_bytes.store(4096);
-    s.launches.store(kEvents);
+    area->counters.memory_used_bytes.store(4096);
+    area->counters.launches.store(kEvents);
     _exit(0);
   }
-  auto& ring = (*board)->board().slots[*slot].ring;
+  auto& ring = (*board)->area(*slot)->ring;
   int next = 0;
   Event e{};
   while (next < kEvents) {
@@ -153,7 +259,7 @@ TEST(BoardTest, ChildProcessEventsArriveInOrder) {
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_EQ((*board)->board().slots[*slot].memory_used_bytes.load(), 4096u);
+  EXPECT_EQ((*board)->area(*slot)->counters.memory_used_bytes.load(), 4096u);
   EXPECT_EQ(ring.head.load(), static_cast<uint64_t>(kEvents));  // retried pushes are not events
 }
 
@@ -170,14 +276,14 @@ TEST(BoardTest, FullRingDropsInsteadOfBlocking) {
 TEST(BoardTest, KilledProducerHoleIsSkippedAfterTimeout) {
   const std::string dir = testing::MakeTempDir();
   ServerConfig cfg = testing::TestConfig(dir);
-  auto board = BoardFile::Create(cfg.board_path);
+  auto board = NodeBoard::Create();
   ASSERT_TRUE(board.ok());
   NodeState state(cfg, std::move(*board));
   PeerIdentity peer = IdentifyPid(getpid(), getuid(), getgid(), "/proc");
   auto req = testing::MakeRequest(cfg.gpus[0].c_str(), contract::Priority::kBestEffort);
   auto a = state.Register(peer, req);
   ASSERT_EQ(a.status, contract::RegisterStatus::kOk);
-  auto& ring = state.board().board().slots[a.slot].ring;
+  auto& ring = state.board().area(a.slot)->ring;
   // A producer claimed position 0 and died before publishing; a later event is published.
   ring.head.store(1);
   Event e{};
@@ -193,13 +299,13 @@ TEST(BoardTest, KilledProducerHoleIsSkippedAfterTimeout) {
 TEST(BoardTest, GarbageEventKindsAreCountedNotTrusted) {
   const std::string dir = testing::MakeTempDir();
   ServerConfig cfg = testing::TestConfig(dir);
-  auto board = BoardFile::Create(cfg.board_path);
+  auto board = NodeBoard::Create();
   ASSERT_TRUE(board.ok());
   NodeState state(cfg, std::move(*board));
   PeerIdentity peer = IdentifyPid(getpid(), getuid(), getgid(), "/proc");
   auto a = state.Register(peer, testing::MakeRequest(cfg.gpus[0].c_str(),
                                                      contract::Priority::kHigh));
-  auto& ring = state.board().board().slots[a.slot].ring;
+  auto& ring = state.board().area(a.slot)->ring;
   Event e{};
   e.kind = static_cast<EventKind>(0xdead);
   ASSERT_TRUE(ring.TryPush(e));

@@ -12,7 +12,6 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   auto c = ParseServerConfig("", "empty.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->socket_path, "/run/orion/orion.sock");
-  EXPECT_EQ(c->board_path, "/run/orion/board");
   EXPECT_EQ(c->admin_address, "127.0.0.1:50051");  // loopback unless asked otherwise
   EXPECT_EQ(c->admin_tokens_file, "");
   EXPECT_EQ(c->agent_socket, "/run/orion/agent.sock");

@@ -41,22 +41,24 @@ class MetricsTest : public ::testing::Test {
 
 TEST_F(MetricsTest, ExpositionHasTheOrionFamiliesAndPassesPromtool) {
   contract::RegisterReply hp{}, be{};
+  testing::ClientMaps hp_maps, be_maps;
   const int f1 = testing::RegisterClient(
       cfg_.socket_path, testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kHigh, 1 << 30),
-      &hp);
+      &hp, &hp_maps);
   const int f2 = testing::RegisterClient(
       cfg_.socket_path, testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kBestEffort),
-      &be);
+      &be, &be_maps);
   ASSERT_GE(f1, 0);
   ASSERT_GE(f2, 0);
-  contract::Board* b = testing::MapBoard(hp.board_path);
-  b->slots[hp.slot].memory_used_bytes.store(5 << 20);
-  b->slots[be.slot].throttled_ns.store(1500000000);
+  ASSERT_NE(hp_maps.area, nullptr);
+  ASSERT_NE(be_maps.area, nullptr);
+  hp_maps.area->counters.memory_used_bytes.store(5 << 20);
+  be_maps.area->counters.throttled_ns.store(1500000000);
   contract::Event e{};
   e.kind = contract::EventKind::kBusyPeriod;
   e.duration_ns = 3000000;
-  ASSERT_TRUE(b->slots[hp.slot].ring.TryPush(e));
-  ASSERT_TRUE(testing::WaitFor([&] { return b->slots[hp.slot].ring.tail.load() == 1; }));
+  ASSERT_TRUE(hp_maps.area->ring.TryPush(e));
+  ASSERT_TRUE(testing::WaitFor([&] { return hp_maps.area->ring.tail.load() == 1; }));
 
   const std::string text = orion::testing::HttpGet(server_->metrics_port(), "/metrics");
   for (const char* want :
@@ -98,12 +100,13 @@ TEST_F(MetricsTest, ExpositionHasTheOrionFamiliesAndPassesPromtool) {
 // total after its slot is freed. Nothing leaves the books unreported.
 TEST_F(MetricsTest, DepartedClientsEventsStayAccountedFor) {
   contract::RegisterReply be{};
+  testing::ClientMaps maps;
   const int fd = testing::RegisterClient(
       cfg_.socket_path, testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kBestEffort),
-      &be);
+      &be, &maps);
   ASSERT_GE(fd, 0);
-  contract::Board* b = testing::MapBoard(cfg_.board_path);
-  auto& ring = b->slots[be.slot].ring;
+  ASSERT_NE(maps.area, nullptr);
+  auto& ring = maps.area->ring;
   ring.dropped.store(5);
   contract::Event e{};
   e.kind = contract::EventKind::kBusyPeriod;

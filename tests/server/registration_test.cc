@@ -43,12 +43,21 @@ TEST_F(RegistrationTest, ForkedClientIsIdentifiedByTheKernelAndReleasedOnExit) {
     RegisterReply reply{};
     auto req = testing::MakeRequest(cfg_.gpus[1].c_str(), Priority::kHigh, 1 << 30);
     req.claimed_pid = 1;  // lies about its pid: must not matter
-    const int fd = testing::RegisterClient(cfg_.socket_path, req, &reply);
+    testing::ClientMaps maps;
+    const int fd = testing::RegisterClient(cfg_.socket_path, req, &reply, &maps);
     if (fd < 0 || reply.status != 0) _exit(3);
-    contract::Board* b = testing::MapBoard(reply.board_path);
+    const contract::Board* b = maps.board;
     if (!b || !contract::BoardLooksValid(*b, sizeof(contract::Board))) _exit(4);
     if (b->slots[reply.slot].generation.load() != reply.generation) _exit(5);
-    b->slots[reply.slot].memory_used_bytes.store(777);
+    if (!maps.area || !contract::AreaLooksValid(*maps.area, sizeof(contract::ClientArea),
+                                                reply.slot, reply.generation)) {
+      _exit(6);
+    }
+    if (!maps.gate ||
+        !contract::GateLooksValid(*maps.gate, sizeof(contract::GateArea), reply.gpu)) {
+      _exit(7);
+    }
+    maps.area->counters.memory_used_bytes.store(777);
     char go = 0;
     (void)!write(pipe_fds[1], &go, 1);
     pause();  // stay registered until killed

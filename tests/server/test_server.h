@@ -1,6 +1,5 @@
-// Test support: starts a real OrionServer on loopback port 0 with its socket and board in a fresh
-// temporary folder, and a minimal registering client that speaks the contract's socket protocol
-// (standing in for the interposer, which has its own tests).
+// Test support: starts a real OrionServer on loopback port 0 with its sockets in a fresh
+// temporary folder; clients register with tests/registered_client.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +16,7 @@
 
 #include "contract/orion_contract.h"
 #include "server/orion_server.h"
+#include "tests/registered_client.h"
 
 namespace orion::server::testing {
 
@@ -31,7 +31,6 @@ inline ServerConfig TestConfig(const std::string& dir) {
   ServerConfig cfg = *c;
   cfg.node_name = "test-node";
   cfg.socket_path = dir + "/orion.sock";
-  cfg.board_path = dir + "/board";
   cfg.agent_socket = dir + "/agent.sock";
   cfg.admin_address = "127.0.0.1:0";
   cfg.metrics_address = "127.0.0.1:0";
@@ -60,40 +59,8 @@ inline contract::RegisterRequest MakeRequest(const char* uuid, contract::Priorit
   return r;
 }
 
-// Connects and registers; returns the fd (kept open = registered) and fills *reply.
-inline int RegisterClient(const std::string& socket_path, const contract::RegisterRequest& req,
-                          contract::RegisterReply* reply) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  if (send(fd, &req, sizeof(req), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(req))) {
-    close(fd);
-    return -1;
-  }
-  size_t have = 0;
-  while (have < sizeof(*reply)) {
-    const ssize_t n = recv(fd, reinterpret_cast<char*>(reply) + have, sizeof(*reply) - have, 0);
-    if (n <= 0) {
-      close(fd);
-      return -1;
-    }
-    have += static_cast<size_t>(n);
-  }
-  return fd;
-}
-
-inline contract::Board* MapBoard(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return nullptr;
-  void* m = mmap(nullptr, sizeof(contract::Board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  return m == MAP_FAILED ? nullptr : static_cast<contract::Board*>(m);
-}
+using orion::testing::ClientMaps;
+using orion::testing::RegisterClient;
 
 // Polls cond every 10 ms for up to timeout_ms.
 template <typename F>

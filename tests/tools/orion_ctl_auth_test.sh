@@ -10,8 +10,8 @@ trap 'kill "${PID:-0}" 2>/dev/null; wait "${PID:-0}" 2>/dev/null; rm -rf "$W"' E
 printf 'operator alice op-0123456789abcdef0123\nreader grafana rd-0123456789abcdef0123\n' > "$W/tokens"
 grep reader "$W/tokens" > "$W/reader"
 grep operator "$W/tokens" > "$W/operator"
-printf 'socket_path: %s/orion.sock\nboard_path: %s/board\nadmin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\nadmin_auth: {tokens_file: %s/tokens}\ngpus: [GPU-00000000-1111-2222-3333-444444444444]\n' \
-  "$W" "$W" "$W" > "$W/s.yaml"
+printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\nadmin_auth: {tokens_file: %s/tokens}\ngpus: [GPU-00000000-1111-2222-3333-444444444444]\n' \
+  "$W" "$W" > "$W/s.yaml"
 "$SERVER" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
 PID=$!
 port=""

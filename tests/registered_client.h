@@ -1,0 +1,76 @@
+// Test support: a minimal client of orion-server's registration socket that speaks the
+// contract's protocol (standing in for the interposer, which has its own tests), and maps what
+// the server hands over as the interposer does: the board read-only, the GPU's gate area and the
+// client's own area read-write.
+//
+// Usage:
+//   ClientMaps maps;
+//   const int sock = RegisterClient(socket_path, request, &reply, &maps);  // -1 on failure
+//   maps.area->ring.TryPush(event);  maps.board->slots[reply.slot].priority.load();
+#pragma once
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "contract/orion_contract.h"
+
+namespace orion::testing {
+
+// What a registered client maps; the descriptors stay open (a test may try more with them).
+struct ClientMaps {
+  int fds[contract::kRegisterFds] = {-1, -1, -1};
+  const contract::Board* board = nullptr;
+  contract::GateArea* gate = nullptr;
+  contract::ClientArea* area = nullptr;
+};
+
+inline void* MapFd(int fd, size_t bytes, int prot) {
+  if (fd < 0) return nullptr;
+  void* m = mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
+  return m == MAP_FAILED ? nullptr : m;
+}
+
+// Connects and registers; returns the socket (kept open = registered) and fills *reply. With
+// `maps`, a kOk reply's descriptors are kept and mapped there.
+inline int RegisterClient(const std::string& socket_path, const contract::RegisterRequest& req,
+                          contract::RegisterReply* reply, ClientMaps* maps = nullptr) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  if (send(fd, &req, sizeof(req), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(req))) {
+    close(fd);
+    return -1;
+  }
+  int fds[contract::kRegisterFds];
+  int nfds = 0;
+  if (!contract::ReceiveWithFds(fd, reply, sizeof(*reply), fds, &nfds)) {
+    close(fd);
+    return -1;
+  }
+  if (maps == nullptr) {
+    for (int f : fds) {
+      if (f >= 0) close(f);
+    }
+    return fd;
+  }
+  for (int i = 0; i < contract::kRegisterFds; ++i) maps->fds[i] = fds[i];
+  maps->board = static_cast<const contract::Board*>(
+      MapFd(fds[contract::kBoardFd], sizeof(contract::Board), PROT_READ));
+  maps->gate = static_cast<contract::GateArea*>(
+      MapFd(fds[contract::kGateFd], sizeof(contract::GateArea), PROT_READ | PROT_WRITE));
+  maps->area = static_cast<contract::ClientArea*>(
+      MapFd(fds[contract::kAreaFd], sizeof(contract::ClientArea), PROT_READ | PROT_WRITE));
+  return fd;
+}
+
+}  // namespace orion::testing
