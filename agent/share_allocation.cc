@@ -76,11 +76,20 @@ v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::st
   lib->set_container_path(layout.container_lib_dir);
   lib->set_host_path(layout.host_lib_dir);
   lib->set_read_only(true);
+  // Read-only: a process only connects to the socket there (which a read-only mount allows);
+  // the board and its own areas come over the socket, so a tenant can write nothing in it.
   v1beta1::Mount* run = r.add_mounts();
   run->set_container_path(layout.run_dir);
   run->set_host_path(layout.run_dir);
-  run->set_read_only(false);
-  if (!layout.mps_pipe_dir.empty()) envs["CUDA_MPS_PIPE_DIRECTORY"] = layout.mps_pipe_dir;
+  run->set_read_only(true);
+  if (!layout.mps_pipe_dir.empty()) {
+    envs["CUDA_MPS_PIPE_DIRECTORY"] = layout.mps_pipe_dir;
+    // The MPS client side writes to its control pipe: its folder stays writable.
+    v1beta1::Mount* pipe = r.add_mounts();
+    pipe->set_container_path(layout.mps_pipe_dir);
+    pipe->set_host_path(layout.mps_pipe_dir);
+    pipe->set_read_only(false);
+  }
   if (!layout.mps_shm_dir.empty()) {
     v1beta1::Mount* shm = r.add_mounts();
     shm->set_container_path("/dev/shm");

@@ -107,7 +107,7 @@ TEST_F(DevicePluginTest, AllocateHandsOutGpuInterposerAndSocket) {
   EXPECT_TRUE(first.mounts(0).read_only());
   EXPECT_EQ(first.mounts(1).host_path(), "/run/orion");
   EXPECT_EQ(first.mounts(1).container_path(), "/run/orion");
-  EXPECT_FALSE(first.mounts(1).read_only());
+  EXPECT_TRUE(first.mounts(1).read_only());  // the socket only: nothing there to write
   // Two shares of one GPU: the GPU is listed once.
   EXPECT_EQ(response.container_responses(1).envs().at("NVIDIA_VISIBLE_DEVICES"), kGpu0);
 
@@ -217,10 +217,14 @@ TEST(ContainerAllocation, MpsDaemonPipeAndSharedMemory) {
   v1beta1::ContainerAllocateResponse with = ContainerAllocation({std::string(kGpu0) + "::0"},
                                                                layout);
   EXPECT_EQ(with.envs().at("CUDA_MPS_PIPE_DIRECTORY"), "/run/orion/mps/pipe");
-  ASSERT_EQ(with.mounts_size(), 3);
-  EXPECT_EQ(with.mounts(2).host_path(), "/run/orion/mps/shm");
-  EXPECT_EQ(with.mounts(2).container_path(), "/dev/shm");
+  ASSERT_EQ(with.mounts_size(), 4);
+  EXPECT_TRUE(with.mounts(1).read_only());
+  EXPECT_EQ(with.mounts(2).host_path(), "/run/orion/mps/pipe");  // writable inside the ro run dir
+  EXPECT_EQ(with.mounts(2).container_path(), "/run/orion/mps/pipe");
   EXPECT_FALSE(with.mounts(2).read_only());
+  EXPECT_EQ(with.mounts(3).host_path(), "/run/orion/mps/shm");
+  EXPECT_EQ(with.mounts(3).container_path(), "/dev/shm");
+  EXPECT_FALSE(with.mounts(3).read_only());
 }
 
 TEST(PreferredShares, MustIncludeFirstThenSameGpu) {

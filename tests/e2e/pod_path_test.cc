@@ -176,6 +176,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   const std::string lib_container = container.mounts(0).container_path();
   EXPECT_EQ(lib_host.rfind(dir_ + "/lib/", 0), 0u) << lib_host;  // a versioned folder
   EXPECT_TRUE(container.mounts(0).read_only());
+  EXPECT_TRUE(container.mounts(1).read_only());  // the run folder: the socket only
   EXPECT_EQ(container.mounts(1).host_path(), dir_ + "/run");
 
   // The agent pushed the pod's annotations to the server (its AgentSync socket).

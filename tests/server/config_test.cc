@@ -135,6 +135,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"policy: {spin_us: 99999999}", "policy.spin_us: expected an integer in [0, 10000]"},
         BadCase{"mode: turbo", "mode: expected one of pass-through, priority, mps"},
         BadCase{"sokcet_path: /x", "sokcet_path: unknown key"},
+        BadCase{"board_path: /run/orion/board", "board_path: is no longer used"},
         BadCase{"policy: {be_budget: 3}", "policy.be_budget: unknown key"},
         BadCase{"socket_path: relative.sock", "socket_path: expected an absolute path"},
         BadCase{"admin_address: 50051", "admin_address: expected HOST:PORT"},
