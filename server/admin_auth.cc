@@ -84,25 +84,44 @@ absl::StatusOr<std::vector<AdminToken>> LoadAdminTokens(const std::string& path)
 }
 
 absl::StatusOr<AdminCaller> AdminAuth::Authorize(absl::string_view authorization,
+                                                 absl::string_view certificate_name,
                                                  AdminRole needed) const {
   if (!enabled()) return AdminCaller{"anonymous", AdminRole::kOperator};
-  constexpr absl::string_view kBearer = "Bearer ";
-  if (!absl::StartsWithIgnoreCase(authorization, kBearer)) {
-    return absl::UnauthenticatedError(
-        "this orion-server requires a token: send metadata 'authorization: Bearer TOKEN' "
-        "(orion-ctl --token-file FILE, grpcurl -H 'authorization: Bearer ...')");
-  }
-  const absl::string_view presented =
-      absl::StripAsciiWhitespace(authorization.substr(kBearer.size()));
-  for (const AdminToken& t : tokens_) {
-    if (!SameSecret(presented, t.token)) continue;
-    if (static_cast<int>(t.role) < static_cast<int>(needed)) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          t.name, " holds a reader token; this call needs an operator token"));
+  auto allowed = [needed](const std::string& name, AdminRole role,
+                          const char* what) -> absl::StatusOr<AdminCaller> {
+    if (static_cast<int>(role) < static_cast<int>(needed)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(name, " holds a reader ", what, "; this call needs an operator"));
     }
-    return AdminCaller{t.name, t.role};
+    return AdminCaller{name, role};
+  };
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (absl::StartsWithIgnoreCase(authorization, kBearer)) {
+    const absl::string_view presented =
+        absl::StripAsciiWhitespace(authorization.substr(kBearer.size()));
+    for (const AdminToken& t : tokens_) {
+      if (SameSecret(presented, t.token)) return allowed(t.name, t.role, "token");
+    }
+    return absl::UnauthenticatedError(
+        "the bearer token is not one of this orion-server's tokens");
   }
-  return absl::UnauthenticatedError("the bearer token is not one of this orion-server's tokens");
+  if (!certificate_name.empty()) {
+    if (tokens_.empty()) {
+      return allowed(std::string(certificate_name), AdminRole::kOperator, "certificate");
+    }
+    for (const AdminToken& t : tokens_) {
+      if (t.name == certificate_name) return allowed(t.name, t.role, "certificate");
+    }
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the client certificate's name '", certificate_name,
+        "' is not a NAME of this orion-server's tokens file: present a token"));
+  }
+  return absl::UnauthenticatedError(
+      client_certificates_
+          ? "this orion-server requires a client certificate (orion-ctl --cacert CA --cert "
+            "CERT --key KEY; grpcurl -cacert CA -cert CERT -key KEY)"
+          : "this orion-server requires a token: send metadata 'authorization: Bearer TOKEN' "
+            "(orion-ctl --token-file FILE, grpcurl -H 'authorization: Bearer ...')");
 }
 
 }  // namespace orion::server

@@ -1,4 +1,5 @@
-// Who may call the admin API: bearer tokens with one of two roles, read from a tokens file.
+// Who may call the admin API: bearer tokens with one of two roles, read from a tokens file, and
+// client certificates (when the admin API requires them over TLS).
 //
 // A tokens file has one token a line, `ROLE NAME TOKEN` (ROLE: reader or operator; NAME: who
 // holds it, for the audit log), with blank lines and `#` comments allowed:
@@ -11,8 +12,14 @@
 //   AdminAuth auth(std::move(*tokens));
 //   absl::StatusOr<AdminCaller> who = auth.Authorize(authorization_header, AdminRole::kOperator);
 //
-// With no tokens at all the API is open (every caller is an anonymous operator): the server then
-// listens on loopback by default, and says so at start when it does not.
+// A caller that presented a client certificate the server verified (TLS with client_ca_file) is
+// known by its certificate's common name: with a tokens file, the line whose NAME is that CN gives
+// its role (no token needed); without one, every such caller is an operator. A bearer token, when
+// sent, decides instead.
+//
+// With no tokens and no client certificates the API is open (every caller is an anonymous
+// operator): the server then listens on loopback by default, and says so at start when it does
+// not.
 #pragma once
 
 #include <string>
@@ -45,16 +52,21 @@ absl::StatusOr<std::vector<AdminToken>> LoadAdminTokens(const std::string& path)
 
 class AdminAuth {
  public:
-  explicit AdminAuth(std::vector<AdminToken> tokens) : tokens_(std::move(tokens)) {}
-  bool enabled() const { return !tokens_.empty(); }
+  explicit AdminAuth(std::vector<AdminToken> tokens, bool client_certificates = false)
+      : tokens_(std::move(tokens)), client_certificates_(client_certificates) {}
+  bool enabled() const { return !tokens_.empty() || client_certificates_; }
 
-  // `authorization` is the request's "authorization" metadata ("Bearer TOKEN"; empty if absent).
-  // UNAUTHENTICATED without a known token, PERMISSION_DENIED for a reader where an operator is
-  // needed.
-  absl::StatusOr<AdminCaller> Authorize(absl::string_view authorization, AdminRole needed) const;
+  // `authorization` is the request's "authorization" metadata ("Bearer TOKEN"; empty if absent);
+  // `certificate_name` the common name of the caller's verified client certificate (empty if
+  // none). UNAUTHENTICATED without a known token or certificate, PERMISSION_DENIED for a reader
+  // where an operator is needed.
+  absl::StatusOr<AdminCaller> Authorize(absl::string_view authorization,
+                                        absl::string_view certificate_name,
+                                        AdminRole needed) const;
 
  private:
   std::vector<AdminToken> tokens_;
+  bool client_certificates_;
 };
 
 }  // namespace orion::server

@@ -41,7 +41,13 @@ absl::StatusOr<AdminCaller> AdminServiceImpl::Admit(grpc::CallbackServerContext*
   if (auto it = metadata.find("authorization"); it != metadata.end()) {
     header = absl::string_view(it->second.data(), it->second.size());
   }
-  absl::StatusOr<AdminCaller> caller = auth_->Authorize(header, role);
+  // The common name of a client certificate the TLS handshake verified (none without one).
+  std::string certificate_name;
+  if (const auto auth_context = ctx->auth_context(); auth_context != nullptr) {
+    const auto names = auth_context->FindPropertyValues("x509_common_name");
+    if (!names.empty()) certificate_name.assign(names.front().data(), names.front().size());
+  }
+  absl::StatusOr<AdminCaller> caller = auth_->Authorize(header, certificate_name, role);
   if (role == AdminRole::kOperator) {
     const std::string who =
         caller.ok() ? absl::StrCat(caller->name, " (", AdminRoleName(caller->role), ")")

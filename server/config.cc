@@ -291,9 +291,25 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
     ORION_RETURN_IF_ERROR(v.String(root["agent_socket"], "agent_socket", &c.agent_socket));
     if (const YAML::Node a = root["admin_auth"]) {
       if (!a.IsMap()) return v.Error("admin_auth", "a map such as {tokens_file: PATH}", a);
-      ORION_RETURN_IF_ERROR(v.CheckKeys(a, "admin_auth", {"tokens_file"}));
+      ORION_RETURN_IF_ERROR(v.CheckKeys(
+          a, "admin_auth", {"tokens_file", "tls_cert_file", "tls_key_file", "client_ca_file"}));
       ORION_RETURN_IF_ERROR(
           v.String(a["tokens_file"], "admin_auth.tokens_file", &c.admin_tokens_file));
+      ORION_RETURN_IF_ERROR(
+          v.String(a["tls_cert_file"], "admin_auth.tls_cert_file", &c.admin_tls_cert_file));
+      ORION_RETURN_IF_ERROR(
+          v.String(a["tls_key_file"], "admin_auth.tls_key_file", &c.admin_tls_key_file));
+      ORION_RETURN_IF_ERROR(
+          v.String(a["client_ca_file"], "admin_auth.client_ca_file", &c.admin_client_ca_file));
+      if (c.admin_tls_cert_file.empty() != c.admin_tls_key_file.empty()) {
+        return v.Plain("admin_auth",
+                       "tls_cert_file and tls_key_file go together (the server's certificate "
+                       "chain and its private key, PEM)");
+      }
+      if (!c.admin_client_ca_file.empty() && c.admin_tls_cert_file.empty()) {
+        return v.Plain("admin_auth.client_ca_file",
+                       "client certificates need TLS: set tls_cert_file and tls_key_file too");
+      }
     }
     if (c.agent_socket.empty()) {
       c.agent_socket = c.socket_path.substr(0, c.socket_path.rfind('/') + 1) + "agent.sock";
@@ -366,6 +382,11 @@ admin_address: 127.0.0.1:50051         # gRPC admin API (health + reflection ena
 admin_auth:
   tokens_file: ""                      # "ROLE NAME TOKEN" lines (reader | operator); empty:
                                        # no tokens, every caller may change everything
+  tls_cert_file: ""                    # server certificate chain (PEM): the admin API speaks
+  tls_key_file: ""                     # TLS when both are set
+  client_ca_file: ""                   # CA of client certificates: then every caller must
+                                       # present one it signed; its CN is a NAME of the tokens
+                                       # file (that line's role) or, without tokens, an operator
 agent_socket: ""                       # AgentSync (pod priorities from orion-agent), a Unix
                                        # socket for root only; default: agent.sock beside
                                        # socket_path

@@ -53,6 +53,9 @@ struct ServerConfig {
   // only when configured so, and then with admin_tokens_file (see admin_auth.h).
   std::string admin_address = "127.0.0.1:50051";
   std::string admin_tokens_file;        // empty: no tokens, every caller may do everything
+  std::string admin_tls_cert_file;      // TLS for the admin API (with the key); empty: plaintext
+  std::string admin_tls_key_file;
+  std::string admin_client_ca_file;     // set: callers must present a certificate it signed
   // orion.v1.AgentSync (the agent's pod priorities), apart from the admin API: a Unix socket
   // only root on the node can open. Empty in the file: agent.sock beside socket_path.
   std::string agent_socket;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
 
 #include <algorithm>
 #include <chrono>
@@ -45,6 +46,42 @@ bool IsLoopbackAddress(const std::string& host_port) {
   const std::string host = host_port.substr(0, host_port.rfind(':'));
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" ||
          host_port.rfind("unix:", 0) == 0;
+}
+
+namespace {
+
+// The whole of a PEM file; the error names the config key and the path.
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* key,
+                                    const std::string& source) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  if (in) ss << in.rdbuf();
+  if (!in || ss.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": admin_auth.", key, ": ", path,
+                                                   " is not a readable PEM file"));
+  }
+  return ss.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> AdminCredentials(
+    const ServerConfig& config) {
+  if (config.admin_tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  auto cert = ReadPem(config.admin_tls_cert_file, "tls_cert_file", config.source);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem(config.admin_tls_key_file, "tls_key_file", config.source);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!config.admin_client_ca_file.empty()) {
+    auto ca = ReadPem(config.admin_client_ca_file, "client_ca_file", config.source);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
 }
 
 absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig config,
@@ -88,7 +125,10 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
     if (!loaded.ok()) return loaded.status();
     tokens = std::move(*loaded);
   }
-  s->auth_ = std::make_unique<AdminAuth>(std::move(tokens));
+  s->auth_ = std::make_unique<AdminAuth>(std::move(tokens), !config.admin_client_ca_file.empty());
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> admin_credentials =
+      AdminCredentials(config);
+  if (!admin_credentials.ok()) return admin_credentials.status();
   if (!s->auth_->enabled() && !IsLoopbackAddress(config.admin_address)) {
     std::fprintf(stderr,
                  "orion-server: warning: the admin API on %s takes calls from anyone who can "
@@ -101,8 +141,7 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
   s->admin_ = std::make_unique<AdminServiceImpl>(s->state_.get(), s->auth_.get());
   s->agent_sync_ = std::make_unique<AgentSyncServiceImpl>(s->state_.get());
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.admin_address, grpc::InsecureServerCredentials(),
-                           &s->admin_port_);
+  builder.AddListeningPort(config.admin_address, *admin_credentials, &s->admin_port_);
   builder.RegisterService(s->admin_.get());
   s->grpc_ = builder.BuildAndStart();
   if (!s->grpc_ || s->admin_port_ == 0) {

@@ -1,4 +1,4 @@
-// orion-server assembled: board file, node state, registration listener, drain + policy thread,
+// orion-server assembled: board and its areas, node state, registration listener, drain + policy thread,
 // gRPC admin and agent-sync services (with health and reflection), and Prometheus /metrics.
 // main() and the integration tests both start the server through this class.
 //
@@ -35,6 +35,11 @@ std::vector<std::string> DiscoverGpuUuids(const std::string& driver_proc_dir);
 
 // True for 127.x.x.x, localhost, [::1] and unix: addresses.
 bool IsLoopbackAddress(const std::string& host_port);
+
+// The admin port's credentials: plaintext, or TLS with the configured certificate (and, with
+// admin_auth.client_ca_file, client certificates required and verified). Errors name the key.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> AdminCredentials(
+    const ServerConfig& config);
 
 class OrionServer {
  public:

@@ -45,6 +45,7 @@ declare -A VALUE_SETS=(
   [gpu-operator]="--set runtimeClassName=nvidia"
   [cdi]="--set runtimeClassName=nvidia --set deviceListStrategy=cdi-cri"
   [mps-daemon]="--set runtimeClassName=nvidia --set mps.daemon.enabled=true --set server.mode=mps"
+  [admin-tls]="--set server.adminTls.secretName=orion-admin-tls --set server.adminTls.requireClientCertificates=true"
 )
 for name in "${!VALUE_SETS[@]}"; do
   # shellcheck disable=SC2086
@@ -163,7 +164,7 @@ step "GPU stack combinations in the chart: CDI and the MPS daemon"
 step "server config rendered by the chart"
 SERVER_BIN="${ORION_SERVER_BIN:-${ROOT}/build/server/orion-server}"
 if [[ -x "${SERVER_BIN}" ]]; then
-  for name in default no-webhook; do
+  for name in default no-webhook admin-tls; do
     (cd "${ROOT}/tools" && node --input-type=module -e '
       import { parseAllDocuments } from "yaml";
       import { readFileSync } from "node:fs";

@@ -27,7 +27,8 @@ using orion::v1::Admin;
 
 void Usage(FILE* out) {
   std::fputs(
-      "usage: orion-ctl [--server HOST:PORT] [--token-file FILE] [--json] COMMAND\n"
+      "usage: orion-ctl [--server HOST:PORT] [--token-file FILE] [--cacert CA [--cert CERT\n"
+      "                 --key KEY]] [--json] COMMAND\n"
       "  health                                health check, then count GPUs and clients\n"
       "  gpus                                  GPUs of the node and their gate mode\n"
       "  clients [--namespace NS] [--pod P] [--gpu N]\n"
@@ -50,7 +51,8 @@ void Usage(FILE* out) {
       "  profile ID [--csv FILE]               learned kernel profile; Orion CSV to FILE\n"
       "server default: $ORION_ADMIN or localhost:50051; token (sent as 'authorization: Bearer'):\n"
       "--token-file, else $ORION_TOKEN_FILE (a file holding the token, or a tokens-file line\n"
-      "'ROLE NAME TOKEN': its last field is used)\n",
+      "'ROLE NAME TOKEN': its last field is used). TLS: --cacert (the CA of the server's\n"
+      "certificate; also $ORION_CACERT), with --cert/--key a client certificate (PEM files)\n",
       out);
 }
 
@@ -100,6 +102,8 @@ int main(int argc, char** argv) {
   std::string server = std::getenv("ORION_ADMIN") ? std::getenv("ORION_ADMIN") : "localhost:50051";
   bool json = false;
   std::string token_file = std::getenv("ORION_TOKEN_FILE") ? std::getenv("ORION_TOKEN_FILE") : "";
+  std::string cacert_file = std::getenv("ORION_CACERT") ? std::getenv("ORION_CACERT") : "";
+  std::string cert_file, key_file;
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -107,6 +111,12 @@ int main(int argc, char** argv) {
       server = argv[++i];
     } else if (a == "--token-file" && i + 1 < argc) {
       token_file = argv[++i];
+    } else if (a == "--cacert" && i + 1 < argc) {
+      cacert_file = argv[++i];
+    } else if (a == "--cert" && i + 1 < argc) {
+      cert_file = argv[++i];
+    } else if (a == "--key" && i + 1 < argc) {
+      key_file = argv[++i];
     } else if (a == "--json") {
       json = true;
     } else if (a == "--version") {
@@ -138,7 +148,29 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto stub = Admin::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!cacert_file.empty() || !cert_file.empty() || !key_file.empty()) {
+    if (cacert_file.empty() || cert_file.empty() != key_file.empty()) {
+      std::fprintf(stderr, "orion-ctl: TLS needs --cacert, and --cert with --key (or neither)\n");
+      return 2;
+    }
+    grpc::SslCredentialsOptions tls;
+    for (auto [path, out] : {std::pair{&cacert_file, &tls.pem_root_certs},
+                             std::pair{&cert_file, &tls.pem_cert_chain},
+                             std::pair{&key_file, &tls.pem_private_key}}) {
+      if (path->empty()) continue;
+      std::ifstream in(*path);
+      std::stringstream pem;
+      pem << in.rdbuf();
+      if (!in || pem.str().find("-----BEGIN ") == std::string::npos) {
+        std::fprintf(stderr, "orion-ctl: %s: not a readable PEM file\n", path->c_str());
+        return 2;
+      }
+      *out = pem.str();
+    }
+    credentials = grpc::SslCredentials(tls);
+  }
+  auto stub = Admin::NewStub(grpc::CreateChannel(server, credentials));
   auto ctx = [&token] {
     auto c = std::make_unique<grpc::ClientContext>();
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -154,7 +186,7 @@ int main(int argc, char** argv) {
   if (cmd == "health") {
     // grpc.health.v1.Health/Check (no token needed) without its generated code: an empty
     // request, and a response whose field 1 (status) is 1 (SERVING): bytes 08 01.
-    auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+    auto channel = grpc::CreateChannel(server, credentials);
     const grpc::internal::RpcMethod check("/grpc.health.v1.Health/Check",
                                           grpc::internal::RpcMethod::NORMAL_RPC, channel);
     grpc::Slice empty_message(std::string{});

@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(tokens.status().message().rfind("fuzz-tokens", 0) == 0);
     // The same bytes as an authorization header against a fixed token set.
     AdminAuth auth({{AdminRole::kReader, "reader", "0123456789abcdef-reader"}});
-    auto who = auth.Authorize(text, AdminRole::kReader);
+    auto who = auth.Authorize(text, "", AdminRole::kReader);
     if (who.ok()) Check(who->name == "reader");
     return 0;
   }
@@ -35,12 +35,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(auth.enabled());
   for (const auto& t : copy) {
     Check(t.token.size() >= 16 && !t.name.empty());
-    auto who = auth.Authorize("Bearer " + t.token, AdminRole::kReader);
+    auto who = auth.Authorize("Bearer " + t.token, "", AdminRole::kReader);
     Check(who.ok() && who->role == t.role);
-    auto op = auth.Authorize("Bearer " + t.token, AdminRole::kOperator);
+    auto op = auth.Authorize("Bearer " + t.token, "", AdminRole::kOperator);
     Check(op.ok() == (t.role == AdminRole::kOperator));
   }
-  auto who = auth.Authorize(text, AdminRole::kReader);
+  auto who = auth.Authorize(text, "", AdminRole::kReader);
   if (who.ok()) {
     bool known = false;
     for (const auto& t : copy) known = known || who->name == t.name;

@@ -46,26 +46,61 @@ TEST(AdminAuthTest, ChecksTokenAndRole) {
   AdminAuth auth(*ParseAdminTokens(
       "operator alice aaaaaaaaaaaaaaaa\nreader grafana bbbbbbbbbbbbbbbb\n", "t"));
   ASSERT_TRUE(auth.enabled());
-  auto op = auth.Authorize("Bearer aaaaaaaaaaaaaaaa", AdminRole::kOperator);
+  auto op = auth.Authorize("Bearer aaaaaaaaaaaaaaaa", "", AdminRole::kOperator);
   ASSERT_TRUE(op.ok()) << op.status();
   EXPECT_EQ(op->name, "alice");
-  auto reader = auth.Authorize("bearer bbbbbbbbbbbbbbbb", AdminRole::kReader);
+  auto reader = auth.Authorize("bearer bbbbbbbbbbbbbbbb", "", AdminRole::kReader);
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ(reader->role, AdminRole::kReader);
-  EXPECT_EQ(auth.Authorize("Bearer bbbbbbbbbbbbbbbb", AdminRole::kOperator).status().code(),
+  EXPECT_EQ(auth.Authorize("Bearer bbbbbbbbbbbbbbbb", "", AdminRole::kOperator).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(auth.Authorize("", AdminRole::kReader).status().code(),
+  EXPECT_EQ(auth.Authorize("", "", AdminRole::kReader).status().code(),
             absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(auth.Authorize("Bearer aaaaaaaaaaaaaaab", AdminRole::kReader).status().code(),
+  EXPECT_EQ(auth.Authorize("Bearer aaaaaaaaaaaaaaab", "", AdminRole::kReader).status().code(),
             absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(auth.Authorize("Basic aaaaaaaaaaaaaaaa", AdminRole::kReader).status().code(),
+  EXPECT_EQ(auth.Authorize("Basic aaaaaaaaaaaaaaaa", "", AdminRole::kReader).status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+// A verified client certificate's common name: the tokens line of that NAME gives the role; a
+// name in no line must bring a token; without tokens every certificate holder is an operator; a
+// token, when sent, decides.
+TEST(AdminAuthTest, ClientCertificateNamesFindTheirRole) {
+  AdminAuth auth(*ParseAdminTokens(
+                     "operator alice aaaaaaaaaaaaaaaa\nreader grafana bbbbbbbbbbbbbbbb\n", "t"),
+                 /*client_certificates=*/true);
+  auto alice = auth.Authorize("", "alice", AdminRole::kOperator);
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  EXPECT_EQ(alice->name, "alice");
+  EXPECT_EQ(auth.Authorize("", "grafana", AdminRole::kReader)->role, AdminRole::kReader);
+  const auto denied = auth.Authorize("", "grafana", AdminRole::kOperator);
+  EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(denied.status().message().find("reader certificate"), absl::string_view::npos);
+  EXPECT_EQ(auth.Authorize("", "mallory", AdminRole::kReader).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(auth.Authorize("Bearer bbbbbbbbbbbbbbbb", "mallory", AdminRole::kReader)->name,
+            "grafana");
+  EXPECT_EQ(auth.Authorize("Bearer bbbbbbbbbbbbbbbb", "alice", AdminRole::kOperator)
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);  // the token decides
+  const auto none = auth.Authorize("", "", AdminRole::kReader);
+  EXPECT_NE(none.status().message().find("requires a client certificate"),
+            absl::string_view::npos);
+
+  AdminAuth certificates_only({}, /*client_certificates=*/true);
+  EXPECT_TRUE(certificates_only.enabled());
+  auto anyone = certificates_only.Authorize("", "ci-bot", AdminRole::kOperator);
+  ASSERT_TRUE(anyone.ok());
+  EXPECT_EQ(anyone->name, "ci-bot");
+  EXPECT_EQ(certificates_only.Authorize("", "", AdminRole::kReader).status().code(),
             absl::StatusCode::kUnauthenticated);
 }
 
 TEST(AdminAuthTest, NoTokensMeansOpen) {
   AdminAuth open({});
   EXPECT_FALSE(open.enabled());
-  auto caller = open.Authorize("", AdminRole::kOperator);
+  auto caller = open.Authorize("", "", AdminRole::kOperator);
   ASSERT_TRUE(caller.ok());
   EXPECT_EQ(caller->name, "anonymous");
 }

@@ -141,6 +141,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"admin_address: 50051", "admin_address: expected HOST:PORT"},
         BadCase{"admin_auth: tokens.txt", "admin_auth: expected a map such as {tokens_file: PATH}"},
         BadCase{"admin_auth: {token_file: /x}", "admin_auth.token_file: unknown key"},
+        BadCase{"admin_auth: {tls_cert_file: /x.crt}", "tls_cert_file and tls_key_file go together"},
+        BadCase{"admin_auth: {client_ca_file: /ca.crt}", "client_ca_file: client certificates need TLS"},
         BadCase{"agent_socket: agent.sock", "agent_socket: expected an absolute path"},
         BadCase{"gpus: GPU-1", "gpus: expected a list"},
         BadCase{"gpus: [nvidia0]", "gpus[0]: expected a GPU UUID"},
