@@ -22,7 +22,7 @@
 #include "agent/gpu_discovery.h"
 #include "agent/http_endpoint.h"
 #include "agent/interposer_install.h"
-#include "agent/kube_api.h"
+#include "kube/kube_api.h"
 #include "agent/pod_watcher.h"
 #include "agent/webhook_routes.h"
 #include "orion_version.h"
@@ -227,26 +227,26 @@ int RunNodeAgent(const Flags& flags) {
 
   // 3. Pod watcher -> orion-server.
   std::atomic<bool> stop{false};
-  std::unique_ptr<KubeApi> api;
+  std::unique_ptr<kube::KubeApi> api;
   std::unique_ptr<AgentSyncClient> sink;
   std::unique_ptr<PodWatcher> watcher;
   std::thread watcher_thread;
   if (with_watcher) {
-    KubeApiConfig kube;
+    kube::KubeApiConfig api_config;
     if (flags.count("kube-api-url") > 0) {
-      kube.base_url = Flag(flags, "kube-api-url", "");
-      kube.token_file = Flag(flags, "kube-token-file", "");
-      kube.ca_file = Flag(flags, "kube-ca-file", "");
+      api_config.base_url = Flag(flags, "kube-api-url", "");
+      api_config.token_file = Flag(flags, "kube-token-file", "");
+      api_config.ca_file = Flag(flags, "kube-ca-file", "");
     } else {
-      absl::StatusOr<KubeApiConfig> in_cluster = InClusterKubeApiConfig();
+      absl::StatusOr<kube::KubeApiConfig> in_cluster = kube::InClusterKubeApiConfig();
       if (!in_cluster.ok()) {
         std::fprintf(stderr, "orion-agent: %s\n",
                      std::string(in_cluster.status().message()).c_str());
         return 2;
       }
-      kube = *in_cluster;
+      api_config = *in_cluster;
     }
-    api = std::make_unique<CurlKubeApi>(kube);
+    api = std::make_unique<kube::CurlKubeApi>(api_config);
     sink = std::make_unique<AgentSyncClient>(
         Flag(flags, "server-address", "unix:" + plugin_config.layout.run_dir + "/agent.sock"));
     watcher = std::make_unique<PodWatcher>(PodWatcherConfig{.node_name = node_name}, api.get(),

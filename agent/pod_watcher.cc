@@ -23,7 +23,7 @@ orion::v1::PodPolicy PolicyForPod(const PodInfo& pod, const PodSettings& setting
   return p;
 }
 
-PodWatcher::PodWatcher(PodWatcherConfig config, KubeApi* api, PolicySink* sink)
+PodWatcher::PodWatcher(PodWatcherConfig config, kube::KubeApi* api, PolicySink* sink)
     : config_(std::move(config)), api_(api), sink_(sink) {}
 
 std::string PodWatcher::resource_version() const {
@@ -33,7 +33,7 @@ std::string PodWatcher::resource_version() const {
 
 std::string PodWatcher::PodsPath() const {
   return absl::StrCat("/api/v1/pods?fieldSelector=",
-                      UrlEncode(absl::StrCat("spec.nodeName=", config_.node_name)));
+                      kube::UrlEncode(absl::StrCat("spec.nodeName=", config_.node_name)));
 }
 
 void PodWatcher::Run(const std::atomic<bool>* stop) {
@@ -69,7 +69,7 @@ void PodWatcher::Run(const std::atomic<bool>* stop) {
 }
 
 absl::Status PodWatcher::Relist() {
-  absl::StatusOr<HttpResponse> r = api_->Get(PodsPath());
+  absl::StatusOr<kube::HttpResponse> r = api_->Get(PodsPath());
   if (!r.ok()) return r.status();
   if (r->status != 200) {
     return absl::UnavailableError(absl::StrCat("HTTP ", r->status, ": ", r->body.substr(0, 200)));
@@ -118,7 +118,8 @@ absl::Status PodWatcher::FullSync() {
 absl::Status PodWatcher::Watch(const std::atomic<bool>* stop, bool* relist) {
   const std::string path =
       absl::StrCat(PodsPath(), "&watch=1&allowWatchBookmarks=true&resourceVersion=",
-                   UrlEncode(resource_version()), "&timeoutSeconds=", config_.watch_timeout_seconds);
+                   kube::UrlEncode(resource_version()),
+                   "&timeoutSeconds=", config_.watch_timeout_seconds);
   std::string error_body;
   absl::Status parse_problem;
   auto on_line = [&](std::string_view line) {
@@ -244,7 +245,7 @@ void PodWatcher::RecordWarning(const PodInfo& pod, const std::string& message) {
   f["firstTimestamp"] = JsonString(now);
   f["lastTimestamp"] = JsonString(now);
   f["count"] = JsonNumber(1);
-  absl::StatusOr<HttpResponse> r = api_->Post(
+  absl::StatusOr<kube::HttpResponse> r = api_->Post(
       absl::StrCat("/api/v1/namespaces/", pod.namespace_name, "/events"), WriteJson(event));
   if (!r.ok() || (r->status != 201 && r->status != 200)) {
     std::fprintf(stderr, "orion-agent: could not record an Event on %s/%s\n",

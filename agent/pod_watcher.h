@@ -20,7 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "agent/annotations.h"
-#include "agent/kube_api.h"
+#include "kube/kube_api.h"
 #include "agent/pod.h"
 #include "orion/v1/agent.pb.h"
 
@@ -45,7 +45,7 @@ orion::v1::PodPolicy PolicyForPod(const PodInfo& pod, const PodSettings& setting
 
 class PodWatcher {
  public:
-  PodWatcher(PodWatcherConfig config, KubeApi* api, PolicySink* sink);
+  PodWatcher(PodWatcherConfig config, kube::KubeApi* api, PolicySink* sink);
 
   // Lists and watches until *stop is set.
   void Run(const std::atomic<bool>* stop);
@@ -75,7 +75,7 @@ class PodWatcher {
   std::string PodsPath() const;
 
   const PodWatcherConfig config_;
-  KubeApi* const api_;
+  kube::KubeApi* const api_;
   PolicySink* const sink_;
   mutable std::mutex mu_;
   std::map<std::string, KnownPod> pods_ ABSL_GUARDED_BY(mu_);

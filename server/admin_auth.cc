@@ -1,6 +1,7 @@
 // Admin API tokens: parsing and the per-call check (see admin_auth.h).
 #include "server/admin_auth.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/token_review.h"
 
 namespace orion::server {
 namespace {
@@ -83,6 +85,14 @@ absl::StatusOr<std::vector<AdminToken>> LoadAdminTokens(const std::string& path)
   return ParseAdminTokens(ss.str(), path);
 }
 
+void AdminAuth::AllowServiceAccounts(std::vector<std::string> operators,
+                                     std::vector<std::string> readers,
+                                     std::shared_ptr<TokenReviewer> reviewer) {
+  sa_operators_ = std::move(operators);
+  sa_readers_ = std::move(readers);
+  reviewer_ = std::move(reviewer);
+}
+
 absl::StatusOr<AdminCaller> AdminAuth::Authorize(absl::string_view authorization,
                                                  absl::string_view certificate_name,
                                                  AdminRole needed) const {
@@ -102,8 +112,20 @@ absl::StatusOr<AdminCaller> AdminAuth::Authorize(absl::string_view authorization
     for (const AdminToken& t : tokens_) {
       if (SameSecret(presented, t.token)) return allowed(t.name, t.role, "token");
     }
-    return absl::UnauthenticatedError(
-        "the bearer token is not one of this orion-server's tokens");
+    if (reviewer_ == nullptr) {
+      return absl::UnauthenticatedError(
+          "the bearer token is not one of this orion-server's tokens");
+    }
+    absl::StatusOr<std::string> account = reviewer_->Review(std::string(presented));
+    if (!account.ok()) return absl::UnauthenticatedError(account.status().message());
+    const std::string name = absl::StrCat("serviceaccount ", *account);
+    auto listed = [&account](const std::vector<std::string>& list) {
+      return std::find(list.begin(), list.end(), *account) != list.end();
+    };
+    if (listed(sa_operators_)) return allowed(name, AdminRole::kOperator, "token");
+    if (listed(sa_readers_)) return allowed(name, AdminRole::kReader, "token");
+    return absl::PermissionDeniedError(
+        absl::StrCat(name, " is in neither admin_auth.service_accounts list"));
   }
   if (!certificate_name.empty()) {
     if (tokens_.empty()) {

@@ -12,6 +12,10 @@
 //   AdminAuth auth(std::move(*tokens));
 //   absl::StatusOr<AdminCaller> who = auth.Authorize(authorization_header, AdminRole::kOperator);
 //
+// A bearer token that is not in the tokens file may be a Kubernetes ServiceAccount token: with
+// service accounts allowed (admin_auth.service_accounts), the API server is asked whose it is
+// (TokenReview, token_review.h) and the account's role is the list it is in.
+//
 // A caller that presented a client certificate the server verified (TLS with client_ca_file) is
 // known by its certificate's common name: with a tokens file, the line whose NAME is that CN gives
 // its role (no token needed); without one, every such caller is an operator. A bearer token, when
@@ -22,11 +26,12 @@
 // not.
 #pragma once
 
+#include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace orion::server {
 
@@ -39,6 +44,8 @@ struct AdminToken {
   std::string name;
   std::string token;
 };
+
+class TokenReviewer;
 
 struct AdminCaller {
   std::string name;  // "anonymous" when auth is off
@@ -54,7 +61,12 @@ class AdminAuth {
  public:
   explicit AdminAuth(std::vector<AdminToken> tokens, bool client_certificates = false)
       : tokens_(std::move(tokens)), client_certificates_(client_certificates) {}
-  bool enabled() const { return !tokens_.empty() || client_certificates_; }
+  bool enabled() const { return !tokens_.empty() || client_certificates_ || reviewer_ != nullptr; }
+
+  // ServiceAccount tokens: the accounts ("namespace/name") of each role, and who asks the API
+  // server whose a token is.
+  void AllowServiceAccounts(std::vector<std::string> operators, std::vector<std::string> readers,
+                            std::shared_ptr<TokenReviewer> reviewer);
 
   // `authorization` is the request's "authorization" metadata ("Bearer TOKEN"; empty if absent);
   // `certificate_name` the common name of the caller's verified client certificate (empty if
@@ -67,6 +79,8 @@ class AdminAuth {
  private:
   std::vector<AdminToken> tokens_;
   bool client_certificates_;
+  std::vector<std::string> sa_operators_, sa_readers_;
+  std::shared_ptr<TokenReviewer> reviewer_;
 };
 
 }  // namespace orion::server

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace orion::server {
 namespace {
@@ -291,8 +292,38 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
     ORION_RETURN_IF_ERROR(v.String(root["agent_socket"], "agent_socket", &c.agent_socket));
     if (const YAML::Node a = root["admin_auth"]) {
       if (!a.IsMap()) return v.Error("admin_auth", "a map such as {tokens_file: PATH}", a);
-      ORION_RETURN_IF_ERROR(v.CheckKeys(
-          a, "admin_auth", {"tokens_file", "tls_cert_file", "tls_key_file", "client_ca_file"}));
+      ORION_RETURN_IF_ERROR(v.CheckKeys(a, "admin_auth",
+                                        {"tokens_file", "tls_cert_file", "tls_key_file",
+                                         "client_ca_file", "service_accounts", "kubernetes_api"}));
+      ORION_RETURN_IF_ERROR(
+          v.String(a["kubernetes_api"], "admin_auth.kubernetes_api", &c.admin_kubernetes_api));
+      if (const YAML::Node sa = a["service_accounts"]) {
+        if (!sa.IsMap()) {
+          return v.Error("admin_auth.service_accounts",
+                         "a map such as {operators: [ns/name], readers: [ns/name]}", sa);
+        }
+        ORION_RETURN_IF_ERROR(
+            v.CheckKeys(sa, "admin_auth.service_accounts", {"operators", "readers"}));
+        for (const char* role : {"operators", "readers"}) {
+          const std::string key = absl::StrCat("admin_auth.service_accounts.", role);
+          std::vector<std::string>& out = std::string(role) == "operators"
+                                              ? c.admin_service_account_operators
+                                              : c.admin_service_account_readers;
+          const YAML::Node list = sa[role];
+          if (!list) continue;
+          if (!list.IsSequence()) return v.Error(key, "a list of namespace/name", list);
+          for (size_t i = 0; i < list.size(); ++i) {
+            const std::string item_key = absl::StrCat(key, "[", i, "]");
+            std::string account;
+            ORION_RETURN_IF_ERROR(v.String(list[i], item_key, &account));
+            const std::vector<std::string> parts = absl::StrSplit(account, '/');
+            if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+              return v.Error(item_key, "namespace/name of a ServiceAccount", list[i]);
+            }
+            out.push_back(account);
+          }
+        }
+      }
       ORION_RETURN_IF_ERROR(
           v.String(a["tokens_file"], "admin_auth.tokens_file", &c.admin_tokens_file));
       ORION_RETURN_IF_ERROR(
@@ -387,6 +418,10 @@ admin_auth:
   client_ca_file: ""                   # CA of client certificates: then every caller must
                                        # present one it signed; its CN is a NAME of the tokens
                                        # file (that line's role) or, without tokens, an operator
+  service_accounts:                    # Kubernetes ServiceAccount tokens, checked by TokenReview
+    operators: []                      # namespace/name
+    readers: []
+  kubernetes_api: ""                   # for TokenReview; default: in cluster
 agent_socket: ""                       # AgentSync (pod priorities from orion-agent), a Unix
                                        # socket for root only; default: agent.sock beside
                                        # socket_path

@@ -56,6 +56,10 @@ struct ServerConfig {
   std::string admin_tls_cert_file;      // TLS for the admin API (with the key); empty: plaintext
   std::string admin_tls_key_file;
   std::string admin_client_ca_file;     // set: callers must present a certificate it signed
+  // ServiceAccount tokens ("namespace/name" per role), reviewed by the Kubernetes API server at
+  // admin_kubernetes_api (empty: in cluster).
+  std::vector<std::string> admin_service_account_operators, admin_service_account_readers;
+  std::string admin_kubernetes_api;
   // orion.v1.AgentSync (the agent's pod priorities), apart from the admin API: a Unix socket
   // only root on the node can open. Empty in the file: agent.sock beside socket_path.
   std::string agent_socket;

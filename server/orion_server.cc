@@ -16,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "kube/kube_api.h"
+#include "server/token_review.h"
 
 namespace orion::server {
 
@@ -126,6 +128,24 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
     tokens = std::move(*loaded);
   }
   s->auth_ = std::make_unique<AdminAuth>(std::move(tokens), !config.admin_client_ca_file.empty());
+  if (!config.admin_service_account_operators.empty() ||
+      !config.admin_service_account_readers.empty()) {
+    kube::KubeApiConfig api;
+    if (config.admin_kubernetes_api.empty()) {
+      absl::StatusOr<kube::KubeApiConfig> in_cluster = kube::InClusterKubeApiConfig();
+      if (!in_cluster.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            config.source, ": admin_auth.service_accounts needs the Kubernetes API: run in a "
+            "cluster or set admin_auth.kubernetes_api (", in_cluster.status().message(), ")"));
+      }
+      api = *in_cluster;
+    } else {
+      api.base_url = config.admin_kubernetes_api;
+    }
+    s->auth_->AllowServiceAccounts(
+        config.admin_service_account_operators, config.admin_service_account_readers,
+        std::make_shared<KubeTokenReviewer>(std::make_unique<kube::CurlKubeApi>(api)));
+  }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> admin_credentials =
       AdminCredentials(config);
   if (!admin_credentials.ok()) return admin_credentials.status();

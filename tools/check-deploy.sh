@@ -45,7 +45,7 @@ declare -A VALUE_SETS=(
   [gpu-operator]="--set runtimeClassName=nvidia"
   [cdi]="--set runtimeClassName=nvidia --set deviceListStrategy=cdi-cri"
   [mps-daemon]="--set runtimeClassName=nvidia --set mps.daemon.enabled=true --set server.mode=mps"
-  [admin-tls]="--set server.adminTls.secretName=orion-admin-tls --set server.adminTls.requireClientCertificates=true"
+  [admin-tls]="--set server.adminTls.secretName=orion-admin-tls --set server.adminTls.requireClientCertificates=true --set server.adminAuth.serviceAccounts.readers={monitoring/grafana}"
 )
 for name in "${!VALUE_SETS[@]}"; do
   # shellcheck disable=SC2086

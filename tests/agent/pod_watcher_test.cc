@@ -87,7 +87,8 @@ class PodWatcherTest : public ::testing::Test {
     grpc_server_ = builder.BuildAndStart();
     ASSERT_NE(grpc_server_, nullptr);
     sink_ = std::make_unique<AgentSyncClient>("127.0.0.1:" + std::to_string(port));
-    api_ = std::make_unique<CurlKubeApi>(KubeApiConfig{.base_url = api_server_.base_url()});
+    api_ = std::make_unique<kube::CurlKubeApi>(
+        kube::KubeApiConfig{.base_url = api_server_.base_url()});
   }
   void TearDown() override {
     stop_ = true;
@@ -105,7 +106,7 @@ class PodWatcherTest : public ::testing::Test {
   RecordingAgentSync server_sync_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<AgentSyncClient> sink_;
-  std::unique_ptr<CurlKubeApi> api_;
+  std::unique_ptr<kube::CurlKubeApi> api_;
   std::unique_ptr<PodWatcher> watcher_;
   std::atomic<bool> stop_{false};
   std::thread thread_;

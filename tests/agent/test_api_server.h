@@ -1,7 +1,8 @@
 // A test Kubernetes API server: plain HTTP on 127.0.0.1, port 0 (the kernel picks), serving
 // scripted answers built from recorded API-server JSON. Each GET of /api/v1/pods takes the next
 // scripted list or watch answer; a watch with nothing scripted stays open (like a quiet real
-// watch) until the server stops. POSTed Events are recorded.
+// watch) until the server stops. POSTed Events are recorded. TokenReviews are answered from the
+// ServiceAccount tokens a test added (any other token is not authenticated).
 #pragma once
 
 #include <civetweb.h>
@@ -32,6 +33,8 @@ class TestApiServer {
     ctx_ = mg_start(&callbacks, this, options);
     mg_set_request_handler(ctx_, "/api/v1/pods", &TestApiServer::OnPods, this);
     mg_set_request_handler(ctx_, "/api/v1/namespaces/", &TestApiServer::OnNamespaced, this);
+    mg_set_request_handler(ctx_, "/apis/authentication.k8s.io/v1/tokenreviews",
+                           &TestApiServer::OnTokenReview, this);
     mg_server_port ports[1];
     if (mg_get_server_ports(ctx_, 1, ports) > 0) port_ = ports[0].port;
   }
@@ -42,6 +45,16 @@ class TestApiServer {
   }
 
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  // A token the API server authenticates as `username` (e.g. system:serviceaccount:ns:name).
+  void AddToken(const std::string& token, const std::string& username) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tokens_.emplace_back(token, username);
+  }
+  size_t token_reviews() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return token_reviews_;
+  }
 
   void AddList(Answer a) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -168,11 +181,36 @@ class TestApiServer {
     return 1;
   }
 
+  static int OnTokenReview(mg_connection* conn, void* self_ptr) {
+    auto* self = static_cast<TestApiServer*>(self_ptr);
+    std::string body;
+    char buf[4096];
+    for (int n; (n = mg_read(conn, buf, sizeof(buf))) > 0;) body.append(buf, n);
+    std::string username;
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      ++self->token_reviews_;
+      for (const auto& [token, user] : self->tokens_) {
+        if (body.find("\"token\":\"" + token + "\"") != std::string::npos) username = user;
+      }
+    }
+    const std::string status =
+        username.empty()
+            ? R"({"authenticated":false,"error":"invalid bearer token"})"
+            : R"({"authenticated":true,"user":{"username":")" + username + R"(","groups":[]}})";
+    Reply(conn, 201,
+          R"({"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","status":)" + status +
+              "}");
+    return 1;
+  }
+
   mg_context* ctx_ = nullptr;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::condition_variable cv_;
+  std::vector<std::pair<std::string, std::string>> tokens_;
+  size_t token_reviews_ = 0;
   std::deque<Answer> lists_;
   std::deque<Answer> watches_;
   std::deque<std::string> live_;

@@ -1,5 +1,5 @@
 // libcurl client of the Kubernetes API (see kube_api.h).
-#include "agent/kube_api.h"
+#include "kube/kube_api.h"
 
 #include <curl/curl.h>
 
@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace orion::agent {
+namespace orion::kube {
 namespace {
 
 constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -185,4 +185,4 @@ absl::StatusOr<long> CurlKubeApi::Stream(const std::string& path,
   return status;
 }
 
-}  // namespace orion::agent
+}  // namespace orion::kube

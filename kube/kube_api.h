@@ -1,5 +1,6 @@
-// The few Kubernetes API calls the agent makes (list and watch pods, create Events), behind a
-// small interface so tests can point it at a plain-HTTP test API server. CurlKubeApi is the
+// The few Kubernetes API calls orion makes (the agent lists and watches pods and creates Events;
+// the server reviews ServiceAccount tokens), behind a small interface so tests can point it at a
+// plain-HTTP test API server. CurlKubeApi is the
 // real client: in-cluster service-account token (re-read on every request, since bound tokens
 // rotate) and the cluster CA.
 //
@@ -16,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace orion::agent {
+namespace orion::kube {
 
 struct HttpResponse {
   long status = 0;
@@ -61,4 +62,4 @@ class CurlKubeApi final : public KubeApi {
 // "a b=c" -> "a%20b%3Dc": query parameter values.
 std::string UrlEncode(std::string_view text);
 
-}  // namespace orion::agent
+}  // namespace orion::kube
