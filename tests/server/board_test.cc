@@ -7,12 +7,16 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <thread>
 
 #include "server/node_state.h"
 #include "tests/server/test_server.h"
@@ -100,6 +104,37 @@ TEST(BoardTest, AClientCannotMakeTheBoardWritable) {
     EXPECT_NE(ftruncate(area_fd, 0), 0);
     EXPECT_NE(fcntl(area_fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE), 0);
   }
+}
+
+// A paused client sleeps in FUTEX_WAIT on its slot's wake_seq, in the board it maps read-only:
+// the wait must sleep there (not fail at once and spin) and wake when the server resumes it.
+TEST(BoardTest, PausedClientsSleepOnTheReadOnlyBoardAndWakeOnResume) {
+  auto board = NodeBoard::Create();
+  ASSERT_TRUE(board.ok()) << board.status();
+  ASSERT_EQ((*board)->FindOrAddGpu("GPU-a"), 0);
+  auto slot = (*board)->AssignSlot(5, 1, 0, contract::Priority::kBestEffort, 0);
+  ASSERT_TRUE(slot);
+  const auto* mapped = MapAs<const contract::Board>((*board)->board_fd(), PROT_READ);
+  ASSERT_NE(mapped, nullptr);
+  (*board)->SetPaused(*slot, true);
+  const std::atomic<uint32_t>& word = mapped->slots[*slot].wake_seq;
+  const uint32_t seen = word.load();
+  long rc = 0;
+  int err = 0;
+  const uint64_t t0 = MonotonicNs();
+  std::thread waiter([&] {
+    timespec timeout{5, 0};
+    rc = syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT, seen,
+                 &timeout, nullptr, 0);
+    err = errno;
+  });
+  usleep(100'000);
+  (*board)->SetPaused(*slot, false);  // bumps wake_seq and wakes
+  waiter.join();
+  const uint64_t waited = MonotonicNs() - t0;
+  EXPECT_EQ(rc, 0) << "FUTEX_WAIT on the read-only board failed: " << std::strerror(err);
+  EXPECT_GE(waited, 90'000'000u);     // it slept until the resume...
+  EXPECT_LT(waited, 2'000'000'000u);  // ...and woke on it, not at the timeout
 }
 
 // The gate area is shared by the clients of a GPU: what no honest client writes there is cleared
