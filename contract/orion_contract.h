@@ -500,6 +500,9 @@ inline constexpr const char* kEnvMemoryLimit = "ORION_MEMORY_LIMIT";  // e.g. 2G
 inline constexpr const char* kEnvLatencyTargetMs = "ORION_LATENCY_TARGET_MS";
 inline constexpr const char* kEnvDisable = "ORION_DISABLE";        // 1: pure pass-through
 inline constexpr const char* kEnvQuiet = "ORION_QUIET";            // 1: no stderr notes
+// A folder: with no server to register with, the interposer writes its own call logs there
+// (timeline.<pid>.log, metrics.<pid>.log; format in interpose/call_log.h).
+inline constexpr const char* kEnvLogDir = "ORION_LOG_DIR";
 // CUDA's own MPS variables, given to best-effort processes (by orion-run and the webhook) so that
 // under MPS they queue behind others and use at most a share of the SMs.
 inline constexpr const char* kEnvMpsClientPriority = "CUDA_MPS_CLIENT_PRIORITY";

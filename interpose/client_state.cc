@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "interpose/call_log.h"
 #include "interpose/completion_tracker.h"
 #include "interpose/real_driver.h"
 #include "interpose/tables.h"
@@ -93,6 +94,7 @@ void OnForkChild() {
   g_epoch.fetch_add(1, std::memory_order_relaxed);
   ResetTablesAfterFork();
   ResetCompletionTrackerAfterFork();
+  ResetCallLogAfterFork();
 }
 
 void InitProcess() {
@@ -305,6 +307,10 @@ Registration* RegisterDevice(int device) {
         result = Live(device);
       } else {
         g_state[device].store(kFailed, std::memory_order_release);
+        // Log mode: with no server, the process keeps its own record (ORION_LOG_DIR).
+        if (g_config.log_dir[0] != '\0') {
+          StartCallLog(g_config.log_dir, program_invocation_short_name, g_config.quiet);
+        }
         FailOpen(why);
       }
     }

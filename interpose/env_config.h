@@ -165,6 +165,7 @@ struct EnvConfig {
   uint64_t requested_memory_limit = 0;
   uint64_t requested_latency_target_us = 0;
   char socket_path[108] = {};  // sun_path size
+  char log_dir[256] = {};      // ORION_LOG_DIR: write call logs there when no server answers
 };
 
 // getenv_fn is injected so tests need not touch the process environment.
@@ -186,6 +187,8 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   const char* socket = getenv_fn(contract::kEnvSocket);
   CopyTruncated(config.socket_path, sizeof(config.socket_path),
                 (socket != nullptr && socket[0] != '\0') ? socket : contract::kDefaultSocketPath);
+  const char* log_dir = getenv_fn(contract::kEnvLogDir);
+  if (log_dir != nullptr) CopyTruncated(config.log_dir, sizeof(config.log_dir), log_dir);
   return config;
 }
 

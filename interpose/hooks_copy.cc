@@ -1,6 +1,8 @@
-// Copy and memset hooks: one timeline event per call (bytes, stream, direction), nothing else.
+// Copy and memset hooks: one timeline event per call (bytes, stream, direction), nothing else; in
+// log mode (no server) one call-log line.
 #include "interpose/glibc_compat.h"
 
+#include "interpose/call_log.h"
 #include "interpose/client_state.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
@@ -11,11 +13,17 @@ namespace {
 using contract::CopyDirection;
 using contract::EventKind;
 
-void Report(EventKind kind, CopyDirection direction, uint64_t address, uint64_t bytes,
-            CUstream stream) {
+void Report(const char* call, uint64_t started_unix_ns, EventKind kind, CopyDirection direction,
+            uint64_t address, uint64_t bytes, CUstream stream) {
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
-  if (reg == nullptr) return;
+  if (reg == nullptr) {
+    if (started_unix_ns != 0) {
+      LogCall(call, nullptr, started_unix_ns, RealtimeNs() - started_unix_ns, bytes, direction,
+              kind == EventKind::kMemcpy);
+    }
+    return;
+  }
   contract::Event e{};
   e.kind = kind;
   e.aux = static_cast<uint32_t>(direction);
@@ -34,9 +42,12 @@ using orion::contract::EventKind;
 
 // Events are reported after a successful call so failed copies do not appear on the timeline.
 #define ORION_REPORT_AFTER(call, kind, direction, address, bytes, stream)                     \
+  const uint64_t orion_t0 =                                                                   \
+      orion::interpose::CallLogActive() ? orion::interpose::RealtimeNs() : 0;                 \
   const CUresult result = call;                                                               \
   if (result == CUDA_SUCCESS) {                                                               \
-    orion::interpose::Report(kind, direction, static_cast<uint64_t>(address), bytes, stream); \
+    orion::interpose::Report(__func__, orion_t0, kind, direction,                             \
+                             static_cast<uint64_t>(address), bytes, stream);                  \
   }                                                                                           \
   return result;
 

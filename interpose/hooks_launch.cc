@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "interpose/call_log.h"
 #include "interpose/client_state.h"
 #include "interpose/completion_tracker.h"
 #include "interpose/launch_gate.h"
@@ -50,12 +51,33 @@ bool Capturing(CUstream stream, bool per_thread_stream) {
          status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+// Log mode (no server): the launch timed on the CPU and written to the process's call log.
+template <typename Launch>
+CUresult LoggedLaunch(const LaunchInfo& info, Launch launch) {
+  if (Capturing(info.stream, info.per_thread_stream)) return launch();  // runs nothing now
+  const uint64_t t0 = RealtimeNs();
+  const CUresult result = launch();
+  const uint64_t t1 = RealtimeNs();
+  if (result != CUDA_SUCCESS) return result;
+  const char* name = nullptr;
+  if (!info.graph) {
+    auto get_name = ORION_DRIVER(cuFuncGetName);
+    if (get_name == nullptr ||
+        get_name(&name, reinterpret_cast<CUfunction>(info.func)) != CUDA_SUCCESS) {
+      name = nullptr;
+    }
+  }
+  LogCall(info.graph ? "cuGraphLaunch" : "cuLaunchKernel", name, t0, t1 - t0, 0,
+          contract::CopyDirection::kUnknown, /*is_copy=*/false);
+  return result;
+}
+
 // Everything around one launch; `launch` performs the real driver call.
 template <typename Launch>
 CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
-  if (reg == nullptr) return launch();
+  if (reg == nullptr) return CallLogActive() ? LoggedLaunch(info, launch) : launch();
   const contract::ClientSlot& slot = *reg->slot;
   const contract::GpuState& gpu = *reg->gpu;
   contract::SlotGate& own_gate = *reg->own_gate;

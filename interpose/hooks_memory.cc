@@ -3,6 +3,7 @@
 // events, and cuMemGetInfo virtualised to the quota.
 #include "interpose/glibc_compat.h"
 
+#include "interpose/call_log.h"
 #include "interpose/client_state.h"
 #include "interpose/launch_gate.h"
 #include "interpose/memory_quota.h"
@@ -38,13 +39,25 @@ bool Reserve(Registration* reg, uint64_t bytes, MemoryKind kind) {
   return false;
 }
 
+// Log mode (no server): the call timed on the CPU and written to the process's call log.
+template <typename Call>
+CUresult Logged(const char* call, uint64_t bytes, Call real_call) {
+  const uint64_t t0 = RealtimeNs();
+  const CUresult result = real_call();
+  if (result == CUDA_SUCCESS) {
+    LogCall(call, nullptr, t0, RealtimeNs() - t0, bytes, contract::CopyDirection::kUnknown,
+            /*is_copy=*/false);
+  }
+  return result;
+}
+
 // One allocation whose size is known up front. `allocate` performs the real call.
 template <typename Allocate>
-CUresult GuardedAlloc(CUdeviceptr* dptr, uint64_t bytes, MemoryKind kind, CUstream stream,
-                      Allocate allocate) {
+CUresult GuardedAlloc(const char* call, CUdeviceptr* dptr, uint64_t bytes, MemoryKind kind,
+                      CUstream stream, Allocate allocate) {
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
-  if (reg == nullptr) return allocate();
+  if (reg == nullptr) return CallLogActive() ? Logged(call, bytes, allocate) : allocate();
   if (!Reserve(reg, bytes, kind)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = allocate();
   if (result != CUDA_SUCCESS || dptr == nullptr) {
@@ -60,10 +73,10 @@ CUresult GuardedAlloc(CUdeviceptr* dptr, uint64_t bytes, MemoryKind kind, CUstre
 }
 
 template <typename Free>
-CUresult GuardedFree(CUdeviceptr dptr, CUstream stream, Free release) {
+CUresult GuardedFree(const char* call, CUdeviceptr dptr, CUstream stream, Free release) {
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
-  if (reg == nullptr) return release();
+  if (reg == nullptr) return CallLogActive() ? Logged(call, 0, release) : release();
   AllocationTable<65536>::Entry entry{};
   const bool known = g_allocations.Find(dptr, &entry);
   const CUresult result = release();
@@ -88,19 +101,19 @@ using orion::interpose::Registration;
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   ORION_REAL_OR_RETURN(cuMemAlloc_v2)
-  return GuardedAlloc(dptr, bytes, MemoryKind::kDevice, nullptr, [&] { return real(dptr, bytes); });
+  return GuardedAlloc(__func__, dptr, bytes, MemoryKind::kDevice, nullptr, [&] { return real(dptr, bytes); });
 }
 
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
   ORION_REAL_OR_RETURN(cuMemAllocManaged)
-  return GuardedAlloc(dptr, bytes, MemoryKind::kManaged, nullptr,
+  return GuardedAlloc(__func__, dptr, bytes, MemoryKind::kManaged, nullptr,
                       [&] { return real(dptr, bytes, flags); });
 }
 
 #define ORION_ALLOC_ASYNC_HOOK(name)                                        \
   CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytes, CUstream stream) { \
     ORION_REAL_OR_RETURN(name)                                              \
-    return GuardedAlloc(dptr, bytes, MemoryKind::kAsync, stream,            \
+    return GuardedAlloc(__func__, dptr, bytes, MemoryKind::kAsync, stream,            \
                         [&] { return real(dptr, bytes, stream); });         \
   }
 ORION_ALLOC_ASYNC_HOOK(cuMemAllocAsync)
@@ -109,7 +122,7 @@ ORION_ALLOC_ASYNC_HOOK(cuMemAllocAsync_ptsz)
 #define ORION_ALLOC_POOL_HOOK(name)                                                            \
   CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) { \
     ORION_REAL_OR_RETURN(name)                                                                 \
-    return GuardedAlloc(dptr, bytes, MemoryKind::kPool, stream,                                \
+    return GuardedAlloc(__func__, dptr, bytes, MemoryKind::kPool, stream,                                \
                         [&] { return real(dptr, bytes, pool, stream); });                      \
   }
 ORION_ALLOC_POOL_HOOK(cuMemAllocFromPoolAsync)
@@ -150,13 +163,13 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wid
 
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   ORION_REAL_OR_RETURN(cuMemFree_v2)
-  return GuardedFree(dptr, nullptr, [&] { return real(dptr); });
+  return GuardedFree(__func__, dptr, nullptr, [&] { return real(dptr); });
 }
 
 #define ORION_FREE_ASYNC_HOOK(name)                                       \
   CUresult CUDAAPI name(CUdeviceptr dptr, CUstream stream) {              \
     ORION_REAL_OR_RETURN(name)                                            \
-    return GuardedFree(dptr, stream, [&] { return real(dptr, stream); }); \
+    return GuardedFree(__func__, dptr, stream, [&] { return real(dptr, stream); }); \
   }
 ORION_FREE_ASYNC_HOOK(cuMemFreeAsync)
 ORION_FREE_ASYNC_HOOK(cuMemFreeAsync_ptsz)

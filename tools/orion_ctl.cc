@@ -45,6 +45,8 @@ void Usage(FILE* out) {
       "                                        (Perfetto, chrome://tracing); --html: one page\n"
       "  timeline merge A.json B.json ... --out ALL.json [--html ALL.html]\n"
       "                                        several nodes' exports on one time axis\n"
+      "  timeline --from-log DIR --trace F.json [--html F.html]\n"
+      "                                        call logs written with ORION_LOG_DIR (no server)\n"
       "  timeline --follow [--gpu N]           print spans as the server records them\n"
       "  recording [--gpu N] [--from MS] [--until MS]   record spans only in this window\n"
       "                                        (Unix ms; 0 or left out: open; operator)\n"
@@ -352,6 +354,37 @@ int main(int argc, char** argv) {
     }
     if (!s.ok()) return Fail(s);
     PrintJson(r);
+    return 0;
+  }
+  if (cmd == "timeline" && args.size() >= 2 && args[1] == "--from-log") {
+    // timeline --from-log DIR --trace F.json [--html F.html]: call logs, no server needed.
+    std::string dir, trace_path, html_path;
+    for (size_t i = 2; i < args.size(); ++i) {
+      if (args[i] == "--trace" && i + 1 < args.size()) {
+        trace_path = args[++i];
+      } else if (args[i] == "--html" && i + 1 < args.size()) {
+        html_path = args[++i];
+      } else if (dir.empty()) {
+        dir = args[i];
+      } else {
+        return bad("unknown argument '" + args[i] + "'");
+      }
+    }
+    if (dir.empty() || (trace_path.empty() && html_path.empty())) {
+      return bad("expected: timeline --from-log DIR --trace F.json [--html F.html]");
+    }
+    absl::StatusOr<orion::tools::NodeTimeline> t = orion::tools::NodeTimelineFromCallLogs(dir);
+    if (!t.ok()) return bad(std::string(t.status().message()));
+    const std::string json = orion::tools::ChromeTraceJson(*t);
+    for (const auto& [path, text] :
+         {std::pair{trace_path, json}, std::pair{html_path, std::string()}}) {
+      if (path.empty()) continue;
+      std::ofstream out(path);
+      out << (text.empty() ? orion::tools::TimelineHtml(json) : text);
+      if (!out) return bad("cannot write " + path);
+      std::printf("wrote %s: %zu calls of %zu process(es)\n", path.c_str(),
+                  t->gpus.front().spans.size(), t->clients.size());
+    }
     return 0;
   }
   if (cmd == "timeline" && args.size() >= 2 && args[1] == "merge") {

@@ -26,6 +26,9 @@ void Usage(FILE* out) {
                "  --mps-thread-percentage N      best-effort: SM share under MPS (default 50;\n"
                "                                 0: not set)\n"
                "  --socket PATH                  server socket (default %s)\n"
+               "  --log-dir DIR                  with no server to register with, write call\n"
+               "                                 logs there (ORION_LOG_DIR; orion-ctl timeline\n"
+               "                                 --from-log DIR turns them into a trace)\n"
                "  --interposer PATH              liborion_interpose.so to preload\n"
                "                                 (default: $ORION_INTERPOSER, else next to this\n"
                "                                 program or in ../lib)\n",
@@ -78,6 +81,7 @@ std::string FindInterposer() {
 
 int main(int argc, char** argv) {
   std::string priority = "best-effort", memory_limit, latency_ms, socket_path, interposer;
+  std::string log_dir;
   long mps_percentage = orion::contract::kDefaultBestEffortMpsThreadPercentage;
   bool mps_percentage_given = false;
   int i = 1;
@@ -128,6 +132,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--socket") {
       socket_path = value("--socket");
+    } else if (a == "--log-dir") {
+      log_dir = value("--log-dir");
     } else if (a == "--interposer") {
       interposer = value("--interposer");
     } else if (a == "--version") {
@@ -175,6 +181,7 @@ int main(int argc, char** argv) {
   if (!memory_limit.empty()) setenv(orion::contract::kEnvMemoryLimit, memory_limit.c_str(), 1);
   if (!latency_ms.empty()) setenv(orion::contract::kEnvLatencyTargetMs, latency_ms.c_str(), 1);
   if (!socket_path.empty()) setenv(orion::contract::kEnvSocket, socket_path.c_str(), 1);
+  if (!log_dir.empty()) setenv(orion::contract::kEnvLogDir, log_dir.c_str(), 1);
   execvp(argv[i], argv + i);
   std::fprintf(stderr, "orion-run: cannot run '%s': %s\n", argv[i], std::strerror(errno));
   return 127;

@@ -1,15 +1,20 @@
 // Chrome trace export, merge and HTML page of orion timelines (see trace_export.h).
 #include "tools/trace_export.h"
 
+#include <dirent.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 
 namespace orion::tools {
 namespace {
@@ -43,6 +48,10 @@ const char* PriorityWord(orion::v1::Priority p) {
 
 std::string ClientLabel(uint32_t id, const NodeTimeline& t, orion::v1::Priority span_priority) {
   auto it = t.clients.find(id);
+  if (t.from_call_logs) {
+    return absl::StrCat(it != t.clients.end() ? it->second.process_name() : "?", " (pid ", id,
+                        ")");
+  }
   if (it == t.clients.end()) {
     return absl::StrCat("client ", id, " (", PriorityWord(span_priority), ", exited)");
   }
@@ -114,8 +123,11 @@ std::string ChromeTraceJson(const NodeTimeline& t) {
       Struct args;
       (*args.mutable_fields())["priority"] = Str(PriorityWord(s.priority()));
       (*args.mutable_fields())["client"] = Num(s.client_id());
-      // Held time is measured on the CPU; GPU work is measured when it has a duration.
-      (*args.mutable_fields())["measured"] = Bool(held || s.duration_ns() > 0);
+      // Held time is measured on the CPU; GPU work is measured when it has a duration. A call
+      // log's durations are the driver calls' on the CPU.
+      (*args.mutable_fields())["measured"] =
+          Bool(!t.from_call_logs && (held || s.duration_ns() > 0));
+      if (t.from_call_logs) (*args.mutable_fields())["duration"] = Str("driver call on the CPU");
       if (s.bytes() > 0) (*args.mutable_fields())["bytes"] = Num(static_cast<double>(s.bytes()));
       *f["args"].mutable_struct_value() = args;
       *events->add_values()->mutable_struct_value() = e;
@@ -321,6 +333,92 @@ window.addEventListener('mousemove', ev => {
 draw();
 </script></body></html>
 )");
+}
+
+absl::StatusOr<NodeTimeline> NodeTimelineFromCallLogs(const std::string& dir) {
+  std::vector<std::string> files;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (absl::StartsWith(name, "timeline.") && absl::EndsWith(name, ".log")) {
+        files.push_back(dir + "/" + name);
+      }
+    }
+    closedir(d);
+  } else {
+    return absl::NotFoundError(absl::StrCat(dir, ": cannot read the call-log folder"));
+  }
+  if (files.empty()) {
+    return absl::NotFoundError(absl::StrCat(dir, ": no timeline.<pid>.log files (was "
+                                                 "ORION_LOG_DIR set, and no server running?)"));
+  }
+  std::sort(files.begin(), files.end());
+  NodeTimeline t;
+  t.node = absl::StrCat("call logs ", dir);
+  t.from_call_logs = true;
+  NodeTimeline::GpuSpans host;
+  host.gpu.set_index(0);
+  host.gpu.set_uuid("CPU-side driver calls");
+  for (const std::string& file : files) {
+    std::ifstream in(file);
+    std::string line;
+    size_t number = 0;
+    uint32_t pid = 0;
+    auto bad = [&](const std::string& what) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ":", number, ": ", what));
+    };
+    while (std::getline(in, line)) {
+      ++number;
+      if (number == 1) {
+        // # orion-call-log 1 pid=<pid> process=<name>
+        const std::vector<std::string> words = absl::StrSplit(line, ' ');
+        if (words.size() < 5 || words[0] != "#" || words[1] != "orion-call-log" ||
+            words[2] != "1" || !absl::StartsWith(words[3], "pid=") ||
+            !absl::SimpleAtoi(words[3].substr(4), &pid) ||
+            !absl::StartsWith(words[4], "process=")) {
+          return bad("not an orion call log (expected '# orion-call-log 1 pid=N process=NAME')");
+        }
+        orion::v1::Client c;
+        c.set_client_id(pid);
+        c.set_host_pid(pid);
+        c.set_process_name(words[4].substr(8));
+        t.clients[pid] = c;
+        continue;
+      }
+      if (line.empty()) continue;
+      const std::vector<std::string> f = absl::StrSplit(line, '\t');
+      int64_t start = 0;
+      uint64_t duration = 0, bytes = 0;
+      if (f.size() != 6 || !absl::SimpleAtoi(f[0], &start) || !absl::SimpleAtoi(f[1], &duration) ||
+          !absl::SimpleAtoi(f[4], &bytes) || f[2].empty()) {
+        return bad("expected 6 tab-separated fields: start_unix_ns duration_ns call name bytes "
+                   "copy_kind");
+      }
+      orion::v1::TimelineSpan s;
+      s.set_client_id(pid);
+      s.set_start_unix_ns(start);
+      s.set_duration_ns(duration);
+      s.set_bytes(bytes);
+      const std::string& call = f[2];
+      s.set_kind(call == "cuLaunchKernel"                  ? "kernel"
+                 : call == "cuGraphLaunch"                 ? "graph"
+                 : absl::StrContains(call, "Memcpy")       ? "memcpy"
+                 : absl::StrContains(call, "Memset")       ? "memset"
+                 : absl::StrContains(call, "Free")         ? "free"
+                                                           : "alloc");
+      s.set_name(f[3] != "-" ? f[3] : f[5] != "-" ? absl::StrCat(call, " (", f[5], ")") : call);
+      if (t.since_unix_ns == 0 || start < t.since_unix_ns) t.since_unix_ns = start;
+      t.until_unix_ns = std::max<int64_t>(t.until_unix_ns, start + static_cast<int64_t>(duration));
+      host.spans.push_back(std::move(s));
+    }
+    if (number == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": empty (not an orion call log)"));
+    }
+  }
+  std::sort(host.spans.begin(), host.spans.end(),
+            [](const auto& a, const auto& b) { return a.start_unix_ns() < b.start_unix_ns(); });
+  t.gpus.push_back(std::move(host));
+  return t;
 }
 
 }  // namespace orion::tools

@@ -41,7 +41,15 @@ struct NodeTimeline {
   };
   std::vector<GpuSpans> gpus;
   std::map<uint32_t, orion::v1::Client> clients;  // by client id; departed ones may be missing
+  // From call logs (NodeTimelineFromCallLogs): client ids are pids, durations are the driver
+  // calls' on the CPU (never marked measured GPU time).
+  bool from_call_logs = false;
 };
+
+// The call logs an interposer wrote with no server (ORION_LOG_DIR; format in
+// interpose/call_log.h): every timeline.<pid>.log of `dir` as one timeline, a row per process
+// ("GPU" 0 stands for the host the logs came from). Errors name the file and line.
+absl::StatusOr<NodeTimeline> NodeTimelineFromCallLogs(const std::string& dir);
 
 std::string ChromeTraceJson(const NodeTimeline& timeline);
 
