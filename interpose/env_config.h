@@ -168,6 +168,16 @@ struct EnvConfig {
   char log_dir[256] = {};      // ORION_LOG_DIR: write call logs there when no server answers
 };
 
+// The direction of a copy from where its two ends live (device memory, managed memory and arrays
+// count as the device's; anything the driver does not know is pageable host memory).
+inline contract::CopyDirection CopyDirectionOf(bool dst_on_device, bool src_on_device) {
+  using contract::CopyDirection;
+  if (dst_on_device) {
+    return src_on_device ? CopyDirection::kDeviceToDevice : CopyDirection::kHostToDevice;
+  }
+  return src_on_device ? CopyDirection::kDeviceToHost : CopyDirection::kHostToHost;
+}
+
 // getenv_fn is injected so tests need not touch the process environment.
 template <typename GetEnv>
 EnvConfig ReadEnvConfig(GetEnv getenv_fn) {

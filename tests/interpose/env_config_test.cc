@@ -43,6 +43,14 @@ TEST(ParseByteSizeTest, RejectsJunkAndOverflow) {
   EXPECT_EQ(v, 7u);
 }
 
+TEST(CopyDirectionOfTest, FromWhereTheEndsLive) {
+  using contract::CopyDirection;
+  EXPECT_EQ(CopyDirectionOf(true, false), CopyDirection::kHostToDevice);
+  EXPECT_EQ(CopyDirectionOf(false, true), CopyDirection::kDeviceToHost);
+  EXPECT_EQ(CopyDirectionOf(true, true), CopyDirection::kDeviceToDevice);
+  EXPECT_EQ(CopyDirectionOf(false, false), CopyDirection::kHostToHost);
+}
+
 TEST(ParsePriorityTest, KnownWords) {
   EXPECT_EQ(ParsePriority("high"), static_cast<uint32_t>(contract::Priority::kHigh));
   EXPECT_EQ(ParsePriority("HIGH"), static_cast<uint32_t>(contract::Priority::kHigh));
@@ -92,13 +100,16 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_EQ(config.requested_memory_limit, 2ull << 30);
   EXPECT_EQ(config.requested_latency_target_us, 15'000u);
   EXPECT_STREQ(config.socket_path, contract::kDefaultSocketPath);
+  EXPECT_STREQ(config.log_dir, "");  // no call log unless asked
 
-  env = {{"ORION_DISABLE", "1"}, {"ORION_SOCKET", "/tmp/x.sock"}, {"ORION_MEMORY_LIMIT", "lots"}};
+  env = {{"ORION_DISABLE", "1"}, {"ORION_SOCKET", "/tmp/x.sock"}, {"ORION_MEMORY_LIMIT", "lots"},
+         {"ORION_LOG_DIR", "/tmp/orion-logs"}};
   config = ReadEnvConfig(get);
   EXPECT_TRUE(config.disabled);
   EXPECT_EQ(config.requested_priority, contract::kNoValue32);
   EXPECT_EQ(config.requested_memory_limit, 0u);
   EXPECT_STREQ(config.socket_path, "/tmp/x.sock");
+  EXPECT_STREQ(config.log_dir, "/tmp/orion-logs");
 }
 
 TEST(CopyTruncatedTest, AlwaysTerminates) {
