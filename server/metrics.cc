@@ -72,6 +72,11 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   MetricFamily dropped = Family("orion_client_events_dropped_total",
                                 "Events lost because a client's ring was full",
                                 MetricType::Counter);
+  MetricFamily client_busy = Family(
+      "orion_client_gpu_busy_seconds_total",
+      "Estimated GPU kernel time of a client: each launch at its kernel's learned duration "
+      "(measured on the GPU for sampled launches, else a default); graphs are not counted",
+      MetricType::Counter);
   MetricFamily claims = Family("orion_client_gate_claims_ignored_total",
                                "Times a best-effort client was found claiming high-priority work "
                                "in its GPU's shared gate area (ignored by every gate, cleared)",
@@ -90,6 +95,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     Add(mem_limit, labels, static_cast<double>(c.memory_limit));
     Add(dropped, labels, static_cast<double>(c.dropped));
     Add(claims, labels, static_cast<double>(c.gate_claims_ignored));
+    Add(client_busy, labels, c.gpu_busy_s);
     if (c.priority == "high") {
       auto h = Labeled({{"node", node_}, {"gpu", c.gpu}, {"pod", c.pod}, {"namespace", c.ns},
                         {"client", c.client}});
@@ -147,7 +153,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   Add(corrections, {{"node", node_}}, static_cast<double>(snap.board_corrections));
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
-                          &mem_limit, &dropped, &claims, &period, &regs, &ingested, &written, &skipped,
+                          &mem_limit, &dropped, &client_busy, &claims, &period, &regs, &ingested, &written, &skipped,
                           &node_dropped, &repairs, &corrections}) {
     out.push_back(std::move(*f));
   }

@@ -936,6 +936,7 @@ MetricsSnapshot NodeState::Snapshot() {
     cs.memory_limit = c.policy.memory_limit_bytes;
     cs.dropped = area.ring.dropped.load(std::memory_order_relaxed);
     cs.gate_claims_ignored = c.gate_claims_ignored;
+    cs.gpu_busy_s = c.gpu_busy_ns / 1e9;
     cs.busy_count = c.busy_count;
     cs.busy_sum_s = c.busy_sum_s;
     cs.busy_buckets = c.busy_buckets;

@@ -66,6 +66,7 @@ struct ClientSample {
   std::string gpu, pod, ns, priority, client;
   uint64_t kernels = 0, throttled_ns = 0, memory_used = 0, memory_limit = 0, dropped = 0;
   uint64_t gate_claims_ignored = 0;  // best-effort claims of HP work found in the gate area
+  double gpu_busy_s = 0;             // launches at their kernels' learned durations
   uint64_t busy_count = 0;
   double busy_sum_s = 0;
   std::array<uint64_t, kBusyPeriodBuckets.size()> busy_buckets{};  // non-cumulative

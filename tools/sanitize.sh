@@ -88,6 +88,8 @@ EXCLUDED=(
   '^cpu_cost_test$'
   # A pod's whole path: the container process runs with the interposer preloaded.
   '^pod_path_test$'
+  # Log mode: samples run with the interposer preloaded and write their call logs.
+  '^InterposerCallLog$'
 )
 exclude_regex="$(IFS='|'; echo "${EXCLUDED[*]}")"
 
