@@ -29,6 +29,16 @@ using contract::Board;
 using contract::ClientSlot;
 using contract::GpuState;
 
+namespace {
+
+// Written last, after the rest of a header: a client that sees the magic sees all of it.
+void PublishMagic(uint32_t& magic, uint32_t value) {
+  std::atomic_thread_fence(std::memory_order_release);
+  reinterpret_cast<std::atomic<uint32_t>*>(&magic)->store(value, std::memory_order_release);
+}
+
+}  // namespace
+
 void FutexWakeAll(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
           0);
@@ -85,10 +95,7 @@ absl::StatusOr<std::unique_ptr<NodeBoard>> NodeBoard::Create() {
   board->header.gate_area_bytes = sizeof(contract::GateArea);
   board->header.client_area_bytes = sizeof(contract::ClientArea);
   board->header.server_epoch.store(epoch, std::memory_order_relaxed);
-  // Magic last: a client that sees it sees a complete header.
-  std::atomic_thread_fence(std::memory_order_release);
-  reinterpret_cast<std::atomic<uint32_t>*>(&board->header.magic)
-      ->store(contract::kBoardMagic, std::memory_order_release);
+  PublishMagic(board->header.magic, contract::kBoardMagic);
   // From here on nobody can make a writable mapping of the board or write(2) to it; the
   // server's own mapping, made before, stays writable.
   const bool sealed = ::fcntl(made->fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0;
@@ -137,9 +144,7 @@ int NodeBoard::FindOrAddGpu(const std::string& uuid) {
   area->header.bytes = sizeof(contract::GateArea);
   area->header.gpu = n;
   area->header.server_epoch = epoch_;
-  std::atomic_thread_fence(std::memory_order_release);
-  reinterpret_cast<std::atomic<uint32_t>*>(&area->header.magic)
-      ->store(contract::kGateMagic, std::memory_order_release);
+  PublishMagic(area->header.magic, contract::kGateMagic);
   GpuState& g = board_->gpus[n];
   std::memset(g.uuid, 0, sizeof(g.uuid));
   std::memcpy(g.uuid, uuid.data(), uuid.size());
@@ -191,9 +196,7 @@ std::optional<uint32_t> NodeBoard::AssignSlot(uint32_t client_id, uint32_t pid, 
     client->header.slot = i;
     client->header.generation = generation;
     client->header.client_id = client_id;
-    std::atomic_thread_fence(std::memory_order_release);
-    reinterpret_cast<std::atomic<uint32_t>*>(&client->header.magic)
-        ->store(contract::kAreaMagic, std::memory_order_release);
+    PublishMagic(client->header.magic, contract::kAreaMagic);
     s.state.store(static_cast<uint32_t>(contract::SlotState::kActive), std::memory_order_release);
     RecomputePriorities(gpu);
     return i;
