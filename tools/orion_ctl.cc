@@ -42,7 +42,9 @@ void Usage(FILE* out) {
       "  timeline [--gpu N] [--last-ms N | --since MS [--until MS]] [--trace F.json] [--html F.html]\n"
       "                                        who ran when (default: GPU 0, last 1000 ms; times in\n"
       "                                        Unix ms). --trace: Chrome trace JSON of every GPU\n"
-      "                                        (Perfetto, chrome://tracing); --html: one page\n"
+      "                                        (Perfetto, chrome://tracing); --html: one page;\n"
+      "                                        --run-gap-ms N: work closer than N ms merges into\n"
+      "                                        one 'ran' row per client (default 1; 0: none)\n"
       "  timeline merge A.json B.json ... --out ALL.json [--html ALL.html]\n"
       "                                        several nodes' exports on one time axis\n"
       "  timeline --from-log DIR --trace F.json [--html F.html]\n"
@@ -359,8 +361,11 @@ int main(int argc, char** argv) {
   if (cmd == "timeline" && args.size() >= 2 && args[1] == "--from-log") {
     // timeline --from-log DIR --trace F.json [--html F.html]: call logs, no server needed.
     std::string dir, trace_path, html_path;
+    uint32_t run_gap_ms = 1;
     for (size_t i = 2; i < args.size(); ++i) {
-      if (args[i] == "--trace" && i + 1 < args.size()) {
+      if (args[i] == "--run-gap-ms" && i + 1 < args.size() && ParseU32(args[i + 1], &run_gap_ms)) {
+        ++i;
+      } else if (args[i] == "--trace" && i + 1 < args.size()) {
         trace_path = args[++i];
       } else if (args[i] == "--html" && i + 1 < args.size()) {
         html_path = args[++i];
@@ -375,6 +380,7 @@ int main(int argc, char** argv) {
     }
     absl::StatusOr<orion::tools::NodeTimeline> t = orion::tools::NodeTimelineFromCallLogs(dir);
     if (!t.ok()) return bad(std::string(t.status().message()));
+    t->run_gap_ns = static_cast<uint64_t>(run_gap_ms) * 1000000;
     const std::string json = orion::tools::ChromeTraceJson(*t);
     for (const auto& [path, text] :
          {std::pair{trace_path, json}, std::pair{html_path, std::string()}}) {
@@ -483,6 +489,7 @@ int main(int argc, char** argv) {
     uint32_t last_ms = 1000;
     int64_t since_ms = -1, until_ms = 0;
     int64_t gpu = -1;
+    uint32_t run_gap_ms = 1;
     std::string trace_path, html_path;
     auto parse_ms = [](const std::string& text, int64_t* out) {
       char* end = nullptr;
@@ -499,6 +506,8 @@ int main(int argc, char** argv) {
         ++i;
       } else if (args[i] == "--last-ms" && has_value && ParseU32(args[i + 1], &v)) {
         last_ms = v;
+        ++i;
+      } else if (args[i] == "--run-gap-ms" && has_value && ParseU32(args[i + 1], &run_gap_ms)) {
         ++i;
       } else if (args[i] == "--since" && has_value && parse_ms(args[i + 1], &since_ms)) {
         ++i;
@@ -524,6 +533,7 @@ int main(int argc, char** argv) {
     orion::v1::ListGpusResponse gpus;
     if (auto s = stub->ListGpus(ctx().get(), {}, &gpus); !s.ok()) return Fail(s);
     orion::tools::NodeTimeline t;
+    t.run_gap_ns = static_cast<uint64_t>(run_gap_ms) * 1000000;
     t.since_unix_ns = since_ms * 1000000;
     t.until_unix_ns = until_ms * 1000000;
     orion::v1::TimelineResponse first;

@@ -24,6 +24,7 @@ using google::protobuf::Struct;
 using google::protobuf::Value;
 
 constexpr uint32_t kHeldTidBase = 1'000'000;  // "held at gate" thread of client N: base + N
+constexpr uint32_t kRunTidBase = 2'000'000;   // "ran" thread of client N: base + N
 constexpr int kPidsPerInput = 1000;            // merge: input i's GPU g becomes i * 1000 + g
 
 Value Str(const std::string& s) {
@@ -106,9 +107,9 @@ std::string ChromeTraceJson(const NodeTimeline& t) {
       const int64_t tid = held ? kHeldTidBase + s.client_id() : s.client_id();
       if (named.insert(static_cast<uint32_t>(tid)).second) {
         const std::string label = ClientLabel(s.client_id(), t, s.priority());
-        // High-priority clients first, each client's held row right under it.
+        // High-priority clients first; each client's run row above it, its held row under it.
         const int sort = (s.priority() == orion::v1::PRIORITY_HIGH ? 0 : 1 << 20) +
-                         static_cast<int>(s.client_id()) * 2 + (held ? 1 : 0);
+                         static_cast<int>(s.client_id()) * 4 + (held ? 2 : 1);
         AddMeta(events, "thread_name", pid, tid, held ? label + " held at gate" : label, sort);
       }
       Struct e;
@@ -131,6 +132,36 @@ std::string ChromeTraceJson(const NodeTimeline& t) {
       if (s.bytes() > 0) (*args.mutable_fields())["bytes"] = Num(static_cast<double>(s.bytes()));
       *f["args"].mutable_struct_value() = args;
       *events->add_values()->mutable_struct_value() = e;
+    }
+    if (t.run_gap_ns == 0) continue;
+    std::map<uint32_t, std::vector<orion::v1::TimelineSpan>> by_client;
+    for (const orion::v1::TimelineSpan& s : g.spans) by_client[s.client_id()].push_back(s);
+    for (const auto& [client, spans] : by_client) {
+      const std::vector<RunInterval> runs = MergeRuns(spans, t.run_gap_ns);
+      if (runs.empty()) continue;
+      const orion::v1::Priority prio = spans.front().priority();
+      const int64_t tid = kRunTidBase + client;
+      AddMeta(events, "thread_name", pid, tid, ClientLabel(client, t, prio) + " ran",
+              (prio == orion::v1::PRIORITY_HIGH ? 0 : 1 << 20) + static_cast<int>(client) * 4);
+      for (const RunInterval& r : runs) {
+        Struct e;
+        auto& f = *e.mutable_fields();
+        f["ph"] = Str("X");
+        f["cat"] = Str("run");
+        f["name"] = Str("ran");
+        f["pid"] = Num(pid);
+        f["tid"] = Num(static_cast<double>(tid));
+        f["ts"] = Num(static_cast<double>(r.start_unix_ns) / 1e3);
+        f["dur"] = Num(static_cast<double>(r.end_unix_ns - r.start_unix_ns) / 1e3);
+        Struct args;
+        (*args.mutable_fields())["priority"] = Str(PriorityWord(prio));
+        (*args.mutable_fields())["client"] = Num(client);
+        (*args.mutable_fields())["spans"] = Num(r.spans);
+        (*args.mutable_fields())["measured"] = Bool(r.measured && !t.from_call_logs);
+        (*args.mutable_fields())["gap_ns"] = Num(static_cast<double>(t.run_gap_ns));
+        *f["args"].mutable_struct_value() = args;
+        *events->add_values()->mutable_struct_value() = e;
+      }
     }
   }
   Struct other;
@@ -333,6 +364,32 @@ window.addEventListener('mousemove', ev => {
 draw();
 </script></body></html>
 )");
+}
+
+std::vector<RunInterval> MergeRuns(const std::vector<orion::v1::TimelineSpan>& spans,
+                                   uint64_t gap_ns) {
+  std::vector<const orion::v1::TimelineSpan*> work;
+  for (const orion::v1::TimelineSpan& s : spans) {
+    if (s.kind() != "throttled") work.push_back(&s);
+  }
+  std::sort(work.begin(), work.end(), [](const auto* a, const auto* b) {
+    return a->start_unix_ns() < b->start_unix_ns();
+  });
+  std::vector<RunInterval> runs;
+  for (const orion::v1::TimelineSpan* s : work) {
+    const int64_t start = s->start_unix_ns();
+    const int64_t end = start + static_cast<int64_t>(s->duration_ns());
+    const bool measured = s->duration_ns() > 0;
+    if (!runs.empty() && start - runs.back().end_unix_ns <= static_cast<int64_t>(gap_ns)) {
+      RunInterval& r = runs.back();
+      r.end_unix_ns = std::max(r.end_unix_ns, end);
+      ++r.spans;
+      r.measured = r.measured && measured;
+    } else {
+      runs.push_back(RunInterval{start, end, 1, measured});
+    }
+  }
+  return runs;
 }
 
 absl::StatusOr<NodeTimeline> NodeTimelineFromCallLogs(const std::string& dir) {

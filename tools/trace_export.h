@@ -5,7 +5,9 @@
 // Trace layout: one process per node GPU ("<node> GPU <index>"), one thread per client
 // ("<namespace>/<pod> (client N, high)"), GPU work as complete events ("X"; args.measured says
 // whether the duration is the GPU's own, else the span is a launch instant of zero length), and
-// time held at the gate on a second thread of the client ("... held at gate"). Timestamps are the
+// time held at the gate on a second thread of the client ("... held at gate"), and, with
+// run_gap_ns, the client's run intervals on a third ("... ran": its work spans merged while the
+// gap between them stays within run_gap_ns). Timestamps are the
 // node's CLOCK_REALTIME in microseconds; otherData records the node, when it was exported and the
 // node's clock offset to the exporting host (server clock minus host clock, measured over the
 // RPC, with half the round trip as its uncertainty).
@@ -44,7 +46,20 @@ struct NodeTimeline {
   // From call logs (NodeTimelineFromCallLogs): client ids are pids, durations are the driver
   // calls' on the CPU (never marked measured GPU time).
   bool from_call_logs = false;
+  // Run intervals per client and GPU: work spans (not held time) closer than this merge into one
+  // "ran" interval, from the first span's start to the last one's end. 0: no run rows.
+  uint64_t run_gap_ns = 0;
 };
+
+// A client's work merged into run intervals (see NodeTimeline::run_gap_ns).
+struct RunInterval {
+  int64_t start_unix_ns = 0, end_unix_ns = 0;
+  uint32_t spans = 0;
+  bool measured = true;  // every span in it had its GPU duration measured
+};
+// The run intervals of `spans` (any order, one client's; held time is skipped), in time order.
+std::vector<RunInterval> MergeRuns(const std::vector<orion::v1::TimelineSpan>& spans,
+                                   uint64_t gap_ns);
 
 // The call logs an interposer wrote with no server (ORION_LOG_DIR; format in
 // interpose/call_log.h): every timeline.<pid>.log of `dir` as one timeline, a row per process

@@ -138,6 +138,50 @@ TEST(ChromeTrace, OneProcessPerGpuOneThreadPerClientHeldTimeApart) {
   EXPECT_EQ(other.at("clock_uncertainty_ns").number_value(), 150'000);
 }
 
+// Run intervals: a client's work spans closer than the gap merge into one "ran" interval from the
+// first start to the last end; held time never counts; a launch instant (no duration) makes the
+// run not measured.
+TEST(ChromeTrace, RunIntervalsMergeWorkWithinTheGap) {
+  const int64_t t0 = 1'700'000'000'000'000'000;
+  const auto hp = orion::v1::PRIORITY_HIGH;
+  const std::vector<orion::v1::TimelineSpan> spans = {
+      MakeSpan(1, hp, "kernel", t0 + 2'000'000, 100'000),  // out of order on purpose
+      MakeSpan(1, hp, "kernel", t0, 300'000),
+      MakeSpan(1, hp, "kernel", t0 + 800'000, 200'000),    // 0.5 ms after the first ends
+      MakeSpan(1, hp, "throttled", t0 + 1'000'000, 900'000),
+      MakeSpan(1, hp, "memcpy", t0 + 2'050'000, 0),        // inside the third run, unmeasured
+  };
+  const std::vector<RunInterval> runs = MergeRuns(spans, 600'000);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].start_unix_ns, t0);
+  EXPECT_EQ(runs[0].end_unix_ns, t0 + 1'000'000);
+  EXPECT_EQ(runs[0].spans, 2u);
+  EXPECT_TRUE(runs[0].measured);
+  EXPECT_EQ(runs[1].start_unix_ns, t0 + 2'000'000);
+  EXPECT_EQ(runs[1].end_unix_ns, t0 + 2'100'000);
+  EXPECT_EQ(runs[1].spans, 2u);
+  EXPECT_FALSE(runs[1].measured);
+  EXPECT_EQ(MergeRuns(spans, 0).size(), 3u);  // no gap: only the memcpy inside a kernel merges
+
+  NodeTimeline t = TwoGpuNode("node-a", 0);
+  t.run_gap_ns = 1'000'000;
+  auto events = CheckTraceFormat(Parse(ChromeTraceJson(t)));
+  std::vector<Struct> ran;
+  for (const Struct& x : events["X"]) {
+    if (x.fields().at("cat").string_value() == "run") ran.push_back(x);
+  }
+  // GPU 0: client 1 (kernel, then memcpy 0.15 ms later: one run), client 2 (its kernel; held
+  // time skipped); GPU 1: client 3.
+  ASSERT_EQ(ran.size(), 3u);
+  for (const Struct& r : ran) {
+    const double tid = r.fields().at("tid").number_value();
+    if (tid == 2'000'001) {
+      EXPECT_DOUBLE_EQ(r.fields().at("dur").number_value(), 405.0);  // 0 .. 0.4 ms + 5 us
+      EXPECT_EQ(r.fields().at("args").struct_value().fields().at("spans").number_value(), 2);
+    }
+  }
+}
+
 TEST(ChromeTrace, MergeKeepsNodesApartAndAlignsClocks) {
   const std::string a = ChromeTraceJson(TwoGpuNode("node-a", 0));
   const std::string b = ChromeTraceJson(TwoGpuNode("node-b", 2'000'000));  // 2 ms ahead
