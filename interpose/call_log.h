@@ -14,13 +14,13 @@
 // the log off with one line on stderr, never an error for the application.
 //
 // Usage (in a hook, when CurrentRegistration() is null):
-//   if (CallLogActive()) { t0 = RealtimeNs(); r = real(...); LogCall("cuMemcpyHtoD_v2", "-", t0,
-//                          RealtimeNs() - t0, bytes, CopyDirection::kHostToDevice); }
+//   if (CallLogActive()) return LoggedCall("cuMemAlloc_v2", nullptr, bytes, [&] { return real(...); });
 #pragma once
 
 #include <stdint.h>
 
 #include "contract/orion_contract.h"
+#include "interpose/cuda_abi.h"
 
 namespace orion::interpose {
 
@@ -38,6 +38,18 @@ void LogCall(const char* call, const char* name, uint64_t start_unix_ns, uint64_
 
 // CLOCK_REALTIME in ns (the log's clock, so that several hosts' logs share an axis).
 uint64_t RealtimeNs();
+
+// Runs `real_call` (a driver call) and, when it succeeds, logs it with its CPU duration.
+template <typename Call>
+CUresult LoggedCall(const char* call, const char* name, uint64_t bytes, Call real_call) {
+  const uint64_t t0 = RealtimeNs();
+  const CUresult result = real_call();
+  if (result == CUDA_SUCCESS) {
+    LogCall(call, name, t0, RealtimeNs() - t0, bytes, contract::CopyDirection::kUnknown,
+            /*is_copy=*/false);
+  }
+  return result;
+}
 
 // Writes what is buffered (and the metrics file). Called at exit; safe to call any time.
 void FlushCallLog();

@@ -25,16 +25,22 @@ struct LaunchInfo {
   bool graph = false;
 };
 
+// The kernel's name as the driver keeps it (cuFuncGetName), or null.
+const char* KernelName(uint64_t func) {
+  const char* name = nullptr;
+  auto get_name = ORION_DRIVER(cuFuncGetName);
+  if (get_name == nullptr || get_name(&name, reinterpret_cast<CUfunction>(func)) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  return name;
+}
+
 void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
   contract::Event e{};
   e.kind = contract::EventKind::kKernelName;
   e.cpu_ns = MonotonicNs();
   e.func = func;
-  const char* name = nullptr;
-  auto get_name = ORION_DRIVER(cuFuncGetName);
-  if (get_name == nullptr || get_name(&name, reinterpret_cast<CUfunction>(func)) != CUDA_SUCCESS) {
-    name = nullptr;
-  }
+  const char* name = KernelName(func);
   CopyTruncated(e.name, sizeof(e.name), name != nullptr ? name : "?");
   kernel->kclass.store(contract::KernelClassToBoard(contract::ClassifyKernelName(name)),
                        std::memory_order_relaxed);
@@ -55,21 +61,8 @@ bool Capturing(CUstream stream, bool per_thread_stream) {
 template <typename Launch>
 CUresult LoggedLaunch(const LaunchInfo& info, Launch launch) {
   if (Capturing(info.stream, info.per_thread_stream)) return launch();  // runs nothing now
-  const uint64_t t0 = RealtimeNs();
-  const CUresult result = launch();
-  const uint64_t t1 = RealtimeNs();
-  if (result != CUDA_SUCCESS) return result;
-  const char* name = nullptr;
-  if (!info.graph) {
-    auto get_name = ORION_DRIVER(cuFuncGetName);
-    if (get_name == nullptr ||
-        get_name(&name, reinterpret_cast<CUfunction>(info.func)) != CUDA_SUCCESS) {
-      name = nullptr;
-    }
-  }
-  LogCall(info.graph ? "cuGraphLaunch" : "cuLaunchKernel", name, t0, t1 - t0, 0,
-          contract::CopyDirection::kUnknown, /*is_copy=*/false);
-  return result;
+  return LoggedCall(info.graph ? "cuGraphLaunch" : "cuLaunchKernel",
+                    info.graph ? nullptr : KernelName(info.func), 0, launch);
 }
 
 // Everything around one launch; `launch` performs the real driver call.

@@ -39,25 +39,15 @@ bool Reserve(Registration* reg, uint64_t bytes, MemoryKind kind) {
   return false;
 }
 
-// Log mode (no server): the call timed on the CPU and written to the process's call log.
-template <typename Call>
-CUresult Logged(const char* call, uint64_t bytes, Call real_call) {
-  const uint64_t t0 = RealtimeNs();
-  const CUresult result = real_call();
-  if (result == CUDA_SUCCESS) {
-    LogCall(call, nullptr, t0, RealtimeNs() - t0, bytes, contract::CopyDirection::kUnknown,
-            /*is_copy=*/false);
-  }
-  return result;
-}
-
 // One allocation whose size is known up front. `allocate` performs the real call.
 template <typename Allocate>
 CUresult GuardedAlloc(const char* call, CUdeviceptr* dptr, uint64_t bytes, MemoryKind kind,
                       CUstream stream, Allocate allocate) {
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
-  if (reg == nullptr) return CallLogActive() ? Logged(call, bytes, allocate) : allocate();
+  if (reg == nullptr) {
+    return CallLogActive() ? LoggedCall(call, nullptr, bytes, allocate) : allocate();
+  }
   if (!Reserve(reg, bytes, kind)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = allocate();
   if (result != CUDA_SUCCESS || dptr == nullptr) {
@@ -76,7 +66,7 @@ template <typename Free>
 CUresult GuardedFree(const char* call, CUdeviceptr dptr, CUstream stream, Free release) {
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
-  if (reg == nullptr) return CallLogActive() ? Logged(call, 0, release) : release();
+  if (reg == nullptr) return CallLogActive() ? LoggedCall(call, nullptr, 0, release) : release();
   AllocationTable<65536>::Entry entry{};
   const bool known = g_allocations.Find(dptr, &entry);
   const CUresult result = release();

@@ -332,8 +332,8 @@ GateRepairs NodeBoard::CheckGates(uint64_t now_ns) {
       if (!high) {
         // A slot that is not high priority on this GPU: the gates never read its entry. A
         // best-effort client of this GPU that fills it claims work it may not claim. (A client
-        // lowered from high priority at run time may still count kernels it launched before:
-        // those complete within the tick or two it takes to see them twice.)
+        // lowered from high priority at run time may still count kernels it launched before;
+        // clearing them is harmless, as nobody reads them, but it is reported as a claim too.)
         if (inflight != 0) {
           e.inflight.store(0, std::memory_order_relaxed);
           if (slot_used_[i] && slot_gpu_[i] == gi) r.claimed_by.push_back(i);

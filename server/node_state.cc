@@ -495,8 +495,8 @@ void NodeState::PolicyTick(uint64_t now) {
 }
 
 orion::v1::Client NodeState::ToProto(const ClientRecord& c) const {
-  const contract::ClientArea::Counters& s = board_->area(c.slot)->counters;
-  const contract::EventRing& ring = board_->area(c.slot)->ring;
+  const contract::ClientArea& area = *board_->area(c.slot);
+  const contract::ClientArea::Counters& s = area.counters;
   orion::v1::Client out;
   out.set_client_id(c.id);
   out.set_slot(c.slot);
@@ -520,7 +520,7 @@ orion::v1::Client NodeState::ToProto(const ClientRecord& c) const {
   const uint64_t slot_launches = s.launches.load(std::memory_order_relaxed);
   out.set_kernels_launched(std::max(slot_launches, c.launch_events));
   out.set_throttled_ns(s.throttled_ns.load(std::memory_order_relaxed));
-  out.set_events_dropped(ring.dropped.load(std::memory_order_relaxed));
+  out.set_events_dropped(area.ring.dropped.load(std::memory_order_relaxed));
   out.set_registered_unix_ms(c.registered_unix_ms);
   out.set_latency_target_us(c.policy.latency_target_us);
   return out;

@@ -29,10 +29,13 @@ struct ClientMaps {
   contract::ClientArea* area = nullptr;
 };
 
-inline void* MapFd(int fd, size_t bytes, int prot) {
+// Maps sizeof(T) of a descriptor the server handed over (or a test took from the board); null
+// on failure.
+template <typename T>
+T* MapAs(int fd, int prot) {
   if (fd < 0) return nullptr;
-  void* m = mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
-  return m == MAP_FAILED ? nullptr : m;
+  void* m = mmap(nullptr, sizeof(T), prot, MAP_SHARED, fd, 0);
+  return m == MAP_FAILED ? nullptr : static_cast<T*>(m);
 }
 
 // Connects and registers; returns the socket (kept open = registered) and fills *reply. With
@@ -64,12 +67,9 @@ inline int RegisterClient(const std::string& socket_path, const contract::Regist
     return fd;
   }
   for (int i = 0; i < contract::kRegisterFds; ++i) maps->fds[i] = fds[i];
-  maps->board = static_cast<const contract::Board*>(
-      MapFd(fds[contract::kBoardFd], sizeof(contract::Board), PROT_READ));
-  maps->gate = static_cast<contract::GateArea*>(
-      MapFd(fds[contract::kGateFd], sizeof(contract::GateArea), PROT_READ | PROT_WRITE));
-  maps->area = static_cast<contract::ClientArea*>(
-      MapFd(fds[contract::kAreaFd], sizeof(contract::ClientArea), PROT_READ | PROT_WRITE));
+  maps->board = MapAs<const contract::Board>(fds[contract::kBoardFd], PROT_READ);
+  maps->gate = MapAs<contract::GateArea>(fds[contract::kGateFd], PROT_READ | PROT_WRITE);
+  maps->area = MapAs<contract::ClientArea>(fds[contract::kAreaFd], PROT_READ | PROT_WRITE);
   return fd;
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "orion/v1/admin.grpc.pb.h"
 #include "tools/trace_export.h"
 #include "orion_version.h"
@@ -58,6 +59,20 @@ void Usage(FILE* out) {
       "'ROLE NAME TOKEN': its last field is used). TLS: --cacert (the CA of the server's\n"
       "certificate; also $ORION_CACERT), with --cert/--key a client certificate (PEM files)\n",
       out);
+}
+
+// Writes a trace's JSON to trace_path and its page to html_path (either may be empty), saying
+// "wrote PATH<summary>" for each. Returns the path it could not write, or "".
+std::string WriteTraceFiles(const std::string& json, const std::string& trace_path,
+                            const std::string& html_path, const std::string& summary) {
+  for (const std::string* path : {&trace_path, &html_path}) {
+    if (path->empty()) continue;
+    std::ofstream out(*path);
+    out << (path == &trace_path ? json : orion::tools::TimelineHtml(json));
+    if (!out) return *path;
+    std::printf("wrote %s%s\n", path->c_str(), summary.c_str());
+  }
+  return "";
 }
 
 int Fail(const grpc::Status& s) {
@@ -381,17 +396,11 @@ int main(int argc, char** argv) {
     absl::StatusOr<orion::tools::NodeTimeline> t = orion::tools::NodeTimelineFromCallLogs(dir);
     if (!t.ok()) return bad(std::string(t.status().message()));
     t->run_gap_ns = static_cast<uint64_t>(run_gap_ms) * 1000000;
-    const std::string json = orion::tools::ChromeTraceJson(*t);
-    for (const auto& [path, text] :
-         {std::pair{trace_path, json}, std::pair{html_path, std::string()}}) {
-      if (path.empty()) continue;
-      std::ofstream out(path);
-      out << (text.empty() ? orion::tools::TimelineHtml(json) : text);
-      if (!out) return bad("cannot write " + path);
-      std::printf("wrote %s: %zu calls of %zu process(es)\n", path.c_str(),
-                  t->gpus.front().spans.size(), t->clients.size());
-    }
-    return 0;
+    const std::string failed = WriteTraceFiles(
+        orion::tools::ChromeTraceJson(*t), trace_path, html_path,
+        absl::StrCat(": ", t->gpus.front().spans.size(), " calls of ", t->clients.size(),
+                     " process(es)"));
+    return failed.empty() ? 0 : bad("cannot write " + failed);
   }
   if (cmd == "timeline" && args.size() >= 2 && args[1] == "merge") {
     // timeline merge A.json B.json ... --out ALL.json [--html ALL.html]: no server needed.
@@ -415,15 +424,9 @@ int main(int argc, char** argv) {
     }
     absl::StatusOr<std::string> merged = orion::tools::MergeChromeTraces(inputs);
     if (!merged.ok()) return bad(std::string(merged.status().message()));
-    for (const auto& [path, text] :
-         {std::pair{out_path, *merged}, std::pair{html_path, std::string()}}) {
-      if (path.empty()) continue;
-      std::ofstream out(path);
-      out << (text.empty() ? orion::tools::TimelineHtml(*merged) : text);
-      if (!out) return bad("cannot write " + path);
-      std::printf("wrote %s (%zu exports merged)\n", path.c_str(), inputs.size());
-    }
-    return 0;
+    const std::string failed = WriteTraceFiles(
+        *merged, out_path, html_path, absl::StrCat(" (", inputs.size(), " exports merged)"));
+    return failed.empty() ? 0 : bad("cannot write " + failed);
   }
   if (cmd == "timeline" && args.size() >= 2 && args[1] == "--follow") {
     // timeline --follow [--gpu N]: every new span as the server records it, until interrupted.
@@ -584,19 +587,12 @@ int main(int argc, char** argv) {
     if (auto s = stub->ListClients(ctx().get(), {}, &clients); !s.ok()) return Fail(s);
     for (const auto& c : clients.clients()) t.clients[c.client_id()] = c;
     t.exported_unix_ns = unix_ns();
-    const std::string trace = orion::tools::ChromeTraceJson(t);
     size_t spans = 0;
     for (const auto& g : t.gpus) spans += g.spans.size();
-    for (const auto& [path, text] :
-         {std::pair{trace_path, trace}, std::pair{html_path, orion::tools::TimelineHtml(trace)}}) {
-      if (path.empty()) continue;
-      std::ofstream out(path);
-      out << text;
-      if (!out) return bad("cannot write " + path);
-      std::printf("wrote %s: %zu spans of %zu GPU(s) of node %s\n", path.c_str(), spans,
-                  t.gpus.size(), t.node.c_str());
-    }
-    return 0;
+    const std::string failed = WriteTraceFiles(
+        orion::tools::ChromeTraceJson(t), trace_path, html_path,
+        absl::StrCat(": ", spans, " spans of ", t.gpus.size(), " GPU(s) of node ", t.node));
+    return failed.empty() ? 0 : bad("cannot write " + failed);
   }
   if (cmd == "profile") {
     uint32_t id = 0;

@@ -27,12 +27,7 @@ namespace {
 using contract::Event;
 using contract::EventKind;
 
-// Maps a descriptor as a client does; null on failure.
-template <typename T>
-T* MapAs(int fd, int prot) {
-  void* m = mmap(nullptr, sizeof(T), prot, MAP_SHARED, fd, 0);
-  return m == MAP_FAILED ? nullptr : static_cast<T*>(m);
-}
+using orion::testing::MapAs;
 
 TEST(BoardTest, HeaderAndLayoutAreValidForClients) {
   auto board = NodeBoard::Create();
