@@ -71,6 +71,9 @@ v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::st
       break;
   }
   envs["LD_PRELOAD"] = absl::StrCat(layout.container_lib_dir, "/", std::string(kInterposerFileName));
+  // The interposer is also the pod's NVTX tool (steps and requests on the timeline); a pod that
+  // sets the variable itself (a profiler) keeps its own: the container's env wins over these.
+  envs[contract::kEnvNvtxInjection] = envs["LD_PRELOAD"];
   envs[contract::kEnvSocket] = absl::StrCat(layout.run_dir, "/", layout.socket_name);
   v1beta1::Mount* lib = r.add_mounts();
   lib->set_container_path(layout.container_lib_dir);

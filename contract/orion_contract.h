@@ -45,7 +45,9 @@ inline constexpr uint32_t kBoardVersion = 3;
 inline constexpr uint32_t kGateMagic = 0x4741524Fu;    // "ORAG"
 inline constexpr uint32_t kAreaMagic = 0x4143524Fu;    // "ORCA"
 inline constexpr uint32_t kWireMagic = 0x5057524Fu;   // "ORWP" little-endian
-inline constexpr uint32_t kWireVersion = 2;  // 2: the reply carries the areas as descriptors
+// 2: the reply carries the areas as descriptors; 3: NVTX range events and GPU times on the host
+// clock
+inline constexpr uint32_t kWireVersion = 3;
 
 inline constexpr uint32_t kMaxGpus = 16;
 inline constexpr uint32_t kMaxSlots = 256;       // live clients per node
@@ -75,13 +77,22 @@ enum class EventKind : uint32_t {
   kMemcpy = 5,       // bytes, stream, aux = CopyDirection
   kMemset = 6,       // bytes, stream
   kGraphLaunch = 7,  // func = CUgraphExec, aux = kernel nodes in the graph, stream
-  kKernelTime = 8,   // func, duration_ns measured on the GPU (profile mode / completion)
+  kKernelTime = 8,   // func, duration_ns measured on the GPU (sampled launches); with
+                     // kOnHostClock in flags, cpu_ns is the GPU's start on the host clock
   kThrottled = 9,    // a best-effort launch waited duration_ns at the gate
   kAllocDenied = 10, // an allocation of `bytes` was refused by the memory quota
   kBusyPeriod = 11,  // high-priority client: from the launch that found nothing in flight and
                      // the grace (hp_grace_ns) over, to its last launch/completion before the
                      // next such launch, which reports it; cpu_ns = start, duration_ns = length
+  kRange = 12,       // an NVTX range the process closed: name; cpu_ns and duration_ns on the CPU
+                     // (push to pop); aux = nesting depth (0 = outermost); with kOnHostClock,
+                     // func and bytes are the GPU's start of its first kernel and end of its
+                     // last, on the host clock; stream = the stream its end was recorded on
 };
+
+// Event::flags bits.
+inline constexpr uint32_t kTimedLaunch = 1u;  // kLaunch/kGraphLaunch: a kKernelTime follows
+inline constexpr uint32_t kOnHostClock = 2u;  // kKernelTime/kRange: GPU times on the host clock
 
 enum class MemoryKind : uint32_t {
   kDevice = 0, kPitch = 1, kManaged = 2, kAsync = 3, kPool = 4, kVmmCreate = 5, kVmmMap = 6,
@@ -102,8 +113,8 @@ struct Event {
   uint32_t grid[3];
   uint32_t block[3];
   uint32_t shared_mem;
-  uint32_t reserved0;
-  char name[kKernelNameBytes];  // kKernelName only; NUL-terminated, truncated
+  uint32_t flags;        // kTimedLaunch, kOnHostClock
+  char name[kKernelNameBytes];  // kKernelName and kRange; NUL-terminated, truncated
 };
 inline constexpr size_t kEventWords = 1 + (sizeof(Event) + 7) / 8;  // +1: sequence word
 static_assert(sizeof(Event) == 160, "Event payload layout is part of the contract");
@@ -503,6 +514,9 @@ inline constexpr const char* kEnvQuiet = "ORION_QUIET";            // 1: no stde
 // A folder: with no server to register with, the interposer writes its own call logs there
 // (timeline.<pid>.log, metrics.<pid>.log; format in interpose/call_log.h).
 inline constexpr const char* kEnvLogDir = "ORION_LOG_DIR";
+inline constexpr const char* kEnvNvtxDepth = "ORION_NVTX_DEPTH";
+// The NVTX loader (in the application) loads its tool from here: the interposer itself.
+inline constexpr const char* kEnvNvtxInjection = "NVTX_INJECTION64_PATH";
 // CUDA's own MPS variables, given to best-effort processes (by orion-run and the webhook) so that
 // under MPS they queue behind others and use at most a share of the SMs.
 inline constexpr const char* kEnvMpsClientPriority = "CUDA_MPS_CLIENT_PRIORITY";

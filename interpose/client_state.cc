@@ -17,6 +17,7 @@
 
 #include "interpose/call_log.h"
 #include "interpose/completion_tracker.h"
+#include "interpose/nvtx_ranges.h"
 #include "interpose/real_driver.h"
 #include "interpose/tables.h"
 #include "interpose/version_pin.h"
@@ -95,6 +96,7 @@ void OnForkChild() {
   ResetTablesAfterFork();
   ResetCompletionTrackerAfterFork();
   ResetCallLogAfterFork();
+  ResetNvtxAfterFork();
 }
 
 void InitProcess() {

@@ -14,6 +14,7 @@
 
 #include <atomic>
 
+#include "interpose/gpu_clock.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
 
@@ -110,8 +111,26 @@ bool RecordOn(CUevent event, CUstream stream, bool per_thread_stream) {
   return record != nullptr && record(event, stream) == CUDA_SUCCESS;
 }
 
+constinit GpuClock g_gpu_clock;  // poller thread only
+
+// Host times of a completed record's start and end events (the poller thread, its context
+// current), or false.
+bool HostTimes(PendingLaunch* p, uint64_t* start_ns, uint64_t* end_ns) {
+  return g_gpu_clock.ToHost(p->ctx, p->start, start_ns) &&
+         g_gpu_clock.ToHost(p->ctx, p->end, end_ns) && *end_ns >= *start_ns;
+}
+
 void Finish(PendingLaunch* p, bool measured_on_gpu) {
   Registration* reg = p->reg;
+  if (p->range) {
+    uint64_t start = 0, end = 0;
+    if (!measured_on_gpu || !HostTimes(p, &start, &end)) start = end = 0;
+    if (reg != nullptr && reg->StillOwned()) {
+      ReportRange(reg, p->name, p->depth, p->cpu_start_ns, p->cpu_end_ns, start, end, p->stream);
+    }
+    ReleasePending(p);
+    return;
+  }
   if (reg != nullptr && reg->StillOwned()) {
     const uint64_t now = MonotonicNs();
     bool open_gate = false;
@@ -132,6 +151,11 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
         contract::Event e{};
         e.kind = contract::EventKind::kKernelTime;
         e.cpu_ns = now;
+        uint64_t start = 0, end = 0;
+        if (HostTimes(p, &start, &end)) {
+          e.cpu_ns = start;
+          e.flags = contract::kOnHostClock;
+        }
         e.func = p->func;
         e.stream = p->stream;
         e.duration_ns = ns;
@@ -275,6 +299,10 @@ PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
   p->timed = timed;
   p->pending_at_ns = 0;
   p->ordered = false;
+  p->range = false;
+  p->depth = 0;
+  p->cpu_start_ns = p->cpu_end_ns = 0;
+  p->name[0] = '\0';
   return p;
 }
 
@@ -308,11 +336,29 @@ void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream,
 
 void CompleteNow(PendingLaunch* p) { Finish(p, false); }
 
+void ReportRange(Registration* reg, const char* name, uint32_t depth, uint64_t cpu_start_ns,
+                 uint64_t cpu_end_ns, uint64_t gpu_start_ns, uint64_t gpu_end_ns, uint64_t stream) {
+  contract::Event e{};
+  e.kind = contract::EventKind::kRange;
+  e.aux = depth;
+  e.cpu_ns = cpu_start_ns;
+  e.duration_ns = cpu_end_ns >= cpu_start_ns ? cpu_end_ns - cpu_start_ns : 0;
+  if (gpu_start_ns != 0) {
+    e.flags = contract::kOnHostClock;
+    e.func = gpu_start_ns;
+    e.bytes = gpu_end_ns;
+  }
+  e.stream = stream;
+  CopyTruncated(e.name, sizeof(e.name), name);
+  PushEvent(reg, e);
+}
+
 void ReleasePending(PendingLaunch* p) { g_free.Push(IndexOf(p)); }
 
 void ResetCompletionTrackerAfterFork() {
   // The poller does not exist in the child and the parent's events are not valid there.
   for (auto& p : g_pool) p = PendingLaunch{};
+  g_gpu_clock.Reset();
   g_queues_once = PTHREAD_ONCE_INIT;
   g_poller_started.store(0, std::memory_order_relaxed);
   g_poller_sleeping.store(0, std::memory_order_relaxed);

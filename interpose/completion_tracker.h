@@ -45,6 +45,13 @@ struct PendingLaunch {
   // The stream handle names one stream of ctx (not a per-thread default stream), so records
   // with the same (ctx, stream) complete in submission order.
   bool ordered = false;
+  // An NVTX range (nvtx_ranges.cc) instead of a launch: `start` was recorded at its push, `end`
+  // at its pop; on completion it is reported as a kRange event.
+  bool range = false;
+  uint32_t depth = 0;
+  uint64_t cpu_start_ns = 0;
+  uint64_t cpu_end_ns = 0;
+  char name[contract::kKernelNameBytes] = {};
 };
 
 // A record whose events live in `ctx`, or null if the pool is exhausted or events cannot be
@@ -60,5 +67,10 @@ void CompleteNow(PendingLaunch* p);
 void ReleasePending(PendingLaunch* p);
 
 void ResetCompletionTrackerAfterFork();
+
+// Reports an NVTX range to `reg`'s ring: CPU times always; GPU times (host clock) when both are
+// known (gpu_start_ns != 0).
+void ReportRange(Registration* reg, const char* name, uint32_t depth, uint64_t cpu_start_ns,
+                 uint64_t cpu_end_ns, uint64_t gpu_start_ns, uint64_t gpu_end_ns, uint64_t stream);
 
 }  // namespace orion::interpose

@@ -9,6 +9,7 @@
 #include "interpose/client_state.h"
 #include "interpose/completion_tracker.h"
 #include "interpose/launch_gate.h"
+#include "interpose/nvtx_ranges.h"
 #include "interpose/real_driver.h"
 #include "interpose/tables.h"
 
@@ -103,8 +104,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   const uint64_t launch_index =
       kernel != nullptr ? kernel->launches.fetch_add(1, std::memory_order_relaxed) : 1;
+  // Sampled launches are timed on the GPU in every mode: they teach the gate the kernels'
+  // durations and give the timeline measured spans. Profiling times every launch.
   const bool profile = Config().profile || slot.profile.load(std::memory_order_relaxed) != 0;
-  const bool timed = kernel != nullptr && (profile || gated) && ShouldSample(launch_index);
+  const bool timed = kernel != nullptr && (profile || ShouldSample(launch_index));
 
   // High-priority work is followed to completion only while the gate may hold somebody for it.
   const bool follow = high && FollowHighPriority(gpu);
@@ -141,6 +144,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     }
   }
 
+  NoteLaunchStream(ctx, info.stream, info.per_thread_stream);
   const CUresult result = launch();
   const uint64_t now = MonotonicNs();
   if (result != CUDA_SUCCESS) {
@@ -160,6 +164,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   memcpy(e.grid, info.grid, sizeof(e.grid));
   memcpy(e.block, info.block, sizeof(e.block));
   e.shared_mem = info.shared_mem;
+  if (pending != nullptr && pending->timed) e.flags = contract::kTimedLaunch;
   PushEvent(reg, e);
 
   if (ticket.waited_ns != 0) {

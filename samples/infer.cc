@@ -4,11 +4,16 @@
 // arrival, so time spent queued behind earlier requests (a service that cannot keep up) shows,
 // as it would for a real client. --graph captures one request into a CUDA graph and replays it.
 //
+// With --nvtx each measured request is an NVTX range named "request" (the real NVTX loader from
+// the CUDA toolkit's headers: a tool named by NVTX_INJECTION64_PATH sees it).
+//
 // Last line (machine-readable):
 //   result requests=N rate=R kernels=K kernel_us=U graph=0|1 p50_us=.. p99_us=.. p999_us=..
 //          mean_us=.. max_us=.. throughput_rps=.. wall_s=..
 #include <cinttypes>
 #include <random>
+
+#include <nvtx3/nvToolsExt.h>
 
 #include "samples/sample_common.h"
 
@@ -28,6 +33,7 @@ int main(int argc, char** argv) {
   int64_t warmup = 10;
   int64_t seed = 1;
   bool graph = false;
+  bool nvtx = false;
   Flags flags("orion-sample-infer",
               "latency-critical service: Poisson requests of K kernels each, p50/p99/p99.9");
   flags.AddDouble("rate", &rate, "requests per second, Poisson arrivals; 0 = closed loop (100)");
@@ -38,6 +44,7 @@ int main(int argc, char** argv) {
   flags.AddInt("warmup", &warmup, "unmeasured requests before the run (10)");
   flags.AddInt("seed", &seed, "arrival process seed (1)");
   flags.AddBool("graph", &graph, "capture a request into a CUDA graph and replay it");
+  flags.AddBool("nvtx", &nvtx, "mark each measured request with an NVTX range \"request\"");
   flags.Parse(argc, argv);
   if (requests < 1 || kernels < 1 || blocks < 1) flags.Usage(1, "counts must be >= 1");
 
@@ -87,7 +94,9 @@ int main(int argc, char** argv) {
     } else {
       arrival = orion::samples::NowNs();
     }
+    if (nvtx) nvtxRangePushA("request");
     serve();
+    if (nvtx) nvtxRangePop();
     latency_us.push_back(static_cast<double>(orion::samples::NowNs() - arrival) / 1e3);
   }
   const double wall_s = static_cast<double>(orion::samples::NowNs() - start) / 1e9;

@@ -7,9 +7,15 @@
 // (T = CLOCK_MONOTONIC seconds), which bench/priority_bench.py uses to measure throughput
 // inside a time window.
 //
+// With --nvtx each step is an NVTX range named "step" (the real NVTX loader from the CUDA
+// toolkit's headers: a tool named by NVTX_INJECTION64_PATH sees it), and each step's line also
+// carries its duration ("step T D", D in seconds).
+//
 // Last line (machine-readable):
 //   result steps=N kernels=.. seconds=.. steps_per_s=.. kernels_per_s=.. busy_fraction=..
 #include <cinttypes>
+
+#include <nvtx3/nvToolsExt.h>
 
 #include "samples/sample_common.h"
 
@@ -19,6 +25,7 @@ int main(int argc, char** argv) {
   double kernel_us = 1000;
   int64_t blocks = 132;
   bool progress = false;
+  bool nvtx = false;
   orion::samples::Flags flags("orion-sample-train",
                               "best-effort trainer: steps of K kernels for S seconds");
   flags.AddDouble("seconds", &seconds, "how long to train (10)");
@@ -26,6 +33,7 @@ int main(int argc, char** argv) {
   flags.AddDouble("kernel-us", &kernel_us, "GPU time of each kernel in microseconds (1000)");
   flags.AddInt("blocks", &blocks, "thread blocks per kernel (132: one per SM of an H100)");
   flags.AddBool("progress", &progress, "print ready and one line per step with its end time");
+  flags.AddBool("nvtx", &nvtx, "mark each step with an NVTX range \"step\"");
   flags.Parse(argc, argv);
   if (kernels < 1 || blocks < 1) flags.Usage(1, "counts must be >= 1");
 
@@ -43,13 +51,22 @@ int main(int argc, char** argv) {
   if (progress) printf("ready\n");
   fflush(stdout);
   while (orion::samples::NowNs() < stop) {
+    const uint64_t step_start = orion::samples::NowNs();
+    if (nvtx) nvtxRangePushA("step");
     for (int64_t k = 0; k < kernels; ++k) {
       orion::samples::LaunchSpin(gpu, stream, kernel_ns, static_cast<unsigned int>(blocks));
     }
     ORION_CHECK_CU(cuStreamSynchronize(stream));
+    if (nvtx) nvtxRangePop();
     ++steps;
     if (progress) {
-      printf("step %.6f\n", static_cast<double>(orion::samples::NowNs()) / 1e9);
+      const uint64_t now = orion::samples::NowNs();
+      if (nvtx) {
+        printf("step %.6f %.6f\n", static_cast<double>(now) / 1e9,
+               static_cast<double>(now - step_start) / 1e9);
+      } else {
+        printf("step %.6f\n", static_cast<double>(now) / 1e9);
+      }
       fflush(stdout);
     }
   }

@@ -283,7 +283,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
         root, "",
         {"node_name", "socket_path", "admin_address", "admin_auth", "agent_socket",
          "metrics_address", "gpus", "mode", "policy", "standalone", "timeline_spans_per_gpu",
-         "hp_latency_window", "kernel_profiles"}));
+         "request_range_prefix", "hp_latency_window", "kernel_profiles"}));
     ORION_RETURN_IF_ERROR(v.String(root["node_name"], "node_name", &c.node_name));
     ORION_RETURN_IF_ERROR(v.String(root["socket_path"], "socket_path", &c.socket_path));
     ORION_RETURN_IF_ERROR(v.String(root["admin_address"], "admin_address", &c.admin_address));
@@ -384,6 +384,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
     ORION_RETURN_IF_ERROR(ParseRules(v, root["standalone"], &c));
     ORION_RETURN_IF_ERROR(v.Int(root["timeline_spans_per_gpu"], "timeline_spans_per_gpu", 1000,
                                 50000000, &c.timeline_spans_per_gpu));
+    ORION_RETURN_IF_ERROR(v.String(root["request_range_prefix"], "request_range_prefix",
+                                   &c.request_range_prefix));
+    if (c.request_range_prefix.size() > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source_name, ": request_range_prefix: at most 64 characters (NVTX names are cut at 79)"));
+    }
     ORION_RETURN_IF_ERROR(
         v.Int(root["hp_latency_window"], "hp_latency_window", 100, 1000000, &c.hp_latency_window));
   } catch (const YAML::Exception& e) {
@@ -443,6 +449,7 @@ standalone:                            # processes not in a Kubernetes pod
   trust_client_requests: true          # honour orion-run --priority/--memory-limit
   rules: []                            # e.g. - {process: "serve*", uid: 1000, priority: high}
 timeline_spans_per_gpu: 200000         # timeline spans kept per GPU (ring)
+request_range_prefix: "request"        # NVTX ranges named so are requests (latency histogram)
 hp_latency_window: 2000                # HP busy periods kept per client for tail estimates
 kernel_profiles: []                    # Orion profile CSVs (Name,Profile,...) to preload
 )";

@@ -69,6 +69,10 @@ struct ServerConfig {
   bool trust_client_requests = true;    // standalone: honour orion-run's priority/limit requests
   std::vector<PriorityRule> rules;
   uint32_t timeline_spans_per_gpu = 200000;
+  // NVTX ranges whose name starts with this are a client's requests: their latency (push to the
+  // later of pop and the GPU's end of their work) feeds orion_client_request_latency_seconds.
+  // Empty: no request histogram.
+  std::string request_range_prefix = "request";
   uint32_t hp_latency_window = 2000;    // busy periods kept per HP client for the tail estimate
   std::vector<std::string> kernel_profiles;  // Orion CSV files loaded at start
 };

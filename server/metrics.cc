@@ -31,6 +31,22 @@ void Add(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value)
   f.metric.push_back(std::move(m));
 }
 
+// Appends one histogram sample from fixed upper bounds and non-cumulative counts.
+template <size_t N>
+void AddHistogram(MetricFamily& f, std::vector<ClientMetric::Label> labels,
+                  const SecondsHistogram<N>& h, const std::array<double, N>& bounds) {
+  ClientMetric m = Labeled(std::move(labels));
+  m.histogram.sample_count = h.count;
+  m.histogram.sample_sum = h.sum_s;
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < N; ++b) {
+    cumulative += h.buckets[b];
+    m.histogram.bucket.push_back({cumulative, bounds[b]});
+  }
+  m.histogram.bucket.push_back({h.count, std::numeric_limits<double>::infinity()});
+  f.metric.push_back(std::move(m));
+}
+
 }  // namespace
 
 std::vector<MetricFamily> MetricsCollector::Collect() const {
@@ -74,8 +90,9 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                 MetricType::Counter);
   MetricFamily client_busy = Family(
       "orion_client_gpu_busy_seconds_total",
-      "Estimated GPU kernel time of a client: each launch at its kernel's learned duration "
-      "(measured on the GPU for sampled launches, else a default); graphs are not counted",
+      "GPU time of a client's kernels and CUDA graphs: measured on the GPU for sampled "
+      "launches (every launch while profiling), the kernel's or graph's mean measured time "
+      "for the others",
       MetricType::Counter);
   MetricFamily claims = Family("orion_client_gate_claims_ignored_total",
                                "Times a best-effort client was found claiming high-priority work "
@@ -85,6 +102,11 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                "High-priority GPU latency per burst of work (first launch to "
                                "last completion)",
                                MetricType::Histogram);
+  MetricFamily requests = Family("orion_client_request_latency_seconds",
+                                 "Latency of the requests a client marks with NVTX ranges (named "
+                                 "by request_range_prefix): push to the later of pop and the "
+                                 "end of their GPU work",
+                                 MetricType::Histogram);
   for (const ClientSample& c : snap.clients) {
     const std::vector<ClientMetric::Label> labels = {
         {"node", node_}, {"gpu", c.gpu}, {"pod", c.pod}, {"namespace", c.ns},
@@ -97,18 +119,12 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     Add(claims, labels, static_cast<double>(c.gate_claims_ignored));
     Add(client_busy, labels, c.gpu_busy_s);
     if (c.priority == "high") {
-      auto h = Labeled({{"node", node_}, {"gpu", c.gpu}, {"pod", c.pod}, {"namespace", c.ns},
-                        {"client", c.client}});
-      h.histogram.sample_count = c.busy_count;
-      h.histogram.sample_sum = c.busy_sum_s;
-      uint64_t cumulative = 0;
-      for (size_t b = 0; b < kBusyPeriodBuckets.size(); ++b) {
-        cumulative += c.busy_buckets[b];
-        h.histogram.bucket.push_back({cumulative, kBusyPeriodBuckets[b]});
-      }
-      h.histogram.bucket.push_back({c.busy_count, std::numeric_limits<double>::infinity()});
-      period.metric.push_back(h);
+      AddHistogram(period,
+                   {{"node", node_}, {"gpu", c.gpu}, {"pod", c.pod}, {"namespace", c.ns},
+                    {"client", c.client}},
+                   c.busy, kBusyPeriodBuckets);
     }
+    if (c.requests.count > 0) AddHistogram(requests, labels, c.requests, kRequestLatencyBuckets);
   }
 
   MetricFamily regs = Family("orion_registrations_total", "Client registrations by result",
@@ -153,7 +169,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   Add(corrections, {{"node", node_}}, static_cast<double>(snap.board_corrections));
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
-                          &mem_limit, &dropped, &client_busy, &claims, &period, &regs, &ingested, &written, &skipped,
+                          &mem_limit, &dropped, &client_busy, &claims, &period, &requests, &regs, &ingested, &written, &skipped,
                           &node_dropped, &repairs, &corrections}) {
     out.push_back(std::move(*f));
   }

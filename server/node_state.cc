@@ -287,6 +287,59 @@ void NodeState::Unregister(uint32_t client_id) {
   clients_.erase(it);
 }
 
+void NodeState::AddWorkSpan(ClientRecord& c, SpanKind kind, uint64_t func, uint64_t stream,
+                            int64_t start_unix_ns, uint64_t duration_ns, bool measured,
+                            uint64_t kernels) {
+  Span span;
+  span.client_id = c.id;
+  span.priority = static_cast<uint8_t>(c.policy.priority);
+  span.kind = kind;
+  span.func = func;
+  span.bytes = kernels;  // graphs: kernel nodes
+  span.duration_ns = duration_ns;
+  span.measured = measured;
+  if (measured) {
+    span.start_unix_ns = start_unix_ns;
+    c.streams.Observe(stream, start_unix_ns + static_cast<int64_t>(duration_ns));
+  } else {
+    span.start_unix_ns = c.streams.Place(stream, start_unix_ns, duration_ns);
+  }
+  c.gpu_busy_ns += static_cast<double>(duration_ns);
+  gpu_policy_[c.gpu].busy_ns[span.priority] += static_cast<double>(duration_ns);
+  timelines_[c.gpu].Add(span);
+}
+
+void NodeState::AddStepSpan(ClientRecord& c, const Event& e) {
+  if (e.duration_ns >= kMaxPlausibleDurationNs) {
+    ++c.malformed_events;
+    return;
+  }
+  const std::string_view name(e.name, strnlen(e.name, sizeof(e.name)));
+  Span span;
+  span.client_id = c.id;
+  span.priority = static_cast<uint8_t>(c.policy.priority);
+  span.kind = SpanKind::kStep;
+  span.func = range_names_.Intern(name);
+  span.depth = static_cast<uint8_t>(std::min<uint32_t>(e.aux, 255));
+  span.cpu_start_unix_ns = ToUnixNs(e.cpu_ns);
+  span.cpu_duration_ns = e.duration_ns;
+  // e.func / e.bytes: the GPU's start of the range's work and its end, on the host clock.
+  const bool on_gpu = (e.flags & contract::kOnHostClock) != 0 && e.func != 0 &&
+                      e.bytes >= e.func && e.bytes - e.func < kMaxPlausibleDurationNs;
+  span.measured = on_gpu;
+  span.start_unix_ns = on_gpu ? ToUnixNs(e.func) : span.cpu_start_unix_ns;
+  span.duration_ns = on_gpu ? e.bytes - e.func : e.duration_ns;
+  timelines_[c.gpu].Add(span);
+  if (!config_.request_range_prefix.empty() && name.starts_with(config_.request_range_prefix)) {
+    // A request lasts from its push until both its pop and its GPU work are over.
+    uint64_t end = e.cpu_ns + e.duration_ns;
+    if (on_gpu) end = std::max(end, e.bytes);
+    if (end >= e.cpu_ns) {
+      c.requests.Observe(static_cast<double>(end - e.cpu_ns) / 1e9, kRequestLatencyBuckets);
+    }
+  }
+}
+
 void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
   TimelineStore& timeline = timelines_[c.gpu];
   const uint8_t prio = static_cast<uint8_t>(c.policy.priority);
@@ -301,13 +354,11 @@ void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
       const uint64_t threads64 = static_cast<uint64_t>(e.block[0]) * e.block[1] * e.block[2];
       c.profile.OnLaunch(e.func, blocks, static_cast<uint32_t>(std::min<uint64_t>(threads64, 4096)));
       ++c.launch_events;
-      const uint64_t est = c.profile.EstimateNs(e.func);
-      c.gpu_busy_ns += static_cast<double>(est);
-      gpu_policy_[c.gpu].busy_ns[prio] += static_cast<double>(est);
-      span.kind = SpanKind::kKernel;
-      span.func = e.func;
-      span.duration_ns = est;
-      timeline.Add(span);
+      // A timed launch's span comes with its measured time (kKernelTime).
+      if ((e.flags & contract::kTimedLaunch) == 0) {
+        AddWorkSpan(c, SpanKind::kKernel, e.func, e.stream, span.start_unix_ns,
+                    c.profile.EstimateNs(e.func), /*measured=*/false, 0);
+      }
       break;
     }
     case EventKind::kKernelName: {
@@ -316,15 +367,36 @@ void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
       if (!known_kernels_.empty()) c.profile.ApplyKnown(e.func, known_kernels_);
       break;
     }
-    case EventKind::kKernelTime:
-      if (e.duration_ns < kMaxPlausibleDurationNs) c.profile.OnDuration(e.func, e.duration_ns);
+    case EventKind::kKernelTime: {
+      if (e.duration_ns >= kMaxPlausibleDurationNs) break;
+      auto graph = c.graphs.find(e.func);
+      if (graph != c.graphs.end()) {
+        ++graph->second.samples;
+        graph->second.duration_sum_ns += e.duration_ns;
+      } else {
+        c.profile.OnDuration(e.func, e.duration_ns);
+      }
+      // Without the GPU's start on the host clock, the work ended before it was reported.
+      const bool measured = (e.flags & contract::kOnHostClock) != 0;
+      const int64_t start = measured ? span.start_unix_ns
+                                     : span.start_unix_ns - static_cast<int64_t>(e.duration_ns);
+      AddWorkSpan(c, graph != c.graphs.end() ? SpanKind::kGraph : SpanKind::kKernel, e.func,
+                  e.stream, start, e.duration_ns, measured,
+                  graph != c.graphs.end() ? graph->second.kernels : 0);
       break;
-    case EventKind::kGraphLaunch:
+    }
+    case EventKind::kGraphLaunch: {
       ++c.graph_launches;
-      span.kind = SpanKind::kGraph;
-      span.func = e.func;
-      span.bytes = e.aux;  // kernel nodes
-      timeline.Add(span);
+      ClientRecord::GraphStats* graph = c.Graph(e.func);
+      if (graph != nullptr) graph->kernels = e.aux;
+      if ((e.flags & contract::kTimedLaunch) == 0) {
+        AddWorkSpan(c, SpanKind::kGraph, e.func, e.stream, span.start_unix_ns,
+                    graph != nullptr ? graph->EstimateNs() : 0, /*measured=*/false, e.aux);
+      }
+      break;
+    }
+    case EventKind::kRange:
+      AddStepSpan(c, e);
       break;
     case EventKind::kMemcpy:
     case EventKind::kMemset:
@@ -335,8 +407,11 @@ void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
       break;
     case EventKind::kThrottled:
       if (e.duration_ns < kMaxPlausibleDurationNs) {
+        // Reported after the held launch went out: the wait ended then (held or paused).
         span.kind = SpanKind::kThrottled;
+        span.start_unix_ns -= static_cast<int64_t>(e.duration_ns);
         span.duration_ns = e.duration_ns;
+        span.measured = true;  // on the CPU
         timeline.Add(span);
       }
       break;
@@ -348,17 +423,10 @@ void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
         c.busy_recent[c.busy_next] = e.duration_ns;
         c.busy_next = (c.busy_next + 1) % c.busy_recent.size();
       }
-      ++c.busy_count;
-      const double s = static_cast<double>(e.duration_ns) / 1e9;
-      c.busy_sum_s += s;
-      for (size_t b = 0; b < kBusyPeriodBuckets.size(); ++b) {
-        if (s <= kBusyPeriodBuckets[b]) {
-          ++c.busy_buckets[b];
-          break;
-        }
-      }
+      c.busy.Observe(static_cast<double>(e.duration_ns) / 1e9, kBusyPeriodBuckets);
       span.kind = SpanKind::kBusyPeriod;
       span.duration_ns = e.duration_ns;
+      span.measured = true;  // on the CPU
       timeline.Add(span);
       break;
     }
@@ -419,7 +487,7 @@ size_t NodeState::DrainOnce(uint64_t now) {
 std::vector<uint64_t> NodeState::BusySinceChange(const ClientRecord& c) const {
   const size_t n = c.busy_recent.size();
   const size_t fresh = static_cast<size_t>(
-      std::min<uint64_t>(c.busy_count - c.busy_count_at_change, n));
+      std::min<uint64_t>(c.busy.count - c.busy_count_at_change, n));
   std::vector<uint64_t> out(fresh);
   // The ring's newest entry is just before busy_next (busy_next stays 0 until the ring is full).
   for (size_t i = 0; i < fresh; ++i) out[fresh - 1 - i] = c.busy_recent[(c.busy_next + n - 1 - i) % n];
@@ -428,7 +496,7 @@ std::vector<uint64_t> NodeState::BusySinceChange(const ClientRecord& c) const {
 
 void NodeState::RestartBudgetEvidence(uint32_t g) {
   for (auto& [id, c] : clients_) {
-    if (c.gpu == g) c.busy_count_at_change = c.busy_count;
+    if (c.gpu == g) c.busy_count_at_change = c.busy.count;
   }
 }
 
@@ -719,10 +787,16 @@ void NodeState::SpanToProto(const Span& s, orion::v1::TimelineSpan* p) const {
     auto it = clients_.find(s.client_id);
     const std::string* name = it == clients_.end() ? nullptr : it->second.profile.NameOf(s.func);
     p->set_name(name ? *name : absl::StrCat("func@0x", absl::Hex(s.func)));
+  } else if (s.kind == SpanKind::kStep) {
+    p->set_name(range_names_.NameOf(s.func));
+    p->set_depth(s.depth);
+    p->set_cpu_start_unix_ns(s.cpu_start_unix_ns);
+    p->set_cpu_duration_ns(s.cpu_duration_ns);
   }
   p->set_start_unix_ns(s.start_unix_ns);
   p->set_duration_ns(s.duration_ns);
   p->set_bytes(s.bytes);
+  p->set_measured(s.measured);
 }
 
 absl::StatusOr<orion::v1::TimelineChunk> NodeState::TimelineAfter(uint32_t gpu, uint64_t cursor,
@@ -937,9 +1011,8 @@ MetricsSnapshot NodeState::Snapshot() {
     cs.dropped = area.ring.dropped.load(std::memory_order_relaxed);
     cs.gate_claims_ignored = c.gate_claims_ignored;
     cs.gpu_busy_s = c.gpu_busy_ns / 1e9;
-    cs.busy_count = c.busy_count;
-    cs.busy_sum_s = c.busy_sum_s;
-    cs.busy_buckets = c.busy_buckets;
+    cs.busy = c.busy;
+    cs.requests = c.requests;
     if (c.gpu < ngpus) {
       ++snap.gpus[c.gpu].clients[static_cast<uint32_t>(c.policy.priority) & 1];
       if (c.policy.priority == Priority::kHigh &&

@@ -32,6 +32,7 @@
 #include "server/config.h"
 #include "server/kernel_profile.h"
 #include "server/peer_identity.h"
+#include "server/span_builder.h"
 #include "server/timeline.h"
 
 namespace orion::server {
@@ -42,6 +43,30 @@ int64_t RealtimeNs();
 // Upper bounds (seconds) of the high-priority busy-period histogram.
 inline constexpr std::array<double, 14> kBusyPeriodBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+
+// Upper bounds (seconds) of the request latency histogram (NVTX ranges named as requests).
+inline constexpr std::array<double, 16> kRequestLatencyBuckets = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10};
+
+// A Prometheus histogram of seconds with fixed upper bounds (non-cumulative counts).
+template <size_t N>
+struct SecondsHistogram {
+  uint64_t count = 0;
+  double sum_s = 0;
+  std::array<uint64_t, N> buckets{};
+  void Observe(double s, const std::array<double, N>& bounds) {
+    ++count;
+    sum_s += s;
+    for (size_t b = 0; b < N; ++b) {
+      if (s <= bounds[b]) {
+        ++buckets[b];
+        return;
+      }
+    }
+  }
+};
+using BusyPeriodHistogram = SecondsHistogram<kBusyPeriodBuckets.size()>;
+using RequestLatencyHistogram = SecondsHistogram<kRequestLatencyBuckets.size()>;
 
 // What the server decided for a client at registration (pure; see DecidePolicy).
 struct ClientPolicy {
@@ -66,10 +91,10 @@ struct ClientSample {
   std::string gpu, pod, ns, priority, client;
   uint64_t kernels = 0, throttled_ns = 0, memory_used = 0, memory_limit = 0, dropped = 0;
   uint64_t gate_claims_ignored = 0;  // best-effort claims of HP work found in the gate area
-  double gpu_busy_s = 0;             // launches at their kernels' learned durations
-  uint64_t busy_count = 0;
-  double busy_sum_s = 0;
-  std::array<uint64_t, kBusyPeriodBuckets.size()> busy_buckets{};  // non-cumulative
+  // Kernel and graph spans' durations: measured for timed launches, learned for the others.
+  double gpu_busy_s = 0;
+  BusyPeriodHistogram busy;                 // high-priority clients
+  RequestLatencyHistogram requests;         // clients that mark requests with NVTX ranges
 };
 struct GpuSample {
   std::string gpu;
@@ -171,10 +196,25 @@ class NodeState {
     // High-priority busy periods: window for the tail, histogram for Prometheus.
     std::vector<uint64_t> busy_recent;
     size_t busy_next = 0;
-    uint64_t busy_count = 0;
-    uint64_t busy_count_at_change = 0;  // busy_count when the GPU's budget last changed
-    double busy_sum_s = 0;
-    std::array<uint64_t, kBusyPeriodBuckets.size()> busy_buckets{};
+    BusyPeriodHistogram busy;
+    uint64_t busy_count_at_change = 0;  // busy.count when the GPU's budget last changed
+    RequestLatencyHistogram requests;
+    StreamClock streams;  // where this client's inferred kernel spans go
+    // CUDA graphs launched (by CUgraphExec): kernel nodes and measured durations.
+    struct GraphStats {
+      uint32_t kernels = 0;
+      uint64_t samples = 0, duration_sum_ns = 0;
+      uint64_t EstimateNs() const { return samples == 0 ? 0 : duration_sum_ns / samples; }
+    };
+    std::unordered_map<uint64_t, GraphStats> graphs;
+    // The stats of graph `exec`, added if there is room (a ring the tenant writes must not grow
+    // the server without bound); null when full.
+    GraphStats* Graph(uint64_t exec) {
+      auto it = graphs.find(exec);
+      if (it != graphs.end()) return &it->second;
+      if (graphs.size() >= KernelProfileBook::kMaxKernels) return nullptr;
+      return &graphs[exec];
+    }
     uint64_t hole_since_ns = 0;
   };
   struct GpuPolicy {
@@ -191,6 +231,14 @@ class NodeState {
   void ApplyPolicyToClient(ClientRecord& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ConsumeEvent(ClientRecord& c, const contract::Event& e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A kernel or graph span on `stream`: measured (the GPU's start on the host clock) or inferred
+  // (placed behind the stream's previous work); counted into the client's and GPU's busy time.
+  void AddWorkSpan(ClientRecord& c, SpanKind kind, uint64_t func, uint64_t stream,
+                   int64_t start_unix_ns, uint64_t duration_ns, bool measured, uint64_t kernels)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An NVTX range as a step span (GPU times when measured), and a request latency when its name
+  // starts with request_range_prefix.
+  void AddStepSpan(ClientRecord& c, const contract::Event& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The busy periods this client reported since its GPU's budget last changed (newest last, at
   // most the window), for the budget search.
   std::vector<uint64_t> BusySinceChange(const ClientRecord& c) const;
@@ -216,6 +264,7 @@ class NodeState {
   std::unordered_map<std::string, OrionProfileRow> known_kernels_ ABSL_GUARDED_BY(mu_);
   std::vector<GpuPolicy> gpu_policy_ ABSL_GUARDED_BY(mu_);
   std::vector<TimelineStore> timelines_ ABSL_GUARDED_BY(mu_);
+  RangeNames range_names_ ABSL_GUARDED_BY(mu_);
   uint64_t registrations_ok_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t> registrations_failed_ ABSL_GUARDED_BY(mu_);
   uint64_t events_ingested_ ABSL_GUARDED_BY(mu_) = 0;

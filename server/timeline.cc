@@ -13,6 +13,7 @@ const char* SpanKindName(SpanKind k) {
     case SpanKind::kMemset: return "memset";
     case SpanKind::kThrottled: return "throttled";
     case SpanKind::kBusyPeriod: return "hp-busy";
+    case SpanKind::kStep: return "step";
   }
   return "unknown";
 }

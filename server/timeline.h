@@ -16,17 +16,24 @@
 
 namespace orion::server {
 
-enum class SpanKind : uint8_t { kKernel, kGraph, kMemcpy, kMemset, kThrottled, kBusyPeriod };
+enum class SpanKind : uint8_t { kKernel, kGraph, kMemcpy, kMemset, kThrottled, kBusyPeriod, kStep };
 const char* SpanKindName(SpanKind k);
 
 struct Span {
   int64_t start_unix_ns = 0;
   uint64_t duration_ns = 0;
-  uint64_t func = 0;  // CUfunction for kernels (name resolved at query time)
+  uint64_t func = 0;  // CUfunction for kernels, CUgraphExec for graphs, a RangeNames id for steps
   uint64_t bytes = 0;
+  // Steps: the range on the CPU (push to pop); start/duration above are the GPU's when measured.
+  int64_t cpu_start_unix_ns = 0;
+  uint64_t cpu_duration_ns = 0;
   uint32_t client_id = 0;
   uint8_t priority = 0;  // contract::Priority
   SpanKind kind = SpanKind::kKernel;
+  // Start and end are the GPU's own (timed on the GPU) or, for held time, the CPU's; otherwise
+  // inferred (kernels: placed behind their stream's previous work for a learned duration).
+  bool measured = false;
+  uint8_t depth = 0;  // steps: NVTX nesting level
 };
 
 class TimelineStore {

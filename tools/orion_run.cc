@@ -163,6 +163,9 @@ int main(int argc, char** argv) {
   std::string preload = interposer;
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
   setenv("LD_PRELOAD", preload.c_str(), 1);
+  // NVTX ranges (steps, requests) come through the interposer as the process's NVTX tool, unless
+  // the caller already chose one (e.g. a profiler).
+  setenv(orion::contract::kEnvNvtxInjection, interposer.c_str(), 0);
   setenv(orion::contract::kEnvPriority, priority.c_str(), 1);
   // Under MPS a best-effort process queues behind others (client priority 1) and uses at most its
   // SM share (CUDA ignores both without the MPS daemon). Settings already in the environment win

@@ -25,6 +25,7 @@ using google::protobuf::Value;
 
 constexpr uint32_t kHeldTidBase = 1'000'000;  // "held at gate" thread of client N: base + N
 constexpr uint32_t kRunTidBase = 2'000'000;   // "ran" thread of client N: base + N
+constexpr uint32_t kStepTidBase = 3'000'000;  // "steps" thread of client N: base + N
 constexpr int kPidsPerInput = 1000;            // merge: input i's GPU g becomes i * 1000 + g
 
 Value Str(const std::string& s) {
@@ -104,13 +105,18 @@ std::string ChromeTraceJson(const NodeTimeline& t) {
     std::set<uint32_t> named;
     for (const orion::v1::TimelineSpan& s : g.spans) {
       const bool held = s.kind() == "throttled";
-      const int64_t tid = held ? kHeldTidBase + s.client_id() : s.client_id();
+      const bool step = s.kind() == "step";
+      const int64_t tid = held ? kHeldTidBase + s.client_id()
+                          : step ? kStepTidBase + s.client_id()
+                                 : s.client_id();
       if (named.insert(static_cast<uint32_t>(tid)).second) {
         const std::string label = ClientLabel(s.client_id(), t, s.priority());
-        // High-priority clients first; each client's run row above it, its held row under it.
+        // High-priority clients first; each client's run row, then its steps, its work and the
+        // time it was held.
         const int sort = (s.priority() == orion::v1::PRIORITY_HIGH ? 0 : 1 << 20) +
-                         static_cast<int>(s.client_id()) * 4 + (held ? 2 : 1);
-        AddMeta(events, "thread_name", pid, tid, held ? label + " held at gate" : label, sort);
+                         static_cast<int>(s.client_id()) * 4 + (step ? 1 : held ? 3 : 2);
+        AddMeta(events, "thread_name", pid, tid,
+                held ? label + " held at gate" : step ? label + " steps" : label, sort);
       }
       Struct e;
       auto& f = *e.mutable_fields();
@@ -124,10 +130,15 @@ std::string ChromeTraceJson(const NodeTimeline& t) {
       Struct args;
       (*args.mutable_fields())["priority"] = Str(PriorityWord(s.priority()));
       (*args.mutable_fields())["client"] = Num(s.client_id());
-      // Held time is measured on the CPU; GPU work is measured when it has a duration. A call
-      // log's durations are the driver calls' on the CPU.
-      (*args.mutable_fields())["measured"] =
-          Bool(!t.from_call_logs && (held || s.duration_ns() > 0));
+      // Measured: the GPU's own times (held time: the CPU's). A call log's durations are the
+      // driver calls' on the CPU.
+      (*args.mutable_fields())["measured"] = Bool(!t.from_call_logs && s.measured());
+      if (step) {
+        (*args.mutable_fields())["depth"] = Num(s.depth());
+        (*args.mutable_fields())["cpu_start_us"] =
+            Num(static_cast<double>(s.cpu_start_unix_ns()) / 1e3);
+        (*args.mutable_fields())["cpu_dur_us"] = Num(static_cast<double>(s.cpu_duration_ns()) / 1e3);
+      }
       if (t.from_call_logs) (*args.mutable_fields())["duration"] = Str("driver call on the CPU");
       if (s.bytes() > 0) (*args.mutable_fields())["bytes"] = Num(static_cast<double>(s.bytes()));
       *f["args"].mutable_struct_value() = args;
@@ -303,7 +314,7 @@ if (t1 <= t0) t1 = t0 + 1;
 let view0 = t0, view1 = t1;
 const svg = document.getElementById('chart'), NS = 'http://www.w3.org/2000/svg';
 const LABEL = 330, ROW = 18, W = 1200;
-const color = s => s.cat === 'throttled' ? '#d62728' :
+const color = s => s.cat === 'throttled' ? '#d62728' : s.cat === 'step' ? '#9467bd' :
   (s.args && s.args.priority === 'high' ? '#1f77b4' : '#2ca02c');
 function draw() {
   while (svg.firstChild) svg.removeChild(svg.firstChild);
@@ -329,7 +340,7 @@ function draw() {
       rect.setAttribute('width', Math.max(2, Math.min(b, W) - Math.max(a, LABEL)));
       rect.setAttribute('height', ROW - 4); rect.setAttribute('fill', color(s));
       rect.dataset.tip = `${s.name} [${s.cat}]\nstart ${(s.ts - t0).toFixed(1)} us, ` +
-        `${(s.dur || 0).toFixed(1)} us${s.args && s.args.measured ? '' : ' (launch instant)'}` +
+        `${(s.dur || 0).toFixed(1)} us${s.args && s.args.measured ? '' : ' (inferred)'}` +
         (s.args && s.args.bytes ? `\n${s.args.bytes} bytes` : '');
       svg.appendChild(rect);
     }
@@ -370,7 +381,10 @@ std::vector<RunInterval> MergeRuns(const std::vector<orion::v1::TimelineSpan>& s
                                    uint64_t gap_ns) {
   std::vector<const orion::v1::TimelineSpan*> work;
   for (const orion::v1::TimelineSpan& s : spans) {
-    if (s.kind() != "throttled") work.push_back(&s);
+    // GPU work only: held time, high-priority busy periods and steps are not work that ran.
+    if (s.kind() != "throttled" && s.kind() != "hp-busy" && s.kind() != "step") {
+      work.push_back(&s);
+    }
   }
   std::sort(work.begin(), work.end(), [](const auto* a, const auto* b) {
     return a->start_unix_ns() < b->start_unix_ns();
@@ -379,7 +393,7 @@ std::vector<RunInterval> MergeRuns(const std::vector<orion::v1::TimelineSpan>& s
   for (const orion::v1::TimelineSpan* s : work) {
     const int64_t start = s->start_unix_ns();
     const int64_t end = start + static_cast<int64_t>(s->duration_ns());
-    const bool measured = s->duration_ns() > 0;
+    const bool measured = s->measured();
     if (!runs.empty() && start - runs.back().end_unix_ns <= static_cast<int64_t>(gap_ns)) {
       RunInterval& r = runs.back();
       r.end_unix_ns = std::max(r.end_unix_ns, end);
@@ -459,11 +473,16 @@ absl::StatusOr<NodeTimeline> NodeTimelineFromCallLogs(const std::string& dir) {
       const std::string& call = f[2];
       s.set_kind(call == "cuLaunchKernel"                  ? "kernel"
                  : call == "cuGraphLaunch"                 ? "graph"
+                 : call == "nvtxRange"                     ? "step"
                  : absl::StrContains(call, "Memcpy")       ? "memcpy"
                  : absl::StrContains(call, "Memset")       ? "memset"
                  : absl::StrContains(call, "Free")         ? "free"
                                                            : "alloc");
       s.set_name(f[3] != "-" ? f[3] : f[5] != "-" ? absl::StrCat(call, " (", f[5], ")") : call);
+      if (s.kind() == "step") {  // an NVTX range: push to pop on the CPU
+        s.set_cpu_start_unix_ns(start);
+        s.set_cpu_duration_ns(duration);
+      }
       if (t.since_unix_ns == 0 || start < t.since_unix_ns) t.since_unix_ns = start;
       t.until_unix_ns = std::max<int64_t>(t.until_unix_ns, start + static_cast<int64_t>(duration));
       host.spans.push_back(std::move(s));

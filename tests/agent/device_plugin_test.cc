@@ -100,6 +100,7 @@ TEST_F(DevicePluginTest, AllocateHandsOutGpuInterposerAndSocket) {
   const auto& first = response.container_responses(0);
   EXPECT_EQ(first.envs().at("NVIDIA_VISIBLE_DEVICES"), kGpu1);
   EXPECT_EQ(first.envs().at("LD_PRELOAD"), "/usr/local/orion/lib/liborion_interpose.so");
+  EXPECT_EQ(first.envs().at("NVTX_INJECTION64_PATH"), "/usr/local/orion/lib/liborion_interpose.so");
   EXPECT_EQ(first.envs().at("ORION_SOCKET"), "/run/orion/orion.sock");
   ASSERT_EQ(first.mounts_size(), 2);
   EXPECT_EQ(first.mounts(0).host_path(), "/var/lib/orion/versions/0123abcd");

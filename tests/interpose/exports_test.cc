@@ -1,5 +1,5 @@
 // ABI contract of the built liborion_interpose.so, read with `objdump -T`: it exports exactly the
-// hooks of interpose/hooked_functions.def plus dlsym, needs no glibc symbol version newer than
+// hooks of interpose/hooked_functions.def plus dlsym and the NVTX tool entry point, needs no glibc symbol version newer than
 // GLIBC_2.17, and depends on neither libstdc++ nor libgcc_s.
 #include <gtest/gtest.h>
 
@@ -46,10 +46,11 @@ class ExportsTest : public ::testing::Test {
   std::string dynsym_;
 };
 
-TEST_F(ExportsTest, ExportsExactlyTheHookListAndDlsym) {
+TEST_F(ExportsTest, ExportsExactlyTheHookListDlsymAndTheNvtxEntryPoint) {
   std::set<std::string> expected = HookListNames();
   ASSERT_GT(expected.size(), 40u);
   expected.insert("dlsym");
+  expected.insert("InitializeInjectionNvtx2");
   std::set<std::string> exported;
   std::istringstream lines(dynsym_);
   std::string line;

@@ -629,7 +629,7 @@ AimdRun RunAimd(uint64_t target_us, bool adapt, const TrainerWorkload& work, uin
   out.busy_p99_ns = Percentile(hp->BusyPeriodsSince(end - window_ns), 0.99);
   out.trainer_share = trainer.Share(end - window_ns, end);
   for (const auto& c : node.state().Snapshot().clients) {
-    if (c.client == std::to_string(hp->id())) out.busy_seen_by_server = c.busy_count;
+    if (c.client == std::to_string(hp->id())) out.busy_seen_by_server = c.busy.count;
   }
   auto knobs = node.state().GetPolicy(0);
   if (knobs.ok()) out.knob_us = knobs->be_budget_us();

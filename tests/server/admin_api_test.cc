@@ -356,22 +356,37 @@ TEST_F(AdminApiTest, TimelineAndProfileFromDrainedEvents) {
   e.func = 0xabc;
   e.grid[0] = 108; e.grid[1] = 1; e.grid[2] = 1;
   e.block[0] = 256; e.block[1] = 1; e.block[2] = 1;
-  e.cpu_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+  const uint64_t t = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+  e.cpu_ns = t;
+  e.flags = contract::kTimedLaunch;  // its span comes with its time
   ASSERT_TRUE(ring.TryPush(e));
   e.kind = contract::EventKind::kKernelTime;
+  e.flags = contract::kOnHostClock;
+  e.cpu_ns = t + 1000;  // the GPU started it 1 us after the launch
   e.duration_ns = 42000;
   ASSERT_TRUE(ring.TryPush(e));
-  ASSERT_TRUE(testing::WaitFor([&] { return ring.tail.load() == 3; }));
+  // An untimed launch of the same stream 2 us later: inferred, behind the measured one.
+  e.kind = contract::EventKind::kLaunch;
+  e.flags = 0;
+  e.cpu_ns = t + 2000;
+  e.duration_ns = 0;
+  ASSERT_TRUE(ring.TryPush(e));
+  ASSERT_TRUE(testing::WaitFor([&] { return ring.tail.load() == 4; }));
 
   grpc::ClientContext c1;
   orion::v1::TimelineRequest tr;
   tr.set_gpu(0);
   orion::v1::TimelineResponse tl;
   ASSERT_TRUE(admin_->GetTimeline(&c1, tr, &tl).ok());
-  ASSERT_EQ(tl.spans_size(), 1);
+  ASSERT_EQ(tl.spans_size(), 2);
   EXPECT_EQ(tl.spans(0).kind(), "kernel");
   EXPECT_EQ(tl.spans(0).name(), "ampere_sgemm_128x64_nn");
   EXPECT_EQ(tl.spans(0).priority(), orion::v1::PRIORITY_HIGH);
+  EXPECT_TRUE(tl.spans(0).measured());
+  EXPECT_EQ(tl.spans(0).duration_ns(), 42000u);
+  EXPECT_FALSE(tl.spans(1).measured());
+  EXPECT_EQ(tl.spans(1).start_unix_ns() - tl.spans(0).start_unix_ns(), 42000);
+  EXPECT_EQ(tl.spans(1).duration_ns(), 42000u);  // the kernel's mean measured time
 
   grpc::ClientContext c2;
   orion::v1::KernelProfileRequest kr;

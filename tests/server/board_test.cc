@@ -347,8 +347,8 @@ TEST(BoardTest, GarbageEventKindsAreCountedNotTrusted) {
   EXPECT_EQ(state.DrainOnce(MonotonicNs()), 3u);
   MetricsSnapshot snap = state.Snapshot();
   ASSERT_EQ(snap.clients.size(), 1u);
-  EXPECT_EQ(snap.clients[0].busy_count, 1u);
-  EXPECT_DOUBLE_EQ(snap.clients[0].busy_sum_s, 0.002);
+  EXPECT_EQ(snap.clients[0].busy.count, 1u);
+  EXPECT_DOUBLE_EQ(snap.clients[0].busy.sum_s, 0.002);
 }
 
 }  // namespace

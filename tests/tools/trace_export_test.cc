@@ -58,6 +58,7 @@ orion::v1::TimelineSpan MakeSpan(uint32_t client, orion::v1::Priority p, const s
   s.set_name(kind == "kernel" ? "gemm_kernel" : "");
   s.set_start_unix_ns(start_ns);
   s.set_duration_ns(dur_ns);
+  s.set_measured(dur_ns > 0);  // in these tests: spans with a duration were timed
   s.set_bytes(bytes);
   return s;
 }
@@ -81,7 +82,12 @@ NodeTimeline TwoGpuNode(const std::string& node, int64_t offset_ns) {
   g0.spans = {MakeSpan(1, orion::v1::PRIORITY_HIGH, "kernel", t0, 250'000),
               MakeSpan(2, orion::v1::PRIORITY_BEST_EFFORT, "kernel", t0 + 300'000, 0),
               MakeSpan(2, orion::v1::PRIORITY_BEST_EFFORT, "throttled", t0 + 10'000, 280'000),
-              MakeSpan(1, orion::v1::PRIORITY_HIGH, "memcpy", t0 + 400'000, 5'000, 1 << 20)};
+              MakeSpan(1, orion::v1::PRIORITY_HIGH, "memcpy", t0 + 400'000, 5'000, 1 << 20),
+              MakeSpan(1, orion::v1::PRIORITY_HIGH, "step", t0 - 20'000, 700'000)};
+  // An NVTX range: GPU times above, CPU times (push 30 us before its work began) here.
+  g0.spans.back().set_name("request");
+  g0.spans.back().set_cpu_start_unix_ns(t0 - 50'000);
+  g0.spans.back().set_cpu_duration_ns(800'000);
   NodeTimeline::GpuSpans g1;
   g1.gpu.set_index(1);
   g1.gpu.set_uuid("GPU-bbbb");
@@ -93,7 +99,7 @@ NodeTimeline TwoGpuNode(const std::string& node, int64_t offset_ns) {
 TEST(ChromeTrace, OneProcessPerGpuOneThreadPerClientHeldTimeApart) {
   const Struct root = Parse(ChromeTraceJson(TwoGpuNode("node-a", 0)));
   auto events = CheckTraceFormat(root);
-  ASSERT_EQ(events["X"].size(), 5u);
+  ASSERT_EQ(events["X"].size(), 6u);
   std::map<int, std::string> processes;
   std::map<std::pair<int, int>, std::string> threads;
   for (const Struct& m : events["M"]) {
@@ -114,6 +120,7 @@ TEST(ChromeTrace, OneProcessPerGpuOneThreadPerClientHeldTimeApart) {
   EXPECT_EQ(threads[std::make_pair(0, 2)], "client 2 (best-effort, exited)");
   EXPECT_EQ(threads[std::make_pair(0, 1'000'002)], "client 2 (best-effort, exited) held at gate");
   EXPECT_EQ(threads[std::make_pair(1, 3)], "client 3 (best-effort, exited)");
+  EXPECT_EQ(threads[std::make_pair(0, 3'000'001)], "ml/resnet-svc (client 1, high) steps");
 
   for (const Struct& x : events["X"]) {
     const auto& f = x.fields();
@@ -131,6 +138,14 @@ TEST(ChromeTrace, OneProcessPerGpuOneThreadPerClientHeldTimeApart) {
       EXPECT_TRUE(args.at("measured").bool_value());
     } else if (cat == "memcpy") {
       EXPECT_EQ(args.at("bytes").number_value(), 1 << 20);
+    } else if (cat == "step") {
+      EXPECT_EQ(f.at("tid").number_value(), 3'000'001);
+      EXPECT_EQ(f.at("name").string_value(), "request");
+      EXPECT_DOUBLE_EQ(f.at("dur").number_value(), 700.0);
+      EXPECT_TRUE(args.at("measured").bool_value());
+      EXPECT_DOUBLE_EQ(args.at("cpu_start_us").number_value(), 1'699'999'999'999'950.0);
+      EXPECT_DOUBLE_EQ(args.at("cpu_dur_us").number_value(), 800.0);
+      EXPECT_EQ(args.at("depth").number_value(), 0);
     }
   }
   const auto& other = root.fields().at("otherData").struct_value().fields();
@@ -170,8 +185,8 @@ TEST(ChromeTrace, RunIntervalsMergeWorkWithinTheGap) {
   for (const Struct& x : events["X"]) {
     if (x.fields().at("cat").string_value() == "run") ran.push_back(x);
   }
-  // GPU 0: client 1 (kernel, then memcpy 0.15 ms later: one run), client 2 (its kernel; held
-  // time skipped); GPU 1: client 3.
+  // GPU 0: client 1 (kernel, then memcpy 0.15 ms later: one run; its step is not work),
+  // client 2 (its kernel; held time skipped); GPU 1: client 3.
   ASSERT_EQ(ran.size(), 3u);
   for (const Struct& r : ran) {
     const double tid = r.fields().at("tid").number_value();
@@ -189,7 +204,7 @@ TEST(ChromeTrace, MergeKeepsNodesApartAndAlignsClocks) {
   ASSERT_TRUE(merged.ok()) << merged.status();
   const Struct root = Parse(*merged);
   auto events = CheckTraceFormat(root);
-  EXPECT_EQ(events["X"].size(), 10u);
+  EXPECT_EQ(events["X"].size(), 12u);
   std::set<int> pids;
   double a_first = 0, b_first = 0;
   for (const Struct& x : events["X"]) {

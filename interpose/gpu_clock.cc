@@ -1,0 +1,90 @@
+// GPU time to host time through anchor events (see gpu_clock.h).
+#include "interpose/glibc_compat.h"
+
+#include "interpose/gpu_clock.h"
+
+#include "interpose/launch_gate.h"
+#include "interpose/real_driver.h"
+
+namespace orion::interpose {
+
+GpuClock::Context* GpuClock::Find(CUcontext ctx) {
+  Context* empty = nullptr;
+  for (Context& c : contexts_) {
+    if (c.ctx == ctx) return &c;
+    if (c.ctx == nullptr && empty == nullptr) empty = &c;
+  }
+  if (empty == nullptr) return nullptr;  // more contexts than slots: no host times there
+  *empty = Context{};
+  empty->ctx = ctx;
+  auto create_stream = ORION_DRIVER(cuStreamCreate);
+  if (create_stream == nullptr || create_stream(&empty->stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+    empty->failed = true;
+  }
+  return empty;
+}
+
+bool GpuClock::Renew(Context& c) {
+  auto create = ORION_DRIVER(cuEventCreate);
+  auto record = ORION_DRIVER(cuEventRecord);
+  auto sync = ORION_DRIVER(cuEventSynchronize);
+  auto elapsed = ORION_DRIVER(cuEventElapsedTime_v2);
+  if (create == nullptr || record == nullptr || sync == nullptr || elapsed == nullptr) return false;
+  CUevent event = c.spare;
+  if (event == nullptr && create(&event, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return false;
+  c.spare = nullptr;
+  if (record(event, c.stream) != CUDA_SUCCESS) {
+    c.spare = event;
+    return false;
+  }
+  const uint64_t recorded_ns = MonotonicNs();
+  if (sync(event) != CUDA_SUCCESS) {
+    c.spare = event;
+    return false;
+  }
+  uint64_t host_ns = recorded_ns;
+  float ms = 0.0f;
+  if (c.current.event != nullptr && elapsed(&ms, c.current.event, event) == CUDA_SUCCESS) {
+    const double chained = static_cast<double>(c.current.host_ns) + static_cast<double>(ms) * 1e6;
+    if (chained - static_cast<double>(kDriftAllowanceNs) > static_cast<double>(host_ns)) {
+      host_ns = static_cast<uint64_t>(chained) - kDriftAllowanceNs;
+    }
+  }
+  c.spare = c.previous.event;
+  c.previous = c.current;
+  c.current = Anchor{event, host_ns};
+  c.renewed_ns = recorded_ns;
+  return true;
+}
+
+bool GpuClock::ToHost(CUcontext ctx, CUevent event, uint64_t* host_ns) {
+  Context* c = Find(ctx);
+  if (c == nullptr || c->failed) return false;
+  const uint64_t now = MonotonicNs();
+  if (c->current.event == nullptr || now - c->renewed_ns > kRenewNs) {
+    if (!Renew(*c)) {
+      // The context was destroyed (its address may come back as a new one): start afresh.
+      *c = Context{};
+      return false;
+    }
+  }
+  auto elapsed = ORION_DRIVER(cuEventElapsedTime_v2);
+  float ms = 0.0f;
+  for (const Anchor* a : {&c->current, &c->previous}) {
+    // Events recorded before the newest anchor are placed from the one before it (the
+    // difference is then positive and small).
+    if (a->event == nullptr || elapsed(&ms, a->event, event) != CUDA_SUCCESS) continue;
+    if (ms < 0.0f && a == &c->current && c->previous.event != nullptr) continue;
+    const double t = static_cast<double>(a->host_ns) + static_cast<double>(ms) * 1e6;
+    if (t <= 0.0) return false;
+    *host_ns = static_cast<uint64_t>(t);
+    return true;
+  }
+  return false;
+}
+
+void GpuClock::Reset() {
+  for (Context& c : contexts_) c = Context{};
+}
+
+}  // namespace orion::interpose
