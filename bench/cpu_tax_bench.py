@@ -3,8 +3,9 @@
 one CPU, with and without liborion_interpose.so (registered with a real orion-server), alternating
 in every round so that host drift cancels.
 
-  bench/cpu_tax_bench.py --bundle DIR [--model resnet50] [--rounds 5] [--limit taskset|cgroup]
-      [--requests 1000] [--load 0.5] [--train-model resnet50] [--train-steps 60] [--out DIR]
+  bench/cpu_tax_bench.py --bundle DIR [--model resnet50] [--graph] [--nvtx] [--rounds 5]
+      [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
+      [--train-steps 60] [--out DIR]
   bench/cpu_tax_bench.py --table results.jsonl      (re-renders a run's table)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
@@ -15,7 +16,10 @@ Per round and for both (bare, interposer), in alternating order:
                    (measured on one CPU): p50/p99 latency from the scheduled arrival, CPU/request
   trainer          --train-steps steps of training: step time p50/p99, CPU per step
 The service runs high priority, the trainer best effort; neither has the other beside it, so the
-gate holds nothing: the difference is what the interposer itself costs. Writes results.jsonl and
+gate holds nothing: the difference is what the interposer itself costs, timeline recording
+included (launch events, sampled launches timed on the GPU; with --nvtx every request and step
+is an NVTX range in both arms, recorded with GPU times under the interposer). --graph serves a
+CUDA graph instead of the eager model. Writes results.jsonl and
 results.md (medians over the rounds of each round's interposer/bare ratio, with min and max) to
 --out (default $OUT or a temp dir) and prints the table.
 """
@@ -126,17 +130,26 @@ class Bench:
         self.log.flush()
         return p.stdout
 
+    def model_label(self):
+        return self.args.model + ("-graph" if self.args.graph else "") + \
+            (" +nvtx" if self.args.nvtx else "")
+
     def record(self, row):
         row.update(limit=self.args.limit, limit_note=self.limit_note, time=time.time())
         self.rows.write(json.dumps(row) + "\n")
         self.rows.flush()
         print(json.dumps(row), flush=True)
 
+    def extra(self, role):
+        """Workload flags both arms share."""
+        flags = ["--nvtx"] if self.args.nvtx else []
+        return flags + (["--graph"] if self.args.graph and role == "serve" else [])
+
     def service_closed(self, rnd, interposer):
         r = parse_result(self.run([sys.executable, MODELS, "serve", self.args.model, "--rate", "0",
-                                   "--seconds", "3"], interposer, "high"))
+                                   "--seconds", "3"] + self.extra("serve"), interposer, "high"))
         if r:
-            self.record(dict(round=rnd, role="service-closed", model=self.args.model,
+            self.record(dict(round=rnd, role="service-closed", model=self.model_label(),
                              interposer=interposer, capacity_rps=r["capacity_rps"],
                              svc_p50_ms=r["svc_p50_ms"], svc_p99_ms=r["svc_p99_ms"],
                              cpu_ms=r["cpu_ms"]))
@@ -144,23 +157,24 @@ class Bench:
 
     def service_poisson(self, rnd, interposer, rate):
         r = parse_result(self.run([sys.executable, MODELS, "serve", self.args.model, "--rate",
-                                   f"{rate:.2f}", "--requests", str(self.args.requests)],
-                                  interposer, "high"))
+                                   f"{rate:.2f}", "--requests", str(self.args.requests)]
+                                  + self.extra("serve"), interposer, "high"))
         if r:
-            self.record(dict(round=rnd, role="service-poisson", model=self.args.model,
+            self.record(dict(round=rnd, role="service-poisson", model=self.model_label(),
                              interposer=interposer, rate=rate, p50_ms=r["p50_ms"],
                              p99_ms=r["p99_ms"], svc_p50_ms=r["svc_p50_ms"],
                              cpu_ms=r["cpu_ms"]))
 
     def trainer(self, rnd, interposer):
         out = self.run([sys.executable, MODELS, "train", self.args.train_model, "--steps",
-                        str(self.args.train_steps)], interposer, "best-effort")
+                        str(self.args.train_steps)] + self.extra("train"), interposer,
+                       "best-effort")
         stamps = [float(l.split()[1]) for l in out.splitlines() if l.startswith("step ")]
         r = parse_result(out)
         if len(stamps) < 3 or not r:
             return
         steps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
-        self.record(dict(round=rnd, role="trainer", model=self.args.train_model,
+        self.record(dict(round=rnd, role="trainer", model=self.args.train_model + (" +nvtx" if self.args.nvtx else ""),
                          interposer=interposer, step_p50_ms=quantile(steps, 0.5) * 1e3,
                          step_p99_ms=quantile(steps, 0.99) * 1e3,
                          steps_per_s=(len(stamps) - 1) / (stamps[-1] - stamps[0]),
@@ -236,6 +250,9 @@ def main():
     p.add_argument("--bundle")
     p.add_argument("--model", default="resnet50")
     p.add_argument("--train-model", default="resnet50")
+    p.add_argument("--graph", action="store_true", help="serve a CUDA graph of the model")
+    p.add_argument("--nvtx", action="store_true",
+                   help="NVTX range per request and step (both arms)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--limit", choices=["taskset", "cgroup"], default="taskset")
     p.add_argument("--requests", type=int, default=1000)

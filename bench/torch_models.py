@@ -19,13 +19,29 @@ nothing is downloaded). Used by bench/priority_bench.py.
       --steps steps (0: no limit) "result steps=.. cpu_ms=.." (CPU time per step).
       MODEL: resnet50 (batch 64), bert (BERT-base, batch 32, sequence 128),
              gpt2-large (36 layers, width 1280, batch 2, sequence 1024: long GEMM kernels).
+
+  --nvtx       each request (serve) or step (train) is an NVTX range, "request" or "step".
+  --profile N  (with --profile-out F): N requests/steps (after warm-up, or once the file
+               --profile-when names exists; a service runs them back to back) run under
+               torch.profiler (one ProfilerStep per request/step, NVTX range inside it); F gets
+               a JSON summary: each one's push/pop (time.time_ns), the profiler's step times and
+               its GPU window (first kernel start to last kernel end, in the profiler's clock,
+               with the offset to ours), the sum of its kernel durations, and this client's
+               orion_client_gpu_busy_seconds_total before and after the window, scraped from
+               --metrics URL (the series with priority="--priority-label").
 """
 import argparse
+import bisect
+import contextlib
 import gc
+import json
 import os
 import random
+import re
+import statistics
 import sys
 import time
+import urllib.request
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -77,6 +93,102 @@ def build_train(name):
     return step
 
 
+def nvtx_range(args, name):
+    """An NVTX range around a request or step with --nvtx, else nothing."""
+    if not args.nvtx:
+        return contextlib.nullcontext()
+    return torch.cuda.nvtx.range(name)
+
+
+def busy_seconds(args):
+    """This client's busy seconds in orion-server's /metrics (summed over its series)."""
+    if not args.metrics:
+        return None
+    text = urllib.request.urlopen(args.metrics, timeout=5).read().decode()
+    total, found = 0.0, False
+    for line in text.splitlines():
+        m = re.match(r'orion_client_gpu_busy_seconds_total\{([^}]*)\} (\S+)$', line)
+        if m and f'priority="{args.priority_label}"' in m.group(1):
+            total += float(m.group(2))
+            found = True
+    return total if found else None
+
+
+class ProfiledWindow:
+    """--profile N: N iterations under torch.profiler (see the module's help)."""
+
+    def __init__(self, args):
+        self.args, self.marks, self.prof = args, [], None
+
+    def __enter__(self):
+        torch.cuda.synchronize()
+        time.sleep(0.2)  # the server has drained what ran before
+        self.busy0 = busy_seconds(self.args)
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        # One cycle of exactly the window (each prof.step() marks an iteration ProfilerStep#k);
+        # the trace is written when the cycle ends, at the window's last step.
+        self.trace_path = self.args.profile_out + ".trace.json"
+        self.prof = torch.profiler.profile(
+            activities=acts,
+            schedule=torch.profiler.schedule(wait=0, warmup=0, active=self.args.profile, repeat=1),
+            on_trace_ready=lambda prof: prof.export_chrome_trace(self.trace_path))
+        self.prof.__enter__()
+        return self
+
+    def iteration(self, run_one):
+        """run_one() inside an NVTX range (the caller's), timed on the CPU; then prof.step()."""
+        push = time.time_ns()
+        run_one()
+        self.marks.append((push, time.time_ns()))
+        self.prof.step()
+
+    def __exit__(self, *exc):
+        torch.cuda.synchronize()
+        self.prof.__exit__(None, None, None)
+        time.sleep(0.3)  # sampled launches' times and the last ranges reach the server
+        busy1 = busy_seconds(self.args)
+        path = self.trace_path
+        events = json.load(open(path))["traceEvents"]
+        os.remove(path)
+        def annotations(cat):
+            return {e["name"]: e for e in events if e.get("ph") == "X" and e.get("cat") == cat
+                    and str(e.get("name", "")).startswith("ProfilerStep#")}
+        # ProfilerStep#k on the CPU; its GPU window: first kernel start to last kernel end of
+        # the kernels that ran inside it (each request/step waits for its work before the next).
+        steps = sorted(annotations("user_annotation").values(), key=lambda e: e["ts"])
+        kernels = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"),
+                         key=lambda e: e["ts"])
+        starts = [k["ts"] for k in kernels]
+        out = []
+        for (push, pop), st in zip(self.marks, steps):
+            ks = kernels[bisect.bisect_left(starts, st["ts"]):
+                         bisect.bisect_right(starts, st["ts"] + st["dur"])]
+            out.append({"push_ns": push, "pop_ns": pop, "torch_ts_us": st["ts"],
+                        "torch_dur_us": st["dur"],
+                        "torch_gpu_start_us": ks[0]["ts"] if ks else None,
+                        "torch_gpu_end_us": max(k["ts"] + k["dur"] for k in ks) if ks else None})
+        offset = statistics.median(o["push_ns"] / 1e3 - o["torch_ts_us"] for o in out)
+        with open(self.args.profile_out, "w") as f:
+            json.dump({"steps": out, "torch_clock_offset_us": offset,
+                       "torch_kernel_sum_us": sum(k["dur"] for k in kernels),
+                       "torch_kernels": len(kernels), "busy_before_s": self.busy0,
+                       "busy_after_s": busy1, "priority": self.args.priority_label}, f)
+        print(f"profiled {len(out)} into {self.args.profile_out}", flush=True)
+
+
+def maybe_profile(args, run_one, wait=False):
+    """Runs the --profile window once: at once when `wait` (no --profile-when), else at the
+    first call after the --profile-when file exists. True if it ran now."""
+    if not args.profile or args.profiled or (not wait and (
+            args.profile_when is None or not os.path.exists(args.profile_when))):
+        return False
+    args.profiled = True
+    with ProfiledWindow(args) as window:
+        for _ in range(args.profile):
+            window.iteration(run_one)
+    return True
+
+
 def quantile_ms(sorted_seconds, p):
     """The p-quantile of sorted durations in seconds, in milliseconds."""
     n = len(sorted_seconds)
@@ -99,6 +211,11 @@ def serve(args):
         for _ in range(10):
             run()
         stream.synchronize()
+        def one_request():
+            with nvtx_range(args, "request"):
+                run()
+                stream.synchronize()
+        maybe_profile(args, one_request, wait=args.profile_when is None)
         if args.rate <= 0:
             # Closed loop: one second to bring the clocks up, then at least --seconds and 200
             # requests
@@ -107,8 +224,9 @@ def serve(args):
                 times, t0, cpu0 = [], time.perf_counter(), time.process_time()
                 while len(times) < at_least or time.perf_counter() - t0 < seconds:
                     began = time.perf_counter()
-                    run()
-                    stream.synchronize()
+                    with nvtx_range(args, "request"):
+                        run()
+                        stream.synchronize()
                     times.append(time.perf_counter() - began)
                 return times, time.perf_counter() - t0, time.process_time() - cpu0
             closed_loop(1.0, 10)
@@ -134,14 +252,17 @@ def serve(args):
         cpu0 = time.process_time()
         print("serving", flush=True)
         for _ in range(args.requests):
+            if maybe_profile(args, one_request):
+                arrival = time.perf_counter()  # the window ran back to back: arrivals go on now
             arrival += rng.expovariate(args.rate)
             began = time.perf_counter()
             if args.wait == "sleep" and began < arrival:
                 time.sleep(arrival - began)
             while began < arrival:
                 began = time.perf_counter()
-            run()
-            stream.synchronize()
+            with nvtx_range(args, "request"):
+                run()
+                stream.synchronize()
             done = time.perf_counter()
             lat.append(done - arrival)
             svc.append(done - began)
@@ -162,11 +283,17 @@ def train(args):
     for _ in range(3):
         step()
     torch.cuda.synchronize()
+
+    def one_step():
+        with nvtx_range(args, "step"):
+            step()
+            torch.cuda.synchronize()
+    maybe_profile(args, one_step, wait=args.profile_when is None)
     print("ready", flush=True)
     steps, cpu0 = 0, time.process_time()
     while args.steps == 0 or steps < args.steps:
-        step()
-        torch.cuda.synchronize()
+        maybe_profile(args, one_step)
+        one_step()
         steps += 1
         print(f"step {time.monotonic():.6f}", flush=True)
     print(f"result steps={steps} cpu_ms={(time.process_time() - cpu0) / steps * 1e3:.3f}",
@@ -186,7 +313,19 @@ def main():
     p.add_argument("--steps", type=int, default=0, help="train: stop after this many steps")
     p.add_argument("--wait", choices=["poll", "sleep"], default="poll",
                    help="how the serving loop waits for the next arrival")
+    p.add_argument("--nvtx", action="store_true", help="NVTX range per request/step")
+    p.add_argument("--profile", type=int, default=0,
+                   help="requests/steps under torch.profiler after warm-up (with --profile-out)")
+    p.add_argument("--profile-out")
+    p.add_argument("--profile-when", help="run the --profile window once this file exists "
+                   "(default: right after warm-up)")
+    p.add_argument("--metrics", help="orion-server's /metrics URL (busy seconds of the window)")
+    p.add_argument("--priority-label", default="high",
+                   help="the priority label of this client's series in /metrics")
     args = p.parse_args()
+    args.profiled = False
+    if args.profile and not args.profile_out:
+        p.error("--profile needs --profile-out")
     try:
         serve(args) if args.role == "serve" else train(args)
     except (BrokenPipeError, KeyboardInterrupt):

@@ -93,6 +93,7 @@ enum class EventKind : uint32_t {
 // Event::flags bits.
 inline constexpr uint32_t kTimedLaunch = 1u;  // kLaunch/kGraphLaunch: a kKernelTime follows
 inline constexpr uint32_t kOnHostClock = 2u;  // kKernelTime/kRange: GPU times on the host clock
+inline constexpr uint32_t kWarmupSample = 4u; // kKernelTime of one of a kernel's first launches
 
 enum class MemoryKind : uint32_t {
   kDevice = 0, kPitch = 1, kManaged = 2, kAsync = 3, kPool = 4, kVmmCreate = 5, kVmmMap = 6,

@@ -41,7 +41,9 @@ struct PendingLaunch {
   // The last time the record was known not complete: its submission, then each poller pass that
   // found it pending. Its completion happened after this.
   uint64_t pending_at_ns = 0;
+  uint64_t launched_ns = 0;  // when the launch call returned (host clock)
   bool timed = false;
+  bool warmup = false;  // one of a kernel's first launches (cold): a kWarmupSample
   // The stream handle names one stream of ctx (not a per-thread default stream), so records
   // with the same (ctx, stream) complete in submission order.
   bool ordered = false;

@@ -37,12 +37,27 @@ bool GpuClock::Renew(Context& c) {
     c.spare = event;
     return false;
   }
+  // The event ran between the record call's return and the first query that finds it done:
+  // polled for at most kSpinNs (microseconds on an idle stream), the middle of the two is its
+  // time. Past that (a GPU busy with other contexts) it is waited for and the record time,
+  // corrected below by the chain, is used.
   const uint64_t recorded_ns = MonotonicNs();
-  if (sync(event) != CUDA_SUCCESS) {
+  uint64_t seen_ns = 0;
+  auto query = ORION_DRIVER(cuEventQuery);
+  while (query != nullptr) {
+    const CUresult r = query(event);
+    const uint64_t now = MonotonicNs();
+    if (r == CUDA_SUCCESS) {
+      seen_ns = now;
+      break;
+    }
+    if (r != CUDA_ERROR_NOT_READY || now - recorded_ns > kSpinNs) break;
+  }
+  if (seen_ns == 0 && sync(event) != CUDA_SUCCESS) {
     c.spare = event;
     return false;
   }
-  uint64_t host_ns = recorded_ns;
+  uint64_t host_ns = seen_ns != 0 ? recorded_ns + (seen_ns - recorded_ns) / 2 : recorded_ns;
   float ms = 0.0f;
   if (c.current.event != nullptr && elapsed(&ms, c.current.event, event) == CUDA_SUCCESS) {
     const double chained = static_cast<double>(c.current.host_ns) + static_cast<double>(ms) * 1e6;

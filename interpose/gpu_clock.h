@@ -2,7 +2,8 @@
 // that measured kernels and NVTX ranges become spans with the GPU's own start and end.
 //
 // An anchor event, recorded on a private stream that never has other work, runs within
-// microseconds of its record call: its host time is taken as the time the call returned. Any
+// microseconds of its record call: its host time is taken as the middle between the call's
+// return and the first query that finds it done (polled for at most kSpinNs). Any
 // other timing event of the context is placed by cuEventElapsedTime from the anchor. Elapsed
 // times are floats in milliseconds, so anchors are renewed every kRenewNs while events are being
 // placed (60 ns resolution at one second). A new anchor is placed two ways, by its own record
@@ -29,6 +30,7 @@ class GpuClock {
   static constexpr uint64_t kRenewNs = 1'000'000'000;
   static constexpr uint64_t kDriftAllowanceNs = 2'000;
   static constexpr int kContexts = 8;
+  static constexpr uint64_t kSpinNs = 200'000;
 
   // Host time of a completed timing event of `ctx` (current on the calling thread), or false
   // when the context cannot hold an anchor or the driver cannot measure.

@@ -26,14 +26,21 @@ struct LaunchInfo {
   bool graph = false;
 };
 
-// The kernel's name as the driver keeps it (cuFuncGetName), or null.
+// The kernel's name as the driver keeps it, or null. Launch calls also take a CUkernel (CUDA
+// 12+ libraries, e.g. the runtime's own kernels) where a CUfunction goes: cuKernelGetName names
+// those.
 const char* KernelName(uint64_t func) {
   const char* name = nullptr;
   auto get_name = ORION_DRIVER(cuFuncGetName);
-  if (get_name == nullptr || get_name(&name, reinterpret_cast<CUfunction>(func)) != CUDA_SUCCESS) {
-    return nullptr;
+  if (get_name != nullptr && get_name(&name, reinterpret_cast<CUfunction>(func)) == CUDA_SUCCESS) {
+    return name;
   }
-  return name;
+  auto kernel_name = ORION_DRIVER(cuKernelGetName);
+  if (kernel_name != nullptr &&
+      kernel_name(&name, reinterpret_cast<CUkernel>(func)) == CUDA_SUCCESS) {
+    return name;
+  }
+  return nullptr;
 }
 
 void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
@@ -123,6 +130,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       pending->high_priority = follow;
       memcpy(pending->grid, info.grid, sizeof(info.grid));
       memcpy(pending->block, info.block, sizeof(info.block));
+      pending->warmup = launch_index < kWarmupLaunches;
       if (timed && !RecordStart(pending, info.stream, info.per_thread_stream)) {
         pending->timed = false;
       }

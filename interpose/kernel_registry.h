@@ -21,11 +21,14 @@ namespace orion::interpose {
 
 inline constexpr uint64_t kDefaultKernelEstimateNs = 50'000;
 
-// First 3 launches of a kernel, then 1 in 64 chosen by a hash of the launch's index: a fixed
+// First 3 launches of a kernel (warm-up samples: they teach the gate a duration at once, but run
+// cold, so the server's estimates prefer later ones), then 1 in 64 chosen by a hash of the
+// launch's index: a fixed
 // stride would keep timing the same layer of a model that launches a kernel a few times per
 // step, and the durations it learns (and the busy time counted from them) would be that layer's.
+inline constexpr uint64_t kWarmupLaunches = 3;
 inline bool ShouldSample(uint64_t launch_index) {
-  if (launch_index < 3) return true;
+  if (launch_index < kWarmupLaunches) return true;
   uint64_t z = launch_index + 0x9E3779B97F4A7C15ull;  // splitmix64 finaliser
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;

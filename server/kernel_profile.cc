@@ -44,10 +44,15 @@ void KernelProfileBook::OnName(uint64_t func, const std::string& name) {
   if (k.kclass == KernelClass::kUnknown) k.kclass = ClassifyKernelName(name);
 }
 
-void KernelProfileBook::OnDuration(uint64_t func, uint64_t ns) {
+void KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {
   KernelStats* stats = Stats(func);
   if (stats == nullptr) return;
   KernelStats& k = *stats;
+  if (warmup) {
+    ++k.warmup_samples;
+    k.warmup_sum_ns += ns;
+    return;
+  }
   ++k.samples;
   k.duration_sum_ns += ns;
   const uint32_t us = static_cast<uint32_t>(std::min<uint64_t>(ns / 1000, UINT32_MAX));
@@ -61,8 +66,7 @@ void KernelProfileBook::OnDuration(uint64_t func, uint64_t ns) {
 
 uint64_t KernelProfileBook::EstimateNs(uint64_t func) const {
   auto it = kernels_.find(func);
-  if (it == kernels_.end() || it->second.samples == 0) return 0;
-  return it->second.duration_sum_ns / it->second.samples;
+  return it == kernels_.end() ? 0 : it->second.MeanNs();
 }
 
 const std::string* KernelProfileBook::NameOf(uint64_t func) const {
@@ -88,7 +92,7 @@ std::string KernelProfileBook::ToOrionCsv() const {
   for (const KernelStats* k : rows) {
     const std::string name = k->name.empty() ? "unnamed_kernel" : OrionKernelKey(k->name);
     absl::StrAppend(&out, name, ",", static_cast<int>(k->kclass), ",0,", k->max_blocks, ",",
-                    k->samples ? k->duration_sum_ns / k->samples : 0, "\n");
+                    k->MeanNs(), "\n");
   }
   return out;
 }

@@ -40,18 +40,38 @@ inline KernelClass ClassifyKernelName(const std::string& name) {
 }
 const char* KernelClassName(KernelClass c);  // "comp", "mem", "unknown"
 
+// Mean GPU time of a kernel or graph from its measured launches. A kernel's first launches run
+// cold (warm-up samples): they count only until a later launch has been measured.
+struct MeasuredMean {
+  uint64_t samples = 0, sum_ns = 0;
+  uint64_t warmup_samples = 0, warmup_sum_ns = 0;
+  void Add(uint64_t ns, bool warmup) {
+    (warmup ? warmup_samples : samples) += 1;
+    (warmup ? warmup_sum_ns : sum_ns) += ns;
+  }
+  uint64_t MeanNs() const {
+    if (samples != 0) return sum_ns / samples;
+    return warmup_samples != 0 ? warmup_sum_ns / warmup_samples : 0;
+  }
+};
+
 struct KernelStats {
   std::string name;
   uint64_t launches = 0;
-  uint64_t samples = 0;
+  uint64_t samples = 0;          // measured launches past the warm-up
   uint64_t duration_sum_ns = 0;
+  uint64_t warmup_samples = 0;   // measured among the kernel's first launches
+  uint64_t warmup_sum_ns = 0;
   std::vector<uint32_t> recent_us;  // last kRecent measured durations (us), for p99
   size_t recent_next = 0;
   uint32_t max_blocks = 0;
   uint32_t threads_per_block = 0;
   KernelClass kclass = KernelClass::kUnknown;
 
-  double MeanUs() const { return samples ? duration_sum_ns / 1000.0 / samples : 0.0; }
+  uint64_t MeanNs() const {
+    return MeasuredMean{samples, duration_sum_ns, warmup_samples, warmup_sum_ns}.MeanNs();
+  }
+  double MeanUs() const { return static_cast<double>(MeanNs()) / 1000.0; }
   double P99Us() const { return Percentile99(recent_us); }
 };
 
@@ -71,7 +91,9 @@ class KernelProfileBook {
   static constexpr size_t kMaxKernels = 8192;
   void OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads_per_block);
   void OnName(uint64_t func, const std::string& name);
-  void OnDuration(uint64_t func, uint64_t duration_ns);
+  // A measured launch; `warmup`: one of the kernel's first launches (kept apart, see
+  // MeasuredMean).
+  void OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false);
   // Estimated GPU time of one launch of func (mean measured, else 0).
   uint64_t EstimateNs(uint64_t func) const;
   const std::string* NameOf(uint64_t func) const;

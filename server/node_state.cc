@@ -369,12 +369,12 @@ void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
     }
     case EventKind::kKernelTime: {
       if (e.duration_ns >= kMaxPlausibleDurationNs) break;
+      const bool warmup = (e.flags & contract::kWarmupSample) != 0;
       auto graph = c.graphs.find(e.func);
       if (graph != c.graphs.end()) {
-        ++graph->second.samples;
-        graph->second.duration_sum_ns += e.duration_ns;
+        graph->second.duration.Add(e.duration_ns, warmup);
       } else {
-        c.profile.OnDuration(e.func, e.duration_ns);
+        c.profile.OnDuration(e.func, e.duration_ns, warmup);
       }
       // Without the GPU's start on the host clock, the work ended before it was reported.
       const bool measured = (e.flags & contract::kOnHostClock) != 0;
@@ -391,7 +391,7 @@ void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
       if (graph != nullptr) graph->kernels = e.aux;
       if ((e.flags & contract::kTimedLaunch) == 0) {
         AddWorkSpan(c, SpanKind::kGraph, e.func, e.stream, span.start_unix_ns,
-                    graph != nullptr ? graph->EstimateNs() : 0, /*measured=*/false, e.aux);
+                    graph != nullptr ? graph->duration.MeanNs() : 0, /*measured=*/false, e.aux);
       }
       break;
     }

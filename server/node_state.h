@@ -203,8 +203,7 @@ class NodeState {
     // CUDA graphs launched (by CUgraphExec): kernel nodes and measured durations.
     struct GraphStats {
       uint32_t kernels = 0;
-      uint64_t samples = 0, duration_sum_ns = 0;
-      uint64_t EstimateNs() const { return samples == 0 ? 0 : duration_sum_ns / samples; }
+      MeasuredMean duration;
     };
     std::unordered_map<uint64_t, GraphStats> graphs;
     // The stats of graph `exec`, added if there is room (a ring the tenant writes must not grow

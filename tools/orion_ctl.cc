@@ -189,7 +189,11 @@ int main(int argc, char** argv) {
     }
     credentials = grpc::SslCredentials(tls);
   }
-  auto stub = Admin::NewStub(grpc::CreateChannel(server, credentials));
+  // A timeline export of a busy GPU is tens of megabytes (200,000 spans); gRPC's default cap on
+  // a received message is 4 MiB.
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(256 << 20);
+  auto stub = Admin::NewStub(grpc::CreateCustomChannel(server, credentials, channel_args));
   auto ctx = [&token] {
     auto c = std::make_unique<grpc::ClientContext>();
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
