@@ -5,7 +5,8 @@ in every round so that host drift cancels.
 
   bench/cpu_tax_bench.py --bundle DIR [--model resnet50] [--graph] [--nvtx] [--rounds 5]
       [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
-      [--train-steps 60] [--out DIR]
+      [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
+      [--baseline-interposer LIB] [--out DIR]
   bench/cpu_tax_bench.py --table results.jsonl      (re-renders a run's table)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
@@ -186,16 +187,19 @@ class Bench:
             rate = None
             for rnd in range(1, self.args.rounds + 1):
                 order = [False, True] if rnd % 2 else [True, False]
+                jobs = self.args.jobs.split(",")
                 for interposer in order:
                     r = self.service_closed(rnd, interposer)
                     if rate is None and not interposer and r:
                         rate = r["capacity_rps"] * self.args.load
                 if rate is None:
                     raise SystemExit("no capacity measured; see bench.log")
-                for interposer in order:
-                    self.service_poisson(rnd, interposer, rate)
-                for interposer in order:
-                    self.trainer(rnd, interposer)
+                if "service-poisson" in jobs:
+                    for interposer in order:
+                        self.service_poisson(rnd, interposer, rate)
+                if "trainer" in jobs:
+                    for interposer in order:
+                        self.trainer(rnd, interposer)
         finally:
             self.server.terminate()
             self.server.wait()
@@ -251,6 +255,9 @@ def main():
     p.add_argument("--model", default="resnet50")
     p.add_argument("--train-model", default="resnet50")
     p.add_argument("--graph", action="store_true", help="serve a CUDA graph of the model")
+    p.add_argument("--jobs", default="service-closed,service-poisson,trainer",
+                   help="which jobs to run each round (service-closed always runs: it sets "
+                        "the Poisson rate)")
     p.add_argument("--nvtx", action="store_true",
                    help="NVTX range per request and step (both arms)")
     p.add_argument("--rounds", type=int, default=5)

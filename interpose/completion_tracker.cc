@@ -92,6 +92,9 @@ IndexQueue g_submitted;
 pthread_once_t g_queues_once = PTHREAD_ONCE_INIT;
 std::atomic<uint32_t> g_poller_started{0};
 std::atomic<uint32_t> g_poller_sleeping{0};  // futex word (private): 1 while idle-waiting
+// When the first record that nobody waits for (a timing sample, an NVTX range) was submitted to
+// an idle poller without waking it; 0: none waiting.
+std::atomic<uint64_t> g_lazy_since{0};
 
 void InitQueues() {
   g_free.Reset(/*full=*/true);
@@ -253,10 +256,12 @@ void* PollerMain(void*) {
       outstanding[count++] = &g_pool[index];
       continue;
     }
-    // No timeout: with nothing outstanding there is nothing to look at until a launch submits.
+    // No timeout: with nothing outstanding there is nothing to look at until a launch submits
+    // (records nobody waits for wake us when they are kLazyPollNs old, see SubmitPending).
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAIT_PRIVATE, 1,
             nullptr, nullptr, 0);
     g_poller_sleeping.store(0, std::memory_order_relaxed);
+    g_lazy_since.store(0, std::memory_order_relaxed);
   }
   return nullptr;
 }
@@ -340,8 +345,21 @@ void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream,
   EnsurePoller();
   g_submitted.Push(IndexOf(p));
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the poller's fence
-  if (g_poller_sleeping.load(std::memory_order_seq_cst) != 0 &&
-      g_poller_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+  if (g_poller_sleeping.load(std::memory_order_seq_cst) == 0) return;
+  // A timing sample or an NVTX range waits for the poller: waking an idle poller for each of
+  // them cost a one-core service a context switch per sample. The first one starts the clock;
+  // whatever is submitted once it is kLazyPollNs old wakes the poller. Records the gate waits
+  // for (high-priority work, best-effort budget) wake it at once.
+  const bool prompt = p->high_priority || p->budget_ns != 0;
+  if (!prompt) {
+    uint64_t since = g_lazy_since.load(std::memory_order_relaxed);
+    if (since == 0) {
+      g_lazy_since.compare_exchange_strong(since, launched_ns, std::memory_order_relaxed);
+      return;
+    }
+    if (launched_ns < since + kLazyPollNs) return;
+  }
+  if (g_poller_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
     // Only on the idle -> busy transition: the steady launch path makes no system call.
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAKE_PRIVATE, 1,
             nullptr, nullptr, 0);
@@ -376,6 +394,7 @@ void ResetCompletionTrackerAfterFork() {
   g_queues_once = PTHREAD_ONCE_INIT;
   g_poller_started.store(0, std::memory_order_relaxed);
   g_poller_sleeping.store(0, std::memory_order_relaxed);
+  g_lazy_since.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace orion::interpose
