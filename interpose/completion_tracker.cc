@@ -22,8 +22,6 @@ namespace orion::interpose {
 namespace {
 
 constexpr uint32_t kPoolSize = 1024;  // power of two; also the queues' capacity
-// The end of a launch call after it has handed the kernel to the GPU (see Finish).
-constexpr uint64_t kLaunchTailNs = 1'000;
 
 // Bounded MPMC queue of record indices (sequence-numbered cells): push and pop are a CAS each,
 // never a lock. Capacity equals the pool size, so a push of a pool index cannot fail.
@@ -158,12 +156,9 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
         uint64_t start = 0, end = 0;
         if (HostTimes(p, &start, &end)) {
           // On an idle stream the start event runs as soon as it is recorded, before the
-          // launch call has even handed the kernel over: the kernel starts when the call rings
-          // the GPU's doorbell, taken as one microsecond before the call returned (on an H100
-          // this brought an eager service's busy time within 1% of CUPTI's kernel time, where
-          // the return itself left it 14% short).
-          const uint64_t handed_ns = p->launched_ns > kLaunchTailNs ? p->launched_ns - kLaunchTailNs : 0;
-          if (start < handed_ns) start = handed_ns < end ? handed_ns : end;
+          // launch call has even handed the kernel over (a CPU-bound eager service: every
+          // launch): the kernel is taken to start no earlier than the call's return.
+          if (start < p->launched_ns) start = p->launched_ns < end ? p->launched_ns : end;
           ns = end - start;
           e.cpu_ns = start;
           e.flags = contract::kOnHostClock;

@@ -8,7 +8,8 @@
 #     on free loopback ports, with a temporary TSDB, scraping /metrics every second and
 #     evaluating the rules every second.
 #  3. Runs a workload on the simulated GPU so that every metric family gets samples: a
-#     high-priority service (busy-period histogram), a best-effort trainer (throttled at the
+#     high-priority service (busy-period histogram; NVTX "request" ranges: the request latency
+#     histogram), a best-effort trainer (throttled at the
 #     gate, then paused and resumed through orion-ctl), a best-effort allocator that fills its
 #     memory quota, and one malformed registration (orion_registrations_total{result!="ok"}).
 #  4. tools/eval-promql.mjs (extraction shared with tools/list-promql.mjs) queries
@@ -145,7 +146,7 @@ CTL=("${BUILD}/tools/orion-ctl" --server "${ORION_ADMIN}")
 PIDS+=($!)
 TRAINER_PID=$!   # orion-run execs the trainer
 "${RUN[@]}" --priority high --latency-target-ms 20 -- "${BUILD}/samples/orion-sample-infer" \
-  --rate 200 --requests 1000000 --kernels 4 --kernel-us 200 > "${WORK}/infer.log" 2>&1 &
+  --rate 200 --requests 1000000 --kernels 4 --kernel-us 200 --nvtx > "${WORK}/infer.log" 2>&1 &
 PIDS+=($!)
 "${RUN[@]}" --priority best-effort --memory-limit 64Mi -- "${BUILD}/samples/orion-sample-alloc" \
   --chunk 16Mi --hold 600 > "${WORK}/alloc.log" 2>&1 &
