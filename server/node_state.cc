@@ -52,7 +52,6 @@ orion::v1::GateMode ToProtoMode(contract::GateMode m) {
   return orion::v1::GATE_MODE_UNSPECIFIED;
 }
 
-constexpr uint64_t kMaxPlausibleDurationNs = 600ull * 1000000000ull;  // 10 min
 constexpr uint64_t kStuckEntryTimeoutNs = 200ull * 1000000ull;        // 200 ms
 constexpr size_t kMaxDrainPerClient = 1u << 16;
 
@@ -152,6 +151,7 @@ NodeState::NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board)
     : config_(std::move(config)),
       board_(std::move(board)),
       mono_to_unix_(RealtimeNs() - static_cast<int64_t>(MonotonicNs())),
+      ingest_options_{mono_to_unix_, config_.request_range_prefix, config_.hp_latency_window},
       budget_controller_(BudgetLimits{}) {
   absl::MutexLock lock(&mu_);
   gpu_policy_.resize(contract::kMaxGpus);
@@ -213,8 +213,7 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
     ++registrations_failed_["no-slot"];
     return a;
   }
-  ClientRecord& c = clients_[id];
-  c.id = id;
+  ClientRecord& c = clients_.try_emplace(id, id, &ingest_options_).first->second;
   c.slot = *slot;
   c.gpu = static_cast<uint32_t>(gpu);
   c.peer = peer;
@@ -263,7 +262,7 @@ void NodeState::Unregister(uint32_t client_id) {
     } else if (ring.HasPendingHole()) {
       ring.SkipStuckEntry();
       ++events_skipped_;
-      ++c.malformed_events;
+      c.ingest.CountMalformed(1);
     } else {
       break;
     }
@@ -287,159 +286,11 @@ void NodeState::Unregister(uint32_t client_id) {
   clients_.erase(it);
 }
 
-void NodeState::AddWorkSpan(ClientRecord& c, SpanKind kind, uint64_t func, uint64_t stream,
-                            int64_t start_unix_ns, uint64_t duration_ns, bool measured,
-                            uint64_t kernels) {
-  Span span;
-  span.client_id = c.id;
-  span.priority = static_cast<uint8_t>(c.policy.priority);
-  span.kind = kind;
-  span.func = func;
-  span.bytes = kernels;  // graphs: kernel nodes
-  span.duration_ns = duration_ns;
-  span.measured = measured;
-  if (measured) {
-    span.start_unix_ns = start_unix_ns;
-    c.streams.Observe(stream, start_unix_ns + static_cast<int64_t>(duration_ns));
-  } else {
-    span.start_unix_ns = c.streams.Place(stream, start_unix_ns, duration_ns);
-  }
-  c.gpu_busy_ns += static_cast<double>(duration_ns);
-  gpu_policy_[c.gpu].busy_ns[span.priority] += static_cast<double>(duration_ns);
-  timelines_[c.gpu].Add(span);
-}
-
-void NodeState::AddStepSpan(ClientRecord& c, const Event& e) {
-  if (e.duration_ns >= kMaxPlausibleDurationNs) {
-    ++c.malformed_events;
-    return;
-  }
-  const std::string_view name(e.name, strnlen(e.name, sizeof(e.name)));
-  Span span;
-  span.client_id = c.id;
-  span.priority = static_cast<uint8_t>(c.policy.priority);
-  span.kind = SpanKind::kStep;
-  span.func = range_names_.Intern(name);
-  span.depth = static_cast<uint8_t>(std::min<uint32_t>(e.aux, 255));
-  span.cpu_start_unix_ns = ToUnixNs(e.cpu_ns);
-  span.cpu_duration_ns = e.duration_ns;
-  // e.func / e.bytes: the GPU's start of the range's work and its end, on the host clock.
-  const bool on_gpu = (e.flags & contract::kOnHostClock) != 0 && e.func != 0 &&
-                      e.bytes >= e.func && e.bytes - e.func < kMaxPlausibleDurationNs;
-  span.measured = on_gpu;
-  span.start_unix_ns = on_gpu ? ToUnixNs(e.func) : span.cpu_start_unix_ns;
-  span.duration_ns = on_gpu ? e.bytes - e.func : e.duration_ns;
-  timelines_[c.gpu].Add(span);
-  if (!config_.request_range_prefix.empty() && name.starts_with(config_.request_range_prefix)) {
-    // A request lasts from its push until both its pop and its GPU work are over.
-    uint64_t end = e.cpu_ns + e.duration_ns;
-    if (on_gpu) end = std::max(end, e.bytes);
-    if (end >= e.cpu_ns) {
-      c.requests.Observe(static_cast<double>(end - e.cpu_ns) / 1e9, kRequestLatencyBuckets);
-    }
-  }
-}
-
 void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
-  TimelineStore& timeline = timelines_[c.gpu];
-  const uint8_t prio = static_cast<uint8_t>(c.policy.priority);
-  Span span;
-  span.client_id = c.id;
-  span.priority = prio;
-  span.start_unix_ns = ToUnixNs(e.cpu_ns);
-  switch (e.kind) {
-    case EventKind::kLaunch: {
-      const uint64_t blocks64 = static_cast<uint64_t>(e.grid[0]) * e.grid[1] * e.grid[2];
-      const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(blocks64, UINT32_MAX));
-      const uint64_t threads64 = static_cast<uint64_t>(e.block[0]) * e.block[1] * e.block[2];
-      c.profile.OnLaunch(e.func, blocks, static_cast<uint32_t>(std::min<uint64_t>(threads64, 4096)));
-      ++c.launch_events;
-      // A timed launch's span comes with its measured time (kKernelTime).
-      if ((e.flags & contract::kTimedLaunch) == 0) {
-        AddWorkSpan(c, SpanKind::kKernel, e.func, e.stream, span.start_unix_ns,
-                    c.profile.EstimateNs(e.func), /*measured=*/false, 0);
-      }
-      break;
-    }
-    case EventKind::kKernelName: {
-      const std::string name(e.name, strnlen(e.name, sizeof(e.name)));
-      c.profile.OnName(e.func, name);
-      if (!known_kernels_.empty()) c.profile.ApplyKnown(e.func, known_kernels_);
-      break;
-    }
-    case EventKind::kKernelTime: {
-      if (e.duration_ns >= kMaxPlausibleDurationNs) break;
-      const bool warmup = (e.flags & contract::kWarmupSample) != 0;
-      auto graph = c.graphs.find(e.func);
-      if (graph != c.graphs.end()) {
-        graph->second.duration.Add(e.duration_ns, warmup);
-      } else {
-        c.profile.OnDuration(e.func, e.duration_ns, warmup);
-      }
-      // Without the GPU's start on the host clock, the work ended before it was reported.
-      const bool measured = (e.flags & contract::kOnHostClock) != 0;
-      const int64_t start = measured ? span.start_unix_ns
-                                     : span.start_unix_ns - static_cast<int64_t>(e.duration_ns);
-      AddWorkSpan(c, graph != c.graphs.end() ? SpanKind::kGraph : SpanKind::kKernel, e.func,
-                  e.stream, start, e.duration_ns, measured,
-                  graph != c.graphs.end() ? graph->second.kernels : 0);
-      break;
-    }
-    case EventKind::kGraphLaunch: {
-      ++c.graph_launches;
-      ClientRecord::GraphStats* graph = c.Graph(e.func);
-      if (graph != nullptr) graph->kernels = e.aux;
-      if ((e.flags & contract::kTimedLaunch) == 0) {
-        AddWorkSpan(c, SpanKind::kGraph, e.func, e.stream, span.start_unix_ns,
-                    graph != nullptr ? graph->duration.MeanNs() : 0, /*measured=*/false, e.aux);
-      }
-      break;
-    }
-    case EventKind::kRange:
-      AddStepSpan(c, e);
-      break;
-    case EventKind::kMemcpy:
-    case EventKind::kMemset:
-      c.copy_bytes += e.bytes;
-      span.kind = e.kind == EventKind::kMemcpy ? SpanKind::kMemcpy : SpanKind::kMemset;
-      span.bytes = e.bytes;
-      timeline.Add(span);
-      break;
-    case EventKind::kThrottled:
-      if (e.duration_ns < kMaxPlausibleDurationNs) {
-        // Reported after the held launch went out: the wait ended then (held or paused).
-        span.kind = SpanKind::kThrottled;
-        span.start_unix_ns -= static_cast<int64_t>(e.duration_ns);
-        span.duration_ns = e.duration_ns;
-        span.measured = true;  // on the CPU
-        timeline.Add(span);
-      }
-      break;
-    case EventKind::kBusyPeriod: {
-      if (e.duration_ns >= kMaxPlausibleDurationNs) break;
-      if (c.busy_recent.size() < config_.hp_latency_window) {
-        c.busy_recent.push_back(e.duration_ns);
-      } else {
-        c.busy_recent[c.busy_next] = e.duration_ns;
-        c.busy_next = (c.busy_next + 1) % c.busy_recent.size();
-      }
-      c.busy.Observe(static_cast<double>(e.duration_ns) / 1e9, kBusyPeriodBuckets);
-      span.kind = SpanKind::kBusyPeriod;
-      span.duration_ns = e.duration_ns;
-      span.measured = true;  // on the CPU
-      timeline.Add(span);
-      break;
-    }
-    case EventKind::kAllocDenied:
-      ++c.alloc_denied;
-      break;
-    case EventKind::kMemAlloc:
-    case EventKind::kMemFree:
-      break;  // the slot's counters are the source of truth for memory
-    default:
-      ++c.malformed_events;  // a client scribbled on its ring: count it, use nothing
-      break;
-  }
+  IngestSinks sinks{timelines_[c.gpu],
+                    gpu_policy_[c.gpu].busy_ns[static_cast<size_t>(c.policy.priority)],
+                    range_names_, known_kernels_};
+  c.ingest.Consume(e, c.policy.priority, sinks);
 }
 
 size_t NodeState::DrainOnce(uint64_t now) {
@@ -456,7 +307,7 @@ size_t NodeState::DrainOnce(uint64_t now) {
     if (head - tail > contract::kRingCapacity) {
       ring.tail.store(head, std::memory_order_release);
       events_skipped_ += contract::kRingCapacity;
-      c.malformed_events += contract::kRingCapacity;
+      c.ingest.CountMalformed(contract::kRingCapacity);
       c.hole_since_ns = 0;
       continue;
     }
@@ -471,7 +322,7 @@ size_t NodeState::DrainOnce(uint64_t now) {
         c.hole_since_ns = now;
       } else if (now - c.hole_since_ns > kStuckEntryTimeoutNs) {
         ring.SkipStuckEntry();
-        ++c.malformed_events;
+        c.ingest.CountMalformed(1);
         ++events_skipped_;
         c.hole_since_ns = 0;
       }
@@ -485,18 +336,12 @@ size_t NodeState::DrainOnce(uint64_t now) {
 }
 
 std::vector<uint64_t> NodeState::BusySinceChange(const ClientRecord& c) const {
-  const size_t n = c.busy_recent.size();
-  const size_t fresh = static_cast<size_t>(
-      std::min<uint64_t>(c.busy.count - c.busy_count_at_change, n));
-  std::vector<uint64_t> out(fresh);
-  // The ring's newest entry is just before busy_next (busy_next stays 0 until the ring is full).
-  for (size_t i = 0; i < fresh; ++i) out[fresh - 1 - i] = c.busy_recent[(c.busy_next + n - 1 - i) % n];
-  return out;
+  return c.ingest.BusyPeriodsSince(c.busy_count_at_change);
 }
 
 void NodeState::RestartBudgetEvidence(uint32_t g) {
   for (auto& [id, c] : clients_) {
-    if (c.gpu == g) c.busy_count_at_change = c.busy.count;
+    if (c.gpu == g) c.busy_count_at_change = c.ingest.busy().count;
   }
 }
 
@@ -586,7 +431,7 @@ orion::v1::Client NodeState::ToProto(const ClientRecord& c) const {
   out.set_memory_peak_bytes(s.memory_peak_bytes.load(std::memory_order_relaxed));
   out.set_memory_limit_bytes(c.policy.memory_limit_bytes);
   const uint64_t slot_launches = s.launches.load(std::memory_order_relaxed);
-  out.set_kernels_launched(std::max(slot_launches, c.launch_events));
+  out.set_kernels_launched(std::max(slot_launches, c.ingest.launch_events()));
   out.set_throttled_ns(s.throttled_ns.load(std::memory_order_relaxed));
   out.set_events_dropped(area.ring.dropped.load(std::memory_order_relaxed));
   out.set_registered_unix_ms(c.registered_unix_ms);
@@ -785,7 +630,7 @@ void NodeState::SpanToProto(const Span& s, orion::v1::TimelineSpan* p) const {
   p->set_kind(SpanKindName(s.kind));
   if (s.kind == SpanKind::kKernel) {
     auto it = clients_.find(s.client_id);
-    const std::string* name = it == clients_.end() ? nullptr : it->second.profile.NameOf(s.func);
+    const std::string* name = it == clients_.end() ? nullptr : it->second.ingest.profile().NameOf(s.func);
     p->set_name(name ? *name : absl::StrCat("func@0x", absl::Hex(s.func)));
   } else if (s.kind == SpanKind::kStep) {
     p->set_name(range_names_.NameOf(s.func));
@@ -887,7 +732,7 @@ absl::StatusOr<orion::v1::KernelProfileResponse> NodeState::GetKernelProfile(uin
   if (it == clients_.end()) {
     return absl::NotFoundError(absl::StrCat("no client with id ", client_id));
   }
-  const KernelProfileBook& book = it->second.profile;
+  const KernelProfileBook& book = it->second.ingest.profile();
   orion::v1::KernelProfileResponse out;
   for (const auto& [func, k] : book.kernels()) {
     auto* p = out.add_kernels();
@@ -973,7 +818,7 @@ absl::Status NodeState::DeletePod(const std::string& pod_uid) {
 void NodeState::ImportOrionProfile(const std::vector<OrionProfileRow>& rows) {
   absl::MutexLock lock(&mu_);
   for (const auto& r : rows) known_kernels_[OrionKernelKey(r.name)] = r;
-  for (auto& [id, c] : clients_) c.profile.ApplyKnown(known_kernels_);
+  for (auto& [id, c] : clients_) c.ingest.profile().ApplyKnown(known_kernels_);
 }
 
 MetricsSnapshot NodeState::Snapshot() {
@@ -1004,15 +849,15 @@ MetricsSnapshot NodeState::Snapshot() {
     }
     cs.priority = PriorityName(c.policy.priority);
     cs.client = std::to_string(c.id);
-    cs.kernels = std::max(s.launches.load(std::memory_order_relaxed), c.launch_events);
+    cs.kernels = std::max(s.launches.load(std::memory_order_relaxed), c.ingest.launch_events());
     cs.throttled_ns = s.throttled_ns.load(std::memory_order_relaxed);
     cs.memory_used = s.memory_used_bytes.load(std::memory_order_relaxed);
     cs.memory_limit = c.policy.memory_limit_bytes;
     cs.dropped = area.ring.dropped.load(std::memory_order_relaxed);
     cs.gate_claims_ignored = c.gate_claims_ignored;
-    cs.gpu_busy_s = c.gpu_busy_ns / 1e9;
-    cs.busy = c.busy;
-    cs.requests = c.requests;
+    cs.gpu_busy_s = c.ingest.gpu_busy_ns() / 1e9;
+    cs.busy = c.ingest.busy();
+    cs.requests = c.ingest.requests();
     if (c.gpu < ngpus) {
       ++snap.gpus[c.gpu].clients[static_cast<uint32_t>(c.policy.priority) & 1];
       if (c.policy.priority == Priority::kHigh &&

@@ -29,44 +29,16 @@
 #include "orion/v1/agent.pb.h"
 #include "server/board.h"
 #include "server/budget_controller.h"
+#include "server/client_ingest.h"
 #include "server/config.h"
 #include "server/kernel_profile.h"
 #include "server/peer_identity.h"
-#include "server/span_builder.h"
 #include "server/timeline.h"
 
 namespace orion::server {
 
 uint64_t MonotonicNs();
 int64_t RealtimeNs();
-
-// Upper bounds (seconds) of the high-priority busy-period histogram.
-inline constexpr std::array<double, 14> kBusyPeriodBuckets = {
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
-
-// Upper bounds (seconds) of the request latency histogram (NVTX ranges named as requests).
-inline constexpr std::array<double, 16> kRequestLatencyBuckets = {
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10};
-
-// A Prometheus histogram of seconds with fixed upper bounds (non-cumulative counts).
-template <size_t N>
-struct SecondsHistogram {
-  uint64_t count = 0;
-  double sum_s = 0;
-  std::array<uint64_t, N> buckets{};
-  void Observe(double s, const std::array<double, N>& bounds) {
-    ++count;
-    sum_s += s;
-    for (size_t b = 0; b < N; ++b) {
-      if (s <= bounds[b]) {
-        ++buckets[b];
-        return;
-      }
-    }
-  }
-};
-using BusyPeriodHistogram = SecondsHistogram<kBusyPeriodBuckets.size()>;
-using RequestLatencyHistogram = SecondsHistogram<kRequestLatencyBuckets.size()>;
 
 // What the server decided for a client at registration (pure; see DecidePolicy).
 struct ClientPolicy {
@@ -181,6 +153,8 @@ class NodeState {
 
  private:
   struct ClientRecord {
+    ClientRecord(uint32_t client_id, const IngestOptions* options)
+        : id(client_id), ingest(client_id, options) {}
     uint32_t id = 0, slot = 0, gpu = 0;
     PeerIdentity peer;
     std::string process_name;
@@ -188,32 +162,9 @@ class NodeState {
     bool paused = false;
     bool admin_priority = false;
     int64_t registered_unix_ms = 0;
-    KernelProfileBook profile;
-    uint64_t launch_events = 0, graph_launches = 0, copy_bytes = 0, alloc_denied = 0;
-    uint64_t malformed_events = 0;
     uint64_t gate_claims_ignored = 0;
-    double gpu_busy_ns = 0;
-    // High-priority busy periods: window for the tail, histogram for Prometheus.
-    std::vector<uint64_t> busy_recent;
-    size_t busy_next = 0;
-    BusyPeriodHistogram busy;
-    uint64_t busy_count_at_change = 0;  // busy.count when the GPU's budget last changed
-    RequestLatencyHistogram requests;
-    StreamClock streams;  // where this client's inferred kernel spans go
-    // CUDA graphs launched (by CUgraphExec): kernel nodes and measured durations.
-    struct GraphStats {
-      uint32_t kernels = 0;
-      MeasuredMean duration;
-    };
-    std::unordered_map<uint64_t, GraphStats> graphs;
-    // The stats of graph `exec`, added if there is room (a ring the tenant writes must not grow
-    // the server without bound); null when full.
-    GraphStats* Graph(uint64_t exec) {
-      auto it = graphs.find(exec);
-      if (it != graphs.end()) return &it->second;
-      if (graphs.size() >= KernelProfileBook::kMaxKernels) return nullptr;
-      return &graphs[exec];
-    }
+    ClientIngest ingest;                // what its events became
+    uint64_t busy_count_at_change = 0;  // ingest.busy().count when the GPU's budget last changed
     uint64_t hole_since_ns = 0;
   };
   struct GpuPolicy {
@@ -230,28 +181,17 @@ class NodeState {
   void ApplyPolicyToClient(ClientRecord& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ConsumeEvent(ClientRecord& c, const contract::Event& e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A kernel or graph span on `stream`: measured (the GPU's start on the host clock) or inferred
-  // (placed behind the stream's previous work); counted into the client's and GPU's busy time.
-  void AddWorkSpan(ClientRecord& c, SpanKind kind, uint64_t func, uint64_t stream,
-                   int64_t start_unix_ns, uint64_t duration_ns, bool measured, uint64_t kernels)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An NVTX range as a step span (GPU times when measured), and a request latency when its name
-  // starts with request_range_prefix.
-  void AddStepSpan(ClientRecord& c, const contract::Event& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The busy periods this client reported since its GPU's budget last changed (newest last, at
   // most the window), for the budget search.
   std::vector<uint64_t> BusySinceChange(const ClientRecord& c) const;
   // The budget of GPU g changed: the budget search starts collecting evidence afresh.
   void RestartBudgetEvidence(uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int GpuIndexFor(const contract::RegisterRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Wraps rather than overflows: event times come from rings that tenants can write.
-  int64_t ToUnixNs(uint64_t mono_ns) const {
-    return static_cast<int64_t>(mono_ns + static_cast<uint64_t>(mono_to_unix_));
-  }
 
   const ServerConfig config_;
   std::unique_ptr<NodeBoard> board_;
   const int64_t mono_to_unix_;
+  const IngestOptions ingest_options_;
   BudgetController budget_controller_;
 
   absl::Mutex mu_;

@@ -1,0 +1,190 @@
+// One client's events into spans, profiles and sums (see client_ingest.h).
+#include "server/client_ingest.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+
+namespace orion::server {
+
+using contract::Event;
+using contract::EventKind;
+using contract::Priority;
+
+ClientIngest::GraphStats* ClientIngest::Graph(uint64_t exec) {
+  auto it = graphs_.find(exec);
+  if (it != graphs_.end()) return &it->second;
+  if (graphs_.size() >= KernelProfileBook::kMaxKernels) return nullptr;
+  return &graphs_[exec];
+}
+
+Span ClientIngest::NewSpan(Priority priority, int64_t start_unix_ns) const {
+  Span span;
+  span.client_id = client_id_;
+  span.priority = static_cast<uint8_t>(priority);
+  span.start_unix_ns = start_unix_ns;
+  return span;
+}
+
+void ClientIngest::AddWork(Priority priority, SpanKind kind, uint64_t func, uint64_t stream,
+                           int64_t start_unix_ns, uint64_t duration_ns, bool measured,
+                           uint64_t kernels, IngestSinks& sinks) {
+  Span span = NewSpan(priority, start_unix_ns);
+  span.kind = kind;
+  span.func = func;
+  span.bytes = kernels;  // graphs: kernel nodes
+  span.duration_ns = duration_ns;
+  span.measured = measured;
+  if (measured) {
+    streams_.Observe(stream, start_unix_ns + static_cast<int64_t>(duration_ns));
+  } else {
+    span.start_unix_ns = streams_.Place(stream, start_unix_ns, duration_ns);
+  }
+  gpu_busy_ns_ += static_cast<double>(duration_ns);
+  sinks.gpu_busy_ns += static_cast<double>(duration_ns);
+  sinks.timeline.Add(span);
+}
+
+void ClientIngest::AddStep(const Event& e, Priority priority, IngestSinks& sinks) {
+  if (e.duration_ns >= kMaxPlausibleDurationNs) {
+    ++malformed_events_;
+    return;
+  }
+  const std::string_view name(e.name, strnlen(e.name, sizeof(e.name)));
+  Span span = NewSpan(priority, ToUnixNs(e.cpu_ns));
+  span.kind = SpanKind::kStep;
+  span.func = sinks.range_names.Intern(name);
+  span.depth = static_cast<uint8_t>(std::min<uint32_t>(e.aux, 255));
+  span.cpu_start_unix_ns = span.start_unix_ns;
+  span.cpu_duration_ns = e.duration_ns;
+  // e.func / e.bytes: the GPU's start of the range's work and its end, on the host clock.
+  const bool on_gpu = (e.flags & contract::kOnHostClock) != 0 && e.func != 0 &&
+                      e.bytes >= e.func && e.bytes - e.func < kMaxPlausibleDurationNs;
+  span.measured = on_gpu;
+  if (on_gpu) span.start_unix_ns = ToUnixNs(e.func);
+  span.duration_ns = on_gpu ? e.bytes - e.func : e.duration_ns;
+  sinks.timeline.Add(span);
+  const std::string& prefix = options_->request_range_prefix;
+  if (!prefix.empty() && name.starts_with(prefix)) {
+    // A request lasts from its push until both its pop and its GPU work are over.
+    uint64_t end = e.cpu_ns + e.duration_ns;
+    if (on_gpu) end = std::max(end, e.bytes);
+    if (end >= e.cpu_ns) {
+      requests_.Observe(static_cast<double>(end - e.cpu_ns) / 1e9, kRequestLatencyBuckets);
+    }
+  }
+}
+
+void ClientIngest::AddBusyPeriod(uint64_t duration_ns) {
+  if (busy_recent_.size() < options_->hp_latency_window) {
+    busy_recent_.push_back(duration_ns);
+  } else {
+    busy_recent_[busy_next_] = duration_ns;
+    busy_next_ = (busy_next_ + 1) % busy_recent_.size();
+  }
+  busy_.Observe(static_cast<double>(duration_ns) / 1e9, kBusyPeriodBuckets);
+}
+
+std::vector<uint64_t> ClientIngest::BusyPeriodsSince(uint64_t count_at) const {
+  const size_t n = busy_recent_.size();
+  const size_t fresh = static_cast<size_t>(std::min<uint64_t>(busy_.count - count_at, n));
+  std::vector<uint64_t> out(fresh);
+  // The ring's newest entry is just before busy_next (busy_next stays 0 until the ring is full).
+  for (size_t i = 0; i < fresh; ++i) out[fresh - 1 - i] = busy_recent_[(busy_next_ + n - 1 - i) % n];
+  return out;
+}
+
+void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks) {
+  const int64_t at = ToUnixNs(e.cpu_ns);
+  switch (e.kind) {
+    case EventKind::kLaunch: {
+      const uint64_t blocks64 = static_cast<uint64_t>(e.grid[0]) * e.grid[1] * e.grid[2];
+      const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(blocks64, UINT32_MAX));
+      const uint64_t threads64 = static_cast<uint64_t>(e.block[0]) * e.block[1] * e.block[2];
+      profile_.OnLaunch(e.func, blocks, static_cast<uint32_t>(std::min<uint64_t>(threads64, 4096)));
+      ++launch_events_;
+      // A timed launch's span comes with its measured time (kKernelTime).
+      if ((e.flags & contract::kTimedLaunch) == 0) {
+        AddWork(priority, SpanKind::kKernel, e.func, e.stream, at, profile_.EstimateNs(e.func),
+                /*measured=*/false, 0, sinks);
+      }
+      break;
+    }
+    case EventKind::kKernelName: {
+      const std::string name(e.name, strnlen(e.name, sizeof(e.name)));
+      profile_.OnName(e.func, name);
+      if (!sinks.known_kernels.empty()) profile_.ApplyKnown(e.func, sinks.known_kernels);
+      break;
+    }
+    case EventKind::kKernelTime: {
+      if (e.duration_ns >= kMaxPlausibleDurationNs) break;
+      const bool warmup = (e.flags & contract::kWarmupSample) != 0;
+      auto graph = graphs_.find(e.func);
+      const bool is_graph = graph != graphs_.end();
+      if (is_graph) {
+        graph->second.duration.Add(e.duration_ns, warmup);
+      } else {
+        profile_.OnDuration(e.func, e.duration_ns, warmup);
+      }
+      // Without the GPU's start on the host clock, the work ended before it was reported.
+      const bool measured = (e.flags & contract::kOnHostClock) != 0;
+      const int64_t start = measured ? at : at - static_cast<int64_t>(e.duration_ns);
+      AddWork(priority, is_graph ? SpanKind::kGraph : SpanKind::kKernel, e.func, e.stream, start,
+              e.duration_ns, measured, is_graph ? graph->second.kernels : 0, sinks);
+      break;
+    }
+    case EventKind::kGraphLaunch: {
+      ++graph_launches_;
+      GraphStats* graph = Graph(e.func);
+      if (graph != nullptr) graph->kernels = e.aux;
+      if ((e.flags & contract::kTimedLaunch) == 0) {
+        AddWork(priority, SpanKind::kGraph, e.func, e.stream, at,
+                graph != nullptr ? graph->duration.MeanNs() : 0, /*measured=*/false, e.aux, sinks);
+      }
+      break;
+    }
+    case EventKind::kRange:
+      AddStep(e, priority, sinks);
+      break;
+    case EventKind::kMemcpy:
+    case EventKind::kMemset: {
+      copy_bytes_ += e.bytes;
+      Span span = NewSpan(priority, at);
+      span.kind = e.kind == EventKind::kMemcpy ? SpanKind::kMemcpy : SpanKind::kMemset;
+      span.bytes = e.bytes;
+      sinks.timeline.Add(span);
+      break;
+    }
+    case EventKind::kThrottled:
+      if (e.duration_ns < kMaxPlausibleDurationNs) {
+        // Reported after the held launch went out: the wait ended then (held or paused).
+        Span span = NewSpan(priority, at - static_cast<int64_t>(e.duration_ns));
+        span.kind = SpanKind::kThrottled;
+        span.duration_ns = e.duration_ns;
+        span.measured = true;  // on the CPU
+        sinks.timeline.Add(span);
+      }
+      break;
+    case EventKind::kBusyPeriod: {
+      if (e.duration_ns >= kMaxPlausibleDurationNs) break;
+      AddBusyPeriod(e.duration_ns);
+      Span span = NewSpan(priority, at);
+      span.kind = SpanKind::kBusyPeriod;
+      span.duration_ns = e.duration_ns;
+      span.measured = true;  // on the CPU
+      sinks.timeline.Add(span);
+      break;
+    }
+    case EventKind::kAllocDenied:
+      ++alloc_denied_;
+      break;
+    case EventKind::kMemAlloc:
+    case EventKind::kMemFree:
+      break;  // the slot's counters are the source of truth for memory
+    default:
+      ++malformed_events_;  // a client scribbled on its ring: count it, use nothing
+      break;
+  }
+}
+
+}  // namespace orion::server

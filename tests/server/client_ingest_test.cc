@@ -1,0 +1,141 @@
+// ClientIngest: a client's events into spans and sums, without a server around it.
+#include "server/client_ingest.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <unordered_map>
+
+namespace orion::server {
+namespace {
+
+namespace c = contract;
+
+class ClientIngestTest : public ::testing::Test {
+ protected:
+  ClientIngestTest() : timeline_(1000), ingest_(7, &options_) {}
+
+  void Feed(const c::Event& e, c::Priority p = c::Priority::kBestEffort) {
+    IngestSinks sinks{timeline_, gpu_busy_ns_, names_, known_};
+    ingest_.Consume(e, p, sinks);
+  }
+  static c::Event At(c::EventKind kind, uint64_t cpu_ns, uint64_t func = 0x100) {
+    c::Event e{};
+    e.kind = kind;
+    e.cpu_ns = cpu_ns;
+    e.func = func;
+    e.stream = 0x55;
+    return e;
+  }
+  std::vector<Span> Spans() {
+    bool truncated = false;
+    return timeline_.Window(INT64_MIN, INT64_MAX, 1000, &truncated);
+  }
+
+  IngestOptions options_{/*mono_to_unix_ns=*/0, "request", 100};
+  TimelineStore timeline_;
+  double gpu_busy_ns_ = 0;
+  RangeNames names_;
+  std::unordered_map<std::string, OrionProfileRow> known_;
+  ClientIngest ingest_;
+};
+
+// Warm-up samples teach a duration until a later launch is measured, then step aside; untimed
+// launches of a stream queue behind its measured work for the learned duration.
+TEST_F(ClientIngestTest, InferredKernelsQueueBehindMeasuredWorkAtTheWarmDuration) {
+  c::Event t = At(c::EventKind::kKernelTime, 1'000'000);
+  t.flags = c::kOnHostClock | c::kWarmupSample;
+  t.duration_ns = 90'000;  // cold
+  Feed(t);
+  EXPECT_EQ(ingest_.profile().EstimateNs(0x100), 90'000u);
+  t.flags = c::kOnHostClock;
+  t.cpu_ns = 2'000'000;
+  t.duration_ns = 30'000;
+  Feed(t);
+  EXPECT_EQ(ingest_.profile().EstimateNs(0x100), 30'000u);
+  Feed(At(c::EventKind::kLaunch, 2'010'000));  // launched while the measured one still ran
+  Feed(At(c::EventKind::kLaunch, 2'011'000));
+  const std::vector<Span> spans = Spans();
+  ASSERT_EQ(spans.size(), 4u);
+  EXPECT_TRUE(spans[1].measured);
+  EXPECT_EQ(spans[2].start_unix_ns, 2'030'000);  // behind the measured kernel's end
+  EXPECT_FALSE(spans[2].measured);
+  EXPECT_EQ(spans[3].start_unix_ns, 2'060'000);
+  EXPECT_EQ(spans[3].duration_ns, 30'000u);
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), 90'000 + 30'000 * 3);
+  EXPECT_DOUBLE_EQ(gpu_busy_ns_, ingest_.gpu_busy_ns());
+}
+
+// A graph's replays: untimed ones at the mean of its timed ones, with their kernel count.
+TEST_F(ClientIngestTest, GraphReplaysAtTheirMeasuredMean) {
+  c::Event g = At(c::EventKind::kGraphLaunch, 1'000'000, 0xabc);
+  g.aux = 160;
+  g.flags = c::kTimedLaunch;
+  Feed(g);
+  c::Event t = At(c::EventKind::kKernelTime, 1'000'500, 0xabc);
+  t.flags = c::kOnHostClock;
+  t.duration_ns = 1'300'000;
+  Feed(t);
+  g.flags = 0;
+  g.cpu_ns = 5'000'000;
+  Feed(g);
+  const std::vector<Span> spans = Spans();
+  ASSERT_EQ(spans.size(), 2u);  // the timed replay is drawn from its time only
+  for (const Span& s : spans) {
+    EXPECT_EQ(s.kind, SpanKind::kGraph);
+    EXPECT_EQ(s.duration_ns, 1'300'000u);
+    EXPECT_EQ(s.bytes, 160u);
+  }
+  EXPECT_EQ(ingest_.graph_launches(), 2u);
+  EXPECT_TRUE(ingest_.profile().kernels().empty());  // graphs are not kernels
+}
+
+// NVTX ranges: GPU times when measured, CPU times otherwise; requests by name feed the
+// histogram from push to the later of pop and GPU end; garbage durations are counted, not kept.
+TEST_F(ClientIngestTest, RangesBecomeStepsAndRequestsLatencies) {
+  c::Event r = At(c::EventKind::kRange, 10'000'000, 0);
+  std::snprintf(r.name, sizeof(r.name), "request 17");
+  r.duration_ns = 2'000'000;  // popped at 12 ms
+  r.flags = c::kOnHostClock;
+  r.func = 10'100'000;        // GPU work from 10.1 ms
+  r.bytes = 13'000'000;       // to 13 ms: after the pop
+  Feed(r, c::Priority::kHigh);
+  c::Event step = At(c::EventKind::kRange, 20'000'000, 0);
+  std::snprintf(step.name, sizeof(step.name), "step");
+  step.aux = 1;
+  step.duration_ns = 5'000'000;  // no GPU times
+  Feed(step);
+  step.duration_ns = 700ull * 1000000000ull;  // 700 s: written by a tenant, not measured
+  Feed(step);
+  const std::vector<Span> spans = Spans();
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].kind, SpanKind::kStep);
+  EXPECT_TRUE(spans[0].measured);
+  EXPECT_EQ(spans[0].start_unix_ns, 10'100'000);
+  EXPECT_EQ(spans[0].duration_ns, 2'900'000u);
+  EXPECT_EQ(spans[0].cpu_start_unix_ns, 10'000'000);
+  EXPECT_EQ(spans[0].cpu_duration_ns, 2'000'000u);
+  EXPECT_EQ(names_.NameOf(spans[0].func), "request 17");
+  EXPECT_FALSE(spans[1].measured);
+  EXPECT_EQ(spans[1].depth, 1);
+  EXPECT_EQ(spans[1].duration_ns, 5'000'000u);
+  EXPECT_EQ(ingest_.requests().count, 1u);
+  EXPECT_DOUBLE_EQ(ingest_.requests().sum_s, 0.003);
+  EXPECT_EQ(ingest_.malformed_events(), 1u);
+  EXPECT_DOUBLE_EQ(gpu_busy_ns_, 0);  // steps are not work
+}
+
+// The busy-period window the budget search reads: newest last, only those after a mark.
+TEST_F(ClientIngestTest, BusyPeriodsSinceAMark) {
+  for (uint64_t d : {100u, 200u, 300u}) {
+    c::Event b = At(c::EventKind::kBusyPeriod, 1000);
+    b.duration_ns = d * 1000;
+    Feed(b, c::Priority::kHigh);
+  }
+  EXPECT_EQ(ingest_.busy().count, 3u);
+  EXPECT_EQ(ingest_.BusyPeriodsSince(1), (std::vector<uint64_t>{200'000, 300'000}));
+  EXPECT_TRUE(ingest_.BusyPeriodsSince(3).empty());
+}
+
+}  // namespace
+}  // namespace orion::server
