@@ -150,20 +150,6 @@ int Push(const char* name) {
   return static_cast<int>(level);
 }
 
-int NVTX_API PushA(const char* message) { return Push(message); }
-
-int NVTX_API PushW(const wchar_t* message) {
-  char name[contract::kKernelNameBytes];
-  WideName(message, name, sizeof(name));
-  return Push(name);
-}
-
-int NVTX_API PushEx(const nvtxEventAttributes_t* attributes) {
-  char name[contract::kKernelNameBytes];
-  NameFrom(attributes, name, sizeof(name));
-  return Push(name);
-}
-
 int NVTX_API Pop() {
   ThreadRanges& t = t_ranges;
   if (t.depth == 0) return -1;  // unbalanced pop: NVTX's own error value
@@ -202,19 +188,24 @@ nvtxRangeId_t Start(const char* name) {
   return 0;  // more open at once than the table holds: not reported
 }
 
-nvtxRangeId_t NVTX_API StartA(const char* message) { return Start(message); }
-
-nvtxRangeId_t NVTX_API StartW(const wchar_t* message) {
-  char name[contract::kKernelNameBytes];
-  WideName(message, name, sizeof(name));
-  return Start(name);
-}
-
-nvtxRangeId_t NVTX_API StartEx(const nvtxEventAttributes_t* attributes) {
-  char name[contract::kKernelNameBytes];
-  NameFrom(attributes, name, sizeof(name));
-  return Start(name);
-}
+// The three spellings of an NVTX call that opens a range (ASCII, wide, event attributes) over
+// the one implementation, which takes the name.
+template <typename Result, Result (*Open)(const char*)>
+struct Spellings {
+  static Result NVTX_API Ascii(const char* message) { return Open(message); }
+  static Result NVTX_API Wide(const wchar_t* message) {
+    char name[contract::kKernelNameBytes];
+    WideName(message, name, sizeof(name));
+    return Open(name);
+  }
+  static Result NVTX_API Attributes(const nvtxEventAttributes_t* attributes) {
+    char name[contract::kKernelNameBytes];
+    NameFrom(attributes, name, sizeof(name));
+    return Open(name);
+  }
+};
+using PushCalls = Spellings<int, &Push>;
+using StartCalls = Spellings<nvtxRangeId_t, &Start>;
 
 void NVTX_API End(nvtxRangeId_t id) {
   if (id == 0) return;
@@ -287,13 +278,13 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
       *table[id] = reinterpret_cast<NvtxFunctionPointer>(fn);
     }
   };
-  install(NVTX_CBID_CORE_RangePushA, &PushA);
-  install(NVTX_CBID_CORE_RangePushW, &PushW);
-  install(NVTX_CBID_CORE_RangePushEx, &PushEx);
+  install(NVTX_CBID_CORE_RangePushA, &PushCalls::Ascii);
+  install(NVTX_CBID_CORE_RangePushW, &PushCalls::Wide);
+  install(NVTX_CBID_CORE_RangePushEx, &PushCalls::Attributes);
   install(NVTX_CBID_CORE_RangePop, &Pop);
-  install(NVTX_CBID_CORE_RangeStartA, &StartA);
-  install(NVTX_CBID_CORE_RangeStartW, &StartW);
-  install(NVTX_CBID_CORE_RangeStartEx, &StartEx);
+  install(NVTX_CBID_CORE_RangeStartA, &StartCalls::Ascii);
+  install(NVTX_CBID_CORE_RangeStartW, &StartCalls::Wide);
+  install(NVTX_CBID_CORE_RangeStartEx, &StartCalls::Attributes);
   install(NVTX_CBID_CORE_RangeEnd, &End);
   return 1;
 }

@@ -4,8 +4,8 @@
 // arrival, so time spent queued behind earlier requests (a service that cannot keep up) shows,
 // as it would for a real client. --graph captures one request into a CUDA graph and replays it.
 //
-// With --nvtx each measured request is an NVTX range named "request" (the real NVTX loader from
-// the CUDA toolkit's headers: a tool named by NVTX_INJECTION64_PATH sees it).
+// With --nvtx each measured request is an NVTX start/end range named "request" (the real NVTX
+// loader from the CUDA toolkit's headers: a tool named by NVTX_INJECTION64_PATH sees it).
 //
 // Last line (machine-readable):
 //   result requests=N rate=R kernels=K kernel_us=U graph=0|1 p50_us=.. p99_us=.. p999_us=..
@@ -94,9 +94,18 @@ int main(int argc, char** argv) {
     } else {
       arrival = orion::samples::NowNs();
     }
-    if (nvtx) nvtxRangePushA("request");
+    nvtxRangeId_t range = 0;
+    if (nvtx) {
+      // Start/end with event attributes (the trainer's steps use push/pop): both kinds of range.
+      nvtxEventAttributes_t attributes{};
+      attributes.version = NVTX_VERSION;
+      attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+      attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+      attributes.message.ascii = "request";
+      range = nvtxRangeStartEx(&attributes);
+    }
     serve();
-    if (nvtx) nvtxRangePop();
+    if (nvtx) nvtxRangeEnd(range);
     latency_us.push_back(static_cast<double>(orion::samples::NowNs() - arrival) / 1e3);
   }
   const double wall_s = static_cast<double>(orion::samples::NowNs() - start) / 1e9;
