@@ -90,6 +90,8 @@ EXCLUDED=(
   '^pod_path_test$'
   # Log mode: samples run with the interposer preloaded and write their call logs.
   '^InterposerCallLog$'
+  # NVTX steps and requests: samples run under orion-run with the interposer preloaded.
+  '^NvtxStepsAndRequests$'
 )
 exclude_regex="$(IFS='|'; echo "${EXCLUDED[*]}")"
 
