@@ -68,4 +68,11 @@ inline KernelClass ClassifyKernelName(const char* name) {
   return KernelClass::kUnknown;
 }
 
+// Collective communication kernels (NCCL's ncclKernel_* / ncclDevKernel_*): each waits for its
+// peers on other GPUs, so holding one at a GPU's gate leaves the peers' kernels spinning on
+// theirs until it runs. The gate never holds them.
+inline bool IsCommunicationKernelName(const char* name) {
+  return name != nullptr && internal::ContainsIgnoreCase(name, "nccl");
+}
+
 }  // namespace orion::contract

@@ -52,6 +52,8 @@ void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
   CopyTruncated(e.name, sizeof(e.name), name != nullptr ? name : "?");
   kernel->kclass.store(contract::KernelClassToBoard(contract::ClassifyKernelName(name)),
                        std::memory_order_relaxed);
+  kernel->communication.store(contract::IsCommunicationKernelName(name) ? 1 : 0,
+                              std::memory_order_relaxed);
   PushEvent(reg, e);
 }
 
@@ -94,8 +96,13 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
            static_cast<uint32_t>(contract::Priority::kHigh);
   };
   bool high = is_high();
-  const bool gated = !high && gpu.mode.load(std::memory_order_relaxed) !=
-                                  static_cast<uint32_t>(contract::GateMode::kPassThrough);
+  // A collective waits for its peers on other GPUs: held here, it would leave them spinning
+  // (contract::IsCommunicationKernelName). Pausing the client still holds it.
+  const bool communication =
+      kernel != nullptr && kernel->communication.load(std::memory_order_relaxed) != 0;
+  const bool gated = !high && !communication &&
+                     gpu.mode.load(std::memory_order_relaxed) !=
+                         static_cast<uint32_t>(contract::GateMode::kPassThrough);
   const uint64_t blocks = static_cast<uint64_t>(info.grid[0]) * info.grid[1] * info.grid[2];
   const uint64_t estimate = kernel != nullptr ? kernel->EstimateNs() : kDefaultKernelEstimateNs;
   const uint32_t kclass = kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0;

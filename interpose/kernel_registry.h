@@ -49,6 +49,7 @@ struct KernelRecord {
   std::atomic<uint32_t> name_reported;
   std::atomic<uint32_t> aux;  // graphs: kernel nodes counted at instantiation
   std::atomic<uint32_t> kclass;  // contract::KernelClass (board encoding) from the kernel's name
+  std::atomic<uint32_t> communication;  // 1: a collective (contract::IsCommunicationKernelName)
 
   // True exactly once per record, for the thread that should send the kernel's name.
   bool ClaimNameReport() {
@@ -113,6 +114,8 @@ class KernelRegistry {
       r.estimate_ns.store(0, std::memory_order_relaxed);
       r.name_reported.store(0, std::memory_order_relaxed);
       r.aux.store(0, std::memory_order_relaxed);
+      r.kclass.store(0, std::memory_order_relaxed);
+      r.communication.store(0, std::memory_order_relaxed);
     }
   }
 

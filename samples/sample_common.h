@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cctype>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,10 @@ class Flags {
   void AddBool(const char* name, bool* value, const char* help) {
     specs_.push_back({name, help, Spec::kBool, value});
   }
+  // A PTX identifier's characters only (letters, digits, '_', '$').
+  void AddString(const char* name, std::string* value, const char* help) {
+    specs_.push_back({name, help, Spec::kIdentifier, value});
+  }
 
   void Parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
@@ -128,7 +133,7 @@ class Flags {
 
  private:
   struct Spec {
-    enum Type { kDouble, kInt, kBytes, kBool };
+    enum Type { kDouble, kInt, kBytes, kBool, kIdentifier };
     const char* name;
     const char* help;
     Type type;
@@ -163,6 +168,13 @@ class Flags {
         return ParseBytes(text, static_cast<uint64_t*>(spec.value));
       case Spec::kBool:
         return true;
+      case Spec::kIdentifier: {
+        for (const char* c = text; *c != '\0'; ++c) {
+          if (!isalnum(static_cast<unsigned char>(*c)) && *c != '_' && *c != '$') return false;
+        }
+        *static_cast<std::string*>(spec.value) = text;
+        return true;
+      }
     }
     return false;
   }
@@ -193,16 +205,34 @@ inline Gpu OpenGpu() {
   return gpu;
 }
 
+// orion_spin loaded again under the name `prefix` + "orion_spin" (a second module; the PTX's
+// entry renamed), e.g. to launch a kernel named like a collective. Null prefix: gpu.spin.
+inline CUfunction SpinNamed(Gpu& gpu, const std::string& prefix, CUmodule* module) {
+  if (prefix.empty()) return gpu.spin;
+  std::string ptx = kSpinKernelPtx;
+  const std::string from = kSpinKernelName, to = prefix + kSpinKernelName;
+  for (size_t at = ptx.find(from); at != std::string::npos; at = ptx.find(from, at + to.size())) {
+    ptx.replace(at, from.size(), to);
+  }
+  CUfunction f = nullptr;
+  ORION_CHECK_CU(cuModuleLoadData(module, ptx.c_str()));
+  ORION_CHECK_CU(cuModuleGetFunction(&f, *module, to.c_str()));
+  return f;
+}
+
 inline void CloseGpu(Gpu& gpu) {
   ORION_CHECK_CU(cuModuleUnload(gpu.module));
   ORION_CHECK_CU(cuDevicePrimaryCtxRelease(gpu.device));
 }
 
-// Launches one orion_spin of `ns` nanoseconds with `blocks` blocks of 32 threads.
-inline void LaunchSpin(const Gpu& gpu, CUstream stream, uint64_t ns, unsigned int blocks) {
+// Launches one orion_spin (or `f`, a renamed one) of `ns` nanoseconds with `blocks` blocks of
+// 32 threads.
+inline void LaunchSpin(const Gpu& gpu, CUstream stream, uint64_t ns, unsigned int blocks,
+                       CUfunction f = nullptr) {
   unsigned long long arg = ns;
   void* args[] = {&arg};
-  ORION_CHECK_CU(cuLaunchKernel(gpu.spin, blocks, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
+  ORION_CHECK_CU(cuLaunchKernel(f != nullptr ? f : gpu.spin, blocks, 1, 1, 32, 1, 1, 0, stream,
+                                args, nullptr));
 }
 
 // Nearest-rank percentile (q in [0, 1]) of an unsorted sample; 0 when empty.

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   int64_t blocks = 132;
   bool progress = false;
   bool nvtx = false;
+  std::string kernel_prefix;
   orion::samples::Flags flags("orion-sample-train",
                               "best-effort trainer: steps of K kernels for S seconds");
   flags.AddDouble("seconds", &seconds, "how long to train (10)");
@@ -34,10 +35,15 @@ int main(int argc, char** argv) {
   flags.AddInt("blocks", &blocks, "thread blocks per kernel (132: one per SM of an H100)");
   flags.AddBool("progress", &progress, "print ready and one line per step with its end time");
   flags.AddBool("nvtx", &nvtx, "mark each step with an NVTX range \"step\"");
+  flags.AddString("kernel-prefix", &kernel_prefix,
+                  "launch orion_spin renamed PREFIXorion_spin (e.g. ncclDevKernel_: named like a "
+                  "collective)");
   flags.Parse(argc, argv);
   if (kernels < 1 || blocks < 1) flags.Usage(1, "counts must be >= 1");
 
   orion::samples::Gpu gpu = orion::samples::OpenGpu();
+  CUmodule named_module = nullptr;
+  CUfunction kernel = orion::samples::SpinNamed(gpu, kernel_prefix, &named_module);
   CUstream stream = nullptr;
   ORION_CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   const auto kernel_ns = static_cast<uint64_t>(kernel_us * 1000.0);
@@ -54,7 +60,7 @@ int main(int argc, char** argv) {
     const uint64_t step_start = orion::samples::NowNs();
     if (nvtx) nvtxRangePushA("step");
     for (int64_t k = 0; k < kernels; ++k) {
-      orion::samples::LaunchSpin(gpu, stream, kernel_ns, static_cast<unsigned int>(blocks));
+      orion::samples::LaunchSpin(gpu, stream, kernel_ns, static_cast<unsigned int>(blocks), kernel);
     }
     ORION_CHECK_CU(cuStreamSynchronize(stream));
     if (nvtx) nvtxRangePop();
@@ -79,6 +85,7 @@ int main(int argc, char** argv) {
          launched * kernel_us / 1e6 / wall_s);
 
   ORION_CHECK_CU(cuStreamDestroy(stream));
+  if (named_module != nullptr) ORION_CHECK_CU(cuModuleUnload(named_module));
   orion::samples::CloseGpu(gpu);
   return 0;
 }

@@ -239,6 +239,17 @@ TEST_F(LaunchGateTest, WaiterWakesWhenGracePeriodEndsWithoutACompletion) {
   EXPECT_EQ(gate_->words.gate_waiters.load(), 0u);
 }
 
+// NCCL's collectives under their names across versions (mangled or not); nothing else.
+TEST(KernelClassTest, NamesCollectivesThatTheGateNeverHolds) {
+  using contract::IsCommunicationKernelName;
+  EXPECT_TRUE(IsCommunicationKernelName("ncclKernel_AllReduce_RING_LL_Sum_float"));
+  EXPECT_TRUE(IsCommunicationKernelName("ncclDevKernel_Generic"));
+  EXPECT_TRUE(IsCommunicationKernelName("_Z28ncclDevKernel_SendRecv_orion_spin24ncclDevKernelArgsStorage"));
+  EXPECT_FALSE(IsCommunicationKernelName("volta_sgemm_128x64_nn"));
+  EXPECT_FALSE(IsCommunicationKernelName("orion_spin"));
+  EXPECT_FALSE(IsCommunicationKernelName(nullptr));
+}
+
 TEST(KernelClassTest, ClassifiesByNameWithoutAllocating) {
   using contract::ClassifyKernelName;
   EXPECT_EQ(ClassifyKernelName("volta_sgemm_128x64_nn"), KernelClass::kCompute);

@@ -13,12 +13,14 @@
 set -euo pipefail
 SERVER="$1"; CTL="$2"; RUN="$3"; TRAIN="$4"; INFER="$5"; LIB="$6"; DOUBLE="$7"
 W="$(mktemp -d /tmp/orion-nvtx.XXXXXX)"
-trap 'kill "${PID:-0}" "${TPID:-0}" "${IPID:-0}" 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
+# Only pids that were started (kill 0 would signal the whole process group, ctest included).
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
 fail() { echo "FAIL: $*"; tail -20 "$W/server.log"; exit 1; }
 printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\nmode: priority\n' \
   "$W" > "$W/s.yaml"
 "$SERVER" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
-PID=$!
+PIDS+=($!)
 port=""; mport=""
 for _ in $(seq 200); do
   port="$(sed -n 's/.*(port \([0-9]*\); gRPC health.*/\1/p' "$W/server.log")"
@@ -37,11 +39,13 @@ client() {
 client --priority best-effort -- "$TRAIN" --seconds 4.5 --kernels 5 --kernel-us 2000 --nvtx --progress \
   > "$W/train.out" 2> "$W/train.err" &
 TPID=$!
+PIDS+=($TPID)
 sleep 1.2
 curl -sf "http://127.0.0.1:$mport/metrics" > "$W/alone.txt" || fail "no /metrics"
 client --priority high -- "$INFER" --rate 40 --requests 120 --kernels 2 --kernel-us 1000 --nvtx \
   > "$W/infer.out" 2> "$W/infer.err" &
 IPID=$!
+PIDS+=($IPID)
 sleep 1.5
 curl -sf "http://127.0.0.1:$mport/metrics" > "$W/metrics.txt" || fail "no /metrics"
 wait "$IPID" || fail "the service failed: $(cat "$W/infer.err")"

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Collectives are never held at the gate, on the CUDA driver test double with the real server:
+# beside a high-priority service that keeps the GPU busy (priority mode), a best-effort trainer
+# whose kernels are named like NCCL's (ncclDevKernel_...) is never held (it launches hundreds of
+# kernels, none of them waits), while the same trainer with ordinary kernel names is held nearly
+# all the time. A held collective would leave its peers on other GPUs
+# spinning until it ran.
+#   collectives_test.sh ORION_SERVER ORION_RUN SAMPLE_TRAIN SAMPLE_INFER INTERPOSER CUDA_DOUBLE_DIR
+set -euo pipefail
+SERVER="$1"; RUN="$2"; TRAIN="$3"; INFER="$4"; LIB="$5"; DOUBLE="$6"
+W="$(mktemp -d /tmp/orion-nccl.XXXXXX)"
+# Only pids that were started (kill 0 would signal the whole process group, ctest included).
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
+fail() { echo "FAIL: $*"; tail -20 "$W/server.log"; exit 1; }
+printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\nmode: priority\n' \
+  "$W" > "$W/s.yaml"
+"$SERVER" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
+PIDS+=($!)
+mport=""
+for _ in $(seq 200); do
+  mport="$(sed -n 's|.*/metrics (port \([0-9]*\)).*|\1|p' "$W/server.log")"
+  [[ -n "$mport" ]] && break
+  sleep 0.05
+done
+[[ -n "$mport" ]] || fail "no metrics port"
+client() {
+  env ORION_SIM_DIR="$W" ORION_SIM_MEMORY=4Gi LD_LIBRARY_PATH="$DOUBLE" ORION_SOCKET="$W/orion.sock" \
+    "$RUN" --interposer "$LIB" "$@"
+}
+# The service: back to back, 4 x 2 ms per request; the gate holds best-effort work meanwhile.
+client --priority high -- "$INFER" --rate 0 --requests 100000 --kernels 4 --kernel-us 2000 \
+  > "$W/infer.out" 2>&1 &
+PIDS+=($!)
+sleep 0.5
+# Seconds the best-effort client was held, and kernels it launched, while it runs 1.5 s.
+held_and_launched() {
+  client --priority best-effort -- "$TRAIN" --seconds 30 --kernels 4 --kernel-us 1000 "$@" \
+    > "$W/train.out" 2>&1 &
+  TPID=$!
+  sleep 1.5
+  curl -sf "http://127.0.0.1:$mport/metrics" > "$W/metrics.txt" || fail "no /metrics"
+  kill "$TPID"; wait "$TPID" 2>/dev/null || true
+  sleep 0.3  # the server sees it leave
+  awk '/^orion_client_throttled_seconds_total\{.*priority="best-effort"/ { h = $2 }
+       /^orion_client_kernels_launched_total\{.*priority="best-effort"/ { k = $2 }
+       END { print h + 0, k + 0 }' "$W/metrics.txt"
+}
+read -r held_plain launched_plain <<< "$(held_and_launched)"
+read -r held_nccl launched_nccl <<< "$(held_and_launched --kernel-prefix ncclDevKernel_)"
+echo "ordinary kernels: held ${held_plain} s, ${launched_plain} launched;" \
+     "collectives: held ${held_nccl} s, ${launched_nccl} launched"
+python3 - "$held_plain" "$launched_plain" "$held_nccl" "$launched_nccl" <<'PY' || fail "see above"
+import sys
+held_plain, launched_plain, held_nccl, launched_nccl = map(float, sys.argv[1:])
+# A launch held all along has not reported its wait yet: the ordinary trainer is judged by how
+# little it launched.
+assert launched_nccl > 100, f"the collective trainer launched only {launched_nccl} kernels"
+assert launched_plain < 0.2 * launched_nccl, \
+    f"ordinary kernels were not held: {launched_plain} launched against {launched_nccl}"
+assert held_nccl == 0, f"collectives were held {held_nccl} s at the gate"
+PY
+echo "collectives: ok"
