@@ -8,26 +8,9 @@
 #   collectives_test.sh ORION_SERVER ORION_RUN SAMPLE_TRAIN SAMPLE_INFER INTERPOSER CUDA_DOUBLE_DIR
 set -euo pipefail
 SERVER="$1"; RUN="$2"; TRAIN="$3"; INFER="$4"; LIB="$5"; DOUBLE="$6"
-W="$(mktemp -d /tmp/orion-nccl.XXXXXX)"
-# Only pids that were started (kill 0 would signal the whole process group, ctest included).
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
-fail() { echo "FAIL: $*"; tail -20 "$W/server.log"; exit 1; }
-printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\nmode: priority\n' \
-  "$W" > "$W/s.yaml"
-"$SERVER" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
-PIDS+=($!)
-mport=""
-for _ in $(seq 200); do
-  mport="$(sed -n 's|.*/metrics (port \([0-9]*\)).*|\1|p' "$W/server.log")"
-  [[ -n "$mport" ]] && break
-  sleep 0.05
-done
-[[ -n "$mport" ]] || fail "no metrics port"
-client() {
-  env ORION_SIM_DIR="$W" ORION_SIM_MEMORY=4Gi LD_LIBRARY_PATH="$DOUBLE" ORION_SOCKET="$W/orion.sock" \
-    "$RUN" --interposer "$LIB" "$@"
-}
+source "$(dirname "$0")/server_lib.sh"
+start_server "$SERVER"
+mport="$METRICS_PORT"
 # The service: back to back, 4 x 2 ms per request; the gate holds best-effort work meanwhile.
 client --priority high -- "$INFER" --rate 0 --requests 100000 --kernels 4 --kernel-us 2000 \
   > "$W/infer.out" 2>&1 &

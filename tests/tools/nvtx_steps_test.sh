@@ -8,31 +8,13 @@
 #    matching its launches times the kernel's duration (within 5%);
 #  - the exported trace has one step span per step the trainer printed, with GPU times
 #    (measured) within 5% of the step's GPU work, on a "steps" row; measured and inferred kernel
-#    spans; held time before the held launches.
+#    spans that do not overlap on their stream.
 #   nvtx_steps_test.sh ORION_SERVER ORION_CTL ORION_RUN SAMPLE_TRAIN SAMPLE_INFER INTERPOSER CUDA_DOUBLE_DIR
 set -euo pipefail
 SERVER="$1"; CTL="$2"; RUN="$3"; TRAIN="$4"; INFER="$5"; LIB="$6"; DOUBLE="$7"
-W="$(mktemp -d /tmp/orion-nvtx.XXXXXX)"
-# Only pids that were started (kill 0 would signal the whole process group, ctest included).
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
-fail() { echo "FAIL: $*"; tail -20 "$W/server.log"; exit 1; }
-printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\nmode: priority\n' \
-  "$W" > "$W/s.yaml"
-"$SERVER" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
-PIDS+=($!)
-port=""; mport=""
-for _ in $(seq 200); do
-  port="$(sed -n 's/.*(port \([0-9]*\); gRPC health.*/\1/p' "$W/server.log")"
-  mport="$(sed -n 's|.*/metrics (port \([0-9]*\)).*|\1|p' "$W/server.log")"
-  [[ -n "$port" && -n "$mport" ]] && break
-  sleep 0.05
-done
-[[ -n "$port" && -n "$mport" ]] || fail "no admin or metrics port"
-client() {
-  env ORION_SIM_DIR="$W" ORION_SIM_MEMORY=4Gi LD_LIBRARY_PATH="$DOUBLE" ORION_SOCKET="$W/orion.sock" \
-    "$RUN" --interposer "$LIB" "$@"
-}
+source "$(dirname "$0")/server_lib.sh"
+start_server "$SERVER"
+port="$ADMIN_PORT"; mport="$METRICS_PORT"
 # Steps of 5 kernels x 2 ms; requests of 2 kernels x 1 ms at 40/s, high priority.
 # The trainer's busy seconds are checked while it runs alone: beside another process a kernel's
 # GPU time, as events measure it, includes the time it waited for the other's kernels.
