@@ -18,6 +18,45 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Sta
   return reactor;
 }
 
+// A timeline span as the admin API shows it.
+void SpanToProto(const NamedSpan& n, orion::v1::TimelineSpan* p) {
+  const Span& s = n.span;
+  p->set_client_id(s.client_id);
+  p->set_priority(s.priority == static_cast<uint8_t>(contract::Priority::kHigh)
+                      ? orion::v1::PRIORITY_HIGH
+                      : orion::v1::PRIORITY_BEST_EFFORT);
+  p->set_kind(SpanKindName(s.kind));
+  p->set_name(n.name);
+  if (s.kind == SpanKind::kStep) {
+    p->set_depth(s.depth);
+    p->set_cpu_start_unix_ns(s.cpu_start_unix_ns);
+    p->set_cpu_duration_ns(s.cpu_duration_ns);
+  }
+  p->set_start_unix_ns(s.start_unix_ns);
+  p->set_duration_ns(s.duration_ns);
+  p->set_bytes(s.bytes);
+  p->set_measured(s.measured);
+}
+
+absl::StatusOr<orion::v1::TimelineResponse> ToResponse(absl::StatusOr<TimelineView> view) {
+  if (!view.ok()) return view.status();
+  orion::v1::TimelineResponse out;
+  out.set_truncated(view->truncated);
+  out.set_server_now_unix_ns(view->server_now_unix_ns);
+  for (const NamedSpan& n : view->spans) SpanToProto(n, out.add_spans());
+  return out;
+}
+
+absl::StatusOr<orion::v1::TimelineChunk> ToChunk(absl::StatusOr<TimelineView> view) {
+  if (!view.ok()) return view.status();
+  orion::v1::TimelineChunk out;
+  out.set_cursor(view->cursor);
+  out.set_lost(view->lost);
+  out.set_server_now_unix_ns(view->server_now_unix_ns);
+  for (const NamedSpan& n : view->spans) SpanToProto(n, out.add_spans());
+  return out;
+}
+
 template <typename T>
 grpc::ServerUnaryReactor* DoneWith(grpc::CallbackServerContext* ctx, absl::StatusOr<T> result,
                                    T* resp) {
@@ -141,7 +180,10 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetTimeline(grpc::CallbackServerCont
   if (auto caller = Admit(ctx, AdminRole::kReader, "GetTimeline", *req); !caller.ok()) {
     return Done(ctx, ToGrpc(caller.status()));
   }
-  return DoneWith(ctx, state_->GetTimeline(*req), resp);
+  return DoneWith(ctx,
+                  ToResponse(state_->TimelineWindow(req->gpu(), req->since_unix_ms(),
+                                                    req->until_unix_ms(), req->max_spans())),
+                  resp);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetKernelProfile(
@@ -189,8 +231,8 @@ class TimelineStreamer final : public grpc::ServerWriteReactor<orion::v1::Timeli
     uint64_t cursor = request_.cursor();
     grpc::Status status = grpc::Status::OK;
     for (;;) {
-      absl::StatusOr<orion::v1::TimelineChunk> chunk =
-          state_->TimelineAfter(request_.gpu(), cursor, request_.max_spans_per_message());
+      absl::StatusOr<orion::v1::TimelineChunk> chunk = ToChunk(
+          state_->TimelineAfter(request_.gpu(), cursor, request_.max_spans_per_message()));
       if (!chunk.ok()) {
         status = ToGrpc(chunk.status());
         break;

@@ -624,28 +624,26 @@ absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::Set
   return KnobsToProto(gpu_policy_[first]);
 }
 
-void NodeState::SpanToProto(const Span& s, orion::v1::TimelineSpan* p) const {
-  p->set_client_id(s.client_id);
-  p->set_priority(ToProtoPriority(static_cast<Priority>(s.priority)));
-  p->set_kind(SpanKindName(s.kind));
+std::string NodeState::SpanName(const Span& s) const {
   if (s.kind == SpanKind::kKernel) {
     auto it = clients_.find(s.client_id);
-    const std::string* name = it == clients_.end() ? nullptr : it->second.ingest.profile().NameOf(s.func);
-    p->set_name(name ? *name : absl::StrCat("func@0x", absl::Hex(s.func)));
-  } else if (s.kind == SpanKind::kStep) {
-    p->set_name(range_names_.NameOf(s.func));
-    p->set_depth(s.depth);
-    p->set_cpu_start_unix_ns(s.cpu_start_unix_ns);
-    p->set_cpu_duration_ns(s.cpu_duration_ns);
+    const std::string* name =
+        it == clients_.end() ? nullptr : it->second.ingest.profile().NameOf(s.func);
+    return name ? *name : absl::StrCat("func@0x", absl::Hex(s.func));
   }
-  p->set_start_unix_ns(s.start_unix_ns);
-  p->set_duration_ns(s.duration_ns);
-  p->set_bytes(s.bytes);
-  p->set_measured(s.measured);
+  return s.kind == SpanKind::kStep ? range_names_.NameOf(s.func) : std::string();
 }
 
-absl::StatusOr<orion::v1::TimelineChunk> NodeState::TimelineAfter(uint32_t gpu, uint64_t cursor,
-                                                                  uint32_t max_spans) {
+TimelineView NodeState::ViewOf(std::vector<Span> spans) const {
+  TimelineView view;
+  view.spans.reserve(spans.size());
+  for (const Span& s : spans) view.spans.push_back(NamedSpan{s, SpanName(s)});
+  view.server_now_unix_ns = RealtimeNs();
+  return view;
+}
+
+absl::StatusOr<TimelineView> NodeState::TimelineAfter(uint32_t gpu, uint64_t cursor,
+                                                      uint32_t max_spans) {
   absl::MutexLock lock(&mu_);
   if (gpu >= board_->num_gpus()) {
     return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
@@ -653,13 +651,10 @@ absl::StatusOr<orion::v1::TimelineChunk> NodeState::TimelineAfter(uint32_t gpu, 
   }
   const size_t max = max_spans == 0 ? 1000 : std::min<uint32_t>(max_spans, 100000);
   uint64_t lost = 0;
-  std::vector<Span> spans = timelines_[gpu].After(&cursor, max, &lost);
-  orion::v1::TimelineChunk out;
-  for (const Span& s : spans) SpanToProto(s, out.add_spans());
-  out.set_cursor(cursor);
-  out.set_lost(lost);
-  out.set_server_now_unix_ns(RealtimeNs());
-  return out;
+  TimelineView view = ViewOf(timelines_[gpu].After(&cursor, max, &lost));
+  view.cursor = cursor;
+  view.lost = lost;
+  return view;
 }
 
 absl::StatusOr<orion::v1::RecordingState> NodeState::SetRecording(
@@ -694,36 +689,34 @@ absl::StatusOr<orion::v1::RecordingState> NodeState::SetRecording(
   return out;
 }
 
-absl::StatusOr<orion::v1::TimelineResponse> NodeState::GetTimeline(
-    const orion::v1::TimelineRequest& r) {
+absl::StatusOr<TimelineView> NodeState::TimelineWindow(uint32_t gpu, int64_t since_unix_ms,
+                                                       int64_t until_unix_ms,
+                                                       uint32_t max_spans) {
   absl::MutexLock lock(&mu_);
-  if (r.gpu() >= board_->num_gpus()) {
-    return absl::NotFoundError(absl::StrCat("no GPU with index ", r.gpu(), "; this node has ",
+  if (gpu >= board_->num_gpus()) {
+    return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
                                             board_->num_gpus()));
   }
   // Milliseconds that fit nanoseconds in an int64 (until year 2262); beyond, the multiplication
   // below would overflow.
   constexpr int64_t kMaxUnixMs = INT64_MAX / 1000000;
-  for (const auto& [name, ms] : {std::pair{"since_unix_ms", r.since_unix_ms()},
-                                 std::pair{"until_unix_ms", r.until_unix_ms()}}) {
+  for (const auto& [name, ms] : {std::pair{"since_unix_ms", since_unix_ms},
+                                 std::pair{"until_unix_ms", until_unix_ms}}) {
     if (ms < 0 || ms > kMaxUnixMs) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " must be in [0, ", kMaxUnixMs, "], got ", ms));
     }
   }
-  if (r.until_unix_ms() != 0 && r.until_unix_ms() < r.since_unix_ms()) {
+  if (until_unix_ms != 0 && until_unix_ms < since_unix_ms) {
     return absl::InvalidArgumentError("until_unix_ms is before since_unix_ms");
   }
-  const int64_t since = r.since_unix_ms() * 1000000;
-  const int64_t until = r.until_unix_ms() ? r.until_unix_ms() * 1000000 : INT64_MAX;
-  const size_t max_spans = r.max_spans() ? std::min<uint32_t>(r.max_spans(), 1000000) : 10000;
+  const int64_t since = since_unix_ms * 1000000;
+  const int64_t until = until_unix_ms ? until_unix_ms * 1000000 : INT64_MAX;
+  const size_t max = max_spans ? std::min<uint32_t>(max_spans, 1000000) : 10000;
   bool truncated = false;
-  std::vector<Span> spans = timelines_[r.gpu()].Window(since, until, max_spans, &truncated);
-  orion::v1::TimelineResponse out;
-  out.set_truncated(truncated);
-  out.set_server_now_unix_ns(RealtimeNs());
-  for (const Span& s : spans) SpanToProto(s, out.add_spans());
-  return out;
+  TimelineView view = ViewOf(timelines_[gpu].Window(since, until, max, &truncated));
+  view.truncated = truncated;
+  return view;
 }
 
 absl::StatusOr<orion::v1::KernelProfileResponse> NodeState::GetKernelProfile(uint32_t client_id) {

@@ -91,6 +91,18 @@ struct MetricsSnapshot {
   uint64_t board_corrections = 0;  // server-owned board fields found overwritten and put back
 };
 
+// Timeline spans as the admin API shows them: each with its name resolved.
+struct NamedSpan {
+  Span span;
+  std::string name;
+};
+struct TimelineView {
+  std::vector<NamedSpan> spans;
+  bool truncated = false;           // window: more spans than asked for (the newest kept)
+  uint64_t cursor = 0, lost = 0;    // after a cursor: where to resume; spans already overwritten
+  int64_t server_now_unix_ns = 0;
+};
+
 class NodeState {
  public:
   NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board);
@@ -128,14 +140,16 @@ class NodeState {
   absl::StatusOr<orion::v1::PolicyKnobs> GetPolicy(uint32_t gpu) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<orion::v1::PolicyKnobs> SetPolicy(const orion::v1::SetPolicyRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Spans of a GPU after a cursor, in arrival order (StreamTimeline); the recording window.
-  absl::StatusOr<orion::v1::TimelineChunk> TimelineAfter(uint32_t gpu, uint64_t cursor,
-                                                         uint32_t max_spans)
+  // Timeline views, names resolved (the gRPC adapter maps them to protos). Spans of a GPU after
+  // a cursor, in arrival order (StreamTimeline; max 0 = 1000); spans starting in a window
+  // (GetTimeline; Unix ms, until 0 = open, max 0 = 10,000).
+  absl::StatusOr<TimelineView> TimelineAfter(uint32_t gpu, uint64_t cursor, uint32_t max_spans)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<TimelineView> TimelineWindow(uint32_t gpu, int64_t since_unix_ms,
+                                              int64_t until_unix_ms, uint32_t max_spans)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<orion::v1::RecordingState> SetRecording(const orion::v1::RecordingRequest& r)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<orion::v1::TimelineResponse> GetTimeline(
-      const orion::v1::TimelineRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<orion::v1::KernelProfileResponse> GetKernelProfile(uint32_t client_id)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -195,7 +209,9 @@ class NodeState {
   BudgetController budget_controller_;
 
   absl::Mutex mu_;
-  void SpanToProto(const Span& s, orion::v1::TimelineSpan* p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The span's name: the kernel's (or func@0x...), the NVTX range's, or empty.
+  std::string SpanName(const Span& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TimelineView ViewOf(std::vector<Span> spans) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t next_client_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint32_t, ClientRecord> clients_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, orion::v1::PodPolicy> pods_ ABSL_GUARDED_BY(mu_);

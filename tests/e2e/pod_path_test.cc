@@ -260,10 +260,13 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   bool span = false;
   ASSERT_TRUE(WaitUntil(
       [&] {
-        auto timeline = state.GetTimeline({});
+        auto timeline = state.TimelineWindow(0, 0, 0, 0);
         if (!timeline.ok()) return false;
-        for (const auto& s : timeline->spans()) {
-          if (s.client_id() == client.client_id() && s.kind() == "kernel") span = true;
+        for (const auto& s : timeline->spans) {
+          if (s.span.client_id == client.client_id() &&
+              s.span.kind == orion::server::SpanKind::kKernel) {
+            span = true;
+          }
         }
         return span;
       },
