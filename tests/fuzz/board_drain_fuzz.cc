@@ -19,7 +19,7 @@
 // Before each input the board regions are put back as they were after registration, so an input
 // alone decides what the board holds. Then: DrainOnce and PolicyTick (on a virtual clock that
 // lets a hole in a ring time out), ListClients, ListGpus, GetClient, GetKernelProfile, the
-// metrics snapshot (and its Prometheus text), GetTimeline; finally every client unregisters
+// metrics snapshot (and its Prometheus text), the timeline views; finally every client unregisters
 // (draining its ring once more) and registers again, so no state carries over to the next input
 // but the timelines and the counters.
 #include <unistd.h>
@@ -188,10 +188,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, f->metrics->Collect());
   for (uint32_t g = 0; g < 2; ++g) {
-    orion::v1::TimelineRequest request;
-    request.set_gpu(g);
-    auto timeline = state.GetTimeline(request);
-    Check(timeline.ok(), "GetTimeline of a GPU of the board");
+    auto window = state.TimelineWindow(g, 0, 0, 0);
+    Check(window.ok(), "TimelineWindow of a GPU of the board");
+    auto after = state.TimelineAfter(g, 0, 0);
+    Check(after.ok(), "TimelineAfter of a GPU of the board");
   }
 
   static const bool debug = std::getenv("ORION_FUZZ_DEBUG") != nullptr;
