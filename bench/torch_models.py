@@ -150,12 +150,12 @@ class ProfiledWindow:
         path = self.trace_path
         events = json.load(open(path))["traceEvents"]
         os.remove(path)
-        def annotations(cat):
-            return {e["name"]: e for e in events if e.get("ph") == "X" and e.get("cat") == cat
-                    and str(e.get("name", "")).startswith("ProfilerStep#")}
         # ProfilerStep#k on the CPU; its GPU window: first kernel start to last kernel end of
         # the kernels that ran inside it (each request/step waits for its work before the next).
-        steps = sorted(annotations("user_annotation").values(), key=lambda e: e["ts"])
+        steps = sorted({e["name"]: e for e in events if e.get("ph") == "X" and
+                        e.get("cat") == "user_annotation" and
+                        str(e.get("name", "")).startswith("ProfilerStep#")}.values(),
+                       key=lambda e: e["ts"])
         kernels = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"),
                          key=lambda e: e["ts"])
         starts = [k["ts"] for k in kernels]
@@ -224,9 +224,7 @@ def serve(args):
                 times, t0, cpu0 = [], time.perf_counter(), time.process_time()
                 while len(times) < at_least or time.perf_counter() - t0 < seconds:
                     began = time.perf_counter()
-                    with nvtx_range(args, "request"):
-                        run()
-                        stream.synchronize()
+                    one_request()
                     times.append(time.perf_counter() - began)
                 return times, time.perf_counter() - t0, time.process_time() - cpu0
             closed_loop(1.0, 10)
@@ -260,9 +258,7 @@ def serve(args):
                 time.sleep(arrival - began)
             while began < arrival:
                 began = time.perf_counter()
-            with nvtx_range(args, "request"):
-                run()
-                stream.synchronize()
+            one_request()
             done = time.perf_counter()
             lat.append(done - arrival)
             svc.append(done - began)

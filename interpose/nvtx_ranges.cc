@@ -96,14 +96,17 @@ void StartOnGpu(OpenRange& r, CUcontext ctx, CUstream stream, bool per_thread_st
   }
 }
 
-void Open(ThreadRanges& t, OpenRange& r) {
+// Opens `r` now under `name`. Its GPU start is recorded on the thread's last stream; a push/pop
+// range of a thread that has launched nothing yet (`start_at_next_launch`) gets it at the
+// thread's next launch instead, a start/end range (which may end on another thread) none.
+void Open(ThreadRanges& t, OpenRange& r, const char* name, bool start_at_next_launch) {
+  CopyTruncated(r.name, sizeof(r.name), name != nullptr ? name : "range");
   r.record = nullptr;
   r.cpu_start_ns = MonotonicNs();
-  r.reported = true;
-  r.wants_start = !t.has_stream;
+  r.wants_start = start_at_next_launch && !t.has_stream;
   if (r.wants_start) {
     ++t.waiting;
-  } else {
+  } else if (t.has_stream) {
     StartOnGpu(r, t.ctx, t.stream, t.per_thread_stream);
   }
 }
@@ -144,9 +147,7 @@ int Push(const char* name) {
   if (level >= kMaxTracked) return static_cast<int>(level);
   OpenRange& r = t.open[level];
   r.reported = level < Config().nvtx_depth;
-  if (!r.reported) return static_cast<int>(level);
-  CopyTruncated(r.name, sizeof(r.name), name != nullptr ? name : "range");
-  Open(t, r);
+  if (r.reported) Open(t, r, name, /*start_at_next_launch=*/true);
   return static_cast<int>(level);
 }
 
@@ -173,14 +174,10 @@ nvtxRangeId_t Start(const char* name) {
     StartedRange& s = g_started[i];
     uint32_t expected = kFree;
     if (!s.state.compare_exchange_strong(expected, kBusy, std::memory_order_acquire)) continue;
-    CopyTruncated(s.range.name, sizeof(s.range.name), name != nullptr ? name : "range");
-    s.range.record = nullptr;
-    s.range.cpu_start_ns = MonotonicNs();
-    s.range.wants_start = false;
     s.ctx = t.ctx;
     s.stream = t.stream;
     s.per_thread_stream = t.per_thread_stream;
-    if (t.has_stream) StartOnGpu(s.range, t.ctx, t.stream, t.per_thread_stream);
+    Open(t, s.range, name, /*start_at_next_launch=*/false);
     const uint32_t generation = s.generation;
     s.state.store(kOpen, std::memory_order_release);
     return ((static_cast<uint64_t>(generation) << 8) | i) + 1;
@@ -190,18 +187,18 @@ nvtxRangeId_t Start(const char* name) {
 
 // The three spellings of an NVTX call that opens a range (ASCII, wide, event attributes) over
 // the one implementation, which takes the name.
-template <typename Result, Result (*Open)(const char*)>
+template <typename Result, Result (*Begin)(const char*)>
 struct Spellings {
-  static Result NVTX_API Ascii(const char* message) { return Open(message); }
+  static Result NVTX_API Ascii(const char* message) { return Begin(message); }
   static Result NVTX_API Wide(const wchar_t* message) {
     char name[contract::kKernelNameBytes];
     WideName(message, name, sizeof(name));
-    return Open(name);
+    return Begin(name);
   }
   static Result NVTX_API Attributes(const nvtxEventAttributes_t* attributes) {
     char name[contract::kKernelNameBytes];
     NameFrom(attributes, name, sizeof(name));
-    return Open(name);
+    return Begin(name);
   }
 };
 using PushCalls = Spellings<int, &Push>;

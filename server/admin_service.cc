@@ -22,9 +22,7 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Sta
 void SpanToProto(const NamedSpan& n, orion::v1::TimelineSpan* p) {
   const Span& s = n.span;
   p->set_client_id(s.client_id);
-  p->set_priority(s.priority == static_cast<uint8_t>(contract::Priority::kHigh)
-                      ? orion::v1::PRIORITY_HIGH
-                      : orion::v1::PRIORITY_BEST_EFFORT);
+  p->set_priority(ToProtoPriority(static_cast<contract::Priority>(s.priority)));
   p->set_kind(SpanKindName(s.kind));
   p->set_name(n.name);
   if (s.kind == SpanKind::kStep) {

@@ -48,13 +48,8 @@ void KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {
   KernelStats* stats = Stats(func);
   if (stats == nullptr) return;
   KernelStats& k = *stats;
-  if (warmup) {
-    ++k.warmup_samples;
-    k.warmup_sum_ns += ns;
-    return;
-  }
-  ++k.samples;
-  k.duration_sum_ns += ns;
+  k.duration.Add(ns, warmup);
+  if (warmup) return;  // cold: not in the p99 window either
   const uint32_t us = static_cast<uint32_t>(std::min<uint64_t>(ns / 1000, UINT32_MAX));
   if (k.recent_us.size() < kRecent) {
     k.recent_us.push_back(us);
@@ -103,9 +98,9 @@ void ApplyRow(KernelStats& k, const std::unordered_map<std::string, OrionProfile
   auto it = known.find(OrionKernelKey(k.name));
   if (it == known.end()) return;
   if (it->second.kclass != KernelClass::kUnknown) k.kclass = it->second.kclass;
-  if (k.samples == 0 && it->second.duration_ns > 0) {
-    k.samples = 1;
-    k.duration_sum_ns = it->second.duration_ns;
+  if (k.duration.samples == 0 && it->second.duration_ns > 0) {
+    k.duration.samples = 1;
+    k.duration.sum_ns = it->second.duration_ns;
   }
 }
 

@@ -58,19 +58,14 @@ struct MeasuredMean {
 struct KernelStats {
   std::string name;
   uint64_t launches = 0;
-  uint64_t samples = 0;          // measured launches past the warm-up
-  uint64_t duration_sum_ns = 0;
-  uint64_t warmup_samples = 0;   // measured among the kernel's first launches
-  uint64_t warmup_sum_ns = 0;
+  MeasuredMean duration;  // measured launches (duration.samples: past the warm-up)
   std::vector<uint32_t> recent_us;  // last kRecent measured durations (us), for p99
   size_t recent_next = 0;
   uint32_t max_blocks = 0;
   uint32_t threads_per_block = 0;
   KernelClass kclass = KernelClass::kUnknown;
 
-  uint64_t MeanNs() const {
-    return MeasuredMean{samples, duration_sum_ns, warmup_samples, warmup_sum_ns}.MeanNs();
-  }
+  uint64_t MeanNs() const { return duration.MeanNs(); }
   double MeanUs() const { return static_cast<double>(MeanNs()) / 1000.0; }
   double P99Us() const { return Percentile99(recent_us); }
 };

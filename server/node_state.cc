@@ -31,16 +31,16 @@ int64_t RealtimeNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000ll + ts.tv_nsec;
 }
 
+orion::v1::Priority ToProtoPriority(Priority p) {
+  return p == Priority::kHigh ? orion::v1::PRIORITY_HIGH : orion::v1::PRIORITY_BEST_EFFORT;
+}
+
 namespace {
 
 // Copies a fixed-size char field that a client filled; never trusts the terminator.
 template <size_t N>
 std::string FixedString(const char (&field)[N]) {
   return std::string(field, strnlen(field, N));
-}
-
-orion::v1::Priority ToProtoPriority(Priority p) {
-  return p == Priority::kHigh ? orion::v1::PRIORITY_HIGH : orion::v1::PRIORITY_BEST_EFFORT;
 }
 
 orion::v1::GateMode ToProtoMode(contract::GateMode m) {
@@ -731,7 +731,7 @@ absl::StatusOr<orion::v1::KernelProfileResponse> NodeState::GetKernelProfile(uin
     auto* p = out.add_kernels();
     p->set_name(k.name.empty() ? absl::StrCat("func@0x", absl::Hex(func)) : k.name);
     p->set_launches(k.launches);
-    p->set_samples(k.samples);
+    p->set_samples(k.duration.samples);
     p->set_mean_duration_us(k.MeanUs());
     p->set_p99_duration_us(k.P99Us());
     p->set_max_blocks(k.max_blocks);

@@ -39,6 +39,8 @@ namespace orion::server {
 
 uint64_t MonotonicNs();
 int64_t RealtimeNs();
+// The admin API's name for a priority (shared by NodeState's client views and the gRPC adapter).
+orion::v1::Priority ToProtoPriority(contract::Priority p);
 
 // What the server decided for a client at registration (pure; see DecidePolicy).
 struct ClientPolicy {

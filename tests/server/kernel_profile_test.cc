@@ -89,7 +89,7 @@ TEST(KernelProfileTest, EverNewFunctionsStopAtTheBound) {
   book.OnDuration(1, 5000);
   book.OnLaunch(1, 2, 32);
   EXPECT_EQ(book.kernels().at(1).launches, 2u);
-  EXPECT_EQ(book.kernels().at(1).samples, 1u);
+  EXPECT_EQ(book.kernels().at(1).duration.samples, 1u);
 }
 
 }  // namespace
