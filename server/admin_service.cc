@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "server/admin_mapping.h"
 
 namespace orion::server {
 namespace {
@@ -18,48 +19,12 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const grpc::Sta
   return reactor;
 }
 
-// A timeline span as the admin API shows it.
-void SpanToProto(const NamedSpan& n, orion::v1::TimelineSpan* p) {
-  const Span& s = n.span;
-  p->set_client_id(s.client_id);
-  p->set_priority(ToProtoPriority(static_cast<contract::Priority>(s.priority)));
-  p->set_kind(SpanKindName(s.kind));
-  p->set_name(n.name);
-  if (s.kind == SpanKind::kStep) {
-    p->set_depth(s.depth);
-    p->set_cpu_start_unix_ns(s.cpu_start_unix_ns);
-    p->set_cpu_duration_ns(s.cpu_duration_ns);
-  }
-  p->set_start_unix_ns(s.start_unix_ns);
-  p->set_duration_ns(s.duration_ns);
-  p->set_bytes(s.bytes);
-  p->set_measured(s.measured);
-}
-
-absl::StatusOr<orion::v1::TimelineResponse> ToResponse(absl::StatusOr<TimelineView> view) {
-  if (!view.ok()) return view.status();
-  orion::v1::TimelineResponse out;
-  out.set_truncated(view->truncated);
-  out.set_server_now_unix_ns(view->server_now_unix_ns);
-  for (const NamedSpan& n : view->spans) SpanToProto(n, out.add_spans());
-  return out;
-}
-
-absl::StatusOr<orion::v1::TimelineChunk> ToChunk(absl::StatusOr<TimelineView> view) {
-  if (!view.ok()) return view.status();
-  orion::v1::TimelineChunk out;
-  out.set_cursor(view->cursor);
-  out.set_lost(view->lost);
-  out.set_server_now_unix_ns(view->server_now_unix_ns);
-  for (const NamedSpan& n : view->spans) SpanToProto(n, out.add_spans());
-  return out;
-}
-
-template <typename T>
-grpc::ServerUnaryReactor* DoneWith(grpc::CallbackServerContext* ctx, absl::StatusOr<T> result,
-                                   T* resp) {
+// Finishes with the error, or with the view mapped into the response.
+template <typename View, typename Message>
+grpc::ServerUnaryReactor* DoneWith(grpc::CallbackServerContext* ctx,
+                                   const absl::StatusOr<View>& result, Message* resp) {
   if (!result.ok()) return Done(ctx, ToGrpc(result.status()));
-  *resp = std::move(*result);
+  ToProto(*result, resp);
   return Done(ctx, grpc::Status::OK);
 }
 
@@ -101,7 +66,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListGpus(grpc::CallbackServerContext
   if (auto caller = Admit(ctx, AdminRole::kReader, "ListGpus", *req); !caller.ok()) {
     return Done(ctx, ToGrpc(caller.status()));
   }
-  for (auto& g : state_->ListGpus()) *resp->add_gpus() = std::move(g);
+  for (const GpuView& g : state_->ListGpus()) ToProto(g, resp->add_gpus());
   return Done(ctx, grpc::Status::OK);
 }
 
@@ -111,7 +76,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListClients(grpc::CallbackServerCont
   if (auto caller = Admit(ctx, AdminRole::kReader, "ListClients", *req); !caller.ok()) {
     return Done(ctx, ToGrpc(caller.status()));
   }
-  for (auto& c : state_->ListClients(*req)) *resp->add_clients() = std::move(c);
+  for (const ClientView& c : state_->ListClients(FilterFromProto(*req))) {
+    ToProto(c, resp->add_clients());
+  }
   return Done(ctx, grpc::Status::OK);
 }
 
@@ -130,9 +97,24 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetPriority(grpc::CallbackServerCont
   if (auto caller = Admit(ctx, AdminRole::kOperator, "SetPriority", *req); !caller.ok()) {
     return Done(ctx, ToGrpc(caller.status()));
   }
-  auto changed = state_->SetPriority(*req);
+  const absl::StatusOr<contract::Priority> priority = PriorityFromProto(req->priority(), "priority");
+  if (!priority.ok()) return Done(ctx, ToGrpc(priority.status()));
+  absl::StatusOr<std::vector<ClientView>> changed;
+  switch (req->target_case()) {
+    case orion::v1::SetPriorityRequest::kClientId: {
+      absl::StatusOr<ClientView> one = state_->SetClientPriority(req->client_id(), *priority);
+      if (one.ok()) changed = std::vector<ClientView>{*std::move(one)};
+      else changed = one.status();
+      break;
+    }
+    case orion::v1::SetPriorityRequest::kPodUid:
+      changed = state_->SetPodPriority(req->pod_uid(), *priority);
+      break;
+    default:
+      changed = absl::InvalidArgumentError("set either client_id or pod_uid");
+  }
   if (!changed.ok()) return Done(ctx, ToGrpc(changed.status()));
-  for (auto& c : *changed) *resp->add_clients() = std::move(c);
+  for (const ClientView& c : *changed) ToProto(c, resp->add_clients());
   return Done(ctx, grpc::Status::OK);
 }
 
@@ -169,7 +151,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetPolicy(grpc::CallbackServerContex
   if (auto caller = Admit(ctx, AdminRole::kOperator, "SetPolicy", *req); !caller.ok()) {
     return Done(ctx, ToGrpc(caller.status()));
   }
-  return DoneWith(ctx, state_->SetPolicy(*req), resp);
+  const absl::StatusOr<PolicyChange> change = PolicyChangeFromProto(*req);
+  if (!change.ok()) return Done(ctx, ToGrpc(change.status()));
+  return DoneWith(ctx, state_->SetPolicy(*change), resp);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetTimeline(grpc::CallbackServerContext* ctx,
@@ -179,8 +163,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetTimeline(grpc::CallbackServerCont
     return Done(ctx, ToGrpc(caller.status()));
   }
   return DoneWith(ctx,
-                  ToResponse(state_->TimelineWindow(req->gpu(), req->since_unix_ms(),
-                                                    req->until_unix_ms(), req->max_spans())),
+                  state_->TimelineWindow(req->gpu(), req->since_unix_ms(), req->until_unix_ms(),
+                                         req->max_spans()),
                   resp);
 }
 
@@ -229,18 +213,19 @@ class TimelineStreamer final : public grpc::ServerWriteReactor<orion::v1::Timeli
     uint64_t cursor = request_.cursor();
     grpc::Status status = grpc::Status::OK;
     for (;;) {
-      absl::StatusOr<orion::v1::TimelineChunk> chunk = ToChunk(
-          state_->TimelineAfter(request_.gpu(), cursor, request_.max_spans_per_message()));
-      if (!chunk.ok()) {
-        status = ToGrpc(chunk.status());
+      const absl::StatusOr<TimelineView> view =
+          state_->TimelineAfter(request_.gpu(), cursor, request_.max_spans_per_message());
+      if (!view.ok()) {
+        status = ToGrpc(view.status());
         break;
       }
-      const bool fresh = chunk->spans_size() > 0 || chunk->lost() > 0;
-      cursor = chunk->cursor();
+      const bool fresh = !view->spans.empty() || view->lost > 0;
+      cursor = view->cursor;
       std::unique_lock<std::mutex> lock(mu_);
       if (stop_) break;
       if (fresh) {
-        chunk_ = *std::move(chunk);
+        chunk_.Clear();
+        ToProto(*view, &chunk_);
         writing_ = true;
         StartWrite(&chunk_);
         cv_.wait(lock, [this] { return !writing_; });
@@ -284,13 +269,15 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetRecording(grpc::CallbackServerCon
   if (auto caller = Admit(ctx, AdminRole::kOperator, "SetRecording", *req); !caller.ok()) {
     return Done(ctx, ToGrpc(caller.status()));
   }
-  return DoneWith(ctx, state_->SetRecording(*req), resp);
+  return DoneWith(ctx, state_->SetRecording(RecordingFromProto(*req)), resp);
 }
 
 grpc::ServerUnaryReactor* AgentSyncServiceImpl::UpsertPods(grpc::CallbackServerContext* ctx,
                                                            const orion::v1::UpsertPodsRequest* req,
                                                            orion::v1::UpsertPodsResponse* resp) {
-  return DoneWith(ctx, state_->UpsertPods(*req), resp);
+  absl::StatusOr<std::vector<PodPolicy>> pods = PodsFromProto(*req);
+  if (!pods.ok()) return Done(ctx, ToGrpc(pods.status()));
+  return DoneWith(ctx, state_->UpsertPods(*std::move(pods), req->full_sync()), resp);
 }
 
 grpc::ServerUnaryReactor* AgentSyncServiceImpl::DeletePod(grpc::CallbackServerContext* ctx,

@@ -3,7 +3,6 @@
 
 #include <cstdio>
 
-#include <fnmatch.h>
 #include <time.h>
 
 #include <algorithm>
@@ -31,26 +30,7 @@ int64_t RealtimeNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000ll + ts.tv_nsec;
 }
 
-orion::v1::Priority ToProtoPriority(Priority p) {
-  return p == Priority::kHigh ? orion::v1::PRIORITY_HIGH : orion::v1::PRIORITY_BEST_EFFORT;
-}
-
 namespace {
-
-// Copies a fixed-size char field that a client filled; never trusts the terminator.
-template <size_t N>
-std::string FixedString(const char (&field)[N]) {
-  return std::string(field, strnlen(field, N));
-}
-
-orion::v1::GateMode ToProtoMode(contract::GateMode m) {
-  switch (m) {
-    case contract::GateMode::kPassThrough: return orion::v1::GATE_MODE_PASS_THROUGH;
-    case contract::GateMode::kPriority: return orion::v1::GATE_MODE_PRIORITY;
-    case contract::GateMode::kMps: return orion::v1::GATE_MODE_MPS;
-  }
-  return orion::v1::GATE_MODE_UNSPECIFIED;
-}
 
 constexpr uint64_t kStuckEntryTimeoutNs = 200ull * 1000000ull;        // 200 ms
 constexpr size_t kMaxDrainPerClient = 1u << 16;
@@ -63,90 +43,6 @@ bool SlotBusy(const contract::SlotGate& s, uint64_t now, const GateKnobs& knobs)
 
 }  // namespace
 
-absl::Status ValidateRegisterRequest(const contract::RegisterRequest& r, size_t bytes_read) {
-  if (bytes_read != sizeof(contract::RegisterRequest)) {
-    return absl::InvalidArgumentError(absl::StrCat("register request has ", bytes_read,
-                                                   " bytes, expected ",
-                                                   sizeof(contract::RegisterRequest)));
-  }
-  if (r.header.magic != contract::kWireMagic) {
-    return absl::InvalidArgumentError(absl::StrCat("bad magic 0x", absl::Hex(r.header.magic),
-                                                   " (not an orion client?)"));
-  }
-  if (r.header.version != contract::kWireVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("protocol version ", r.header.version,
-                                                   " not supported (server speaks ",
-                                                   contract::kWireVersion, ")"));
-  }
-  if (r.header.type != static_cast<uint32_t>(contract::MessageType::kRegister) ||
-      r.header.bytes != sizeof(contract::RegisterRequest)) {
-    return absl::InvalidArgumentError(absl::StrCat("message type ", r.header.type, " with ",
-                                                   r.header.bytes,
-                                                   " bytes is not a register request"));
-  }
-  if (r.requested_priority != contract::kNoValue32 && r.requested_priority > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("requested_priority ", r.requested_priority, " is not 0, 1 or unset"));
-  }
-  if (r.device_ordinal > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device_ordinal ", r.device_ordinal, " is out of range"));
-  }
-  return absl::OkStatus();
-}
-
-ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequest& request,
-                          const ServerConfig& config, const orion::v1::PodPolicy* pod,
-                          const Priority* pod_override) {
-  ClientPolicy p;
-  p.latency_target_us = config.policy.default_latency_target_us;
-  const bool in_pod = !peer.cgroup.pod_uid.empty();
-  if (in_pod) {
-    if (pod) {
-      p.priority = pod->priority() == orion::v1::PRIORITY_HIGH ? Priority::kHigh
-                                                              : Priority::kBestEffort;
-      p.source = "pod-annotation";
-      p.memory_limit_bytes = pod->memory_limit_bytes();
-      if (pod->latency_target_us()) p.latency_target_us = pod->latency_target_us();
-    }
-  } else {
-    const std::string requested_name = FixedString(request.process_name);
-    bool matched = false;
-    for (const PriorityRule& rule : config.rules) {
-      if (rule.uid && *rule.uid != peer.uid) continue;
-      if (!rule.process_glob.empty() &&
-          fnmatch(rule.process_glob.c_str(), peer.process_name.c_str(), 0) != 0 &&
-          fnmatch(rule.process_glob.c_str(), requested_name.c_str(), 0) != 0) {
-        continue;
-      }
-      p.priority = rule.priority;
-      p.memory_limit_bytes = rule.memory_limit_bytes;
-      if (rule.latency_target_us) p.latency_target_us = rule.latency_target_us;
-      p.source = "config-rule";
-      matched = true;
-      break;
-    }
-    if (!matched && config.trust_client_requests) {
-      if (request.requested_priority != contract::kNoValue32) {
-        p.priority = static_cast<Priority>(request.requested_priority);
-        p.source = "orion-run";
-      }
-      if (request.requested_memory_limit) {
-        p.memory_limit_bytes = request.requested_memory_limit;
-        p.source = "orion-run";
-      }
-      if (request.requested_latency_target_us) {
-        p.latency_target_us = request.requested_latency_target_us;
-      }
-    }
-  }
-  if (pod_override) {
-    p.priority = *pod_override;
-    p.source = "admin";
-  }
-  return p;
-}
-
 NodeState::NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board)
     : config_(std::move(config)),
       board_(std::move(board)),
@@ -154,19 +50,11 @@ NodeState::NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board)
       ingest_options_{mono_to_unix_, config_.request_range_prefix, config_.hp_latency_window},
       budget_controller_(BudgetLimits{}) {
   absl::MutexLock lock(&mu_);
-  gpu_policy_.resize(contract::kMaxGpus);
+  gpu_policy_.assign(contract::kMaxGpus, InitialGpuPolicy(config_.policy));
+  gpu_busy_ns_.assign(contract::kMaxGpus, {0, 0});
   timelines_.reserve(contract::kMaxGpus);
   for (uint32_t i = 0; i < contract::kMaxGpus; ++i) {
     timelines_.emplace_back(config_.timeline_spans_per_gpu);
-    GpuPolicy& g = gpu_policy_[i];
-    g.knobs.mode = config_.policy.mode;
-    g.knobs.be_budget_ns = config_.policy.be_budget_us * 1000;
-    g.budget_set = config_.policy.be_budget_set;
-    g.knobs.sm_threshold = config_.policy.sm_threshold;
-    g.knobs.spin_ns = config_.policy.spin_us * 1000;
-    g.knobs.hp_stale_ns = static_cast<uint64_t>(config_.policy.hp_stale_ms) * 1000000;
-    g.knobs.hp_grace_ns = static_cast<uint64_t>(config_.policy.hp_grace_us) * 1000;
-    g.adapt_budget = config_.policy.adapt_budget;
   }
   for (const std::string& uuid : config_.gpus) {
     const int idx = board_->FindOrAddGpu(uuid);
@@ -195,7 +83,7 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
     ++registrations_failed_["unknown-gpu"];
     return a;
   }
-  const orion::v1::PodPolicy* pod = nullptr;
+  const PodPolicy* pod = nullptr;
   const Priority* pod_override = nullptr;
   if (!peer.cgroup.pod_uid.empty()) {
     if (auto it = pods_.find(peer.cgroup.pod_uid); it != pods_.end()) pod = &it->second;
@@ -287,8 +175,7 @@ void NodeState::Unregister(uint32_t client_id) {
 }
 
 void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
-  IngestSinks sinks{timelines_[c.gpu],
-                    gpu_policy_[c.gpu].busy_ns[static_cast<size_t>(c.policy.priority)],
+  IngestSinks sinks{timelines_[c.gpu], gpu_busy_ns_[c.gpu][static_cast<size_t>(c.policy.priority)],
                     range_names_, known_kernels_};
   c.ingest.Consume(e, c.policy.priority, sinks);
 }
@@ -407,126 +294,120 @@ void NodeState::PolicyTick(uint64_t now) {
   }
 }
 
-orion::v1::Client NodeState::ToProto(const ClientRecord& c) const {
+ClientView NodeState::ViewOf(const ClientRecord& c) const {
   const contract::ClientArea& area = *board_->area(c.slot);
   const contract::ClientArea::Counters& s = area.counters;
-  orion::v1::Client out;
-  out.set_client_id(c.id);
-  out.set_slot(c.slot);
-  out.set_gpu(c.gpu);
-  out.set_host_pid(static_cast<uint32_t>(c.peer.pid));
-  out.set_uid(c.peer.uid);
-  out.set_process_name(c.process_name);
-  out.set_pod_uid(c.peer.cgroup.pod_uid);
-  out.set_container_id(c.peer.cgroup.container_id);
+  ClientView v;
+  v.client_id = c.id;
+  v.slot = c.slot;
+  v.gpu = c.gpu;
+  v.host_pid = static_cast<uint32_t>(c.peer.pid);
+  v.uid = c.peer.uid;
+  v.process_name = c.process_name;
+  v.pod_uid = c.peer.cgroup.pod_uid;
+  v.container_id = c.peer.cgroup.container_id;
   if (auto it = pods_.find(c.peer.cgroup.pod_uid); it != pods_.end()) {
-    out.set_pod(it->second.name());
-    out.set_namespace_(it->second.namespace_());
+    v.pod = it->second.name;
+    v.ns = it->second.ns;
   }
-  out.set_priority(ToProtoPriority(c.policy.priority));
-  out.set_priority_source(c.policy.source);
-  out.set_paused(c.paused);
+  v.policy = c.policy;
+  v.paused = c.paused;
   // Client-written counters: read, never trusted for decisions.
-  out.set_memory_used_bytes(s.memory_used_bytes.load(std::memory_order_relaxed));
-  out.set_memory_peak_bytes(s.memory_peak_bytes.load(std::memory_order_relaxed));
-  out.set_memory_limit_bytes(c.policy.memory_limit_bytes);
-  const uint64_t slot_launches = s.launches.load(std::memory_order_relaxed);
-  out.set_kernels_launched(std::max(slot_launches, c.ingest.launch_events()));
-  out.set_throttled_ns(s.throttled_ns.load(std::memory_order_relaxed));
-  out.set_events_dropped(area.ring.dropped.load(std::memory_order_relaxed));
-  out.set_registered_unix_ms(c.registered_unix_ms);
-  out.set_latency_target_us(c.policy.latency_target_us);
-  return out;
+  v.memory_used_bytes = s.memory_used_bytes.load(std::memory_order_relaxed);
+  v.memory_peak_bytes = s.memory_peak_bytes.load(std::memory_order_relaxed);
+  v.kernels_launched =
+      std::max(s.launches.load(std::memory_order_relaxed), c.ingest.launch_events());
+  v.throttled_ns = s.throttled_ns.load(std::memory_order_relaxed);
+  v.events_dropped = area.ring.dropped.load(std::memory_order_relaxed);
+  v.registered_unix_ms = c.registered_unix_ms;
+  return v;
 }
 
-std::vector<orion::v1::Gpu> NodeState::ListGpus() {
+absl::Status NodeState::CheckGpu(uint32_t gpu) {
+  if (gpu < board_->num_gpus()) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
+                                          board_->num_gpus(), " (see ListGpus)"));
+}
+
+std::vector<GpuView> NodeState::ListGpus() {
   absl::MutexLock lock(&mu_);
-  std::vector<orion::v1::Gpu> out;
+  std::vector<GpuView> out;
   const uint64_t now = MonotonicNs();
   for (uint32_t g = 0; g < board_->num_gpus(); ++g) {
-    orion::v1::Gpu gpu;
-    gpu.set_index(g);
-    gpu.set_uuid(board_->gpu_uuid(g));
-    gpu.set_node(config_.node_name);
-    gpu.set_mode(ToProtoMode(gpu_policy_[g].knobs.mode));
-    uint32_t n = 0, hp = 0;
-    bool busy = false;
+    GpuView gpu;
+    gpu.index = g;
+    gpu.uuid = board_->gpu_uuid(g);
+    gpu.node = config_.node_name;
+    gpu.mode = gpu_policy_[g].knobs.mode;
     for (const auto& [id, c] : clients_) {
       if (c.gpu != g) continue;
-      ++n;
+      ++gpu.clients;
       if (c.policy.priority != Priority::kHigh) continue;
-      ++hp;
-      busy = busy || SlotBusy(board_->gate(g)->slots[c.slot], now, gpu_policy_[g].knobs);
+      ++gpu.high_priority_clients;
+      gpu.high_priority_busy =
+          gpu.high_priority_busy ||
+          SlotBusy(board_->gate(g)->slots[c.slot], now, gpu_policy_[g].knobs);
     }
-    gpu.set_clients(n);
-    gpu.set_high_priority_clients(hp);
-    gpu.set_high_priority_busy(busy);
     out.push_back(std::move(gpu));
   }
   return out;
 }
 
-std::vector<orion::v1::Client> NodeState::ListClients(const orion::v1::ListClientsRequest& f) {
+std::vector<ClientView> NodeState::ListClients(const ClientFilter& f) {
   absl::MutexLock lock(&mu_);
-  std::vector<orion::v1::Client> out;
+  std::vector<ClientView> out;
   for (const auto& [id, c] : clients_) {
-    if (f.has_gpu_filter() && c.gpu != f.gpu()) continue;
-    orion::v1::Client p = ToProto(c);
-    if (!f.namespace_().empty() && p.namespace_() != f.namespace_()) continue;
-    if (!f.pod().empty() && p.pod() != f.pod()) continue;
-    out.push_back(std::move(p));
+    if (f.gpu && c.gpu != *f.gpu) continue;
+    ClientView v = ViewOf(c);
+    if (!f.ns.empty() && v.ns != f.ns) continue;
+    if (!f.pod.empty() && v.pod != f.pod) continue;
+    out.push_back(std::move(v));
   }
   return out;
 }
 
-absl::StatusOr<orion::v1::Client> NodeState::GetClient(uint32_t client_id) {
+absl::StatusOr<ClientView> NodeState::GetClient(uint32_t client_id) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client_id);
   if (it == clients_.end()) {
     return absl::NotFoundError(absl::StrCat("no client with id ", client_id,
                                             " (list them with ListClients)"));
   }
-  return ToProto(it->second);
+  return ViewOf(it->second);
 }
 
-absl::StatusOr<std::vector<orion::v1::Client>> NodeState::SetPriority(
-    const orion::v1::SetPriorityRequest& r) {
-  if (r.priority() != orion::v1::PRIORITY_HIGH && r.priority() != orion::v1::PRIORITY_BEST_EFFORT) {
-    return absl::InvalidArgumentError(
-        "priority must be PRIORITY_HIGH or PRIORITY_BEST_EFFORT");
-  }
-  const Priority p = r.priority() == orion::v1::PRIORITY_HIGH ? Priority::kHigh
-                                                               : Priority::kBestEffort;
+void NodeState::OverridePriority(ClientRecord& c, Priority p) {
+  c.policy.priority = p;
+  c.policy.source = "admin";
+  c.admin_priority = true;
+  board_->SetPriority(c.slot, p);
+}
+
+absl::StatusOr<ClientView> NodeState::SetClientPriority(uint32_t client_id, Priority p) {
   absl::MutexLock lock(&mu_);
-  std::vector<orion::v1::Client> changed;
-  if (r.target_case() == orion::v1::SetPriorityRequest::kClientId) {
-    auto it = clients_.find(r.client_id());
-    if (it == clients_.end()) {
-      return absl::NotFoundError(absl::StrCat("no client with id ", r.client_id()));
-    }
-    it->second.policy.priority = p;
-    it->second.policy.source = "admin";
-    it->second.admin_priority = true;
-    board_->SetPriority(it->second.slot, p);
-    changed.push_back(ToProto(it->second));
-  } else if (r.target_case() == orion::v1::SetPriorityRequest::kPodUid) {
-    if (r.pod_uid().empty()) return absl::InvalidArgumentError("pod_uid is empty");
-    pod_overrides_[r.pod_uid()] = p;
-    for (auto& [id, c] : clients_) {
-      if (c.peer.cgroup.pod_uid != r.pod_uid()) continue;
-      c.policy.priority = p;
-      c.policy.source = "admin";
-      c.admin_priority = true;
-      board_->SetPriority(c.slot, p);
-      changed.push_back(ToProto(c));
-    }
-  } else {
-    return absl::InvalidArgumentError("set either client_id or pod_uid");
+  auto it = clients_.find(client_id);
+  if (it == clients_.end()) {
+    return absl::NotFoundError(absl::StrCat("no client with id ", client_id));
+  }
+  OverridePriority(it->second, p);
+  return ViewOf(it->second);
+}
+
+absl::StatusOr<std::vector<ClientView>> NodeState::SetPodPriority(const std::string& pod_uid,
+                                                                  Priority p) {
+  if (pod_uid.empty()) return absl::InvalidArgumentError("pod_uid is empty");
+  absl::MutexLock lock(&mu_);
+  pod_overrides_[pod_uid] = p;
+  std::vector<ClientView> changed;
+  for (auto& [id, c] : clients_) {
+    if (c.peer.cgroup.pod_uid != pod_uid) continue;
+    OverridePriority(c, p);
+    changed.push_back(ViewOf(c));
   }
   return changed;
 }
 
-absl::StatusOr<orion::v1::Client> NodeState::SetPaused(uint32_t client_id, bool paused) {
+absl::StatusOr<ClientView> NodeState::SetPaused(uint32_t client_id, bool paused) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client_id);
   if (it == clients_.end()) {
@@ -534,94 +415,29 @@ absl::StatusOr<orion::v1::Client> NodeState::SetPaused(uint32_t client_id, bool 
   }
   it->second.paused = paused;
   board_->SetPaused(it->second.slot, paused);
-  return ToProto(it->second);
+  return ViewOf(it->second);
 }
 
-orion::v1::PolicyKnobs NodeState::KnobsToProto(const GpuPolicy& p) const {
-  orion::v1::PolicyKnobs k;
-  k.set_mode(ToProtoMode(p.knobs.mode));
-  k.set_be_budget_us(p.knobs.be_budget_ns / 1000);
-  k.set_sm_threshold(p.knobs.sm_threshold);
-  k.set_spin_us(p.knobs.spin_ns / 1000);
-  k.set_hp_stale_ms(static_cast<uint32_t>(p.knobs.hp_stale_ns / 1000000));
-  k.set_hp_grace_us(static_cast<uint32_t>(p.knobs.hp_grace_ns / 1000));
-  k.set_adapt_budget(p.adapt_budget);
-  return k;
-}
-
-absl::StatusOr<orion::v1::PolicyKnobs> NodeState::GetPolicy(uint32_t gpu) {
+absl::StatusOr<GpuPolicy> NodeState::GetPolicy(uint32_t gpu) {
   absl::MutexLock lock(&mu_);
-  if (gpu >= board_->num_gpus()) {
-    return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
-                                            board_->num_gpus(), " (see ListGpus)"));
-  }
-  return KnobsToProto(gpu_policy_[gpu]);
+  if (absl::Status s = CheckGpu(gpu); !s.ok()) return s;
+  return gpu_policy_[gpu];
 }
 
-absl::StatusOr<orion::v1::PolicyKnobs> NodeState::SetPolicy(const orion::v1::SetPolicyRequest& r) {
-  static const char* kFields[] = {"mode",        "be_budget_us", "sm_threshold", "spin_us",
-                                  "hp_stale_ms", "hp_grace_us",  "adapt_budget"};
-  std::vector<std::string> fields(r.fields().begin(), r.fields().end());
-  if (fields.empty()) fields.assign(std::begin(kFields), std::end(kFields));
-  for (const std::string& f : fields) {
-    if (std::find(std::begin(kFields), std::end(kFields), f) == std::end(kFields)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown field '", f,
-          "' (expected mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, "
-          "adapt_budget)"));
-    }
-  }
-  auto has = [&](const char* f) { return std::find(fields.begin(), fields.end(), f) != fields.end(); };
-  const orion::v1::PolicyKnobs& k = r.knobs();
-  if (has("mode") && k.mode() == orion::v1::GATE_MODE_UNSPECIFIED) {
-    return absl::InvalidArgumentError(
-        "knobs.mode is unset: use GATE_MODE_PASS_THROUGH, GATE_MODE_PRIORITY or GATE_MODE_MPS, "
-        "or leave 'mode' out of fields");
-  }
-  if (has("be_budget_us") && k.be_budget_us() > 1000000) {
-    return absl::InvalidArgumentError("knobs.be_budget_us must be at most 1000000 (1 s)");
-  }
-  if (has("spin_us") && k.spin_us() > 10000) {
-    return absl::InvalidArgumentError("knobs.spin_us must be at most 10000");
-  }
-  if (has("hp_stale_ms") && (k.hp_stale_ms() < 10 || k.hp_stale_ms() > 600000)) {
-    return absl::InvalidArgumentError("knobs.hp_stale_ms must be in [10, 600000]");
-  }
-  if (has("hp_grace_us") && k.hp_grace_us() > 100000) {
-    return absl::InvalidArgumentError("knobs.hp_grace_us must be at most 100000 (100 ms)");
-  }
+absl::StatusOr<GpuPolicy> NodeState::SetPolicy(const PolicyChange& change) {
+  if (absl::Status s = ValidatePolicyChange(change); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  if (!r.all_gpus() && r.gpu() >= board_->num_gpus()) {
-    return absl::NotFoundError(absl::StrCat("no GPU with index ", r.gpu(), "; this node has ",
-                                            board_->num_gpus(), " (see ListGpus)"));
+  if (!change.all_gpus) {
+    if (absl::Status s = CheckGpu(change.gpu); !s.ok()) return s;
   }
-  // --all also covers GPUs that join the board later (discovered at a client's registration).
-  const uint32_t first = r.all_gpus() ? 0 : r.gpu();
-  const uint32_t last = r.all_gpus() ? contract::kMaxGpus : r.gpu() + 1;
+  // All GPUs also covers GPUs that join the board later (discovered at a client's registration).
+  const uint32_t first = change.all_gpus ? 0 : change.gpu;
+  const uint32_t last = change.all_gpus ? contract::kMaxGpus : change.gpu + 1;
   for (uint32_t g = first; g < last; ++g) {
-    GpuPolicy& gp = gpu_policy_[g];
-    if (has("mode")) {
-      gp.knobs.mode = k.mode() == orion::v1::GATE_MODE_PASS_THROUGH ? contract::GateMode::kPassThrough
-                      : k.mode() == orion::v1::GATE_MODE_MPS        ? contract::GateMode::kMps
-                                                                     : contract::GateMode::kPriority;
-      // A budget never set follows the mode's default; a set or adapted one stays.
-      if (!has("be_budget_us") && !gp.budget_set) {
-        gp.knobs.be_budget_ns = DefaultBeBudgetUs(gp.knobs.mode) * 1000;
-      }
-    }
-    if (has("be_budget_us")) {
-      gp.knobs.be_budget_ns = k.be_budget_us() * 1000;
-      gp.budget_set = true;
-    }
-    if (has("be_budget_us") || has("mode")) RestartBudgetEvidence(g);
-    if (has("sm_threshold")) gp.knobs.sm_threshold = k.sm_threshold();
-    if (has("spin_us")) gp.knobs.spin_ns = k.spin_us() * 1000;
-    if (has("hp_stale_ms")) gp.knobs.hp_stale_ns = static_cast<uint64_t>(k.hp_stale_ms()) * 1000000;
-    if (has("hp_grace_us")) gp.knobs.hp_grace_ns = static_cast<uint64_t>(k.hp_grace_us()) * 1000;
-    if (has("adapt_budget")) gp.adapt_budget = k.adapt_budget();
-    board_->PublishKnobs(g, gp.knobs);
+    if (ApplyPolicyChange(change, &gpu_policy_[g])) RestartBudgetEvidence(g);
+    board_->PublishKnobs(g, gpu_policy_[g].knobs);
   }
-  return KnobsToProto(gpu_policy_[first]);
+  return gpu_policy_[first];
 }
 
 std::string NodeState::SpanName(const Span& s) const {
@@ -634,7 +450,7 @@ std::string NodeState::SpanName(const Span& s) const {
   return s.kind == SpanKind::kStep ? range_names_.NameOf(s.func) : std::string();
 }
 
-TimelineView NodeState::ViewOf(std::vector<Span> spans) const {
+TimelineView NodeState::NameSpans(std::vector<Span> spans) const {
   TimelineView view;
   view.spans.reserve(spans.size());
   for (const Span& s : spans) view.spans.push_back(NamedSpan{s, SpanName(s)});
@@ -645,46 +461,55 @@ TimelineView NodeState::ViewOf(std::vector<Span> spans) const {
 absl::StatusOr<TimelineView> NodeState::TimelineAfter(uint32_t gpu, uint64_t cursor,
                                                       uint32_t max_spans) {
   absl::MutexLock lock(&mu_);
-  if (gpu >= board_->num_gpus()) {
-    return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
-                                            board_->num_gpus()));
-  }
+  if (absl::Status s = CheckGpu(gpu); !s.ok()) return s;
   const size_t max = max_spans == 0 ? 1000 : std::min<uint32_t>(max_spans, 100000);
   uint64_t lost = 0;
-  TimelineView view = ViewOf(timelines_[gpu].After(&cursor, max, &lost));
+  TimelineView view = NameSpans(timelines_[gpu].After(&cursor, max, &lost));
   view.cursor = cursor;
   view.lost = lost;
   return view;
 }
 
-absl::StatusOr<orion::v1::RecordingState> NodeState::SetRecording(
-    const orion::v1::RecordingRequest& r) {
-  absl::MutexLock lock(&mu_);
+namespace {
+
+// A window of Unix milliseconds as the admin API names its ends; until 0 leaves it open.
+absl::Status CheckUnixMsWindow(const char* from_name, int64_t from_ms, const char* until_name,
+                               int64_t until_ms) {
+  // Milliseconds that fit nanoseconds in an int64 (until year 2262); beyond, the callers'
+  // multiplication would overflow.
   constexpr int64_t kMaxUnixMs = INT64_MAX / 1000000;
-  for (const auto& [name, ms] : {std::pair{"from_unix_ms", r.from_unix_ms()},
-                                 std::pair{"until_unix_ms", r.until_unix_ms()}}) {
+  for (const auto& [name, ms] : {std::pair{from_name, from_ms}, std::pair{until_name, until_ms}}) {
     if (ms < 0 || ms > kMaxUnixMs) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " must be in [0, ", kMaxUnixMs, "], got ", ms));
     }
   }
-  if (r.until_unix_ms() != 0 && r.until_unix_ms() < r.from_unix_ms()) {
-    return absl::InvalidArgumentError("until_unix_ms is before from_unix_ms");
+  if (until_ms != 0 && until_ms < from_ms) {
+    return absl::InvalidArgumentError(absl::StrCat(until_name, " is before ", from_name));
   }
-  if (!r.all_gpus() && r.gpu() >= board_->num_gpus()) {
-    return absl::NotFoundError(absl::StrCat("no GPU with index ", r.gpu(), "; this node has ",
-                                            board_->num_gpus()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<RecordingWindow>> NodeState::SetRecording(const RecordingChange& r) {
+  if (absl::Status s =
+          CheckUnixMsWindow("from_unix_ms", r.from_unix_ms, "until_unix_ms", r.until_unix_ms);
+      !s.ok()) {
+    return s;
   }
-  orion::v1::RecordingState out;
+  absl::MutexLock lock(&mu_);
+  if (!r.all_gpus) {
+    if (absl::Status s = CheckGpu(r.gpu); !s.ok()) return s;
+  }
+  std::vector<RecordingWindow> out;
   for (uint32_t g = 0; g < board_->num_gpus(); ++g) {
-    if (r.all_gpus() || g == r.gpu()) {
-      timelines_[g].SetRecording(r.from_unix_ms() * 1000000, r.until_unix_ms() * 1000000);
+    if (r.all_gpus || g == r.gpu) {
+      timelines_[g].SetRecording(r.from_unix_ms * 1000000, r.until_unix_ms * 1000000);
     }
-    auto* state = out.add_gpus();
-    state->set_gpu(g);
-    state->set_from_unix_ms(timelines_[g].record_from_ns() / 1000000);
-    state->set_until_unix_ms(timelines_[g].record_until_ns() / 1000000);
-    state->set_spans_recorded(timelines_[g].added());
+    out.push_back(RecordingWindow{g, timelines_[g].record_from_ns() / 1000000,
+                                  timelines_[g].record_until_ns() / 1000000,
+                                  timelines_[g].added()});
   }
   return out;
 }
@@ -693,54 +518,38 @@ absl::StatusOr<TimelineView> NodeState::TimelineWindow(uint32_t gpu, int64_t sin
                                                        int64_t until_unix_ms,
                                                        uint32_t max_spans) {
   absl::MutexLock lock(&mu_);
-  if (gpu >= board_->num_gpus()) {
-    return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
-                                            board_->num_gpus()));
-  }
-  // Milliseconds that fit nanoseconds in an int64 (until year 2262); beyond, the multiplication
-  // below would overflow.
-  constexpr int64_t kMaxUnixMs = INT64_MAX / 1000000;
-  for (const auto& [name, ms] : {std::pair{"since_unix_ms", since_unix_ms},
-                                 std::pair{"until_unix_ms", until_unix_ms}}) {
-    if (ms < 0 || ms > kMaxUnixMs) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be in [0, ", kMaxUnixMs, "], got ", ms));
-    }
-  }
-  if (until_unix_ms != 0 && until_unix_ms < since_unix_ms) {
-    return absl::InvalidArgumentError("until_unix_ms is before since_unix_ms");
+  if (absl::Status s = CheckGpu(gpu); !s.ok()) return s;
+  if (absl::Status s =
+          CheckUnixMsWindow("since_unix_ms", since_unix_ms, "until_unix_ms", until_unix_ms);
+      !s.ok()) {
+    return s;
   }
   const int64_t since = since_unix_ms * 1000000;
   const int64_t until = until_unix_ms ? until_unix_ms * 1000000 : INT64_MAX;
   const size_t max = max_spans ? std::min<uint32_t>(max_spans, 1000000) : 10000;
   bool truncated = false;
-  TimelineView view = ViewOf(timelines_[gpu].Window(since, until, max, &truncated));
+  TimelineView view = NameSpans(timelines_[gpu].Window(since, until, max, &truncated));
   view.truncated = truncated;
   return view;
 }
 
-absl::StatusOr<orion::v1::KernelProfileResponse> NodeState::GetKernelProfile(uint32_t client_id) {
+absl::StatusOr<KernelProfileView> NodeState::GetKernelProfile(uint32_t client_id) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client_id);
   if (it == clients_.end()) {
     return absl::NotFoundError(absl::StrCat("no client with id ", client_id));
   }
   const KernelProfileBook& book = it->second.ingest.profile();
-  orion::v1::KernelProfileResponse out;
+  KernelProfileView out;
   for (const auto& [func, k] : book.kernels()) {
-    auto* p = out.add_kernels();
-    p->set_name(k.name.empty() ? absl::StrCat("func@0x", absl::Hex(func)) : k.name);
-    p->set_launches(k.launches);
-    p->set_samples(k.duration.samples);
-    p->set_mean_duration_us(k.MeanUs());
-    p->set_p99_duration_us(k.P99Us());
-    p->set_max_blocks(k.max_blocks);
-    p->set_threads_per_block(k.threads_per_block);
-    p->set_kind(KernelClassName(k.kclass));
+    out.kernels.push_back(KernelProfileView::Kernel{
+        k.name.empty() ? absl::StrCat("func@0x", absl::Hex(func)) : k.name, k.launches,
+        k.duration.samples, k.MeanUs(), k.P99Us(), k.max_blocks, k.threads_per_block,
+        KernelClassName(k.kclass)});
   }
-  std::sort(out.mutable_kernels()->begin(), out.mutable_kernels()->end(),
-            [](const auto& a, const auto& b) { return a.launches() > b.launches(); });
-  out.set_orion_csv(book.ToOrionCsv());
+  std::stable_sort(out.kernels.begin(), out.kernels.end(),
+                   [](const auto& a, const auto& b) { return a.launches > b.launches; });
+  out.orion_csv = book.ToOrionCsv();
   return out;
 }
 
@@ -748,41 +557,32 @@ void NodeState::ApplyPolicyToClient(ClientRecord& c) {
   if (c.peer.cgroup.pod_uid.empty()) return;
   auto it = pods_.find(c.peer.cgroup.pod_uid);
   if (it == pods_.end()) return;
-  const orion::v1::PodPolicy& pod = it->second;
+  const PodPolicy& pod = it->second;
   if (!c.admin_priority) {
-    c.policy.priority = pod.priority() == orion::v1::PRIORITY_HIGH ? Priority::kHigh
-                                                                  : Priority::kBestEffort;
+    c.policy.priority = pod.priority;
     c.policy.source = "pod-annotation";
     board_->SetPriority(c.slot, c.policy.priority);
   }
-  c.policy.memory_limit_bytes = pod.memory_limit_bytes();
-  board_->SetMemoryLimit(c.slot, pod.memory_limit_bytes());
+  c.policy.memory_limit_bytes = pod.memory_limit_bytes;
+  board_->SetMemoryLimit(c.slot, pod.memory_limit_bytes);
   c.policy.latency_target_us =
-      pod.latency_target_us() ? pod.latency_target_us() : config_.policy.default_latency_target_us;
+      pod.latency_target_us ? pod.latency_target_us : config_.policy.default_latency_target_us;
 }
 
-absl::StatusOr<orion::v1::UpsertPodsResponse> NodeState::UpsertPods(
-    const orion::v1::UpsertPodsRequest& r) {
-  for (int i = 0; i < r.pods_size(); ++i) {
-    const auto& p = r.pods(i);
-    if (p.pod_uid().size() != 36) {
-      return absl::InvalidArgumentError(absl::StrCat("pods[", i, "].pod_uid '", p.pod_uid(),
+absl::StatusOr<PodSync> NodeState::UpsertPods(std::vector<PodPolicy> pods, bool full_sync) {
+  for (size_t i = 0; i < pods.size(); ++i) {
+    if (pods[i].pod_uid.size() != 36) {
+      return absl::InvalidArgumentError(absl::StrCat("pods[", i, "].pod_uid '", pods[i].pod_uid,
                                                      "' is not a pod UID (36 characters)"));
-    }
-    if (p.priority() == orion::v1::PRIORITY_UNSPECIFIED) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pods[", i, "] (", p.namespace_(), "/", p.name(), "): priority is unset"));
     }
   }
   absl::MutexLock lock(&mu_);
-  if (r.full_sync()) {
-    std::unordered_map<std::string, orion::v1::PodPolicy> next;
-    for (const auto& p : r.pods()) next[p.pod_uid()] = p;
-    pods_ = std::move(next);
-  } else {
-    for (const auto& p : r.pods()) pods_[p.pod_uid()] = p;
+  if (full_sync) pods_.clear();
+  for (PodPolicy& p : pods) {
+    std::string uid = p.pod_uid;
+    pods_[std::move(uid)] = std::move(p);
   }
-  uint32_t updated = 0;
+  PodSync out;
   for (auto& [id, c] : clients_) {
     if (c.peer.cgroup.pod_uid.empty() || !pods_.count(c.peer.cgroup.pod_uid)) continue;
     const ClientPolicy before = c.policy;
@@ -790,12 +590,10 @@ absl::StatusOr<orion::v1::UpsertPodsResponse> NodeState::UpsertPods(
     if (before.priority != c.policy.priority ||
         before.memory_limit_bytes != c.policy.memory_limit_bytes ||
         before.latency_target_us != c.policy.latency_target_us) {
-      ++updated;
+      ++out.clients_updated;
     }
   }
-  orion::v1::UpsertPodsResponse out;
-  out.set_pods_known(static_cast<uint32_t>(pods_.size()));
-  out.set_clients_updated(updated);
+  out.pods_known = static_cast<uint32_t>(pods_.size());
   return out;
 }
 
@@ -823,30 +621,29 @@ MetricsSnapshot NodeState::Snapshot() {
   for (uint32_t g = 0; g < ngpus; ++g) {
     GpuSample& gs = snap.gpus[g];
     gs.gpu = std::to_string(g);
-    gs.busy_seconds[0] = gpu_policy_[g].busy_ns[0] / 1e9;
-    gs.busy_seconds[1] = gpu_policy_[g].busy_ns[1] / 1e9;
+    gs.busy_seconds[0] = gpu_busy_ns_[g][0] / 1e9;
+    gs.busy_seconds[1] = gpu_busy_ns_[g][1] / 1e9;
     gs.be_budget_s = gpu_policy_[g].knobs.be_budget_ns / 1e9;
   }
   snap.clients.reserve(clients_.size());
   for (const auto& [id, c] : clients_) {
-    const contract::ClientArea& area = *board_->area(c.slot);
-    const contract::ClientArea::Counters& s = area.counters;
+    const ClientView v = ViewOf(c);
     ClientSample cs;
     cs.gpu = std::to_string(c.gpu);
-    if (auto it = pods_.find(c.peer.cgroup.pod_uid); it != pods_.end()) {
-      cs.pod = it->second.name();
-      cs.ns = it->second.namespace_();
+    if (pods_.count(c.peer.cgroup.pod_uid)) {
+      cs.pod = v.pod;
+      cs.ns = v.ns;
     } else {
       cs.pod = c.process_name;  // standalone: the process stands in for the pod
       cs.ns = "standalone";
     }
     cs.priority = PriorityName(c.policy.priority);
     cs.client = std::to_string(c.id);
-    cs.kernels = std::max(s.launches.load(std::memory_order_relaxed), c.ingest.launch_events());
-    cs.throttled_ns = s.throttled_ns.load(std::memory_order_relaxed);
-    cs.memory_used = s.memory_used_bytes.load(std::memory_order_relaxed);
+    cs.kernels = v.kernels_launched;
+    cs.throttled_ns = v.throttled_ns;
+    cs.memory_used = v.memory_used_bytes;
     cs.memory_limit = c.policy.memory_limit_bytes;
-    cs.dropped = area.ring.dropped.load(std::memory_order_relaxed);
+    cs.dropped = v.events_dropped;
     cs.gate_claims_ignored = c.gate_claims_ignored;
     cs.gpu_busy_s = c.ingest.gpu_busy_ns() / 1e9;
     cs.busy = c.ingest.busy();

@@ -1,7 +1,10 @@
 // The node scheduler's state: registered clients, pod policies from the agent, admin overrides,
-// per-GPU policy knobs, kernel profiles and timelines. It admits clients (deciding priority and
-// limits from the kernel-verified identity), drains their event rings, runs the policy loop, and
-// answers admin queries. gRPC and Prometheus adapters sit on top of it; it has no RPC code.
+// per-GPU policy knobs, kernel profiles and timelines. It holds the seams together under one
+// mutex: admission (admission.h) decides a registering client's priority and limits, ingest
+// (client_ingest.h) turns each client's drained events into spans and sums, policy
+// (gpu_policy.h, budget_controller.h) keeps and adapts each GPU's knobs, and the views
+// (node_views.h) answer the admin API and the agent. No RPC code and no proto types: the gRPC
+// adapter (admin_service.h, admin_mapping.h) and the Prometheus collector sit on top of it.
 //
 // Thread-safety: every public method takes the one mutex; the drain loop holds it per batch.
 //
@@ -10,7 +13,7 @@
 //   NodeState::Admission a = state.Register(peer, request);   // registration listener
 //   state.DrainOnce(MonotonicNs());                           // drain thread, ~every 1 ms
 //   state.PolicyTick(MonotonicNs());                          // ~every 100 ms
-//   absl::StatusOr<orion::v1::Client> c = state.GetClient(7); // admin API
+//   absl::StatusOr<ClientView> c = state.GetClient(7);        // admin API
 #pragma once
 
 #include <array>
@@ -25,13 +28,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "contract/orion_contract.h"
-#include "orion/v1/admin.pb.h"
-#include "orion/v1/agent.pb.h"
+#include "server/admission.h"
 #include "server/board.h"
 #include "server/budget_controller.h"
 #include "server/client_ingest.h"
 #include "server/config.h"
+#include "server/gpu_policy.h"
 #include "server/kernel_profile.h"
+#include "server/node_views.h"
 #include "server/peer_identity.h"
 #include "server/timeline.h"
 
@@ -39,27 +43,6 @@ namespace orion::server {
 
 uint64_t MonotonicNs();
 int64_t RealtimeNs();
-// The admin API's name for a priority (shared by NodeState's client views and the gRPC adapter).
-orion::v1::Priority ToProtoPriority(contract::Priority p);
-
-// What the server decided for a client at registration (pure; see DecidePolicy).
-struct ClientPolicy {
-  contract::Priority priority = contract::Priority::kBestEffort;
-  std::string source = "default";
-  uint64_t memory_limit_bytes = 0;
-  uint64_t latency_target_us = 0;
-};
-
-// Priority and limits for a client, strongest source first: an admin override of the pod, the
-// pod's annotations (agent), a standalone rule, orion-run's request (standalone only and when
-// trusted), the default. A process in a pod never gets its own request honoured.
-ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequest& request,
-                          const ServerConfig& config, const orion::v1::PodPolicy* pod,
-                          const contract::Priority* pod_override);
-
-// Checks magic, version, type, size and field ranges of a request read off the socket.
-absl::Status ValidateRegisterRequest(const contract::RegisterRequest& request, size_t bytes_read);
-
 // Per-client metric values at scrape time.
 struct ClientSample {
   std::string gpu, pod, ns, priority, client;
@@ -93,18 +76,6 @@ struct MetricsSnapshot {
   uint64_t board_corrections = 0;  // server-owned board fields found overwritten and put back
 };
 
-// Timeline spans as the admin API shows them: each with its name resolved.
-struct NamedSpan {
-  Span span;
-  std::string name;
-};
-struct TimelineView {
-  std::vector<NamedSpan> spans;
-  bool truncated = false;           // window: more spans than asked for (the newest kept)
-  uint64_t cursor = 0, lost = 0;    // after a cursor: where to resume; spans already overwritten
-  int64_t server_now_unix_ns = 0;
-};
-
 class NodeState {
  public:
   NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board);
@@ -131,33 +102,37 @@ class NodeState {
   void PolicyTick(uint64_t mono_now_ns) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Admin API (errors carry the gRPC-mappable absl code and an actionable message).
-  std::vector<orion::v1::Gpu> ListGpus() ABSL_LOCKS_EXCLUDED(mu_);
-  std::vector<orion::v1::Client> ListClients(const orion::v1::ListClientsRequest& filter)
+  std::vector<GpuView> ListGpus() ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<ClientView> ListClients(const ClientFilter& filter) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ClientView> GetClient(uint32_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // An admin override: the client's priority until it leaves; for a pod, its clients' and its
+  // future clients' priority, over the pod's annotation.
+  absl::StatusOr<ClientView> SetClientPriority(uint32_t client_id, contract::Priority p)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<orion::v1::Client> GetClient(uint32_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::vector<orion::v1::Client>> SetPriority(
-      const orion::v1::SetPriorityRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<orion::v1::Client> SetPaused(uint32_t client_id, bool paused)
+  absl::StatusOr<std::vector<ClientView>> SetPodPriority(const std::string& pod_uid,
+                                                         contract::Priority p)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<orion::v1::PolicyKnobs> GetPolicy(uint32_t gpu) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<orion::v1::PolicyKnobs> SetPolicy(const orion::v1::SetPolicyRequest& request)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Timeline views, names resolved (the gRPC adapter maps them to protos). Spans of a GPU after
-  // a cursor, in arrival order (StreamTimeline; max 0 = 1000); spans starting in a window
-  // (GetTimeline; Unix ms, until 0 = open, max 0 = 10,000).
+  absl::StatusOr<ClientView> SetPaused(uint32_t client_id, bool paused) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<GpuPolicy> GetPolicy(uint32_t gpu) ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns the policy of the changed GPU (the first, for all GPUs).
+  absl::StatusOr<GpuPolicy> SetPolicy(const PolicyChange& change) ABSL_LOCKS_EXCLUDED(mu_);
+  // Timeline views, names resolved. Spans of a GPU after a cursor, in arrival order
+  // (StreamTimeline; max 0 = 1000); spans starting in a window (GetTimeline; Unix ms, until 0 =
+  // open, max 0 = 10,000).
   absl::StatusOr<TimelineView> TimelineAfter(uint32_t gpu, uint64_t cursor, uint32_t max_spans)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<TimelineView> TimelineWindow(uint32_t gpu, int64_t since_unix_ms,
                                               int64_t until_unix_ms, uint32_t max_spans)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<orion::v1::RecordingState> SetRecording(const orion::v1::RecordingRequest& r)
+  // Sets the recording window; returns every GPU's.
+  absl::StatusOr<std::vector<RecordingWindow>> SetRecording(const RecordingChange& change)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<orion::v1::KernelProfileResponse> GetKernelProfile(uint32_t client_id)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<KernelProfileView> GetKernelProfile(uint32_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Agent API.
-  absl::StatusOr<orion::v1::UpsertPodsResponse> UpsertPods(
-      const orion::v1::UpsertPodsRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  // Agent API: pods' policies (full_sync: these are all the node's pods; the others are
+  // forgotten), and a pod that went away.
+  absl::StatusOr<PodSync> UpsertPods(std::vector<PodPolicy> pods, bool full_sync)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DeletePod(const std::string& pod_uid) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Known kernel profiles (Orion CSV rows), matched by name for every client.
@@ -183,17 +158,11 @@ class NodeState {
     uint64_t busy_count_at_change = 0;  // ingest.busy().count when the GPU's budget last changed
     uint64_t hole_since_ns = 0;
   };
-  struct GpuPolicy {
-    GateKnobs knobs;
-    // The budget was set (config, admin API) or adapted; otherwise it is the mode's default and
-    // follows mode changes.
-    bool budget_set = false;
-    bool adapt_budget = true;
-    double busy_ns[2] = {0, 0};
-  };
 
-  orion::v1::Client ToProto(const ClientRecord& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  orion::v1::PolicyKnobs KnobsToProto(const GpuPolicy& p) const;
+  ClientView ViewOf(const ClientRecord& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The client's priority as an admin override.
+  void OverridePriority(ClientRecord& c, contract::Priority p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckGpu(uint32_t gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyPolicyToClient(ClientRecord& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ConsumeEvent(ClientRecord& c, const contract::Event& e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -213,13 +182,15 @@ class NodeState {
   absl::Mutex mu_;
   // The span's name: the kernel's (or func@0x...), the NVTX range's, or empty.
   std::string SpanName(const Span& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  TimelineView ViewOf(std::vector<Span> spans) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TimelineView NameSpans(std::vector<Span> spans) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t next_client_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint32_t, ClientRecord> clients_ ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::string, orion::v1::PodPolicy> pods_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, PodPolicy> pods_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, contract::Priority> pod_overrides_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, OrionProfileRow> known_kernels_ ABSL_GUARDED_BY(mu_);
   std::vector<GpuPolicy> gpu_policy_ ABSL_GUARDED_BY(mu_);
+  // GPU time the spans of each GPU's clients covered, by contract::Priority.
+  std::vector<std::array<double, 2>> gpu_busy_ns_ ABSL_GUARDED_BY(mu_);
   std::vector<TimelineStore> timelines_ ABSL_GUARDED_BY(mu_);
   RangeNames range_names_ ABSL_GUARDED_BY(mu_);
   uint64_t registrations_ok_ ABSL_GUARDED_BY(mu_) = 0;

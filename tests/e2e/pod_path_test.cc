@@ -225,12 +225,12 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
 
   // 6. Registered with the pod's identity and the pod's priority.
   auto& state = server_->state();
-  orion::v1::Client client;
+  orion::server::ClientView client;
   ASSERT_TRUE(WaitUntil(
       [&] {
         for (const auto& c : state.ListClients({})) {
-          if (c.host_pid() == static_cast<uint32_t>(container_) &&
-              c.priority() == orion::v1::PRIORITY_HIGH) {
+          if (c.host_pid == static_cast<uint32_t>(container_) &&
+              c.policy.priority == orion::contract::Priority::kHigh) {
             client = c;
             return true;
           }
@@ -239,11 +239,11 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
       },
       10))
       << ReadFile(dir_ + "/container.log") << ReadFile(dir_ + "/agent.log");
-  EXPECT_EQ(client.pod_uid(), kPodUid);
-  EXPECT_EQ(client.pod(), kPodName);
-  EXPECT_EQ(client.namespace_(), "ml");
-  EXPECT_EQ(client.container_id(), std::string(64, 'c'));
-  const orion::contract::ClientSlot& slot = state.board().board().slots[client.slot()];
+  EXPECT_EQ(client.pod_uid, kPodUid);
+  EXPECT_EQ(client.pod, kPodName);
+  EXPECT_EQ(client.ns, "ml");
+  EXPECT_EQ(client.container_id, std::string(64, 'c'));
+  const orion::contract::ClientSlot& slot = state.board().board().slots[client.slot];
   EXPECT_EQ(slot.priority.load(), static_cast<uint32_t>(orion::contract::Priority::kHigh));
 
   // The interposer came from the mounted, versioned folder the agent installed.
@@ -251,7 +251,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   EXPECT_NE(maps.find(lib_host + "/liborion_interpose.so"), std::string::npos) << lib_host;
 
   // 7. Metrics carry the pod's namespace and name; the timeline has its kernels.
-  const orion::contract::ClientArea* area = state.board().area(client.slot());
+  const orion::contract::ClientArea* area = state.board().area(client.slot);
   ASSERT_NE(area, nullptr);
   ASSERT_TRUE(WaitUntil([&] { return area->counters.launches.load() > 20; }, 10));
   const std::string metrics = orion::testing::HttpGet(server_->metrics_port(), "/metrics");
@@ -263,7 +263,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
         auto timeline = state.TimelineWindow(0, 0, 0, 0);
         if (!timeline.ok()) return false;
         for (const auto& s : timeline->spans) {
-          if (s.span.client_id == client.client_id() &&
+          if (s.span.client_id == client.client_id &&
               s.span.kind == orion::server::SpanKind::kKernel) {
             span = true;
           }
@@ -306,8 +306,8 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   ASSERT_TRUE(WaitUntil(
       [&] {
         for (const auto& c : state.ListClients({})) {
-          if (c.client_id() == client.client_id()) {
-            return c.priority() == orion::v1::PRIORITY_BEST_EFFORT;
+          if (c.client_id == client.client_id) {
+            return c.policy.priority == orion::contract::Priority::kBestEffort;
           }
         }
         return false;
@@ -330,10 +330,9 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   EXPECT_FALSE(std::filesystem::exists(lib_host));
   // An empty, partial UpsertPods changes nothing and answers how many pods the server knows: the
   // three pods of the recorded list on this node.
-  orion::v1::UpsertPodsRequest none;
-  auto before = state.UpsertPods(none);
+  auto before = state.UpsertPods({}, /*full_sync=*/false);
   ASSERT_TRUE(before.ok());
-  ASSERT_EQ(before->pods_known(), 3u);
+  ASSERT_EQ(before->pods_known, 3u);
   // The deleted pod as a watch event: the first item of the recorded list.
   const size_t first = pods.find('{', pods.find("\"items\""));
   int depth = 0;
@@ -346,8 +345,8 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
                       "}\n");
   EXPECT_TRUE(WaitUntil(
       [&] {
-        auto known = state.UpsertPods(none);
-        return known.ok() && known->pods_known() == 2;  // the other two stay
+        auto known = state.UpsertPods({}, /*full_sync=*/false);
+        return known.ok() && known->pods_known == 2;  // the other two stay
       },
       5))
       << ReadFile(dir_ + "/agent.log");

@@ -175,9 +175,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   state.PolicyTick(f->now);
 
   // What the admin API and /metrics read.
-  const std::vector<orion::v1::Client> clients = state.ListClients({});
+  const std::vector<server::ClientView> clients = state.ListClients({});
   Check(clients.size() == kClients, "ListClients lost a client");
-  const std::vector<orion::v1::Gpu> gpus = state.ListGpus();
+  const std::vector<server::GpuView> gpus = state.ListGpus();
   for (size_t i = 0; i < kClients; ++i) {
     Check(state.GetClient(f->ids[i]).ok(), "GetClient");
     auto profile = state.GetKernelProfile(f->ids[i]);
@@ -198,15 +198,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (debug) {
     std::fprintf(stderr, "board_drain_fuzz: %zu bytes, %zu events drained, %zu metrics bytes\n",
                  size, drained, text.str().size());
-    for (const orion::v1::Client& c : clients) {
-      std::fprintf(stderr, "  client %u gpu %u: kernels %lu, dropped %lu\n", c.client_id(),
-                   c.gpu(), static_cast<unsigned long>(c.kernels_launched()),
-                   static_cast<unsigned long>(c.events_dropped()));
+    for (const server::ClientView& c : clients) {
+      std::fprintf(stderr, "  client %u gpu %u: kernels %lu, dropped %lu\n", c.client_id, c.gpu,
+                   static_cast<unsigned long>(c.kernels_launched),
+                   static_cast<unsigned long>(c.events_dropped));
     }
-    for (const orion::v1::Gpu& g : gpus) {
-      auto knobs = state.GetPolicy(g.index());
-      std::fprintf(stderr, "  gpu %u: %u clients, be_budget_us %lu\n", g.index(), g.clients(),
-                   knobs.ok() ? static_cast<unsigned long>(knobs->be_budget_us()) : 0ul);
+    for (const server::GpuView& g : gpus) {
+      auto policy = state.GetPolicy(g.index);
+      std::fprintf(stderr, "  gpu %u: %u clients, be_budget_us %lu\n", g.index, g.clients,
+                   policy.ok() ? static_cast<unsigned long>(policy->knobs.be_budget_ns / 1000) : 0ul);
     }
   }
 

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "server/node_state.h"
+#include "server/admission.h"
 
 namespace {
 

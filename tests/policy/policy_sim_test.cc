@@ -32,23 +32,18 @@ constexpr uint64_t kWarmupNs = 500 * kMs;  // not measured (kernel estimates bei
 constexpr uint64_t kHpSeed = 1;
 constexpr uint64_t kTrainerSeed = 2;
 
-// Applies one knob to one GPU through NodeState::SetPolicy (what the admin API calls).
-void SetKnob(server::NodeState& state, uint32_t gpu, const char* field,
-             const std::function<void(orion::v1::PolicyKnobs*)>& set) {
-  orion::v1::SetPolicyRequest r;
-  r.set_gpu(gpu);
-  r.add_fields(field);
-  set(r.mutable_knobs());
-  auto k = state.SetPolicy(r);
+// Changes knobs of one GPU through NodeState::SetPolicy (what the admin API calls).
+void SetKnob(server::NodeState& state, uint32_t gpu,
+             const std::function<void(server::PolicyChange*)>& set) {
+  server::PolicyChange change;
+  change.gpu = gpu;
+  set(&change);
+  auto k = state.SetPolicy(change);
   ASSERT_TRUE(k.ok()) << k.status();
 }
 
 void SetMode(server::NodeState& state, uint32_t gpu, GateMode mode) {
-  SetKnob(state, gpu, "mode", [mode](orion::v1::PolicyKnobs* k) {
-    k->set_mode(mode == GateMode::kPassThrough ? orion::v1::GATE_MODE_PASS_THROUGH
-                : mode == GateMode::kMps       ? orion::v1::GATE_MODE_MPS
-                                               : orion::v1::GATE_MODE_PRIORITY);
-  });
+  SetKnob(state, gpu, [mode](server::PolicyChange* c) { c->mode = mode; });
 }
 
 bool InHpMask(contract::Board& board, uint32_t gpu, uint32_t slot) {
@@ -84,12 +79,10 @@ Outcome RunScenario(const Scenario& s) {
   SimNode node(s.params);
   if (s.mode != GateMode::kPriority) SetMode(node.state(), 0, s.mode);
   if (s.hp_grace_us) {
-    SetKnob(node.state(), 0, "hp_grace_us",
-            [&](orion::v1::PolicyKnobs* k) { k->set_hp_grace_us(*s.hp_grace_us); });
+    SetKnob(node.state(), 0, [&](server::PolicyChange* c) { c->hp_grace_us = *s.hp_grace_us; });
   }
   if (s.be_budget_us) {
-    SetKnob(node.state(), 0, "be_budget_us",
-            [&](orion::v1::PolicyKnobs* k) { k->set_be_budget_us(*s.be_budget_us); });
+    SetKnob(node.state(), 0, [&](server::PolicyChange* c) { c->be_budget_us = *s.be_budget_us; });
   }
   const uint64_t t0 = node.now();
   const uint64_t end = t0 + kRunNs;
@@ -306,8 +299,7 @@ uint64_t FirstLaunchLongerThan(const SimClient& c, uint64_t t_ns, uint64_t ns) {
 
 TEST(PolicySimTest, HungHighPriorityClientStopsHoldingAfterStaleBoundAndUnregisterFreesSlot) {
   SimNode node;
-  SetKnob(node.state(), 0, "hp_stale_ms",
-          [](orion::v1::PolicyKnobs* k) { k->set_hp_stale_ms(100); });
+  SetKnob(node.state(), 0, [](server::PolicyChange* c) { c->hp_stale_ms = 100; });
   const uint64_t stale = node.board().gpus[0].hp_stale_ns.load();
   ASSERT_EQ(stale, 100 * kMs);
   const uint64_t budget = node.board().gpus[0].be_budget_ns.load();
@@ -358,8 +350,7 @@ TEST(PolicySimTest, HungHighPriorityClientStopsHoldingAfterStaleBoundAndUnregist
 
 TEST(PolicySimTest, KilledHighPriorityClientReleasesGateAtOnce) {
   SimNode node;
-  SetKnob(node.state(), 0, "hp_stale_ms",
-          [](orion::v1::PolicyKnobs* k) { k->set_hp_stale_ms(1000); });
+  SetKnob(node.state(), 0, [](server::PolicyChange* c) { c->hp_stale_ms = 1000; });
   const uint64_t budget = node.board().gpus[0].be_budget_ns.load();
   const uint64_t t0 = node.now();
   SimClient* hp = node.AddClient("sim-infer", 0, Priority::kHigh);
@@ -607,8 +598,7 @@ AimdRun RunAimd(uint64_t target_us, bool adapt, const TrainerWorkload& work, uin
                 uint64_t window_ns) {
   SimNode node;
   if (!adapt) {
-    SetKnob(node.state(), 0, "adapt_budget",
-            [](orion::v1::PolicyKnobs* k) { k->set_adapt_budget(false); });
+    SetKnob(node.state(), 0, [](server::PolicyChange* c) { c->adapt_budget = false; });
   }
   const uint64_t t0 = node.now();
   const uint64_t end = t0 + run_ns;
@@ -631,8 +621,8 @@ AimdRun RunAimd(uint64_t target_us, bool adapt, const TrainerWorkload& work, uin
   for (const auto& c : node.state().Snapshot().clients) {
     if (c.client == std::to_string(hp->id())) out.busy_seen_by_server = c.busy.count;
   }
-  auto knobs = node.state().GetPolicy(0);
-  if (knobs.ok()) out.knob_us = knobs->be_budget_us();
+  auto policy = node.state().GetPolicy(0);
+  if (policy.ok()) out.knob_us = policy->knobs.be_budget_ns / 1000;
   return out;
 }
 

@@ -67,21 +67,21 @@ TEST_F(RegistrationTest, ForkedClientIsIdentifiedByTheKernelAndReleasedOnExit) {
   ASSERT_EQ(read(pipe_fds[0], &go, 1), 1);
   auto clients = server_->state().ListClients({});
   ASSERT_EQ(clients.size(), 1u);
-  EXPECT_EQ(clients[0].host_pid(), static_cast<uint32_t>(child));
-  EXPECT_EQ(clients[0].uid(), getuid());
-  EXPECT_EQ(clients[0].gpu(), 1u);
-  EXPECT_EQ(clients[0].priority(), orion::v1::PRIORITY_HIGH);
-  EXPECT_EQ(clients[0].priority_source(), "orion-run");
-  EXPECT_EQ(clients[0].memory_limit_bytes(), 1ull << 30);
-  EXPECT_EQ(clients[0].memory_used_bytes(), 777u);
+  EXPECT_EQ(clients[0].host_pid, static_cast<uint32_t>(child));
+  EXPECT_EQ(clients[0].uid, getuid());
+  EXPECT_EQ(clients[0].gpu, 1u);
+  EXPECT_EQ(clients[0].policy.priority, orion::contract::Priority::kHigh);
+  EXPECT_EQ(clients[0].policy.source, "orion-run");
+  EXPECT_EQ(clients[0].policy.memory_limit_bytes, 1ull << 30);
+  EXPECT_EQ(clients[0].memory_used_bytes, 777u);
   // High-priority slots are visible to the gate through the GPU's mask.
   const auto& gpu = server_->state().board().board().gpus[1];
-  EXPECT_NE(gpu.hp_slot_mask[clients[0].slot() / 64].load() & (1ull << (clients[0].slot() % 64)),
+  EXPECT_NE(gpu.hp_slot_mask[clients[0].slot / 64].load() & (1ull << (clients[0].slot % 64)),
             0u);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   EXPECT_TRUE(testing::WaitFor([&] { return server_->state().ListClients({}).empty(); }));
-  EXPECT_EQ(gpu.hp_slot_mask[clients[0].slot() / 64].load(), 0u);
+  EXPECT_EQ(gpu.hp_slot_mask[clients[0].slot / 64].load(), 0u);
 }
 
 // The socket file deleted, then replaced by something else, while the server runs: a new socket

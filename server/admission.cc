@@ -1,0 +1,95 @@
+// Admission rules: request checks and the policy decision (admission.h).
+#include "server/admission.h"
+
+#include <fnmatch.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace orion::server {
+
+using contract::Priority;
+
+absl::Status ValidateRegisterRequest(const contract::RegisterRequest& r, size_t bytes_read) {
+  if (bytes_read != sizeof(contract::RegisterRequest)) {
+    return absl::InvalidArgumentError(absl::StrCat("register request has ", bytes_read,
+                                                   " bytes, expected ",
+                                                   sizeof(contract::RegisterRequest)));
+  }
+  if (r.header.magic != contract::kWireMagic) {
+    return absl::InvalidArgumentError(absl::StrCat("bad magic 0x", absl::Hex(r.header.magic),
+                                                   " (not an orion client?)"));
+  }
+  if (r.header.version != contract::kWireVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("protocol version ", r.header.version,
+                                                   " not supported (server speaks ",
+                                                   contract::kWireVersion, ")"));
+  }
+  if (r.header.type != static_cast<uint32_t>(contract::MessageType::kRegister) ||
+      r.header.bytes != sizeof(contract::RegisterRequest)) {
+    return absl::InvalidArgumentError(absl::StrCat("message type ", r.header.type, " with ",
+                                                   r.header.bytes,
+                                                   " bytes is not a register request"));
+  }
+  if (r.requested_priority != contract::kNoValue32 && r.requested_priority > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("requested_priority ", r.requested_priority, " is not 0, 1 or unset"));
+  }
+  if (r.device_ordinal > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_ordinal ", r.device_ordinal, " is out of range"));
+  }
+  return absl::OkStatus();
+}
+
+ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequest& request,
+                          const ServerConfig& config, const PodPolicy* pod,
+                          const Priority* pod_override) {
+  ClientPolicy p;
+  p.latency_target_us = config.policy.default_latency_target_us;
+  const bool in_pod = !peer.cgroup.pod_uid.empty();
+  if (in_pod) {
+    if (pod) {
+      p.priority = pod->priority;
+      p.source = "pod-annotation";
+      p.memory_limit_bytes = pod->memory_limit_bytes;
+      if (pod->latency_target_us) p.latency_target_us = pod->latency_target_us;
+    }
+  } else {
+    const std::string requested_name = FixedString(request.process_name);
+    bool matched = false;
+    for (const PriorityRule& rule : config.rules) {
+      if (rule.uid && *rule.uid != peer.uid) continue;
+      if (!rule.process_glob.empty() &&
+          fnmatch(rule.process_glob.c_str(), peer.process_name.c_str(), 0) != 0 &&
+          fnmatch(rule.process_glob.c_str(), requested_name.c_str(), 0) != 0) {
+        continue;
+      }
+      p.priority = rule.priority;
+      p.memory_limit_bytes = rule.memory_limit_bytes;
+      if (rule.latency_target_us) p.latency_target_us = rule.latency_target_us;
+      p.source = "config-rule";
+      matched = true;
+      break;
+    }
+    if (!matched && config.trust_client_requests) {
+      if (request.requested_priority != contract::kNoValue32) {
+        p.priority = static_cast<Priority>(request.requested_priority);
+        p.source = "orion-run";
+      }
+      if (request.requested_memory_limit) {
+        p.memory_limit_bytes = request.requested_memory_limit;
+        p.source = "orion-run";
+      }
+      if (request.requested_latency_target_us) {
+        p.latency_target_us = request.requested_latency_target_us;
+      }
+    }
+  }
+  if (pod_override) {
+    p.priority = *pod_override;
+    p.source = "admin";
+  }
+  return p;
+}
+
+}  // namespace orion::server

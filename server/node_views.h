@@ -1,0 +1,94 @@
+// The views seam of the node's state: what NodeState answers the admin API and the agent with,
+// and what they ask of it, as plain values. The gRPC adapter (server/admin_mapping.h) maps them
+// to and from orion.v1 messages, so registration, ingest and policy carry no proto types.
+//
+// Usage:
+//   for (const ClientView& c : state.ListClients({.pod = "serve-0"})) ...;
+//   absl::StatusOr<TimelineView> v = state.TimelineWindow(gpu, since_ms, until_ms, max);
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "contract/orion_contract.h"
+#include "server/admission.h"
+#include "server/gpu_policy.h"
+#include "server/timeline.h"
+
+namespace orion::server {
+
+// A registered client: who it is (kernel-verified), what it may do, what its area counts.
+struct ClientView {
+  uint32_t client_id = 0, slot = 0, gpu = 0;
+  uint32_t host_pid = 0, uid = 0;
+  std::string process_name;
+  std::string pod_uid, container_id;
+  std::string pod, ns;  // empty until the agent names the pod (and always standalone)
+  ClientPolicy policy;
+  bool paused = false;
+  // Client-written counters: shown, never trusted for decisions.
+  uint64_t memory_used_bytes = 0, memory_peak_bytes = 0;
+  uint64_t kernels_launched = 0, throttled_ns = 0, events_dropped = 0;
+  int64_t registered_unix_ms = 0;
+};
+
+// Which clients ListClients returns; empty fields match all.
+struct ClientFilter {
+  std::optional<uint32_t> gpu;
+  std::string ns, pod;
+};
+
+struct GpuView {
+  uint32_t index = 0;
+  std::string uuid, node;
+  contract::GateMode mode = contract::kDefaultGateMode;
+  uint32_t clients = 0, high_priority_clients = 0;
+  bool high_priority_busy = false;  // a high-priority client has work on the GPU now
+};
+
+// A client's learned kernel profile, most launched first, and the same in Orion's CSV format.
+struct KernelProfileView {
+  struct Kernel {
+    std::string name;  // the kernel's, or func@0x... where it never reported one
+    uint64_t launches = 0, samples = 0;
+    double mean_duration_us = 0, p99_duration_us = 0;
+    uint32_t max_blocks = 0, threads_per_block = 0;
+    std::string kind;  // Orion's class: comp, mem, unknown
+  };
+  std::vector<Kernel> kernels;
+  std::string orion_csv;
+};
+
+// The timeline recording window of one GPU, or all (Unix ms; until 0 = open).
+struct RecordingChange {
+  bool all_gpus = false;
+  uint32_t gpu = 0;
+  int64_t from_unix_ms = 0, until_unix_ms = 0;
+};
+struct RecordingWindow {
+  uint32_t gpu = 0;
+  int64_t from_unix_ms = 0, until_unix_ms = 0;
+  uint64_t spans_recorded = 0;  // since the server started
+};
+
+// What an agent's pod sync did.
+struct PodSync {
+  uint32_t pods_known = 0;
+  uint32_t clients_updated = 0;  // live clients whose priority or limits changed
+};
+
+// Timeline spans as the admin API shows them: each with its name resolved.
+struct NamedSpan {
+  Span span;
+  std::string name;
+};
+struct TimelineView {
+  std::vector<NamedSpan> spans;
+  bool truncated = false;           // window: more spans than asked for (the newest kept)
+  uint64_t cursor = 0, lost = 0;    // after a cursor: where to resume; spans already overwritten
+  int64_t server_now_unix_ns = 0;
+};
+
+}  // namespace orion::server
