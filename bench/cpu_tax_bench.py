@@ -137,6 +137,8 @@ class Bench:
 
     def record(self, row):
         row.update(limit=self.args.limit, limit_note=self.limit_note, time=time.time())
+        if self.args.baseline_interposer:
+            row["baseline"] = os.path.basename(self.args.baseline_interposer)
         self.rows.write(json.dumps(row) + "\n")
         self.rows.flush()
         print(json.dumps(row), flush=True)
@@ -225,9 +227,13 @@ def render(path):
     for limit in sorted({r["limit"] for r in rows}):
         sub = [r for r in rows if r["limit"] == limit]
         note = sub[0].get("limit_note", limit)
-        lines += [f"### One CPU ({note}), {max(r['round'] for r in sub)} rounds", "",
-                  "| job | figure | bare, median | interposer, median | interposer / bare: "
-                  "median [min, max] |", "|---|---|---|---|---|"]
+        # An A/B of two builds names the baseline library in its rows (--baseline-interposer).
+        base = sub[0].get("baseline")
+        a, b = ("baseline", "this build") if base else ("bare", "interposer")
+        against = f", this build against {base}" if base else ""
+        lines += [f"**One CPU ({note}), {max(r['round'] for r in sub)} rounds{against}**", "",
+                  f"| job | figure | {a}, median | {b}, median | {b} / {a}: median [min, max] |",
+                  "|---|---|---|---|---|"]
         for role, metrics in METRICS.items():
             by_round = {}
             for r in sub:
