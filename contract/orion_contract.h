@@ -79,7 +79,8 @@ enum class EventKind : uint32_t {
   kGraphLaunch = 7,  // func = CUgraphExec, aux = kernel nodes in the graph, stream
   kKernelTime = 8,   // func, duration_ns measured on the GPU (sampled launches); with
                      // kOnHostClock in flags, cpu_ns is the GPU's start on the host clock
-  kThrottled = 9,    // a best-effort launch waited duration_ns at the gate
+  kThrottled = 9,    // a launch waited duration_ns at the gate (best effort held while
+                     // high-priority work ran) or, with kPausedWait, while its client was paused
   kAllocDenied = 10, // an allocation of `bytes` was refused by the memory quota
   kBusyPeriod = 11,  // high-priority client: from the launch that found nothing in flight and
                      // the grace (hp_grace_ns) over, to its last launch/completion before the
@@ -94,6 +95,7 @@ enum class EventKind : uint32_t {
 inline constexpr uint32_t kTimedLaunch = 1u;  // kLaunch/kGraphLaunch: a kKernelTime follows
 inline constexpr uint32_t kOnHostClock = 2u;  // kKernelTime/kRange: GPU times on the host clock
 inline constexpr uint32_t kWarmupSample = 4u; // kKernelTime of one of a kernel's first launches
+inline constexpr uint32_t kPausedWait = 8u;   // kThrottled: the wait was the client's pause
 
 enum class MemoryKind : uint32_t {
   kDevice = 0, kPitch = 1, kManaged = 2, kAsync = 3, kPool = 4, kVmmCreate = 5, kVmmMap = 6,
@@ -114,7 +116,7 @@ struct Event {
   uint32_t grid[3];
   uint32_t block[3];
   uint32_t shared_mem;
-  uint32_t flags;        // kTimedLaunch, kOnHostClock
+  uint32_t flags;        // kTimedLaunch, kOnHostClock, kWarmupSample, kPausedWait
   char name[kKernelNameBytes];  // kKernelName and kRange; NUL-terminated, truncated
 };
 inline constexpr size_t kEventWords = 1 + (sizeof(Event) + 7) / 8;  // +1: sequence word

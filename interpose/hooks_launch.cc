@@ -184,13 +184,24 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   if (ticket.waited_ns != 0) {
     counters.throttled_ns.fetch_add(ticket.waited_ns, std::memory_order_relaxed);
-    contract::Event t{};
-    t.kind = contract::EventKind::kThrottled;
-    t.cpu_ns = now;
-    t.func = info.func;
-    t.stream = reinterpret_cast<uint64_t>(info.stream);
-    t.duration_ns = ticket.waited_ns;
-    PushEvent(reg, t);
+    // The wait as up to two spans ending when the launch went out: the pause first (a resumed
+    // client may still meet the gate), then the time held at the gate.
+    const uint64_t paused = ticket.paused_ns < ticket.waited_ns ? ticket.paused_ns
+                                                                : ticket.waited_ns;
+    const uint64_t gate_held = ticket.waited_ns - paused;
+    auto report = [&](uint64_t duration_ns, uint64_t ended_ns, uint32_t flags) {
+      if (duration_ns == 0) return;
+      contract::Event t{};
+      t.kind = contract::EventKind::kThrottled;
+      t.cpu_ns = ended_ns;
+      t.func = info.func;
+      t.stream = reinterpret_cast<uint64_t>(info.stream);
+      t.duration_ns = duration_ns;
+      t.flags = flags;
+      PushEvent(reg, t);
+    };
+    report(paused, now - gate_held, contract::kPausedWait);
+    report(gate_held, now, 0);
   }
   if (pending != nullptr) SubmitPending(pending, info.stream, info.per_thread_stream, now);
   KeepRegistered(reg, now);

@@ -49,17 +49,23 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
   const contract::ClientSlot& slot = board.slots[slot_index];
   auto& words = gate.words;
   uint64_t start = 0;
+  uint64_t paused_since = 0;  // paused now, since then
   bool held = false;  // counted in gate_waiters
   for (;;) {
     // Paused: hold every launch, high priority included, until the server resumes us.
     if (slot.paused.load(std::memory_order_acquire) != 0) {
       const uint64_t now = MonotonicNs();
       if (start == 0) start = now;
+      if (paused_since == 0) paused_since = now;
       if (!ServerAlive(board, now)) break;  // a dead server cannot resume us: fail open
       const uint32_t seq = slot.wake_seq.load(std::memory_order_acquire);
       if (slot.paused.load(std::memory_order_acquire) == 0) continue;
       FutexWait(&slot.wake_seq, seq, kMaxFutexWaitNs);
       continue;
+    }
+    if (paused_since != 0) {
+      ticket.paused_ns += MonotonicNs() - paused_since;
+      paused_since = 0;
     }
     const uint32_t gpu_index = slot.gpu.load(std::memory_order_relaxed);
     if (gpu_index >= contract::kMaxGpus) break;
@@ -107,7 +113,13 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
     break;
   }
   if (held) words.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
-  if (start != 0) ticket.waited_ns = MonotonicNs() - start;
+  if (start != 0) {
+    const uint64_t end = MonotonicNs();
+    ticket.waited_ns = end - start;
+    if (paused_since != 0) ticket.paused_ns += end - paused_since;  // left while paused
+    // Never held by the gate itself: the whole wait was the pause (and the look after it).
+    if (!held && ticket.paused_ns != 0) ticket.paused_ns = ticket.waited_ns;
+  }
   return ticket;
 }
 

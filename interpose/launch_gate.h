@@ -291,7 +291,8 @@ inline GateDecision DecideBestEffort(const contract::Board& board, const contrac
 
 struct GateTicket {
   uint64_t budget_ns = 0;  // charged to be_outstanding_ns; release at completion
-  uint64_t waited_ns = 0;  // time held at the gate (0 if it went at once)
+  uint64_t waited_ns = 0;  // time held at the gate (0 if it went at once), paused time included
+  uint64_t paused_ns = 0;  // of which the client was paused
 };
 
 // Blocks the calling thread until the launch may go: while the slot is paused, and for a

@@ -157,9 +157,10 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
     }
     case EventKind::kThrottled:
       if (e.duration_ns < kMaxPlausibleDurationNs) {
-        // Reported after the held launch went out: the wait ended then (held or paused).
+        // Reported when the held launch went out, each part (paused, held at the gate) with
+        // the time it ended.
         Span span = NewSpan(priority, at - static_cast<int64_t>(e.duration_ns));
-        span.kind = SpanKind::kThrottled;
+        span.kind = (e.flags & contract::kPausedWait) ? SpanKind::kPaused : SpanKind::kThrottled;
         span.duration_ns = e.duration_ns;
         span.measured = true;  // on the CPU
         sinks.timeline.Add(span);

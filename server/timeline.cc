@@ -12,6 +12,7 @@ const char* SpanKindName(SpanKind k) {
     case SpanKind::kMemcpy: return "memcpy";
     case SpanKind::kMemset: return "memset";
     case SpanKind::kThrottled: return "throttled";
+    case SpanKind::kPaused: return "paused";
     case SpanKind::kBusyPeriod: return "hp-busy";
     case SpanKind::kStep: return "step";
   }

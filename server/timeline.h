@@ -16,7 +16,10 @@
 
 namespace orion::server {
 
-enum class SpanKind : uint8_t { kKernel, kGraph, kMemcpy, kMemset, kThrottled, kBusyPeriod, kStep };
+// kThrottled: a launch held at the gate; kPaused: held while its client was paused.
+enum class SpanKind : uint8_t {
+  kKernel, kGraph, kMemcpy, kMemset, kThrottled, kBusyPeriod, kStep, kPaused
+};
 const char* SpanKindName(SpanKind k);
 
 struct Span {

@@ -28,6 +28,9 @@ constexpr uint32_t kRunTidBase = 2'000'000;   // "ran" thread of client N: base 
 constexpr uint32_t kStepTidBase = 3'000'000;  // "steps" thread of client N: base + N
 constexpr int kPidsPerInput = 1000;            // merge: input i's GPU g becomes i * 1000 + g
 
+// Time a client's launches waited: held at the gate, or while the client was paused.
+bool HeldKind(const std::string& kind) { return kind == "throttled" || kind == "paused"; }
+
 Value Str(const std::string& s) {
   Value v;
   v.set_string_value(s);
@@ -104,7 +107,7 @@ std::string ChromeTraceJson(const NodeTimeline& t) {
             absl::StrCat(t.node, " GPU ", g.gpu.index(), " (", g.gpu.uuid(), ")"), pid);
     std::set<uint32_t> named;
     for (const orion::v1::TimelineSpan& s : g.spans) {
-      const bool held = s.kind() == "throttled";
+      const bool held = HeldKind(s.kind());
       const bool step = s.kind() == "step";
       const int64_t tid = held ? kHeldTidBase + s.client_id()
                           : step ? kStepTidBase + s.client_id()
@@ -314,7 +317,8 @@ if (t1 <= t0) t1 = t0 + 1;
 let view0 = t0, view1 = t1;
 const svg = document.getElementById('chart'), NS = 'http://www.w3.org/2000/svg';
 const LABEL = 330, ROW = 18, W = 1200;
-const color = s => s.cat === 'throttled' ? '#d62728' : s.cat === 'step' ? '#9467bd' :
+const color = s => s.cat === 'throttled' ? '#d62728' : s.cat === 'paused' ? '#7f7f7f' :
+  s.cat === 'step' ? '#9467bd' :
   (s.args && s.args.priority === 'high' ? '#1f77b4' : '#2ca02c');
 function draw() {
   while (svg.firstChild) svg.removeChild(svg.firstChild);
@@ -382,7 +386,7 @@ std::vector<RunInterval> MergeRuns(const std::vector<orion::v1::TimelineSpan>& s
   std::vector<const orion::v1::TimelineSpan*> work;
   for (const orion::v1::TimelineSpan& s : spans) {
     // GPU work only: held time, high-priority busy periods and steps are not work that ran.
-    if (s.kind() != "throttled" && s.kind() != "hp-busy" && s.kind() != "step") {
+    if (!HeldKind(s.kind()) && s.kind() != "hp-busy" && s.kind() != "step") {
       work.push_back(&s);
     }
   }

@@ -5,7 +5,8 @@
 // Trace layout: one process per node GPU ("<node> GPU <index>"), one thread per client
 // ("<namespace>/<pod> (client N, high)"), GPU work as complete events ("X"; args.measured says
 // whether the duration is the GPU's own, else the span is a launch instant of zero length), and
-// time held at the gate on a second thread of the client ("... held at gate"), and, with
+// time held at the gate (cat "throttled", or "paused" while the client was paused) on a second
+// thread of the client ("... held at gate"), and, with
 // run_gap_ns, the client's run intervals on a third ("... ran": its work spans merged while the
 // gap between them stays within run_gap_ns). Timestamps are the
 // node's CLOCK_REALTIME in microseconds; otherData records the node, when it was exported and the

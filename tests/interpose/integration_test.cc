@@ -226,6 +226,34 @@ TEST_F(InterposeIntegrationTest, BestEffortWaitsWhileHighPriorityWorkRuns) {
   EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
 }
 
+// A paused client's launches wait until it is resumed, and the wait is reported as paused time
+// (kThrottled with kPausedWait), apart from time held at the gate, which a pass-through gate
+// never adds.
+TEST_F(InterposeIntegrationTest, PausedClientReportsItsWaitAsPausedTime) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  c::ClientSlot& slot = registrar.board().slots[0];  // the probe registers into slot 0
+  slot.paused.store(1);
+  std::thread resume([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    slot.paused.store(0);
+    slot.wake_seq.fetch_add(1);
+    syscall(SYS_futex, &slot.wake_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+  });
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "2");
+  resume.join();
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_NE(registrar.area(0), nullptr);
+  uint64_t paused_ns = 0, held_ns = 0;
+  for (const c::Event& e : registrar.Drain(0)) {
+    if (e.kind != c::EventKind::kThrottled) continue;
+    ((e.flags & c::kPausedWait) ? paused_ns : held_ns) += e.duration_ns;
+  }
+  EXPECT_GE(paused_ns, 100'000'000u);  // the 200 ms started before the probe registered
+  EXPECT_LT(paused_ns, 2'000'000'000u);
+  EXPECT_EQ(held_ns, 0u);  // the gate is in pass-through: nothing else held the launch
+  EXPECT_EQ(registrar.area(0)->counters.throttled_ns.load(), paused_ns);
+}
+
 TEST_F(InterposeIntegrationTest, ForkedChildLeavesTheParentsRegistrationAlone) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   ASSERT_TRUE(registrar.ok());

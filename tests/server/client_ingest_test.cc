@@ -66,6 +66,28 @@ TEST_F(ClientIngestTest, InferredKernelsQueueBehindMeasuredWorkAtTheWarmDuration
   EXPECT_DOUBLE_EQ(gpu_busy_ns_, ingest_.gpu_busy_ns());
 }
 
+// A launch's wait arrives as a paused part and a held part, each ending where it ended: two
+// spans of their own kinds, measured on the CPU, neither counted as GPU work.
+TEST_F(ClientIngestTest, PausedAndGateHeldTimeAreSpansOfTheirOwnKinds) {
+  c::Event paused = At(c::EventKind::kThrottled, 5'000'000);  // the pause ended here
+  paused.flags = c::kPausedWait;
+  paused.duration_ns = 3'000'000;
+  Feed(paused);
+  c::Event held = At(c::EventKind::kThrottled, 5'400'000);  // then held at the gate till here
+  held.duration_ns = 400'000;
+  Feed(held);
+  const std::vector<Span> spans = Spans();
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].kind, SpanKind::kPaused);
+  EXPECT_STREQ(SpanKindName(spans[0].kind), "paused");
+  EXPECT_EQ(spans[0].start_unix_ns, 2'000'000);
+  EXPECT_EQ(spans[0].duration_ns, 3'000'000u);
+  EXPECT_EQ(spans[1].kind, SpanKind::kThrottled);
+  EXPECT_EQ(spans[1].start_unix_ns, 5'000'000);
+  EXPECT_TRUE(spans[0].measured && spans[1].measured);
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), 0);
+}
+
 // A graph's replays: untimed ones at the mean of its timed ones, with their kernel count.
 TEST_F(ClientIngestTest, GraphReplaysAtTheirMeasuredMean) {
   c::Event g = At(c::EventKind::kGraphLaunch, 1'000'000, 0xabc);

@@ -82,6 +82,7 @@ NodeTimeline TwoGpuNode(const std::string& node, int64_t offset_ns) {
   g0.spans = {MakeSpan(1, orion::v1::PRIORITY_HIGH, "kernel", t0, 250'000),
               MakeSpan(2, orion::v1::PRIORITY_BEST_EFFORT, "kernel", t0 + 300'000, 0),
               MakeSpan(2, orion::v1::PRIORITY_BEST_EFFORT, "throttled", t0 + 10'000, 280'000),
+              MakeSpan(2, orion::v1::PRIORITY_BEST_EFFORT, "paused", t0 + 310'000, 50'000),
               MakeSpan(1, orion::v1::PRIORITY_HIGH, "memcpy", t0 + 400'000, 5'000, 1 << 20),
               MakeSpan(1, orion::v1::PRIORITY_HIGH, "step", t0 - 20'000, 700'000)};
   // An NVTX range: GPU times above, CPU times (push 30 us before its work began) here.
@@ -99,7 +100,7 @@ NodeTimeline TwoGpuNode(const std::string& node, int64_t offset_ns) {
 TEST(ChromeTrace, OneProcessPerGpuOneThreadPerClientHeldTimeApart) {
   const Struct root = Parse(ChromeTraceJson(TwoGpuNode("node-a", 0)));
   auto events = CheckTraceFormat(root);
-  ASSERT_EQ(events["X"].size(), 6u);
+  ASSERT_EQ(events["X"].size(), 7u);
   std::map<int, std::string> processes;
   std::map<std::pair<int, int>, std::string> threads;
   for (const Struct& m : events["M"]) {
@@ -133,9 +134,10 @@ TEST(ChromeTrace, OneProcessPerGpuOneThreadPerClientHeldTimeApart) {
       EXPECT_EQ(f.at("name").string_value(), "gemm_kernel");
     } else if (cat == "kernel") {
       EXPECT_FALSE(args.at("measured").bool_value());  // a launch instant, not a GPU interval
-    } else if (cat == "throttled") {
-      EXPECT_EQ(f.at("tid").number_value(), 1'000'002);
+    } else if (cat == "throttled" || cat == "paused") {
+      EXPECT_EQ(f.at("tid").number_value(), 1'000'002);  // the client's held row, both kinds
       EXPECT_TRUE(args.at("measured").bool_value());
+      EXPECT_EQ(f.at("name").string_value(), cat);
     } else if (cat == "memcpy") {
       EXPECT_EQ(args.at("bytes").number_value(), 1 << 20);
     } else if (cat == "step") {
@@ -164,6 +166,7 @@ TEST(ChromeTrace, RunIntervalsMergeWorkWithinTheGap) {
       MakeSpan(1, hp, "kernel", t0, 300'000),
       MakeSpan(1, hp, "kernel", t0 + 800'000, 200'000),    // 0.5 ms after the first ends
       MakeSpan(1, hp, "throttled", t0 + 1'000'000, 900'000),
+      MakeSpan(1, hp, "paused", t0 + 1'050'000, 900'000),  // held, not work: bridges no gap
       MakeSpan(1, hp, "memcpy", t0 + 2'050'000, 0),        // inside the third run, unmeasured
   };
   const std::vector<RunInterval> runs = MergeRuns(spans, 600'000);
@@ -204,7 +207,7 @@ TEST(ChromeTrace, MergeKeepsNodesApartAndAlignsClocks) {
   ASSERT_TRUE(merged.ok()) << merged.status();
   const Struct root = Parse(*merged);
   auto events = CheckTraceFormat(root);
-  EXPECT_EQ(events["X"].size(), 12u);
+  EXPECT_EQ(events["X"].size(), 14u);
   std::set<int> pids;
   double a_first = 0, b_first = 0;
   for (const Struct& x : events["X"]) {
