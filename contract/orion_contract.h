@@ -398,7 +398,10 @@ struct RegisterRequest {
   uint64_t requested_memory_limit;  // bytes, 0 = none; honoured only in standalone mode
   uint64_t requested_latency_target_us;  // 0 = none; standalone only
   char process_name[64];         // argv[0] basename, informative
-  uint8_t reserved[96];
+  // CPUs the process may use (affinity, cgroup quota) in thousandths; kNoValue32 = no limit
+  // found. Informative (shown to operators); senders of wire v2 before it left it 0.
+  uint32_t usable_millicpus;
+  uint8_t reserved[92];
 };
 
 struct RegisterReply {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "interpose/call_log.h"
+#include "interpose/cpu_limits.h"
 #include "interpose/completion_tracker.h"
 #include "interpose/nvtx_ranges.h"
 #include "interpose/real_driver.h"
@@ -102,6 +103,8 @@ void OnForkChild() {
 void InitProcess() {
   PinLoadedVersion();
   g_config = ReadEnvConfig(getenv);
+  g_config.usable_millicpus = ProcessMilliCpus();
+  g_config.gate_spin_cap_ns = GateSpinCapNs(g_config.usable_millicpus);
   g_driver_ok = EnsureDriverResolved();
   // Disabled or no driver: the hooks only forward (or report CUDA_ERROR_NOT_INITIALIZED).
   if (g_config.disabled || !g_driver_ok) return;
@@ -165,6 +168,7 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
   request.requested_priority = g_config.requested_priority;
   request.requested_memory_limit = g_config.requested_memory_limit;
   request.requested_latency_target_us = g_config.requested_latency_target_us;
+  request.usable_millicpus = g_config.usable_millicpus;
   CopyTruncated(request.process_name, sizeof(request.process_name), program_invocation_short_name);
 
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

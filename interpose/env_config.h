@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "contract/gate_rules.h"
 #include "contract/orion_contract.h"
 
 namespace orion::interpose {
@@ -169,6 +170,10 @@ struct EnvConfig {
   // ORION_NVTX_DEPTH: NVTX nesting levels reported as ranges (0: none); deeper ones are only
   // counted so that push and pop stay paired.
   uint32_t nvtx_depth = 2;
+  // Not from the environment: read at start (cpu_limits.h). The CPUs the process may use
+  // (affinity, cgroup quota) in thousandths, and the most the gate may spin before it sleeps.
+  uint32_t usable_millicpus = UINT32_MAX;
+  uint64_t gate_spin_cap_ns = contract::kMaxSpinNs;
 };
 
 // The direction of a copy from where its two ends live (device memory, managed memory and arrays

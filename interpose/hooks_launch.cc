@@ -110,7 +110,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   GateTicket ticket;
   if (gated || slot.paused.load(std::memory_order_relaxed) != 0) {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
-                        BestEffortLaunch{blocks, estimate, kclass});
+                        BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns);
     // Promoted through the admin API while waiting: this launch is already high priority (the
     // wait ends on the promotion), so it is tracked and makes best-effort clients wait.
     high = is_high();

@@ -44,7 +44,7 @@ void OpenGate(contract::GateArea& gate) {
 }
 
 GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, uint32_t slot_index,
-                      const BestEffortLaunch& launch) {
+                      const BestEffortLaunch& launch, uint64_t spin_cap_ns) {
   GateTicket ticket;
   const contract::ClientSlot& slot = board.slots[slot_index];
   auto& words = gate.words;
@@ -90,8 +90,9 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
         FutexWakeAll(&words.tracker_seq);
       }
     }
-    if (now - start <
-        std::min(gpu.spin_ns.load(std::memory_order_relaxed), contract::kMaxSpinNs)) {
+    const uint64_t spin_ns =
+        std::min<uint64_t>(gpu.spin_ns.load(std::memory_order_relaxed), contract::kMaxSpinNs);
+    if (now - start < std::min(spin_ns, spin_cap_ns)) {
       for (int i = 0; i < 32; ++i) CpuRelax();
       continue;
     }

@@ -298,10 +298,11 @@ struct GateTicket {
 // Blocks the calling thread until the launch may go: while the slot is paused, and for a
 // best-effort client while the gate says kWait. Counts itself in gate_waiters from the first
 // kWait to the end (the 0 -> 1 step wakes the clients' completion trackers through tracker_seq),
-// spins up to gpu.spin_ns, then futex-waits on gate_seq (or the slot's wake_seq when paused) at
-// most kMaxFutexWaitNs at a time, or until the high-priority clients' grace period ends.
+// spins up to gpu.spin_ns (at most spin_cap_ns: 0 in a process with less than two CPUs, see
+// cpu_limits.h), then futex-waits on gate_seq (or the slot's wake_seq when paused) at most
+// kMaxFutexWaitNs at a time, or until the high-priority clients' grace period ends.
 GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, uint32_t slot_index,
-                      const BestEffortLaunch& launch);
+                      const BestEffortLaunch& launch, uint64_t spin_cap_ns = contract::kMaxSpinNs);
 
 // Wakes best-effort threads of every process waiting on this GPU's gate.
 void OpenGate(contract::GateArea& gate);

@@ -110,6 +110,8 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   c.policy = policy;
   c.admin_priority = pod_override != nullptr;
   c.registered_unix_ms = RealtimeNs() / 1000000;
+  c.usable_millicpus =
+      request.usable_millicpus == contract::kNoValue32 ? 0 : request.usable_millicpus;
   ++registrations_ok_;
   a.client_id = id;
   a.slot = *slot;
@@ -320,6 +322,7 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
   v.throttled_ns = s.throttled_ns.load(std::memory_order_relaxed);
   v.events_dropped = area.ring.dropped.load(std::memory_order_relaxed);
   v.registered_unix_ms = c.registered_unix_ms;
+  v.usable_millicpus = c.usable_millicpus;
   return v;
 }
 

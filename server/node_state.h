@@ -153,6 +153,7 @@ class NodeState {
     bool paused = false;
     bool admin_priority = false;
     int64_t registered_unix_ms = 0;
+    uint32_t usable_millicpus = 0;  // as the client found them; 0 = unknown or no limit
     uint64_t gate_claims_ignored = 0;
     ClientIngest ingest;                // what its events became
     uint64_t busy_count_at_change = 0;  // ingest.busy().count when the GPU's budget last changed

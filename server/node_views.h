@@ -32,6 +32,9 @@ struct ClientView {
   uint64_t memory_used_bytes = 0, memory_peak_bytes = 0;
   uint64_t kernels_launched = 0, throttled_ns = 0, events_dropped = 0;
   int64_t registered_unix_ms = 0;
+  // CPUs the process may use (affinity, cgroup quota) in thousandths, as its interposer found
+  // them at start; 0 = unknown or no limit. Informative: a one-CPU pod shows 1000.
+  uint32_t usable_millicpus = 0;
 };
 
 // Which clients ListClients returns; empty fields match all.

@@ -98,11 +98,19 @@ const char* PrioName(orion::v1::Priority p) {
 
 std::string Mib(uint64_t b) { return b ? std::to_string(b >> 20) + "Mi" : "-"; }
 
+// CPUs the client may use, as it found them ("-": no limit found).
+std::string Cpus(uint32_t millicpus) {
+  if (millicpus == 0) return "-";
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%g", millicpus / 1000.0);
+  return buf;
+}
+
 void PrintClientRow(const orion::v1::Client& c) {
-  std::printf("%-5u %-4u %-8u %-20.20s %-24.24s %-12s %-5s %10s %10s %12lu %10.3f\n", c.client_id(),
-              c.gpu(), c.host_pid(), c.process_name().c_str(),
+  std::printf("%-5u %-4u %-8u %-20.20s %-24.24s %-12s %-5s %5s %10s %10s %12lu %10.3f\n",
+              c.client_id(), c.gpu(), c.host_pid(), c.process_name().c_str(),
               c.pod().empty() ? "-" : (c.namespace_() + "/" + c.pod()).c_str(),
-              PrioName(c.priority()), c.paused() ? "yes" : "no",
+              PrioName(c.priority()), c.paused() ? "yes" : "no", Cpus(c.usable_millicpus()).c_str(),
               Mib(c.memory_used_bytes()).c_str(), Mib(c.memory_limit_bytes()).c_str(),
               static_cast<unsigned long>(c.kernels_launched()), c.throttled_ns() / 1e9);
 }
@@ -266,8 +274,9 @@ int main(int argc, char** argv) {
     orion::v1::ListClientsResponse r;
     if (auto s = stub->ListClients(ctx().get(), q, &r); !s.ok()) return Fail(s);
     if (json) return PrintJson(r), 0;
-    std::printf("%-5s %-4s %-8s %-20s %-24s %-12s %-5s %10s %10s %12s %10s\n", "ID", "GPU", "PID",
-                "PROCESS", "POD", "PRIORITY", "PAUSE", "MEM", "LIMIT", "KERNELS", "THROTTLE_S");
+    std::printf("%-5s %-4s %-8s %-20s %-24s %-12s %-5s %5s %10s %10s %12s %10s\n", "ID", "GPU",
+                "PID", "PROCESS", "POD", "PRIORITY", "PAUSE", "CPUS", "MEM", "LIMIT", "KERNELS",
+                "THROTTLE_S");
     for (const auto& c : r.clients()) PrintClientRow(c);
     return 0;
   }

@@ -254,6 +254,17 @@ TEST_F(InterposeIntegrationTest, PausedClientReportsItsWaitAsPausedTime) {
   EXPECT_EQ(registrar.area(0)->counters.throttled_ns.load(), paused_ns);
 }
 
+// The CPUs a process may use reach the server with its registration: one under `taskset -c 0`,
+// whatever the machine has.
+TEST_F(InterposeIntegrationTest, RegistrationCarriesTheCpusTheProcessMayUse) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path() + " taskset -c 0", "1");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::vector<c::RegisterRequest> requests = registrar.requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests.back().usable_millicpus, 1000u);
+}
+
 TEST_F(InterposeIntegrationTest, ForkedChildLeavesTheParentsRegistrationAlone) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   ASSERT_TRUE(registrar.ok());

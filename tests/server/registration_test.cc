@@ -43,6 +43,7 @@ TEST_F(RegistrationTest, ForkedClientIsIdentifiedByTheKernelAndReleasedOnExit) {
     RegisterReply reply{};
     auto req = testing::MakeRequest(cfg_.gpus[1].c_str(), Priority::kHigh, 1 << 30);
     req.claimed_pid = 1;  // lies about its pid: must not matter
+    req.usable_millicpus = 1500;  // informative: shown as it came
     testing::ClientMaps maps;
     const int fd = testing::RegisterClient(cfg_.socket_path, req, &reply, &maps);
     if (fd < 0 || reply.status != 0) _exit(3);
@@ -74,6 +75,7 @@ TEST_F(RegistrationTest, ForkedClientIsIdentifiedByTheKernelAndReleasedOnExit) {
   EXPECT_EQ(clients[0].policy.source, "orion-run");
   EXPECT_EQ(clients[0].policy.memory_limit_bytes, 1ull << 30);
   EXPECT_EQ(clients[0].memory_used_bytes, 777u);
+  EXPECT_EQ(clients[0].usable_millicpus, 1500u);
   // High-priority slots are visible to the gate through the GPU's mask.
   const auto& gpu = server_->state().board().board().gpus[1];
   EXPECT_NE(gpu.hp_slot_mask[clients[0].slot / 64].load() & (1ull << (clients[0].slot % 64)),
