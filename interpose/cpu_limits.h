@@ -24,6 +24,7 @@ inline constexpr uint32_t kUnlimitedMilliCpus = UINT32_MAX;
 // no limit.
 inline uint32_t MilliCpusOf(uint64_t quota_us, uint64_t period_us) {
   if (quota_us == 0 || period_us == 0) return kUnlimitedMilliCpus;
+  if (quota_us > (UINT64_MAX - period_us) / 1000) return kUnlimitedMilliCpus - 1;  // absurd quota
   const uint64_t m = (quota_us * 1000 + period_us - 1) / period_us;
   return m >= kUnlimitedMilliCpus ? kUnlimitedMilliCpus - 1 : static_cast<uint32_t>(m);
 }

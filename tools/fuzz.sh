@@ -16,7 +16,7 @@ FUZZ_SECONDS="${ORION_FUZZ_SECONDS:-20}"
 JOBS="${ORION_JOBS:-$(nproc)}"
 BUILD=build-fuzz
 ALL_TARGETS=(config_fuzz admin_tokens_fuzz orion_csv_fuzz register_request_fuzz admission_fuzz
-             board_drain_fuzz)
+             board_drain_fuzz cgroup_cpu_fuzz)
 if (($#)); then TARGETS=("$@"); else TARGETS=("${ALL_TARGETS[@]}"); fi
 
 start_all=$(date +%s)

@@ -6,7 +6,7 @@ import os
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WIRE_MAGIC, WIRE_VERSION, REGISTER = 0x5057524F, 1, 1
+WIRE_MAGIC, WIRE_VERSION, REGISTER = 0x5057524F, 3, 1  # contract::kWireVersion
 NO_VALUE = 0xFFFFFFFF
 
 
@@ -20,11 +20,12 @@ def write(target, name, data):
 # ---- RegisterRequest (256 bytes) ----
 def register_request(magic=WIRE_MAGIC, version=WIRE_VERSION, mtype=REGISTER, nbytes=256,
                      pid=4242, ordinal=0, uuid=b"GPU-8f4c2e1a-0000-1111-2222-333344445555",
-                     priority=1, flags=0, limit=0, target_us=0, name=b"python"):
+                     priority=1, flags=0, limit=0, target_us=0, name=b"python",
+                     millicpus=NO_VALUE):
     r = struct.pack("<IIII", magic, version, mtype, nbytes)
     r += struct.pack("<II", pid, ordinal) + uuid.ljust(48, b"\0")[:48]
     r += struct.pack("<IIQQ", priority, flags, limit, target_us) + name.ljust(64, b"\0")[:64]
-    r += b"\0" * 96
+    r += struct.pack("<I", millicpus) + b"\0" * 92
     assert len(r) == 256
     return r
 
@@ -35,7 +36,8 @@ write("register_request_fuzz", "valid-unset-priority",
 write("register_request_fuzz", "valid-best-effort-unterminated-name",
       register_request(priority=0, name=b"t" * 64, uuid=b"G" * 48))
 write("register_request_fuzz", "invalid-magic", register_request(magic=0x12345678))
-write("register_request_fuzz", "invalid-version", register_request(version=2))
+write("register_request_fuzz", "invalid-version", register_request(version=WIRE_VERSION - 1))
+write("register_request_fuzz", "valid-one-cpu", register_request(millicpus=1000))
 write("register_request_fuzz", "invalid-goodbye-type", register_request(mtype=3, nbytes=64))
 write("register_request_fuzz", "invalid-priority", register_request(priority=5))
 write("register_request_fuzz", "invalid-ordinal", register_request(ordinal=5000))
