@@ -279,11 +279,16 @@ std::string TimelineHtml(const std::string& trace_json) {
 <style>
 body { font: 12px sans-serif; margin: 8px; }
 #info { margin: 4px 0; color: #333; }
+#legend span { display: inline-block; width: 10px; height: 10px; margin: 0 3px 0 10px; }
 #tip { position: fixed; background: #ffe; border: 1px solid #999; padding: 3px; display: none;
        pointer-events: none; white-space: pre; }
 svg { border: 1px solid #ccc; cursor: grab; }
 </style></head><body>
 <div id="info"></div>
+<div id="legend"><span style="background:#1f77b4"></span>high-priority work<span
+ style="background:#2ca02c"></span>best-effort work<span style="background:#d62728"></span>held
+ at the gate<span style="background:#7f7f7f"></span>paused<span
+ style="background:#9467bd"></span>steps (NVTX)</div>
 <svg id="chart" width="1200" height="100"></svg>
 <div id="tip"></div>
 <script type="application/json" id="trace">)",

@@ -2,7 +2,7 @@
 # The timeline page as a browser draws it: two nodes' exports merged by `orion-ctl timeline
 # merge ... --html`, opened in headless Chromium. Checks that the page drew one bar per span it
 # was given (DOM after the script ran) and that the screenshot shows them in their colours (high
-# priority blue, best-effort green, held at the gate red), not a blank page. Skips (77) where no
+# priority blue, best-effort green, held at the gate red, paused grey), not a blank page. Skips (77) where no
 # Chromium is installed; tools/setup-deps.sh installs it for CI.
 #   timeline_html_test.sh ORION_CTL
 set -euo pipefail
@@ -32,7 +32,8 @@ def node(name, offset_ns, clients):
 a = node("node-a", 0, [
     (1, "ml/svc (client 1, high)", "high", [("kernel", 0, 3000), ("kernel", 6000, 3000)]),
     (2, "ml/train (client 2, best-effort)", "best-effort", [("kernel", 3000, 3000), ("kernel", 9000, 4000)]),
-    (1000002, "ml/train held at gate", "best-effort", [("throttled", 0, 3000), ("throttled", 6000, 3000)]),
+    (1000002, "ml/train held at gate", "best-effort",
+     [("throttled", 0, 3000), ("throttled", 6000, 3000), ("paused", 13000, 3000)]),
 ])
 b = node("node-b", 1_000_000, [
     (7, "batch/job (client 7, best-effort)", "best-effort", [("kernel", 1000, 5000), ("kernel", 8000, 5000)]),
@@ -42,7 +43,7 @@ json.dump(b, open(f"{w}/b.json", "w"))
 PY
 "$CTL" timeline merge "$W/a.json" "$W/b.json" --out "$W/all.json" --html "$W/all.html" > /dev/null
 spans="$(python3 -c "import json,sys; print(sum(e['ph']=='X' for e in json.load(open(sys.argv[1]))['traceEvents']))" "$W/all.json")"
-[[ "$spans" == 8 ]] || { echo "FAIL: merged trace has $spans spans, expected 8"; exit 1; }
+[[ "$spans" == 9 ]] || { echo "FAIL: merged trace has $spans spans, expected 9"; exit 1; }
 
 run_browser() { timeout 60 "$BROWSER" --headless --no-sandbox --disable-gpu --hide-scrollbars \
   --user-data-dir="$W/profile" "$@" 2>> "$W/browser.log"; }
@@ -82,7 +83,7 @@ for y in range(height):
             line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
     rows.append(line); prev = line
 want = {"high (blue)": (0x1f, 0x77, 0xb4), "best-effort (green)": (0x2c, 0xa0, 0x2c),
-        "held (red)": (0xd6, 0x27, 0x28)}
+        "held (red)": (0xd6, 0x27, 0x28), "paused (grey)": (0x7f, 0x7f, 0x7f)}
 counts = {k: 0 for k in want}
 for line in rows:
     for x in range(0, stride, bpp):
@@ -93,4 +94,4 @@ print("pixels per colour:", counts)
 bad = [k for k, n in counts.items() if n < 500]
 assert not bad, f"too few pixels of {bad}: the bars are not drawn"
 PY
-echo "timeline html: $bars bars drawn, screenshot shows all three colours: ok"
+echo "timeline html: $bars bars drawn, screenshot shows all four colours: ok"
