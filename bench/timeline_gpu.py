@@ -106,6 +106,10 @@ def main():
     p.add_argument("--admin-port", type=int, default=50091)
     p.add_argument("--out")
     p.add_argument("--table")
+    p.add_argument("--timing-log", action="store_true",
+                   help="both processes write the GPU timing diagnostic (ORION_TIMING_LOG) to "
+                        "OUT/timing; its summary (bench/timing_log_summary.py) is printed and "
+                        "kept as OUT/timing.md")
     args = p.parse_args()
     if args.table:
         print(render_table([json.loads(l) for l in open(args.table) if l.strip()]))
@@ -138,6 +142,9 @@ def main():
     def client(role, argv):
         prio = "high" if role == "service" else "best-effort"
         env = dict(os.environ, ORION_SOCKET=f"{work}/orion.sock")
+        if args.timing_log:
+            os.makedirs(os.path.join(out, "timing"), exist_ok=True)
+            env["ORION_TIMING_LOG"] = os.path.join(out, "timing")
         cmd = [os.path.join(bundle, "orion-run"), "--interposer",
                os.path.join(bundle, "liborion_interpose.so"), "--priority", prio, "--",
                sys.executable, MODELS, *argv, "--nvtx", "--metrics", metrics,
@@ -206,6 +213,12 @@ def main():
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(table + "\n")
     print(table)
+    if args.timing_log:
+        summary = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "timing_log_summary.py"),
+                                  os.path.join(out, "timing")], capture_output=True, text=True)
+        with open(os.path.join(out, "timing.md"), "w") as f:
+            f.write(summary.stdout + summary.stderr)
+        print(summary.stdout + summary.stderr)
 
 
 if __name__ == "__main__":

@@ -520,6 +520,7 @@ inline constexpr const char* kEnvQuiet = "ORION_QUIET";            // 1: no stde
 // A folder: with no server to register with, the interposer writes its own call logs there
 // (timeline.<pid>.log, metrics.<pid>.log; format in interpose/call_log.h).
 inline constexpr const char* kEnvLogDir = "ORION_LOG_DIR";
+inline constexpr const char* kEnvTimingLog = "ORION_TIMING_LOG";  // folder: GPU timing diagnostic
 inline constexpr const char* kEnvNvtxDepth = "ORION_NVTX_DEPTH";
 // The NVTX loader (in the application) loads its tool from here: the interposer itself.
 inline constexpr const char* kEnvNvtxInjection = "NVTX_INJECTION64_PATH";

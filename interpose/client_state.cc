@@ -21,6 +21,7 @@
 #include "interpose/nvtx_ranges.h"
 #include "interpose/real_driver.h"
 #include "interpose/tables.h"
+#include "interpose/timing_log.h"
 #include "interpose/version_pin.h"
 
 extern "C" char* program_invocation_short_name;
@@ -97,6 +98,7 @@ void OnForkChild() {
   ResetTablesAfterFork();
   ResetCompletionTrackerAfterFork();
   ResetCallLogAfterFork();
+  ResetTimingLogAfterFork();
   ResetNvtxAfterFork();
 }
 
@@ -108,6 +110,7 @@ void InitProcess() {
   g_driver_ok = EnsureDriverResolved();
   // Disabled or no driver: the hooks only forward (or report CUDA_ERROR_NOT_INITIALIZED).
   if (g_config.disabled || !g_driver_ok) return;
+  StartTimingLog(g_config.timing_log_dir);
   pthread_atfork(nullptr, nullptr, OnForkChild);
 }
 

@@ -17,6 +17,7 @@
 #include "interpose/gpu_clock.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
+#include "interpose/timing_log.h"
 
 namespace orion::interpose {
 namespace {
@@ -153,16 +154,22 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
         contract::Event e{};
         e.kind = contract::EventKind::kKernelTime;
         e.cpu_ns = now;
-        uint64_t start = 0, end = 0;
+        uint64_t start = 0, end = 0, placed_start = 0;
+        bool clamped = false;
+        const uint64_t gpu_elapsed_ns = ns;
         if (HostTimes(p, &start, &end)) {
+          placed_start = start;
           // On an idle stream the start event runs as soon as it is recorded, before the
           // launch call has even handed the kernel over (a CPU-bound eager service: every
           // launch): the kernel is taken to start no earlier than the call's return.
-          if (start < p->launched_ns) start = p->launched_ns < end ? p->launched_ns : end;
+          clamped = start < p->launched_ns;
+          if (clamped) start = p->launched_ns < end ? p->launched_ns : end;
           ns = end - start;
           e.cpu_ns = start;
           e.flags = contract::kOnHostClock;
         }
+        LogTimingSample(p->func, gpu_elapsed_ns, placed_start, end, p->launched_ns, ns, clamped,
+                        p->warmup);
         if (p->warmup) e.flags |= contract::kWarmupSample;
         if (p->kernel != nullptr) p->kernel->AddSample(ns);
         e.func = p->func;

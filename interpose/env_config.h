@@ -167,6 +167,7 @@ struct EnvConfig {
   uint64_t requested_latency_target_us = 0;
   char socket_path[108] = {};  // sun_path size
   char log_dir[256] = {};      // ORION_LOG_DIR: write call logs there when no server answers
+  char timing_log_dir[256] = {};  // ORION_TIMING_LOG: the GPU timing diagnostic (timing_log.h)
   // ORION_NVTX_DEPTH: NVTX nesting levels reported as ranges (0: none); deeper ones are only
   // counted so that push and pop stay paired.
   uint32_t nvtx_depth = 2;
@@ -207,6 +208,10 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
                 (socket != nullptr && socket[0] != '\0') ? socket : contract::kDefaultSocketPath);
   const char* log_dir = getenv_fn(contract::kEnvLogDir);
   if (log_dir != nullptr) CopyTruncated(config.log_dir, sizeof(config.log_dir), log_dir);
+  const char* timing_log = getenv_fn(contract::kEnvTimingLog);
+  if (timing_log != nullptr) {
+    CopyTruncated(config.timing_log_dir, sizeof(config.timing_log_dir), timing_log);
+  }
   if (ParseUnsigned(getenv_fn(contract::kEnvNvtxDepth), &value) && value <= 16) {
     config.nvtx_depth = static_cast<uint32_t>(value);
   }

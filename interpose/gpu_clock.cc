@@ -5,6 +5,7 @@
 
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
+#include "interpose/timing_log.h"
 
 namespace orion::interpose {
 
@@ -59,12 +60,15 @@ bool GpuClock::Renew(Context& c) {
   }
   uint64_t host_ns = seen_ns != 0 ? recorded_ns + (seen_ns - recorded_ns) / 2 : recorded_ns;
   float ms = 0.0f;
+  double chained = 0;
   if (c.current.event != nullptr && elapsed(&ms, c.current.event, event) == CUDA_SUCCESS) {
-    const double chained = static_cast<double>(c.current.host_ns) + static_cast<double>(ms) * 1e6;
+    chained = static_cast<double>(c.current.host_ns) + static_cast<double>(ms) * 1e6;
     if (chained - static_cast<double>(kDriftAllowanceNs) > static_cast<double>(host_ns)) {
       host_ns = static_cast<uint64_t>(chained) - kDriftAllowanceNs;
     }
   }
+  LogAnchor(reinterpret_cast<uint64_t>(c.ctx), recorded_ns, seen_ns,
+            chained > 0 ? static_cast<uint64_t>(chained) : 0, host_ns);
   c.spare = c.previous.event;
   c.previous = c.current;
   c.current = Anchor{event, host_ns};

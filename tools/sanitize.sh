@@ -90,9 +90,9 @@ EXCLUDED=(
   '^pod_path_test$'
   # Log mode: samples run with the interposer preloaded and write their call logs.
   '^InterposerCallLog$'
-  # NVTX steps and requests, collectives at the gate: samples run under orion-run with the
+  # NVTX steps and requests, collectives at the gate, the timing log: samples run under orion-run with the
   # interposer preloaded.
-  '^NvtxStepsAndRequests$' '^CollectivesAreNeverHeld$'
+  '^NvtxStepsAndRequests$' '^CollectivesAreNeverHeld$' '^TimingLogOnTheDouble$'
 )
 exclude_regex="$(IFS='|'; echo "${EXCLUDED[*]}")"
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU timing diagnostic on the CUDA driver test double: a high-priority sample service runs
+# registered with a real orion-server with ORION_TIMING_LOG set (and ORION_PROFILE, so every
+# launch is timed); its timing.<pid>.log has a sample line per timed launch and an anchor line
+# per renewal, every line keeps the log's rules (bench/timing_log_summary.py --check: no duration
+# longer than the GPU's own time, unclamped samples equal to it), and a process without the
+# variable writes nothing.
+#   timing_log_test.sh ORION_SERVER ORION_RUN SAMPLE_INFER INTERPOSER CUDA_DOUBLE_DIR
+set -euo pipefail
+SERVER="$1"; RUN="$2"; INFER="$3"; LIB="$4"; DOUBLE="$5"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/server_lib.sh"
+start_server "$SERVER"
+mkdir -p "$W/timing"
+ORION_TIMING_LOG="$W/timing" ORION_PROFILE=1 client --priority high -- \
+  "$INFER" --rate 0 --requests 40 --kernels 3 --kernel-us 300 > "$W/infer.out" 2>&1 ||
+  fail "the sample failed: $(cat "$W/infer.out")"
+client --priority high -- "$INFER" --rate 0 --requests 5 --kernels 1 --kernel-us 100 \
+  > "$W/quiet.out" 2>&1 || fail "the second sample failed"
+shopt -s nullglob
+logs=("$W"/timing/timing.*.log)
+[[ ${#logs[@]} == 1 ]] || fail "expected one timing log (the process with the variable), found ${#logs[@]}"
+log="${logs[0]}"
+samples="$(grep -c '^sample' "$log" || true)"
+anchors="$(grep -c '^anchor' "$log" || true)"
+[[ "$samples" -ge 120 ]] || fail "expected >= 120 timed launches (40 x 3, profiling), got $samples"
+[[ "$anchors" -ge 1 ]] || fail "no anchor renewal logged"
+python3 "$ROOT/bench/timing_log_summary.py" --check "$W/timing" > "$W/summary.md" 2> "$W/summary.err" ||
+  fail "the log breaks its rules: $(cat "$W/summary.err")"
+python3 "$ROOT/bench/timing_log_summary.py" --json "$W/timing" | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.readline())
+assert r["samples"] >= 120 and r["placed"] >= 100, r
+assert r["reported_ns_sum"] <= r["gpu_ns_sum"] + 2000 * r["placed"], r
+' || fail "summary: $(python3 "$ROOT/bench/timing_log_summary.py" --json "$W/timing")"
+echo "timing log: $samples samples, $anchors anchors; $(tail -n1 "$W/summary.md")"
