@@ -55,6 +55,12 @@ class IndexQueue {
       }
     }
   }
+  // How many it holds, give or take the pushes and pops under way.
+  uint64_t SizeApprox() const {
+    const uint64_t head = head_.load(std::memory_order_relaxed);
+    const uint64_t tail = tail_.load(std::memory_order_relaxed);
+    return tail > head ? tail - head : 0;
+  }
   bool Pop(uint32_t* value) {
     uint64_t pos = head_.load(std::memory_order_relaxed);
     for (;;) {
@@ -351,8 +357,12 @@ void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream,
   // A timing sample or an NVTX range waits for the poller: waking an idle poller for each of
   // them cost a one-core service a context switch per sample. The first one starts the clock;
   // whatever is submitted once it is kLazyPollNs old wakes the poller. Records the gate waits
-  // for (high-priority work, best-effort budget) wake it at once.
-  const bool prompt = p->high_priority || p->budget_ns != 0;
+  // for (high-priority work, best-effort budget) wake it at once, and so does any record once
+  // three quarters of the pool are out: a profiled process that launches faster than that would
+  // otherwise run out of records before the clock ran out, and with no record left to submit
+  // nothing would wake the poller again (sampling stopped for good).
+  const bool prompt =
+      p->high_priority || p->budget_ns != 0 || g_free.SizeApprox() < kPoolSize / 4;
   if (!prompt) {
     uint64_t since = g_lazy_since.load(std::memory_order_relaxed);
     if (since == 0) {

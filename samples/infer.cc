@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   int64_t requests = 1000;
   int64_t kernels = 4;
   double kernel_us = 250;
+  double cpu_us = 0;
   int64_t blocks = 1;
   int64_t warmup = 10;
   int64_t seed = 1;
@@ -40,6 +41,9 @@ int main(int argc, char** argv) {
   flags.AddInt("requests", &requests, "requests to measure (1000)");
   flags.AddInt("kernels", &kernels, "kernels per request (4)");
   flags.AddDouble("kernel-us", &kernel_us, "GPU time of each kernel in microseconds (250)");
+  flags.AddDouble("cpu-us", &cpu_us,
+                  "CPU time spent before each kernel's launch, as an eager framework spends it "
+                  "(0); longer than --kernel-us, the GPU idles between kernels");
   flags.AddInt("blocks", &blocks, "thread blocks per kernel (1)");
   flags.AddInt("warmup", &warmup, "unmeasured requests before the run (10)");
   flags.AddInt("seed", &seed, "arrival process seed (1)");
@@ -52,6 +56,7 @@ int main(int argc, char** argv) {
   CUstream stream = nullptr;
   ORION_CHECK_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   const auto kernel_ns = static_cast<uint64_t>(kernel_us * 1000.0);
+  const auto cpu_ns = static_cast<uint64_t>(cpu_us * 1000.0);
 
   CUgraphExec exec = nullptr;
   if (graph) {
@@ -69,6 +74,11 @@ int main(int argc, char** argv) {
       ORION_CHECK_CU(cuGraphLaunch(exec, stream));
     } else {
       for (int64_t k = 0; k < kernels; ++k) {
+        if (cpu_ns > 0) {
+          const uint64_t until = orion::samples::NowNs() + cpu_ns;
+          while (orion::samples::NowNs() < until) {
+          }
+        }
         orion::samples::LaunchSpin(gpu, stream, kernel_ns, static_cast<unsigned int>(blocks));
       }
     }

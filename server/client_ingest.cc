@@ -75,6 +75,13 @@ void ClientIngest::AddStep(const Event& e, Priority priority, IngestSinks& sinks
   }
 }
 
+void ClientIngest::Leave(IngestSinks& sinks) {
+  double ns = profile_.UnreportedNs();
+  for (auto& [exec, graph] : graphs_) ns += graph.duration.UnreportedNs();
+  gpu_busy_ns_ += ns;
+  sinks.gpu_busy_ns += ns;
+}
+
 void ClientIngest::AddBusyPeriod(uint64_t duration_ns) {
   if (busy_recent_.size() < options_->hp_latency_window) {
     busy_recent_.push_back(duration_ns);
@@ -104,9 +111,12 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       profile_.OnLaunch(e.func, blocks, static_cast<uint32_t>(std::min<uint64_t>(threads64, 4096)));
       ++launch_events_;
       // A timed launch's span comes with its measured time (kKernelTime).
+      MeasuredMean* duration = profile_.DurationOf(e.func);
       if ((e.flags & contract::kTimedLaunch) == 0) {
-        AddWork(priority, SpanKind::kKernel, e.func, e.stream, at, profile_.EstimateNs(e.func),
-                /*measured=*/false, 0, sinks);
+        AddWork(priority, SpanKind::kKernel, e.func, e.stream, at,
+                duration != nullptr ? duration->Draw() : 0, /*measured=*/false, 0, sinks);
+      } else if (duration != nullptr) {
+        duration->Await();
       }
       break;
     }
@@ -121,11 +131,17 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       const bool warmup = (e.flags & contract::kWarmupSample) != 0;
       auto graph = graphs_.find(e.func);
       const bool is_graph = graph != graphs_.end();
+      double caught_up = 0;  // launches counted at 0 before this first measurement
       if (is_graph) {
         graph->second.duration.Add(e.duration_ns, warmup);
+        graph->second.duration.Arrived();
+        caught_up = graph->second.duration.CatchUpNs();
       } else {
-        profile_.OnDuration(e.func, e.duration_ns, warmup);
+        caught_up = profile_.OnDuration(e.func, e.duration_ns, warmup);
+        if (MeasuredMean* d = profile_.DurationOf(e.func); d != nullptr) d->Arrived();
       }
+      gpu_busy_ns_ += caught_up;
+      sinks.gpu_busy_ns += caught_up;
       // Without the GPU's start on the host clock, the work ended before it was reported.
       const bool measured = (e.flags & contract::kOnHostClock) != 0;
       const int64_t start = measured ? at : at - static_cast<int64_t>(e.duration_ns);
@@ -139,7 +155,9 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       if (graph != nullptr) graph->kernels = e.aux;
       if ((e.flags & contract::kTimedLaunch) == 0) {
         AddWork(priority, SpanKind::kGraph, e.func, e.stream, at,
-                graph != nullptr ? graph->duration.MeanNs() : 0, /*measured=*/false, e.aux, sinks);
+                graph != nullptr ? graph->duration.Draw() : 0, /*measured=*/false, e.aux, sinks);
+      } else if (graph != nullptr) {
+        graph->duration.Await();
       }
       break;
     }

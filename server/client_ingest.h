@@ -79,6 +79,9 @@ class ClientIngest {
   void Consume(const contract::Event& e, contract::Priority priority, IngestSinks& sinks);
   // The ring's indices were found written over, or an entry was stuck: `n` events lost.
   void CountMalformed(uint64_t n) { malformed_events_ += n; }
+  // The client left, its ring drained: timed launches whose measurement never came (in flight
+  // when the process ended) count as work at their kernel's or graph's mean.
+  void Leave(IngestSinks& sinks);
 
   KernelProfileBook& profile() { return profile_; }
   const KernelProfileBook& profile() const { return profile_; }

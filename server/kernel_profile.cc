@@ -44,12 +44,13 @@ void KernelProfileBook::OnName(uint64_t func, const std::string& name) {
   if (k.kclass == KernelClass::kUnknown) k.kclass = ClassifyKernelName(name);
 }
 
-void KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {
+double KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {
   KernelStats* stats = Stats(func);
-  if (stats == nullptr) return;
+  if (stats == nullptr) return 0;
   KernelStats& k = *stats;
   k.duration.Add(ns, warmup);
-  if (warmup) return;  // cold: not in the p99 window either
+  const double caught_up = k.duration.CatchUpNs();
+  if (warmup) return caught_up;  // cold: not in the p99 window either
   const uint32_t us = static_cast<uint32_t>(std::min<uint64_t>(ns / 1000, UINT32_MAX));
   if (k.recent_us.size() < kRecent) {
     k.recent_us.push_back(us);
@@ -57,6 +58,18 @@ void KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {
     k.recent_us[k.recent_next] = us;
     k.recent_next = (k.recent_next + 1) % kRecent;
   }
+  return caught_up;
+}
+
+MeasuredMean* KernelProfileBook::DurationOf(uint64_t func) {
+  auto it = kernels_.find(func);
+  return it == kernels_.end() ? nullptr : &it->second.duration;
+}
+
+double KernelProfileBook::UnreportedNs() {
+  double ns = 0;
+  for (auto& [func, k] : kernels_) ns += k.duration.UnreportedNs();
+  return ns;
 }
 
 uint64_t KernelProfileBook::EstimateNs(uint64_t func) const {

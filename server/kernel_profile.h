@@ -42,9 +42,18 @@ const char* KernelClassName(KernelClass c);  // "comp", "mem", "unknown"
 
 // Mean GPU time of a kernel or graph from its measured launches. A kernel's first launches run
 // cold (warm-up samples): they count only until a later launch has been measured.
+//
+// Untimed launches are drawn at the mean. Before any launch is measured (the first samples reach
+// the server milliseconds after the launches behind them) they are drawn at 0 and counted; the
+// first measurement catches their GPU time up at its mean, so a job's busy time does not lose
+// its first milliseconds of work (a short job: all of it). Timed launches whose measurement
+// never came (the process ended with them in flight) are counted too, and caught up at the
+// mean when the client leaves (Unreported).
 struct MeasuredMean {
   uint64_t samples = 0, sum_ns = 0;
   uint64_t warmup_samples = 0, warmup_sum_ns = 0;
+  uint64_t drawn_unmeasured = 0;  // launches drawn at 0, before any measurement
+  uint64_t awaited = 0;           // timed launches whose measurement has not arrived
   void Add(uint64_t ns, bool warmup) {
     (warmup ? warmup_samples : samples) += 1;
     (warmup ? warmup_sum_ns : sum_ns) += ns;
@@ -52,6 +61,31 @@ struct MeasuredMean {
   uint64_t MeanNs() const {
     if (samples != 0) return sum_ns / samples;
     return warmup_samples != 0 ? warmup_sum_ns / warmup_samples : 0;
+  }
+  // An untimed launch's GPU time: the mean, or 0 (counted) while nothing is measured.
+  uint64_t Draw() {
+    const uint64_t mean = MeanNs();
+    if (mean == 0) ++drawn_unmeasured;
+    return mean;
+  }
+  // After Add: the GPU time of the launches drawn at 0 before, at the mean now (once).
+  double CatchUpNs() {
+    const uint64_t mean = MeanNs();
+    if (mean == 0 || drawn_unmeasured == 0) return 0;
+    const double ns = static_cast<double>(drawn_unmeasured) * static_cast<double>(mean);
+    drawn_unmeasured = 0;
+    return ns;
+  }
+  // A timed launch: its measurement is awaited. Its measurement: it arrived.
+  void Await() { ++awaited; }
+  void Arrived() {
+    if (awaited != 0) --awaited;
+  }
+  // The GPU time of the awaited launches that never reported, at the mean (once).
+  double UnreportedNs() {
+    const double ns = static_cast<double>(awaited) * static_cast<double>(MeanNs());
+    awaited = 0;
+    return ns;
   }
 };
 
@@ -87,10 +121,14 @@ class KernelProfileBook {
   void OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads_per_block);
   void OnName(uint64_t func, const std::string& name);
   // A measured launch; `warmup`: one of the kernel's first launches (kept apart, see
-  // MeasuredMean).
-  void OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false);
+  // MeasuredMean). Returns the GPU time of launches drawn at 0 before it (MeasuredMean::CatchUpNs).
+  double OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false);
   // Estimated GPU time of one launch of func (mean measured, else 0).
   uint64_t EstimateNs(uint64_t func) const;
+  // The measured durations of func, where the book has room for it (launches draw from them).
+  MeasuredMean* DurationOf(uint64_t func);
+  // The GPU time of every kernel's timed launches that never reported (MeasuredMean::UnreportedNs).
+  double UnreportedNs();
   const std::string* NameOf(uint64_t func) const;
   const std::unordered_map<uint64_t, KernelStats>& kernels() const { return kernels_; }
   // Events about functions beyond kMaxKernels, left out.

@@ -163,6 +163,8 @@ void NodeState::Unregister(uint32_t client_id) {
   const uint64_t tail = ring.tail.load(std::memory_order_acquire);
   const uint64_t left = head > tail ? std::min<uint64_t>(head - tail, contract::kRingCapacity) : 0;
   events_skipped_ += left;
+  IngestSinks sinks = SinksFor(c);
+  c.ingest.Leave(sinks);
   departed_written_ += tail + left;
   departed_dropped_ += ring.dropped.load(std::memory_order_relaxed);
   board_->FreeSlot(c.slot);
@@ -176,9 +178,14 @@ void NodeState::Unregister(uint32_t client_id) {
   clients_.erase(it);
 }
 
+IngestSinks NodeState::SinksFor(const ClientRecord& c) {
+  return IngestSinks{timelines_[c.gpu],
+                     gpu_busy_ns_[c.gpu][static_cast<size_t>(c.policy.priority)], range_names_,
+                     known_kernels_};
+}
+
 void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
-  IngestSinks sinks{timelines_[c.gpu], gpu_busy_ns_[c.gpu][static_cast<size_t>(c.policy.priority)],
-                    range_names_, known_kernels_};
+  IngestSinks sinks = SinksFor(c);
   c.ingest.Consume(e, c.policy.priority, sinks);
 }
 

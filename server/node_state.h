@@ -167,6 +167,8 @@ class NodeState {
   void ApplyPolicyToClient(ClientRecord& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ConsumeEvent(ClientRecord& c, const contract::Event& e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where a client's events land: its GPU's timeline and busy time, the node's names.
+  IngestSinks SinksFor(const ClientRecord& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The busy periods this client reported since its GPU's budget last changed (newest last, at
   // most the window), for the budget search.
   std::vector<uint64_t> BusySinceChange(const ClientRecord& c) const;

@@ -66,6 +66,43 @@ TEST_F(ClientIngestTest, InferredKernelsQueueBehindMeasuredWorkAtTheWarmDuration
   EXPECT_DOUBLE_EQ(gpu_busy_ns_, ingest_.gpu_busy_ns());
 }
 
+// Launches that reach the server before any launch of their kernel was measured are drawn at 0
+// (their spans have no duration) and counted; the first measurement adds their GPU time at its
+// mean, once, so a short job's busy time is not lost.
+TEST_F(ClientIngestTest, LaunchesBeforeTheFirstMeasurementAreCaughtUpByIt) {
+  for (uint64_t t = 1'000'000; t < 1'005'000; t += 1000) Feed(At(c::EventKind::kLaunch, t));
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), 0);
+  c::Event m = At(c::EventKind::kKernelTime, 1'010'000);
+  m.flags = c::kOnHostClock;
+  m.duration_ns = 5'000;
+  Feed(m);
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), 5 * 5'000 + 5'000);  // five caught up, and its own
+  EXPECT_DOUBLE_EQ(gpu_busy_ns_, ingest_.gpu_busy_ns());
+  m.cpu_ns = 1'020'000;
+  Feed(m);  // later measurements catch nothing up again
+  Feed(At(c::EventKind::kLaunch, 1'030'000));  // drawn at the mean now
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), 5 * 5'000 + 3 * 5'000);
+}
+
+// Timed launches whose measurement never arrives (the process ended with them in flight) count
+// at their kernel's mean when the client leaves; those that reported count once.
+TEST_F(ClientIngestTest, TimedLaunchesThatNeverReportedCountWhenTheClientLeaves) {
+  c::Event timed = At(c::EventKind::kLaunch, 1'000'000);
+  timed.flags = c::kTimedLaunch;
+  for (int i = 0; i < 4; ++i) Feed(timed);
+  c::Event m = At(c::EventKind::kKernelTime, 1'010'000);
+  m.flags = c::kOnHostClock;
+  m.duration_ns = 8'000;
+  Feed(m);  // one of the four reported
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), 8'000);
+  IngestSinks sinks{timeline_, gpu_busy_ns_, names_, known_};
+  ingest_.Leave(sinks);
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), 4 * 8'000);
+  EXPECT_DOUBLE_EQ(gpu_busy_ns_, ingest_.gpu_busy_ns());
+  ingest_.Leave(sinks);  // once
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), 4 * 8'000);
+}
+
 // A launch's wait arrives as a paused part and a held part, each ending where it ended: two
 // spans of their own kinds, measured on the CPU, neither counted as GPU work.
 TEST_F(ClientIngestTest, PausedAndGateHeldTimeAreSpansOfTheirOwnKinds) {
