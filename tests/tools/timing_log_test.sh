@@ -4,7 +4,8 @@
 # launch is timed); its timing.<pid>.log has a sample line per timed launch and an anchor line
 # per renewal, every line keeps the log's rules (bench/timing_log_summary.py --check: no duration
 # longer than the GPU's own time, unclamped samples equal to it), and a process without the
-# variable writes nothing.
+# variable writes nothing. A profiled process that launches faster than the poller's lazy clock
+# keeps being sampled (it once ran out of timing records after 1,024 launches, for good).
 #   timing_log_test.sh ORION_SERVER ORION_RUN SAMPLE_INFER INTERPOSER CUDA_DOUBLE_DIR
 set -euo pipefail
 SERVER="$1"; RUN="$2"; INFER="$3"; LIB="$4"; DOUBLE="$5"
@@ -23,14 +24,20 @@ logs=("$W"/timing/timing.*.log)
 log="${logs[0]}"
 samples="$(grep -c '^sample' "$log" || true)"
 anchors="$(grep -c '^anchor' "$log" || true)"
-[[ "$samples" -ge 120 ]] || fail "expected >= 120 timed launches (40 x 3, profiling), got $samples"
+[[ "$samples" -ge 90 ]] || fail "expected >= 90 timed launches (of 150, profiling; the last ones in flight at exit are not logged), got $samples"
 [[ "$anchors" -ge 1 ]] || fail "no anchor renewal logged"
 python3 "$ROOT/bench/timing_log_summary.py" --check "$W/timing" > "$W/summary.md" 2> "$W/summary.err" ||
   fail "the log breaks its rules: $(cat "$W/summary.err")"
 python3 "$ROOT/bench/timing_log_summary.py" --json "$W/timing" | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.readline())
-assert r["samples"] >= 120 and r["placed"] >= 100, r
+assert r["samples"] >= 90 and r["placed"] >= 80, r
 assert r["reported_ns_sum"] <= r["gpu_ns_sum"] + 2000 * r["placed"], r
 ' || fail "summary: $(python3 "$ROOT/bench/timing_log_summary.py" --json "$W/timing")"
-echo "timing log: $samples samples, $anchors anchors; $(tail -n1 "$W/summary.md")"
+mkdir -p "$W/fast"
+ORION_TIMING_LOG="$W/fast" ORION_PROFILE=1 client --priority high -- \
+  "$INFER" --rate 0 --requests 100 --warmup 5 --kernels 40 --kernel-us 5 > "$W/fast.out" 2>&1 ||
+  fail "the fast sample failed: $(cat "$W/fast.out")"
+fast="$(cat "$W"/fast/timing.*.log | grep -c '^sample' || true)"
+[[ "$fast" -ge 2100 ]] || fail "a fast profiled process timed only $fast of 4,200 launches"
+echo "timing log: $samples samples, $anchors anchors; fast process: $fast of 4200 timed; $(tail -n1 "$W/summary.md")"
