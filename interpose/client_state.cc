@@ -105,11 +105,11 @@ void OnForkChild() {
 void InitProcess() {
   PinLoadedVersion();
   g_config = ReadEnvConfig(getenv);
-  g_config.usable_millicpus = ProcessMilliCpus();
-  g_config.gate_spin_cap_ns = GateSpinCapNs(g_config.usable_millicpus);
   g_driver_ok = EnsureDriverResolved();
   // Disabled or no driver: the hooks only forward (or report CUDA_ERROR_NOT_INITIALIZED).
   if (g_config.disabled || !g_driver_ok) return;
+  g_config.usable_millicpus = ProcessMilliCpus();
+  g_config.gate_spin_cap_ns = GateSpinCapNs(g_config.usable_millicpus);
   StartTimingLog(g_config.timing_log_dir);
   pthread_atfork(nullptr, nullptr, OnForkChild);
 }

@@ -40,8 +40,7 @@ void ClientIngest::AddWork(Priority priority, SpanKind kind, uint64_t func, uint
   } else {
     span.start_unix_ns = streams_.Place(stream, start_unix_ns, duration_ns);
   }
-  gpu_busy_ns_ += static_cast<double>(duration_ns);
-  sinks.gpu_busy_ns += static_cast<double>(duration_ns);
+  AddBusy(static_cast<double>(duration_ns), sinks);
   sinks.timeline.Add(span);
 }
 
@@ -78,8 +77,7 @@ void ClientIngest::AddStep(const Event& e, Priority priority, IngestSinks& sinks
 void ClientIngest::Leave(IngestSinks& sinks) {
   double ns = profile_.UnreportedNs();
   for (auto& [exec, graph] : graphs_) ns += graph.duration.UnreportedNs();
-  gpu_busy_ns_ += ns;
-  sinks.gpu_busy_ns += ns;
+  AddBusy(ns, sinks);
 }
 
 void ClientIngest::AddBusyPeriod(uint64_t duration_ns) {
@@ -133,15 +131,11 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       const bool is_graph = graph != graphs_.end();
       double caught_up = 0;  // launches counted at 0 before this first measurement
       if (is_graph) {
-        graph->second.duration.Add(e.duration_ns, warmup);
-        graph->second.duration.Arrived();
-        caught_up = graph->second.duration.CatchUpNs();
+        caught_up = graph->second.duration.Measured(e.duration_ns, warmup);
       } else {
         caught_up = profile_.OnDuration(e.func, e.duration_ns, warmup);
-        if (MeasuredMean* d = profile_.DurationOf(e.func); d != nullptr) d->Arrived();
       }
-      gpu_busy_ns_ += caught_up;
-      sinks.gpu_busy_ns += caught_up;
+      AddBusy(caught_up, sinks);
       // Without the GPU's start on the host clock, the work ended before it was reported.
       const bool measured = (e.flags & contract::kOnHostClock) != 0;
       const int64_t start = measured ? at : at - static_cast<int64_t>(e.duration_ns);

@@ -118,6 +118,11 @@ class ClientIngest {
   // starts with request_range_prefix.
   void AddStep(const contract::Event& e, contract::Priority priority, IngestSinks& sinks);
   void AddBusyPeriod(uint64_t duration_ns);
+  // GPU time counted as the client's work, and its GPU's at the client's priority.
+  void AddBusy(double ns, IngestSinks& sinks) {
+    gpu_busy_ns_ += ns;
+    sinks.gpu_busy_ns += ns;
+  }
 
   const uint32_t client_id_;
   const IngestOptions* const options_;

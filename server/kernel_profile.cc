@@ -48,8 +48,7 @@ double KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {
   KernelStats* stats = Stats(func);
   if (stats == nullptr) return 0;
   KernelStats& k = *stats;
-  k.duration.Add(ns, warmup);
-  const double caught_up = k.duration.CatchUpNs();
+  const double caught_up = k.duration.Measured(ns, warmup);
   if (warmup) return caught_up;  // cold: not in the p99 window either
   const uint32_t us = static_cast<uint32_t>(std::min<uint64_t>(ns / 1000, UINT32_MAX));
   if (k.recent_us.size() < kRecent) {

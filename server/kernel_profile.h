@@ -76,10 +76,14 @@ struct MeasuredMean {
     drawn_unmeasured = 0;
     return ns;
   }
-  // A timed launch: its measurement is awaited. Its measurement: it arrived.
+  // A timed launch: its measurement is awaited.
   void Await() { ++awaited; }
-  void Arrived() {
+  // Its measurement arrived: added; returns the GPU time of the launches drawn at 0 before it
+  // (CatchUpNs).
+  double Measured(uint64_t ns, bool warmup) {
+    Add(ns, warmup);
     if (awaited != 0) --awaited;
+    return CatchUpNs();
   }
   // The GPU time of the awaited launches that never reported, at the mean (once).
   double UnreportedNs() {
@@ -121,7 +125,7 @@ class KernelProfileBook {
   void OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads_per_block);
   void OnName(uint64_t func, const std::string& name);
   // A measured launch; `warmup`: one of the kernel's first launches (kept apart, see
-  // MeasuredMean). Returns the GPU time of launches drawn at 0 before it (MeasuredMean::CatchUpNs).
+  // MeasuredMean). Returns the GPU time of launches drawn at 0 before it (MeasuredMean::Measured).
   double OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false);
   // Estimated GPU time of one launch of func (mean measured, else 0).
   uint64_t EstimateNs(uint64_t func) const;
