@@ -190,6 +190,9 @@ def main():
             open(os.path.join(work, f"{role}.go"), "w").close()
             wait_for(p, "profiled", role)
             summary = json.load(open(os.path.join(work, f"{role}.json")))
+            if args.timing_log:
+                os.replace(os.path.join(work, f"{role}.json.kernels.json"),
+                           os.path.join(out, "timing", f"profile-{role}.kernels.json"))
             trace = export(summary, f"timeline-{role}-{args.service}.json")
             beside = "ResNet50 training" if role == "service" else f"{args.service} service at {args.rate:g}/s"
             model = args.service if role == "service" else "resnet50 (batch 64)"
@@ -214,8 +217,11 @@ def main():
         f.write(table + "\n")
     print(table)
     if args.timing_log:
+        tdir = os.path.join(out, "timing")
+        profiles = [a for f in sorted(os.listdir(tdir)) if f.endswith(".kernels.json")
+                    for a in ("--profile", os.path.join(tdir, f))]
         summary = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "timing_log_summary.py"),
-                                  os.path.join(out, "timing")], capture_output=True, text=True)
+                                  tdir, *profiles], capture_output=True, text=True)
         with open(os.path.join(out, "timing.md"), "w") as f:
             f.write(summary.stdout + summary.stderr)
         print(summary.stdout + summary.stderr)

@@ -137,9 +137,9 @@ class ProfiledWindow:
 
     def iteration(self, run_one):
         """run_one() inside an NVTX range (the caller's), timed on the CPU; then prof.step()."""
-        push = time.time_ns()
+        push, push_mono = time.time_ns(), time.monotonic_ns()
         run_one()
-        self.marks.append((push, time.time_ns()))
+        self.marks.append((push, time.time_ns(), push_mono))
         self.prof.step()
 
     def __exit__(self, *exc):
@@ -160,7 +160,7 @@ class ProfiledWindow:
                          key=lambda e: e["ts"])
         starts = [k["ts"] for k in kernels]
         out = []
-        for (push, pop), st in zip(self.marks, steps):
+        for (push, pop, _), st in zip(self.marks, steps):
             ks = kernels[bisect.bisect_left(starts, st["ts"]):
                          bisect.bisect_right(starts, st["ts"] + st["dur"])]
             out.append({"push_ns": push, "pop_ns": pop, "torch_ts_us": st["ts"],
@@ -168,6 +168,19 @@ class ProfiledWindow:
                         "torch_gpu_start_us": ks[0]["ts"] if ks else None,
                         "torch_gpu_end_us": max(k["ts"] + k["dur"] for k in ks) if ks else None})
         offset = statistics.median(o["push_ns"] / 1e3 - o["torch_ts_us"] for o in out)
+        # Every kernel and launch call of the window, for bench/timing_log_summary.py --profile
+        # (the interposer's timing samples against the profiler's kernels, on CLOCK_MONOTONIC).
+        with open(self.args.profile_out + ".kernels.json", "w") as f:
+            json.dump({
+                "mono_offset_us": statistics.median(
+                    m[2] / 1e3 - st["ts"] for m, st in zip(self.marks, steps)),
+                "kernels": [[k["ts"], k["dur"], *k["args"].get("grid", [0, 0, 0]),
+                             *k["args"].get("block", [0, 0, 0]), k["args"].get("correlation")]
+                            for k in kernels],
+                "launches": [[e["ts"], e["dur"], e["args"].get("correlation")] for e in events
+                             if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+                             and "Launch" in str(e.get("name", ""))],
+            }, f)
         with open(self.args.profile_out, "w") as f:
             json.dump({"steps": out, "torch_clock_offset_us": offset,
                        "torch_kernel_sum_us": sum(k["dur"] for k in kernels),

@@ -522,6 +522,8 @@ inline constexpr const char* kEnvQuiet = "ORION_QUIET";            // 1: no stde
 inline constexpr const char* kEnvLogDir = "ORION_LOG_DIR";
 inline constexpr const char* kEnvTimingLog = "ORION_TIMING_LOG";  // folder: GPU timing diagnostic
 inline constexpr const char* kEnvNvtxDepth = "ORION_NVTX_DEPTH";
+// ns: a kernel's start latency on an idle stream beyond an event's (interpose/sample_timing.h).
+inline constexpr const char* kEnvKernelStartNs = "ORION_KERNEL_START_NS";
 // The NVTX loader (in the application) loads its tool from here: the interposer itself.
 inline constexpr const char* kEnvNvtxInjection = "NVTX_INJECTION64_PATH";
 // CUDA's own MPS variables, given to best-effort processes (by orion-run and the webhook) so that

@@ -8,6 +8,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "interpose/gpu_clock.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
+#include "interpose/sample_timing.h"
 #include "interpose/timing_log.h"
 
 namespace orion::interpose {
@@ -160,22 +162,32 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
         contract::Event e{};
         e.kind = contract::EventKind::kKernelTime;
         e.cpu_ns = now;
-        uint64_t start = 0, end = 0, placed_start = 0;
-        bool clamped = false;
-        const uint64_t gpu_elapsed_ns = ns;
-        if (HostTimes(p, &start, &end)) {
-          placed_start = start;
-          // On an idle stream the start event runs as soon as it is recorded, before the
-          // launch call has even handed the kernel over (a CPU-bound eager service: every
-          // launch): the kernel is taken to start no earlier than the call's return.
-          clamped = start < p->launched_ns;
-          if (clamped) start = p->launched_ns < end ? p->launched_ns : end;
-          ns = end - start;
-          e.cpu_ns = start;
+        SampleEvents events;
+        events.gpu_elapsed_ns = ns;
+        events.start_recorded_ns = p->start_recorded_ns;
+        events.launched_ns = p->launched_ns;
+        events.placed = HostTimes(p, &events.start_host_ns, &events.end_host_ns);
+        const SampleTiming timing = TimeSample(events, Config().kernel_start_ns);
+        ns = timing.duration_ns;
+        if (events.placed) {
+          e.cpu_ns = timing.start_ns;
           e.flags = contract::kOnHostClock;
         }
-        LogTimingSample(p->func, gpu_elapsed_ns, placed_start, end, p->launched_ns, ns, clamped,
-                        p->warmup);
+        if (TimingLogActive()) {
+          TimingSample logged;
+          logged.func = p->func;
+          memcpy(logged.grid, p->grid, sizeof(logged.grid));
+          memcpy(logged.block, p->block, sizeof(logged.block));
+          logged.gpu_elapsed_ns = events.gpu_elapsed_ns;
+          logged.start_recorded_ns = p->start_recorded_ns;
+          logged.start_host_ns = events.placed ? events.start_host_ns : 0;
+          logged.end_host_ns = events.placed ? events.end_host_ns : 0;
+          logged.launched_ns = p->launched_ns;
+          logged.duration_ns = ns;
+          logged.clamped = timing.idle_stream;
+          logged.warmup = p->warmup;
+          LogTimingSample(logged);
+        }
         if (p->warmup) e.flags |= contract::kWarmupSample;
         if (p->kernel != nullptr) p->kernel->AddSample(ns);
         e.func = p->func;
@@ -323,6 +335,7 @@ PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
   p->timed = timed;
   p->pending_at_ns = 0;
   p->launched_ns = 0;
+  p->start_recorded_ns = 0;
   p->warmup = false;
   p->ordered = false;
   p->range = false;
@@ -333,7 +346,9 @@ PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
 }
 
 bool RecordStart(PendingLaunch* p, CUstream stream, bool per_thread_stream) {
-  return RecordOn(p->start, stream, per_thread_stream);
+  if (!RecordOn(p->start, stream, per_thread_stream)) return false;
+  p->start_recorded_ns = MonotonicNs();
+  return true;
 }
 
 void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream,

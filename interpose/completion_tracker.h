@@ -42,6 +42,7 @@ struct PendingLaunch {
   // found it pending. Its completion happened after this.
   uint64_t pending_at_ns = 0;
   uint64_t launched_ns = 0;  // when the launch call returned (host clock)
+  uint64_t start_recorded_ns = 0;  // when the start event's record call returned (timed only)
   bool timed = false;
   bool warmup = false;  // one of a kernel's first launches (cold): a kWarmupSample
   // The stream handle names one stream of ctx (not a per-thread default stream), so records

@@ -13,6 +13,7 @@
 
 #include "contract/gate_rules.h"
 #include "contract/orion_contract.h"
+#include "interpose/sample_timing.h"
 
 namespace orion::interpose {
 
@@ -171,6 +172,9 @@ struct EnvConfig {
   // ORION_NVTX_DEPTH: NVTX nesting levels reported as ranges (0: none); deeper ones are only
   // counted so that push and pop stay paired.
   uint32_t nvtx_depth = 2;
+  // ORION_KERNEL_START_NS: what a timed kernel on an idle stream starts later than an event
+  // (sample_timing.h; at most 100 us).
+  uint64_t kernel_start_ns = kDefaultKernelStartNs;
   // Not from the environment: read at start (cpu_limits.h). The CPUs the process may use
   // (affinity, cgroup quota) in thousandths, and the most the gate may spin before it sleeps.
   uint32_t usable_millicpus = UINT32_MAX;
@@ -214,6 +218,9 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   }
   if (ParseUnsigned(getenv_fn(contract::kEnvNvtxDepth), &value) && value <= 16) {
     config.nvtx_depth = static_cast<uint32_t>(value);
+  }
+  if (ParseUnsigned(getenv_fn(contract::kEnvKernelStartNs), &value) && value <= 100'000) {
+    config.kernel_start_ns = value;
   }
   return config;
 }

@@ -40,8 +40,8 @@ bool GpuClock::Renew(Context& c) {
   }
   // The event ran between the record call's return and the first query that finds it done:
   // polled for at most kSpinNs (microseconds on an idle stream), the middle of the two is its
-  // time. Past that (a GPU busy with other contexts) it is waited for and the record time,
-  // corrected below by the chain, is used.
+  // time when that is precise. Past that (a GPU busy with other contexts) it is waited for, and
+  // the chain from the previous anchor places it below.
   const uint64_t recorded_ns = MonotonicNs();
   uint64_t seen_ns = 0;
   auto query = ORION_DRIVER(cuEventQuery);
@@ -58,20 +58,30 @@ bool GpuClock::Renew(Context& c) {
     c.spare = event;
     return false;
   }
+  const bool precise = seen_ns != 0 && seen_ns - recorded_ns <= kPreciseNs;
   uint64_t host_ns = seen_ns != 0 ? recorded_ns + (seen_ns - recorded_ns) / 2 : recorded_ns;
   float ms = 0.0f;
   double chained = 0;
   if (c.current.event != nullptr && elapsed(&ms, c.current.event, event) == CUDA_SUCCESS) {
-    chained = static_cast<double>(c.current.host_ns) + static_cast<double>(ms) * 1e6;
-    if (chained - static_cast<double>(kDriftAllowanceNs) > static_cast<double>(host_ns)) {
-      host_ns = static_cast<uint64_t>(chained) - kDriftAllowanceNs;
+    const double gpu_gap_ns = static_cast<double>(ms) * 1e6;
+    chained = static_cast<double>(c.current.host_ns) + gpu_gap_ns * c.rate;
+    if (precise && c.current.precise) {
+      if (NextRate(&c.rate, c.rate_known,
+                   static_cast<double>(host_ns) - static_cast<double>(c.current.host_ns),
+                   gpu_gap_ns)) {
+        c.rate_known = true;
+      }
+    } else if (!precise) {
+      // Waited for: the chain, which cannot be before the record call.
+      host_ns = chained > static_cast<double>(recorded_ns) ? static_cast<uint64_t>(chained)
+                                                           : recorded_ns;
     }
   }
   LogAnchor(reinterpret_cast<uint64_t>(c.ctx), recorded_ns, seen_ns,
-            chained > 0 ? static_cast<uint64_t>(chained) : 0, host_ns);
+            chained > 0 ? static_cast<uint64_t>(chained) : 0, host_ns, c.rate);
   c.spare = c.previous.event;
   c.previous = c.current;
-  c.current = Anchor{event, host_ns};
+  c.current = Anchor{event, host_ns, precise};
   c.renewed_ns = recorded_ns;
   return true;
 }
@@ -94,7 +104,7 @@ bool GpuClock::ToHost(CUcontext ctx, CUevent event, uint64_t* host_ns) {
     // difference is then positive and small).
     if (a->event == nullptr || elapsed(&ms, a->event, event) != CUDA_SUCCESS) continue;
     if (ms < 0.0f && a == &c->current && c->previous.event != nullptr) continue;
-    const double t = static_cast<double>(a->host_ns) + static_cast<double>(ms) * 1e6;
+    const double t = static_cast<double>(a->host_ns) + static_cast<double>(ms) * 1e6 * c->rate;
     if (t <= 0.0) return false;
     *host_ns = static_cast<uint64_t>(t);
     return true;

@@ -46,25 +46,25 @@ void StartTimingLog(const char* dir) {
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   g_fd.store(fd, std::memory_order_release);
-  WriteLine("# orion-timing-log 1 pid=%d\n", pid);
+  WriteLine("# orion-timing-log 2 pid=%d\n", pid);
 }
 
 bool TimingLogActive() { return g_fd.load(std::memory_order_relaxed) >= 0; }
 
 using ull = unsigned long long;
 
-void LogTimingSample(uint64_t func, uint64_t gpu_elapsed_ns, uint64_t start_host_ns,
-                     uint64_t end_host_ns, uint64_t launched_ns, uint64_t duration_ns,
-                     bool clamped, bool warmup) {
-  WriteLine("sample\t%#llx\t%llu\t%llu\t%llu\t%llu\t%llu\t%d\t%d\n", ull{func}, ull{gpu_elapsed_ns},
-            ull{start_host_ns}, ull{end_host_ns}, ull{launched_ns}, ull{duration_ns},
-            clamped ? 1 : 0, warmup ? 1 : 0);
+void LogTimingSample(const TimingSample& s) {
+  WriteLine("sample\t%#llx\t%llu\t%llu\t%llu\t%llu\t%llu\t%d\t%d\t%llu\t%u,%u,%u\t%u,%u,%u\n",
+            ull{s.func}, ull{s.gpu_elapsed_ns}, ull{s.start_host_ns}, ull{s.end_host_ns},
+            ull{s.launched_ns}, ull{s.duration_ns}, s.clamped ? 1 : 0, s.warmup ? 1 : 0,
+            ull{s.start_recorded_ns}, s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1],
+            s.block[2]);
 }
 
 void LogAnchor(uint64_t ctx, uint64_t recorded_ns, uint64_t seen_ns, uint64_t chained_ns,
-               uint64_t host_ns) {
-  WriteLine("anchor\t%#llx\t%llu\t%llu\t%llu\t%llu\n", ull{ctx}, ull{recorded_ns}, ull{seen_ns},
-            ull{chained_ns}, ull{host_ns});
+               uint64_t host_ns, double rate) {
+  WriteLine("anchor\t%#llx\t%llu\t%llu\t%llu\t%llu\t%.2f\n", ull{ctx}, ull{recorded_ns},
+            ull{seen_ns}, ull{chained_ns}, ull{host_ns}, (rate - 1.0) * 1e6);
 }
 
 void ResetTimingLogAfterFork() {

@@ -4,15 +4,18 @@
 // on the host clock move (bench/timing_log_summary.py summarises it). Off by default; written from
 // the completion poller and the anchor renewal, never from the launch path.
 //
-// Lines, tab-separated, after a header "# orion-timing-log 1 pid=<pid>":
-//   sample  func  gpu_elapsed_ns  start_host_ns  end_host_ns  launched_ns  duration_ns  clamped  warmup
+// Lines, tab-separated, after a header "# orion-timing-log 2 pid=<pid>":
+//   sample  func  gpu_elapsed_ns  start_host_ns  end_host_ns  launched_ns  duration_ns  clamped
+//           warmup  start_recorded_ns  grid  block
 //     gpu_elapsed: cuEventElapsedTime(start, end); start/end_host: the events on the host clock
 //     (0 if they could not be placed); launched: when the launch call returned; duration: what
-//     the sample reports; clamped: 1 where the start was moved to the call's return (an idle
-//     stream's start event ran before the kernel was handed over).
-//   anchor  ctx  recorded_ns  seen_ns  chained_ns  host_ns
+//     the sample reports; clamped: 1 where the stream was taken to be idle (the start event ran
+//     before the kernel was handed over: sample_timing.h takes the handover off); start_recorded: when the
+//     start event's record call returned; grid, block: "x,y,z" (to match a profiler's kernels).
+//   anchor  ctx  recorded_ns  seen_ns  chained_ns  host_ns  rate_ppm
 //     recorded: the record call's return; seen: the first query that found it done (0: it was
-//     waited for); chained: where the previous anchor put it (0: none); host: where it was placed.
+//     waited for); chained: where the previous anchor put it (0: none); host: where it was
+//     placed; rate_ppm: the host clock's rate against the GPU's after it, less 1, in ppm.
 #pragma once
 
 #include <stdint.h>
@@ -23,11 +26,22 @@ namespace orion::interpose {
 void StartTimingLog(const char* dir);
 bool TimingLogActive();
 
-void LogTimingSample(uint64_t func, uint64_t gpu_elapsed_ns, uint64_t start_host_ns,
-                     uint64_t end_host_ns, uint64_t launched_ns, uint64_t duration_ns,
-                     bool clamped, bool warmup);
+struct TimingSample {
+  uint64_t func = 0;
+  uint32_t grid[3] = {};
+  uint32_t block[3] = {};
+  uint64_t gpu_elapsed_ns = 0;
+  uint64_t start_recorded_ns = 0;
+  uint64_t start_host_ns = 0;
+  uint64_t end_host_ns = 0;
+  uint64_t launched_ns = 0;
+  uint64_t duration_ns = 0;
+  bool clamped = false;
+  bool warmup = false;
+};
+void LogTimingSample(const TimingSample& s);
 void LogAnchor(uint64_t ctx, uint64_t recorded_ns, uint64_t seen_ns, uint64_t chained_ns,
-               uint64_t host_ns);
+               uint64_t host_ns, double rate);
 
 // In a fork child: the parent's file is not ours; the child does not log.
 void ResetTimingLogAfterFork();

@@ -101,10 +101,12 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_EQ(config.requested_latency_target_us, 15'000u);
   EXPECT_STREQ(config.socket_path, contract::kDefaultSocketPath);
   EXPECT_STREQ(config.log_dir, "");  // no call log unless asked
+  EXPECT_EQ(config.kernel_start_ns, kDefaultKernelStartNs);
 
   env = {{"ORION_DISABLE", "1"}, {"ORION_SOCKET", "/tmp/x.sock"}, {"ORION_MEMORY_LIMIT", "lots"},
-         {"ORION_LOG_DIR", "/tmp/orion-logs"}};
+         {"ORION_LOG_DIR", "/tmp/orion-logs"}, {"ORION_KERNEL_START_NS", "0"}};
   config = ReadEnvConfig(get);
+  EXPECT_EQ(config.kernel_start_ns, 0u);
   EXPECT_TRUE(config.disabled);
   EXPECT_EQ(config.requested_priority, contract::kNoValue32);
   EXPECT_EQ(config.requested_memory_limit, 0u);

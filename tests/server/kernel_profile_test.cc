@@ -56,6 +56,23 @@ TEST(KernelProfileTest, P99OfRecentSamples) {
   EXPECT_EQ(book.kernels().at(0x5).P99Us(), 100.0);  // last 64 samples: 37..100 us
 }
 
+// Busy time draws untimed launches at a recent mean; the profile keeps the run's mean.
+TEST(MeasuredMeanTest, DrawsFollowTheKernelsRecentTimes) {
+  MeasuredMean m;
+  for (int i = 0; i < 20; ++i) m.Add(7'000, /*warmup=*/false);  // beside a trainer
+  EXPECT_EQ(m.Draw(), 7'000u);
+  for (int i = 0; i < 10; ++i) m.Add(5'000, /*warmup=*/false);  // the trainer held
+  // A tenth sample in: within 6% of the new time; the run's mean still a third of the way.
+  EXPECT_NEAR(static_cast<double>(m.Draw()), 5'000.0, 300.0);
+  EXPECT_EQ(m.MeanNs(), (20u * 7'000 + 10u * 5'000) / 30);
+  // The first measurements are a plain mean; warm-up samples do not move the recent mean.
+  MeasuredMean first;
+  first.Add(4'000, false);
+  first.Add(2'000, false);
+  first.Add(50'000, /*warmup=*/true);
+  EXPECT_EQ(first.RecentNs(), 3'000u);
+}
+
 TEST(OrionCsvTest, RejectsBadFilesWithLineAndColumn) {
   auto bad_header = ParseOrionCsv("Kernel,Time\nfoo,1\n", "a.csv");
   ASSERT_FALSE(bad_header.ok());

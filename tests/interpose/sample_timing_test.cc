@@ -1,0 +1,87 @@
+// A timed launch's events into a kernel duration (interpose/sample_timing.h), and the host
+// clock's rate against the GPU's learned from anchors (interpose/gpu_clock.h).
+#include "interpose/sample_timing.h"
+
+#include <gtest/gtest.h>
+
+#include "interpose/gpu_clock.h"
+
+namespace orion::interpose {
+namespace {
+
+// An eager service's launch on an idle stream, as seen on an H100: the start event ran at once,
+// the launch call returned 9 us after the start event's record, the kernel ran 3 us, 1 us of
+// start latency beyond an event's.
+SampleEvents IdleLaunch() {
+  SampleEvents e;
+  e.start_recorded_ns = 1'000'000;
+  e.launched_ns = 1'009'000;
+  e.gpu_elapsed_ns = 9'000 + 1'000 + 3'000;
+  e.placed = true;
+  e.start_host_ns = 1'000'500;
+  e.end_host_ns = e.start_host_ns + e.gpu_elapsed_ns;
+  return e;
+}
+
+TEST(TimeSampleTest, IdleStreamTakesOffTheHandoverNotThePlacement) {
+  SampleEvents e = IdleLaunch();
+  SampleTiming t = TimeSample(e, 1'000);
+  EXPECT_TRUE(t.idle_stream);
+  EXPECT_EQ(t.duration_ns, 3'000u);
+  EXPECT_EQ(t.start_ns, e.end_host_ns - 3'000);
+  // Anchors placing the events 12 us early or late (seen on an H100 guest before the clock rate
+  // was learned) change where the span sits, not how long it is.
+  for (int64_t error : {-12'000, 12'000}) {
+    SampleEvents moved = e;
+    moved.start_host_ns += error;
+    moved.end_host_ns += error;
+    SampleTiming m = TimeSample(moved, 1'000);
+    EXPECT_TRUE(m.idle_stream) << error;
+    EXPECT_EQ(m.duration_ns, 3'000u) << error;
+  }
+}
+
+TEST(TimeSampleTest, QueuedKernelIsTheGpusElapsedTime) {
+  SampleEvents e = IdleLaunch();
+  // The start event ran 200 us after the call's return: the previous kernel on the stream.
+  e.start_host_ns = e.launched_ns + 200'000;
+  e.gpu_elapsed_ns = 40'000;
+  e.end_host_ns = e.start_host_ns + e.gpu_elapsed_ns;
+  SampleTiming t = TimeSample(e, 1'000);
+  EXPECT_FALSE(t.idle_stream);
+  EXPECT_EQ(t.duration_ns, 40'000u);
+  EXPECT_EQ(t.start_ns, e.start_host_ns);
+}
+
+TEST(TimeSampleTest, NeverNegativeAndUnplacedKeepsTheElapsedTime) {
+  SampleEvents e = IdleLaunch();
+  e.gpu_elapsed_ns = 4'000;  // less than the handover: a kernel too short to see
+  EXPECT_EQ(TimeSample(e, 1'000).duration_ns, 0u);
+  e.placed = false;
+  SampleTiming t = TimeSample(e, 1'000);
+  EXPECT_EQ(t.duration_ns, 4'000u);
+  EXPECT_EQ(t.start_ns, 0u);
+  EXPECT_FALSE(t.idle_stream);
+  // No record time known: only the start latency comes off.
+  e = IdleLaunch();
+  e.start_recorded_ns = 0;
+  EXPECT_EQ(TimeSample(e, 1'000).duration_ns, e.gpu_elapsed_ns - 1'000);
+}
+
+TEST(GpuClockRateTest, LearnsTheDriftAndIgnoresWhatNoClockDoes) {
+  double rate = 1.0;
+  // 22 us a second: the host clock ran fast against an H100's.
+  ASSERT_TRUE(GpuClock::NextRate(&rate, false, 1e9 + 22'000, 1e9));
+  EXPECT_NEAR((rate - 1.0) * 1e6, 22.0, 0.01);
+  // A later measurement moves the estimate a quarter of the way.
+  ASSERT_TRUE(GpuClock::NextRate(&rate, true, 1e9 + 14'000, 1e9));
+  EXPECT_NEAR((rate - 1.0) * 1e6, 20.0, 0.01);
+  // Too short a gap, an impossible rate (a misplaced anchor), a backwards host gap: unchanged.
+  EXPECT_FALSE(GpuClock::NextRate(&rate, true, 5e7 + 500, 5e7));
+  EXPECT_FALSE(GpuClock::NextRate(&rate, true, 1e9 + 2e6, 1e9));
+  EXPECT_FALSE(GpuClock::NextRate(&rate, true, -1.0, 1e9));
+  EXPECT_NEAR((rate - 1.0) * 1e6, 20.0, 0.01);
+}
+
+}  // namespace
+}  // namespace orion::interpose
