@@ -295,6 +295,8 @@ void EnsurePoller() {
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_t thread;
   if (pthread_create(&thread, nullptr, PollerMain, nullptr) == 0) {
+    // Named, so that `top -H` and /proc/PID/task/*/comm show what the interposer's thread costs.
+    pthread_setname_np(thread, "orion-poller");
     pthread_detach(thread);
   } else {
     g_poller_started.store(0, std::memory_order_release);
