@@ -24,7 +24,9 @@ namespace orion::interpose {
 
 struct PendingLaunch {
   // Owned events, created lazily in `ctx` and reused.
-  // Blocking-sync events: the poller may wait for them in the driver without spinning.
+  // `done` is a blocking-sync event: the poller may wait for it in the driver without spinning.
+  // The timing pair is only queried (a blocking-sync event costs the driver's event thread a
+  // wake-up at every completion).
   CUevent done = nullptr;   // CU_EVENT_DISABLE_TIMING: completion only
   CUevent start = nullptr;  // timing pair for sampled launches
   CUevent end = nullptr;
