@@ -5,7 +5,8 @@ nothing is downloaded). Used by bench/priority_bench.py.
       Poisson arrivals at R requests/s, latency measured from the scheduled arrival. Prints
       "serving" when the first arrival is scheduled, then
       "result requests=.. p50_ms=.. p99_ms=.. p999_ms=.. mean_ms=.. svc_p50_ms=.. svc_p99_ms=..
-      svc_max_ms=.. busy=.. cpu_ms=..", where svc is the service time (from the moment the request
+      svc_max_ms=.. busy=.. cpu_ms=.." (on SIGTERM, over the requests served so far), where svc
+      is the service time (from the moment the request
       is taken up to its completion, queueing excluded), busy the fraction of the run spent
       serving and cpu_ms the CPU time of all the process's threads per request (with --wait poll
       that includes the spinning between arrivals). --rate 0 runs a closed loop instead (1 s of warm-up, then --seconds, default 3):
@@ -38,6 +39,7 @@ import json
 import os
 import random
 import re
+import signal
 import statistics
 import sys
 import time
@@ -262,7 +264,12 @@ def serve(args):
         arrival = time.perf_counter() + 0.05
         cpu0 = time.process_time()
         print("serving", flush=True)
+        # SIGTERM ends the run early; the result covers the requests served so far.
+        stopping = []
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
         for _ in range(args.requests):
+            if stopping and lat:
+                break
             if maybe_profile(args, one_request):
                 arrival = time.perf_counter()  # the window ran back to back: arrivals go on now
             arrival += rng.expovariate(args.rate)
