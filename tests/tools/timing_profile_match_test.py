@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""bench/timing_log_summary.py --profile on made-up data whose truth is known: a timing log
+(the interposer's format, version 2) and a profiler's kernels and launch calls, on clocks
+offset by a known amount and with the profiler's first guess of that offset 150 us off. The
+matching must find the samples' kernels (grid and block equal, the launch call's end beside
+the call's return), recover where each kernel started against the call's return and how far
+the anchors placed its end, and report the reported duration against the kernel's own."""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main():
+    rng = random.Random(7)
+    work = tempfile.mkdtemp(prefix="timing-match-")
+    mono0, torch0 = 5_000_000_000_000, 1_700_000_000_000_000.0  # ns, us
+    off = mono0 / 1e3 - torch0
+    lines, kernels, launches = ["# orion-timing-log 2 pid=1\n"], [], []
+    t, sampled = mono0, 0
+    for i in range(3000):
+        t += rng.randint(8_000, 30_000)
+        grid, block = (rng.randint(1, 64), rng.randint(1, 3), 1), (256, 1, 1)
+        recorded, returned = t - 3_000, t
+        start = returned + 1_500               # the kernel starts 1.5 us after the call's return
+        dur = rng.randint(3_000, 8_000)
+        end = start + dur
+        launches.append([(returned - 2_500) / 1e3 - off, 2.5, i])  # the call ends at our return
+        kernels.append([start / 1e3 - off, dur / 1e3, *grid, *block, i])
+        if i % 10 == 0:
+            sampled += 1
+            placed_end = end - 2_000            # the anchors place the end 2 us early
+            elapsed = end - (recorded + 500)
+            reported = dur                       # what a right duration rule reports
+            lines.append("sample\t0x1\t%d\t%d\t%d\t%d\t%d\t1\t0\t%d\t%d,%d,%d\t%d,%d,%d\n" % (
+                elapsed, recorded + 500 - 2_000, placed_end, returned, reported, recorded,
+                *grid, *block))
+    with open(os.path.join(work, "timing.1.log"), "w") as f:
+        f.writelines(lines)
+    prof = os.path.join(work, "p.kernels.json")
+    with open(prof, "w") as f:
+        json.dump({"mono_offset_us": off + 150, "kernels": kernels, "launches": launches}, f)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "timing_log_summary.py"),
+                          "--json", work, "--profile", prof], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
+    match = [r for r in rows if "by_class" in r]
+    assert len(match) == 1, rows
+    every = match[0]["by_class"]["all"]
+    assert every["samples"] >= 0.97 * sampled, (every["samples"], sampled)
+    assert abs(every["reported_over_profiler"] - 1.0) < 0.01, every
+    assert abs(every["kernel_start_after_return_us_median"] - 1.5) < 0.3, every
+    assert abs(every["placed_end_minus_profiler_end_us_median"] + 2.0) < 0.3, every
+    print(f"matched {every['samples']} of {sampled} samples; start after return "
+          f"{every['kernel_start_after_return_us_median']:.2f} us, placed end "
+          f"{every['placed_end_minus_profiler_end_us_median']:.2f} us")
+
+
+if __name__ == "__main__":
+    main()
