@@ -8,6 +8,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -222,6 +223,9 @@ void SleepUnlessHeld(contract::GateArea& gate, uint64_t ns) {
 }
 
 void* PollerMain(void*) {
+  // Named, so that `top -H` and /proc/PID/task/*/comm show what the interposer's thread costs
+  // (prctl, not pthread_setname_np: that one binds to GLIBC_2.34, glibc_compat.h).
+  prctl(PR_SET_NAME, "orion-poller", 0, 0, 0);
   // Outstanding records in submission order; a record completes when its event does.
   static PendingLaunch* outstanding[kPoolSize];
   uint32_t count = 0;
@@ -295,8 +299,6 @@ void EnsurePoller() {
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_t thread;
   if (pthread_create(&thread, nullptr, PollerMain, nullptr) == 0) {
-    // Named, so that `top -H` and /proc/PID/task/*/comm show what the interposer's thread costs.
-    pthread_setname_np(thread, "orion-poller");
     pthread_detach(thread);
   } else {
     g_poller_started.store(0, std::memory_order_release);
