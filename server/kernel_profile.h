@@ -50,15 +50,13 @@ const char* KernelClassName(KernelClass c);  // "comp", "mem", "unknown"
 // never came (the process ended with them in flight) are counted too, and caught up at the
 // mean when the client leaves (Unreported).
 //
-// Busy time draws at a recent mean (each new measurement half of it once two are in), not the
-// mean of the whole run (the kernel's profile): a kernel's time moves with what shares the GPU.
-// An eager ResNet50 service beside a trainer ran its kernels 26% longer than when the trainer
-// was held (H100, 1 in 64 launches timed); drawn at the run's mean, a window of the second kind
-// came out 1.08x to 1.14x the profiler's kernel time, at a quarter per measurement 0.99x to
-// 1.11x. Replayed from two windows' timing logs (each timed launch standing for the 64 around
-// it), a quarter reproduced the measured 1.042x and 1.010x, a half gives 1.008x and 1.006x.
+// Busy time draws at a recent mean (each new measurement a quarter of it once four are in), not
+// the mean of the whole run (the kernel's profile): a kernel's time moves with what shares the
+// GPU. An eager ResNet50 service beside a trainer ran its kernels 26% longer than when the
+// trainer was held (H100, 1 in 64 launches timed); drawn at the run's mean, a window of the
+// second kind came out 1.08x to 1.14x the profiler's kernel time.
 struct MeasuredMean {
-  static constexpr uint64_t kRecentWeight = 2;  // a new measurement weighs 1/kRecentWeight
+  static constexpr uint64_t kRecentWeight = 4;  // a new measurement weighs 1/kRecentWeight
   uint64_t samples = 0, sum_ns = 0;
   double recent_ns = 0;  // recency-weighted mean of the measured (past warm-up) samples
   uint64_t warmup_samples = 0, warmup_sum_ns = 0;
