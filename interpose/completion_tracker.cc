@@ -8,8 +8,8 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -179,13 +179,8 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
           logged.func = p->func;
           memcpy(logged.grid, p->grid, sizeof(logged.grid));
           memcpy(logged.block, p->block, sizeof(logged.block));
-          logged.gpu_elapsed_ns = events.gpu_elapsed_ns;
-          logged.start_recorded_ns = p->start_recorded_ns;
-          logged.start_host_ns = events.placed ? events.start_host_ns : 0;
-          logged.end_host_ns = events.placed ? events.end_host_ns : 0;
-          logged.launched_ns = p->launched_ns;
-          logged.duration_ns = ns;
-          logged.clamped = timing.idle_stream;
+          logged.events = events;
+          logged.timing = timing;
           logged.warmup = p->warmup;
           LogTimingSample(logged);
         }

@@ -10,8 +10,9 @@
 //     gpu_elapsed: cuEventElapsedTime(start, end); start/end_host: the events on the host clock
 //     (0 if they could not be placed); launched: when the launch call returned; duration: what
 //     the sample reports; clamped: 1 where the stream was taken to be idle (the start event ran
-//     before the kernel was handed over: sample_timing.h takes the handover off); start_recorded: when the
-//     start event's record call returned; grid, block: "x,y,z" (to match a profiler's kernels).
+//     before the kernel was handed over: sample_timing.h takes the handover off);
+//     start_recorded: when the start event's record call returned; grid, block: "x,y,z" (to
+//     match a profiler's kernels).
 //   anchor  ctx  recorded_ns  seen_ns  chained_ns  host_ns  rate_ppm
 //     recorded: the record call's return; seen: the first query that found it done (0: it was
 //     waited for); chained: where the previous anchor put it (0: none); host: where it was
@@ -20,23 +21,21 @@
 
 #include <stdint.h>
 
+#include "interpose/sample_timing.h"
+
 namespace orion::interpose {
 
 // Opens DIR/timing.<pid>.log when ORION_TIMING_LOG names a folder (once per process).
 void StartTimingLog(const char* dir);
 bool TimingLogActive();
 
+// One timed launch: its events and what sample_timing.h made of them.
 struct TimingSample {
   uint64_t func = 0;
   uint32_t grid[3] = {};
   uint32_t block[3] = {};
-  uint64_t gpu_elapsed_ns = 0;
-  uint64_t start_recorded_ns = 0;
-  uint64_t start_host_ns = 0;
-  uint64_t end_host_ns = 0;
-  uint64_t launched_ns = 0;
-  uint64_t duration_ns = 0;
-  bool clamped = false;
+  SampleEvents events;
+  SampleTiming timing;
   bool warmup = false;
 };
 void LogTimingSample(const TimingSample& s);
