@@ -8,8 +8,9 @@
 # timing log's summary.
 #   bash bench/busy_seconds_double.sh [BUILD_DIR]        (default build)
 # The double starts a kernel inside the launch call, as a GPU starts one once the driver has
-# handed it over, and with no start latency beyond an event's: ORION_KERNEL_START_NS=0 here
-# (interpose/sample_timing.h; 1 us, the default, was measured on an H100).
+# handed it over, and with no start latency beyond an event's: ORION_KERNEL_START_NS=0 and
+# ORION_QUEUED_START_NS=0 here (interpose/sample_timing.h; 1 and 2.4 us, the defaults, were
+# measured on an H100).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 B="$(cd "${1:-$ROOT/build}" && pwd)"
@@ -30,7 +31,7 @@ for shape in "eager:--kernels 40 --kernel-us 5 --cpu-us 20" "queued:--kernels 40
   mkdir -p "$W/timing-$name"
   before="$( [[ -f "$W/gpu0" ]] && true_ns || echo 0)"
   # shellcheck disable=SC2086
-  ORION_PROFILE=1 ORION_KERNEL_START_NS=0 ORION_TIMING_LOG="$W/timing-$name" client --priority high -- \
+  ORION_PROFILE=1 ORION_KERNEL_START_NS=0 ORION_QUEUED_START_NS=0 ORION_TIMING_LOG="$W/timing-$name" client --priority high -- \
     "$INFER" --rate 0 --requests 200 --warmup 5 $args > "$W/$name.out" 2>&1 || fail "$name: $(cat "$W/$name.out")"
   sleep 1.2  # the server drains the ring and the metrics catch up
   after="$(true_ns)"

@@ -13,7 +13,8 @@ new one, against where it was placed, and against the midpoint of its record and
 times). An eager service whose busy seconds come out short shows here whether its samples were
 cut short, and by how much. --check exits 1 where a line breaks the log's own rules
 (a duration longer than the GPU's elapsed time beyond 2 us, a queued-stream sample that differs
-from it beyond 2 us), which is what CI checks on the CUDA test double.
+from it less the queued start latency in the log's header beyond 2 us), which is what CI checks
+on the CUDA test double.
 
 --profile takes the kernels a torch.profiler window recorded in the same process
 (bench/torch_models.py --profile-out F writes them to F.kernels.json) and matches each timed
@@ -44,6 +45,9 @@ def read(path):
         header = f.readline()
         if not header.startswith(("# orion-timing-log 1 ", "# orion-timing-log 2 ")):
             bad.append(f"{path}: header {header.strip()!r}")
+        # The queued start latency the samples were reported with (logs before it: none).
+        fields = dict(f.split("=", 1) for f in header.split() if "=" in f)
+        queued_start = int(fields.get("queued_start_ns", 0))
         for n, line in enumerate(f, 2):
             parts = line.rstrip("\n").split("\t")
             try:
@@ -69,9 +73,9 @@ def read(path):
             continue  # not placed on the host clock: the GPU's elapsed time was reported
         if s["dur"] > s["elapsed"] + SLACK_NS:
             bad.append(f"{path}: a sample's duration {s['dur']} exceeds its GPU time {s['elapsed']}")
-        if not s["clamped"] and abs(s["dur"] - s["elapsed"]) > SLACK_NS:
+        if not s["clamped"] and abs(s["dur"] - max(0, s["elapsed"] - queued_start)) > SLACK_NS:
             bad.append(f"{path}: a queued-stream sample's duration {s['dur']} is not its GPU time "
-                       f"{s['elapsed']}")
+                       f"{s['elapsed']} less the queued start latency {queued_start}")
         if s["clamped"] != (s["start"] < s["launched"] + IDLE_MARGIN_NS):
             bad.append(f"{path}: idle={s['clamped']} but start {s['start']} vs launched "
                        f"{s['launched']}")
@@ -112,12 +116,14 @@ def summarise(path, samples, anchors):
 
 def match_profile(samples, prof):
     """The samples launched inside the profiler's window, each with the profiler's kernel for
-    it: [(sample, start_ns, end_ns)] on the host clock (CLOCK_MONOTONIC)."""
-    kernels = {k[8]: k for k in prof["kernels"]}  # ts, dur, grid x3, block x3, correlation
+    it: ([(sample, start_ns, end_ns, kernel)] on the host clock (CLOCK_MONOTONIC), the offset
+    in us from the profiler's clock to the host's)."""
+    # ts, dur, grid x3, block x3, correlation[, name]
+    kernels = {k[8]: k for k in prof["kernels"]}
     calls = sorted((c[0] + c[1], kernels[c[2]]) for c in prof["launches"] if c[2] in kernels)
     ends = [c[0] for c in calls]
     if not ends:
-        return []
+        return [], None
     lo, hi = ends[0] - 100, ends[-1] + 100
     off = prof["mono_offset_us"]  # host-clock us minus profiler us, from the NVTX pushes
 
@@ -140,15 +146,15 @@ def match_profile(samples, prof):
         if best:
             deltas.append(best[0] - t)
     if not deltas:
-        return []
+        return [], None
     off -= statistics.median(deltas)
     out = []
     for s in inside:
         best, _ = nearest(s, off, 3)
         if best:
             k = best[1]
-            out.append((s, int((k[0] + off) * 1e3), int((k[0] + k[1] + off) * 1e3)))
-    return out
+            out.append((s, int((k[0] + off) * 1e3), int((k[0] + k[1] + off) * 1e3), k))
+    return out, off
 
 
 def compare_profile(matched):
@@ -161,7 +167,7 @@ def compare_profile(matched):
     rows = {}
     for name, pick in (("all", lambda s: True), ("idle stream", lambda s: s["clamped"]),
                        ("queued", lambda s: not s["clamped"])):
-        m = [(s, a, b) for s, a, b in matched if pick(s) and s["start"]]
+        m = [(s, a, b) for s, a, b, _ in matched if pick(s) and s["start"]]
         if not m:
             continue
         true = sum(b - a for _, a, b in m)
@@ -210,7 +216,7 @@ def main():
         problems += bad
         rows.append(summarise(path, samples, anchors))
         for prof, name in zip(profiles, args.profile):
-            matched = match_profile(samples, prof)
+            matched, _ = match_profile(samples, prof)
             if matched:
                 comparisons.append({"file": os.path.basename(path),
                                     "profile": os.path.basename(name),

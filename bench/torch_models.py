@@ -177,7 +177,8 @@ class ProfiledWindow:
                 "mono_offset_us": statistics.median(
                     m[2] / 1e3 - st["ts"] for m, st in zip(self.marks, steps)),
                 "kernels": [[k["ts"], k["dur"], *k["args"].get("grid", [0, 0, 0]),
-                             *k["args"].get("block", [0, 0, 0]), k["args"].get("correlation")]
+                             *k["args"].get("block", [0, 0, 0]), k["args"].get("correlation"),
+                             k.get("name", "")]
                             for k in kernels],
                 "launches": [[e["ts"], e["dur"], e["args"].get("correlation")] for e in events
                              if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")

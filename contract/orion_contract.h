@@ -522,8 +522,10 @@ inline constexpr const char* kEnvQuiet = "ORION_QUIET";            // 1: no stde
 inline constexpr const char* kEnvLogDir = "ORION_LOG_DIR";
 inline constexpr const char* kEnvTimingLog = "ORION_TIMING_LOG";  // folder: GPU timing diagnostic
 inline constexpr const char* kEnvNvtxDepth = "ORION_NVTX_DEPTH";
-// ns: a kernel's start latency on an idle stream beyond an event's (interpose/sample_timing.h).
+// ns: a timed kernel's start latency beyond its start event's, on an idle stream and on a stream
+// with work queued (interpose/sample_timing.h).
 inline constexpr const char* kEnvKernelStartNs = "ORION_KERNEL_START_NS";
+inline constexpr const char* kEnvQueuedStartNs = "ORION_QUEUED_START_NS";
 // The NVTX loader (in the application) loads its tool from here: the interposer itself.
 inline constexpr const char* kEnvNvtxInjection = "NVTX_INJECTION64_PATH";
 // CUDA's own MPS variables, given to best-effort processes (by orion-run and the webhook) so that

@@ -110,7 +110,7 @@ void InitProcess() {
   if (g_config.disabled || !g_driver_ok) return;
   g_config.usable_millicpus = ProcessMilliCpus();
   g_config.gate_spin_cap_ns = GateSpinCapNs(g_config.usable_millicpus);
-  StartTimingLog(g_config.timing_log_dir);
+  StartTimingLog(g_config.timing_log_dir, g_config.start_latency);
   pthread_atfork(nullptr, nullptr, OnForkChild);
 }
 

@@ -168,7 +168,7 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
         events.start_recorded_ns = p->start_recorded_ns;
         events.launched_ns = p->launched_ns;
         events.placed = HostTimes(p, &events.start_host_ns, &events.end_host_ns);
-        const SampleTiming timing = TimeSample(events, Config().kernel_start_ns);
+        const SampleTiming timing = TimeSample(events, Config().start_latency);
         ns = timing.duration_ns;
         if (events.placed) {
           e.cpu_ns = timing.start_ns;

@@ -172,9 +172,9 @@ struct EnvConfig {
   // ORION_NVTX_DEPTH: NVTX nesting levels reported as ranges (0: none); deeper ones are only
   // counted so that push and pop stay paired.
   uint32_t nvtx_depth = 2;
-  // ORION_KERNEL_START_NS: what a timed kernel on an idle stream starts later than an event
-  // (sample_timing.h; at most 100 us).
-  uint64_t kernel_start_ns = kDefaultKernelStartNs;
+  // ORION_KERNEL_START_NS, ORION_QUEUED_START_NS: what a timed kernel on an idle or a queued
+  // stream starts later than an event (sample_timing.h; each at most 100 us).
+  StartLatency start_latency;
   // Not from the environment: read at start (cpu_limits.h). The CPUs the process may use
   // (affinity, cgroup quota) in thousandths, and the most the gate may spin before it sleeps.
   uint32_t usable_millicpus = UINT32_MAX;
@@ -220,7 +220,10 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
     config.nvtx_depth = static_cast<uint32_t>(value);
   }
   if (ParseUnsigned(getenv_fn(contract::kEnvKernelStartNs), &value) && value <= 100'000) {
-    config.kernel_start_ns = value;
+    config.start_latency.idle_ns = value;
+  }
+  if (ParseUnsigned(getenv_fn(contract::kEnvQueuedStartNs), &value) && value <= 100'000) {
+    config.start_latency.queued_ns = value;
   }
   return config;
 }

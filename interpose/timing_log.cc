@@ -36,7 +36,7 @@ __attribute__((format(printf, 1, 2))) void WriteLine(const char* format, ...) {
 
 }  // namespace
 
-void StartTimingLog(const char* dir) {
+void StartTimingLog(const char* dir, const StartLatency& latency) {
   if (dir == nullptr || dir[0] == '\0' || g_fd.load(std::memory_order_acquire) >= 0) return;
   char path[512];
   const int pid = static_cast<int>(getpid());
@@ -46,7 +46,9 @@ void StartTimingLog(const char* dir) {
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   g_fd.store(fd, std::memory_order_release);
-  WriteLine("# orion-timing-log 2 pid=%d\n", pid);
+  WriteLine("# orion-timing-log 2 pid=%d kernel_start_ns=%llu queued_start_ns=%llu\n", pid,
+            static_cast<unsigned long long>(latency.idle_ns),
+            static_cast<unsigned long long>(latency.queued_ns));
 }
 
 bool TimingLogActive() { return g_fd.load(std::memory_order_relaxed) >= 0; }

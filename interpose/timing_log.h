@@ -4,13 +4,15 @@
 // on the host clock move (bench/timing_log_summary.py summarises it). Off by default; written from
 // the completion poller and the anchor renewal, never from the launch path.
 //
-// Lines, tab-separated, after a header "# orion-timing-log 2 pid=<pid>":
+// Lines, tab-separated, after a header "# orion-timing-log 2 pid=<pid> kernel_start_ns=<n>
+// queued_start_ns=<n>" (the start latencies taken off, sample_timing.h):
 //   sample  func  gpu_elapsed_ns  start_host_ns  end_host_ns  launched_ns  duration_ns  clamped
 //           warmup  start_recorded_ns  grid  block
 //     gpu_elapsed: cuEventElapsedTime(start, end); start/end_host: the events on the host clock
 //     (0 if they could not be placed); launched: when the launch call returned; duration: what
 //     the sample reports; clamped: 1 where the stream was taken to be idle (the start event ran
-//     before the kernel was handed over: sample_timing.h takes the handover off);
+//     before the kernel was handed over: sample_timing.h takes the handover off; 0: queued,
+//     the queued start latency comes off);
 //     start_recorded: when the start event's record call returned; grid, block: "x,y,z" (to
 //     match a profiler's kernels).
 //   anchor  ctx  recorded_ns  seen_ns  chained_ns  host_ns  rate_ppm
@@ -25,8 +27,9 @@
 
 namespace orion::interpose {
 
-// Opens DIR/timing.<pid>.log when ORION_TIMING_LOG names a folder (once per process).
-void StartTimingLog(const char* dir);
+// Opens DIR/timing.<pid>.log when ORION_TIMING_LOG names a folder (once per process); the
+// header records the start latencies the samples are reported with.
+void StartTimingLog(const char* dir, const StartLatency& latency);
 bool TimingLogActive();
 
 // One timed launch: its events and what sample_timing.h made of them.

@@ -9,6 +9,8 @@
 namespace orion::interpose {
 namespace {
 
+constexpr StartLatency kLatency{.idle_ns = 1'000, .queued_ns = 2'400};
+
 // An eager service's launch on an idle stream, as seen on an H100: the start event ran at once,
 // the launch call returned 9 us after the start event's record, the kernel ran 3 us, 1 us of
 // start latency beyond an event's.
@@ -25,7 +27,7 @@ SampleEvents IdleLaunch() {
 
 TEST(TimeSampleTest, IdleStreamTakesOffTheHandoverNotThePlacement) {
   SampleEvents e = IdleLaunch();
-  SampleTiming t = TimeSample(e, 1'000);
+  SampleTiming t = TimeSample(e, kLatency);
   EXPECT_TRUE(t.idle_stream);
   EXPECT_EQ(t.duration_ns, 3'000u);
   EXPECT_EQ(t.start_ns, e.end_host_ns - 3'000);
@@ -35,37 +37,47 @@ TEST(TimeSampleTest, IdleStreamTakesOffTheHandoverNotThePlacement) {
     SampleEvents moved = e;
     moved.start_host_ns += error;
     moved.end_host_ns += error;
-    SampleTiming m = TimeSample(moved, 1'000);
+    SampleTiming m = TimeSample(moved, kLatency);
     EXPECT_TRUE(m.idle_stream) << error;
     EXPECT_EQ(m.duration_ns, 3'000u) << error;
   }
 }
 
-TEST(TimeSampleTest, QueuedKernelIsTheGpusElapsedTime) {
+TEST(TimeSampleTest, QueuedKernelIsTheGpusElapsedTimeLessItsStartLatency) {
   SampleEvents e = IdleLaunch();
-  // The start event ran 200 us after the call's return: the previous kernel on the stream.
+  // The start event ran 200 us after the call's return: the previous kernel on the stream. The
+  // kernel started 2.4 us after the event and ran 40 us.
   e.start_host_ns = e.launched_ns + 200'000;
-  e.gpu_elapsed_ns = 40'000;
+  e.gpu_elapsed_ns = 2'400 + 40'000;
   e.end_host_ns = e.start_host_ns + e.gpu_elapsed_ns;
-  SampleTiming t = TimeSample(e, 1'000);
+  SampleTiming t = TimeSample(e, kLatency);
   EXPECT_FALSE(t.idle_stream);
   EXPECT_EQ(t.duration_ns, 40'000u);
-  EXPECT_EQ(t.start_ns, e.start_host_ns);
+  EXPECT_EQ(t.start_ns, e.start_host_ns + 2'400);
+  // The host times between the start event's record and the call's return are the idle rule's:
+  // a queued sample ignores them.
+  e.start_recorded_ns = e.launched_ns - 150'000;
+  EXPECT_EQ(TimeSample(e, kLatency).duration_ns, 40'000u);
+  // A GPU whose kernels start with their event (the test double) keeps the elapsed time.
+  EXPECT_EQ(TimeSample(e, StartLatency{.idle_ns = 0, .queued_ns = 0}).duration_ns, 42'400u);
+  // Shorter than the latency: nothing left to see, never negative.
+  e.gpu_elapsed_ns = 2'000;
+  EXPECT_EQ(TimeSample(e, kLatency).duration_ns, 0u);
 }
 
 TEST(TimeSampleTest, NeverNegativeAndUnplacedKeepsTheElapsedTime) {
   SampleEvents e = IdleLaunch();
   e.gpu_elapsed_ns = 4'000;  // less than the handover: a kernel too short to see
-  EXPECT_EQ(TimeSample(e, 1'000).duration_ns, 0u);
+  EXPECT_EQ(TimeSample(e, kLatency).duration_ns, 0u);
   e.placed = false;
-  SampleTiming t = TimeSample(e, 1'000);
+  SampleTiming t = TimeSample(e, kLatency);
   EXPECT_EQ(t.duration_ns, 4'000u);
   EXPECT_EQ(t.start_ns, 0u);
   EXPECT_FALSE(t.idle_stream);
   // No record time known: only the start latency comes off.
   e = IdleLaunch();
   e.start_recorded_ns = 0;
-  EXPECT_EQ(TimeSample(e, 1'000).duration_ns, e.gpu_elapsed_ns - 1'000);
+  EXPECT_EQ(TimeSample(e, kLatency).duration_ns, e.gpu_elapsed_ns - 1'000);
 }
 
 TEST(GpuClockRateTest, LearnsTheDriftAndIgnoresWhatNoClockDoes) {

@@ -4,7 +4,9 @@
 offset by a known amount and with the profiler's first guess of that offset 150 us off. The
 matching must find the samples' kernels (grid and block equal, the launch call's end beside
 the call's return), recover where each kernel started against the call's return and how far
-the anchors placed its end, and report the reported duration against the kernel's own."""
+the anchors placed its end, and report the reported duration against the kernel's own. Then
+bench/busy_replay.py on the same data: the kernel's name leads to its function, and with
+durations that do not move a recent mean draws the untimed kernels at their true sum."""
 import json
 import os
 import random
@@ -30,7 +32,7 @@ def main():
         dur = rng.randint(3_000, 8_000)
         end = start + dur
         launches.append([(returned - 2_500) / 1e3 - off, 2.5, i])  # the call ends at our return
-        kernels.append([start / 1e3 - off, dur / 1e3, *grid, *block, i])
+        kernels.append([start / 1e3 - off, dur / 1e3, *grid, *block, i, "void k<float>(float*)"])
         if i % 10 == 0:
             sampled += 1
             placed_end = end - 2_000            # the anchors place the end 2 us early
@@ -58,6 +60,18 @@ def main():
     print(f"matched {every['samples']} of {sampled} samples; start after return "
           f"{every['kernel_start_after_return_us_median']:.2f} us, placed end "
           f"{every['placed_end_minus_profiler_end_us_median']:.2f} us")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "busy_replay.py"),
+                          os.path.join(work, "timing.1.log"), "--profile", prof, "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    replayed = json.loads(out.stdout)
+    assert replayed["kernels"] == 3000 and replayed["timed"] >= 0.97 * sampled, replayed
+    for name in ("kernel-recent-4", "shape-recent-4", "shape-scaled-16"):
+        r = replayed["estimators"][name]
+        assert r["unmapped_fraction"] < 0.02, (name, r)  # before the first measurement
+        assert abs(r["ratio"] - 1.0) < 0.03, (name, r)
+    print("replayed: " + ", ".join(f"{n} {r['ratio']:.3f}"
+                                   for n, r in replayed["estimators"].items()))
 
 
 if __name__ == "__main__":
