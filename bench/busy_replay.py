@@ -118,7 +118,29 @@ class KernelRecentClipped(KernelRecent):
         super().add(func, shape, ns)
 
 
+class KernelRecentMedian(KernelRecent):
+    """The kernel's recent mean of samples each clipped at `clip` times the median of the
+    kernel's last `n` samples."""
+
+    def __init__(self, w, clip, n=5):
+        super().__init__(w)
+        self.clip, self.n, self.last = clip, n, collections.defaultdict(collections.deque)
+
+    def add(self, func, shape, ns):
+        last = self.last[func]
+        clipped = ns
+        if len(last) >= 3:
+            clipped = min(ns, self.clip * sorted(last)[len(last) // 2])
+        last.append(ns)
+        if len(last) > self.n:
+            last.popleft()
+        super().add(func, shape, clipped)
+
+
 ESTIMATORS = {
+    "kernel-recent-4-median3": lambda: KernelRecentMedian(4, 3),
+    "kernel-recent-4-median5": lambda: KernelRecentMedian(4, 5),
+    "kernel-recent-2-median3": lambda: KernelRecentMedian(2, 3),
     "kernel-recent-4-clip4": lambda: KernelRecentClipped(4, 4),
     "kernel-recent-4-clip2": lambda: KernelRecentClipped(4, 2),
     "kernel-recent-4": lambda: KernelRecent(4),

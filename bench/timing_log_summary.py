@@ -51,13 +51,15 @@ def read(path):
         for n, line in enumerate(f, 2):
             parts = line.rstrip("\n").split("\t")
             try:
-                if parts[0] == "sample" and len(parts) in (9, 12):
+                if parts[0] == "sample" and len(parts) in (9, 12, 13):
                     s = {"func": parts[1]}
                     (s["elapsed"], s["start"], s["end"], s["launched"], s["dur"], s["clamped"],
                      s["warmup"]) = map(int, parts[2:9])
-                    s["recorded"] = int(parts[9]) if len(parts) == 12 else 0
-                    s["grid"] = tuple(map(int, parts[10].split(","))) if len(parts) == 12 else None
-                    s["block"] = tuple(map(int, parts[11].split(","))) if len(parts) == 12 else None
+                    long = len(parts) >= 12
+                    s["recorded"] = int(parts[9]) if long else 0
+                    s["grid"] = tuple(map(int, parts[10].split(","))) if long else None
+                    s["block"] = tuple(map(int, parts[11].split(","))) if long else None
+                    s["contended"] = int(parts[12]) if len(parts) == 13 else 0
                     samples.append(s)
                 elif parts[0] == "anchor" and len(parts) in (6, 7):
                     a = {"ctx": parts[1]}

@@ -96,6 +96,9 @@ inline constexpr uint32_t kTimedLaunch = 1u;  // kLaunch/kGraphLaunch: a kKernel
 inline constexpr uint32_t kOnHostClock = 2u;  // kKernelTime/kRange: GPU times on the host clock
 inline constexpr uint32_t kWarmupSample = 4u; // kKernelTime of one of a kernel's first launches
 inline constexpr uint32_t kPausedWait = 8u;   // kThrottled: the wait was the client's pause
+// kKernelTime: on a time-sliced GPU, another process's work was in flight when the timed launch
+// went out or when it was found complete; its elapsed time may hold the other's time slice.
+inline constexpr uint32_t kContendedSample = 16u;
 
 enum class MemoryKind : uint32_t {
   kDevice = 0, kPitch = 1, kManaged = 2, kAsync = 3, kPool = 4, kVmmCreate = 5, kVmmMap = 6,
@@ -116,7 +119,7 @@ struct Event {
   uint32_t grid[3];
   uint32_t block[3];
   uint32_t shared_mem;
-  uint32_t flags;        // kTimedLaunch, kOnHostClock, kWarmupSample, kPausedWait
+  uint32_t flags;        // kTimedLaunch, kOnHostClock, kWarmupSample, kPausedWait, kContended...
   char name[kKernelNameBytes];  // kKernelName and kRange; NUL-terminated, truncated
 };
 inline constexpr size_t kEventWords = 1 + (sizeof(Event) + 7) / 8;  // +1: sequence word

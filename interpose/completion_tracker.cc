@@ -156,6 +156,8 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
     }
     if (open_gate) OpenGate(*reg->gate);
     if (p->timed && measured_on_gpu) {
+      p->contended = p->contended ||
+                     OtherWorkInFlight(*reg->gate, *reg->gpu, reg->slot_index, p->high, now);
       float ms = 0.0f;
       auto elapsed = ORION_DRIVER(cuEventElapsedTime_v2);
       if (elapsed != nullptr && elapsed(&ms, p->start, p->end) == CUDA_SUCCESS && ms >= 0.0f) {
@@ -182,10 +184,13 @@ void Finish(PendingLaunch* p, bool measured_on_gpu) {
           logged.events = events;
           logged.timing = timing;
           logged.warmup = p->warmup;
+          logged.contended = p->contended;
           LogTimingSample(logged);
         }
         if (p->warmup) e.flags |= contract::kWarmupSample;
-        if (p->kernel != nullptr) p->kernel->AddSample(ns);
+        if (p->contended) e.flags |= contract::kContendedSample;
+        // A contended sample does not teach the gate's estimate either.
+        if (p->kernel != nullptr && !p->contended) p->kernel->AddSample(ns);
         e.func = p->func;
         e.stream = p->stream;
         e.duration_ns = ns;
@@ -338,6 +343,8 @@ PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
   p->launched_ns = 0;
   p->start_recorded_ns = 0;
   p->warmup = false;
+  p->high = false;
+  p->contended = false;
   p->ordered = false;
   p->range = false;
   p->depth = 0;

@@ -47,6 +47,10 @@ struct PendingLaunch {
   uint64_t start_recorded_ns = 0;  // when the start event's record call returned (timed only)
   bool timed = false;
   bool warmup = false;  // one of a kernel's first launches (cold): a kWarmupSample
+  bool high = false;    // launched at high priority (timed only)
+  // Another process's work was in flight at the launch or at completion (OtherWorkInFlight):
+  // a kContendedSample.
+  bool contended = false;
   // The stream handle names one stream of ctx (not a per-thread default stream), so records
   // with the same (ctx, stream) complete in submission order.
   bool ordered = false;

@@ -138,8 +138,11 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       memcpy(pending->grid, info.grid, sizeof(info.grid));
       memcpy(pending->block, info.block, sizeof(info.block));
       pending->warmup = launch_index < kWarmupLaunches;
-      if (timed && !RecordStart(pending, info.stream, info.per_thread_stream)) {
-        pending->timed = false;
+      if (timed) {
+        pending->high = high;
+        pending->contended =
+            OtherWorkInFlight(*reg->gate, gpu, reg->slot_index, high, MonotonicNs());
+        if (!RecordStart(pending, info.stream, info.per_thread_stream)) pending->timed = false;
       }
     } else if (ticket.budget_ns != 0) {
       ReleaseBudget(*reg->gate, ticket.budget_ns);  // untracked: do not leak the charge

@@ -226,6 +226,20 @@ inline bool NoteHighPriorityCompletion(contract::SlotGate& slot, uint64_t done_a
   return before != 0 && slot.inflight.fetch_sub(1, std::memory_order_acq_rel) == 1;
 }
 
+// Whether a timed launch's measurement may hold another process's time slice: on a time-sliced
+// GPU (priority mode), best-effort work admitted beside a high-priority client, or high-priority
+// work beside a best-effort one, was in flight. An eager service's kernel of 2 us measured 94 us
+// that way (H100, beside a trainer): such a sample is the kernel's and the wait's.
+inline bool OtherWorkInFlight(const contract::GateArea& gate, const contract::GpuState& gpu,
+                              uint32_t own_slot, bool high, uint64_t now_ns) {
+  if (gpu.mode.load(std::memory_order_relaxed) !=
+      static_cast<uint32_t>(contract::GateMode::kPriority)) {
+    return false;
+  }
+  if (high) return gate.words.be_outstanding_ns.load(std::memory_order_relaxed) != 0;
+  return HighPriorityBusy(gate, gpu, own_slot, now_ns).busy;
+}
+
 // One best-effort launch's decision. Gate off, server gone, or no high-priority client on the
 // GPU: go. Otherwise, by mode:
 //  - priority (time-sliced GPU: contexts of different processes never run kernels together, so

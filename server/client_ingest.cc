@@ -129,6 +129,22 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       const bool warmup = (e.flags & contract::kWarmupSample) != 0;
       auto graph = graphs_.find(e.func);
       const bool is_graph = graph != graphs_.end();
+      const SpanKind kind = is_graph ? SpanKind::kGraph : SpanKind::kKernel;
+      const uint64_t graph_kernels = is_graph ? graph->second.kernels : 0;
+      // Without the GPU's start on the host clock, the work ended before it was reported.
+      const bool measured = (e.flags & contract::kOnHostClock) != 0;
+      const int64_t start = measured ? at : at - static_cast<int64_t>(e.duration_ns);
+      if ((e.flags & contract::kContendedSample) != 0) {
+        // It may hold another process's time slice: counted at the mean (ending where it was
+        // measured to end), where there is one, and teaching nothing.
+        MeasuredMean* mean = is_graph ? &graph->second.duration : profile_.DurationOf(e.func);
+        if (const uint64_t drawn = mean != nullptr ? mean->Contended() : 0; drawn != 0) {
+          const int64_t end = start + static_cast<int64_t>(e.duration_ns);
+          AddWork(priority, kind, e.func, e.stream, end - static_cast<int64_t>(drawn), drawn,
+                  /*measured=*/false, graph_kernels, sinks);
+          break;
+        }
+      }
       double caught_up = 0;  // launches counted at 0 before this first measurement
       if (is_graph) {
         caught_up = graph->second.duration.Measured(e.duration_ns, warmup);
@@ -136,11 +152,8 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
         caught_up = profile_.OnDuration(e.func, e.duration_ns, warmup);
       }
       AddBusy(caught_up, sinks);
-      // Without the GPU's start on the host clock, the work ended before it was reported.
-      const bool measured = (e.flags & contract::kOnHostClock) != 0;
-      const int64_t start = measured ? at : at - static_cast<int64_t>(e.duration_ns);
-      AddWork(priority, is_graph ? SpanKind::kGraph : SpanKind::kKernel, e.func, e.stream, start,
-              e.duration_ns, measured, is_graph ? graph->second.kernels : 0, sinks);
+      AddWork(priority, kind, e.func, e.stream, start, e.duration_ns, measured, graph_kernels,
+              sinks);
       break;
     }
     case EventKind::kGraphLaunch: {

@@ -50,6 +50,10 @@ const char* KernelClassName(KernelClass c);  // "comp", "mem", "unknown"
 // never came (the process ended with them in flight) are counted too, and caught up at the
 // mean when the client leaves (Unreported).
 //
+// A measurement taken while another process's work was in flight on a time-sliced GPU
+// (kContendedSample) may hold the other's time slice (an eager service's 2 us kernel measured 94
+// us beside a trainer): it counts at the recent mean and moves no mean (Contended).
+//
 // Busy time draws at a recent mean (each new measurement a quarter of it once four are in), not
 // the mean of the whole run (the kernel's profile): a kernel's time moves with what shares the
 // GPU. An eager ResNet50 service beside a trainer ran its kernels 26% longer than when the
@@ -101,6 +105,14 @@ struct MeasuredMean {
     Add(ns, warmup);
     if (awaited != 0) --awaited;
     return CatchUpNs();
+  }
+  // A timed launch whose measurement may hold another process's time slice (kContendedSample):
+  // it counts at the recent mean and teaches nothing. Returns 0 while nothing is measured (the
+  // caller then takes the measurement as it is).
+  uint64_t Contended() {
+    const uint64_t mean = RecentNs();
+    if (mean != 0 && awaited != 0) --awaited;
+    return mean;
   }
   // The GPU time of the awaited launches that never reported, at the mean (once).
   double UnreportedNs() {

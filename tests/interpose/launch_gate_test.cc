@@ -106,6 +106,22 @@ TEST_F(LaunchGateTest, IgnoresStaleHighPriorityOwnSlotPassThroughAndDeadServer) 
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
 }
 
+// A timed launch is contended where the other side's work is in flight on a time-sliced GPU:
+// admitted best-effort work for a high-priority launch, busy high-priority work (ourselves
+// excluded) for a best-effort one; never in MPS mode, where co-running slows a kernel for real.
+TEST_F(LaunchGateTest, TimedLaunchesSeeTheOtherSidesWorkInFlight) {
+  EXPECT_FALSE(OtherWorkInFlight(*gate_, gpu(), 130, /*high=*/true, now_));
+  EXPECT_FALSE(OtherWorkInFlight(*gate_, gpu(), 3, /*high=*/false, now_));
+  gate_->words.be_outstanding_ns.store(40'000);
+  EXPECT_TRUE(OtherWorkInFlight(*gate_, gpu(), 130, true, now_));
+  MarkHighPriority(130, 1, now_);
+  EXPECT_TRUE(OtherWorkInFlight(*gate_, gpu(), 3, false, now_));
+  EXPECT_FALSE(OtherWorkInFlight(*gate_, gpu(), 130, false, now_));  // only itself busy
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
+  EXPECT_FALSE(OtherWorkInFlight(*gate_, gpu(), 130, true, now_));
+  EXPECT_FALSE(OtherWorkInFlight(*gate_, gpu(), 3, false, now_));
+}
+
 TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
   MarkHighPriority(9, 1, now_);
   board_->slots[3].gpu.store(0);

@@ -103,6 +103,49 @@ TEST_F(ClientIngestTest, TimedLaunchesThatNeverReportedCountWhenTheClientLeaves)
   EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), 4 * 8'000);
 }
 
+// A measurement taken while another process's work was in flight (kContendedSample) counts at
+// the kernel's recent mean, ending where it was measured to end, and moves neither the mean nor
+// the profile; before any measurement it is taken as it is.
+TEST_F(ClientIngestTest, ContendedSamplesCountAtTheMeanAndTeachNothing) {
+  c::Event timed = At(c::EventKind::kLaunch, 900'000);
+  timed.flags = c::kTimedLaunch;
+  Feed(timed);
+  c::Event first = At(c::EventKind::kKernelTime, 1'000'000);
+  first.flags = c::kOnHostClock | c::kContendedSample;
+  first.duration_ns = 6'000;
+  Feed(first);  // nothing known yet: the measurement as it is
+  EXPECT_EQ(ingest_.profile().EstimateNs(0x100), 6'000u);
+  c::Event m = At(c::EventKind::kKernelTime, 1'100'000);
+  m.flags = c::kOnHostClock;
+  m.duration_ns = 2'000;
+  for (int i = 0; i < 4; ++i) Feed(m);
+  // The recent mean: (6 + 3 x 2) / 4 us, then a quarter of the way to 2 us: 2.75 us.
+  const uint64_t mean = ingest_.profile().DurationOf(0x100)->RecentNs();
+  EXPECT_EQ(mean, 2'750u);
+  const uint64_t profile_mean = ingest_.profile().EstimateNs(0x100);  // the run's: 2.8 us
+  const double busy = ingest_.gpu_busy_ns();
+  Feed(timed);
+  c::Event waited = At(c::EventKind::kKernelTime, 2'000'000);
+  waited.flags = c::kOnHostClock | c::kContendedSample;
+  waited.duration_ns = 94'000;  // a 2 us kernel and another context's time slice
+  Feed(waited);
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2'750);
+  EXPECT_EQ(ingest_.profile().DurationOf(0x100)->RecentNs(), mean);  // taught nothing
+  EXPECT_EQ(ingest_.profile().EstimateNs(0x100), profile_mean);
+  Feed(At(c::EventKind::kLaunch, 2'200'000));
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2 * 2'750);  // still drawn at 2.75 us
+  const std::vector<Span> spans = Spans();
+  ASSERT_GE(spans.size(), 2u);
+  const Span& s = spans[spans.size() - 2];  // the contended one: inferred, ending at its end
+  EXPECT_FALSE(s.measured);
+  EXPECT_EQ(s.duration_ns, 2'750u);
+  EXPECT_EQ(s.start_unix_ns, 2'000'000 + 94'000 - 2'750);
+  // It reported: nothing is left awaited when the client leaves.
+  IngestSinks sinks{timeline_, gpu_busy_ns_, names_, known_};
+  ingest_.Leave(sinks);
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2 * 2'750);
+}
+
 // A launch's wait arrives as a paused part and a held part, each ending where it ended: two
 // spans of their own kinds, measured on the CPU, neither counted as GPU work.
 TEST_F(ClientIngestTest, PausedAndGateHeldTimeAreSpansOfTheirOwnKinds) {
