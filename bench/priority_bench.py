@@ -11,6 +11,7 @@ window. Every figure is reported relative to the job alone.
 Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knobs for that run):
   timeslice   no orion, no MPS: the GPU's default time-slicing between processes
   mps         the MPS daemon, no orion
+  mps-alone   the MPS daemon and the service alone, no trainer: what MPS itself costs it
   mps-prio    MPS with the trainer at CUDA_MPS_CLIENT_PRIORITY=1 (below normal)
   orion-pass  both under orion-run, gate in pass-through mode (observe only)
   orion       both under orion-run, gate in priority mode
@@ -88,7 +89,9 @@ def parse_result(line):
     return out
 
 
-CONFIGS = ("timeslice", "mps", "mps-prio", "mps-cap", "orion-pass", "orion", "orion-mps")
+CONFIGS = ("timeslice", "mps", "mps-alone", "mps-prio", "mps-cap", "orion-pass", "orion",
+           "orion-mps")
+MPS_CONFIGS = ("mps", "mps-alone", "mps-prio", "mps-cap", "orion-mps")
 MODES = {"orion": "priority", "orion-pass": "pass-through", "orion-mps": "mps"}
 
 # One configuration of a run: name, whether it uses --alt-interposer, the orion-ctl policy knobs
@@ -408,11 +411,28 @@ class Bench:
         cfg = c.name
         self.interposer = os.path.abspath(a.alt_interposer) if c.alt else self.bundle_interposer
         be_env = {}
-        if cfg in ("mps", "mps-prio", "mps-cap", "orion-mps"):
+        if cfg in MPS_CONFIGS:
             why = self.start_mps()
             if why:
                 self.record({"config": spec, "error": why})
                 return
+        if cfg == "mps-alone":
+            try:
+                for hp in a.hp:
+                    try:
+                        r, _, _ = self.run_hp(hp, self.rate(capacity, hp), a.requests, cfg)
+                    except RuntimeError as e:
+                        self.record({"config": spec, "hp": hp, "error": str(e)})
+                        continue
+                    row = {"config": spec, "hp": hp, "be": None, "rate": self.rate(capacity, hp),
+                           "round": self.round, **r}
+                    for q in ("p50_ms", "p99_ms", "p999_ms", "mean_ms", "svc_p50_ms"):
+                        if q in r and alone_hp[hp].get(q):
+                            row[q.replace("_ms", "_x")] = round(r[q] / alone_hp[hp][q], 3)
+                    self.record(row)
+            finally:
+                self.stop_mps()
+            return
         if cfg in ("mps-prio", "mps-cap", "orion-mps"):
             be_env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
         if cfg in ("mps-cap", "orion-mps"):
@@ -472,7 +492,7 @@ class Bench:
                     value = self.defaults.get(key, 0)  # orion-ctl leaves zero values out
                     restore.append(f"{key}={str(value).lower()}")
                 self.ctl("policy", "--all", *restore)
-            if cfg in ("mps", "mps-prio", "mps-cap", "orion-mps"):
+            if cfg in MPS_CONFIGS:
                 self.stop_mps()
 
     def write_table(self):
@@ -533,7 +553,7 @@ def render_table(results, repeat):
             rows = [r for r in every if "stall_ms" not in r and "baseline_stall_ms" not in r]
             if len(rows) < len(every):
                 cfg += f" ({len(rows)} of {len(every)} rounds: the others stalled)"
-            lines.append(f"| {hp} | {be} | {cfg} | {spread(rows, 'p50_x')} | "
+            lines.append(f"| {hp} | {be or '-'} | {cfg} | {spread(rows, 'p50_x')} | "
                          f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
                          f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} |")
     return "\n".join(lines) + "\n"
