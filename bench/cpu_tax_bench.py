@@ -6,7 +6,7 @@ in every round so that host drift cancels.
   bench/cpu_tax_bench.py --bundle DIR [--model resnet50] [--graph] [--nvtx] [--rounds 5]
       [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
-      [--baseline-interposer LIB] [--out DIR]
+      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--out DIR]
   bench/cpu_tax_bench.py --table results.jsonl      (re-renders a run's table)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
@@ -111,6 +111,13 @@ class Bench:
         raise SystemExit("orion-server did not start; see bench.log")
 
     def command(self, argv, interposer, priority):
+        if not interposer and self.args.baseline_env:
+            # A/B of one build: the "bare" arm runs under it with these variables.
+            return self.prefix + ["env", *self.args.baseline_env,
+                                  os.path.join(self.bundle, "orion-run"), "--priority", priority,
+                                  "--interposer",
+                                  os.path.join(self.bundle, "liborion_interpose.so"),
+                                  "--"] + argv
         if not interposer and self.args.baseline_interposer:
             # A/B of two builds: the "bare" arm runs under the baseline library instead.
             return self.prefix + [os.path.join(self.bundle, "orion-run"), "--priority", priority,
@@ -139,6 +146,8 @@ class Bench:
         row.update(limit=self.args.limit, limit_note=self.limit_note, time=time.time())
         if self.args.baseline_interposer:
             row["baseline"] = os.path.basename(self.args.baseline_interposer)
+        if self.args.baseline_env:
+            row["baseline"] = " ".join(self.args.baseline_env)
         self.rows.write(json.dumps(row) + "\n")
         self.rows.flush()
         print(json.dumps(row), flush=True)
@@ -275,8 +284,17 @@ def main():
     p.add_argument("--baseline-interposer",
                    help="compare against this liborion_interpose.so (another build) instead of "
                         "no interposer: the table's 'bare' column is then that build")
+    p.add_argument("--baseline-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="compare against this build with these variables set (repeatable; e.g. "
+                        "ORION_NO_TIMING=1 ORION_NVTX_DEPTH=0: what the timeline's recording "
+                        "costs): the table's 'bare' column is then that arm")
     p.add_argument("--table", help="print the table of a results.jsonl and exit")
     args = p.parse_args()
+    for kv in args.baseline_env:
+        if "=" not in kv or not kv.partition("=")[0].startswith("ORION_"):
+            p.error(f"--baseline-env {kv!r}: expected ORION_NAME=VALUE")
+    if args.baseline_env and args.baseline_interposer:
+        p.error("--baseline-env and --baseline-interposer: one baseline at a time")
     if args.table:
         table = render(args.table)
         with open(os.path.join(os.path.dirname(args.table) or ".", "results.md"), "w") as f:

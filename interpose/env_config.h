@@ -162,7 +162,11 @@ inline void CopyTruncated(char* dst, size_t dst_bytes, const char* src) {
 struct EnvConfig {
   bool disabled = false;  // ORION_DISABLE: pure pass-through
   bool quiet = false;     // ORION_QUIET: no stderr notes
-  bool profile = false;   // ORION_PROFILE: time sampled kernels on the GPU
+  bool profile = false;   // ORION_PROFILE: time every launch on the GPU
+  // ORION_NO_TIMING: time no launch on the GPU unless profiling (the sampled 1 in 64 included):
+  // what the timeline's own GPU timing costs, by difference (bench/cpu_tax_bench.py
+  // --baseline-env). Spans are then all inferred and busy seconds stay at 0.
+  bool no_timing = false;
   uint32_t requested_priority = contract::kNoValue32;
   uint64_t requested_memory_limit = 0;
   uint64_t requested_latency_target_us = 0;
@@ -198,6 +202,7 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   config.disabled = ParseFlag(getenv_fn(contract::kEnvDisable));
   config.quiet = ParseFlag(getenv_fn(contract::kEnvQuiet));
   config.profile = ParseFlag(getenv_fn("ORION_PROFILE"));
+  config.no_timing = ParseFlag(getenv_fn("ORION_NO_TIMING"));
   config.requested_priority = ParsePriority(getenv_fn(contract::kEnvPriority));
   uint64_t value = 0;
   if (ParseByteSize(getenv_fn(contract::kEnvMemoryLimit), &value)) {

@@ -121,7 +121,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // Sampled launches are timed on the GPU in every mode: they teach the gate the kernels'
   // durations and give the timeline measured spans. Profiling times every launch.
   const bool profile = Config().profile || slot.profile.load(std::memory_order_relaxed) != 0;
-  const bool timed = kernel != nullptr && (profile || ShouldSample(launch_index));
+  const bool timed =
+      kernel != nullptr && (profile || (!Config().no_timing && ShouldSample(launch_index)));
 
   // High-priority work is followed to completion only while the gate may hold somebody for it.
   const bool follow = high && FollowHighPriority(gpu);

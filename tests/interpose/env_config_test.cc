@@ -101,13 +101,16 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_EQ(config.requested_latency_target_us, 15'000u);
   EXPECT_STREQ(config.socket_path, contract::kDefaultSocketPath);
   EXPECT_STREQ(config.log_dir, "");  // no call log unless asked
+  EXPECT_FALSE(config.no_timing);
   EXPECT_EQ(config.start_latency.idle_ns, kDefaultKernelStartNs);
   EXPECT_EQ(config.start_latency.queued_ns, kDefaultQueuedStartNs);
 
   env = {{"ORION_DISABLE", "1"}, {"ORION_SOCKET", "/tmp/x.sock"}, {"ORION_MEMORY_LIMIT", "lots"},
          {"ORION_LOG_DIR", "/tmp/orion-logs"}, {"ORION_KERNEL_START_NS", "0"},
-         {"ORION_QUEUED_START_NS", "500000"}};  // past the 100 us bound: the default stays
+         {"ORION_QUEUED_START_NS", "500000"},  // past the 100 us bound: the default stays
+         {"ORION_NO_TIMING", "1"}};
   config = ReadEnvConfig(get);
+  EXPECT_TRUE(config.no_timing);
   EXPECT_EQ(config.start_latency.idle_ns, 0u);
   EXPECT_EQ(config.start_latency.queued_ns, kDefaultQueuedStartNs);
   EXPECT_TRUE(config.disabled);
