@@ -13,8 +13,11 @@
 // So the poller never runs on a timer that nobody needs:
 //  - a high-priority client counts as busy until the grace after its last launch or completion
 //    has run out, whatever completes, so nothing is looked at before then; after it, the poller
-//    waits for the newest followed record in the driver (a blocking-sync event: the thread sleeps
-//    until the GPU reaches it), which completes every earlier record of its stream too;
+//    waits for the newest followed record in the driver where that record has a blocking-sync
+//    event (a graph or a long kernel: the thread sleeps until the GPU reaches it), which
+//    completes every earlier record of its stream too, and looks again every
+//    kHighPriorityPollNs otherwise (short kernels, done by the end of the grace: a
+//    blocking-sync event on each of them cost the driver's event thread a wake-up per launch);
 //  - best-effort budget charges and timed samples are followed closely (kBestEffortPollNs) only
 //    while somebody is held at the gate of the record's GPU (gate_waiters > 0); otherwise the
 //    poller looks again after kLazyPollNs, or at once when a held thread bumps the GPU's
@@ -32,8 +35,8 @@ namespace orion::interpose {
 // Best-effort budget charges and timed samples are followed closely while a launch is held: the
 // gate's budget is small.
 inline constexpr uint64_t kBestEffortPollNs = 20'000;
-// Where the driver cannot wait for an event (no cuEventSynchronize), high-priority records past
-// their grace are polled this often instead.
+// High-priority records past their grace that are not waited for in the driver (short kernels,
+// or no cuEventSynchronize) are polled this often instead.
 inline constexpr uint64_t kHighPriorityPollNs = 100'000;
 // Nobody held: completions only recycle records and feed the estimates. A trainer always has a
 // timed sample in flight, and its one-CPU pod pays for every look: at 1 ms its step p99 rose
@@ -64,6 +67,9 @@ inline NextLook NextLookAt(const PendingLaunch& p, uint64_t now_ns) {
       return {std::max(last + grace - now_ns, kBestEffortPollNs), false};
     }
   }
+  // Past the grace: asleep in the driver where the record has a blocking-sync event, else a
+  // look every kHighPriorityPollNs (an eager service's short kernels are done by then).
+  if (!p.wait_in_driver) return {kHighPriorityPollNs, false};
   return {kLazyPollNs, true};
 }
 

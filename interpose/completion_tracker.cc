@@ -113,7 +113,7 @@ uint32_t IndexOf(const PendingLaunch* p) { return static_cast<uint32_t>(p - g_po
 
 void DestroyEvents(PendingLaunch* p) {
   auto destroy = ORION_DRIVER(cuEventDestroy_v2);
-  for (CUevent* e : {&p->done, &p->start, &p->end}) {
+  for (CUevent* e : {&p->done, &p->done_sync, &p->start, &p->end}) {
     if (*e != nullptr && destroy != nullptr) destroy(*e);
     *e = nullptr;
   }
@@ -254,13 +254,13 @@ void* PollerMain(void*) {
         outstanding, count, MonotonicNs(),
         [&](const PendingLaunch& p) {
           use_context(p);
-          return query != nullptr ? query(p.timed ? p.end : p.done) : CUDA_SUCCESS;
+          return query != nullptr ? query(CompletionEvent(p)) : CUDA_SUCCESS;
         },
         finish, &schedule);
     if (count != 0) {
       if (PendingLaunch* p = schedule.wait_for; p != nullptr && sync != nullptr) {
         use_context(*p);
-        const CUresult status = sync(p->timed ? p->end : p->done);
+        const CUresult status = sync(CompletionEvent(*p));
         p->pending_at_ns = MonotonicNs();  // it completed just now
         count = FinishThrough(outstanding, count, p, status, finish);
       } else if (p != nullptr) {
@@ -308,7 +308,7 @@ void EnsurePoller() {
 
 }  // namespace
 
-PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
+PendingLaunch* AcquirePending(CUcontext ctx, bool timed, bool wait_in_driver) {
   pthread_once(&g_queues_once, InitQueues);
   uint32_t index;
   if (ctx == nullptr || !g_free.Pop(&index)) return nullptr;
@@ -319,14 +319,17 @@ PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
   }
   auto create = ORION_DRIVER(cuEventCreate);
   bool ok = create != nullptr;
-  if (ok && !timed && p->done == nullptr) {
-    ok = create(&p->done, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) == CUDA_SUCCESS;
+  wait_in_driver = wait_in_driver && !timed;
+  if (ok && !timed && !wait_in_driver && p->done == nullptr) {
+    ok = create(&p->done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+  }
+  if (ok && wait_in_driver && p->done_sync == nullptr) {
+    ok = create(&p->done_sync, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC) == CUDA_SUCCESS;
   }
   if (ok && timed && p->start == nullptr) ok = create(&p->start, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
-  // Timing events are only ever queried, never waited for (completion_poll.h waits in the
-  // driver for high-priority `done` events alone): no blocking sync, whose every completion
-  // wakes the driver's event thread (14 ms of CPU a second on a one-core H100 service timing
-  // 700 launches a second).
+  // Timing events are only ever queried, never waited for: no blocking sync (its every
+  // completion wakes the driver's event thread: 14 ms of CPU a second on a one-core H100
+  // service timing 700 launches a second).
   if (ok && timed && p->end == nullptr) ok = create(&p->end, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
   if (!ok) {
     g_free.Push(index);
@@ -339,6 +342,7 @@ PendingLaunch* AcquirePending(CUcontext ctx, bool timed) {
   p->budget_ns = 0;
   p->high_priority = false;
   p->timed = timed;
+  p->wait_in_driver = wait_in_driver;
   p->pending_at_ns = 0;
   p->launched_ns = 0;
   p->start_recorded_ns = 0;
@@ -363,7 +367,7 @@ void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream,
                    uint64_t launched_ns) {
   p->pending_at_ns = launched_ns;
   p->launched_ns = launched_ns;
-  if (!RecordOn(p->timed ? p->end : p->done, stream, per_thread_stream)) {
+  if (!RecordOn(CompletionEvent(*p), stream, per_thread_stream)) {
     // The events may belong to a destroyed context whose address was reused: recreate them on
     // the record's next use instead of failing forever.
     DestroyEvents(p);

@@ -24,11 +24,15 @@ namespace orion::interpose {
 
 struct PendingLaunch {
   // Owned events, created lazily in `ctx` and reused.
-  // `done` is a blocking-sync event: the poller may wait for it in the driver without spinning.
-  // The timing pair is only queried (a blocking-sync event costs the driver's event thread a
-  // wake-up at every completion).
-  CUevent done = nullptr;   // CU_EVENT_DISABLE_TIMING: completion only
-  CUevent start = nullptr;  // timing pair for sampled launches
+  // Every completion of a blocking-sync event wakes the driver's event thread, whether anybody
+  // waits for it or not: followed with one, an eager service's every launch cost its one core
+  // 158 ms of CPU a second in that thread beside a trainer (H100, bench/follow_cost.sh). So
+  // `done` and the timing pair are plain events, only queried, and `done_sync` (blocking sync)
+  // is used where the poller may wait in the driver: a followed launch long enough to sleep
+  // for (a graph, a kernel of kDriverWaitMinNs or more).
+  CUevent done = nullptr;       // CU_EVENT_DISABLE_TIMING: completion only
+  CUevent done_sync = nullptr;  // CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC
+  CUevent start = nullptr;      // timing pair for sampled launches
   CUevent end = nullptr;
   CUcontext ctx = nullptr;
   // Per use.
@@ -46,6 +50,7 @@ struct PendingLaunch {
   uint64_t launched_ns = 0;  // when the launch call returned (host clock)
   uint64_t start_recorded_ns = 0;  // when the start event's record call returned (timed only)
   bool timed = false;
+  bool wait_in_driver = false;  // completes with done_sync: the poller may sleep on it
   bool warmup = false;  // one of a kernel's first launches (cold): a kWarmupSample
   bool high = false;    // launched at high priority (timed only)
   // Another process's work was in flight at the launch or at completion (OtherWorkInFlight):
@@ -63,9 +68,19 @@ struct PendingLaunch {
   char name[contract::kKernelNameBytes] = {};
 };
 
+// A followed high-priority launch at least this long (estimated) is waited for in the driver,
+// asleep; a shorter one is polled past its client's grace (completion_poll.h).
+inline constexpr uint64_t kDriverWaitMinNs = 200'000;
+
+// The event a record completes with.
+inline CUevent CompletionEvent(const PendingLaunch& p) {
+  return p.timed ? p.end : p.wait_in_driver ? p.done_sync : p.done;
+}
+
 // A record whose events live in `ctx`, or null if the pool is exhausted or events cannot be
-// created (the launch then goes untracked).
-PendingLaunch* AcquirePending(CUcontext ctx, bool timed);
+// created (the launch then goes untracked). `wait_in_driver`: an untimed record that completes
+// with a blocking-sync event.
+PendingLaunch* AcquirePending(CUcontext ctx, bool timed, bool wait_in_driver = false);
 // Records the start event of a timed launch; returns false if timing is impossible.
 bool RecordStart(PendingLaunch* p, CUstream stream, bool per_thread_stream);
 // After a successful launch at `launched_ns`: records the completion event and hands the record

@@ -128,7 +128,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool follow = high && FollowHighPriority(gpu);
   PendingLaunch* pending = nullptr;
   if (follow || timed || ticket.budget_ns != 0) {
-    pending = AcquirePending(ctx, timed);
+    // Waited for asleep in the driver only where that pays: a graph or a long kernel.
+    pending = AcquirePending(ctx, timed,
+                             follow && (info.graph || estimate >= kDriverWaitMinNs));
     if (pending != nullptr) {
       pending->reg = reg;
       pending->kernel = kernel;

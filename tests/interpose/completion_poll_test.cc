@@ -21,6 +21,7 @@ class PollPassTest : public ::testing::Test {
     p.stream = stream;
     p.ordered = ordered;
     p.high_priority = true;
+    p.wait_in_driver = true;  // a long kernel or a graph (see AcquirePending)
     p.reg = &reg_;
     return &p;
   }
@@ -129,6 +130,27 @@ TEST_F(PollPassTest, PastItsGraceTheNewestHighPriorityRecordIsWaitedForInTheDriv
   Pass(records, {});
   EXPECT_EQ(schedule_.wait_for, nullptr);
   EXPECT_EQ(schedule_.sleep_ns, kBestEffortPollNs);
+}
+
+// Short followed kernels complete with plain events (a blocking-sync one wakes the driver's event
+// thread at every completion): past the grace they are looked at every kHighPriorityPollNs, and
+// never waited for in the driver, even where a long one of the same client is.
+TEST_F(PollPassTest, PastItsGraceShortHighPriorityRecordsArePolledNotWaitedFor) {
+  gpu_.hp_grace_ns.store(500'000);
+  PendingLaunch* a1 = Record(1, 10);
+  a1->wait_in_driver = false;
+  std::vector<PendingLaunch*> records{a1};
+  Pass(records, {});
+  EXPECT_EQ(schedule_.wait_for, nullptr);
+  EXPECT_EQ(schedule_.sleep_ns, kHighPriorityPollNs);
+  EXPECT_EQ(schedule_.lazy_gate, nullptr);
+  PendingLaunch* a2 = Record(1, 10);  // a long one behind it
+  records.push_back(a2);
+  Pass(records, {});
+  EXPECT_EQ(schedule_.wait_for, nullptr);  // a close look is due anyway
+  EXPECT_EQ(schedule_.sleep_ns, kHighPriorityPollNs);
+  Pass(records, {a1});
+  EXPECT_EQ(schedule_.wait_for, a2);  // only the long one left: asleep in the driver
 }
 
 TEST_F(PollPassTest, WaitingForARecordFinishesTheEarlierOnesOfItsStream) {
