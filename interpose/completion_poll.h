@@ -3,10 +3,12 @@
 // completion_tracker.cc runs it with cuEventQuery.
 //
 // Records of one stream complete in order, so after the first record of a stream that is not
-// ready, the later ones of that stream are kept without a query. An eager model queues hundreds
-// of launches ahead of the GPU; querying each of them on every pass kept the poller busy beside
-// the launching thread. A per-thread default stream is one handle for many streams: its records
-// are queried one by one.
+// ready, the later ones of that stream are kept without a query, and the newest record of each
+// stream is queried first: when it is done, so are all the stream's earlier records, finished
+// without a query. An eager model queues hundreds of launches ahead of the GPU; querying each
+// of them on every pass kept the poller busy beside the launching thread (54 ms of CPU a second
+// on an H100, an eager service's 229 followed launches a request, one by one). A per-thread
+// default stream is one handle for many streams: its records are queried one by one.
 //
 // When to look again costs the host process CPU, and a pod limited to one core shares that core
 // with the poller (a 20 to 100 us timer had doubled a one-core eager service's p50 on an H100).
@@ -124,6 +126,28 @@ uint32_t PollPass(PendingLaunch** records, uint32_t count, uint64_t now_ns, Quer
   constexpr uint32_t kMaxWaitingStreams = 32;  // beyond this, records are simply queried
   StreamKey waiting[kMaxWaitingStreams];
   uint32_t waiting_count = 0;
+  // Each ordered stream's newest record and what its query said, newest streams first.
+  struct Newest {
+    StreamKey key;
+    const PendingLaunch* record;
+    CUresult status;
+  };
+  Newest newest[kMaxWaitingStreams];
+  uint32_t newest_count = 0;
+  for (uint32_t i = count; i-- > 0 && newest_count < kMaxWaitingStreams;) {
+    const PendingLaunch* p = records[i];
+    if (!p->ordered) continue;
+    const StreamKey key{p->ctx, p->stream};
+    bool seen = false;
+    for (uint32_t n = 0; n < newest_count && !seen; ++n) seen = newest[n].key == key;
+    if (!seen) newest[newest_count++] = {key, p, query(*p)};
+  }
+  auto newest_of = [&](const StreamKey& key) -> const Newest* {
+    for (uint32_t n = 0; n < newest_count; ++n) {
+      if (newest[n].key == key) return &newest[n];
+    }
+    return nullptr;
+  };
   uint32_t kept = 0;
   PollSchedule next;
   auto keep = [&](PendingLaunch* p) {
@@ -144,7 +168,12 @@ uint32_t PollPass(PendingLaunch** records, uint32_t count, uint64_t now_ns, Quer
       keep(p);
       continue;
     }
-    const CUresult status = query(*p);
+    const Newest* last = p->ordered ? newest_of(key) : nullptr;
+    if (last != nullptr && last->status == CUDA_SUCCESS) {
+      finish(p, CUDA_SUCCESS);  // the stream's newest record is done: so is this one
+      continue;
+    }
+    const CUresult status = last != nullptr && last->record == p ? last->status : query(*p);
     if (status == CUDA_ERROR_NOT_READY) {
       keep(p);
       if (p->ordered && waiting_count < kMaxWaitingStreams) waiting[waiting_count++] = key;

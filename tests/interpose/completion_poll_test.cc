@@ -58,21 +58,38 @@ class PollPassTest : public ::testing::Test {
   PollSchedule schedule_;
 };
 
-TEST_F(PollPassTest, OnlyTheOldestUnfinishedRecordOfAStreamIsQueried) {
+TEST_F(PollPassTest, TheNewestAndTheOldestUnfinishedRecordOfAStreamAreQueried) {
   PendingLaunch* a1 = Record(1, 10);
   PendingLaunch* a2 = Record(1, 10);
   PendingLaunch* b1 = Record(1, 20);
   PendingLaunch* a3 = Record(1, 10);
   std::vector<PendingLaunch*> records{a1, a2, b1, a3};
+  // Each stream's newest first (b1 alone in its stream is queried once), then the oldest.
   EXPECT_EQ(Pass(records, {b1}), 3u);
-  EXPECT_EQ(queried_, (std::vector<const PendingLaunch*>{a1, b1}));
+  EXPECT_EQ(queried_, (std::vector<const PendingLaunch*>{a3, b1, a1}));
   EXPECT_EQ(records, (std::vector<PendingLaunch*>{a1, a2, a3}));  // submission order kept
   EXPECT_EQ(finished_.size(), 1u);
   EXPECT_EQ(finished_.count(b1), 1u);
-  // Once the oldest is done, the next of that stream is queried in the same pass.
+  // Once the oldest is done, the next of that stream is queried in the same pass; the newest's
+  // answer is not asked twice.
   EXPECT_EQ(Pass(records, {a1, a2}), 1u);
-  EXPECT_EQ(queried_, (std::vector<const PendingLaunch*>{a1, a2, a3}));
+  EXPECT_EQ(queried_, (std::vector<const PendingLaunch*>{a3, a1, a2}));
   EXPECT_EQ(records, (std::vector<PendingLaunch*>{a3}));
+}
+
+// An eager request leaves hundreds of records on one stream: when its newest is done, one query
+// retires them all, in submission order.
+TEST_F(PollPassTest, ADoneNewestRecordRetiresItsStreamWithOneQuery) {
+  std::vector<PendingLaunch*> records;
+  for (int i = 0; i < 200; ++i) records.push_back(Record(1, 10));
+  PendingLaunch* other = Record(1, 20);
+  records.insert(records.begin() + 50, other);
+  PendingLaunch* newest = records.back();
+  EXPECT_EQ(Pass(records, {newest}), 1u);
+  EXPECT_EQ(queried_, (std::vector<const PendingLaunch*>{newest, other}));
+  EXPECT_EQ(finished_.size(), 200u);
+  EXPECT_EQ(records, (std::vector<PendingLaunch*>{other}));
+  for (const auto& [p, status] : finished_) EXPECT_EQ(status, CUDA_SUCCESS);
 }
 
 TEST_F(PollPassTest, SameStreamHandleInAnotherContextIsAnotherStream) {
