@@ -111,23 +111,16 @@ class Bench:
         raise SystemExit("orion-server did not start; see bench.log")
 
     def command(self, argv, interposer, priority):
+        lib = os.path.join(self.bundle, "liborion_interpose.so")
+        env = []
         if not interposer and self.args.baseline_env:
-            # A/B of one build: the "bare" arm runs under it with these variables.
-            return self.prefix + ["env", *self.args.baseline_env,
-                                  os.path.join(self.bundle, "orion-run"), "--priority", priority,
-                                  "--interposer",
-                                  os.path.join(self.bundle, "liborion_interpose.so"),
-                                  "--"] + argv
-        if not interposer and self.args.baseline_interposer:
-            # A/B of two builds: the "bare" arm runs under the baseline library instead.
-            return self.prefix + [os.path.join(self.bundle, "orion-run"), "--priority", priority,
-                                  "--interposer", os.path.abspath(self.args.baseline_interposer),
-                                  "--"] + argv
-        if not interposer:
+            env = ["env", *self.args.baseline_env]  # A/B of one build: these variables set
+        elif not interposer and self.args.baseline_interposer:
+            lib = os.path.abspath(self.args.baseline_interposer)  # A/B of two builds
+        elif not interposer:
             return self.prefix + argv
-        return self.prefix + [os.path.join(self.bundle, "orion-run"), "--priority", priority,
-                              "--interposer", os.path.join(self.bundle, "liborion_interpose.so"),
-                              "--"] + argv
+        return self.prefix + env + [os.path.join(self.bundle, "orion-run"), "--priority",
+                                    priority, "--interposer", lib, "--"] + argv
 
     def run(self, argv, interposer, priority, timeout=300):
         env = dict(os.environ, ORION_SOCKET=os.path.join(self.work, "orion.sock"),

@@ -94,6 +94,14 @@ CONFIGS = ("timeslice", "mps", "mps-alone", "mps-prio", "mps-cap", "orion-pass",
 MPS_CONFIGS = ("mps", "mps-alone", "mps-prio", "mps-cap", "orion-mps")
 MODES = {"orion": "priority", "orion-pass": "pass-through", "orion-mps": "mps"}
 
+def against_alone(row, alone):
+    """Adds to a service's row its latencies over the same service's alone run (NAME_x)."""
+    for q in ("p50_ms", "p99_ms", "p999_ms", "mean_ms", "svc_p50_ms"):
+        if q in row and alone.get(q):
+            row[q.replace("_ms", "_x")] = round(row[q] / alone[q], 3)
+    return row
+
+
 # One configuration of a run: name, whether it uses --alt-interposer, the orion-ctl policy knobs
 # (a list of knob=value), the trainer's MPS SM percentage, the services' latency target as a
 # multiple of their p99 alone (0: none).
@@ -419,17 +427,14 @@ class Bench:
         if cfg == "mps-alone":
             try:
                 for hp in a.hp:
+                    rate = self.rate(capacity, hp)
                     try:
-                        r, _, _ = self.run_hp(hp, self.rate(capacity, hp), a.requests, cfg)
+                        r, _, _ = self.run_hp(hp, rate, a.requests, cfg)
                     except RuntimeError as e:
                         self.record({"config": spec, "hp": hp, "error": str(e)})
                         continue
-                    row = {"config": spec, "hp": hp, "be": None, "rate": self.rate(capacity, hp),
-                           "round": self.round, **r}
-                    for q in ("p50_ms", "p99_ms", "p999_ms", "mean_ms", "svc_p50_ms"):
-                        if q in r and alone_hp[hp].get(q):
-                            row[q.replace("_ms", "_x")] = round(r[q] / alone_hp[hp][q], 3)
-                    self.record(row)
+                    self.record(against_alone({"config": spec, "hp": hp, "be": None, "rate": rate,
+                                               "round": self.round, **r}, alone_hp[hp]))
             finally:
                 self.stop_mps()
             return
@@ -473,11 +478,9 @@ class Bench:
                         if snap:
                             snap.set()
                     be_rate = self.rate_in(steps, start, end)
-                    row = {"config": spec, "hp": hp, "be": be, "rate": rate, "round": self.round,
-                           **r, "be_steps_per_s": be_rate}
-                    for q in ("p50_ms", "p99_ms", "p999_ms", "mean_ms", "svc_p50_ms"):
-                        if q in r and alone_hp[hp].get(q):
-                            row[q.replace("_ms", "_x")] = round(r[q] / alone_hp[hp][q], 3)
+                    row = against_alone({"config": spec, "hp": hp, "be": be, "rate": rate,
+                                         "round": self.round, **r, "be_steps_per_s": be_rate},
+                                        alone_hp[hp])
                     if alone_be.get(be):
                         row["be_x"] = round(be_rate / alone_be[be], 3)
                     if "stall_ms" in alone_hp[hp]:

@@ -12,9 +12,9 @@
 // also holds the host time from the start event's record to the launch call's return, and the
 // kernel's start latency beyond an event's (`StartLatency::idle_ns`; about 1 us on an H100,
 // measured against torch.profiler: median 1.2 us, tenth to ninetieth percentile 0.4 to 2.2 us).
-// Both come off. Which case applies is read from where the anchors put the start event on the host clock:
-// before the launch call's return, plus kIdleMarginNs for the placement's own error (up to
-// about 15 us seen on an H100 guest), means idle. The duration uses only host intervals and the
+// Both come off. Which case applies is read from where the anchors put the start event on the
+// host clock: before the launch call's return, plus kIdleMarginNs for the placement's own error
+// (up to about 15 us seen on an H100 guest), means idle. The duration uses only host intervals and the
 // GPU's own elapsed time, never the placement, whose error once cut an eager service's
 // kernels to nothing.
 //
