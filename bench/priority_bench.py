@@ -153,7 +153,7 @@ class Bench:
         self.server = None
         self.mps_env = None
         self.results = []
-        self.round = 0
+        self.round = args.first_round
         self.allowed_cpus = sorted(os.sched_getaffinity(0))
         self.log = open(os.path.join(self.out, "bench.log"), "a")
         self.began = time.monotonic()
@@ -248,6 +248,9 @@ class Bench:
 
     def run_hp(self, name, rate, requests, cfg="alone", extra_env=None, run_args=()):
         argv = hp_command(name, self.bundle) + ["--rate", str(rate), "--requests", str(requests)]
+        if self.args.request_logs and rate > 0 and name != "sample":
+            tag = "".join(c if c.isalnum() or c in "-.=" else "_" for c in f"{cfg}-{name}")
+            argv += ["--request-log", os.path.join(self.out, f"requests-{tag}-r{self.round}.jsonl")]
         if rate == 0 and self.args.closed_loop and name != "sample":
             argv += ["--seconds", str(self.args.closed_loop_seconds)]
         argv, env = self.wrap(argv, cfg, "hp", extra_env or {}, run_args)
@@ -378,11 +381,11 @@ class Bench:
                           f"{rate}/s, not {a.load}: the capacity measurement overestimates it",
                           file=sys.stderr)
                 self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
-                             "capacity_rps": capacity[hp], **alone_hp[hp]})
+                             "round": self.round, "capacity_rps": capacity[hp], **alone_hp[hp]})
             for be in a.be:
                 alone_be[be] = self.measure_be_alone(be)
-            for self.round in range(a.repeat):
-                if self.round > 0:  # a fresh baseline each round: the machine drifts
+            for self.round in range(a.first_round, a.first_round + a.repeat):
+                if self.round > a.first_round:  # a fresh baseline each round: the machine drifts
                     for hp in a.hp:
                         rate = self.rate(capacity, hp)
                         alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0]
@@ -575,6 +578,12 @@ def main():
     p.add_argument("--repeat", type=int, default=1,
                    help="rounds of every configuration, each with a fresh alone baseline; the "
                         "table adds median [min, max] of each ratio")
+    p.add_argument("--first-round", type=int, default=0,
+                   help="number this run's rounds from here, so that the results.jsonl of runs "
+                        "split over several commands concatenate into one table")
+    p.add_argument("--request-logs", action="store_true",
+                   help="each Poisson run of a service also writes requests-CONFIG-SERVICE-rN.jsonl "
+                        "(one line per request) to --out, for bench/slow_requests.py")
     p.add_argument("--load", type=float, default=0.5,
                    help="the service's arrival rate as a fraction of its capacity alone")
     p.add_argument("--closed-loop", action="store_true",
@@ -601,7 +610,7 @@ def main():
                     rows.append(json.loads(line))
                 except json.JSONDecodeError:  # the last line of a run killed mid-write
                     print(f"{args.table}:{n}: not a JSON row, left out", file=sys.stderr)
-        print(render_table(rows, 1 + max((r.get("round", 0) for r in rows), default=0)), end="")
+        print(render_table(rows, len({r.get("round", 0) for r in rows})), end="")
         return
     if not args.bundle:
         p.error("--bundle is required")
@@ -610,8 +619,8 @@ def main():
     args.hp = [x for x in args.hp.split(",") if x]
     args.be = [x for x in args.be.split(",") if x]
     args.configs = [x for x in args.configs.split(",") if x]
-    if args.repeat < 1:
-        raise SystemExit("--repeat wants 1 or more rounds")
+    if args.repeat < 1 or args.first_round < 0:
+        raise SystemExit("--repeat wants 1 or more rounds, --first-round 0 or more")
     for spec in args.configs:
         parse_config(spec, args)
     Bench(args).run()

@@ -14,6 +14,8 @@ nothing is downloaded). Used by bench/priority_bench.py.
       cpu_ms=.." (latency_ms: the mean; cpu_ms: CPU time of all the process's threads per
       request).
       MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128).
+      --request-log F writes one JSON line per request to F (queue, launch, sync, the serving
+      thread's CPU time and involuntary context switches: bench/slow_requests.py reads them).
   train MODEL
       Training steps until killed. Prints "ready" after warm-up, then "step T" after each step
       (T = time.monotonic() when the step's GPU work finished), and on SIGTERM or after
@@ -205,6 +207,43 @@ def maybe_profile(args, run_one, wait=False):
     return True
 
 
+class RequestLog:
+    """--request-log: one JSON line per served request, so that a slow request can be taken
+    apart: queue_ms (scheduled arrival to start), launch_ms (the forward pass on the CPU: an
+    eager model's launches), sync_ms (then until the GPU finished), thread_cpu_ms (the serving
+    thread's own CPU time over launch and sync: the rest of that wall time it was off the CPU,
+    preempted or asleep in the driver), nivcsw (the serving thread's involuntary context
+    switches over the request: another thread took its core) and process_cpu_ms (every thread of
+    the process, the interposer's and the driver's included). Written at the end (no file I/O
+    between requests)."""
+
+    def __init__(self, args, stream):
+        self.args, self.path, self.stream, self.rows = args, args.request_log, stream, []
+        self.t0 = time.perf_counter()
+
+    def request(self, run, arrival, began):
+        import resource
+        u0 = resource.getrusage(resource.RUSAGE_THREAD)
+        c0, p0 = time.thread_time(), time.process_time()
+        with nvtx_range(self.args, "request"):
+            run()
+            launched = time.perf_counter()
+            self.stream.synchronize()
+        done = time.perf_counter()
+        c1, p1 = time.thread_time(), time.process_time()
+        u1 = resource.getrusage(resource.RUSAGE_THREAD)
+        ms = lambda s: round(s * 1e3, 4)
+        self.rows.append({"t_ms": ms(arrival - self.t0), "queue_ms": ms(began - arrival),
+                          "launch_ms": ms(launched - began), "sync_ms": ms(done - launched),
+                          "thread_cpu_ms": ms(c1 - c0), "nivcsw": u1.ru_nivcsw - u0.ru_nivcsw,
+                          "process_cpu_ms": ms(p1 - p0)})
+
+    def close(self):
+        with open(self.path, "w") as f:
+            for row in self.rows:
+                f.write(json.dumps(row) + "\n")
+
+
 def quantile_ms(sorted_seconds, p):
     """The p-quantile of sorted durations in seconds, in milliseconds."""
     n = len(sorted_seconds)
@@ -256,6 +295,7 @@ def serve(args):
             return
         rng = random.Random(args.seed)
         lat, svc = [], []
+        log = RequestLog(args, stream) if args.request_log else None
         # A serving loop that polls for work: the CPU stays awake between requests (sleeping
         # lets it clock down and makes the latency of a CPU-bound eager model noisy), and no
         # garbage collection pauses in the middle of the measurement.
@@ -279,11 +319,16 @@ def serve(args):
                 time.sleep(arrival - began)
             while began < arrival:
                 began = time.perf_counter()
-            one_request()
+            if log:
+                log.request(run, arrival, began)
+            else:
+                one_request()
             done = time.perf_counter()
             lat.append(done - arrival)
             svc.append(done - began)
         cpu_ms = (time.process_time() - cpu0) / len(lat) * 1e3
+        if log:
+            log.close()
     lat.sort()
     svc_sorted = sorted(svc)
     q = quantile_ms
@@ -336,6 +381,8 @@ def main():
     p.add_argument("--profile-out")
     p.add_argument("--profile-when", help="run the --profile window once this file exists "
                    "(default: right after warm-up)")
+    p.add_argument("--request-log", help="serve (Poisson): write one JSON line per request "
+                   "to this file (queue, launch, sync, CPU time, context switches)")
     p.add_argument("--metrics", help="orion-server's /metrics URL (busy seconds of the window)")
     p.add_argument("--priority-label", default="high",
                    help="the priority label of this client's series in /metrics")

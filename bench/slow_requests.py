@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Takes a service's slow requests apart: where did the time of its slowest requests go?
+
+  bench/slow_requests.py --out SUMMARY.jsonl DIR     (DIR: a priority_bench.py --request-logs run)
+  bench/slow_requests.py --table SUMMARY.jsonl       (the Markdown table of a summary)
+
+Reads every requests-CONFIG-SERVICE-rN.jsonl in DIR (one line per request, written by
+`torch_models.py serve --request-log`) and writes one summary row per run: for all its requests,
+for the 1% slowest by latency (arrival to completion) and for the 1% slowest by service time
+(start to completion), the mean of
+  queue      scheduled arrival to start (waiting behind earlier requests);
+  launch     the forward pass on the CPU (an eager model's kernel launches);
+  sync       then until the GPU finished the request;
+  on-CPU     the serving thread's CPU time over launch and sync;
+  off-CPU    launch + sync - on-CPU: the serving thread preempted, or asleep in the driver;
+  nivcsw     the serving thread's involuntary context switches (another thread took its core);
+  others     CPU time of the process's other threads over the request (the interposer's
+             poller, the driver's threads, PyTorch's).
+A slow request whose launch is long with on-CPU time to match was slowed on the CPU by its own
+work (a slower core, cache); long with off-CPU time, by another thread or the driver; a long
+sync, by the GPU (work of another process ahead of its kernels).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+NAME = re.compile(r"requests-(?P<config>.+)-(?P<hp>resnet50-graph|resnet50|bert-graph|bert)"
+                  r"-r(?P<round>\d+)\.jsonl$")
+PARTS = ("queue_ms", "launch_ms", "sync_ms", "thread_cpu_ms", "off_cpu_ms", "nivcsw",
+         "others_cpu_ms")
+
+
+def load(path):
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            try:
+                r = json.loads(line)
+                svc = r["launch_ms"] + r["sync_ms"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                sys.exit(f"{path}:{n}: not a request line ({e})")
+            r["svc_ms"] = svc
+            r["latency_ms"] = r["queue_ms"] + svc
+            r["off_cpu_ms"] = max(0.0, svc - r["thread_cpu_ms"])
+            r["others_cpu_ms"] = max(0.0, r["process_cpu_ms"] - r["thread_cpu_ms"])
+            rows.append(r)
+    return rows
+
+
+def means(rows):
+    return {k: round(statistics.fmean(r[k] for r in rows), 3) for k in PARTS + ("svc_ms",
+                                                                                  "latency_ms")}
+
+
+def summarize(path):
+    m = NAME.search(os.path.basename(path))
+    if not m:
+        sys.exit(f"{path}: not named requests-CONFIG-SERVICE-rN.jsonl")
+    rows = load(path)
+    if len(rows) < 100:
+        sys.exit(f"{path}: {len(rows)} requests, too few for a slowest 1%")
+    k = max(1, len(rows) // 100)
+    by_latency = sorted(rows, key=lambda r: r["latency_ms"])[-k:]
+    by_service = sorted(rows, key=lambda r: r["svc_ms"])[-k:]
+    return {"config": m["config"], "hp": m["hp"], "round": int(m["round"]),
+            "requests": len(rows), "slowest": k,
+            "all": means(rows), "slow_latency": means(by_latency),
+            "slow_service": means(by_service)}
+
+
+def render(rows):
+    lines = ["| config | round | requests | which | latency | queue | launch | sync | on-CPU "
+             "| off-CPU | nivcsw | other threads' CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["round"], r["config"])):
+        for which, label in (("all", "all (mean)"),
+                             ("slow_latency", f"slowest {r['slowest']} by latency"),
+                             ("slow_service", f"slowest {r['slowest']} by service time")):
+            s = r[which]
+            lines.append(" | ".join([
+                f"| {r['config']}", str(r["round"] + 1), str(r["requests"]), label,
+                *(f"{s[k]:.2f} ms" for k in ("latency_ms", "queue_ms", "launch_ms", "sync_ms",
+                                             "thread_cpu_ms", "off_cpu_ms")),
+                f"{s['nivcsw']:.1f}", f"{s['others_cpu_ms']:.2f} ms |"]))
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("dir", nargs="?")
+    p.add_argument("--out", help="write the summary rows (JSONL) here")
+    p.add_argument("--table", metavar="SUMMARY_JSONL")
+    a = p.parse_args()
+    if a.table:
+        with open(a.table) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        print(render(rows), end="")
+        return
+    if not a.dir:
+        p.error("give a run's directory, or --table")
+    paths = sorted(glob.glob(os.path.join(a.dir, "requests-*.jsonl")))
+    if not paths:
+        sys.exit(f"{a.dir}: no requests-*.jsonl")
+    rows = [summarize(x) for x in paths]
+    if a.out:
+        with open(a.out, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    print(render(rows), end="")
+
+
+if __name__ == "__main__":
+    main()
