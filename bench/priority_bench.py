@@ -246,10 +246,10 @@ class Bench:
                     "--priority", prio, *run_args, "--", *argv]
         return argv, env
 
-    def run_hp(self, name, rate, requests, cfg="alone", extra_env=None, run_args=()):
+    def run_hp(self, name, rate, requests, cfg="alone", extra_env=None, run_args=(), spec=None):
         argv = hp_command(name, self.bundle) + ["--rate", str(rate), "--requests", str(requests)]
         if self.args.request_logs and rate > 0 and name != "sample":
-            tag = "".join(c if c.isalnum() or c in "-.=" else "_" for c in f"{cfg}-{name}")
+            tag = "".join(c if c.isalnum() or c in "-." else "_" for c in f"{spec or cfg}-{name}")
             argv += ["--request-log", os.path.join(self.out, f"requests-{tag}-r{self.round}.jsonl")]
         if rate == 0 and self.args.closed_loop and name != "sample":
             argv += ["--seconds", str(self.args.closed_loop_seconds)]
@@ -432,7 +432,7 @@ class Bench:
                 for hp in a.hp:
                     rate = self.rate(capacity, hp)
                     try:
-                        r, _, _ = self.run_hp(hp, rate, a.requests, cfg)
+                        r, _, _ = self.run_hp(hp, rate, a.requests, cfg, spec=spec)
                     except RuntimeError as e:
                         self.record({"config": spec, "hp": hp, "error": str(e)})
                         continue
@@ -469,7 +469,8 @@ class Bench:
                         target = ["--latency-target-ms", str(target_ms)]
                         self.ctl("policy", "--all", start_budget)  # a fresh search per service
                     try:
-                        r, start, end = self.run_hp(hp, rate, a.requests, cfg, run_args=target)
+                        r, start, end = self.run_hp(hp, rate, a.requests, cfg, run_args=target,
+                                                    spec=spec)
                         if target:
                             r["target_ms"] = int(target[1])
                             r["budget_us_end"] = int(json.loads(self.ctl("policy"))
@@ -496,6 +497,8 @@ class Bench:
                 for kv in c.knobs:
                     key = kv.partition("=")[0]
                     value = self.defaults.get(key, 0)  # orion-ctl leaves zero values out
+                    if key == "mode":  # "GATE_MODE_PASS_THROUGH" -> "pass-through"
+                        value = str(value).removeprefix("GATE_MODE_").replace("_", "-")
                     restore.append(f"{key}={str(value).lower()}")
                 self.ctl("policy", "--all", *restore)
             if cfg in MPS_CONFIGS:

@@ -16,6 +16,10 @@
 namespace orion::interpose {
 namespace {
 
+// Per GPU, when the GPU is modeled to finish this process's high-priority work launched so far
+// (FollowHighPriorityLaunch).
+std::atomic<uint64_t> g_hp_queue_end_ns[kMaxDevices];
+
 struct LaunchInfo {
   uint64_t func = 0;  // CUfunction, or CUgraphExec for graphs
   uint32_t grid[3] = {1, 1, 1};
@@ -124,8 +128,14 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool timed =
       kernel != nullptr && (profile || (!Config().no_timing && ShouldSample(launch_index)));
 
-  // High-priority work is followed to completion only while the gate may hold somebody for it.
-  const bool follow = high && FollowHighPriority(gpu);
+  // High-priority work is followed to completion only while the gate may hold somebody for it,
+  // and only where it may outlast the grace after its launch.
+  const uint64_t hp_launch_ns = high ? MonotonicNs() : 0;
+  const bool follow =
+      high && FollowHighPriorityLaunch(
+                  gpu, *reg->gate, g_hp_queue_end_ns[reg->device], hp_launch_ns,
+                  kernel != nullptr ? kernel->estimate_ns.load(std::memory_order_relaxed) : 0,
+                  info.graph);
   PendingLaunch* pending = nullptr;
   if (follow || timed || ticket.budget_ns != 0) {
     // Waited for asleep in the driver only where that pays: a graph or a long kernel.
@@ -156,7 +166,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     NoteHighPriorityClass(own_gate, kclass);
     BusyPeriod ended;
     const bool followed = pending != nullptr && pending->high_priority;
-    if (NoteHighPriorityLaunch(own_gate, gpu, MonotonicNs(), &ended, followed)) {
+    if (NoteHighPriorityLaunch(own_gate, gpu, hp_launch_ns, &ended, followed)) {
       contract::Event b{};
       b.kind = contract::EventKind::kBusyPeriod;
       b.cpu_ns = ended.start_ns;

@@ -122,6 +122,46 @@ TEST_F(LaunchGateTest, TimedLaunchesSeeTheOtherSidesWorkInFlight) {
   EXPECT_FALSE(OtherWorkInFlight(*gate_, gpu(), 3, false, now_));
 }
 
+// An eager service's short kernels, launched 20 us apart from a CPU-bound thread, are covered by
+// the grace after their launch and not followed; a GPU-bound burst, a graph, a kernel never
+// measured, or (time-sliced) best-effort work queued ahead is followed; nothing is followed
+// without a best-effort client or in pass-through mode.
+TEST_F(LaunchGateTest, HighPriorityLaunchesAreFollowedOnlyWhereTheyMayOutlastTheGrace) {
+  gpu().hp_grace_ns.store(500'000);
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
+  std::atomic<uint64_t> queue_end{0};
+  auto follow = [&](uint64_t t, uint64_t estimate, bool graph = false) {
+    return FollowHighPriorityLaunch(gpu(), *gate_, queue_end, t, estimate, graph);
+  };
+  EXPECT_FALSE(follow(now_, 0));  // no best-effort client: nobody reads a completion
+  gpu().be_clients.store(1);
+  uint64_t t = now_;
+  int followed = 0;
+  for (int i = 0; i < 200; ++i, t += 20'000) followed += follow(t, 8'000);
+  EXPECT_EQ(followed, 0) << "an eager service's kernels need no event";
+  EXPECT_TRUE(follow(t, 0)) << "a kernel never measured may be long";
+  queue_end.store(0);
+  EXPECT_TRUE(follow(t += 20'000, 10'000, /*graph=*/true));
+  EXPECT_TRUE(follow(t, 300'000)) << "a kernel of more than half a grace";
+  // Launched back to back faster than the GPU runs them: the modeled queue grows past half a
+  // grace and the later launches are followed.
+  queue_end.store(0);
+  t += 10'000'000;
+  followed = 0;
+  for (int i = 0; i < 40; ++i, t += 2'000) followed += follow(t, 20'000);
+  EXPECT_GT(followed, 20);
+  EXPECT_TRUE(follow(t, 20'000));  // the queue is still there
+  // Time-sliced: a short kernel behind best-effort work in flight may wait past the grace.
+  queue_end.store(0);
+  t += 10'000'000;
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
+  EXPECT_FALSE(follow(t, 8'000));
+  gate_->words.be_outstanding_ns.store(400'000);
+  EXPECT_TRUE(follow(t += 20'000, 8'000));
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kPassThrough));
+  EXPECT_FALSE(follow(t += 10'000'000, 0, true));
+}
+
 TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
   MarkHighPriority(9, 1, now_);
   board_->slots[3].gpu.store(0);
