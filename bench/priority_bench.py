@@ -94,6 +94,29 @@ CONFIGS = ("timeslice", "mps", "mps-alone", "mps-prio", "mps-cap", "orion-pass",
 MPS_CONFIGS = ("mps", "mps-alone", "mps-prio", "mps-cap", "orion-mps")
 MODES = {"orion": "priority", "orion-pass": "pass-through", "orion-mps": "mps"}
 
+def cpu_ticks(cores):
+    """/proc/stat's counters (user, nice, system, idle, iowait, irq, softirq, steal), summed over
+    `cores`; None where unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            rows = {l.split()[0]: [int(x) for x in l.split()[1:9]] for l in f if l.startswith("cpu")}
+        return [sum(rows[f"cpu{c}"][i] for c in cores) for i in range(8)]
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
+def host_shares(before, after):
+    """What the service's cores did over its run: steal (the hypervisor ran something else on
+    them: a virtual machine's CPU time taken away) and irq (interrupts), as fractions."""
+    if not before or not after:
+        return {}
+    d = [b - a for a, b in zip(before, after)]
+    total = sum(d)
+    if total <= 0:
+        return {}
+    return {"steal": round(d[7] / total, 4), "irq": round((d[5] + d[6]) / total, 4)}
+
+
 def against_alone(row, alone):
     """Adds to a service's row its latencies over the same service's alone run (NAME_x)."""
     for q in ("p50_ms", "p99_ms", "p999_ms", "mean_ms", "svc_p50_ms"):
@@ -217,12 +240,14 @@ class Bench:
     def cpus(self, role):
         """The cores of a role when --pin is on (as a latency-critical pod gets exclusive cores
         from the kubelet's static CPU manager), from the cores this script may use at start: the
-        server and this script the first two, the service the next two, the trainer the rest.
+        server and this script the first two, the service the next --hp-cores (2), the trainer
+        the rest.
         None: no pinning (fewer than 8 cores)."""
         cores = self.allowed_cpus
         if not self.args.pin or len(cores) < 8:
             return None
-        return set({"server": cores[0:2], "hp": cores[2:4], "be": cores[4:]}[role])
+        hp = self.args.hp_cores
+        return set({"server": cores[0:2], "hp": cores[2:2 + hp], "be": cores[2 + hp:]}[role])
 
     def popen(self, argv, role, **kw):
         p = subprocess.Popen(argv, **kw)
@@ -257,13 +282,16 @@ class Bench:
         p = self.popen(argv, "hp", env=env, stdout=subprocess.PIPE, stderr=self.log, text=True)
         start = end = None
         result = None
+        cores = self.cpus("hp") or self.allowed_cpus
         for line in p.stdout:
             self.log.write(f"[hp {name} {cfg}] {line}")
             if start is None and (line.startswith("serving") or line.startswith("orion-sample-infer:")):
                 start = time.monotonic()
+                ticks0 = cpu_ticks(cores)
             if line.startswith("result"):
                 end = time.monotonic()
                 result = parse_result(line)
+                result.update(host_shares(ticks0, cpu_ticks(cores)) if start else {})
         p.wait()
         if result is None:
             raise RuntimeError(f"service {name} under {cfg} gave no result (exit {p.returncode})")
@@ -353,6 +381,9 @@ class Bench:
     # ---- the run -----------------------------------------------------------------------------
     def record(self, row):
         row["t_s"] = round(time.monotonic() - self.began, 1)  # when it ended, from the start
+        for role, key in (("hp", "hp_cpus"), ("be", "be_cpus")):
+            if row.get(role) and self.cpus(role):
+                row[key] = sorted(self.cpus(role))  # the pinning, recorded
         self.results.append(row)
         with open(os.path.join(self.out, "results.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -393,7 +424,10 @@ class Bench:
                                      "round": self.round, **alone_hp[hp]})
                     for be in a.be:
                         alone_be[be] = self.measure_be_alone(be)
-                for spec in a.configs:
+                # Each round starts one configuration later: the host drifts within a round
+                # too, and a fixed order would hand that drift to the same configurations.
+                turn = (self.round - a.first_round) % len(a.configs)
+                for spec in a.configs[turn:] + a.configs[:turn]:
                     self.run_config(spec, capacity, alone_hp, alone_be)
         finally:
             if self.server:
@@ -603,6 +637,8 @@ def main():
     p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                    help="give the service, the trainer and the server their own cores "
                         "(machines with 8 or more)")
+    p.add_argument("--hp-cores", type=int, default=2, choices=range(1, 5),
+                   help="--pin: cores of the service (1: a pod with a one-CPU limit)")
     p.add_argument("--out")
     args = p.parse_args()
     if args.table:

@@ -2,7 +2,7 @@
 """Takes a service's slow requests apart: where did the time of its slowest requests go?
 
   bench/slow_requests.py --out SUMMARY.jsonl DIR     (DIR: a priority_bench.py --request-logs run)
-  bench/slow_requests.py --table SUMMARY.jsonl       (the Markdown table of a summary)
+  bench/slow_requests.py --table SUMMARY.jsonl       (per configuration, over its runs)
 
 Reads every requests-CONFIG-SERVICE-rN.jsonl in DIR (one line per request, written by
 `torch_models.py serve --request-log`) and writes one summary row per run: for all its requests,
@@ -89,6 +89,29 @@ def render(rows):
     return "\n".join(lines) + "\n"
 
 
+def render_summary(rows):
+    """Per configuration, over its runs (rounds): median [min, max] of each run's figures."""
+    def spread(xs, fmt):
+        xs = sorted(xs)
+        return f"{fmt(statistics.median(xs))} [{fmt(xs[0])}, {fmt(xs[-1])}]"
+    ms = lambda x: f"{x:.2f}"
+    lines = ["| config | runs | service time, mean (ms) | serving thread off-CPU per request (ms) "
+             "| its involuntary switches per request | other threads' CPU per request (ms) "
+             "| slowest 1% by service time: service time (ms) | of which off-CPU (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
+    configs = {}
+    for r in rows:
+        configs.setdefault(r["config"], []).append(r)
+    for cfg, runs in configs.items():
+        col = lambda which, key: [r[which][key] for r in runs]
+        lines.append(" | ".join([
+            f"| {cfg}", str(len(runs)), spread(col("all", "svc_ms"), ms),
+            spread(col("all", "off_cpu_ms"), ms), spread(col("all", "nivcsw"), lambda x: f"{x:.1f}"),
+            spread(col("all", "others_cpu_ms"), ms), spread(col("slow_service", "svc_ms"), ms),
+            spread(col("slow_service", "off_cpu_ms"), ms) + " |"]))
+    return "\n".join(lines) + "\n"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dir", nargs="?")
@@ -98,7 +121,7 @@ def main():
     if a.table:
         with open(a.table) as f:
             rows = [json.loads(line) for line in f if line.strip()]
-        print(render(rows), end="")
+        print(render_summary(rows), end="")
         return
     if not a.dir:
         p.error("give a run's directory, or --table")
@@ -110,7 +133,7 @@ def main():
         with open(a.out, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
-    print(render(rows), end="")
+    print(render(rows) + "\n" + render_summary(rows), end="")
 
 
 if __name__ == "__main__":
