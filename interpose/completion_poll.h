@@ -5,9 +5,9 @@
 // Records of one stream complete in order, so after the first record of a stream that is not
 // ready, the later ones of that stream are kept without a query, and the newest record of each
 // stream is queried first: when it is done, so are all the stream's earlier records, finished
-// without a query. An eager model queues hundreds of launches ahead of the GPU; querying each
-// of them on every pass kept the poller busy beside the launching thread (54 ms of CPU a second
-// on an H100, an eager service's 229 followed launches a request, one by one). A per-thread
+// without a query. A model that queues hundreds of launches ahead of the GPU would otherwise
+// have each queried on every pass (54 ms of CPU a second on an H100 when an eager service's 229
+// launches a request were all followed; FollowHighPriorityLaunch now follows none of them). A per-thread
 // default stream is one handle for many streams: its records are queried one by one.
 //
 // When to look again costs the host process CPU, and a pod limited to one core shares that core
