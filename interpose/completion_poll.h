@@ -7,8 +7,9 @@
 // stream is queried first: when it is done, so are all the stream's earlier records, finished
 // without a query. A model that queues hundreds of launches ahead of the GPU would otherwise
 // have each queried on every pass (54 ms of CPU a second on an H100 when an eager service's 229
-// launches a request were all followed; FollowHighPriorityLaunch now follows none of them). A per-thread
-// default stream is one handle for many streams: its records are queried one by one.
+// launches a request were all followed; FollowHighPriorityLaunch now follows none of them).
+// A per-thread default stream is one handle for many streams: its records are queried one by
+// one.
 //
 // When to look again costs the host process CPU, and a pod limited to one core shares that core
 // with the poller (a 20 to 100 us timer had doubled a one-core eager service's p50 on an H100).

@@ -166,7 +166,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     NoteHighPriorityClass(own_gate, kclass);
     BusyPeriod ended;
     const bool followed = pending != nullptr && pending->high_priority;
-    if (NoteHighPriorityLaunch(own_gate, gpu, hp_launch_ns, &ended, followed)) {
+    // Stamped now, not at hp_launch_ns: the poller may have stamped a completion since, and a
+    // launch stamped before it would start a new busy period (and a new best-effort budget).
+    if (NoteHighPriorityLaunch(own_gate, gpu, MonotonicNs(), &ended, followed)) {
       contract::Event b{};
       b.kind = contract::EventKind::kBusyPeriod;
       b.cpu_ns = ended.start_ns;

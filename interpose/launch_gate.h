@@ -184,12 +184,14 @@ inline bool FollowHighPriority(const contract::GpuState& gpu) {
 // work launched so far: each launch starts at the later of its launch time and that end (plus,
 // on a time-sliced GPU, the best-effort work in flight ahead of it) and runs its estimate. A
 // launch is followed when that end lies half a grace or more after it, and always when it is a
-// CUDA graph or a kernel never measured yet (`estimate_ns` 0: its length is not known). An eager service's short kernels, launched from a CPU-bound thread, keep the modeled
-// queue near empty and are not followed: following each of them recorded an event on every
-// launch and kept the poller looking (an eager ResNet50 under MPS beside a trainer, H100: the
-// median request 1.21x alone followed, 0.98x not). A GPU-bound burst, a long kernel or a graph
-// is followed as before.
-inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu, contract::GateArea& gate,
+// CUDA graph or a kernel never measured yet (`estimate_ns` 0: its length is not known).
+// An eager service's short kernels, launched from a CPU-bound thread, keep the modeled queue
+// near empty and are not followed: following each of them recorded an event on every launch
+// and kept the poller looking (an eager ResNet50 pinned to one core, under MPS beside a
+// trainer, H100: its service time 1.40x alone followed, 1.14x not; round 12). A GPU-bound
+// burst, a long kernel or a graph is followed as before.
+inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu,
+                                     const contract::GateArea& gate,
                                      std::atomic<uint64_t>& queue_end_ns, uint64_t now_ns,
                                      uint64_t estimate_ns, bool graph) {
   if (!FollowHighPriority(gpu)) return false;
