@@ -41,6 +41,7 @@ import json
 import os
 import random
 import re
+import resource
 import signal
 import statistics
 import sys
@@ -222,7 +223,6 @@ class RequestLog:
         self.t0 = time.perf_counter()
 
     def request(self, run, arrival, began):
-        import resource
         u0 = resource.getrusage(resource.RUSAGE_THREAD)
         c0, p0 = time.thread_time(), time.process_time()
         with nvtx_range(self.args, "request"):

@@ -130,10 +130,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   // High-priority work is followed to completion only while the gate may hold somebody for it,
   // and only where it may outlast the grace after its launch.
-  const uint64_t hp_launch_ns = high ? MonotonicNs() : 0;
   const bool follow =
       high && FollowHighPriorityLaunch(
-                  gpu, *reg->gate, g_hp_queue_end_ns[reg->device], hp_launch_ns,
+                  gpu, *reg->gate, g_hp_queue_end_ns[reg->device], [] { return MonotonicNs(); },
                   kernel != nullptr ? kernel->estimate_ns.load(std::memory_order_relaxed) : 0,
                   info.graph);
   PendingLaunch* pending = nullptr;
@@ -166,8 +165,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     NoteHighPriorityClass(own_gate, kclass);
     BusyPeriod ended;
     const bool followed = pending != nullptr && pending->high_priority;
-    // Stamped now, not at hp_launch_ns: the poller may have stamped a completion since, and a
-    // launch stamped before it would start a new busy period (and a new best-effort budget).
+    // Stamped now, not at the follow decision: the poller may have stamped a completion since,
+    // and a launch stamped before it would start a new busy period (and a new best-effort
+    // budget).
     if (NoteHighPriorityLaunch(own_gate, gpu, MonotonicNs(), &ended, followed)) {
       contract::Event b{};
       b.kind = contract::EventKind::kBusyPeriod;

@@ -189,12 +189,15 @@ inline bool FollowHighPriority(const contract::GpuState& gpu) {
 // near empty and are not followed: following each of them recorded an event on every launch
 // and kept the poller looking (an eager ResNet50 pinned to one core, under MPS beside a
 // trainer, H100: its service time 1.40x alone followed, 1.14x not; round 12). A GPU-bound
-// burst, a long kernel or a graph is followed as before.
+// burst, a long kernel or a graph is followed as before. `clock()` gives the launch's time; it
+// is read only where following is possible (a launch path with nobody to hold reads no clock).
+template <typename Clock>
 inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu,
                                      const contract::GateArea& gate,
-                                     std::atomic<uint64_t>& queue_end_ns, uint64_t now_ns,
+                                     std::atomic<uint64_t>& queue_end_ns, Clock&& clock,
                                      uint64_t estimate_ns, bool graph) {
   if (!FollowHighPriority(gpu)) return false;
+  const uint64_t now_ns = clock();
   uint64_t start = queue_end_ns.load(std::memory_order_relaxed);
   if (gpu.mode.load(std::memory_order_relaxed) ==
       static_cast<uint32_t>(contract::GateMode::kPriority)) {

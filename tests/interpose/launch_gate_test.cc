@@ -131,7 +131,8 @@ TEST_F(LaunchGateTest, HighPriorityLaunchesAreFollowedOnlyWhereTheyMayOutlastThe
   gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
   std::atomic<uint64_t> queue_end{0};
   auto follow = [&](uint64_t t, uint64_t estimate, bool graph = false) {
-    return FollowHighPriorityLaunch(gpu(), *gate_, queue_end, t, estimate, graph);
+    return FollowHighPriorityLaunch(gpu(), *gate_, queue_end, [t] { return t; }, estimate,
+                                    graph);
   };
   EXPECT_FALSE(follow(now_, 0));  // no best-effort client: nobody reads a completion
   gpu().be_clients.store(1);
