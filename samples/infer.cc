@@ -9,7 +9,11 @@
 //
 // Last line (machine-readable):
 //   result requests=N rate=R kernels=K kernel_us=U graph=0|1 p50_us=.. p99_us=.. p999_us=..
-//          mean_us=.. max_us=.. throughput_rps=.. wall_s=..
+//          mean_us=.. max_us=.. throughput_rps=.. wall_s=.. cpu_s=..
+// cpu_s is the process's CPU time (all threads, user + system) over the measured requests only:
+// start-up (the GPU's, and whatever a preloaded library does when it starts) is not in it.
+#include <sys/resource.h>
+
 #include <cinttypes>
 #include <random>
 
@@ -21,6 +25,14 @@ namespace {
 
 using orion::samples::Flags;
 using orion::samples::Gpu;
+
+// CPU time of the whole process so far (all threads, user + system), in seconds.
+double ProcessCpuS() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
 
 }  // namespace
 
@@ -95,6 +107,7 @@ int main(int argc, char** argv) {
   std::exponential_distribution<double> gap_s(rate > 0 ? rate : 1.0);
   std::vector<double> latency_us;
   latency_us.reserve(static_cast<size_t>(requests));
+  const double start_cpu_s = ProcessCpuS();
   const uint64_t start = orion::samples::NowNs();
   uint64_t arrival = start;
   for (int64_t i = 0; i < requests; ++i) {
@@ -119,6 +132,7 @@ int main(int argc, char** argv) {
     latency_us.push_back(static_cast<double>(orion::samples::NowNs() - arrival) / 1e3);
   }
   const double wall_s = static_cast<double>(orion::samples::NowNs() - start) / 1e9;
+  const double cpu_s = ProcessCpuS() - start_cpu_s;
 
   double sum = 0;
   for (double v : latency_us) sum += v;
@@ -129,9 +143,10 @@ int main(int argc, char** argv) {
   printf("latency_us p50=%.1f p99=%.1f p99.9=%.1f max=%.1f\n", p50, p99, p999, max);
   printf("result requests=%" PRId64 " rate=%g kernels=%" PRId64
          " kernel_us=%g graph=%d p50_us=%.1f p99_us=%.1f p999_us=%.1f mean_us=%.1f max_us=%.1f"
-         " throughput_rps=%.1f wall_s=%.3f\n",
+         " throughput_rps=%.1f wall_s=%.3f cpu_s=%.4f\n",
          requests, rate, kernels, kernel_us, graph ? 1 : 0, p50, p99, p999,
-         sum / static_cast<double>(requests), max, static_cast<double>(requests) / wall_s, wall_s);
+         sum / static_cast<double>(requests), max, static_cast<double>(requests) / wall_s, wall_s,
+         cpu_s);
 
   if (exec != nullptr) ORION_CHECK_CU(cuGraphExecDestroy(exec));
   ORION_CHECK_CU(cuStreamDestroy(stream));
