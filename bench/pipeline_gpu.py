@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A best-effort pipeline-parallel training job across two GPUs beside a high-priority service.
 
-  bench/pipeline_gpu.py --bundle DIR [--configs alone,timeslice,orion] [--steps 200] [--micro 4]
-      [--rate 40] [--backend nccl|gloo] [--timeout 240] [--out DIR]
+  bench/pipeline_gpu.py --bundle DIR [--configs timeslice,mps-cap,orion-pass,orion,orion-mps]
+      [--steps 200] [--micro 4] [--rate 40] [--repeat N] [--first-round K]
+      [--backend nccl|gloo] [--timeout 240] [--out DIR]
   bench/pipeline_gpu.py --table results.jsonl        (re-renders a run's table)
 
 The job: two processes, one per GPU (rank r on cuda:r; with one GPU both share cuda:0), each one
@@ -16,19 +17,27 @@ tensors through host memory instead (no NCCL kernels): it checks the harness on 
 
 The service: ResNet50 batch 4 (bench/torch_models.py serve), Poisson arrivals at --rate, on
 GPU 0, high priority. Configurations, each a fresh set of processes:
-  alone      the service alone, then the job alone (no interposer): the baselines
-  timeslice  both at once, no interposer
-  orion      both at once under orion-run (service high priority, both job ranks best effort),
-             orion-server in priority mode
-A job that does not finish its --steps within --timeout seconds is reported as hung (its ranks
-are killed). Prints and writes (to --out, default $OUT or a temp dir) results.jsonl, one line
-per configuration (the service's p50/p99 and their ratio to alone, the job's steps/s and its
-ratio to alone, whether it hung), and results.md.
+  alone       the service alone, then the job alone (no interposer): the baselines; every round
+              starts with it (given or not), and each configuration is compared with its round's
+  timeslice   both at once, no interposer
+  mps-cap     both under the MPS daemon (one for both GPUs), no interposer; the job's ranks at
+              CUDA_MPS_CLIENT_PRIORITY=1 and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+  orion-pass  both under orion-run (service high priority, both job ranks best effort),
+              orion-server in pass-through mode: observed, nothing held
+  orion       the same in priority mode (time-sliced GPU)
+  orion-mps   mps-cap plus orion-run, orion-server in mps mode
+With --repeat N, N rounds, the configurations' order rotating by one each round (the host
+drifts), and the table adds each ratio's median [min, max] over the rounds. A job that does not
+finish its --steps within --timeout seconds is reported as hung (its ranks are killed). Prints
+and writes (to --out, default $OUT or a temp dir) results.jsonl, one line per configuration and
+round (the service's p50/p99 and their ratio to alone, the job's steps/s and its ratio to alone,
+whether it hung), and results.md.
 """
 import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +45,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "bench", "torch_models.py")
+# Each configuration's orion-server mode (None: no interposer) and whether it runs under MPS.
+CONFIGS = {"alone": (None, False), "timeslice": (None, False), "mps-cap": (None, True),
+           "orion-pass": ("pass-through", False), "orion": ("priority", False),
+           "orion-mps": ("mps", True)}
 
 
 # --- the job (one rank) ---------------------------------------------------------------------
@@ -121,7 +134,26 @@ def render_table(rows):
             f"{svc.get('p50_ms', '-') if svc else '-'} ms | {svc.get('p99_ms', '-') if svc else '-'} ms | "
             f"{ratio} | {job.get('steps_per_s', '-') if job else '-'} | "
             f"{'%.2fx' % r['job_vs_alone'] if r.get('job_vs_alone') else '-'} | "
-            f"{'hung' if r.get('hung') else 'finished'} |")
+            f"{'error: ' + r['error'] if r.get('error') else 'hung' if r.get('hung') else 'finished'} |")
+    rounds = sorted({r.get("round", 0) for r in rows})
+    if len(rounds) > 1:
+        lines += ["", f"Over {len(rounds)} rounds (each against its own round's alone run): "
+                  "median [min, max]", "",
+                  "| config | rounds | service p50 vs alone | service p99 vs alone | "
+                  "job vs alone | job finished |", "|---|---|---|---|---|---|"]
+        groups = {}
+        for r in rows:
+            if r["config"] != "alone":
+                groups.setdefault(r["config"], []).append(r)
+
+        def spread(every, key):
+            xs = sorted(r[key] for r in every if r.get(key))
+            return f"{statistics.median(xs):.2f}x [{xs[0]:.2f}, {xs[-1]:.2f}]" if xs else "-"
+        for config, every in groups.items():
+            done = sum(1 for r in every if r.get("job") and not r.get("hung"))
+            lines.append(f"| {config} | {len(every)} | {spread(every, 'p50_vs_alone')} | "
+                         f"{spread(every, 'p99_vs_alone')} | {spread(every, 'job_vs_alone')} | "
+                         f"{done} of {len(every)} |")
     return "\n".join(lines)
 
 
@@ -132,6 +164,7 @@ class Harness:
         self.work = tempfile.mkdtemp(prefix="orion-pipeline-")
         self.log = open(os.path.join(out, "pipeline-bench.log"), "a")
         self.server = None
+        self.mps_env = {}
 
     def start_server(self):
         cfg = os.path.join(self.work, "server.yaml")
@@ -148,12 +181,46 @@ class Harness:
             time.sleep(0.05)
         raise SystemExit("orion-server did not start; see pipeline-bench.log")
 
+    def set_mode(self, mode):
+        r = subprocess.run([os.path.join(self.bundle, "orion-ctl"), "--server", "127.0.0.1:50093",
+                            "policy", "--all", f"mode={mode}"],
+                           env=dict(os.environ, LD_LIBRARY_PATH=os.path.join(self.bundle, "lib")),
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"orion-ctl policy mode={mode} failed: {r.stderr.strip()}")
+
+    def start_mps(self):
+        """The MPS control daemon for every GPU; its clients find it through mps_env."""
+        pipe, logd = os.path.join(self.work, "mps-pipe"), os.path.join(self.work, "mps-log")
+        os.makedirs(pipe, exist_ok=True)
+        os.makedirs(logd, exist_ok=True)
+        env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logd}
+        r = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=dict(os.environ, **env),
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            return r.stderr.strip() or f"nvidia-cuda-mps-control -d: exit {r.returncode}"
+        self.mps_env = env
+        time.sleep(1)
+        return None
+
+    def stop_mps(self):
+        if not self.mps_env:
+            return
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True,
+                       env=dict(os.environ, **self.mps_env), capture_output=True)
+        self.mps_env = {}
+        time.sleep(2)
+
     def prefix(self, orion, priority):
+        env = dict(self.mps_env)
+        if self.mps_env and priority == "best-effort":
+            env.update(CUDA_MPS_CLIENT_PRIORITY="1", CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="50")
         if not orion:
-            return [], {}
+            return [], env
+        env["ORION_SOCKET"] = f"{self.work}/orion.sock"
         return ([os.path.join(self.bundle, "orion-run"), "--interposer",
                  os.path.join(self.bundle, "liborion_interpose.so"), "--priority", priority, "--"],
-                {"ORION_SOCKET": f"{self.work}/orion.sock"})
+                env)
 
     def service(self, orion, requests):
         pre, env = self.prefix(orion, "high")
@@ -194,19 +261,32 @@ class Harness:
             return None
         return parse_result(out or "")
 
-    def run(self, config, port):
-        row = {"config": config, "backend": self.args.backend}
-        orion = config == "orion"
-        if config == "alone":
-            row["service"] = self.wait_service(self.service(False, self.args.alone_requests))
-            job = self.wait_job(self.job(False, port))
-        else:
-            svc = self.service(orion, self.args.requests)
-            time.sleep(5)  # the service is serving before the job starts
-            job = self.wait_job(self.job(orion, port))
-            if svc.poll() is None:
-                svc.send_signal(signal.SIGTERM)  # the service's window is the job's
-            row["service"] = self.wait_service(svc)
+    def run(self, config, port, round_):
+        mode, mps = CONFIGS[config]
+        row = {"config": config, "backend": self.args.backend, "round": round_,
+               "rate": self.args.rate}
+        if mode:
+            self.set_mode(mode)
+        if mps:
+            why = self.start_mps()
+            if why:
+                row["error"] = f"MPS daemon failed to start: {why}"
+                return row
+        try:
+            orion = mode is not None
+            if config == "alone":
+                row["service"] = self.wait_service(self.service(False, self.args.alone_requests))
+                job = self.wait_job(self.job(False, port))
+            else:
+                svc = self.service(orion, self.args.requests)
+                time.sleep(5)  # the service is serving before the job starts
+                job = self.wait_job(self.job(orion, port))
+                if svc.poll() is None:
+                    svc.send_signal(signal.SIGTERM)  # the service's window is the job's
+                row["service"] = self.wait_service(svc)
+        finally:
+            if mps:
+                self.stop_mps()
         row["job"], row["hung"] = job, job is None
         return row
 
@@ -217,7 +297,9 @@ def main():
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=29611, help=argparse.SUPPRESS)
     p.add_argument("--bundle")
-    p.add_argument("--configs", default="alone,timeslice,orion")
+    p.add_argument("--configs", default="timeslice,orion",
+                   help="compared with the alone run each round starts with: " +
+                        ", ".join(c for c in CONFIGS if c != "alone"))
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--micro", type=int, default=4)
     p.add_argument("--rate", type=float, default=40)
@@ -228,6 +310,10 @@ def main():
     p.add_argument("--service-gpu", default="0")
     p.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
     p.add_argument("--timeout", type=float, default=240)
+    p.add_argument("--repeat", type=int, default=1, help="rounds (each with its own alone run)")
+    p.add_argument("--first-round", type=int, default=0,
+                   help="number this run's rounds from here, so that the results.jsonl of runs "
+                        "split over several commands concatenate into one table")
     p.add_argument("--out")
     p.add_argument("--table")
     args = p.parse_args()
@@ -241,26 +327,35 @@ def main():
         p.error("--bundle is required")
     out = args.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="orion-pipeline-out-")
     os.makedirs(out, exist_ok=True)
+    configs = [c for c in args.configs.split(",") if c and c != "alone"]
+    for config in configs:
+        if config not in CONFIGS:
+            raise SystemExit(f"unknown configuration '{config}' (known: {', '.join(CONFIGS)})")
+    if args.repeat < 1 or args.first_round < 0:
+        raise SystemExit("--repeat wants 1 or more rounds, --first-round 0 or more")
     h = Harness(args, out)
     h.start_server()
-    rows, alone = [], None
+    rows, port = [], args.port
     try:
-        for i, config in enumerate(c for c in args.configs.split(",") if c):
-            if config not in ("alone", "timeslice", "orion"):
-                raise SystemExit(f"unknown configuration '{config}'")
-            row = h.run(config, args.port + i)
-            if config == "alone":
-                alone = row
-            elif alone and row["service"] and alone["service"]:
-                row["p50_vs_alone"] = row["service"]["p50_ms"] / alone["service"]["p50_ms"]
-                row["p99_vs_alone"] = row["service"]["p99_ms"] / alone["service"]["p99_ms"]
-            if config != "alone" and alone and alone["job"] and row["job"]:
-                row["job_vs_alone"] = row["job"]["steps_per_s"] / alone["job"]["steps_per_s"]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            with open(os.path.join(out, "results.jsonl"), "a") as f:
-                f.write(json.dumps(row) + "\n")
+        for round_ in range(args.first_round, args.first_round + args.repeat):
+            turn = (round_ - args.first_round) % max(1, len(configs))
+            alone = None
+            for config in ["alone"] + configs[turn:] + configs[:turn]:
+                port += 1  # a fresh rendezvous port for every job
+                row = h.run(config, port, round_)
+                if config == "alone":
+                    alone = row
+                elif alone and row.get("service") and alone.get("service"):
+                    row["p50_vs_alone"] = row["service"]["p50_ms"] / alone["service"]["p50_ms"]
+                    row["p99_vs_alone"] = row["service"]["p99_ms"] / alone["service"]["p99_ms"]
+                if config != "alone" and alone and alone.get("job") and row.get("job"):
+                    row["job_vs_alone"] = row["job"]["steps_per_s"] / alone["job"]["steps_per_s"]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                with open(os.path.join(out, "results.jsonl"), "a") as f:
+                    f.write(json.dumps(row) + "\n")
     finally:
+        h.stop_mps()
         h.server.send_signal(signal.SIGTERM)
         h.server.wait(timeout=10)
     table = render_table(rows)

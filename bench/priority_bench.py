@@ -28,6 +28,9 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
 
   bench/priority_bench.py --bundle DIR [--hp resnet50,resnet50-graph,bert] [--be resnet50]
       [--configs timeslice,orion] [--requests 2000] [--repeat N] [--closed-loop] [--out DIR]
+--paired-alone runs each service alone again right before every configuration and compares the
+configuration with that run, not the round's first: the host's speed drifts within minutes, and
+a pair a minute apart cancels most of it.
 --closed-loop runs each service back to back instead of with Poisson arrivals: no queueing, so
 the service time beside each trainer (what a configuration costs the service) is compared with
 far less noise than a p99 of queued requests; the trainer's ratio is measured the same way.
@@ -417,7 +420,7 @@ class Bench:
                 alone_be[be] = self.measure_be_alone(be)
             for self.round in range(a.first_round, a.first_round + a.repeat):
                 if self.round > a.first_round:  # a fresh baseline each round: the machine drifts
-                    for hp in a.hp:
+                    for hp in a.hp if not a.paired_alone else ():
                         rate = self.rate(capacity, hp)
                         alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0]
                         self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
@@ -454,6 +457,12 @@ class Bench:
         a = self.args
         c = parse_config(spec, a)
         cfg = c.name
+        if a.paired_alone:  # this configuration's own baseline, a minute before it
+            for hp in a.hp:
+                rate = self.rate(capacity, hp)
+                alone_hp[hp] = self.run_hp(hp, rate, a.requests, spec=f"alone-before-{spec}")[0]
+                self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
+                             "round": self.round, "before": spec, **alone_hp[hp]})
         self.interposer = os.path.abspath(a.alt_interposer) if c.alt else self.bundle_interposer
         be_env = {}
         if cfg in MPS_CONFIGS:
@@ -557,7 +566,8 @@ def render_table(results, repeat):
         ratios = "1.00x" if r["config"] == "alone" else " / ".join(
             f"{r[k]:.2f}x" if k in r else "-"
             for k in ("p50_x", "p99_x", "p999_x", "svc_p50_x"))
-        cfg = r["config"] + (f" (stall {r['stall_ms']:.0f} ms)" if "stall_ms" in r else "") + (
+        cfg = r["config"] + (f" (before {r['before']})" if "before" in r else "") + (
+            f" (stall {r['stall_ms']:.0f} ms)" if "stall_ms" in r else "") + (
             " (its alone run stalled)" if "baseline_stall_ms" in r else "") + (
             f" (target {r['target_ms']} ms, budget {r['budget_us_end']} µs at the end)"
             if "target_ms" in r else "")
@@ -575,8 +585,10 @@ def render_table(results, repeat):
             lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
                          f"error: {r['error']} | | | | | | | |")
     if repeat > 1:
-        lines += ["", f"Over {repeat} rounds (each against its own round's alone "
-                  "run): median [min, max]", "",
+        paired = any("before" in r for r in results)
+        lines += ["", f"Over {repeat} rounds (each against its own " +
+                  ("alone run right before it" if paired else "round's alone run") +
+                  "): median [min, max]", "",
                   "| service | trainer | config | p50 vs alone | p99 vs alone | mean vs alone "
                   "| service time vs alone | trainer vs alone |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -621,6 +633,9 @@ def main():
     p.add_argument("--request-logs", action="store_true",
                    help="each Poisson run of a service also writes requests-CONFIG-SERVICE-rN.jsonl "
                         "(one line per request) to --out, for bench/slow_requests.py")
+    p.add_argument("--paired-alone", action="store_true",
+                   help="run each service alone right before every configuration, and compare "
+                        "the configuration with that run (instead of the round's first)")
     p.add_argument("--load", type=float, default=0.5,
                    help="the service's arrival rate as a fraction of its capacity alone")
     p.add_argument("--closed-loop", action="store_true",
