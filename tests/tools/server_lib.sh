@@ -4,8 +4,9 @@
 #              (only pids that were started: kill 0 would signal the whole process group,
 #              ctest included)
 #   fail MSG   prints MSG and the server log's tail, exits 1
-#   start_server ORION_SERVER   orion-server in priority mode on loopback ports (0: the kernel
-#              picks) with its socket in $W; sets ADMIN_PORT and METRICS_PORT from its log
+#   start_server ORION_SERVER [MODE]   orion-server in MODE (priority unless given) on loopback
+#              ports (0: the kernel picks) with its socket in $W; sets ADMIN_PORT and
+#              METRICS_PORT from its log
 #   client ARGS...   orion-run ARGS on the double, talking to that server (needs RUN, LIB and
 #              DOUBLE: orion-run, the interposer and the double's folder)
 W="$(mktemp -d /tmp/orion-test.XXXXXX)"
@@ -19,8 +20,8 @@ fail() {
 }
 
 start_server() {
-  printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\nmode: priority\n' \
-    "$W" > "$W/s.yaml"
+  printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\nmode: %s\n' \
+    "$W" "${2:-priority}" > "$W/s.yaml"
   "$1" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
   PIDS+=($!)
   ADMIN_PORT=""; METRICS_PORT=""
