@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The priority benchmark on a machine with an NVIDIA GPU, in the splits used for the published
 # results (each fits one 10-minute slot of GPU time). Results go to $OUT (results.md/.jsonl).
-#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|mps-gpt2|spread|closed|pairs|samples]
+#   bench/gpu_priority.sh BUNDLE_DIR [headline|mps|mps-gpt2|spread|paired|closed|pairs|samples]
 # BUNDLE_DIR: tools/bundle.sh output. See bench/priority_bench.py for what each figure means.
 set -euo pipefail
 B="$1"
@@ -21,6 +21,14 @@ case "${2:-headline}" in
   # (the eager service's own p99 moves about 40% between runs on a noisy host).
   spread) "${PB[@]}" --hp resnet50 --be resnet50 --requests "${REQS:-2000}" \
             --repeat "${ROUNDS:-3}" --configs "${CONFIGS:-orion-mps,orion}" ;;
+  # Issue 13's eager goal as it is judged: the eager service at 0.3 of its capacity beside the
+  # trainer in MPS mode against MPS with the cap, each configuration against the service alone
+  # right before it, 5 rounds in two commands (FIRST=0 ROUNDS=3, then FIRST=3 ROUNDS=2; their
+  # results.jsonl concatenate). HP_CORES=1 for a one-CPU pod.
+  paired) "${PB[@]}" --hp resnet50 --be resnet50 --load 0.3 --requests "${REQS:-1000}" \
+            --paired-alone --request-logs --settle-seconds 2 --be-alone-seconds 8 \
+            --hp-cores "${HP_CORES:-2}" --repeat "${ROUNDS:-3}" --first-round "${FIRST:-0}" \
+            --configs "${CONFIGS:-mps-cap,orion-mps}" ;;
   # Service times beside the trainer without queueing (closed loop), in rounds.
   closed) "${PB[@]}" --hp resnet50,bert --be resnet50 --closed-loop --repeat "${ROUNDS:-2}" \
             --configs "${CONFIGS:-mps-cap,orion-mps,orion}" ;;
