@@ -84,11 +84,13 @@ TEST_F(CudaDoubleTest, DeviceLooksLikeAnH100) {
 
 TEST_F(CudaDoubleTest, LaunchIsAsyncAndSynchronizeWaits) {
   const uint64_t start = NowNs();
-  ASSERT_EQ(Spin(60 * kMs, stream_), CUDA_SUCCESS);
-  EXPECT_LT(NowNs() - start, 40 * kMs);  // returned long before the kernel ends
+  // A kernel long enough that only a launch that waits for it comes close (a loaded or
+  // sanitized test machine may deschedule this thread for tens of milliseconds).
+  ASSERT_EQ(Spin(600 * kMs, stream_), CUDA_SUCCESS);
+  EXPECT_LT(NowNs() - start, 300 * kMs);  // returned long before the kernel ends
   EXPECT_EQ(cuStreamQuery(stream_), CUDA_ERROR_NOT_READY);
   ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
-  EXPECT_GE(NowNs() - start, 60 * kMs);
+  EXPECT_GE(NowNs() - start, 600 * kMs);
   EXPECT_EQ(cuStreamQuery(stream_), CUDA_SUCCESS);
 }
 
@@ -106,7 +108,7 @@ TEST_F(CudaDoubleTest, EventsMeasureSimulatedTime) {
   EXPECT_EQ(cuEventQuery(end), CUDA_SUCCESS);
   ASSERT_EQ(cuEventElapsedTime(&ms, begin, end), CUDA_SUCCESS);
   EXPECT_GE(ms, 39.9f);
-  EXPECT_LT(ms, 200.0f);  // only a descheduled test thread makes it longer
+  EXPECT_LT(ms, 500.0f);  // only a descheduled test thread makes it longer
   EXPECT_EQ(cuEventDestroy(begin), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy(end), CUDA_SUCCESS);
   EXPECT_EQ(cuEventQuery(end), CUDA_ERROR_INVALID_HANDLE);
@@ -269,7 +271,7 @@ TEST_F(CudaDoubleTest, CapturedGraphHasKernelNodesAndReplaysThem) {
   CUgraph graph = nullptr;
   ASSERT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_SUCCESS);
   ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
-  EXPECT_LT(NowNs() - start, 40 * kMs);  // captured, not run
+  EXPECT_LT(NowNs() - start, 100 * kMs);  // captured, not run (run, it would take 120 ms)
 
   size_t count = 0;
   ASSERT_EQ(cuGraphGetNodes(graph, nullptr, &count), CUDA_SUCCESS);

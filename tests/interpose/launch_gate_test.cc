@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -169,13 +170,16 @@ TEST_F(LaunchGateTest, WaitAtGateBlocksUntilHighPriorityCompletes) {
   board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kBestEffort));
   gpu().spin_ns.store(10'000);
   std::thread completer([&] {
+    // 20 ms from when the launch is held (counted as a waiter after its wait started), however
+    // late this thread or the waiter gets a CPU on a loaded machine.
+    while (gate_->words.gate_waiters.load() == 0) std::this_thread::yield();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     gate_->slots[9].inflight.store(0);
     OpenGate(*gate_);
   });
   const GateTicket ticket = WaitAtGate(*board_, *gate_, 3, Be(1000, 300'000));
   completer.join();
-  EXPECT_GE(ticket.waited_ns, 15'000'000u);
+  EXPECT_GE(ticket.waited_ns, 20'000'000u);
   EXPECT_LT(ticket.waited_ns, 1'000'000'000u);
   EXPECT_EQ(ticket.budget_ns, 300'000u);  // HP still present: the launch is charged
   EXPECT_EQ(gate_->words.gate_waiters.load(), 0u);
@@ -186,11 +190,14 @@ TEST_F(LaunchGateTest, HighPriorityPassesUnlessPaused) {
   board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kHigh));
   EXPECT_EQ(WaitAtGate(*board_, *gate_, 3, Be(1000, 10'000)).waited_ns, 0u);
   board_->slots[3].paused.store(1);
+  std::atomic<bool> entering{false};
   std::thread resumer([&] {
+    while (!entering.load()) std::this_thread::yield();  // 10 ms from the call, not the spawn
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     board_->slots[3].paused.store(0);
     board_->slots[3].wake_seq.fetch_add(1);
   });
+  entering.store(true);
   const GateTicket ticket = WaitAtGate(*board_, *gate_, 3, Be(1000, 10'000));
   resumer.join();
   EXPECT_GE(ticket.waited_ns, 5'000'000u);

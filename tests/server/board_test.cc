@@ -13,9 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "server/node_state.h"
@@ -117,12 +120,23 @@ TEST(BoardTest, PausedClientsSleepOnTheReadOnlyBoardAndWakeOnResume) {
   long rc = 0;
   int err = 0;
   const uint64_t t0 = MonotonicNs();
+  std::atomic<long> tid{0};
   std::thread waiter([&] {
+    tid.store(syscall(SYS_gettid));
     timespec timeout{5, 0};
     rc = syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT, seen,
                  &timeout, nullptr, 0);
     err = errno;
   });
+  // Resumed only once the waiter sleeps in the kernel (a loaded machine may start the thread
+  // late; resumed before its FUTEX_WAIT, the wait would find wake_seq changed and not sleep).
+  for (int i = 0; i < 500; ++i) {
+    const long t = tid.load();
+    std::ifstream stat("/proc/self/task/" + std::to_string(t) + "/stat");
+    std::string line;
+    if (t != 0 && std::getline(stat, line) && line.find(") S ") != std::string::npos) break;
+    usleep(10'000);
+  }
   usleep(100'000);
   (*board)->SetPaused(*slot, false);  // bumps wake_seq and wakes
   waiter.join();

@@ -15,7 +15,7 @@ printf 'socket_path: %s/orion.sock\nadmin_address: 127.0.0.1:0\nmetrics_address:
 "$SERVER" --config "$W/s.yaml" > "$W/server.log" 2>&1 &
 PID=$!
 port=""
-for _ in $(seq 100); do
+for _ in $(seq 600); do
   port="$(sed -n 's/.*(port \([0-9]*\); gRPC health.*/\1/p' "$W/server.log")"
   [[ -n "$port" ]] && break
   sleep 0.05

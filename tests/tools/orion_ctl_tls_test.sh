@@ -38,7 +38,7 @@ grep -q "admin_auth.tls_key_file: $W/tokens is not a readable PEM file" bad.log 
 "$SERVER" --config s.yaml > server.log 2>&1 &
 PID=$!
 port=""
-for _ in $(seq 100); do
+for _ in $(seq 600); do
   port="$(sed -n 's/.*(port \([0-9]*\); gRPC health.*/\1/p' server.log)"
   [[ -n "$port" ]] && break
   sleep 0.05

@@ -39,5 +39,7 @@ ORION_TIMING_LOG="$W/fast" ORION_PROFILE=1 client --priority high -- \
   "$INFER" --rate 0 --requests 100 --warmup 5 --kernels 40 --kernel-us 5 > "$W/fast.out" 2>&1 ||
   fail "the fast sample failed: $(cat "$W/fast.out")"
 fast="$(cat "$W"/fast/timing.*.log | grep -c '^sample' || true)"
-[[ "$fast" -ge 2100 ]] || fail "a fast profiled process timed only $fast of 4,200 launches"
+# 3,200 to 4,200 here; how many depends on the poller keeping up (CPU load). The regression this
+# guards against stopped at 1,024 for good.
+[[ "$fast" -ge 1300 ]] || fail "a fast profiled process timed only $fast of 4,200 launches"
 echo "timing log: $samples samples, $anchors anchors; fast process: $fast of 4200 timed; $(tail -n1 "$W/summary.md")"
