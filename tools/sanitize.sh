@@ -92,7 +92,7 @@ EXCLUDED=(
   '^InterposerCallLog$'
   # NVTX steps and requests, collectives at the gate, the timing log: samples run under orion-run with the
   # interposer preloaded.
-  '^NvtxStepsAndRequests$' '^CollectivesAreNeverHeld$' '^TimingLogOnTheDouble$'
+  '^NvtxStepsAndRequests$' '^CollectivesAreNeverHeld(InMpsMode)?$' '^TimingLogOnTheDouble$'
 )
 exclude_regex="$(IFS='|'; echo "${EXCLUDED[*]}")"
 
