@@ -28,6 +28,10 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
 
   bench/priority_bench.py --bundle DIR [--hp resnet50,resnet50-graph,bert] [--be resnet50]
       [--configs timeslice,orion] [--requests 2000] [--repeat N] [--closed-loop] [--out DIR]
+--traces marks every request with an NVTX range (all configurations) and, after each orion
+configuration's service run, exports the last --trace-ms of the server's timeline to
+trace-CONFIG-SERVICE-rN.json in --out, for bench/request_trace.py (what ran on the GPU during
+the slowest requests).
 --paired-alone runs each service alone again right before every configuration and compares the
 configuration with that run, not the round's first: the host's speed drifts within minutes, and
 a pair a minute apart cancels most of it.
@@ -279,6 +283,8 @@ class Bench:
         if self.args.request_logs and rate > 0 and name != "sample":
             tag = "".join(c if c.isalnum() or c in "-." else "_" for c in f"{spec or cfg}-{name}")
             argv += ["--request-log", os.path.join(self.out, f"requests-{tag}-r{self.round}.jsonl")]
+        if self.args.traces and rate > 0:
+            argv += ["--nvtx"]
         if rate == 0 and self.args.closed_loop and name != "sample":
             argv += ["--seconds", str(self.args.closed_loop_seconds)]
         argv, env = self.wrap(argv, cfg, "hp", extra_env or {}, run_args)
@@ -443,6 +449,15 @@ class Bench:
         """The service's Poisson arrival rate; 0 (closed loop) with --closed-loop."""
         return 0 if self.args.closed_loop else round(capacity[hp] * self.args.load, 1)
 
+    def export_trace(self, label, last_ms):
+        """The server's timeline of the run just ended (its last `last_ms`), as a Chrome trace."""
+        tag = "".join(c if c.isalnum() or c in "-." else "_" for c in label)
+        path = os.path.join(self.out, f"trace-{tag}-r{self.round}.json")
+        try:
+            self.ctl("timeline", "--last-ms", str(int(last_ms)), "--trace", path)
+        except SystemExit as e:  # a trace is a diagnostic: the run goes on without it
+            print(f"warning: no trace for {label}: {e}", file=sys.stderr)
+
     def measure_be_alone(self, be):
         p, steps, t = self.start_be(be, "alone", {})
         t0 = time.monotonic()
@@ -514,6 +529,8 @@ class Bench:
                     try:
                         r, start, end = self.run_hp(hp, rate, a.requests, cfg, run_args=target,
                                                     spec=spec)
+                        if a.traces and cfg.startswith("orion") and rate > 0:
+                            self.export_trace(f"{spec}-{hp}", min(a.trace_ms, (end - start) * 1e3))
                         if target:
                             r["target_ms"] = int(target[1])
                             r["budget_us_end"] = int(json.loads(self.ctl("policy"))
@@ -633,6 +650,11 @@ def main():
     p.add_argument("--request-logs", action="store_true",
                    help="each Poisson run of a service also writes requests-CONFIG-SERVICE-rN.jsonl "
                         "(one line per request) to --out, for bench/slow_requests.py")
+    p.add_argument("--traces", action="store_true",
+                   help="an NVTX range per request, and each orion run's timeline exported to "
+                        "trace-CONFIG-SERVICE-rN.json in --out (bench/request_trace.py)")
+    p.add_argument("--trace-ms", type=float, default=5000,
+                   help="--traces: the last this many ms of each run (5000)")
     p.add_argument("--paired-alone", action="store_true",
                    help="run each service alone right before every configuration, and compare "
                         "the configuration with that run (instead of the round's first)")

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""What the GPU did during a service's slowest requests, from an orion timeline export.
+
+  bench/request_trace.py TRACE.json [TRACE.json ...] [--slowest 0.01] [--out ROWS.jsonl]
+
+TRACE.json: `orion-ctl timeline --trace` of a window in which the high-priority service marks
+each request with an NVTX range "request" (`torch_models.py serve --nvtx`, `orion-sample-infer
+--nvtx`). A request lasts from its push to its pop on the CPU (cpu_start_us, cpu_dur_us of its
+span on the service's steps row), or to the end of its last kernel if that is later. Its time is
+split into
+  own      the service's own GPU work (kernels, graphs, copies) running;
+  others   other clients' GPU work running while none of the service's does: what ran on the
+           GPU before (or between) the request's kernels;
+  idle     nothing on the GPU: the request was on the CPU (an eager model launching), or
+           waiting for the GPU to notice it;
+and the other clients' kernels that took the most of it are named. Kernel spans are the
+timeline's: measured on the GPU for a sample of launches (1 in 64), placed from the learned
+means for the rest (the per-window busy seconds are within 5% of the profiler's, round 11), so a
+single request's split is an estimate good to a few tenths of a millisecond.
+
+Prints, per trace, all requests and the slowest --slowest fraction (means), then one line per
+slow request; --out writes one JSON row per slow request.
+"""
+import argparse
+import bisect
+import json
+import statistics
+import sys
+
+GPU_WORK = ("kernel", "graph", "memcpy", "memset")
+
+
+def union(intervals):
+    """Sorted, merged copy of [start, end) intervals."""
+    out = []
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+class Merged:
+    """A merged interval list, clipped to windows in O(log n + hits)."""
+
+    def __init__(self, intervals):
+        self.spans = union(intervals)
+        self.ends = [e for _, e in self.spans]
+
+    def clip(self, lo, hi):
+        out = []
+        for s, e in self.spans[bisect.bisect_right(self.ends, lo):]:
+            if s >= hi:
+                break
+            out.append([max(s, lo), min(e, hi)])
+        return out
+
+
+def length(merged):
+    return sum(e - s for s, e in merged)
+
+
+def subtract(a, b):
+    """a minus b, both merged interval lists."""
+    out, j = [], 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append([cur, b[k][0]])
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < e:
+            out.append([cur, e])
+    return out
+
+
+def load(path):
+    """(requests, gpu work) of a trace; exits with the file and the event's index on bad input."""
+    try:
+        with open(path) as f:
+            trace = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        sys.exit(f"{path}: not a readable JSON trace ({e})")
+    events = trace.get("traceEvents") if isinstance(trace, dict) else None
+    if not isinstance(events, list):
+        sys.exit(f"{path}: no traceEvents list (expected orion-ctl timeline --trace output)")
+    requests, work = [], []
+    for i, e in enumerate(events):
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        cat, args = e.get("cat"), e.get("args") or {}
+        try:
+            if cat == "step" and e.get("name") == "request":
+                start = float(args["cpu_start_us"])
+                cpu_end = start + float(args["cpu_dur_us"])
+                gpu_end = float(e["ts"]) + float(e["dur"])
+                requests.append({"pid": e["pid"], "client": int(args["client"]),
+                                 "start_us": start, "end_us": max(cpu_end, gpu_end),
+                                 "cpu_ms": (cpu_end - start) / 1e3})
+            elif cat in GPU_WORK:
+                ts = float(e["ts"])
+                work.append({"pid": e["pid"], "client": int(args["client"]), "name": e["name"],
+                             "start_us": ts, "end_us": ts + float(e["dur"])})
+        except (KeyError, TypeError, ValueError) as err:
+            sys.exit(f"{path}: traceEvents[{i}] ({cat} span): missing or bad field {err}")
+    if not requests:
+        sys.exit(f"{path}: no request spans (run the service with --nvtx: an NVTX range "
+                 "\"request\" per request)")
+    return requests, work
+
+
+def split(requests, work):
+    """Each request with its own / others / idle milliseconds and the others' top kernels."""
+    by_gpu = {}
+    for w in work:
+        by_gpu.setdefault(w["pid"], []).append(w)
+    views = {}
+    for r in requests:
+        key = (r["pid"], r["client"])
+        if key not in views:
+            on_gpu = by_gpu.get(r["pid"], [])
+            others = sorted((w for w in on_gpu if w["client"] != r["client"]),
+                            key=lambda w: w["start_us"])
+            views[key] = (
+                Merged([w["start_us"], w["end_us"]] for w in on_gpu if w["client"] == r["client"]),
+                Merged([w["start_us"], w["end_us"]] for w in others), others,
+                [w["start_us"] for w in others],
+                max((w["end_us"] - w["start_us"] for w in others), default=0.0))
+        own, other_union, others, starts, longest = views[key]
+        lo, hi = r["start_us"], r["end_us"]
+        own_in = own.clip(lo, hi)
+        others_in = other_union.clip(lo, hi)
+        busy = union(own_in + others_in)
+        top = {}
+        for w in others[bisect.bisect_left(starts, lo - longest):]:
+            if w["start_us"] >= hi:
+                break
+            overlap = min(w["end_us"], hi) - max(w["start_us"], lo)
+            if overlap > 0:
+                name = f"{w['name']} (client {w['client']})"
+                top[name] = top.get(name, 0.0) + overlap
+        r.update(wall_ms=(hi - lo) / 1e3, own_ms=length(own_in) / 1e3,
+                 others_ms=length(subtract(others_in, own_in)) / 1e3,
+                 idle_ms=(hi - lo - length(busy)) / 1e3,
+                 top_others=[[n, round(us / 1e3, 3)] for n, us in
+                             sorted(top.items(), key=lambda kv: -kv[1])[:3]])
+    return requests
+
+
+def report(path, requests, fraction):
+    rows = sorted(requests, key=lambda r: -r["wall_ms"])
+    slow = rows[:max(1, int(len(rows) * fraction + 0.5))]
+
+    def mean(rs, k):
+        return statistics.fmean(r[k] for r in rs)
+    lines = [f"{path}: {len(rows)} requests", "",
+             "| requests | n | wall (ms) | own GPU work (ms) | others' GPU work (ms) | "
+             "GPU idle (ms) |", "|---|---|---|---|---|---|"]
+    for label, rs in (("all", rows), (f"slowest {fraction:.0%}", slow)):
+        lines.append(f"| {label} | {len(rs)} | {mean(rs, 'wall_ms'):.2f} | "
+                     f"{mean(rs, 'own_ms'):.2f} | {mean(rs, 'others_ms'):.2f} | "
+                     f"{mean(rs, 'idle_ms'):.2f} |")
+    lines += ["", "| slow request at (us) | wall (ms) | own | others | idle | "
+              "others' kernels that took the most of it (ms) |", "|---|---|---|---|---|---|"]
+    for r in slow:
+        names = "; ".join(f"{n}: {ms}" for n, ms in r["top_others"]) or "-"
+        lines.append(f"| {r['start_us']:.0f} | {r['wall_ms']:.2f} | {r['own_ms']:.2f} | "
+                     f"{r['others_ms']:.2f} | {r['idle_ms']:.2f} | {names} |")
+    return "\n".join(lines) + "\n", slow
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("traces", nargs="+")
+    p.add_argument("--slowest", type=float, default=0.01,
+                   help="the fraction of requests, slowest first, to take apart (0.01)")
+    p.add_argument("--out", help="one JSON row per slow request")
+    a = p.parse_args()
+    if not 0 < a.slowest <= 1:
+        p.error("--slowest wants a fraction in (0, 1]")
+    out = open(a.out, "w") if a.out else None
+    for path in a.traces:
+        text, slow = report(path, split(*load(path)), a.slowest)
+        print(text)
+        for r in slow if out else ():
+            out.write(json.dumps({"trace": path, **{k: r[k] for k in (
+                "client", "start_us", "wall_ms", "cpu_ms", "own_ms", "others_ms", "idle_ms",
+                "top_others")}}) + "\n")
+    if out:
+        out.close()
+
+
+if __name__ == "__main__":
+    main()
