@@ -24,9 +24,10 @@ case "${2:-headline}" in
   # Issue 13's eager goal as it is judged: the eager service at 0.3 of its capacity beside the
   # trainer in MPS mode against MPS with the cap, each configuration against the service alone
   # right before it, 5 rounds in two commands (FIRST=0 ROUNDS=3, then FIRST=3 ROUNDS=2; their
-  # results.jsonl concatenate). HP_CORES=1 for a one-CPU pod.
+  # results.jsonl concatenate). HP_CORES=1 for a one-CPU pod. Each orion run's timeline is kept
+  # (trace-*.json: bench/request_trace.py names what ran on the GPU in the slowest requests).
   paired) "${PB[@]}" --hp resnet50 --be resnet50 --load 0.3 --requests "${REQS:-1000}" \
-            --paired-alone --request-logs --settle-seconds 2 --be-alone-seconds 8 \
+            --paired-alone --request-logs --traces --settle-seconds 2 --be-alone-seconds 8 \
             --hp-cores "${HP_CORES:-2}" --repeat "${ROUNDS:-3}" --first-round "${FIRST:-0}" \
             --configs "${CONFIGS:-mps-cap,orion-mps}" ;;
   # Service times beside the trainer without queueing (closed loop), in rounds.
