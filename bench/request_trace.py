@@ -13,10 +13,12 @@ split into
            GPU before (or between) the request's kernels;
   idle     nothing on the GPU: the request was on the CPU (an eager model launching), or
            waiting for the GPU to notice it;
-and the other clients' kernels that took the most of it are named. Kernel spans are the
-timeline's: measured on the GPU for a sample of launches (1 in 64), placed from the learned
-means for the rest (the per-window busy seconds are within 5% of the profiler's, round 11), so a
-single request's split is an estimate good to a few tenths of a millisecond.
+and the other clients' work overlapping it is named. Kernel spans are the timeline's: measured
+on the GPU for a sample of launches (1 in 64), placed from the learned means for the rest (the
+per-window busy seconds are within 5% of the profiler's, round 11). A placed span starts at its
+launch or at the end of its own stream's work, not behind another process's kernel: a wait
+behind another client shows as idle where the service's kernels were placed, not measured. Each
+slow request says how many of its spans were measured.
 
 Prints, per trace, all requests and the slowest --slowest fraction (means), then one line per
 slow request; --out writes one JSON row per slow request.
@@ -107,7 +109,8 @@ def load(path):
             elif cat in GPU_WORK:
                 ts = float(e["ts"])
                 work.append({"pid": e["pid"], "client": int(args["client"]), "name": e["name"],
-                             "start_us": ts, "end_us": ts + float(e["dur"])})
+                             "start_us": ts, "end_us": ts + float(e["dur"]),
+                             "measured": bool(args.get("measured"))})
         except (KeyError, TypeError, ValueError) as err:
             sys.exit(f"{path}: traceEvents[{i}] ({cat} span): missing or bad field {err}")
     if not requests:
@@ -128,14 +131,20 @@ def split(requests, work):
             on_gpu = by_gpu.get(r["pid"], [])
             others = sorted((w for w in on_gpu if w["client"] != r["client"]),
                             key=lambda w: w["start_us"])
+            own_list = sorted((w for w in on_gpu if w["client"] == r["client"]),
+                              key=lambda w: w["start_us"])
             views[key] = (
-                Merged([w["start_us"], w["end_us"]] for w in on_gpu if w["client"] == r["client"]),
+                own_list, [w["start_us"] for w in own_list],
+                max((w["end_us"] - w["start_us"] for w in own_list), default=0.0),
+                Merged([w["start_us"], w["end_us"]] for w in own_list),
                 Merged([w["start_us"], w["end_us"]] for w in others), others,
                 [w["start_us"] for w in others],
                 max((w["end_us"] - w["start_us"] for w in others), default=0.0))
-        own, other_union, others, starts, longest = views[key]
+        own_list, own_starts, own_longest, own, other_union, others, starts, longest = views[key]
         lo, hi = r["start_us"], r["end_us"]
         own_in = own.clip(lo, hi)
+        mine = [w for w in own_list[bisect.bisect_left(own_starts, lo - own_longest):]
+                if w["start_us"] < hi and w["end_us"] > lo] if own_list else []
         others_in = other_union.clip(lo, hi)
         busy = union(own_in + others_in)
         top = {}
@@ -146,7 +155,8 @@ def split(requests, work):
             if overlap > 0:
                 name = f"{w['name']} (client {w['client']})"
                 top[name] = top.get(name, 0.0) + overlap
-        r.update(wall_ms=(hi - lo) / 1e3, own_ms=length(own_in) / 1e3,
+        r.update(kernels=len(mine), measured=sum(1 for w in mine if w["measured"]),
+                 wall_ms=(hi - lo) / 1e3, own_ms=length(own_in) / 1e3,
                  others_ms=length(subtract(others_in, own_in)) / 1e3,
                  idle_ms=(hi - lo - length(busy)) / 1e3,
                  top_others=[[n, round(us / 1e3, 3)] for n, us in
@@ -167,12 +177,14 @@ def report(path, requests, fraction):
         lines.append(f"| {label} | {len(rs)} | {mean(rs, 'wall_ms'):.2f} | "
                      f"{mean(rs, 'own_ms'):.2f} | {mean(rs, 'others_ms'):.2f} | "
                      f"{mean(rs, 'idle_ms'):.2f} |")
-    lines += ["", "| slow request at (us) | wall (ms) | own | others | idle | "
-              "others' kernels that took the most of it (ms) |", "|---|---|---|---|---|---|"]
+    lines += ["", "| slow request at (us) | wall (ms) | own | others | idle | its GPU work "
+              "measured | others' work overlapping it, most first (ms) |",
+              "|---|---|---|---|---|---|---|"]
     for r in slow:
         names = "; ".join(f"{n}: {ms}" for n, ms in r["top_others"]) or "-"
         lines.append(f"| {r['start_us']:.0f} | {r['wall_ms']:.2f} | {r['own_ms']:.2f} | "
-                     f"{r['others_ms']:.2f} | {r['idle_ms']:.2f} | {names} |")
+                     f"{r['others_ms']:.2f} | {r['idle_ms']:.2f} | {r['measured']} of "
+                     f"{r['kernels']} | {names} |")
     return "\n".join(lines) + "\n", slow
 
 
@@ -192,7 +204,7 @@ def main():
         for r in slow if out else ():
             out.write(json.dumps({"trace": path, **{k: r[k] for k in (
                 "client", "start_us", "wall_ms", "cpu_ms", "own_ms", "others_ms", "idle_ms",
-                "top_others")}}) + "\n")
+                "kernels", "measured", "top_others")}}) + "\n")
     if out:
         out.close()
 
