@@ -45,16 +45,28 @@ def union(intervals):
     return out
 
 
-class Merged:
-    """A merged interval list, clipped to windows in O(log n + hits)."""
+class Spans:
+    """One client's (or several clients') GPU work on one GPU, sorted by start: the spans
+    overlapping a window, and the time they cover in it, in O(log n + hits)."""
 
-    def __init__(self, intervals):
-        self.spans = union(intervals)
-        self.ends = [e for _, e in self.spans]
+    def __init__(self, work):
+        self.spans = sorted(work, key=lambda w: w["start_us"])
+        self.starts = [w["start_us"] for w in self.spans]
+        self.longest = max((w["end_us"] - w["start_us"] for w in self.spans), default=0.0)
+        self.merged = union([w["start_us"], w["end_us"]] for w in self.spans)
+        self.merged_ends = [e for _, e in self.merged]
 
-    def clip(self, lo, hi):
+    def overlapping(self, lo, hi):
+        for w in self.spans[bisect.bisect_left(self.starts, lo - self.longest):]:
+            if w["start_us"] >= hi:
+                break
+            if w["end_us"] > lo:
+                yield w
+
+    def covered(self, lo, hi):
+        """The merged intervals of the spans, clipped to [lo, hi)."""
         out = []
-        for s, e in self.spans[bisect.bisect_right(self.ends, lo):]:
+        for s, e in self.merged[bisect.bisect_right(self.merged_ends, lo):]:
             if s >= hi:
                 break
             out.append([max(s, lo), min(e, hi)])
@@ -129,32 +141,18 @@ def split(requests, work):
         key = (r["pid"], r["client"])
         if key not in views:
             on_gpu = by_gpu.get(r["pid"], [])
-            others = sorted((w for w in on_gpu if w["client"] != r["client"]),
-                            key=lambda w: w["start_us"])
-            own_list = sorted((w for w in on_gpu if w["client"] == r["client"]),
-                              key=lambda w: w["start_us"])
-            views[key] = (
-                own_list, [w["start_us"] for w in own_list],
-                max((w["end_us"] - w["start_us"] for w in own_list), default=0.0),
-                Merged([w["start_us"], w["end_us"]] for w in own_list),
-                Merged([w["start_us"], w["end_us"]] for w in others), others,
-                [w["start_us"] for w in others],
-                max((w["end_us"] - w["start_us"] for w in others), default=0.0))
-        own_list, own_starts, own_longest, own, other_union, others, starts, longest = views[key]
+            views[key] = (Spans(w for w in on_gpu if w["client"] == r["client"]),
+                          Spans(w for w in on_gpu if w["client"] != r["client"]))
+        own, others = views[key]
         lo, hi = r["start_us"], r["end_us"]
-        own_in = own.clip(lo, hi)
-        mine = [w for w in own_list[bisect.bisect_left(own_starts, lo - own_longest):]
-                if w["start_us"] < hi and w["end_us"] > lo] if own_list else []
-        others_in = other_union.clip(lo, hi)
+        mine = list(own.overlapping(lo, hi))
+        own_in = own.covered(lo, hi)
+        others_in = others.covered(lo, hi)
         busy = union(own_in + others_in)
         top = {}
-        for w in others[bisect.bisect_left(starts, lo - longest):]:
-            if w["start_us"] >= hi:
-                break
-            overlap = min(w["end_us"], hi) - max(w["start_us"], lo)
-            if overlap > 0:
-                name = f"{w['name']} (client {w['client']})"
-                top[name] = top.get(name, 0.0) + overlap
+        for w in others.overlapping(lo, hi):
+            name = f"{w['name']} (client {w['client']})"
+            top[name] = top.get(name, 0.0) + min(w["end_us"], hi) - max(w["start_us"], lo)
         r.update(kernels=len(mine), measured=sum(1 for w in mine if w["measured"]),
                  wall_ms=(hi - lo) / 1e3, own_ms=length(own_in) / 1e3,
                  others_ms=length(subtract(others_in, own_in)) / 1e3,
