@@ -43,6 +43,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from priority_bench import start_mps_daemon, stop_mps_daemon  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "bench", "torch_models.py")
 # Each configuration's orion-server mode (None: no interposer) and whether it runs under MPS.
@@ -191,25 +194,14 @@ class Harness:
 
     def start_mps(self):
         """The MPS control daemon for every GPU; its clients find it through mps_env."""
-        pipe, logd = os.path.join(self.work, "mps-pipe"), os.path.join(self.work, "mps-log")
-        os.makedirs(pipe, exist_ok=True)
-        os.makedirs(logd, exist_ok=True)
-        env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logd}
-        r = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=dict(os.environ, **env),
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            return r.stderr.strip() or f"nvidia-cuda-mps-control -d: exit {r.returncode}"
-        self.mps_env = env
-        time.sleep(1)
-        return None
+        env, why = start_mps_daemon(self.work)
+        self.mps_env = env or {}
+        return why
 
     def stop_mps(self):
-        if not self.mps_env:
-            return
-        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True,
-                       env=dict(os.environ, **self.mps_env), capture_output=True)
+        if self.mps_env:
+            stop_mps_daemon(self.mps_env)
         self.mps_env = {}
-        time.sleep(2)
 
     def prefix(self, orion, priority):
         env = dict(self.mps_env)
@@ -270,7 +262,7 @@ class Harness:
         if mps:
             why = self.start_mps()
             if why:
-                row["error"] = f"MPS daemon failed to start: {why}"
+                row["error"] = why
                 return row
         try:
             orion = mode is not None

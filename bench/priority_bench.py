@@ -124,6 +124,38 @@ def host_shares(before, after):
     return {"steal": round(d[7] / total, 4), "irq": round((d[5] + d[6]) / total, 4)}
 
 
+def file_tag(text):
+    """`text` made safe for a file name (letters, digits, '-' and '.'; the rest '_')."""
+    return "".join(c if c.isalnum() or c in "-." else "_" for c in text)
+
+
+def start_mps_daemon(work, cpus=None):
+    """Starts the MPS control daemon (every GPU) with its pipe and log folders in `work`, on
+    `cpus` if given. Returns (the environment its clients need, None), or (None, why not)."""
+    pipe, logd = os.path.join(work, "mps-pipe"), os.path.join(work, "mps-log")
+    os.makedirs(pipe, exist_ok=True)
+    os.makedirs(logd, exist_ok=True)
+    env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logd}
+    try:
+        r = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=dict(os.environ, **env),
+                           capture_output=True, text=True,
+                           preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        why = None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
+    except OSError as e:
+        why = str(e)
+    if why:
+        return None, f"MPS daemon failed to start: {why}"
+    time.sleep(1)
+    return env, None
+
+
+def stop_mps_daemon(env):
+    """Stops the daemon start_mps_daemon started (env: what it returned)."""
+    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True,
+                   env=dict(os.environ, **env), capture_output=True)
+    time.sleep(2)
+
+
 def against_alone(row, alone):
     """Adds to a service's row its latencies over the same service's alone run (NAME_x)."""
     for q in ("p50_ms", "p99_ms", "p999_ms", "mean_ms", "svc_p50_ms"):
@@ -216,31 +248,14 @@ class Bench:
         return r.stdout
 
     def start_mps(self):
-        pipe = os.path.join(self.work, "mps-pipe")
-        logd = os.path.join(self.work, "mps-log")
-        os.makedirs(pipe, exist_ok=True)
-        os.makedirs(logd, exist_ok=True)
-        self.mps_env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logd}
-        try:
-            every_cpu = set(self.allowed_cpus)  # not this script's pinned cores
-            r = subprocess.run(["nvidia-cuda-mps-control", "-d"],
-                               env=dict(os.environ, **self.mps_env), capture_output=True, text=True,
-                               preexec_fn=lambda: os.sched_setaffinity(0, every_cpu))
-            why = None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
-        except OSError as e:
-            why = str(e)
-        if why:
-            self.mps_env = None
-            return f"MPS daemon failed to start: {why}"
-        time.sleep(1)
-        return None
+        # On every core this script may use, not its own pinned ones.
+        self.mps_env, why = start_mps_daemon(self.work, set(self.allowed_cpus))
+        return why
 
     def stop_mps(self):
         if self.mps_env is None:
             return
-        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True,
-                       env=dict(os.environ, **self.mps_env), capture_output=True)
-        time.sleep(2)
+        stop_mps_daemon(self.mps_env)
         self.mps_env = None
 
     # ---- processes ---------------------------------------------------------------------------
@@ -281,7 +296,7 @@ class Bench:
     def run_hp(self, name, rate, requests, cfg="alone", extra_env=None, run_args=(), spec=None):
         argv = hp_command(name, self.bundle) + ["--rate", str(rate), "--requests", str(requests)]
         if self.args.request_logs and rate > 0 and name != "sample":
-            tag = "".join(c if c.isalnum() or c in "-." else "_" for c in f"{spec or cfg}-{name}")
+            tag = file_tag(f"{spec or cfg}-{name}")
             argv += ["--request-log", os.path.join(self.out, f"requests-{tag}-r{self.round}.jsonl")]
         if self.args.traces and rate > 0:
             argv += ["--nvtx"]
@@ -366,8 +381,7 @@ class Bench:
         """Every 5 s until the returned event is set: orion-ctl gpus/clients and /metrics, appended
         to snapshot-LABEL.txt (what the gate saw while the service ran)."""
         stop = threading.Event()
-        path = os.path.join(self.out, "snapshot-" + "".join(
-            c if c.isalnum() or c in "-." else "_" for c in label) + ".txt")
+        path = os.path.join(self.out, f"snapshot-{file_tag(label)}.txt")
 
         def loop():
             import urllib.request
@@ -451,8 +465,7 @@ class Bench:
 
     def export_trace(self, label, last_ms):
         """The server's timeline of the run just ended (its last `last_ms`), as a Chrome trace."""
-        tag = "".join(c if c.isalnum() or c in "-." else "_" for c in label)
-        path = os.path.join(self.out, f"trace-{tag}-r{self.round}.json")
+        path = os.path.join(self.out, f"trace-{file_tag(label)}-r{self.round}.json")
         try:
             self.ctl("timeline", "--last-ms", str(int(last_ms)), "--trace", path)
         except SystemExit as e:  # a trace is a diagnostic: the run goes on without it
