@@ -1,6 +1,7 @@
 // Test support for the tests that run the samples, orion-server and the interposer as real
 // processes on the CUDA driver test double: start a program with extra environment, its output
-// in a log file, optionally pinned to one CPU; read a file; a monotonic clock in seconds.
+// in a log file, optionally pinned to one CPU; read a file; a monotonic clock in seconds; the
+// key=value fields of a sample's "result ..." line.
 //
 // Usage:
 //   const pid_t pid = orion::testing::StartProcess({ORION_SERVER, "--config", cfg}, env, log);
@@ -14,6 +15,8 @@
 
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -76,6 +79,24 @@ inline std::vector<std::string> ClientEnv(const std::string& dir, const char* gp
 inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The key=value fields of the "result ..." lines in a sample's output (a later line's value of a
+// key wins).
+inline std::map<std::string, std::string> ResultFields(const std::string& output) {
+  std::map<std::string, std::string> result;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("result ", 0) != 0) continue;
+    std::istringstream fields(line.substr(7));
+    std::string field;
+    while (fields >> field) {
+      const size_t eq = field.find('=');
+      if (eq != std::string::npos) result[field.substr(0, eq)] = field.substr(eq + 1);
+    }
+  }
+  return result;
 }
 
 }  // namespace orion::testing

@@ -21,6 +21,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 namespace {
 
 using orion::testing::ReadFile;
+using orion::testing::ResultFields;
 using orion::testing::StartProcess;
 
 struct Usage {
@@ -39,13 +41,10 @@ struct Usage {
   double CoreShare() const { return wall_s > 0 ? cpu_s / wall_s : 0; }
 };
 
-// The value of `key=` on the sample's last "result ..." line; -1 if there is none.
-double ResultField(const std::string& log, const std::string& key) {
-  const size_t line = log.rfind("result requests=");
-  if (line == std::string::npos) return -1;
-  const size_t at = log.find(" " + key + "=", line);
-  if (at == std::string::npos) return -1;
-  return strtod(log.c_str() + at + key.size() + 2, nullptr);
+// The value of `key=` on the sample's "result ..." line; -1 if there is none.
+double ResultField(const std::map<std::string, std::string>& result, const std::string& key) {
+  auto it = result.find(key);
+  return it == result.end() ? -1 : strtod(it->second.c_str(), nullptr);
 }
 
 Usage Finish(pid_t pid, const std::string& log) {
@@ -56,9 +55,9 @@ Usage Finish(pid_t pid, const std::string& log) {
   u.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   u.process_cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                     static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-  const std::string out = ReadFile(log);
-  u.cpu_s = ResultField(out, "cpu_s");
-  u.wall_s = ResultField(out, "wall_s");
+  const auto result = ResultFields(ReadFile(log));
+  u.cpu_s = ResultField(result, "cpu_s");
+  u.wall_s = ResultField(result, "wall_s");
   return u;
 }
 

@@ -10,9 +10,10 @@
 
 #include <cstdio>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/cuda_double/child_process.h"
 
 namespace {
 
@@ -66,17 +67,7 @@ class SamplesOnDoubleTest : public ::testing::Test {
     int status = 0;
     waitpid(pid, &status, 0);
     run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::istringstream lines(run.output);
-    std::string line;
-    while (std::getline(lines, line)) {
-      if (line.rfind("result ", 0) != 0) continue;
-      std::istringstream fields(line.substr(7));
-      std::string field;
-      while (fields >> field) {
-        const size_t eq = field.find('=');
-        if (eq != std::string::npos) run.result[field.substr(0, eq)] = field.substr(eq + 1);
-      }
-    }
+    run.result = orion::testing::ResultFields(run.output);
     return run;
   }
 
