@@ -6,7 +6,7 @@ in every round so that host drift cancels.
   bench/cpu_tax_bench.py --bundle DIR [--model resnet50] [--graph] [--nvtx] [--rounds 5]
       [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
-      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--out DIR]
+      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N] [--out DIR]
   bench/cpu_tax_bench.py --table results.jsonl      (re-renders a run's table)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
@@ -20,7 +20,14 @@ The service runs high priority, the trainer best effort; neither has the other b
 gate holds nothing: the difference is what the interposer itself costs, timeline recording
 included (launch events, sampled launches timed on the GPU; with --nvtx every request and step
 is an NVTX range in both arms, recorded with GPU times under the interposer). --graph serves a
-CUDA graph instead of the eager model. Writes results.jsonl and
+CUDA graph instead of the eager model.
+
+--interleave N serves the two arms in turn instead: per round and job, one long-lived process of
+each arm (on cores 2 and 3, or in two cgroups of one CPU each; the arms swap them every round),
+driven in blocks of N requests (--train-block steps; torch_models.py --driven), the order alternating
+every block, --blocks blocks each after one unrecorded block. The host's drift, which moves a
+whole run's service time by tens of percent within minutes, then falls on both arms alike;
+each arm's figures pool its blocks, a Poisson block's arrivals are the same in both arms. Writes results.jsonl and
 results.md (medians over the rounds of each round's interposer/bare ratio, with min and max) to
 --out (default $OUT or a temp dir) and prints the table.
 """
@@ -35,9 +42,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "bench", "torch_models.py")
-SERVICE_CPU = "2"
+SERVICE_CPUS = ("2", "3")  # one per arm when they are served in turn (--interleave)
 SERVER_CPU = "0"
-CGROUP = "/sys/fs/cgroup/orion-bench-1cpu"
+CGROUPS = ("/sys/fs/cgroup/orion-bench-1cpu", "/sys/fs/cgroup/orion-bench-1cpu-b")
 
 
 def parse_result(text):
@@ -58,7 +65,7 @@ def quantile(sorted_values, p):
     return sorted_values[min(len(sorted_values) - 1, int(p * len(sorted_values)))]
 
 
-def setup_cgroup():
+def setup_cgroup(cgroup):
     """A cgroup v2 child with one CPU of quota (cpu.max). Other processes are left where they are:
     where the cpu controller cannot be enabled for children, this says why and stops."""
     root = "/sys/fs/cgroup"
@@ -72,10 +79,10 @@ def setup_cgroup():
                 f.write("+cpu")
         except OSError as e:
             raise SystemExit(f"cannot enable the cpu controller for child cgroups: {e}")
-    os.makedirs(CGROUP, exist_ok=True)
-    with open(os.path.join(CGROUP, "cpu.max"), "w") as f:
+    os.makedirs(cgroup, exist_ok=True)
+    with open(os.path.join(cgroup, "cpu.max"), "w") as f:
         f.write("100000 100000")
-    return open(os.path.join(CGROUP, "cpu.max")).read().strip()
+    return open(os.path.join(cgroup, "cpu.max")).read().strip()
 
 
 class Bench:
@@ -87,12 +94,19 @@ class Bench:
         self.work = tempfile.mkdtemp(prefix="orion-cpu-tax-")
         self.log = open(os.path.join(self.out, "bench.log"), "a")
         self.rows = open(os.path.join(self.out, "results.jsonl"), "a")
+        # One CPU per arm's process: a core, or a cgroup with one CPU of quota. Served one after
+        # the other, both arms use the first; served in turn (--interleave), one each.
+        slots = CGROUPS if args.interleave else CGROUPS[:1]
         if args.limit == "cgroup":
-            self.limit_note = f"cgroup cpu.max {setup_cgroup()}"
-            self.prefix = ["sh", "-c", f'echo $$ > {CGROUP}/cgroup.procs && exec "$@"', "sh"]
+            self.limit_note = f"cgroup cpu.max {[setup_cgroup(c) for c in slots][0]}"
+            self.prefixes = [["sh", "-c", f'echo $$ > {c}/cgroup.procs && exec "$@"', "sh"]
+                             for c in slots]
         else:
-            self.limit_note = f"taskset -c {SERVICE_CPU}"
-            self.prefix = ["taskset", "-c", SERVICE_CPU]
+            self.limit_note = "taskset -c " + " / ".join(SERVICE_CPUS[:len(slots)])
+            self.prefixes = [["taskset", "-c", c] for c in SERVICE_CPUS[:len(slots)]]
+        if args.interleave:
+            self.limit_note += (f" (the arms swap them every round), served in turn in blocks "
+                                f"of {args.interleave} requests, {args.train_block} steps")
         self.server = None
 
     def start_server(self):
@@ -110,7 +124,8 @@ class Bench:
             time.sleep(0.05)
         raise SystemExit("orion-server did not start; see bench.log")
 
-    def command(self, argv, interposer, priority):
+    def command(self, argv, interposer, priority, slot=0):
+        prefix = self.prefixes[slot]
         lib = os.path.join(self.bundle, "liborion_interpose.so")
         env = []
         if not interposer and self.args.baseline_env:
@@ -118,13 +133,16 @@ class Bench:
         elif not interposer and self.args.baseline_interposer:
             lib = os.path.abspath(self.args.baseline_interposer)  # A/B of two builds
         elif not interposer:
-            return self.prefix + argv
-        return self.prefix + env + [os.path.join(self.bundle, "orion-run"), "--priority",
-                                    priority, "--interposer", lib, "--"] + argv
+            return prefix + argv
+        return prefix + env + [os.path.join(self.bundle, "orion-run"), "--priority",
+                               priority, "--interposer", lib, "--"] + argv
+
+    def env(self):
+        return dict(os.environ, ORION_SOCKET=os.path.join(self.work, "orion.sock"),
+                    PYTHONUNBUFFERED="1")
 
     def run(self, argv, interposer, priority, timeout=300):
-        env = dict(os.environ, ORION_SOCKET=os.path.join(self.work, "orion.sock"),
-                   PYTHONUNBUFFERED="1")
+        env = self.env()
         cmd = self.command(argv, interposer, priority)
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         self.log.write(f"$ {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}\n")
@@ -185,8 +203,84 @@ class Bench:
                          steps_per_s=(len(stamps) - 1) / (stamps[-1] - stamps[0]),
                          cpu_ms=r["cpu_ms"]))
 
+    def arms(self, rnd, argv, priority):
+        """Both arms' processes of a round (--interleave), started together; the bare arm takes
+        slot 0 in odd rounds and slot 1 in even ones."""
+        arms = {interposer: DrivenArm(self, argv, interposer, priority,
+                                      slot=int(interposer) ^ (rnd % 2 == 0))
+                for interposer in (False, True)}
+        for arm in arms.values():
+            arm.wait_ready()
+        return arms
+
+    def interleaved(self, rnd, arms, role, block_command, rate=None):
+        """One job of a round with both arms served in turn: their pooled figures, one row per
+        arm. block_command(i) is the command of block i; block -1, unrecorded, brings the
+        clocks up."""
+        lat = {False: [], True: []}
+        cpu = {False: [], True: []}
+        for i in range(-1, self.args.blocks):
+            for interposer in ([False, True] if i % 2 else [True, False]):
+                ms, cpu_ms = arms[interposer].block(block_command(max(i, 0)))
+                if i >= 0:
+                    lat[interposer] += ms
+                    cpu[interposer].append(cpu_ms * len(ms))
+        for interposer in (False, True):
+            ms = sorted(lat[interposer])
+            row = dict(round=rnd, role=role, interposer=interposer, blocks=self.args.blocks,
+                       block=len(ms) // self.args.blocks, n=len(ms),
+                       cpu_ms=sum(cpu[interposer]) / len(ms), mean_ms=sum(ms) / len(ms))
+            if role == "trainer":
+                row.update(model=self.args.train_model + (" +nvtx" if self.args.nvtx else ""),
+                           step_p50_ms=quantile(ms, 0.5), step_p99_ms=quantile(ms, 0.99),
+                           steps_per_s=1e3 * len(ms) / sum(ms))
+            elif role == "service-closed":
+                row.update(model=self.model_label(), svc_p50_ms=quantile(ms, 0.5),
+                           svc_p99_ms=quantile(ms, 0.99), capacity_rps=1e3 * len(ms) / sum(ms))
+            else:
+                row.update(model=self.model_label(), rate=rate, p50_ms=quantile(ms, 0.5),
+                           p99_ms=quantile(ms, 0.99))
+            self.record(row)
+        return {i: sum(lat[i]) / len(lat[i]) for i in (False, True)}
+
+    def main_interleaved(self):
+        n, jobs = self.args.interleave, self.args.jobs.split(",")
+        serve = [sys.executable, MODELS, "serve", self.args.model, "--driven"] + \
+            self.extra("serve")
+        train = [sys.executable, MODELS, "train", self.args.train_model, "--driven"] + \
+            self.extra("train")
+        rate = None
+        for rnd in range(1, self.args.rounds + 1):
+            arms = self.arms(rnd, serve, "high")
+            try:
+                mean = self.interleaved(rnd, arms, "service-closed", lambda i: f"closed {n}")
+                if rate is None:
+                    rate = self.args.load * 1e3 / mean[False]  # of the bare arm, round 1
+                if "service-poisson" in jobs:
+                    self.interleaved(rnd, arms, "service-poisson",
+                                     lambda i: f"poisson {n} {rate:.2f} {rnd * 1000 + i}", rate)
+            finally:
+                for arm in arms.values():
+                    arm.close()
+            if "trainer" in jobs:
+                arms = self.arms(rnd, train, "best-effort")
+                try:
+                    self.interleaved(rnd, arms, "trainer",
+                                     lambda i: f"steps {self.args.train_block}")
+                finally:
+                    for arm in arms.values():
+                        arm.close()
+
     def main(self):
         self.start_server()
+        if self.args.interleave:
+            try:
+                self.main_interleaved()
+            finally:
+                self.server.terminate()
+                self.server.wait()
+            print(render(os.path.join(self.out, "results.jsonl")))
+            return
         try:
             rate = None
             for rnd in range(1, self.args.rounds + 1):
@@ -208,6 +302,47 @@ class Bench:
             self.server.terminate()
             self.server.wait()
         print(render(os.path.join(self.out, "results.jsonl")))
+
+
+class DrivenArm:
+    """One arm's long-lived process (torch_models.py --driven), given blocks over its stdin."""
+
+    def __init__(self, bench, argv, interposer, priority, slot):
+        self.bench = bench
+        self.cmd = bench.command(argv, interposer, priority, slot)
+        bench.log.write(f"$ {' '.join(self.cmd)}\n")
+        bench.log.flush()
+        self.p = subprocess.Popen(self.cmd, env=bench.env(), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=bench.log, text=True)
+
+    def line(self):
+        out = self.p.stdout.readline()
+        if not out:
+            raise SystemExit(f"{' '.join(self.cmd)} ended (exit {self.p.wait()}); see bench.log")
+        return out.strip()
+
+    def wait_ready(self):
+        while self.line() != "ready":
+            pass
+
+    def block(self, command):
+        """The latencies (ms) of one block and its CPU time per request or step (ms)."""
+        self.p.stdin.write(command + "\n")
+        self.p.stdin.flush()
+        out = self.line()
+        if not out.startswith("block "):
+            raise SystemExit(f"{' '.join(self.cmd)}: {command!r} answered {out!r}")
+        fields = dict(kv.split("=", 1) for kv in out.split()[1:])
+        return [float(x) for x in fields["lat_ms"].split(",")], float(fields["cpu_ms"])
+
+    def close(self):
+        try:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.close()
+            self.p.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
 
 
 METRICS = {
@@ -281,6 +416,12 @@ def main():
                    help="compare against this build with these variables set (repeatable; e.g. "
                         "ORION_NO_TIMING=1 ORION_NVTX_DEPTH=0: what the timeline's recording "
                         "costs): the table's 'bare' column is then that arm")
+    p.add_argument("--interleave", type=int, default=0, metavar="N",
+                   help="serve both arms in turn, in blocks of N requests or steps (see above)")
+    p.add_argument("--blocks", type=int, default=20,
+                   help="--interleave: recorded blocks per arm, round and job")
+    p.add_argument("--train-block", type=int, default=4,
+                   help="--interleave: training steps per block")
     p.add_argument("--table", help="print the table of a results.jsonl and exit")
     args = p.parse_args()
     for kv in args.baseline_env:

@@ -23,6 +23,15 @@ nothing is downloaded). Used by bench/priority_bench.py.
       MODEL: resnet50 (batch 64), bert (BERT-base, batch 32, sequence 128),
              gpt2-large (36 layers, width 1280, batch 2, sequence 1024: long GEMM kernels).
 
+  serve MODEL --driven / train MODEL --driven
+      Blocks of work on command, for an A/B of two processes served in turn
+      (bench/cpu_tax_bench.py --interleave). After warm-up prints "ready", then reads stdin:
+      "closed N" (serve: N requests back to back), "poisson N RATE SEED" (serve: N Poisson
+      arrivals at RATE from now, latency from the scheduled arrival) or "steps N" (train);
+      answers each with "block lat_ms=A,B,.. cpu_ms=C" (every request's or step's latency,
+      and the CPU time of all the process's threads per request or step over the block).
+      "quit" or end of input stops it.
+
   --nvtx       each request (serve) or step (train) is an NVTX range, "request" or "step".
   --profile N  (with --profile-out F): N requests/steps (after warm-up, or once the file
                --profile-when names exists; a service runs them back to back) run under
@@ -271,6 +280,8 @@ def serve(args):
                 run()
                 stream.synchronize()
         maybe_profile(args, one_request, wait=args.profile_when is None)
+        if args.driven:
+            return driven(serve_block(one_request))
         if args.rate <= 0:
             # Closed loop: one second to bring the clocks up, then at least --seconds and 200
             # requests
@@ -340,6 +351,56 @@ def serve(args):
           flush=True)
 
 
+def serve_block(one_request):
+    """The serve side of --driven: a command's words to the latencies of its requests."""
+    def block(words):
+        if words[0] == "closed" and len(words) == 2:
+            out = []
+            for _ in range(int(words[1])):
+                began = time.perf_counter()
+                one_request()
+                out.append(time.perf_counter() - began)
+            return out
+        if words[0] == "poisson" and len(words) == 4:
+            n, rate, rng = int(words[1]), float(words[2]), random.Random(int(words[3]))
+            out, arrival = [], time.perf_counter()
+            for _ in range(n):
+                arrival += rng.expovariate(rate)
+                while time.perf_counter() < arrival:
+                    pass  # polls, as the Poisson serving loop does
+                one_request()
+                out.append(time.perf_counter() - arrival)
+            return out
+        return None
+    return block
+
+
+def driven(block):
+    """--driven: blocks of work on stdin's commands, one answer line each (see the module's
+    help). The collector is off: a pause inside one arm's block is not the interposer's."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words:
+            continue
+        if words[0] == "quit":
+            break
+        cpu0 = time.process_time()
+        try:
+            lat = block(words)
+        except ValueError:
+            lat = None
+        if not lat:
+            print(f"error: cannot run {line.strip()!r}", flush=True)
+            continue
+        cpu_ms = (time.process_time() - cpu0) / len(lat) * 1e3
+        print("block lat_ms=" + ",".join(f"{x * 1e3:.4f}" for x in lat) +
+              f" cpu_ms={cpu_ms:.4f}", flush=True)
+
+
 def train(args):
     step = build_train(args.model)
     for _ in range(3):
@@ -351,6 +412,17 @@ def train(args):
             step()
             torch.cuda.synchronize()
     maybe_profile(args, one_step, wait=args.profile_when is None)
+    if args.driven:
+        def block(words):
+            if words[0] != "steps" or len(words) != 2:
+                return None
+            out = []
+            for _ in range(int(words[1])):
+                began = time.perf_counter()
+                one_step()
+                out.append(time.perf_counter() - began)
+            return out
+        return driven(block)
     print("ready", flush=True)
     steps, cpu0 = 0, time.process_time()
     while args.steps == 0 or steps < args.steps:
@@ -376,6 +448,8 @@ def main():
     p.add_argument("--wait", choices=["poll", "sleep"], default="poll",
                    help="how the serving loop waits for the next arrival")
     p.add_argument("--nvtx", action="store_true", help="NVTX range per request/step")
+    p.add_argument("--driven", action="store_true",
+                   help="blocks of requests or steps on stdin's commands (see above)")
     p.add_argument("--profile", type=int, default=0,
                    help="requests/steps under torch.profiler after warm-up (with --profile-out)")
     p.add_argument("--profile-out")
