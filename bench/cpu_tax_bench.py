@@ -22,12 +22,14 @@ included (launch events, sampled launches timed on the GPU; with --nvtx every re
 is an NVTX range in both arms, recorded with GPU times under the interposer). --graph serves a
 CUDA graph instead of the eager model.
 
---interleave N serves the two arms in turn instead: per round and job, one long-lived process of
-each arm (on cores 2 and 3, or in two cgroups of one CPU each; the arms swap them every round),
-driven in blocks of N requests (--train-block steps; torch_models.py --driven), the order alternating
-every block, --blocks blocks each after one unrecorded block. The host's drift, which moves a
-whole run's service time by tens of percent within minutes, then falls on both arms alike;
-each arm's figures pool its blocks, a Poisson block's arrivals are the same in both arms. Writes results.jsonl and
+--interleave N serves the two arms in turn instead: per round and job, one long-lived process
+of each arm (on cores 2 and 3, --cpus, or in two cgroups of one CPU each; the arms swap them
+every round), driven in blocks of N requests (--train-block steps; torch_models.py --driven),
+the order alternating every block, --blocks blocks each after one unrecorded block. The host's
+drift, which moves a whole run's service time by tens of percent within minutes, then falls on
+both arms alike; each arm's figures pool its blocks, a Poisson block's arrivals are the same in
+both arms. --control runs the same with neither arm interposed: the spread of its ratios is how
+far two identical processes differ, the resolution of the A/B. Writes results.jsonl and
 results.md (medians over the rounds of each round's interposer/bare ratio, with min and max) to
 --out (default $OUT or a temp dir) and prints the table.
 """
@@ -42,7 +44,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "bench", "torch_models.py")
-SERVICE_CPUS = ("2", "3")  # one per arm when they are served in turn (--interleave)
 SERVER_CPU = "0"
 CGROUPS = ("/sys/fs/cgroup/orion-bench-1cpu", "/sys/fs/cgroup/orion-bench-1cpu-b")
 
@@ -102,8 +103,9 @@ class Bench:
             self.prefixes = [["sh", "-c", f'echo $$ > {c}/cgroup.procs && exec "$@"', "sh"]
                              for c in slots]
         else:
-            self.limit_note = "taskset -c " + " / ".join(SERVICE_CPUS[:len(slots)])
-            self.prefixes = [["taskset", "-c", c] for c in SERVICE_CPUS[:len(slots)]]
+            cpus = args.cpus.split(",")[:len(slots)]
+            self.limit_note = "taskset -c " + " / ".join(cpus)
+            self.prefixes = [["taskset", "-c", c] for c in cpus]
         if args.interleave:
             self.limit_note += (f" (the arms swap them every round), served in turn in blocks "
                                 f"of {args.interleave} requests, {args.train_block} steps")
@@ -132,7 +134,7 @@ class Bench:
             env = ["env", *self.args.baseline_env]  # A/B of one build: these variables set
         elif not interposer and self.args.baseline_interposer:
             lib = os.path.abspath(self.args.baseline_interposer)  # A/B of two builds
-        elif not interposer:
+        elif not interposer or self.args.control:
             return prefix + argv
         return prefix + env + [os.path.join(self.bundle, "orion-run"), "--priority",
                                priority, "--interposer", lib, "--"] + argv
@@ -159,6 +161,8 @@ class Bench:
             row["baseline"] = os.path.basename(self.args.baseline_interposer)
         if self.args.baseline_env:
             row["baseline"] = " ".join(self.args.baseline_env)
+        if self.args.control:
+            row.update(baseline="control", control=True)
         self.rows.write(json.dumps(row) + "\n")
         self.rows.flush()
         print(json.dumps(row), flush=True)
@@ -361,13 +365,16 @@ def render(path):
             except json.JSONDecodeError:
                 pass  # a half-written last line of a run cut short
     lines = []
-    for limit in sorted({r["limit"] for r in rows}):
-        sub = [r for r in rows if r["limit"] == limit]
+    # One table per limit and baseline (an out dir may hold an A/B and its A/A control).
+    for limit, base in sorted({(r["limit"], r.get("baseline", "")) for r in rows}):
+        sub = [r for r in rows if r["limit"] == limit and r.get("baseline", "") == base]
         note = sub[0].get("limit_note", limit)
         # An A/B of two builds names the baseline library in its rows (--baseline-interposer).
-        base = sub[0].get("baseline")
         a, b = ("baseline", "this build") if base else ("bare", "interposer")
         against = f", this build against {base}" if base else ""
+        if sub[0].get("control"):
+            a, b = ("bare", "second bare process")
+            against = ", A/A control: neither process interposed"
         lines += [f"**One CPU ({note}), {max(r['round'] for r in sub)} rounds{against}**", "",
                   f"| job | figure | {a}, median | {b}, median | {b} / {a}: median [min, max] |",
                   "|---|---|---|---|---|"]
@@ -405,6 +412,9 @@ def main():
                    help="NVTX range per request and step (both arms)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--limit", choices=["taskset", "cgroup"], default="taskset")
+    p.add_argument("--cpus", default="2,3",
+                   help="--limit taskset: the jobs' core (the first), and the second arm's with "
+                        "--interleave (orion-server runs on core 0)")
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--load", type=float, default=0.5)
     p.add_argument("--train-steps", type=int, default=60)
@@ -422,13 +432,20 @@ def main():
                    help="--interleave: recorded blocks per arm, round and job")
     p.add_argument("--train-block", type=int, default=4,
                    help="--interleave: training steps per block")
+    p.add_argument("--control", action="store_true",
+                   help="A/A: the interposer arm runs without it too (the A/B's resolution)")
     p.add_argument("--table", help="print the table of a results.jsonl and exit")
     args = p.parse_args()
     for kv in args.baseline_env:
         if "=" not in kv or not kv.partition("=")[0].startswith("ORION_"):
             p.error(f"--baseline-env {kv!r}: expected ORION_NAME=VALUE")
+    if args.control and (args.baseline_env or args.baseline_interposer):
+        p.error("--control compares no interposer with no interposer: no other baseline")
     if args.baseline_env and args.baseline_interposer:
         p.error("--baseline-env and --baseline-interposer: one baseline at a time")
+    cpus = args.cpus.split(",")
+    if len(cpus) != 2 or not all(c.isdigit() for c in cpus) or cpus[0] == cpus[1]:
+        p.error(f"--cpus {args.cpus!r}: expected two different core numbers, e.g. 2,3")
     if args.table:
         table = render(args.table)
         with open(os.path.join(os.path.dirname(args.table) or ".", "results.md"), "w") as f:

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""bench/cpu_tax_bench.py --interleave, and the --driven protocol of bench/torch_models.py it
+drives, without a GPU.
+
+Test doubles, named as such: a stand-in orion-server (creates its socket path and waits), a
+stand-in orion-run (drops its options and marks the process interposed in its environment) and
+a stand-in model that speaks the --driven protocol and makes each request 10% slower when
+marked. The real torch_models.py is loaded with a stub `torch` module for its protocol loop.
+Checked: the arms take turns block by block and swap cores every round; a 10% slower arm reads
+about 1.10 in the table, an A/A control about 1.00; a model that answers with an error stops the
+run with a message naming the command and the answer; the protocol loop answers every command,
+refuses a malformed one by name and stops at quit."""
+import contextlib
+import io
+import json
+import os
+import stat
+import sys
+import tempfile
+import types
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+FAKE_MODEL = r'''
+import os, sys, time
+arm = "i" if os.environ.get("FAKE_INTERPOSED") else "b"
+log = open(os.environ["FAKE_LOG"], "a")
+log.write(f"start {arm} {sorted(os.sched_getaffinity(0))}\n"); log.flush()
+print("ready", flush=True)
+for line in sys.stdin:
+    w = line.split()
+    if w[0] == "quit":
+        break
+    if os.environ.get("FAKE_FAIL"):
+        print("error: cannot run it", flush=True)
+        continue
+    log.write(f"{arm} {line.strip()}\n"); log.flush()
+    lat = []
+    for _ in range(int(w[1])):
+        t = time.perf_counter()
+        time.sleep(0.004 * (1.10 if arm == "i" else 1.0))
+        lat.append((time.perf_counter() - t) * 1e3)
+    print("block lat_ms=" + ",".join(f"{x:.4f}" for x in lat) + " cpu_ms=0.0100", flush=True)
+'''
+
+FAKE_SERVER = """#!/bin/sh
+# test double of orion-server: creates the socket path of its config and waits
+sock=$(sed -n 's/^socket_path: //p' "$2")
+touch "$sock"
+exec sleep 600
+"""
+
+FAKE_RUN = """#!/bin/sh
+# test double of orion-run: drops its options, marks the process interposed
+while [ "$1" != "--" ]; do shift; done
+shift
+FAKE_INTERPOSED=1 exec "$@"
+"""
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def write_exec(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+
+
+def run_bench(work, name, extra):
+    import cpu_tax_bench
+    cpu_tax_bench.MODELS = os.path.join(work, "fake_model.py")
+    out = os.path.join(work, name)
+    argv = ["cpu_tax_bench.py", "--bundle", os.path.join(work, "bundle"), "--interleave", "3",
+            "--blocks", "4", "--rounds", "2", "--jobs", "service-closed,service-poisson",
+            "--cpus", "0,1", "--out", out] + extra
+    old = sys.argv
+    sys.argv = argv
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            cpu_tax_bench.main()
+    finally:
+        sys.argv = old
+    rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl"))]
+    return rows, open(os.path.join(out, "results.md")).read()
+
+
+def median_ratio(rows, role, metric):
+    ratios = []
+    for rnd in sorted({r["round"] for r in rows}):
+        pair = {r["interposer"]: r[metric] for r in rows if r["round"] == rnd and r["role"] == role}
+        ratios.append(pair[True] / pair[False])
+    ratios.sort()
+    return ratios[len(ratios) // 2]
+
+
+def check_bench(work):
+    os.makedirs(os.path.join(work, "bundle"))
+    write_exec(os.path.join(work, "bundle", "orion-server"), FAKE_SERVER)
+    write_exec(os.path.join(work, "bundle", "orion-run"), FAKE_RUN)
+    with open(os.path.join(work, "fake_model.py"), "w") as f:
+        f.write(FAKE_MODEL)
+    log = os.path.join(work, "model.log")
+    os.environ["FAKE_LOG"] = log
+
+    rows, table = run_bench(work, "ab", [])
+    if len(rows) != 8 or {r["n"] for r in rows} != {12}:
+        fail(f"expected 8 rows of 12 requests (2 rounds x 2 jobs x 2 arms): {rows}")
+    ratio = median_ratio(rows, "service-closed", "svc_p50_ms")
+    if not 1.04 < ratio < 1.16:
+        fail(f"a 10% slower arm read {ratio:.3f}")
+    if "interposer / bare" not in table or "served in turn in blocks of 3" not in table:
+        fail(f"table:\n{table}")
+    lines = open(log).read().split("\n")
+    starts = [l for l in lines if l.startswith("start ")]
+    # Round 1: bare on core 0, interposed on core 1; round 2 swapped.
+    first = {l.split()[1]: l.split()[2] for l in starts[0:2]}
+    second = {l.split()[1]: l.split()[2] for l in starts[2:4]}
+    if first != {"b": "[0]", "i": "[1]"} or second != {"b": "[1]", "i": "[0]"}:
+        fail(f"the arms did not swap cores between rounds: {starts}")
+    # Blocks alternate: in each pair of blocks both arms ran, the order flipping every block.
+    blocks = [l.split()[0] for l in lines if l[:2] in ("b ", "i ")]
+    pairs = [blocks[k:k + 2] for k in range(0, len(blocks), 2)]
+    if any(sorted(p) != ["b", "i"] for p in pairs):
+        fail(f"the arms did not take turns: {blocks}")
+    if pairs[0] == pairs[1]:
+        fail(f"the order did not alternate: {pairs[:4]}")
+    poisson = [l for l in lines if l[:2] in ("b ", "i ") and " poisson " in l]
+    by_arm = {a: [l.split(maxsplit=1)[1] for l in poisson if l.startswith(a)] for a in "bi"}
+    if by_arm["b"] != by_arm["i"]:
+        fail(f"the arms' Poisson blocks differ: {by_arm}")
+
+    open(log, "w").close()
+    rows, table = run_bench(work, "aa", ["--control"])
+    ratio = median_ratio(rows, "service-closed", "svc_p50_ms")
+    if not 0.95 < ratio < 1.05:
+        fail(f"A/A control read {ratio:.3f}")
+    if "A/A control" not in table or any(l.startswith("start i") for l in open(log)):
+        fail(f"control arm interposed, or the table does not say A/A:\n{table}")
+
+    os.environ["FAKE_FAIL"] = "1"
+    try:
+        run_bench(work, "fail", [])
+        fail("a model answering with an error did not stop the run")
+    except SystemExit as e:
+        if "answered 'error: cannot run it'" not in str(e) or "closed 3" not in str(e):
+            fail(f"unclear error: {e}")
+    finally:
+        del os.environ["FAKE_FAIL"]
+
+
+def check_protocol():
+    sys.modules.setdefault("torch", types.ModuleType("torch"))  # stub: the loop needs none of it
+    import time
+    import torch_models
+    calls = []
+
+    def one_request():
+        calls.append(1)
+        time.sleep(0.001)
+    commands = "closed 3\npoisson 4 500 7\nbogus\nclosed x\n\nquit\nclosed 2\n"
+    out = io.StringIO()
+    old = sys.stdin
+    sys.stdin = io.StringIO(commands)
+    try:
+        with contextlib.redirect_stdout(out):
+            torch_models.driven(torch_models.serve_block(one_request))
+    finally:
+        sys.stdin = old
+        import gc
+        gc.enable()
+    lines = out.getvalue().splitlines()
+    if lines[0] != "ready" or len(lines) != 5:
+        fail(f"answers: {lines}")
+    closed, poisson = (dict(kv.split("=") for kv in l.split()[1:]) for l in lines[1:3])
+    if len(closed["lat_ms"].split(",")) != 3 or len(poisson["lat_ms"].split(",")) != 4:
+        fail(f"latencies per block: {lines[1:3]}")
+    if min(float(x) for x in closed["lat_ms"].split(",")) < 1.0:
+        fail(f"a request shorter than its work: {lines[1]}")
+    if lines[3] != "error: cannot run 'bogus'" or lines[4] != "error: cannot run 'closed x'":
+        fail(f"malformed commands: {lines[3:]}")
+    if len(calls) != 7:
+        fail(f"{len(calls)} requests run, 7 asked before quit")
+
+
+def main():
+    check_protocol()
+    check_bench(tempfile.mkdtemp(prefix="cpu-tax-interleave-"))
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
