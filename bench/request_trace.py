@@ -2,6 +2,8 @@
 """What the GPU did during a service's slowest requests, from an orion timeline export.
 
   bench/request_trace.py TRACE.json [TRACE.json ...] [--slowest 0.01] [--out ROWS.jsonl]
+      [--summary SUMMARY.jsonl]
+  bench/request_trace.py --table SUMMARY.jsonl    (one line per trace, from --summary)
 
 TRACE.json: `orion-ctl timeline --trace` of a window in which the high-priority service marks
 each request with an NVTX range "request" (`torch_models.py serve --nvtx`, `orion-sample-infer
@@ -21,11 +23,13 @@ behind another client shows as idle where the service's kernels were placed, not
 slow request says how many of its spans were measured.
 
 Prints, per trace, all requests and the slowest --slowest fraction (means), then one line per
-slow request; --out writes one JSON row per slow request.
+slow request; --out writes one JSON row per slow request, --summary one row per trace (the
+means of all its requests and of the slowest).
 """
 import argparse
 import bisect
 import json
+import os
 import statistics
 import sys
 
@@ -186,25 +190,65 @@ def report(path, requests, fraction):
     return "\n".join(lines) + "\n", slow
 
 
+PARTS = ("wall_ms", "own_ms", "others_ms", "idle_ms")
+
+
+def summary(path, requests, slow):
+    """One row per trace: the means of all its requests and of the slow ones."""
+    def means(rs):
+        return {k: round(statistics.fmean(r[k] for r in rs), 3) for k in PARTS}
+    return {"trace": os.path.basename(path), "requests": len(requests), "slowest": len(slow),
+            "all": means(requests), "slow": means(slow)}
+
+
+def table(path):
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"{path}:{n}: not a JSON row ({e})")
+    lines = ["| trace | requests | all: wall / own / others / idle (ms) | slowest | slowest: "
+             "wall / own / others / idle (ms) |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = [" / ".join(f"{r[g][k]:.2f}" for k in PARTS) for g in ("all", "slow")]
+        lines.append(f"| {r['trace']} | {r['requests']} | {cells[0]} | {r['slowest']} | "
+                     f"{cells[1]} |")
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("traces", nargs="+")
+    p.add_argument("traces", nargs="*")
     p.add_argument("--slowest", type=float, default=0.01,
                    help="the fraction of requests, slowest first, to take apart (0.01)")
     p.add_argument("--out", help="one JSON row per slow request")
+    p.add_argument("--summary", help="one JSON row per trace (means of all and of the slowest)")
+    p.add_argument("--table", help="print the table of a --summary file and exit")
     a = p.parse_args()
+    if a.table:
+        print(table(a.table))
+        return
+    if not a.traces:
+        p.error("no trace given")
     if not 0 < a.slowest <= 1:
         p.error("--slowest wants a fraction in (0, 1]")
     out = open(a.out, "w") if a.out else None
+    sums = open(a.summary, "w") if a.summary else None
     for path in a.traces:
-        text, slow = report(path, split(*load(path)), a.slowest)
+        requests = split(*load(path))
+        text, slow = report(path, requests, a.slowest)
         print(text)
+        if sums:
+            sums.write(json.dumps(summary(path, requests, slow)) + "\n")
         for r in slow if out else ():
-            out.write(json.dumps({"trace": path, **{k: r[k] for k in (
+            out.write(json.dumps({"trace": os.path.basename(path), **{k: r[k] for k in (
                 "client", "start_us", "wall_ms", "cpu_ms", "own_ms", "others_ms", "idle_ms",
                 "kernels", "measured", "top_others")}}) + "\n")
-    if out:
-        out.close()
+    for f in (out, sums):
+        if f:
+            f.close()
 
 
 if __name__ == "__main__":

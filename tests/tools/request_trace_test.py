@@ -51,7 +51,8 @@ def main():
     work = tempfile.mkdtemp(prefix="request-trace-")
     path, out = os.path.join(work, "t.json"), os.path.join(work, "slow.jsonl")
     json.dump(trace(), open(path, "w"))
-    r = run(path, "--slowest", "0.02", "--out", out)
+    summary = os.path.join(work, "summary.jsonl")
+    r = run(path, "--slowest", "0.02", "--out", out, "--summary", summary)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(l) for l in open(out)]
     assert len(rows) == 2, rows
@@ -65,6 +66,11 @@ def main():
     assert abs(next_["wall_ms"] - 5.0) < 1e-6 and abs(next_["idle_ms"] - 2.0) < 1e-6, next_
     assert next_["others_ms"] == 0 and next_["top_others"] == [], next_
     assert "| all | 100 | 5.07 | 3.00 | 0.08 | 1.99 |" in r.stdout, r.stdout
+    # One summary row per trace, and its table: all requests, then the slowest 2% (two).
+    r = run("--table", summary)
+    assert r.returncode == 0, r.stderr
+    assert "| t.json | 100 | 5.07 / 3.00 / 0.08 / 1.99 | 2 | 8.25 / 3.00 / 4.00 / 1.25 |" \
+        in r.stdout, r.stdout
     # Bad input: refused with what and where.
     json.dump({"traceEvents": [span("kernel", "conv", 1, 0, 1)]}, open(path, "w"))
     r = run(path)
