@@ -223,17 +223,26 @@ class Bench:
         clocks up."""
         lat = {False: [], True: []}
         cpu = {False: [], True: []}
+        throttled = {False: [0, 0.0], True: [0, 0.0]}  # periods, ms (cgroup only)
         for i in range(-1, self.args.blocks):
             for interposer in ([False, True] if i % 2 else [True, False]):
+                before = arms[interposer].throttled()
                 ms, cpu_ms = arms[interposer].block(block_command(max(i, 0)))
+                after = arms[interposer].throttled()
                 if i >= 0:
                     lat[interposer] += ms
                     cpu[interposer].append(cpu_ms * len(ms))
+                    if before and after:
+                        throttled[interposer][0] += after[0] - before[0]
+                        throttled[interposer][1] += (after[1] - before[1]) / 1e3
         for interposer in (False, True):
             ms = sorted(lat[interposer])
             row = dict(round=rnd, role=role, interposer=interposer, blocks=self.args.blocks,
                        block=len(ms) // self.args.blocks, n=len(ms),
                        cpu_ms=sum(cpu[interposer]) / len(ms), mean_ms=sum(ms) / len(ms))
+            if self.args.limit == "cgroup":  # the quota's stalls over the recorded blocks
+                row.update(nr_throttled=throttled[interposer][0],
+                           throttled_ms=round(throttled[interposer][1], 3))
             if role == "trainer":
                 row.update(model=self.args.train_model + (" +nvtx" if self.args.nvtx else ""),
                            step_p50_ms=quantile(ms, 0.5), step_p99_ms=quantile(ms, 0.99),
@@ -314,6 +323,7 @@ class DrivenArm:
     def __init__(self, bench, argv, interposer, priority, slot):
         self.bench = bench
         self.cmd = bench.command(argv, interposer, priority, slot)
+        self.cgroup = CGROUPS[slot] if bench.args.limit == "cgroup" else None
         bench.log.write(f"$ {' '.join(self.cmd)}\n")
         bench.log.flush()
         self.p = subprocess.Popen(self.cmd, env=bench.env(), stdin=subprocess.PIPE,
@@ -324,6 +334,16 @@ class DrivenArm:
         if not out:
             raise SystemExit(f"{' '.join(self.cmd)} ended (exit {self.p.wait()}); see bench.log")
         return out.strip()
+
+    def throttled(self):
+        """(nr_throttled, throttled_usec) of this arm's cgroup, or None (taskset, no file)."""
+        if not self.cgroup:
+            return None
+        try:
+            stat = dict(l.split() for l in open(os.path.join(self.cgroup, "cpu.stat")))
+            return int(stat["nr_throttled"]), int(stat["throttled_usec"])
+        except (OSError, KeyError, ValueError):
+            return None
 
     def wait_ready(self):
         while self.line() != "ready":
@@ -395,6 +415,12 @@ def render(path):
                              f"{statistics.median(withi):.3f} | "
                              f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, "
                              f"{max(ratios):.3f}] |")
+            if "throttled_ms" in pairs[0][False]:  # a cgroup's quota stalls, summed
+                sums = [sum(p[i]["throttled_ms"] for p in pairs) for i in (False, True)]
+                periods = [sum(p[i]["nr_throttled"] for p in pairs) for i in (False, True)]
+                lines.append(f"| {role} ({model}) | throttled by the quota, all rounds | "
+                             f"{sums[0]:.1f} ms ({periods[0]} periods) | {sums[1]:.1f} ms "
+                             f"({periods[1]} periods) | - |")
         lines.append("")
     return "\n".join(lines)
 

@@ -638,6 +638,8 @@ def render_table(results, repeat):
             rows = [r for r in every if "stall_ms" not in r and "baseline_stall_ms" not in r]
             if len(rows) < len(every):
                 cfg += f" ({len(rows)} of {len(every)} rounds: the others stalled)"
+            elif len(rows) < repeat:
+                cfg += f" ({len(rows)} rounds)"  # a run cut short before its last rounds
             lines.append(f"| {hp} | {be or '-'} | {cfg} | {spread(rows, 'p50_x')} | "
                          f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
                          f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} |")
