@@ -351,16 +351,21 @@ def serve(args):
           flush=True)
 
 
+def back_to_back(run_one, n):
+    """Runs run_one n times in a row: each one's duration (s)."""
+    out = []
+    for _ in range(n):
+        began = time.perf_counter()
+        run_one()
+        out.append(time.perf_counter() - began)
+    return out
+
+
 def serve_block(one_request):
     """The serve side of --driven: a command's words to the latencies of its requests."""
     def block(words):
         if words[0] == "closed" and len(words) == 2:
-            out = []
-            for _ in range(int(words[1])):
-                began = time.perf_counter()
-                one_request()
-                out.append(time.perf_counter() - began)
-            return out
+            return back_to_back(one_request, int(words[1]))
         if words[0] == "poisson" and len(words) == 4:
             n, rate, rng = int(words[1]), float(words[2]), random.Random(int(words[3]))
             out, arrival = [], time.perf_counter()
@@ -413,16 +418,8 @@ def train(args):
             torch.cuda.synchronize()
     maybe_profile(args, one_step, wait=args.profile_when is None)
     if args.driven:
-        def block(words):
-            if words[0] != "steps" or len(words) != 2:
-                return None
-            out = []
-            for _ in range(int(words[1])):
-                began = time.perf_counter()
-                one_step()
-                out.append(time.perf_counter() - began)
-            return out
-        return driven(block)
+        return driven(lambda words: back_to_back(one_step, int(words[1]))
+                      if words[0] == "steps" and len(words) == 2 else None)
     print("ready", flush=True)
     steps, cpu0 = 0, time.process_time()
     while args.steps == 0 or steps < args.steps:
