@@ -34,6 +34,7 @@ results.md (medians over the rounds of each round's interposer/bare ratio, with 
 --out (default $OUT or a temp dir) and prints the table.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -207,15 +208,20 @@ class Bench:
                          steps_per_s=(len(stamps) - 1) / (stamps[-1] - stamps[0]),
                          cpu_ms=r["cpu_ms"]))
 
+    @contextlib.contextmanager
     def arms(self, rnd, argv, priority):
-        """Both arms' processes of a round (--interleave), started together; the bare arm takes
-        slot 0 in odd rounds and slot 1 in even ones."""
+        """Both arms' processes of a round (--interleave), started together and closed however
+        the round ends; the bare arm takes slot 0 in odd rounds and slot 1 in even ones."""
         arms = {interposer: DrivenArm(self, argv, interposer, priority,
                                       slot=int(interposer) ^ (rnd % 2 == 0))
                 for interposer in (False, True)}
-        for arm in arms.values():
-            arm.wait_ready()
-        return arms
+        try:
+            for arm in arms.values():
+                arm.wait_ready()
+            yield arms
+        finally:
+            for arm in arms.values():
+                arm.close()
 
     def interleaved(self, rnd, arms, role, block_command, rate=None):
         """One job of a round with both arms served in turn: their pooled figures, one row per
@@ -264,53 +270,44 @@ class Bench:
             self.extra("train")
         rate = None
         for rnd in range(1, self.args.rounds + 1):
-            arms = self.arms(rnd, serve, "high")
-            try:
+            with self.arms(rnd, serve, "high") as arms:
                 mean = self.interleaved(rnd, arms, "service-closed", lambda i: f"closed {n}")
                 if rate is None:
                     rate = self.args.load * 1e3 / mean[False]  # of the bare arm, round 1
                 if "service-poisson" in jobs:
                     self.interleaved(rnd, arms, "service-poisson",
                                      lambda i: f"poisson {n} {rate:.2f} {rnd * 1000 + i}", rate)
-            finally:
-                for arm in arms.values():
-                    arm.close()
             if "trainer" in jobs:
-                arms = self.arms(rnd, train, "best-effort")
-                try:
+                with self.arms(rnd, train, "best-effort") as arms:
                     self.interleaved(rnd, arms, "trainer",
                                      lambda i: f"steps {self.args.train_block}")
-                finally:
-                    for arm in arms.values():
-                        arm.close()
+
+    def main_in_sequence(self):
+        """Each arm's jobs one after the other, the order alternating every round."""
+        rate = None
+        for rnd in range(1, self.args.rounds + 1):
+            order = [False, True] if rnd % 2 else [True, False]
+            jobs = self.args.jobs.split(",")
+            for interposer in order:
+                r = self.service_closed(rnd, interposer)
+                if rate is None and not interposer and r:
+                    rate = r["capacity_rps"] * self.args.load
+            if rate is None:
+                raise SystemExit("no capacity measured; see bench.log")
+            if "service-poisson" in jobs:
+                for interposer in order:
+                    self.service_poisson(rnd, interposer, rate)
+            if "trainer" in jobs:
+                for interposer in order:
+                    self.trainer(rnd, interposer)
 
     def main(self):
         self.start_server()
-        if self.args.interleave:
-            try:
-                self.main_interleaved()
-            finally:
-                self.server.terminate()
-                self.server.wait()
-            print(render(os.path.join(self.out, "results.jsonl")))
-            return
         try:
-            rate = None
-            for rnd in range(1, self.args.rounds + 1):
-                order = [False, True] if rnd % 2 else [True, False]
-                jobs = self.args.jobs.split(",")
-                for interposer in order:
-                    r = self.service_closed(rnd, interposer)
-                    if rate is None and not interposer and r:
-                        rate = r["capacity_rps"] * self.args.load
-                if rate is None:
-                    raise SystemExit("no capacity measured; see bench.log")
-                if "service-poisson" in jobs:
-                    for interposer in order:
-                        self.service_poisson(rnd, interposer, rate)
-                if "trainer" in jobs:
-                    for interposer in order:
-                        self.trainer(rnd, interposer)
+            if self.args.interleave:
+                self.main_interleaved()
+            else:
+                self.main_in_sequence()
         finally:
             self.server.terminate()
             self.server.wait()

@@ -166,19 +166,22 @@ def split(requests, work):
     return requests
 
 
+PARTS = ("wall_ms", "own_ms", "others_ms", "idle_ms")
+
+
 def report(path, requests, fraction):
+    """The trace's text report, its slow requests, and its summary row (--summary): the means
+    of all its requests and of the slow ones."""
     rows = sorted(requests, key=lambda r: -r["wall_ms"])
     slow = rows[:max(1, int(len(rows) * fraction + 0.5))]
-
-    def mean(rs, k):
-        return statistics.fmean(r[k] for r in rs)
+    means = {group: {k: statistics.fmean(r[k] for r in rs) for k in PARTS}
+             for group, rs in (("all", rows), ("slow", slow))}
     lines = [f"{path}: {len(rows)} requests", "",
              "| requests | n | wall (ms) | own GPU work (ms) | others' GPU work (ms) | "
              "GPU idle (ms) |", "|---|---|---|---|---|---|"]
-    for label, rs in (("all", rows), (f"slowest {fraction:.0%}", slow)):
-        lines.append(f"| {label} | {len(rs)} | {mean(rs, 'wall_ms'):.2f} | "
-                     f"{mean(rs, 'own_ms'):.2f} | {mean(rs, 'others_ms'):.2f} | "
-                     f"{mean(rs, 'idle_ms'):.2f} |")
+    for label, group, rs in (("all", "all", rows), (f"slowest {fraction:.0%}", "slow", slow)):
+        lines.append(f"| {label} | {len(rs)} | " +
+                     " | ".join(f"{means[group][k]:.2f}" for k in PARTS) + " |")
     lines += ["", "| slow request at (us) | wall (ms) | own | others | idle | its GPU work "
               "measured | others' work overlapping it, most first (ms) |",
               "|---|---|---|---|---|---|---|"]
@@ -187,18 +190,9 @@ def report(path, requests, fraction):
         lines.append(f"| {r['start_us']:.0f} | {r['wall_ms']:.2f} | {r['own_ms']:.2f} | "
                      f"{r['others_ms']:.2f} | {r['idle_ms']:.2f} | {r['measured']} of "
                      f"{r['kernels']} | {names} |")
-    return "\n".join(lines) + "\n", slow
-
-
-PARTS = ("wall_ms", "own_ms", "others_ms", "idle_ms")
-
-
-def summary(path, requests, slow):
-    """One row per trace: the means of all its requests and of the slow ones."""
-    def means(rs):
-        return {k: round(statistics.fmean(r[k] for r in rs), 3) for k in PARTS}
-    return {"trace": os.path.basename(path), "requests": len(requests), "slowest": len(slow),
-            "all": means(requests), "slow": means(slow)}
+    summary = {"trace": os.path.basename(path), "requests": len(rows), "slowest": len(slow),
+               **{group: {k: round(v, 3) for k, v in m.items()} for group, m in means.items()}}
+    return "\n".join(lines) + "\n", slow, summary
 
 
 def table(path):
@@ -237,11 +231,10 @@ def main():
     out = open(a.out, "w") if a.out else None
     sums = open(a.summary, "w") if a.summary else None
     for path in a.traces:
-        requests = split(*load(path))
-        text, slow = report(path, requests, a.slowest)
+        text, slow, summary = report(path, split(*load(path)), a.slowest)
         print(text)
         if sums:
-            sums.write(json.dumps(summary(path, requests, slow)) + "\n")
+            sums.write(json.dumps(summary) + "\n")
         for r in slow if out else ():
             out.write(json.dumps({"trace": os.path.basename(path), **{k: r[k] for k in (
                 "client", "start_us", "wall_ms", "cpu_ms", "own_ms", "others_ms", "idle_ms",

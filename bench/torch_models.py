@@ -253,6 +253,13 @@ class RequestLog:
                 f.write(json.dumps(row) + "\n")
 
 
+def no_collector_pauses():
+    """Collects once, then keeps the garbage collector from pausing the measurement."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+
+
 def quantile_ms(sorted_seconds, p):
     """The p-quantile of sorted durations in seconds, in milliseconds."""
     n = len(sorted_seconds)
@@ -310,9 +317,7 @@ def serve(args):
         # A serving loop that polls for work: the CPU stays awake between requests (sleeping
         # lets it clock down and makes the latency of a CPU-bound eager model noisy), and no
         # garbage collection pauses in the middle of the measurement.
-        gc.collect()
-        gc.freeze()
-        gc.disable()
+        no_collector_pauses()
         arrival = time.perf_counter() + 0.05
         cpu0 = time.process_time()
         print("serving", flush=True)
@@ -383,9 +388,7 @@ def serve_block(one_request):
 def driven(block):
     """--driven: blocks of work on stdin's commands, one answer line each (see the module's
     help). The collector is off: a pause inside one arm's block is not the interposer's."""
-    gc.collect()
-    gc.freeze()
-    gc.disable()
+    no_collector_pauses()
     print("ready", flush=True)
     for line in sys.stdin:
         words = line.split()
