@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Where a job's CPU goes, thread by thread: runs a command, and after --after seconds reads the
-CPU time (user + system) of every thread of it and of its child processes from /proc, again
---window seconds later, and prints the CPU each thread name used in between (ms per second of
-wall time), then stops the command. Threads are grouped by name (`comm`): the interposer's
-completion thread is "orion-poller"; PyTorch's are "python3", "pt_*", "cuda-EvtHandlr"...
+CPU time (user + system) and the context switches of every thread of it and of its child
+processes from /proc, again --window seconds later, and prints what each thread name used in
+between (CPU in ms per second of wall time; wake-ups, the voluntary context switches, and
+preemptions, the involuntary ones, per second), then stops the command. Threads are grouped by
+name (`comm`): the interposer's completion thread is "orion-poller"; PyTorch's are "python3",
+"pt_*", "cuda-EvtHandlr"...
 
-  bench/thread_cpu.py [--after 8] [--window 10] [--json] -- COMMAND...
+  bench/thread_cpu.py [--after 8] [--window 10] [--json] [--tag KEY=VALUE]... -- COMMAND...
+  bench/thread_cpu.py --table runs.jsonl [--threads orion-poller,python3]
 
 For a one-CPU pod: run the command inside its limit (taskset -c N, or a cgroup), once bare and
-once under orion-run, and compare the rows.
+once under orion-run, and compare the rows. --json prints one line (JSONL when appended to a
+file), with the --tag pairs as its fields; --table renders such lines, one row per run and
+thread name (the threads named by --threads, and the whole process).
 """
 import argparse
 import collections
@@ -36,8 +41,21 @@ def descendants(pid):
     return out
 
 
+def context_switches(path):
+    """(voluntary, involuntary) context switches from a /proc .../status file."""
+    vol = invol = 0
+    with open(path) as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                vol = int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                invol = int(line.split()[1])
+    return vol, invol
+
+
 def thread_cpu(pid):
-    """{(pid, tid): (name, cpu_seconds)} for every thread of pid and its descendants."""
+    """{(pid, tid): (name, cpu_seconds, voluntary, involuntary)} for every thread of pid and its
+    descendants."""
     out = {}
     for p in descendants(pid):
         try:
@@ -48,13 +66,71 @@ def thread_cpu(pid):
             try:
                 with open(f"/proc/{p}/task/{tid}/stat") as f:
                     stat = f.read()
+                vol, invol = context_switches(f"/proc/{p}/task/{tid}/status")
             except OSError:
                 continue
             # comm is in parentheses and may hold spaces: split after the last ')'.
             name = stat[stat.index("(") + 1:stat.rindex(")")]
             fields = stat[stat.rindex(")") + 2:].split()
-            out[(p, int(tid))] = (name, (int(fields[11]) + int(fields[12])) / TICK)
+            out[(p, int(tid))] = (name, (int(fields[11]) + int(fields[12])) / TICK, vol, invol)
     return out
+
+
+def per_name(first, second, wall):
+    """[{name, count, cpu_ms_per_s, wakes_per_s, preempted_per_s}] between two readings, the
+    busiest first. A thread that is in the second reading only counts from zero."""
+    sums = collections.defaultdict(lambda: [0.0, 0, 0, 0])
+    for key, (name, cpu, vol, invol) in second.items():
+        _, cpu0, vol0, invol0 = first.get(key, (name, 0.0, 0, 0))
+        row = sums[name]
+        row[0] += cpu - cpu0
+        row[1] += vol - vol0
+        row[2] += invol - invol0
+        row[3] += 1
+    rows = [{"name": n, "count": c, "cpu_ms_per_s": cpu / wall * 1e3, "wakes_per_s": vol / wall,
+             "preempted_per_s": invol / wall} for n, (cpu, vol, invol, c) in sums.items()]
+    return sorted(rows, key=lambda r: -r["cpu_ms_per_s"])
+
+
+def read_jsonl(path):
+    runs = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                run = json.loads(line)
+            except json.JSONDecodeError as e:
+                sys.exit(f"thread_cpu: {path}:{number}: not JSON ({e.msg})")
+            if not isinstance(run, dict) or not isinstance(run.get("threads"), list):
+                sys.exit(f"thread_cpu: {path}:{number}: no \"threads\" list")
+            runs.append(run)
+    return runs
+
+
+def render_table(runs, names):
+    """One row per run and thread name in `names` (and "all"); the runs' tags as columns."""
+    tags = []
+    for run in runs:
+        tags += [k for k in run if k not in ("wall_s", "threads") and k not in tags]
+    head = "| " + " | ".join(tags + ["thread", "CPU (ms per s)", "wake-ups per s",
+                                     "preempted per s"]) + " |"
+    lines = [head, "|" + "---|" * (len(tags) + 4)]
+    for run in runs:
+        rows = {r["name"]: r for r in run["threads"]}
+        total = {"cpu_ms_per_s": sum(r["cpu_ms_per_s"] for r in run["threads"]),
+                 "wakes_per_s": sum(r["wakes_per_s"] for r in run["threads"]),
+                 "preempted_per_s": sum(r["preempted_per_s"] for r in run["threads"])}
+        for name in names + ["all"]:
+            r = total if name == "all" else rows.get(name)
+            cells = [str(run.get(t, "")) for t in tags]
+            if r is None:
+                cells += [name, "-", "-", "-"]
+            else:
+                cells += [name, f"{r['cpu_ms_per_s']:.1f}", f"{r['wakes_per_s']:.0f}",
+                          f"{r['preempted_per_s']:.0f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main():
@@ -62,8 +138,22 @@ def main():
     ap.add_argument("--after", type=float, default=8.0, help="seconds before the first reading")
     ap.add_argument("--window", type=float, default=10.0, help="seconds between the readings")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                    help="a field of the --json line (repeatable)")
+    ap.add_argument("--table", metavar="JSONL", help="render the --json lines of a file")
+    ap.add_argument("--threads", default="orion-poller,cuda-EvtHandlr",
+                    help="thread names that get a row in --table (comma-separated)")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
+    if args.table:
+        print(render_table(read_jsonl(args.table), [n for n in args.threads.split(",") if n]))
+        return
+    tags = {}
+    for tag in args.tag:
+        key, eq, value = tag.partition("=")
+        if not eq or not key or key in ("wall_s", "threads"):
+            ap.error(f"--tag {tag!r}: expected KEY=VALUE (not wall_s or threads)")
+        tags[key] = value
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         ap.error("a command to run is required (after --)")
@@ -82,22 +172,19 @@ def main():
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-    used = collections.defaultdict(float)
-    threads = collections.Counter()
-    for key, (name, cpu) in second.items():
-        used[name] += cpu - first.get(key, (name, 0.0))[1]
-        threads[name] += 1
     wall = t1 - t0
-    rows = sorted(((name, used[name] / wall * 1e3, threads[name]) for name in used),
-                  key=lambda r: -r[1])
+    rows = per_name(first, second, wall)
     if args.json:
-        print(json.dumps({"wall_s": wall, "threads": [
-            {"name": n, "cpu_ms_per_s": ms, "count": c} for n, ms, c in rows]}))
+        print(json.dumps({**tags, "wall_s": wall, "threads": rows}))
         return
-    print(f"| thread | threads | CPU (ms per s, over {wall:.1f} s) |\n|---|---|---|")
-    for name, ms, count in rows:
-        print(f"| {name} | {count} | {ms:.1f} |")
-    print(f"| all | {sum(threads.values())} | {sum(r[1] for r in rows):.1f} |")
+    print(f"| thread | threads | CPU (ms per s, over {wall:.1f} s) | wake-ups per s | "
+          "preempted per s |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['name']} | {r['count']} | {r['cpu_ms_per_s']:.1f} | {r['wakes_per_s']:.0f} | "
+              f"{r['preempted_per_s']:.0f} |")
+    print(f"| all | {sum(r['count'] for r in rows)} | {sum(r['cpu_ms_per_s'] for r in rows):.1f} | "
+          f"{sum(r['wakes_per_s'] for r in rows):.0f} | "
+          f"{sum(r['preempted_per_s'] for r in rows):.0f} |")
 
 
 if __name__ == "__main__":

@@ -529,6 +529,8 @@ inline constexpr const char* kEnvNvtxDepth = "ORION_NVTX_DEPTH";
 // with work queued (interpose/sample_timing.h).
 inline constexpr const char* kEnvKernelStartNs = "ORION_KERNEL_START_NS";
 inline constexpr const char* kEnvQueuedStartNs = "ORION_QUEUED_START_NS";
+// ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
+inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";
 // The NVTX loader (in the application) loads its tool from here: the interposer itself.
 inline constexpr const char* kEnvNvtxInjection = "NVTX_INJECTION64_PATH";
 // CUDA's own MPS variables, given to best-effort processes (by orion-run and the webhook) so that

@@ -23,7 +23,8 @@
 //    blocking-sync event on each of them cost the driver's event thread a wake-up per launch);
 //  - best-effort budget charges and timed samples are followed closely (kBestEffortPollNs) only
 //    while somebody is held at the gate of the record's GPU (gate_waiters > 0); otherwise the
-//    poller looks again after kLazyPollNs, or at once when a held thread bumps the GPU's
+//    poller looks again after the lazy period (`lazy_ns`: ORION_LAZY_POLL_MS, default
+//    kDefaultLazyPollNs in env_config.h), or at once when a held thread bumps the GPU's
 //    tracker_seq.
 #pragma once
 
@@ -41,19 +42,15 @@ inline constexpr uint64_t kBestEffortPollNs = 20'000;
 // High-priority records past their grace that are not waited for in the driver (short kernels,
 // or no cuEventSynchronize) are polled this often instead.
 inline constexpr uint64_t kHighPriorityPollNs = 100'000;
-// Nobody held: completions only recycle records and feed the estimates. A trainer always has a
-// timed sample in flight, and its one-CPU pod pays for every look: at 1 ms its step p99 rose
-// 1.13x under a cgroup cpu.max of one CPU on an H100 (bench/cpu_tax_bench.py).
-inline constexpr uint64_t kLazyPollNs = 10'000'000;
-
 // What one record still pending at `now_ns` asks of the poller: a look after `sleep_ns`, or (for
-// a followed high-priority record past its client's grace) a wait for it in the driver.
+// a followed high-priority record past its client's grace) a wait for it in the driver. `lazy_ns`
+// is the lazy period: how long a record that nobody waits for may stay unlooked at.
 struct NextLook {
-  uint64_t sleep_ns = kLazyPollNs;
+  uint64_t sleep_ns = 0;
   bool wait_in_driver = false;
 };
 
-inline NextLook NextLookAt(const PendingLaunch& p, uint64_t now_ns) {
+inline NextLook NextLookAt(const PendingLaunch& p, uint64_t now_ns, uint64_t lazy_ns) {
   if (p.reg == nullptr || p.reg->gpu == nullptr || p.reg->gate == nullptr) {
     return {kBestEffortPollNs, false};
   }
@@ -61,7 +58,7 @@ inline NextLook NextLookAt(const PendingLaunch& p, uint64_t now_ns) {
   const bool high_only = p.high_priority && p.budget_ns == 0 && !p.timed;
   if (!high_only) {
     const bool held = p.reg->gate->words.gate_waiters.load(std::memory_order_relaxed) != 0;
-    return {held ? kBestEffortPollNs : kLazyPollNs, false};
+    return {held ? kBestEffortPollNs : lazy_ns, false};
   }
   const uint64_t grace = gpu.hp_grace_ns.load(std::memory_order_relaxed);
   if (p.reg->own_gate != nullptr) {
@@ -73,16 +70,16 @@ inline NextLook NextLookAt(const PendingLaunch& p, uint64_t now_ns) {
   // Past the grace: asleep in the driver where the record has a blocking-sync event, else a
   // look every kHighPriorityPollNs (an eager service's short kernels are done by then).
   if (!p.wait_in_driver) return {kHighPriorityPollNs, false};
-  return {kLazyPollNs, true};
+  return {lazy_ns, true};
 }
 
 // How the poller waits before its next pass.
 struct PollSchedule {
-  uint64_t sleep_ns = kLazyPollNs;
-  // When no record needs a look before kLazyPollNs: the poller may sleep on this GPU's
+  uint64_t sleep_ns = 0;
+  // When no record needs a look before the lazy period: the poller may sleep on this GPU's
   // tracker_seq (in its gate area), which a best-effort thread that starts to wait there bumps.
   contract::GateArea* lazy_gate = nullptr;
-  // When no record needs a look before kLazyPollNs and this one may be waited for in the
+  // When no record needs a look before the lazy period and this one may be waited for in the
   // driver: the newest such record (it completes its stream's earlier records too).
   PendingLaunch* wait_for = nullptr;
 };
@@ -115,10 +112,10 @@ uint32_t FinishThrough(PendingLaunch** records, uint32_t count, PendingLaunch* t
 // ends a record that is not CUDA_ERROR_NOT_READY (errors end tracking too: never hold the gate).
 // Keeps the unfinished records at the front of `records`, in order, stamps them known pending at
 // `now_ns` (a later completion happened after that), and returns their number; *schedule
-// receives how to wait before the next pass.
+// receives how to wait before the next pass (at most `lazy_ns`, the lazy period).
 template <typename Query, typename Finish>
-uint32_t PollPass(PendingLaunch** records, uint32_t count, uint64_t now_ns, Query&& query,
-                  Finish&& finish, PollSchedule* schedule) {
+uint32_t PollPass(PendingLaunch** records, uint32_t count, uint64_t now_ns, uint64_t lazy_ns,
+                  Query&& query, Finish&& finish, PollSchedule* schedule) {
   struct StreamKey {
     CUcontext ctx;
     uint64_t stream;
@@ -151,10 +148,11 @@ uint32_t PollPass(PendingLaunch** records, uint32_t count, uint64_t now_ns, Quer
   };
   uint32_t kept = 0;
   PollSchedule next;
+  next.sleep_ns = lazy_ns;
   auto keep = [&](PendingLaunch* p) {
     p->pending_at_ns = now_ns;
     records[kept++] = p;
-    const NextLook look = NextLookAt(*p, now_ns);
+    const NextLook look = NextLookAt(*p, now_ns, lazy_ns);
     if (look.wait_in_driver) {
       next.wait_for = p;  // the newest: records are in submission order
     } else {
@@ -182,7 +180,7 @@ uint32_t PollPass(PendingLaunch** records, uint32_t count, uint64_t now_ns, Quer
       finish(p, status);
     }
   }
-  if (next.sleep_ns < kLazyPollNs) {
+  if (next.sleep_ns < lazy_ns) {
     next.lazy_gate = nullptr;
     next.wait_for = nullptr;
   } else if (next.wait_for != nullptr) {

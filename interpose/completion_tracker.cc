@@ -8,6 +8,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -103,6 +104,16 @@ std::atomic<uint32_t> g_poller_sleeping{0};  // futex word (private): 1 while id
 // When the first record that nobody waits for (a timing sample, an NVTX range) was submitted to
 // an idle poller without waking it; 0: none waiting.
 std::atomic<uint64_t> g_lazy_since{0};
+// At exit (FlushAtExit): the poller looks closely until nothing is outstanding, then sets
+// g_flush_done (a private futex word) so that the last lazy period's samples and ranges are
+// reported before the process is gone.
+std::atomic<uint32_t> g_flush{0};
+std::atomic<uint32_t> g_flush_done{0};
+// The gate area whose tracker_seq the poller sleeps on during a lazy period, for FlushAtExit to
+// wake it; null while it sleeps elsewhere or not at all.
+std::atomic<contract::GateArea*> g_lazy_gate{nullptr};
+// The longest the process's exit waits for the poller's last pass.
+constexpr uint64_t kExitFlushNs = 100'000'000;
 
 void InitQueues() {
   g_free.Reset(/*full=*/true);
@@ -210,16 +221,67 @@ void SleepNs(uint64_t ns) {
   nanosleep(&ts, nullptr);
 }
 
+// Fewer than a quarter of the records are free: a process that times launches faster than the
+// poller looks (profiling) would run out and time nothing more until the next look.
+bool RecordsRunningShort() { return g_free.SizeApprox() < kPoolSize / 4; }
+
+// Ends the poller's lazy sleep if it is in one (on the tracker_seq of `gate`'s area: other
+// processes' pollers asleep on the same GPU wake too and look once).
+void WakeLazyPoller() {
+  contract::GateArea* gate = g_lazy_gate.exchange(nullptr, std::memory_order_seq_cst);
+  if (gate == nullptr) return;
+  gate->words.tracker_seq.fetch_add(1, std::memory_order_seq_cst);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&gate->words.tracker_seq), FUTEX_WAKE, 0x7fffffff,
+          nullptr, nullptr, 0);
+}
+
 // Nobody is held at the gate: sleeps up to `ns`, or until a best-effort thread that starts to
 // wait at this GPU's gate bumps its tracker_seq (a shared futex: the waiter may be another
 // process). The seq is read before gate_waiters, and the waiter bumps it after raising
 // gate_waiters, so a waiter that arrives after the check changes the word and ends the wait.
+// This process wakes it through the same word (WakeLazyPoller) when it runs short of records or
+// exits: the poller announces the gate first and checks both after reading the seq, so a wake
+// that comes after the check changes the word and ends the wait.
 void SleepUnlessHeld(contract::GateArea& gate, uint64_t ns) {
+  g_lazy_gate.store(&gate, std::memory_order_seq_cst);
   const uint32_t seq = gate.words.tracker_seq.load(std::memory_order_seq_cst);
-  if (gate.words.gate_waiters.load(std::memory_order_seq_cst) != 0) return;
-  timespec ts{static_cast<time_t>(ns / 1'000'000'000ull), static_cast<long>(ns % 1'000'000'000ull)};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&gate.words.tracker_seq), FUTEX_WAIT, seq, &ts,
-          nullptr, 0);
+  if (gate.words.gate_waiters.load(std::memory_order_seq_cst) == 0 &&
+      g_flush.load(std::memory_order_seq_cst) == 0) {
+    // Short of records (a burst, or work queued deep on the GPU): look again soon, not never.
+    if (RecordsRunningShort()) ns = std::min<uint64_t>(ns, kHighPriorityPollNs);
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000ull),
+                static_cast<long>(ns % 1'000'000'000ull)};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&gate.words.tracker_seq), FUTEX_WAIT, seq, &ts,
+            nullptr, 0);
+  }
+  g_lazy_gate.store(nullptr, std::memory_order_relaxed);
+}
+
+void FutexWakePrivate(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+// atexit: records that nobody waited for may sit for up to a lazy period (a short job's last
+// timing samples and NVTX ranges, a profiled run's launches). Asks the poller to finish them now
+// and waits for it at most kExitFlushNs; the work the application left on the GPU, if any, is
+// not waited for longer than that.
+void FlushAtExit() {
+  if (g_poller_started.load(std::memory_order_acquire) == 0) return;  // none, or a fork child's
+  g_flush_done.store(0, std::memory_order_relaxed);
+  g_flush.store(1, std::memory_order_seq_cst);
+  if (g_poller_sleeping.exchange(0, std::memory_order_seq_cst) != 0) {
+    FutexWakePrivate(&g_poller_sleeping);
+  }
+  WakeLazyPoller();
+  const uint64_t deadline = MonotonicNs() + kExitFlushNs;
+  for (uint64_t now = MonotonicNs(); now < deadline; now = MonotonicNs()) {
+    if (g_flush_done.load(std::memory_order_acquire) != 0) return;
+    const uint64_t left = deadline - now;
+    timespec ts{static_cast<time_t>(left / 1'000'000'000ull),
+                static_cast<long>(left % 1'000'000'000ull)};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_flush_done), FUTEX_WAIT_PRIVATE, 0, &ts,
+            nullptr, 0);
+  }
 }
 
 void* PollerMain(void*) {
@@ -251,12 +313,17 @@ void* PollerMain(void*) {
     auto finish = [](PendingLaunch* p, CUresult status) { Finish(p, status == CUDA_SUCCESS); };
     PollSchedule schedule;
     count = PollPass(
-        outstanding, count, MonotonicNs(),
+        outstanding, count, MonotonicNs(), Config().lazy_poll_ns,
         [&](const PendingLaunch& p) {
           use_context(p);
           return query != nullptr ? query(CompletionEvent(p)) : CUDA_SUCCESS;
         },
         finish, &schedule);
+    const bool flushing = g_flush.load(std::memory_order_seq_cst) != 0;
+    if (count != 0 && flushing) {
+      SleepNs(kBestEffortPollNs);  // exiting: look closely until the last record is done
+      continue;
+    }
     if (count != 0) {
       if (PendingLaunch* p = schedule.wait_for; p != nullptr && sync != nullptr) {
         use_context(*p);
@@ -272,6 +339,13 @@ void* PollerMain(void*) {
       }
       continue;
     }
+    if (flushing && g_submitted.Pop(&index)) {
+      outstanding[count++] = &g_pool[index];
+      continue;
+    }
+    if (flushing && g_flush_done.exchange(1, std::memory_order_release) == 0) {
+      FutexWakePrivate(&g_flush_done);
+    }
     // Idle: sleep until a launch thread submits (it wakes us only when we announced sleeping).
     g_poller_sleeping.store(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -281,7 +355,7 @@ void* PollerMain(void*) {
       continue;
     }
     // No timeout: with nothing outstanding there is nothing to look at until a launch submits
-    // (records nobody waits for wake us when they are kLazyPollNs old, see SubmitPending).
+    // (records nobody waits for wake us when they are a lazy period old, see SubmitPending).
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAIT_PRIVATE, 1,
             nullptr, nullptr, 0);
     g_poller_sleeping.store(0, std::memory_order_relaxed);
@@ -300,6 +374,11 @@ void EnsurePoller() {
   pthread_t thread;
   if (pthread_create(&thread, nullptr, PollerMain, nullptr) == 0) {
     pthread_detach(thread);
+    static bool exit_hook = false;  // once per process image (a fork child inherits it)
+    if (!exit_hook) {
+      exit_hook = true;
+      atexit(FlushAtExit);
+    }
   } else {
     g_poller_started.store(0, std::memory_order_release);
   }
@@ -380,23 +459,27 @@ void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream,
   EnsurePoller();
   g_submitted.Push(IndexOf(p));
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the poller's fence
-  if (g_poller_sleeping.load(std::memory_order_seq_cst) == 0) return;
+  if (g_poller_sleeping.load(std::memory_order_seq_cst) == 0) {
+    // Busy, maybe in a lazy sleep: end it only when records run short (one wake: the first
+    // submitter takes the gate's pointer).
+    if (RecordsRunningShort()) WakeLazyPoller();
+    return;
+  }
   // A timing sample or an NVTX range waits for the poller: waking an idle poller for each of
   // them cost a one-core service a context switch per sample. The first one starts the clock;
-  // whatever is submitted once it is kLazyPollNs old wakes the poller. Records the gate waits
+  // whatever is submitted once it is a lazy period old wakes the poller. Records the gate waits
   // for (high-priority work, best-effort budget) wake it at once, and so does any record once
   // three quarters of the pool are out: a profiled process that launches faster than that would
   // otherwise run out of records before the clock ran out, and with no record left to submit
   // nothing would wake the poller again (sampling stopped for good).
-  const bool prompt =
-      p->high_priority || p->budget_ns != 0 || g_free.SizeApprox() < kPoolSize / 4;
+  const bool prompt = p->high_priority || p->budget_ns != 0 || RecordsRunningShort();
   if (!prompt) {
     uint64_t since = g_lazy_since.load(std::memory_order_relaxed);
     if (since == 0) {
       g_lazy_since.compare_exchange_strong(since, launched_ns, std::memory_order_relaxed);
       return;
     }
-    if (launched_ns < since + kLazyPollNs) return;
+    if (launched_ns < since + Config().lazy_poll_ns) return;
   }
   if (g_poller_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
     // Only on the idle -> busy transition: the steady launch path makes no system call.
@@ -434,6 +517,9 @@ void ResetCompletionTrackerAfterFork() {
   g_poller_started.store(0, std::memory_order_relaxed);
   g_poller_sleeping.store(0, std::memory_order_relaxed);
   g_lazy_since.store(0, std::memory_order_relaxed);
+  g_flush.store(0, std::memory_order_relaxed);
+  g_flush_done.store(0, std::memory_order_relaxed);
+  g_lazy_gate.store(nullptr, std::memory_order_relaxed);
 }
 
 }  // namespace orion::interpose

@@ -158,6 +158,15 @@ inline void CopyTruncated(char* dst, size_t dst_bytes, const char* src) {
   dst[i] = '\0';
 }
 
+// The completion poller's lazy period (completion_poll.h): how long a record that nobody waits
+// for (a timing sample, an NVTX range, a budget charge while nobody is held) may wait before the
+// poller looks at it. A trainer always has a timed sample in flight, so this is how often its
+// poller wakes, and a one-CPU pod pays for every wake: at 1 ms the trainer's step p99 rose 1.13x
+// under a cgroup cpu.max of one CPU on an H100, and at 10 ms the interposed service was still
+// throttled by the quota more often than the bare one (bench/cpu_tax_bench.py, round 13).
+// ORION_LAZY_POLL_MS sets it (1 to 1000 ms).
+inline constexpr uint64_t kDefaultLazyPollNs = 50'000'000;
+
 // Everything the interposer reads from its environment, parsed once.
 struct EnvConfig {
   bool disabled = false;  // ORION_DISABLE: pure pass-through
@@ -179,6 +188,7 @@ struct EnvConfig {
   // ORION_KERNEL_START_NS, ORION_QUEUED_START_NS: what a timed kernel on an idle or a queued
   // stream starts later than an event (sample_timing.h; each at most 100 us).
   StartLatency start_latency;
+  uint64_t lazy_poll_ns = kDefaultLazyPollNs;  // ORION_LAZY_POLL_MS
   // Not from the environment: read at start (cpu_limits.h). The CPUs the process may use
   // (affinity, cgroup quota) in thousandths, and the most the gate may spin before it sleeps.
   uint32_t usable_millicpus = UINT32_MAX;
@@ -229,6 +239,9 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   }
   if (ParseUnsigned(getenv_fn(contract::kEnvQueuedStartNs), &value) && value <= 100'000) {
     config.start_latency.queued_ns = value;
+  }
+  if (ParseUnsigned(getenv_fn(contract::kEnvLazyPollMs), &value) && value >= 1 && value <= 1000) {
+    config.lazy_poll_ns = value * 1'000'000;
   }
   return config;
 }

@@ -39,7 +39,7 @@ class PollPassTest : public ::testing::Test {
     };
     auto finish = [&](PendingLaunch* p, CUresult status) { finished_[p] = status; };
     const uint32_t kept = PollPass(records.data(), static_cast<uint32_t>(records.size()), now_ns_,
-                                   query, finish, &schedule_);
+                                   lazy_ns_, query, finish, &schedule_);
     records.resize(kept);
     return kept;
   }
@@ -55,6 +55,7 @@ class PollPassTest : public ::testing::Test {
   std::vector<const PendingLaunch*> queried_;
   std::map<const PendingLaunch*, CUresult> finished_;
   uint64_t now_ns_ = 10'000'000'000;
+  uint64_t lazy_ns_ = kDefaultLazyPollNs;
   PollSchedule schedule_;
 };
 
@@ -217,9 +218,19 @@ TEST_F(PollPassTest, NobodyHeldMeansALazyPollThatAHeldThreadCanEnd) {
   timed->timed = true;
   std::vector<PendingLaunch*> records{charged, timed};
   Pass(records, {});
-  EXPECT_EQ(schedule_.sleep_ns, kLazyPollNs);
+  EXPECT_EQ(schedule_.sleep_ns, kDefaultLazyPollNs);
   EXPECT_EQ(schedule_.lazy_gate, gate_.get());
   EXPECT_EQ(schedule_.wait_for, nullptr);
+  // The lazy period is the process's (ORION_LAZY_POLL_MS), and a held thread still ends it.
+  lazy_ns_ = 200'000'000;
+  Pass(records, {});
+  EXPECT_EQ(schedule_.sleep_ns, 200'000'000u);
+  EXPECT_EQ(schedule_.lazy_gate, gate_.get());
+  Hold();
+  Pass(records, {});
+  EXPECT_EQ(schedule_.sleep_ns, kBestEffortPollNs);
+  EXPECT_EQ(schedule_.lazy_gate, nullptr);
+  gate_->words.gate_waiters.store(0);
   // A high-priority client inside its grace is looked at when the grace ends.
   own_->last_progress_ns.store(now_ns_ - 100'000);
   records.push_back(Record(1, 10));

@@ -104,13 +104,15 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_FALSE(config.no_timing);
   EXPECT_EQ(config.start_latency.idle_ns, kDefaultKernelStartNs);
   EXPECT_EQ(config.start_latency.queued_ns, kDefaultQueuedStartNs);
+  EXPECT_EQ(config.lazy_poll_ns, kDefaultLazyPollNs);
 
   env = {{"ORION_DISABLE", "1"}, {"ORION_SOCKET", "/tmp/x.sock"}, {"ORION_MEMORY_LIMIT", "lots"},
          {"ORION_LOG_DIR", "/tmp/orion-logs"}, {"ORION_KERNEL_START_NS", "0"},
          {"ORION_QUEUED_START_NS", "500000"},  // past the 100 us bound: the default stays
-         {"ORION_NO_TIMING", "1"}};
+         {"ORION_NO_TIMING", "1"}, {"ORION_LAZY_POLL_MS", "100"}};
   config = ReadEnvConfig(get);
   EXPECT_TRUE(config.no_timing);
+  EXPECT_EQ(config.lazy_poll_ns, 100'000'000u);
   EXPECT_EQ(config.start_latency.idle_ns, 0u);
   EXPECT_EQ(config.start_latency.queued_ns, kDefaultQueuedStartNs);
   EXPECT_TRUE(config.disabled);
@@ -118,6 +120,12 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_EQ(config.requested_memory_limit, 0u);
   EXPECT_STREQ(config.socket_path, "/tmp/x.sock");
   EXPECT_STREQ(config.log_dir, "/tmp/orion-logs");
+
+  // A lazy period of 0 or past a second (or not a number) keeps the default.
+  for (const char* bad : {"0", "1001", "50ms", "-5"}) {
+    env = {{"ORION_LAZY_POLL_MS", bad}};
+    EXPECT_EQ(ReadEnvConfig(get).lazy_poll_ns, kDefaultLazyPollNs) << bad;
+  }
 }
 
 TEST(CopyTruncatedTest, AlwaysTerminates) {

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""bench/thread_cpu.py on a process whose threads do known things: one named "sleeper" wakes
+every 10 ms (as a completion poller on a timer would) and one named "spinner" burns CPU. The
+reading must put the wake-ups on the sleeper (about 100 a second) and the CPU on the spinner,
+the --json line must carry its --tag fields, --table must render them, and a malformed JSONL
+line must be refused with its file and line."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "bench", "thread_cpu.py")
+
+# The spinner is a child process (thread_cpu.py reads descendants too), so that it does not
+# hold the sleeper's interpreter lock and add wake-ups of its own.
+WORKLOAD = r"""
+import ctypes, subprocess, sys, threading, time
+libc = ctypes.CDLL(None)
+spin = "import ctypes\nctypes.CDLL(None).prctl(15, b'spinner', 0, 0, 0)\nwhile True: pass"
+child = subprocess.Popen([sys.executable, "-c", spin])
+def sleep():
+    libc.prctl(15, b"sleeper", 0, 0, 0)  # PR_SET_NAME
+    while True:
+        time.sleep(0.01)
+threading.Thread(target=sleep, daemon=True).start()
+time.sleep(3600)
+"""
+
+
+def check(cond, message):
+    if not cond:
+        sys.exit(f"FAIL: {message}")
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="thread-cpu-")
+    out = subprocess.run([sys.executable, SCRIPT, "--after", "0.5", "--window", "2", "--json",
+                          "--tag", "job=double", "--tag", "arm=a", "--", sys.executable, "-c",
+                          WORKLOAD], capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, f"thread_cpu.py failed: {out.stderr}")
+    run = json.loads(out.stdout)
+    check(run["job"] == "double" and run["arm"] == "a", f"tags missing: {run}")
+    rows = {r["name"]: r for r in run["threads"]}
+    check("sleeper" in rows and "spinner" in rows, f"threads not found by name: {sorted(rows)}")
+    sleeper, spinner = rows["sleeper"], rows["spinner"]
+    # A 10 ms sleep loop: about 100 wake-ups a second (fewer when the host is loaded, never 5x).
+    check(40 <= sleeper["wakes_per_s"] <= 110, f"sleeper wake-ups {sleeper['wakes_per_s']:.0f}/s")
+    check(spinner["wakes_per_s"] < 20, f"spinner wake-ups {spinner['wakes_per_s']:.0f}/s")
+    check(spinner["cpu_ms_per_s"] > 100, f"spinner CPU {spinner['cpu_ms_per_s']:.0f} ms/s")
+    check(sleeper["cpu_ms_per_s"] < spinner["cpu_ms_per_s"] / 4,
+          f"sleeper CPU {sleeper['cpu_ms_per_s']:.1f} against spinner {spinner['cpu_ms_per_s']:.1f}")
+
+    path = os.path.join(work, "runs.jsonl")
+    with open(path, "w") as f:
+        f.write(out.stdout.strip() + "\n")
+        f.write(json.dumps({"job": "double", "arm": "b", "wall_s": 1.0, "threads": [
+            {"name": "sleeper", "count": 1, "cpu_ms_per_s": 1.5, "wakes_per_s": 20.0,
+             "preempted_per_s": 0.0}]}) + "\n")
+    table = subprocess.run([sys.executable, SCRIPT, "--table", path, "--threads", "sleeper,poller"],
+                           capture_output=True, text=True, check=True).stdout
+    lines = table.splitlines()
+    check(lines[0].startswith("| job | arm | thread |"), f"table header: {lines[0]}")
+    check("| double | b | sleeper | 1.5 | 20 | 0 |" in lines, f"table rows:\n{table}")
+    check("| double | b | poller | - | - | - |" in lines, f"a missing thread's row:\n{table}")
+    check(sum(1 for line in lines if "| all |" in line) == 2, f"one total per run:\n{table}")
+
+    with open(path, "a") as f:
+        f.write("{not json\n")
+    bad = subprocess.run([sys.executable, SCRIPT, "--table", path], capture_output=True, text=True)
+    check(bad.returncode != 0 and f"{path}:3" in bad.stderr,
+          f"a malformed line must name file and line: {bad.stderr!r}")
+    print("ok: wake-ups and CPU land on the thread that made them; tags, table and errors")
+
+
+if __name__ == "__main__":
+    main()
