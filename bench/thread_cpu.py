@@ -12,14 +12,16 @@ name (`comm`): the interposer's completion thread is "orion-poller"; PyTorch's a
 
 For a one-CPU pod: run the command inside its limit (taskset -c N, or a cgroup), once bare and
 once under orion-run, and compare the rows. --json prints one line (JSONL when appended to a
-file), with the --tag pairs as its fields; --table renders such lines, one row per run and
-thread name (the threads named by --threads, and the whole process).
+file), with the --tag pairs as its fields; --table renders such lines: one row per arm (the runs
+with the same tags but "round"), with the threads named by --threads (default orion-poller) and
+the whole process, median [min, max] over the arm's rounds.
 """
 import argparse
 import collections
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -108,28 +110,40 @@ def read_jsonl(path):
     return runs
 
 
+def spread(values, fmt):
+    """median [min, max] of a group's runs; the value alone for one run."""
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return (fmt.format(statistics.median(values)) + " [" + fmt.format(min(values)) + ", "
+            + fmt.format(max(values)) + "]")
+
+
 def render_table(runs, names):
-    """One row per run and thread name in `names` (and "all"); the runs' tags as columns."""
+    """One row per group of runs with the same tags but "round" (the repeats of one arm): for
+    each thread name in `names` and for the whole process ("all"), its CPU, wake-ups and
+    preemptions per second, median [min, max] over the group's runs ("-": no such thread)."""
     tags = []
     for run in runs:
-        tags += [k for k in run if k not in ("wall_s", "threads") and k not in tags]
-    head = "| " + " | ".join(tags + ["thread", "CPU (ms per s)", "wake-ups per s",
-                                     "preempted per s"]) + " |"
-    lines = [head, "|" + "---|" * (len(tags) + 4)]
+        tags += [k for k in run if k not in ("wall_s", "threads", "round") and k not in tags]
+    groups = {}
     for run in runs:
-        rows = {r["name"]: r for r in run["threads"]}
-        total = {"cpu_ms_per_s": sum(r["cpu_ms_per_s"] for r in run["threads"]),
-                 "wakes_per_s": sum(r["wakes_per_s"] for r in run["threads"]),
-                 "preempted_per_s": sum(r["preempted_per_s"] for r in run["threads"])}
+        groups.setdefault(tuple(str(run.get(t, "")) for t in tags), []).append(run)
+    head = tags + ["runs"]
+    for name in names + ["all"]:
+        head += [f"{name} CPU (ms per s)", f"{name} wake-ups per s", f"{name} preempted per s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    metrics = (("cpu_ms_per_s", "{:.1f}"), ("wakes_per_s", "{:.0f}"), ("preempted_per_s", "{:.0f}"))
+    for key, group in groups.items():
+        cells = list(key) + [str(len(group))]
         for name in names + ["all"]:
-            r = total if name == "all" else rows.get(name)
-            cells = [str(run.get(t, "")) for t in tags]
-            if r is None:
-                cells += [name, "-", "-", "-"]
-            else:
-                cells += [name, f"{r['cpu_ms_per_s']:.1f}", f"{r['wakes_per_s']:.0f}",
-                          f"{r['preempted_per_s']:.0f}"]
-            lines.append("| " + " | ".join(cells) + " |")
+            for metric, fmt in metrics:
+                values = []
+                for run in group:
+                    rows = [r for r in run["threads"] if name == "all" or r["name"] == name]
+                    if rows:
+                        values.append(sum(r[metric] for r in rows))
+                cells.append(spread(values, fmt) if values else "-")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -141,7 +155,7 @@ def main():
     ap.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
                     help="a field of the --json line (repeatable)")
     ap.add_argument("--table", metavar="JSONL", help="render the --json lines of a file")
-    ap.add_argument("--threads", default="orion-poller,cuda-EvtHandlr",
+    ap.add_argument("--threads", default="orion-poller",
                     help="thread names that get a row in --table (comma-separated)")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()

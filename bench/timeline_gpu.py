@@ -37,15 +37,17 @@ MODELS = os.path.join(ROOT, "bench", "torch_models.py")
 
 
 def render_table(rows):
+    """One row per window; a "build" column where the rows say which build ran (an A/B)."""
+    build = any("build" in r for r in rows)
     lines = [
-        "| window | beside | ranges matched | GPU span / profiler step (median, max dev) | "
+        ("| build " if build else "") + "| window | beside | ranges matched | GPU span / profiler step (median, max dev) | "
         "GPU span / profiler GPU window (median, max dev) | CPU span / profiler step (median) | "
         "start vs profiler's first kernel (median, max) | busy seconds / profiler kernel sum |",
-        "|---|---|---|---|---|---|---|---|",
+        ("|---" if build else "") + "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['role']} {r['model']} | {r['beside']} | {r['matched']}/{r['ranges']} | "
+            (f"| {r.get('build', '')} " if build else "") + f"| {r['role']} {r['model']} | {r['beside']} | {r['matched']}/{r['ranges']} | "
             f"{r['gpu_vs_step']:.4f} ({r['gpu_vs_step_maxdev'] * 100:.2f}%) | "
             f"{r['gpu_vs_gpu']:.4f} ({r['gpu_vs_gpu_maxdev'] * 100:.2f}%) | "
             f"{r['cpu_vs_step']:.4f} | {r['start_diff_us']:.0f} us ({r['start_diff_max_us']:.0f} us) | "

@@ -52,24 +52,31 @@ def main():
     check(sleeper["cpu_ms_per_s"] < spinner["cpu_ms_per_s"] / 4,
           f"sleeper CPU {sleeper['cpu_ms_per_s']:.1f} against spinner {spinner['cpu_ms_per_s']:.1f}")
 
+    # Two rounds of arm b (one row, median [min, max]) and arm a's real run (one row).
     path = os.path.join(work, "runs.jsonl")
     with open(path, "w") as f:
         f.write(out.stdout.strip() + "\n")
-        f.write(json.dumps({"job": "double", "arm": "b", "wall_s": 1.0, "threads": [
-            {"name": "sleeper", "count": 1, "cpu_ms_per_s": 1.5, "wakes_per_s": 20.0,
-             "preempted_per_s": 0.0}]}) + "\n")
+        for rnd, (cpu, wakes) in enumerate(((1.5, 20.0), (2.5, 30.0)), 1):
+            f.write(json.dumps({"job": "double", "arm": "b", "round": rnd, "wall_s": 1.0,
+                                "threads": [{"name": "sleeper", "count": 1, "cpu_ms_per_s": cpu,
+                                             "wakes_per_s": wakes, "preempted_per_s": 0.0},
+                                            {"name": "main", "count": 1, "cpu_ms_per_s": 10.0,
+                                             "wakes_per_s": 5.0, "preempted_per_s": 1.0}]})
+                    + "\n")
     table = subprocess.run([sys.executable, SCRIPT, "--table", path, "--threads", "sleeper,poller"],
                            capture_output=True, text=True, check=True).stdout
     lines = table.splitlines()
-    check(lines[0].startswith("| job | arm | thread |"), f"table header: {lines[0]}")
-    check("| double | b | sleeper | 1.5 | 20 | 0 |" in lines, f"table rows:\n{table}")
-    check("| double | b | poller | - | - | - |" in lines, f"a missing thread's row:\n{table}")
-    check(sum(1 for line in lines if "| all |" in line) == 2, f"one total per run:\n{table}")
+    check(lines[0].startswith("| job | arm | runs | sleeper CPU (ms per s) |"),
+          f"table header: {lines[0]}")
+    check(len(lines) == 4, f"one row per arm:\n{table}")
+    check("| double | b | 2 | 2.0 [1.5, 2.5] | 25 [20, 30] | 0 [0, 0] | - | - | - | "
+          "12.0 [11.5, 12.5] | 30 [25, 35] | 1 [1, 1] |" in lines,
+          f"arm b's row (medians over its rounds, poller missing, all threads summed):\n{table}")
 
     with open(path, "a") as f:
         f.write("{not json\n")
     bad = subprocess.run([sys.executable, SCRIPT, "--table", path], capture_output=True, text=True)
-    check(bad.returncode != 0 and f"{path}:3" in bad.stderr,
+    check(bad.returncode != 0 and f"{path}:4" in bad.stderr,
           f"a malformed line must name file and line: {bad.stderr!r}")
     print("ok: wake-ups and CPU land on the thread that made them; tags, table and errors")
 
