@@ -16,19 +16,11 @@ OUT="${2:-${OUT:-$(mktemp -d)}}"
 RATE="${RATE:-100}"
 WINDOW="${WINDOW:-10}"
 mkdir -p "$OUT"
-W="$(mktemp -d)"
-export LD_LIBRARY_PATH="$B/lib"
-cat > "$W/server.yaml" <<EOF
-socket_path: $W/orion.sock
-admin_address: 127.0.0.1:50081
-metrics_address: 127.0.0.1:50082
-mode: priority
-EOF
-taskset -c 0 "$B/orion-server" --config "$W/server.yaml" > "$OUT/server.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER ${TRAINER:-} 2>/dev/null || true; rm -rf "$W"' EXIT
-for _ in $(seq 100); do [[ -S "$W/orion.sock" ]] && break; sleep 0.1; done
+source "$ROOT/bench/server.sh"
+start_server "$B" 50081 50082 taskset -c 0  # priority mode (the default)
+trap 'kill $SERVER ${TRAINER:-} 2>/dev/null; wait $SERVER 2>/dev/null; cp "$W/server.log" "$OUT/" 2>/dev/null' EXIT
 export ORION_SOCKET="$W/orion.sock"
+export LD_LIBRARY_PATH="$B/lib"
 ctl() { "$B/orion-ctl" --server 127.0.0.1:50081 "$@" > /dev/null; }
 run="$B/orion-run --interposer $B/liborion_interpose.so"
 for arm in alone beside beside-pass; do

@@ -23,19 +23,9 @@ RATE="${RATE:-58}"
 CORE="${CORE:-2}"
 WINDOW="${WINDOW:-10}"
 mkdir -p "$OUT"
-W="$(mktemp -d)"
-export LD_LIBRARY_PATH="$B/lib"
-cat > "$W/server.yaml" <<EOF
-socket_path: $W/orion.sock
-admin_address: 127.0.0.1:50083
-metrics_address: 127.0.0.1:50084
-mode: priority
-EOF
-taskset -c 0 "$B/orion-server" --config "$W/server.yaml" > "$OUT/server.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true; rm -rf "$W"' EXIT
-for _ in $(seq 100); do [[ -S "$W/orion.sock" ]] && break; sleep 0.1; done
-[[ -S "$W/orion.sock" ]] || { echo "lazy_poll: orion-server did not start (see $OUT/server.log)" >&2; exit 1; }
+source "$ROOT/bench/server.sh"
+start_server "$B" 50083 50084 taskset -c 0  # priority mode (the default)
+trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; cp "$W/server.log" "$OUT/" 2>/dev/null' EXIT
 export ORION_SOCKET="$W/orion.sock"
 
 arms=(bare)

@@ -96,7 +96,11 @@ def per_name(first, second, wall):
 
 def read_jsonl(path):
     runs = []
-    with open(path) as f:
+    try:
+        f = open(path)
+    except OSError as e:
+        sys.exit(f"thread_cpu: {path}: cannot read ({e.strerror})")
+    with f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
