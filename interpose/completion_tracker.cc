@@ -5,18 +5,17 @@
 #include "interpose/completion_tracker.h"
 #include "interpose/completion_poll.h"
 
-#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 
+#include "interpose/futex.h"
 #include "interpose/gpu_clock.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
@@ -231,8 +230,7 @@ void WakeLazyPoller() {
   contract::GateArea* gate = g_lazy_gate.exchange(nullptr, std::memory_order_seq_cst);
   if (gate == nullptr) return;
   gate->words.tracker_seq.fetch_add(1, std::memory_order_seq_cst);
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&gate->words.tracker_seq), FUTEX_WAKE, 0x7fffffff,
-          nullptr, nullptr, 0);
+  FutexWakeAll(&gate->words.tracker_seq);
 }
 
 // Nobody is held at the gate: sleeps up to `ns`, or until a best-effort thread that starts to
@@ -249,16 +247,9 @@ void SleepUnlessHeld(contract::GateArea& gate, uint64_t ns) {
       g_flush.load(std::memory_order_seq_cst) == 0) {
     // Short of records (a burst, or work queued deep on the GPU): look again soon, not never.
     if (RecordsRunningShort()) ns = std::min<uint64_t>(ns, kHighPriorityPollNs);
-    timespec ts{static_cast<time_t>(ns / 1'000'000'000ull),
-                static_cast<long>(ns % 1'000'000'000ull)};
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&gate.words.tracker_seq), FUTEX_WAIT, seq, &ts,
-            nullptr, 0);
+    FutexWait(&gate.words.tracker_seq, seq, ns);
   }
   g_lazy_gate.store(nullptr, std::memory_order_relaxed);
-}
-
-void FutexWakePrivate(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
 // atexit: records that nobody waited for may sit for up to a lazy period (a short job's last
@@ -270,17 +261,13 @@ void FlushAtExit() {
   g_flush_done.store(0, std::memory_order_relaxed);
   g_flush.store(1, std::memory_order_seq_cst);
   if (g_poller_sleeping.exchange(0, std::memory_order_seq_cst) != 0) {
-    FutexWakePrivate(&g_poller_sleeping);
+    FutexWakeOnePrivate(&g_poller_sleeping);
   }
   WakeLazyPoller();
   const uint64_t deadline = MonotonicNs() + kExitFlushNs;
   for (uint64_t now = MonotonicNs(); now < deadline; now = MonotonicNs()) {
     if (g_flush_done.load(std::memory_order_acquire) != 0) return;
-    const uint64_t left = deadline - now;
-    timespec ts{static_cast<time_t>(left / 1'000'000'000ull),
-                static_cast<long>(left % 1'000'000'000ull)};
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_flush_done), FUTEX_WAIT_PRIVATE, 0, &ts,
-            nullptr, 0);
+    FutexWaitPrivate(&g_flush_done, 0, deadline - now);
   }
 }
 
@@ -344,7 +331,7 @@ void* PollerMain(void*) {
       continue;
     }
     if (flushing && g_flush_done.exchange(1, std::memory_order_release) == 0) {
-      FutexWakePrivate(&g_flush_done);
+      FutexWakeOnePrivate(&g_flush_done);
     }
     // Idle: sleep until a launch thread submits (it wakes us only when we announced sleeping).
     g_poller_sleeping.store(1, std::memory_order_seq_cst);
@@ -356,8 +343,7 @@ void* PollerMain(void*) {
     }
     // No timeout: with nothing outstanding there is nothing to look at until a launch submits
     // (records nobody waits for wake us when they are a lazy period old, see SubmitPending).
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAIT_PRIVATE, 1,
-            nullptr, nullptr, 0);
+    FutexWaitPrivate(&g_poller_sleeping, 1, kNoFutexTimeout);
     g_poller_sleeping.store(0, std::memory_order_relaxed);
     g_lazy_since.store(0, std::memory_order_relaxed);
   }
@@ -483,8 +469,7 @@ void SubmitPending(PendingLaunch* p, CUstream stream, bool per_thread_stream,
   }
   if (g_poller_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
     // Only on the idle -> busy transition: the steady launch path makes no system call.
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_poller_sleeping), FUTEX_WAKE_PRIVATE, 1,
-            nullptr, nullptr, 0);
+    FutexWakeOnePrivate(&g_poller_sleeping);
   }
 }
 

@@ -3,28 +3,12 @@
 
 #include "interpose/launch_gate.h"
 
-#include <linux/futex.h>
-
 #include <algorithm>
-#include <sys/syscall.h>
-#include <unistd.h>
+
+#include "interpose/futex.h"
 
 namespace orion::interpose {
 namespace {
-
-// Shared (not FUTEX_PRIVATE_FLAG): the word lives in a MAP_SHARED mapping (read-only for the
-// board's words) and waiters and wakers are different processes.
-void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
-  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000ull),
-              static_cast<long>(timeout_ns % 1'000'000'000ull)};
-  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr,
-          0);
-}
-
-void FutexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr,
-          0);
-}
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
