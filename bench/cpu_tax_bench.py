@@ -42,6 +42,8 @@ import subprocess
 import sys
 import tempfile
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jsonl_rows import read_rows  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "bench", "torch_models.py")
@@ -374,13 +376,7 @@ METRICS = {
 
 
 def render(path):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass  # a half-written last line of a run cut short
+    rows = read_rows(path, "cpu_tax_bench", lenient=True)  # a run cut short: its last line
     lines = []
     # One table per limit and baseline (an out dir may hold an A/B and its A/A control).
     for limit, base in sorted({(r["limit"], r.get("baseline", "")) for r in rows}):

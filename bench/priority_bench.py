@@ -54,6 +54,8 @@ import sys
 import tempfile
 import threading
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jsonl_rows import read_rows  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "bench", "torch_models.py")
@@ -694,13 +696,7 @@ def main():
     p.add_argument("--out")
     args = p.parse_args()
     if args.table:
-        rows = []
-        with open(args.table) as f:
-            for n, line in enumerate(f, 1):
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:  # the last line of a run killed mid-write
-                    print(f"{args.table}:{n}: not a JSON row, left out", file=sys.stderr)
+        rows = read_rows(args.table, "priority_bench", lenient=True)  # a run killed mid-write
         print(render_table(rows, len({r.get("round", 0) for r in rows})), end="")
         return
     if not args.bundle:

@@ -32,6 +32,8 @@ import json
 import os
 import statistics
 import sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jsonl_rows import read_rows  # noqa: E402
 
 GPU_WORK = ("kernel", "graph", "memcpy", "memset")
 
@@ -196,13 +198,7 @@ def report(path, requests, fraction):
 
 
 def table(path):
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{n}: not a JSON row ({e})")
+    rows = read_rows(path, "request_trace")
     lines = ["| trace | requests | all: wall / own / others / idle (ms) | slowest | slowest: "
              "wall / own / others / idle (ms) |", "|---|---|---|---|---|"]
     for r in rows:

@@ -27,6 +27,8 @@ import os
 import re
 import statistics
 import sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jsonl_rows import read_rows  # noqa: E402
 
 NAME = re.compile(r"requests-(?P<config>.+)-(?P<hp>resnet50-graph|resnet50|bert-graph|bert)"
                   r"-r(?P<round>\d+)\.jsonl$")
@@ -35,20 +37,19 @@ PARTS = ("queue_ms", "launch_ms", "sync_ms", "thread_cpu_ms", "off_cpu_ms", "niv
 
 
 def load(path):
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            try:
-                r = json.loads(line)
-                svc = r["launch_ms"] + r["sync_ms"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                sys.exit(f"{path}:{n}: not a request line ({e})")
+    def derive(r):
+        """Adds the request's service time and its parts; what is missing, if anything."""
+        try:
+            svc = r["launch_ms"] + r["sync_ms"]
             r["svc_ms"] = svc
             r["latency_ms"] = r["queue_ms"] + svc
             r["off_cpu_ms"] = max(0.0, svc - r["thread_cpu_ms"])
             r["others_cpu_ms"] = max(0.0, r["process_cpu_ms"] - r["thread_cpu_ms"])
-            rows.append(r)
-    return rows
+        except (KeyError, TypeError) as e:
+            return f"not a request line ({type(e).__name__}: {e})"
+        return None
+
+    return read_rows(path, "slow_requests", check=derive)
 
 
 def means(rows):
@@ -119,9 +120,7 @@ def main():
     p.add_argument("--table", metavar="SUMMARY_JSONL")
     a = p.parse_args()
     if a.table:
-        with open(a.table) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        print(render_summary(rows), end="")
+        print(render_summary(read_rows(a.table, "slow_requests")), end="")
         return
     if not a.dir:
         p.error("give a run's directory, or --table")

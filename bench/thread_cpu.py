@@ -25,6 +25,8 @@ import statistics
 import subprocess
 import sys
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jsonl_rows import read_rows  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -94,26 +96,6 @@ def per_name(first, second, wall):
     return sorted(rows, key=lambda r: -r["cpu_ms_per_s"])
 
 
-def read_jsonl(path):
-    runs = []
-    try:
-        f = open(path)
-    except OSError as e:
-        sys.exit(f"thread_cpu: {path}: cannot read ({e.strerror})")
-    with f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                run = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"thread_cpu: {path}:{number}: not JSON ({e.msg})")
-            if not isinstance(run, dict) or not isinstance(run.get("threads"), list):
-                sys.exit(f"thread_cpu: {path}:{number}: no \"threads\" list")
-            runs.append(run)
-    return runs
-
-
 def spread(values, fmt):
     """median [min, max] of a group's runs; the value alone for one run."""
     if len(values) == 1:
@@ -164,7 +146,9 @@ def main():
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     if args.table:
-        print(render_table(read_jsonl(args.table), [n for n in args.threads.split(",") if n]))
+        runs = read_rows(args.table, "thread_cpu", check=lambda run: None if isinstance(
+            run.get("threads"), list) else 'no "threads" list')
+        print(render_table(runs, [n for n in args.threads.split(",") if n]))
         return
     tags = {}
     for tag in args.tag:

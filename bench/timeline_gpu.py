@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jsonl_rows import read_rows  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "bench", "torch_models.py")
@@ -114,7 +116,7 @@ def main():
                         "kept as OUT/timing.md")
     args = p.parse_args()
     if args.table:
-        print(render_table([json.loads(l) for l in open(args.table) if l.strip()]))
+        print(render_table(read_rows(args.table, "timeline_gpu")))
         return
     if not args.bundle:
         p.error("--bundle is required")
