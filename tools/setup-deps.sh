@@ -14,6 +14,7 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm  # tools/fuzz.sh: libFuzzer and the sanitizer runtimes (only
                         # recommended by clang), llvm-symbolizer for readable crash stacks
   chromium              # the timeline page drawn headless (tests/tools/timeline_html_test.sh)
+  graphviz              # dot: docs/img/architecture.svg from docs/architecture.dot (tools/gen-docs.py)
 )
 # Node.js + npm for the schema validation of the Helm chart's rendered manifests; a machine that
 # already has them (from another source than Debian) keeps its own.
@@ -29,6 +30,37 @@ if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Debian's civetweb source package (cmake/civetweb.cmake builds it with OpenSSL 3) into .deps/:
+# apt-get source, from the deb-src twins of this machine's own Debian sources, with a private
+# list folder so the system's apt configuration is left as it was.
+CIVETWEB_VERSION=1.15+dfsg-4
+CIVETWEB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.deps/civetweb"
+if [[ ! -f "$CIVETWEB_DIR/civetweb_1.15+dfsg.orig.tar.xz" ]]; then
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  APT_SRC="$CIVETWEB_DIR/apt"
+  mkdir -p "$APT_SRC/sources.list.d" "$APT_SRC/lists/partial"
+  : > "$APT_SRC/sources.list"
+  if [[ -f /etc/apt/sources.list ]]; then
+    sed -nE 's/^deb([[:space:]])/deb-src\1/p' /etc/apt/sources.list > "$APT_SRC/sources.list"
+  fi
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [[ -f "$f" ]] && sed -E 's/^Types:.*/Types: deb-src/' "$f" > "$APT_SRC/sources.list.d/${f##*/}"
+  done
+  APT_OPTS=(-o "Dir::Etc::SourceList=$APT_SRC/sources.list"
+            -o "Dir::Etc::SourceParts=$APT_SRC/sources.list.d"
+            -o "Dir::State::Lists=$APT_SRC/lists" -o APT::Sandbox::User=root)
+  echo "fetching Debian's civetweb $CIVETWEB_VERSION source package into $CIVETWEB_DIR"
+  $SUDO apt-get -qq "${APT_OPTS[@]}" update
+  (cd "$CIVETWEB_DIR" &&
+     $SUDO apt-get -qq "${APT_OPTS[@]}" source --download-only "civetweb=$CIVETWEB_VERSION") || {
+    echo "setup-deps: apt-get source civetweb=$CIVETWEB_VERSION failed; this machine's apt" \
+         "sources (/etc/apt/sources.list*) must name a Debian 12 mirror" >&2
+    exit 1
+  }
+  $SUDO rm -rf "$APT_SRC"
+  if [[ -n "$SUDO" ]]; then $SUDO chown -R "$(id -u):$(id -g)" "$CIVETWEB_DIR"; fi
 fi
 if [[ ! -f "${ORION_CUDA_INCLUDE_DIR:-/usr/local/cuda/include}/cuda.h" ]]; then
   echo "setup-deps: cuda.h not found under ${ORION_CUDA_INCLUDE_DIR:-/usr/local/cuda/include};" \
