@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""bench/cpu_tax_bench.py --interleave, and the --driven protocol of bench/torch_models.py it
+"""bench/orion_bench.py cpu-tax --interleave, and the --driven protocol of
+bench/workloads/torch_models.py it
 drives, without a GPU.
 
 Test doubles, named as such: a stand-in orion-server (creates its socket path and waits), a
@@ -21,6 +22,7 @@ import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "workloads"))
 
 FAKE_MODEL = r'''
 import os, sys, time
@@ -71,19 +73,14 @@ def write_exec(path, text):
 
 
 def run_bench(work, name, extra):
-    import cpu_tax_bench
-    cpu_tax_bench.MODELS = os.path.join(work, "fake_model.py")
+    from experiments import cpu_tax
+    cpu_tax.MODELS = os.path.join(work, "fake_model.py")
     out = os.path.join(work, name)
-    argv = ["cpu_tax_bench.py", "--bundle", os.path.join(work, "bundle"), "--interleave", "3",
+    argv = ["--bundle", os.path.join(work, "bundle"), "--interleave", "3",
             "--blocks", "4", "--rounds", "2", "--jobs", "service-closed,service-poisson",
             "--cpus", "0,1", "--out", out] + extra
-    old = sys.argv
-    sys.argv = argv
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            cpu_tax_bench.main()
-    finally:
-        sys.argv = old
+    with contextlib.redirect_stdout(io.StringIO()):
+        cpu_tax.main(argv)
     rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl"))]
     return rows, open(os.path.join(out, "results.md")).read()
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/request_trace.py on a made-up timeline export whose one slow request has a known cause:
+"""bench/orion_bench.py request-trace on a made-up timeline export whose one slow request has a known cause:
 100 requests of 5 ms (three 1 ms kernels of the service, 2 ms with nothing on the GPU), the
 trainer's kernels between them, and one request that waited 8 ms behind a trainer kernel before
 its own. The slowest request must be that one, split into its own 3 ms, the others' 8 ms
@@ -13,7 +13,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "bench", "request_trace.py")
+SCRIPT = os.path.join(ROOT, "bench", "orion_bench.py")
+EXPERIMENT = "request-trace"
 MS = 1000.0  # the trace's unit is the microsecond
 
 
@@ -44,7 +45,7 @@ def trace():
 
 
 def run(*argv):
-    return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True)
+    return subprocess.run([sys.executable, SCRIPT, EXPERIMENT, *argv], capture_output=True, text=True)
 
 
 def main():

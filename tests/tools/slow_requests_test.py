@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/slow_requests.py on made-up request logs whose slow requests have known causes: in one
+"""bench/orion_bench.py slow-requests on made-up request logs whose slow requests have known causes: in one
 run the slowest 1% by service time are slowed off the CPU (the serving thread preempted), in the
 other on the GPU (a long sync). The summary must find each cause where it was put, its latency
 and service time add up, and a malformed line must be refused with its file and line."""
@@ -11,7 +11,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "bench", "slow_requests.py")
+SCRIPT = os.path.join(ROOT, "bench", "orion_bench.py")
+EXPERIMENT = "slow-requests"
 
 
 def write(path, slow):
@@ -38,7 +39,7 @@ def main():
     write(os.path.join(work, "requests-orion-mps-resnet50-r0.jsonl"), "cpu")
     write(os.path.join(work, "requests-mps-cap-resnet50-r0.jsonl"), "gpu")
     out = os.path.join(work, "summary.jsonl")
-    r = subprocess.run([sys.executable, SCRIPT, "--out", out, work], capture_output=True,
+    r = subprocess.run([sys.executable, SCRIPT, EXPERIMENT, "--out", out, work], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
     rows = {row["config"]: row for row in map(json.loads, open(out))}
@@ -51,19 +52,19 @@ def main():
         for which in ("all", "slow_latency", "slow_service"):
             s = row[which]
             assert abs(s["latency_ms"] - (s["queue_ms"] + s["launch_ms"] + s["sync_ms"])) < 0.01
-    table = subprocess.run([sys.executable, SCRIPT, "--table", out], capture_output=True,
+    table = subprocess.run([sys.executable, SCRIPT, EXPERIMENT, "--table", out], capture_output=True,
                            text=True, check=True).stdout
     assert table.count("\n") == 2 + 2, table
     line = next(l for l in table.splitlines() if l.startswith("| orion-mps |"))
     assert line.endswith("| 20.09 [20.09, 20.09] |"), line  # the slowest were off the CPU
-    detail = subprocess.run([sys.executable, SCRIPT, work], capture_output=True, text=True,
+    detail = subprocess.run([sys.executable, SCRIPT, EXPERIMENT, work], capture_output=True, text=True,
                             check=True).stdout
     assert "slowest 10 by service time" in detail, detail
     bad = os.path.join(work, "bad")
     os.makedirs(bad)
     with open(os.path.join(bad, "requests-orion-resnet50-r1.jsonl"), "w") as f:
         f.write('{"queue_ms": 1}\n')
-    r = subprocess.run([sys.executable, SCRIPT, bad], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, SCRIPT, EXPERIMENT, bad], capture_output=True, text=True)
     assert r.returncode != 0 and "requests-orion-resnet50-r1.jsonl:1:" in r.stderr, r.stderr
     print("ok")
 

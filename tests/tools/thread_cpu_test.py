@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/thread_cpu.py on a process whose threads do known things: one named "sleeper" wakes
+"""bench/orion_bench.py thread-cpu on a process whose threads do known things: one named "sleeper" wakes
 every 10 ms (as a completion poller on a timer would) and one named "spinner" burns CPU. The
 reading must put the wake-ups on the sleeper (about 100 a second) and the CPU on the spinner,
 the --json line must carry its --tag fields, --table must render them, and a malformed JSONL
@@ -11,7 +11,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "bench", "thread_cpu.py")
+SCRIPT = os.path.join(ROOT, "bench", "orion_bench.py")
+EXPERIMENT = "thread-cpu"
 
 # The spinner is a child process (thread_cpu.py reads descendants too), so that it does not
 # hold the sleeper's interpreter lock and add wake-ups of its own.
@@ -36,7 +37,7 @@ def check(cond, message):
 
 def main():
     work = tempfile.mkdtemp(prefix="thread-cpu-")
-    out = subprocess.run([sys.executable, SCRIPT, "--after", "0.5", "--window", "2", "--json",
+    out = subprocess.run([sys.executable, SCRIPT, EXPERIMENT, "--after", "0.5", "--window", "2", "--json",
                           "--tag", "job=double", "--tag", "arm=a", "--", sys.executable, "-c",
                           WORKLOAD], capture_output=True, text=True, timeout=60)
     check(out.returncode == 0, f"thread_cpu.py failed: {out.stderr}")
@@ -63,7 +64,7 @@ def main():
                                             {"name": "main", "count": 1, "cpu_ms_per_s": 10.0,
                                              "wakes_per_s": 5.0, "preempted_per_s": 1.0}]})
                     + "\n")
-    table = subprocess.run([sys.executable, SCRIPT, "--table", path, "--threads", "sleeper,poller"],
+    table = subprocess.run([sys.executable, SCRIPT, EXPERIMENT, "--table", path, "--threads", "sleeper,poller"],
                            capture_output=True, text=True, check=True).stdout
     lines = table.splitlines()
     check(lines[0].startswith("| job | arm | runs | sleeper CPU (ms per s) |"),
@@ -75,7 +76,7 @@ def main():
 
     with open(path, "a") as f:
         f.write("{not json\n")
-    bad = subprocess.run([sys.executable, SCRIPT, "--table", path], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, SCRIPT, EXPERIMENT, "--table", path], capture_output=True, text=True)
     check(bad.returncode != 0 and f"{path}:4" in bad.stderr,
           f"a malformed line must name file and line: {bad.stderr!r}")
     print("ok: wake-ups and CPU land on the thread that made them; tags, table and errors")

@@ -2,7 +2,7 @@
 # The GPU timing diagnostic on the CUDA driver test double: a high-priority sample service runs
 # registered with a real orion-server with ORION_TIMING_LOG set (and ORION_PROFILE, so every
 # launch is timed); its timing.<pid>.log has a sample line per timed launch and an anchor line
-# per renewal, every line keeps the log's rules (bench/timing_log_summary.py --check: no duration
+# per renewal, every line keeps the log's rules (bench/orion_bench.py timing-log --check: no duration
 # longer than the GPU's own time, unclamped samples equal to it), and a process without the
 # variable writes nothing. A profiled process that launches faster than the poller's lazy clock
 # keeps being sampled (it once ran out of timing records after 1,024 launches, for good).
@@ -26,14 +26,14 @@ samples="$(grep -c '^sample' "$log" || true)"
 anchors="$(grep -c '^anchor' "$log" || true)"
 [[ "$samples" -ge 90 ]] || fail "expected >= 90 timed launches (of 150, profiling; the last ones in flight at exit are not logged), got $samples"
 [[ "$anchors" -ge 1 ]] || fail "no anchor renewal logged"
-python3 "$ROOT/bench/timing_log_summary.py" --check "$W/timing" > "$W/summary.md" 2> "$W/summary.err" ||
+python3 "$ROOT/bench/orion_bench.py" timing-log --check "$W/timing" > "$W/summary.md" 2> "$W/summary.err" ||
   fail "the log breaks its rules: $(cat "$W/summary.err")"
-python3 "$ROOT/bench/timing_log_summary.py" --json "$W/timing" | python3 -c '
+python3 "$ROOT/bench/orion_bench.py" timing-log --json "$W/timing" | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.readline())
 assert r["samples"] >= 90 and r["placed"] >= 80, r
 assert r["reported_ns_sum"] <= r["gpu_ns_sum"] + 2000 * r["placed"], r
-' || fail "summary: $(python3 "$ROOT/bench/timing_log_summary.py" --json "$W/timing")"
+' || fail "summary: $(python3 "$ROOT/bench/orion_bench.py" timing-log --json "$W/timing")"
 mkdir -p "$W/fast"
 ORION_TIMING_LOG="$W/fast" ORION_PROFILE=1 client --priority high -- \
   "$INFER" --rate 0 --requests 100 --warmup 5 --kernels 40 --kernel-us 5 > "$W/fast.out" 2>&1 ||

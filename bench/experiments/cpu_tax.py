@@ -1,0 +1,446 @@
+"""What the interposer costs a pod with one CPU: an eager PyTorch service and a trainer, each on
+one CPU, with and without liborion_interpose.so (registered with a real orion-server), alternating
+in every round so that host drift cancels.
+
+  orion_bench.py cpu-tax --bundle DIR [--model resnet50] [--graph] [--nvtx] [--rounds 5]
+      [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
+      [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
+      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N] [--out DIR]
+  orion_bench.py cpu-tax --table results.jsonl      (re-renders a run's table)
+
+--limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
+cpu.max "100000 100000" (one CPU of quota, any core), as a pod with a 1-CPU limit is run.
+Per round and for both (bare, interposer), in alternating order:
+  service-closed   closed loop: service time and CPU per request (torch_models.py serve --rate 0)
+  service-poisson  Poisson arrivals at --load of the bare closed-loop capacity of round 1
+                   (measured on one CPU): p50/p99 latency from the scheduled arrival, CPU/request
+  trainer          --train-steps steps of training: step time p50/p99, CPU per step
+The service runs high priority, the trainer best effort; neither has the other beside it, so the
+gate holds nothing: the difference is what the interposer itself costs, timeline recording
+included (launch events, sampled launches timed on the GPU; with --nvtx every request and step
+is an NVTX range in both arms, recorded with GPU times under the interposer). --graph serves a
+CUDA graph instead of the eager model.
+
+--interleave N serves the two arms in turn instead: per round and job, one long-lived process
+of each arm (on cores 2 and 3, --cpus, or in two cgroups of one CPU each; the arms swap them
+every round), driven in blocks of N requests (--train-block steps; torch_models.py --driven),
+the order alternating every block, --blocks blocks each after one unrecorded block. The host's
+drift, which moves a whole run's service time by tens of percent within minutes, then falls on
+both arms alike; each arm's figures pool its blocks, a Poisson block's arrivals are the same in
+both arms. --control runs the same with neither arm interposed: the spread of its ratios is how
+far two identical processes differ, the resolution of the A/B. Writes results.jsonl and
+results.md (medians over the rounds of each round's interposer/bare ratio, with min and max) to
+--out (default $OUT or a temp dir) and prints the table.
+"""
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import harness
+from harness import MODELS, parse_result, quantile, read_rows
+
+ANSWERS = ("what the interposer costs a job on one CPU (taskset or a cgroup cpu.max): "
+           "an eager or graph service and a trainer, bare against interposed")
+SERVER_CPU = "0"
+CGROUPS = ("/sys/fs/cgroup/orion-bench-1cpu", "/sys/fs/cgroup/orion-bench-1cpu-b")
+
+
+def setup_cgroup(cgroup):
+    """A cgroup v2 child with one CPU of quota (cpu.max). Other processes are left where they are:
+    where the cpu controller cannot be enabled for children, this says why and stops."""
+    root = "/sys/fs/cgroup"
+    if not os.path.exists(os.path.join(root, "cgroup.controllers")):
+        raise SystemExit("cgroup v2 is not mounted at /sys/fs/cgroup")
+    if "cpu" not in open(os.path.join(root, "cgroup.controllers")).read().split():
+        raise SystemExit("the cpu controller is not available in /sys/fs/cgroup")
+    if "cpu" not in open(os.path.join(root, "cgroup.subtree_control")).read().split():
+        try:
+            with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
+                f.write("+cpu")
+        except OSError as e:
+            raise SystemExit(f"cannot enable the cpu controller for child cgroups: {e}")
+    os.makedirs(cgroup, exist_ok=True)
+    with open(os.path.join(cgroup, "cpu.max"), "w") as f:
+        f.write("100000 100000")
+    return open(os.path.join(cgroup, "cpu.max")).read().strip()
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.bundle = os.path.abspath(args.bundle)
+        self.out = args.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="cpu-tax-")
+        os.makedirs(self.out, exist_ok=True)
+        self.work = tempfile.mkdtemp(prefix="orion-cpu-tax-")
+        self.log = open(os.path.join(self.out, "bench.log"), "a")
+        self.rows = open(os.path.join(self.out, "results.jsonl"), "a")
+        # One CPU per arm's process: a core, or a cgroup with one CPU of quota. Served one after
+        # the other, both arms use the first; served in turn (--interleave), one each.
+        slots = CGROUPS if args.interleave else CGROUPS[:1]
+        if args.limit == "cgroup":
+            self.limit_note = f"cgroup cpu.max {[setup_cgroup(c) for c in slots][0]}"
+            self.prefixes = [["sh", "-c", f'echo $$ > {c}/cgroup.procs && exec "$@"', "sh"]
+                             for c in slots]
+        else:
+            cpus = args.cpus.split(",")[:len(slots)]
+            self.limit_note = "taskset -c " + " / ".join(cpus)
+            self.prefixes = [harness.taskset(c) for c in cpus]
+        if args.interleave:
+            self.limit_note += (f" (the arms swap them every round), served in turn in blocks "
+                                f"of {args.interleave} requests, {args.train_block} steps")
+        self.server = None
+
+    def start_server(self):
+        self.server = harness.Server(self.bundle, self.work, self.log,
+                                     prefix=harness.taskset(SERVER_CPU)).start()
+
+    def command(self, argv, interposer, priority, slot=0):
+        prefix = self.prefixes[slot]
+        lib = os.path.join(self.bundle, "liborion_interpose.so")
+        env = []
+        if not interposer and self.args.baseline_env:
+            env = ["env", *self.args.baseline_env]  # A/B of one build: these variables set
+        elif not interposer and self.args.baseline_interposer:
+            lib = os.path.abspath(self.args.baseline_interposer)  # A/B of two builds
+        elif not interposer or self.args.control:
+            return prefix + argv
+        return prefix + env + harness.orion_run(self.bundle, priority, lib) + argv
+
+    def env(self):
+        return dict(os.environ, ORION_SOCKET=self.server.socket,
+                    PYTHONUNBUFFERED="1")
+
+    def run(self, argv, interposer, priority, timeout=300):
+        env = self.env()
+        cmd = self.command(argv, interposer, priority)
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        self.log.write(f"$ {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}\n")
+        self.log.flush()
+        return p.stdout
+
+    def model_label(self):
+        return self.args.model + ("-graph" if self.args.graph else "") + \
+            (" +nvtx" if self.args.nvtx else "")
+
+    def record(self, row):
+        row.update(limit=self.args.limit, limit_note=self.limit_note, time=time.time())
+        if self.args.baseline_interposer:
+            row["baseline"] = os.path.basename(self.args.baseline_interposer)
+        if self.args.baseline_env:
+            row["baseline"] = " ".join(self.args.baseline_env)
+        if self.args.control:
+            row.update(baseline="control", control=True)
+        self.rows.write(json.dumps(row) + "\n")
+        self.rows.flush()
+        print(json.dumps(row), flush=True)
+
+    def extra(self, role):
+        """Workload flags both arms share."""
+        flags = ["--nvtx"] if self.args.nvtx else []
+        return flags + (["--graph"] if self.args.graph and role == "serve" else [])
+
+    def service_closed(self, rnd, interposer):
+        r = parse_result(self.run([sys.executable, MODELS, "serve", self.args.model, "--rate", "0",
+                                   "--seconds", "3"] + self.extra("serve"), interposer, "high"))
+        if r:
+            self.record(dict(round=rnd, role="service-closed", model=self.model_label(),
+                             interposer=interposer, capacity_rps=r["capacity_rps"],
+                             svc_p50_ms=r["svc_p50_ms"], svc_p99_ms=r["svc_p99_ms"],
+                             cpu_ms=r["cpu_ms"]))
+        return r
+
+    def service_poisson(self, rnd, interposer, rate):
+        r = parse_result(self.run([sys.executable, MODELS, "serve", self.args.model, "--rate",
+                                   f"{rate:.2f}", "--requests", str(self.args.requests)]
+                                  + self.extra("serve"), interposer, "high"))
+        if r:
+            self.record(dict(round=rnd, role="service-poisson", model=self.model_label(),
+                             interposer=interposer, rate=rate, p50_ms=r["p50_ms"],
+                             p99_ms=r["p99_ms"], svc_p50_ms=r["svc_p50_ms"],
+                             cpu_ms=r["cpu_ms"]))
+
+    def trainer(self, rnd, interposer):
+        out = self.run([sys.executable, MODELS, "train", self.args.train_model, "--steps",
+                        str(self.args.train_steps)] + self.extra("train"), interposer,
+                       "best-effort")
+        stamps = [float(l.split()[1]) for l in out.splitlines() if l.startswith("step ")]
+        r = parse_result(out)
+        if len(stamps) < 3 or not r:
+            return
+        steps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+        self.record(dict(round=rnd, role="trainer", model=self.args.train_model + (" +nvtx" if self.args.nvtx else ""),
+                         interposer=interposer, step_p50_ms=quantile(steps, 0.5) * 1e3,
+                         step_p99_ms=quantile(steps, 0.99) * 1e3,
+                         steps_per_s=(len(stamps) - 1) / (stamps[-1] - stamps[0]),
+                         cpu_ms=r["cpu_ms"]))
+
+    @contextlib.contextmanager
+    def arms(self, rnd, argv, priority):
+        """Both arms' processes of a round (--interleave), started together and closed however
+        the round ends; the bare arm takes slot 0 in odd rounds and slot 1 in even ones."""
+        arms = {interposer: DrivenArm(self, argv, interposer, priority,
+                                      slot=int(interposer) ^ (rnd % 2 == 0))
+                for interposer in (False, True)}
+        try:
+            for arm in arms.values():
+                arm.wait_ready()
+            yield arms
+        finally:
+            for arm in arms.values():
+                arm.close()
+
+    def interleaved(self, rnd, arms, role, block_command, rate=None):
+        """One job of a round with both arms served in turn: their pooled figures, one row per
+        arm. block_command(i) is the command of block i; block -1, unrecorded, brings the
+        clocks up."""
+        lat = {False: [], True: []}
+        cpu = {False: [], True: []}
+        throttled = {False: [0, 0.0], True: [0, 0.0]}  # periods, ms (cgroup only)
+        for i in range(-1, self.args.blocks):
+            for interposer in ([False, True] if i % 2 else [True, False]):
+                before = arms[interposer].throttled()
+                ms, cpu_ms = arms[interposer].block(block_command(max(i, 0)))
+                after = arms[interposer].throttled()
+                if i >= 0:
+                    lat[interposer] += ms
+                    cpu[interposer].append(cpu_ms * len(ms))
+                    if before and after:
+                        throttled[interposer][0] += after[0] - before[0]
+                        throttled[interposer][1] += (after[1] - before[1]) / 1e3
+        for interposer in (False, True):
+            ms = sorted(lat[interposer])
+            row = dict(round=rnd, role=role, interposer=interposer, blocks=self.args.blocks,
+                       block=len(ms) // self.args.blocks, n=len(ms),
+                       cpu_ms=sum(cpu[interposer]) / len(ms), mean_ms=sum(ms) / len(ms))
+            if self.args.limit == "cgroup":  # the quota's stalls over the recorded blocks
+                row.update(nr_throttled=throttled[interposer][0],
+                           throttled_ms=round(throttled[interposer][1], 3))
+            if role == "trainer":
+                row.update(model=self.args.train_model + (" +nvtx" if self.args.nvtx else ""),
+                           step_p50_ms=quantile(ms, 0.5), step_p99_ms=quantile(ms, 0.99),
+                           steps_per_s=1e3 * len(ms) / sum(ms))
+            elif role == "service-closed":
+                row.update(model=self.model_label(), svc_p50_ms=quantile(ms, 0.5),
+                           svc_p99_ms=quantile(ms, 0.99), capacity_rps=1e3 * len(ms) / sum(ms))
+            else:
+                row.update(model=self.model_label(), rate=rate, p50_ms=quantile(ms, 0.5),
+                           p99_ms=quantile(ms, 0.99))
+            self.record(row)
+        return {i: sum(lat[i]) / len(lat[i]) for i in (False, True)}
+
+    def main_interleaved(self):
+        n, jobs = self.args.interleave, self.args.jobs.split(",")
+        serve = [sys.executable, MODELS, "serve", self.args.model, "--driven"] + \
+            self.extra("serve")
+        train = [sys.executable, MODELS, "train", self.args.train_model, "--driven"] + \
+            self.extra("train")
+        rate = None
+        for rnd in range(1, self.args.rounds + 1):
+            with self.arms(rnd, serve, "high") as arms:
+                mean = self.interleaved(rnd, arms, "service-closed", lambda i: f"closed {n}")
+                if rate is None:
+                    rate = self.args.load * 1e3 / mean[False]  # of the bare arm, round 1
+                if "service-poisson" in jobs:
+                    self.interleaved(rnd, arms, "service-poisson",
+                                     lambda i: f"poisson {n} {rate:.2f} {rnd * 1000 + i}", rate)
+            if "trainer" in jobs:
+                with self.arms(rnd, train, "best-effort") as arms:
+                    self.interleaved(rnd, arms, "trainer",
+                                     lambda i: f"steps {self.args.train_block}")
+
+    def main_in_sequence(self):
+        """Each arm's jobs one after the other, the order alternating every round."""
+        rate = None
+        for rnd in range(1, self.args.rounds + 1):
+            order = [False, True] if rnd % 2 else [True, False]
+            jobs = self.args.jobs.split(",")
+            for interposer in order:
+                r = self.service_closed(rnd, interposer)
+                if rate is None and not interposer and r:
+                    rate = r["capacity_rps"] * self.args.load
+            if rate is None:
+                raise SystemExit("no capacity measured; see bench.log")
+            if "service-poisson" in jobs:
+                for interposer in order:
+                    self.service_poisson(rnd, interposer, rate)
+            if "trainer" in jobs:
+                for interposer in order:
+                    self.trainer(rnd, interposer)
+
+    def main(self):
+        self.start_server()
+        try:
+            if self.args.interleave:
+                self.main_interleaved()
+            else:
+                self.main_in_sequence()
+        finally:
+            self.server.stop()
+        print(render(os.path.join(self.out, "results.jsonl")))
+
+
+class DrivenArm:
+    """One arm's long-lived process (torch_models.py --driven), given blocks over its stdin."""
+
+    def __init__(self, bench, argv, interposer, priority, slot):
+        self.bench = bench
+        self.cmd = bench.command(argv, interposer, priority, slot)
+        self.cgroup = CGROUPS[slot] if bench.args.limit == "cgroup" else None
+        bench.log.write(f"$ {' '.join(self.cmd)}\n")
+        bench.log.flush()
+        self.p = subprocess.Popen(self.cmd, env=bench.env(), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=bench.log, text=True)
+
+    def line(self):
+        out = self.p.stdout.readline()
+        if not out:
+            raise SystemExit(f"{' '.join(self.cmd)} ended (exit {self.p.wait()}); see bench.log")
+        return out.strip()
+
+    def throttled(self):
+        """(nr_throttled, throttled_usec) of this arm's cgroup, or None (taskset, no file)."""
+        if not self.cgroup:
+            return None
+        try:
+            stat = dict(l.split() for l in open(os.path.join(self.cgroup, "cpu.stat")))
+            return int(stat["nr_throttled"]), int(stat["throttled_usec"])
+        except (OSError, KeyError, ValueError):
+            return None
+
+    def wait_ready(self):
+        while self.line() != "ready":
+            pass
+
+    def block(self, command):
+        """The latencies (ms) of one block and its CPU time per request or step (ms)."""
+        self.p.stdin.write(command + "\n")
+        self.p.stdin.flush()
+        out = self.line()
+        if not out.startswith("block "):
+            raise SystemExit(f"{' '.join(self.cmd)}: {command!r} answered {out!r}")
+        fields = dict(kv.split("=", 1) for kv in out.split()[1:])
+        return [float(x) for x in fields["lat_ms"].split(",")], float(fields["cpu_ms"])
+
+    def close(self):
+        try:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.close()
+            self.p.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
+
+
+METRICS = {
+    "service-closed": ["svc_p50_ms", "svc_p99_ms", "cpu_ms"],
+    "service-poisson": ["p50_ms", "p99_ms", "cpu_ms"],
+    "trainer": ["step_p50_ms", "step_p99_ms", "cpu_ms"],
+}
+
+
+def render(path):
+    rows = read_rows(path, "cpu-tax", lenient=True)  # a run cut short: its last line
+    lines = []
+    # One table per limit and baseline (an out dir may hold an A/B and its A/A control).
+    for limit, base in sorted({(r["limit"], r.get("baseline", "")) for r in rows}):
+        sub = [r for r in rows if r["limit"] == limit and r.get("baseline", "") == base]
+        note = sub[0].get("limit_note", limit)
+        # An A/B of two builds names the baseline library in its rows (--baseline-interposer).
+        a, b = ("baseline", "this build") if base else ("bare", "interposer")
+        against = f", this build against {base}" if base else ""
+        if sub[0].get("control"):
+            a, b = ("bare", "second bare process")
+            against = ", A/A control: neither process interposed"
+        lines += [f"**One CPU ({note}), {max(r['round'] for r in sub)} rounds{against}**", "",
+                  f"| job | figure | {a}, median | {b}, median | {b} / {a}: median [min, max] |",
+                  "|---|---|---|---|---|"]
+        for role, metrics in METRICS.items():
+            by_round = {}
+            for r in sub:
+                if r["role"] == role:
+                    by_round.setdefault(r["round"], {})[r["interposer"]] = r
+            pairs = [v for v in by_round.values() if True in v and False in v]
+            if not pairs:
+                continue
+            model = pairs[0][False]["model"]
+            for m in metrics:
+                bare = [p[False][m] for p in pairs]
+                withi = [p[True][m] for p in pairs]
+                ratios = [w / b for w, b in zip(withi, bare) if b > 0]
+                lines.append(f"| {role} ({model}) | {m} | {statistics.median(bare):.3f} | "
+                             f"{statistics.median(withi):.3f} | "
+                             f"{harness.spread(ratios, 3, '')} |")
+            if "throttled_ms" in pairs[0][False]:  # a cgroup's quota stalls, summed
+                sums = [sum(p[i]["throttled_ms"] for p in pairs) for i in (False, True)]
+                periods = [sum(p[i]["nr_throttled"] for p in pairs) for i in (False, True)]
+                lines.append(f"| {role} ({model}) | throttled by the quota, all rounds | "
+                             f"{sums[0]:.1f} ms ({periods[0]} periods) | {sums[1]:.1f} ms "
+                             f"({periods[1]} periods) | - |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bundle")
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--train-model", default="resnet50")
+    p.add_argument("--graph", action="store_true", help="serve a CUDA graph of the model")
+    p.add_argument("--jobs", default="service-closed,service-poisson,trainer",
+                   help="which jobs to run each round (service-closed always runs: it sets "
+                        "the Poisson rate)")
+    p.add_argument("--nvtx", action="store_true",
+                   help="NVTX range per request and step (both arms)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--limit", choices=["taskset", "cgroup"], default="taskset")
+    p.add_argument("--cpus", default="2,3",
+                   help="--limit taskset: the jobs' core (the first), and the second arm's with "
+                        "--interleave (orion-server runs on core 0)")
+    p.add_argument("--requests", type=int, default=1000)
+    p.add_argument("--load", type=float, default=0.5)
+    p.add_argument("--train-steps", type=int, default=60)
+    p.add_argument("--out")
+    p.add_argument("--baseline-interposer",
+                   help="compare against this liborion_interpose.so (another build) instead of "
+                        "no interposer: the table's 'bare' column is then that build")
+    p.add_argument("--baseline-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="compare against this build with these variables set (repeatable; e.g. "
+                        "ORION_NO_TIMING=1 ORION_NVTX_DEPTH=0: what the timeline's recording "
+                        "costs): the table's 'bare' column is then that arm")
+    p.add_argument("--interleave", type=int, default=0, metavar="N",
+                   help="serve both arms in turn, in blocks of N requests or steps (see above)")
+    p.add_argument("--blocks", type=int, default=20,
+                   help="--interleave: recorded blocks per arm, round and job")
+    p.add_argument("--train-block", type=int, default=4,
+                   help="--interleave: training steps per block")
+    p.add_argument("--control", action="store_true",
+                   help="A/A: the interposer arm runs without it too (the A/B's resolution)")
+    p.add_argument("--table", help="print the table of a results.jsonl and exit")
+    args = p.parse_args(argv)
+    for kv in args.baseline_env:
+        if "=" not in kv or not kv.partition("=")[0].startswith("ORION_"):
+            p.error(f"--baseline-env {kv!r}: expected ORION_NAME=VALUE")
+    if args.control and (args.baseline_env or args.baseline_interposer):
+        p.error("--control compares no interposer with no interposer: no other baseline")
+    if args.baseline_env and args.baseline_interposer:
+        p.error("--baseline-env and --baseline-interposer: one baseline at a time")
+    cpus = args.cpus.split(",")
+    if len(cpus) != 2 or not all(c.isdigit() for c in cpus) or cpus[0] == cpus[1]:
+        p.error(f"--cpus {args.cpus!r}: expected two different core numbers, e.g. 2,3")
+    if args.table:
+        table = render(args.table)
+        with open(os.path.join(os.path.dirname(args.table) or ".", "results.md"), "w") as f:
+            f.write(table + "\n")
+        print(table)
+        return
+    if not args.bundle:
+        p.error("--bundle is required")
+    bench = Bench(args)
+    bench.main()
+    with open(os.path.join(bench.out, "results.md"), "w") as f:
+        f.write(render(os.path.join(bench.out, "results.jsonl")) + "\n")

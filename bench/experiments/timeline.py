@@ -1,0 +1,210 @@
+"""The timeline against torch.profiler on a GPU: NVTX steps and per-pod busy seconds.
+
+  orion_bench.py timeline --bundle DIR [--service resnet50|resnet50-graph] [--rate 40]
+      [--service-window 300] [--train-window 20] [--warm-seconds 5] [--out DIR]
+  orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
+
+A ResNet50 trainer (batch 64, best effort, an NVTX range "step" per step) and a ResNet50 service
+(batch 4, high priority, an NVTX range "request" per request, Poisson arrivals at --rate; eager,
+or a CUDA graph with resnet50-graph) run under orion-run beside each other, orion-server in
+priority mode. Each in turn runs a window under torch.profiler while the other goes on (the
+service's window: --service-window requests back to back; the trainer's: --train-window steps).
+For each window the server's timeline is exported (orion-ctl timeline --since/--until --trace)
+and compared with what the profiler recorded in the same process:
+  - every NVTX range's span against the profiler's step (ProfilerStep#k) for the same iteration:
+    its duration on the GPU (first kernel start to last kernel end, measured through the
+    interposer's timing events) and on the CPU (push to pop) against the profiler's step time
+    and the profiler's GPU window (first kernel start to last kernel end of the step, CUPTI);
+    the start of the span against the profiler's first kernel start (the clocks aligned by the
+    pushes);
+  - the client's orion_client_gpu_busy_seconds_total over the window against the sum of the
+    profiler's kernel durations.
+Writes results.jsonl (one line per window) and results.md to --out (default $OUT or a temp dir).
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import harness
+from harness import MODELS, read_rows
+
+ANSWERS = ("the timeline against torch.profiler on a GPU: NVTX step spans, and busy seconds "
+           "against the profiler's kernel sum, for a service beside a trainer")
+
+
+def render_table(rows):
+    """One row per window; a "build" column where the rows say which build ran (an A/B)."""
+    build = any("build" in r for r in rows)
+    lines = [
+        ("| build " if build else "") + "| window | beside | ranges matched | GPU span / profiler step (median, max dev) | "
+        "GPU span / profiler GPU window (median, max dev) | CPU span / profiler step (median) | "
+        "start vs profiler's first kernel (median, max) | busy seconds / profiler kernel sum |",
+        ("|---" if build else "") + "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            (f"| {r.get('build', '')} " if build else "") + f"| {r['role']} {r['model']} | {r['beside']} | {r['matched']}/{r['ranges']} | "
+            f"{r['gpu_vs_step']:.4f} ({r['gpu_vs_step_maxdev'] * 100:.2f}%) | "
+            f"{r['gpu_vs_gpu']:.4f} ({r['gpu_vs_gpu_maxdev'] * 100:.2f}%) | "
+            f"{r['cpu_vs_step']:.4f} | {r['start_diff_us']:.0f} us ({r['start_diff_max_us']:.0f} us) | "
+            f"{r['busy_ratio']:.3f} ({r['busy_s']:.3f} / {r['torch_kernel_s']:.3f} s) |")
+    return "\n".join(lines)
+
+
+def compare(summary, trace, role, model, beside):
+    """One window: the workload's profiler summary against the exported trace."""
+    label = "request" if role == "service" else "step"
+    spans = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "step"
+             and e.get("name") == label and e["args"].get("priority") == summary["priority"]]
+    off = summary["torch_clock_offset_us"]
+    rows = []
+    for st in summary["steps"]:
+        push_us = st["push_ns"] / 1e3
+        best = min(spans, key=lambda e: abs(e["args"]["cpu_start_us"] - push_us), default=None)
+        if best is None or abs(best["args"]["cpu_start_us"] - push_us) > 2000:
+            continue
+        if not best["args"].get("measured") or st["torch_gpu_start_us"] is None:
+            continue
+        torch_gpu = st["torch_gpu_end_us"] - st["torch_gpu_start_us"]
+        rows.append({
+            "gpu_vs_step": best["dur"] / st["torch_dur_us"],
+            "gpu_vs_gpu": best["dur"] / torch_gpu,
+            "cpu_vs_step": best["args"]["cpu_dur_us"] / st["torch_dur_us"],
+            "start_diff_us": best["ts"] - (st["torch_gpu_start_us"] + off),
+        })
+    if not rows:
+        raise SystemExit(f"{role}: no NVTX span matched the profiler's steps")
+    med = lambda k: statistics.median(r[k] for r in rows)
+    maxdev = lambda k: max(abs(r[k] - 1) for r in rows)
+    busy = (summary["busy_after_s"] or 0) - (summary["busy_before_s"] or 0)
+    torch_s = summary["torch_kernel_sum_us"] / 1e6
+    return {
+        "role": role, "model": model, "beside": beside, "ranges": len(summary["steps"]),
+        "matched": len(rows),
+        "gpu_vs_step": med("gpu_vs_step"), "gpu_vs_step_maxdev": maxdev("gpu_vs_step"),
+        "gpu_vs_gpu": med("gpu_vs_gpu"), "gpu_vs_gpu_maxdev": maxdev("gpu_vs_gpu"),
+        "cpu_vs_step": med("cpu_vs_step"),
+        "start_diff_us": med("start_diff_us"),
+        "start_diff_max_us": max(abs(r["start_diff_us"]) for r in rows),
+        "busy_s": busy, "torch_kernel_s": torch_s, "busy_ratio": busy / torch_s if torch_s else 0,
+        "torch_kernels": summary["torch_kernels"],
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bundle")
+    p.add_argument("--service", default="resnet50", choices=["resnet50", "resnet50-graph"])
+    p.add_argument("--rate", type=float, default=40)
+    p.add_argument("--service-window", type=int, default=300)
+    p.add_argument("--train-window", type=int, default=20)
+    p.add_argument("--warm-seconds", type=float, default=5,
+                   help="both run this long before the first window (the kernels' durations "
+                        "are learned from launches sampled 1 in 64)")
+    p.add_argument("--admin-port", type=int, default=50091)
+    p.add_argument("--out")
+    p.add_argument("--table")
+    p.add_argument("--timing-log", action="store_true",
+                   help="both processes write the GPU timing diagnostic (ORION_TIMING_LOG) to "
+                        "OUT/timing; its summary (orion_bench.py timing-log) is printed and "
+                        "kept as OUT/timing.md")
+    args = p.parse_args(argv)
+    if args.table:
+        print(render_table(read_rows(args.table, "timeline")))
+        return
+    if not args.bundle:
+        p.error("--bundle is required")
+    bundle = os.path.abspath(args.bundle)
+    out = args.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="orion-timeline-")
+    os.makedirs(out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="orion-tl-")
+    log = open(os.path.join(out, "timeline-bench.log"), "a")
+    server = harness.Server(bundle, work, log, admin_port=args.admin_port, mode="priority",
+                            extra="timeline_spans_per_gpu: 4000000\n").start()
+    procs = [server.proc]
+    metrics = server.metrics_url
+
+    def client(role, argv):
+        prio = "high" if role == "service" else "best-effort"
+        env = dict(os.environ, ORION_SOCKET=server.socket)
+        if args.timing_log:
+            os.makedirs(os.path.join(out, "timing"), exist_ok=True)
+            env["ORION_TIMING_LOG"] = os.path.join(out, "timing")
+        cmd = harness.orion_run(bundle, prio) + [
+               sys.executable, MODELS, *argv, "--nvtx", "--metrics", metrics,
+               "--priority-label", prio, "--profile-out", os.path.join(work, f"{role}.json"),
+               "--profile-when", os.path.join(work, f"{role}.go")]
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+        procs.append(p)
+        return p
+
+    def wait_for(p, word, what):
+        for line in p.stdout:
+            log.write(f"[{what}] {line}")
+            log.flush()
+            if line.startswith(word):
+                return
+        raise SystemExit(f"{what} ended before '{word}' (exit {p.wait()}); see timeline-bench.log")
+
+    def export(summary, name):
+        first = min(s["push_ns"] for s in summary["steps"]) // 1_000_000 - 1000
+        last = max(s["pop_ns"] for s in summary["steps"]) // 1_000_000 + 1000
+        path = os.path.join(out, name)
+        log.write(server.ctl("timeline", "--since", str(first), "--until", str(last),
+                             "--trace", path))
+        return json.load(open(path))
+
+    rows = []
+    try:
+        graph = args.service.endswith("-graph")
+        svc = client("service", ["serve", "resnet50", "--rate", str(args.rate), "--requests",
+                                 "1000000", "--profile", str(args.service_window)]
+                     + (["--graph"] if graph else []))
+        trainer = client("trainer", ["train", "resnet50", "--profile", str(args.train_window)])
+        wait_for(svc, "serving", "service")
+        wait_for(trainer, "ready", "trainer")
+        time.sleep(args.warm_seconds)
+        for role, p, window in (("service", svc, args.service_window),
+                                ("trainer", trainer, args.train_window)):
+            open(os.path.join(work, f"{role}.go"), "w").close()
+            wait_for(p, "profiled", role)
+            summary = json.load(open(os.path.join(work, f"{role}.json")))
+            if args.timing_log:
+                os.replace(os.path.join(work, f"{role}.json.kernels.json"),
+                           os.path.join(out, "timing", f"profile-{role}.kernels.json"))
+            trace = export(summary, f"timeline-{role}-{args.service}.json")
+            beside = "ResNet50 training" if role == "service" else f"{args.service} service at {args.rate:g}/s"
+            model = args.service if role == "service" else "resnet50 (batch 64)"
+            row = compare(summary, trace, role, model, beside)
+            row["bundle_interposer"] = "liborion_interpose.so"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    for r in rows:
+        harness.append_row(os.path.join(out, "results.jsonl"), r)
+    table = render_table(rows)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    if args.timing_log:
+        tdir = os.path.join(out, "timing")
+        profiles = [a for f in sorted(os.listdir(tdir)) if f.endswith(".kernels.json")
+                    for a in ("--profile", os.path.join(tdir, f))]
+        summary = subprocess.run(harness.experiment_command("timing-log", tdir, *profiles),
+                                 capture_output=True, text=True)
+        with open(os.path.join(out, "timing.md"), "w") as f:
+            f.write(summary.stdout + summary.stderr)
+        print(summary.stdout + summary.stderr)

@@ -1,0 +1,267 @@
+"""Summarises the GPU timing diagnostic (ORION_TIMING_LOG=DIR, interpose/timing_log.h).
+
+  orion_bench.py timing-log DIR_OR_FILES... [--json] [--check] [--profile SUMMARY.kernels.json]
+
+For each process's timing.<pid>.log: how many timed launches were taken to run on an idle
+stream (the start event ran before the kernel was handed over; the log's "clamped" column),
+what that took off them (the GPU's own elapsed time minus the reported duration: the host time
+from the start event's record to the call's return, and the kernel's start latency), how
+early the start event was placed before the call's return, and how the anchors that place GPU
+times on the host clock moved at each renewal (where the chain from the previous anchor put the
+new one, against where it was placed, and against the midpoint of its record and first seen
+times). An eager service whose busy seconds come out short shows here whether its samples were
+cut short, and by how much. --check exits 1 where a line breaks the log's own rules
+(a duration longer than the GPU's elapsed time beyond 2 us, a queued-stream sample that differs
+from it less the queued start latency in the log's header beyond 2 us), which is what CI checks
+on the CUDA test double.
+
+--profile takes the kernels a torch.profiler window recorded in the same process
+(bench/workloads/torch_models.py --profile-out F writes them to F.kernels.json) and matches each timed
+launch of the window to the profiler's kernel (the launch call's return against the runtime
+call's end, the clocks aligned by the matches themselves, the grid and block equal). For the
+matched samples it prints the profiler's own kernel time against what each way of reading the
+events gives: the reported duration, the GPU's elapsed time between the events, and that elapsed
+time less the host time between the start event's record and the launch call's return; and,
+per sample, where the kernel really started against the call's return, and how far the anchors
+placed the end event from the profiler's kernel end. That tells an anchor error from a wrong
+model of an idle stream.
+"""
+import bisect
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+
+ANSWERS = ("what the GPU timing diagnostic (ORION_TIMING_LOG) recorded, per process; matched "
+           "to torch.profiler's kernels with --profile; --check holds each line to the log's rules")
+
+SLACK_NS = 2000  # float milliseconds from cuEventElapsedTime and rounding in the placement
+IDLE_MARGIN_NS = 20000  # interpose/sample_timing.h kIdleMarginNs
+
+
+def read(path):
+    samples, anchors, bad = [], [], []
+    with open(path) as f:
+        header = f.readline()
+        if not header.startswith(("# orion-timing-log 1 ", "# orion-timing-log 2 ")):
+            bad.append(f"{path}: header {header.strip()!r}")
+        # The queued start latency the samples were reported with (logs before it: none).
+        fields = dict(f.split("=", 1) for f in header.split() if "=" in f)
+        queued_start = int(fields.get("queued_start_ns", 0))
+        for n, line in enumerate(f, 2):
+            parts = line.rstrip("\n").split("\t")
+            try:
+                if parts[0] == "sample" and len(parts) in (9, 12, 13):
+                    s = {"func": parts[1]}
+                    (s["elapsed"], s["start"], s["end"], s["launched"], s["dur"], s["clamped"],
+                     s["warmup"]) = map(int, parts[2:9])
+                    long = len(parts) >= 12
+                    s["recorded"] = int(parts[9]) if long else 0
+                    s["grid"] = tuple(map(int, parts[10].split(","))) if long else None
+                    s["block"] = tuple(map(int, parts[11].split(","))) if long else None
+                    s["contended"] = int(parts[12]) if len(parts) == 13 else 0
+                    samples.append(s)
+                elif parts[0] == "anchor" and len(parts) in (6, 7):
+                    a = {"ctx": parts[1]}
+                    a["recorded"], a["seen"], a["chained"], a["host"] = map(int, parts[2:6])
+                    a["rate_ppm"] = float(parts[6]) if len(parts) == 7 else None
+                    anchors.append(a)
+                else:
+                    bad.append(f"{path}:{n}: {line.strip()!r}")
+            except ValueError:
+                bad.append(f"{path}:{n}: {line.strip()!r}")
+    for s in samples:
+        if s["start"] == 0:
+            continue  # not placed on the host clock: the GPU's elapsed time was reported
+        if s["dur"] > s["elapsed"] + SLACK_NS:
+            bad.append(f"{path}: a sample's duration {s['dur']} exceeds its GPU time {s['elapsed']}")
+        if not s["clamped"] and abs(s["dur"] - max(0, s["elapsed"] - queued_start)) > SLACK_NS:
+            bad.append(f"{path}: a queued-stream sample's duration {s['dur']} is not its GPU time "
+                       f"{s['elapsed']} less the queued start latency {queued_start}")
+        if s["clamped"] != (s["start"] < s["launched"] + IDLE_MARGIN_NS):
+            bad.append(f"{path}: idle={s['clamped']} but start {s['start']} vs launched "
+                       f"{s['launched']}")
+    return samples, anchors, bad
+
+
+def med(values):
+    return statistics.median(values) if values else None
+
+
+def summarise(path, samples, anchors):
+    placed = [s for s in samples if s["start"] != 0]
+    clamped = [s for s in placed if s["clamped"]]
+    chained = [a for a in anchors if a["chained"]]
+    polled = [a for a in anchors if a["seen"]]
+    return {
+        "file": os.path.basename(path),
+        "samples": len(samples),
+        "placed": len(placed),
+        "clamped": len(clamped),
+        "clamped_fraction": len(clamped) / len(placed) if placed else None,
+        "gpu_ns_sum": sum(s["elapsed"] for s in placed),
+        "reported_ns_sum": sum(s["dur"] for s in placed),
+        "clamp_cut_ns_median": med([s["elapsed"] - s["dur"] for s in clamped]),
+        "start_before_return_ns_median": med([s["launched"] - s["start"] for s in clamped]),
+        "anchors": len(anchors),
+        "anchors_polled": len(polled),
+        # Positive: the placement moved the new anchor later than the chain from the previous one.
+        "anchor_host_minus_chained_ns_median": med([a["host"] - a["chained"] for a in chained]),
+        # The host clock's rate against the GPU's as learned at the last renewal (ppm from 1).
+        "rate_ppm_last": next((a["rate_ppm"] for a in reversed(anchors)
+                               if a.get("rate_ppm") is not None), None),
+        "anchor_midpoint_minus_chained_ns": [
+            a["recorded"] + (a["seen"] - a["recorded"]) // 2 - a["chained"]
+            for a in chained if a["seen"]][:50],
+    }
+
+
+def match_profile(samples, prof):
+    """The samples launched inside the profiler's window, each with the profiler's kernel for
+    it: ([(sample, start_ns, end_ns, kernel)] on the host clock (CLOCK_MONOTONIC), the offset
+    in us from the profiler's clock to the host's)."""
+    # ts, dur, grid x3, block x3, correlation[, name]
+    kernels = {k[8]: k for k in prof["kernels"]}
+    calls = sorted((c[0] + c[1], kernels[c[2]]) for c in prof["launches"] if c[2] in kernels)
+    ends = [c[0] for c in calls]
+    if not ends:
+        return [], None
+    lo, hi = ends[0] - 100, ends[-1] + 100
+    off = prof["mono_offset_us"]  # host-clock us minus profiler us, from the NVTX pushes
+
+    def nearest(s, off, tol_us):
+        t = s["launched"] / 1e3 - off
+        best = None
+        for i in range(bisect.bisect_left(ends, t - tol_us), bisect.bisect_right(ends, t + tol_us)):
+            k = calls[i][1]
+            if tuple(k[2:5]) == s["grid"] and tuple(k[5:8]) == s["block"] and (
+                    best is None or abs(ends[i] - t) < abs(best[0] - t)):
+                best = (ends[i], k)
+        return best, t
+
+    inside = [s for s in samples if s["grid"] and lo <= s["launched"] / 1e3 - off <= hi]
+    # The pushes place the window within a few hundred us: a coarse match moves the offset so
+    # that the launch calls' ends meet the calls' returns, then a close one keeps the matches.
+    deltas = []
+    for s in inside:
+        best, t = nearest(s, off, 300)
+        if best:
+            deltas.append(best[0] - t)
+    if not deltas:
+        return [], None
+    off -= statistics.median(deltas)
+    out = []
+    for s in inside:
+        best, _ = nearest(s, off, 3)
+        if best:
+            k = best[1]
+            out.append((s, int((k[0] + off) * 1e3), int((k[0] + k[1] + off) * 1e3), k))
+    return out, off
+
+
+def compare_profile(matched):
+    """Sums and medians over the matched samples (see the module's help)."""
+    if not matched:
+        return None
+    def est_gap(s):  # elapsed less the host time from the start event's record to the return
+        gap = s["launched"] - s["recorded"] if s["recorded"] else 0
+        return max(0, s["elapsed"] - gap)
+    rows = {}
+    for name, pick in (("all", lambda s: True), ("idle stream", lambda s: s["clamped"]),
+                       ("queued", lambda s: not s["clamped"])):
+        m = [(s, a, b) for s, a, b, _ in matched if pick(s) and s["start"]]
+        if not m:
+            continue
+        true = sum(b - a for _, a, b in m)
+        rows[name] = {
+            "samples": len(m),
+            "profiler_us_mean": true / len(m) / 1e3,
+            "reported_over_profiler": sum(s["dur"] for s, _, _ in m) / true,
+            "elapsed_over_profiler": sum(s["elapsed"] for s, _, _ in m) / true,
+            "elapsed_less_gap_over_profiler": sum(est_gap(s) for s, _, _ in m) / true,
+            "kernel_start_after_return_us_median": med([(a - s["launched"]) / 1e3 for s, a, _ in m]),
+            "start_event_record_to_return_us_median": med(
+                [(s["launched"] - s["recorded"]) / 1e3 for s, _, _ in m if s["recorded"]]),
+            "placed_end_minus_profiler_end_us_median": med([(s["end"] - b) / 1e3 for s, _, b in m]),
+            "placed_end_minus_profiler_end_us_p10_p90": (
+                statistics.quantiles([(s["end"] - b) / 1e3 for s, _, b in m], n=10)[0::8]
+                if len(m) >= 10 else None),
+        }
+    return rows
+
+
+def fmt(v, scale=1.0, digits=2):
+    return "-" if v is None else f"{v / scale:.{digits}f}"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+", help="folders (their timing.*.log) or files")
+    p.add_argument("--json", action="store_true", help="one JSON line per file")
+    p.add_argument("--check", action="store_true", help="exit 1 on a line that breaks the rules")
+    p.add_argument("--profile", action="append", default=[],
+                   help="a torch.profiler window's kernels (F.kernels.json from torch_models.py "
+                        "--profile-out F) to match the samples against; repeatable")
+    args = p.parse_args(argv)
+    files = []
+    for path in args.paths:
+        files += sorted(glob.glob(os.path.join(path, "timing.*.log"))) if os.path.isdir(path) \
+            else [path]
+    if not files:
+        sys.exit(f"timing-log: no timing.*.log in {', '.join(args.paths)}")
+    problems = []
+    rows = []
+    profiles = [json.load(open(f)) for f in args.profile]
+    comparisons = []
+    for path in files:
+        samples, anchors, bad = read(path)
+        problems += bad
+        rows.append(summarise(path, samples, anchors))
+        for prof, name in zip(profiles, args.profile):
+            matched, _ = match_profile(samples, prof)
+            if matched:
+                comparisons.append({"file": os.path.basename(path),
+                                    "profile": os.path.basename(name),
+                                    "by_class": compare_profile(matched)})
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+    else:
+        print("| file | timed launches | idle stream | GPU time / reported (ms) | handover taken off (median us) "
+              "| start event before the call's return (median us) | anchors (polled) "
+              "| anchor placed minus chained (median us) | clock rate learned (ppm) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['file']} | {r['samples']} | {r['clamped']} "
+                  f"({fmt(r['clamped_fraction'], 0.01, 0)}%) | "
+                  f"{fmt(r['gpu_ns_sum'], 1e6, 3)} / {fmt(r['reported_ns_sum'], 1e6, 3)} | "
+                  f"{fmt(r['clamp_cut_ns_median'], 1e3)} | "
+                  f"{fmt(r['start_before_return_ns_median'], 1e3)} | "
+                  f"{r['anchors']} ({r['anchors_polled']}) | "
+                  f"{fmt(r['anchor_host_minus_chained_ns_median'], 1e3)} | "
+                  f"{fmt(r['rate_ppm_last'])} |")
+    for c in comparisons:
+        if args.json:
+            print(json.dumps(c))
+            continue
+        print(f"\nAgainst the profiler ({c['file']}, {c['profile']}):\n")
+        print("| samples | n | profiler kernel (mean us) | reported / profiler | elapsed / profiler "
+              "| elapsed less record-to-return gap / profiler | kernel start after call return "
+              "(median us) | start record to return (median us) | placed end minus profiler end "
+              "(median us, p10 / p90) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, r in c["by_class"].items():
+            spread = r["placed_end_minus_profiler_end_us_p10_p90"]
+            print(f"| {name} | {r['samples']} | {r['profiler_us_mean']:.2f} | "
+                  f"{r['reported_over_profiler']:.3f} | {r['elapsed_over_profiler']:.3f} | "
+                  f"{r['elapsed_less_gap_over_profiler']:.3f} | "
+                  f"{fmt(r['kernel_start_after_return_us_median'])} | "
+                  f"{fmt(r['start_event_record_to_return_us_median'])} | "
+                  f"{fmt(r['placed_end_minus_profiler_end_us_median'])}"
+                  + (f" ({spread[0]:.2f} / {spread[1]:.2f})" if spread else "") + " |")
+    for line in problems[:20]:
+        print("problem:", line, file=sys.stderr)
+    if args.check and problems:
+        sys.exit(1)

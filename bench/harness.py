@@ -1,0 +1,239 @@
+"""What every experiment of bench/orion_bench.py shares: the bundle's programs, orion-server
+started and stopped, the MPS daemon, arms run one process each under orion-run or bare, CPU
+pinning, rounds in rotating order, JSONL rows and median [min, max] summaries.
+
+  import harness
+  server = harness.Server(bundle, work, log, admin_port=50091, mode="priority").start()
+  ...
+  server.stop()
+  rows = harness.read_rows(path, "priority")     # a bad line stops: EXPERIMENT: PATH:LINE: why
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+ENTRY = os.path.join(BENCH, "orion_bench.py")
+# The PyTorch services and trainers, one process per role (serve, train, --driven).
+MODELS = os.path.join(BENCH, "workloads", "torch_models.py")
+
+
+def experiment_command(name, *argv):
+    """The argv that runs experiment `name` of this checkout in a new process."""
+    return [sys.executable, ENTRY, name, *argv]
+
+
+# ---- the bundle (tools/bundle.sh) -----------------------------------------------------------
+
+def lib_env(bundle):
+    """What the bundle's server and orion-ctl need in their environment."""
+    return {"LD_LIBRARY_PATH": os.path.join(bundle, "lib")}
+
+
+def orion_run(bundle, priority, interposer=None, run_args=()):
+    """The prefix that runs a command under the interposer, registered at `priority`."""
+    return [os.path.join(bundle, "orion-run"), "--interposer",
+            interposer or os.path.join(bundle, "liborion_interpose.so"), "--priority", priority,
+            *run_args, "--"]
+
+
+class Server:
+    """orion-server from a bundle, its socket and config in `work`, its output to `log` (a file).
+    `admin_port` 0 lets the server pick (no orion-ctl then); `mode` None keeps the server's
+    default (priority). `prefix` runs it under a program that execs it (taskset -c 0); `popen`
+    replaces subprocess.Popen (to pin it by role); `program` is the server binary where it is
+    not the bundle's (a build tree's server/orion-server)."""
+
+    def __init__(self, bundle, work, log, admin_port=0, mode=None, extra="", prefix=(),
+                 popen=None, program=None):
+        self.bundle, self.work, self.log = bundle, work, log
+        self.program = program or os.path.join(bundle, "orion-server")
+        self.admin_port, self.mode, self.extra = admin_port, mode, extra
+        self.prefix, self.popen = list(prefix), popen or (lambda argv, **kw: subprocess.Popen(argv, **kw))
+        self.socket = os.path.join(work, "orion.sock")
+        self.proc = None
+
+    @property
+    def metrics_url(self):
+        return f"http://127.0.0.1:{self.admin_port + 1}/metrics"
+
+    @property
+    def admin(self):
+        return f"127.0.0.1:{self.admin_port}"
+
+    def start(self):
+        cfg = os.path.join(self.work, "server.yaml")
+        metrics = self.admin_port + 1 if self.admin_port else 0
+        with open(cfg, "w") as f:
+            f.write(f"socket_path: {self.socket}\nadmin_address: 127.0.0.1:{self.admin_port}\n"
+                    f"metrics_address: 127.0.0.1:{metrics}\n"
+                    + (f"mode: {self.mode}\n" if self.mode else "") + self.extra)
+        self.proc = self.popen(self.prefix + [self.program, "--config", cfg],
+                               env=dict(os.environ, **lib_env(self.bundle)),
+                               stdout=self.log, stderr=self.log)
+        for _ in range(200):
+            if os.path.exists(self.socket):
+                return self
+            time.sleep(0.05)
+        raise SystemExit(f"orion-server did not start; see {getattr(self.log, 'name', 'its log')}")
+
+    def ctl(self, *argv):
+        """orion-ctl against this server; its output, or exit naming the command."""
+        r = subprocess.run([os.path.join(self.bundle, "orion-ctl"), "--server", self.admin, *argv],
+                           env=dict(os.environ, **lib_env(self.bundle)), capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"orion-ctl {' '.join(argv)} failed: {r.stderr.strip()}")
+        return r.stdout
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---- the MPS daemon -------------------------------------------------------------------------
+
+def start_mps_daemon(work, cpus=None):
+    """Starts the MPS control daemon (every GPU) with its pipe and log folders in `work`, on
+    `cpus` if given. Returns (the environment its clients need, None), or (None, why not)."""
+    pipe, logd = os.path.join(work, "mps-pipe"), os.path.join(work, "mps-log")
+    os.makedirs(pipe, exist_ok=True)
+    os.makedirs(logd, exist_ok=True)
+    env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": logd}
+    try:
+        r = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=dict(os.environ, **env),
+                           capture_output=True, text=True,
+                           preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        why = None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
+    except OSError as e:
+        why = str(e)
+    if why:
+        return None, f"MPS daemon failed to start: {why}"
+    time.sleep(1)
+    return env, None
+
+
+def stop_mps_daemon(env):
+    """Stops the daemon start_mps_daemon started (env: what it returned)."""
+    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True,
+                   env=dict(os.environ, **env), capture_output=True)
+    time.sleep(2)
+
+
+# The trainer's MPS settings in the mps-cap and orion-mps configurations: client priority 1
+# (below normal) and a share of the SMs.
+def mps_best_effort_env(percent=50):
+    return {"CUDA_MPS_CLIENT_PRIORITY": "1", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(percent)}
+
+
+# ---- CPU pinning ----------------------------------------------------------------------------
+
+def taskset(cpus):
+    """The prefix that pins a command to `cpus` (a core, "2", or a list)."""
+    return ["taskset", "-c", cpus if isinstance(cpus, str) else ",".join(map(str, cpus))]
+
+
+def pin(pid, cpus, what):
+    """Pins a started process (before it starts its own threads: they inherit it)."""
+    try:
+        os.sched_setaffinity(pid, cpus)
+    except OSError as e:
+        print(f"warning: cannot pin {what} to cores {sorted(cpus)}: {e}", file=sys.stderr)
+
+
+# ---- rounds ---------------------------------------------------------------------------------
+
+def rotated(items, turn):
+    """`items` starting `turn` places later (wrapping): each round starts one arm later, so the
+    host's drift within a round does not fall on the same arm every time."""
+    if not items:
+        return list(items)
+    turn %= len(items)
+    return list(items[turn:]) + list(items[:turn])
+
+
+def parse_result(text):
+    """The `result k=v ...` line a workload prints (numbers as floats), or None."""
+    for line in text.splitlines():
+        if line.startswith("result "):
+            out = {}
+            for kv in line.split()[1:]:
+                k, _, v = kv.partition("=")
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    out[k] = v
+            return out
+    return None
+
+
+# ---- summaries ------------------------------------------------------------------------------
+
+def quantile(sorted_values, p):
+    """The p-quantile (0..1) of sorted values, nearest rank below."""
+    return sorted_values[min(len(sorted_values) - 1, int(p * len(sorted_values)))]
+
+
+def spread(values, digits=2, suffix="x"):
+    """"median{suffix} [min, max]" of the values, or "-" without any."""
+    xs = sorted(v for v in values if v is not None)
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):.{digits}f}{suffix} [{xs[0]:.{digits}f}, {xs[-1]:.{digits}f}]"
+
+
+def markdown_table(header, rows):
+    """A Markdown table: `header` a list of column names, `rows` lists of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---- JSONL ----------------------------------------------------------------------------------
+
+def append_row(path, row):
+    """Appends one JSON object as one line (a run cut short leaves its earlier rows whole)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def read_rows(path, tool, lenient=False, check=None, rerun=None):
+    """The rows of a JSONL file (one JSON object a line; blank lines skipped). A line that does
+    not parse stops with `TOOL: PATH:LINE: why` and what to run once it is mended; `lenient` (a
+    run's own results, whose last line is half written when the run was cut short) leaves it out
+    with a note instead. `check(row)` returns what is wrong with a parsed row, or None. `rerun`
+    is the command named in that message (default: the experiment's --table on the file)."""
+    try:
+        f = open(path)
+    except OSError as e:
+        sys.exit(f"{tool}: {path}: cannot read ({e.strerror})")
+    rows = []
+    with f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                problem = None if isinstance(row, dict) else "not a JSON object"
+            except json.JSONDecodeError as e:
+                problem = f"not JSON ({e.msg})"
+            if problem is None and check is not None:
+                problem = check(row)
+            if problem is None:
+                rows.append(row)
+            elif lenient:
+                print(f"{tool}: {path}:{number}: {problem}; left out", file=sys.stderr)
+            else:
+                again = rerun or f"python3 bench/orion_bench.py {tool} --table {path}"
+                sys.exit(f"{tool}: {path}:{number}: {problem}; mend or delete that line, then "
+                         f"run: {again}")
+    return rows
