@@ -1,5 +1,5 @@
 """The models of the priority benchmark, one process per role (random weights built from configs;
-nothing is downloaded). Used by bench/priority_bench.py.
+nothing is downloaded). Used by the experiments of bench/orion_bench.py.
 
   serve MODEL [--graph] --rate R --requests N
       Poisson arrivals at R requests/s, latency measured from the scheduled arrival. Prints
@@ -15,7 +15,7 @@ nothing is downloaded). Used by bench/priority_bench.py.
       request).
       MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128).
       --request-log F writes one JSON line per request to F (queue, launch, sync, the serving
-      thread's CPU time and involuntary context switches: bench/slow_requests.py reads them).
+      thread's CPU time and involuntary context switches: bench/orion_bench.py slow-requests reads them).
   train MODEL
       Training steps until killed. Prints "ready" after warm-up, then "step T" after each step
       (T = time.monotonic() when the step's GPU work finished), and on SIGTERM or after
@@ -25,7 +25,7 @@ nothing is downloaded). Used by bench/priority_bench.py.
 
   serve MODEL --driven / train MODEL --driven
       Blocks of work on command, for an A/B of two processes served in turn
-      (bench/cpu_tax_bench.py --interleave). After warm-up prints "ready", then reads stdin:
+      (bench/orion_bench.py cpu-tax --interleave). After warm-up prints "ready", then reads stdin:
       "closed N" (serve: N requests back to back), "poisson N RATE SEED" (serve: N Poisson
       arrivals at RATE from now, latency from the scheduled arrival) or "steps N" (train);
       answers each with "block lat_ms=A,B,.. cpu_ms=C" (every request's or step's latency,
@@ -182,7 +182,7 @@ class ProfiledWindow:
                         "torch_gpu_start_us": ks[0]["ts"] if ks else None,
                         "torch_gpu_end_us": max(k["ts"] + k["dur"] for k in ks) if ks else None})
         offset = statistics.median(o["push_ns"] / 1e3 - o["torch_ts_us"] for o in out)
-        # Every kernel and launch call of the window, for bench/timing_log_summary.py --profile
+        # Every kernel and launch call of the window, for bench/orion_bench.py timing-log --profile
         # (the interposer's timing samples against the profiler's kernels, on CLOCK_MONOTONIC).
         with open(self.args.profile_out + ".kernels.json", "w") as f:
             json.dump({
