@@ -4,7 +4,7 @@
 // is what a latency-critical neighbour must be protected from.
 //
 // With --progress it also prints "ready" before the first step and "step T" after each step
-// (T = CLOCK_MONOTONIC seconds), which bench/priority_bench.py uses to measure throughput
+// (T = CLOCK_MONOTONIC seconds), which bench/orion_bench.py priority uses to measure throughput
 // inside a time window.
 //
 // With --nvtx each step is an NVTX range named "step" (the real NVTX loader from the CUDA
