@@ -1,6 +1,6 @@
 // One pass of the completion poller over its outstanding records, apart from the driver so that
 // it can be tested: which records are queried, which are kept, and when the poller looks again.
-// completion_tracker.cc runs it with cuEventQuery.
+// The poller's thread (completion_poller.cc) runs it with cuEventQuery.
 //
 // Records of one stream complete in order, so after the first record of a stream that is not
 // ready, the later ones of that stream are kept without a query, and the newest record of each

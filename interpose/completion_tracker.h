@@ -2,12 +2,14 @@
 // slot's inflight count), best-effort launches that were charged to the gate's budget, and
 // sampled launches timed with CUevents (profile + online duration estimate).
 //
-// The launch path takes a pooled record (lock-free queue), records events on the launch's
-// stream and hands the record to a background poller thread; it makes no system call and takes
-// no lock. The poller, started lazily on the first record, cuEventQuery's records, updates the
-// slot and the gate and recycles the records. With no record outstanding it sleeps until the next
-// submission; with records, when completion_poll.h's schedule says (closely only while somebody
-// is held at the gate).
+// The launch path takes a pooled record (lock-free queue, record_pool.h), records events on the
+// launch's stream and hands the record to a background poller thread (completion_tracker.cc); it
+// makes no system call and takes no lock. The poller (completion_poller.h), started lazily on the
+// first record, cuEventQuery's records and finishes the completed ones: the slot and the gate
+// updated, the timed samples and NVTX ranges reported, the records recycled
+// (completion_report.h). With no record outstanding it sleeps until the next submission; with
+// records, when completion_poll.h's schedule says (closely only while somebody is held at the
+// gate).
 //
 // Usage:
 //   PendingLaunch* p = AcquirePending(ctx, /*timed=*/true);   // may be null: pool exhausted
@@ -91,10 +93,5 @@ void CompleteNow(PendingLaunch* p);
 void ReleasePending(PendingLaunch* p);
 
 void ResetCompletionTrackerAfterFork();
-
-// Reports an NVTX range to `reg`'s ring: CPU times always; GPU times (host clock) when both are
-// known (gpu_start_ns != 0).
-void ReportRange(Registration* reg, const char* name, uint32_t depth, uint64_t cpu_start_ns,
-                 uint64_t cpu_end_ns, uint64_t gpu_start_ns, uint64_t gpu_end_ns, uint64_t stream);
 
 }  // namespace orion::interpose

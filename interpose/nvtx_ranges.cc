@@ -1,5 +1,5 @@
 // The NVTX tool side of the interposer (see nvtx_ranges.h): InitializeInjectionNvtx2, the range
-// callbacks it installs and the per-thread stacks of open ranges.
+// callbacks it installs, the per-thread stacks of open ranges and the kRange events they become.
 #include "interpose/glibc_compat.h"
 
 #define NVTX_NO_IMPL
@@ -223,6 +223,23 @@ void NVTX_API End(nvtxRangeId_t id) {
 }
 
 }  // namespace
+
+void ReportRange(Registration* reg, const char* name, uint32_t depth, uint64_t cpu_start_ns,
+                 uint64_t cpu_end_ns, uint64_t gpu_start_ns, uint64_t gpu_end_ns, uint64_t stream) {
+  contract::Event e{};
+  e.kind = contract::EventKind::kRange;
+  e.aux = depth;
+  e.cpu_ns = cpu_start_ns;
+  e.duration_ns = cpu_end_ns >= cpu_start_ns ? cpu_end_ns - cpu_start_ns : 0;
+  if (gpu_start_ns != 0) {
+    e.flags = contract::kOnHostClock;
+    e.func = gpu_start_ns;
+    e.bytes = gpu_end_ns;
+  }
+  e.stream = stream;
+  CopyTruncated(e.name, sizeof(e.name), name);
+  PushEvent(reg, e);
+}
 
 void NoteLaunchStream(CUcontext ctx, CUstream stream, bool per_thread_stream) {
   ThreadRanges& t = t_ranges;

@@ -14,13 +14,23 @@
 //   NoteLaunchStream(ctx, stream, per_thread_stream);
 #pragma once
 
+#include <stdint.h>
+
 #include "interpose/cuda_abi.h"
 
 namespace orion::interpose {
 
+struct Registration;
+
 // Remembers the calling thread's stream: ranges it opens later start there, and a range opened
 // before the thread's first launch starts at this launch. A few thread-local loads and stores.
 void NoteLaunchStream(CUcontext ctx, CUstream stream, bool per_thread_stream);
+
+// Reports an NVTX range to `reg`'s ring as a kRange event: CPU times always; GPU times (host
+// clock) when both are known (gpu_start_ns != 0). A closed range without a GPU start, and the
+// completion poller for one with (completion_report.cc).
+void ReportRange(Registration* reg, const char* name, uint32_t depth, uint64_t cpu_start_ns,
+                 uint64_t cpu_end_ns, uint64_t gpu_start_ns, uint64_t gpu_end_ns, uint64_t stream);
 
 // In a fork child: the calling thread's open ranges refer to records the child does not have.
 void ResetNvtxAfterFork();
