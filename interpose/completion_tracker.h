@@ -3,7 +3,7 @@
 // sampled launches timed with CUevents (profile + online duration estimate).
 //
 // The launch path takes a pooled record (lock-free queue, record_pool.h), records events on the
-// launch's stream and hands the record to a background poller thread (completion_tracker.cc); it
+// launch's stream and hands the record to a background poller thread (completion_poller.cc); it
 // makes no system call and takes no lock. The poller (completion_poller.h), started lazily on the
 // first record, cuEventQuery's records and finishes the completed ones: the slot and the gate
 // updated, the timed samples and NVTX ranges reported, the records recycled
@@ -28,7 +28,7 @@ struct PendingLaunch {
   // Owned events, created lazily in `ctx` and reused.
   // Every completion of a blocking-sync event wakes the driver's event thread, whether anybody
   // waits for it or not: followed with one, an eager service's every launch cost its one core
-  // 158 ms of CPU a second in that thread beside a trainer (H100, bench/follow_cost.sh). So
+  // 158 ms of CPU a second in that thread beside a trainer (H100, round 11). So
   // `done` and the timing pair are plain events, only queried, and `done_sync` (blocking sync)
   // is used where the poller may wait in the driver: a followed launch long enough to sleep
   // for (a graph, a kernel of kDriverWaitMinNs or more).

@@ -163,7 +163,7 @@ inline void CopyTruncated(char* dst, size_t dst_bytes, const char* src) {
 // poller looks at it. A trainer always has a timed sample in flight, so this is how often its
 // poller wakes, and a one-CPU pod pays for every wake: at 1 ms the trainer's step p99 rose 1.13x
 // under a cgroup cpu.max of one CPU on an H100, and at 10 ms the interposed service was still
-// throttled by the quota more often than the bare one (bench/cpu_tax_bench.py, round 13).
+// throttled by the quota more often than the bare one (bench/orion_bench.py cpu-tax, round 13).
 // ORION_LAZY_POLL_MS sets it (1 to 1000 ms).
 inline constexpr uint64_t kDefaultLazyPollNs = 50'000'000;
 
@@ -173,7 +173,7 @@ struct EnvConfig {
   bool quiet = false;     // ORION_QUIET: no stderr notes
   bool profile = false;   // ORION_PROFILE: time every launch on the GPU
   // ORION_NO_TIMING: time no launch on the GPU unless profiling (the sampled 1 in 64 included):
-  // what the timeline's own GPU timing costs, by difference (bench/cpu_tax_bench.py
+  // what the timeline's own GPU timing costs, by difference (bench/orion_bench.py cpu-tax
   // --baseline-env). Spans are then all inferred and busy seconds stay at 0.
   bool no_timing = false;
   uint32_t requested_priority = contract::kNoValue32;

@@ -16,7 +16,7 @@
 // 1.047x to 1.118x (its samples 1.080x the profiler's kernels, which now started 0.2 us before
 // the launch call returned, 0.3 us after with round 11's build; which change since moved it is
 // not known), and 1.4 us read 0.982x to 1.018x (three windows; 1.45 us: 0.997x;
-// bench/timeline_gpu.py).
+// bench/orion_bench.py timeline).
 // Which case applies is read from where the anchors put the start event on the
 // host clock: before the launch call's return, plus kIdleMarginNs for the placement's own error
 // (up to about 15 us seen on an H100 guest), means idle. The duration uses only host intervals and the

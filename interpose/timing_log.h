@@ -1,7 +1,7 @@
 // A diagnostic of the GPU timing itself: with ORION_TIMING_LOG=DIR the interposer writes
 // DIR/timing.<pid>.log, one line per timed launch and per anchor renewal, so that a run on a GPU
 // shows how a kernel's measured duration came about and how far the anchors that place GPU times
-// on the host clock move (bench/timing_log_summary.py summarises it). Off by default; written from
+// on the host clock move (python3 bench/orion_bench.py timing-log summarises it). Off by default; written from
 // the completion poller and the anchor renewal, never from the launch path.
 //
 // Lines, tab-separated, after a header "# orion-timing-log 2 pid=<pid> kernel_start_ns=<n>

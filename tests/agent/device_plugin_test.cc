@@ -54,6 +54,11 @@ TEST_F(DevicePluginTest, RegistersAndListsShares) {
   EXPECT_EQ(requests[0].endpoint(), "orion-gpu.sock");
   EXPECT_EQ(requests[0].resource_name(), "orion.io/gpu");
   EXPECT_TRUE(requests[0].options().get_preferred_allocation_available());
+  // The kubelet may call ListAndWatch before the plugin's Register call has returned to it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!plugin_->Registered() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_TRUE(plugin_->Registered());
 
   auto lists = kubelet_->lists();

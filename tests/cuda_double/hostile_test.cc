@@ -90,12 +90,12 @@ TEST_F(HostileTenantTest, TheBoardIsOutOfReachAndGateLiesAreBounded) {
   std::vector<std::string> hp_env = env_, be_env = env_;
   hp_env.push_back("ORION_PRIORITY=high");
   be_env.push_back("ORION_PRIORITY=best-effort");
-  constexpr double kTrainSeconds = 5.0;
+  constexpr double kTrainSeconds = 8.0;
   const double started = NowS();
   const pid_t service = StartProcess({ORION_SAMPLE_INFER, "--rate", "200", "--requests", "1000",
                                       "--kernels", "2", "--kernel-us", "300"},
                                      hp_env, dir_ + "/service.log");
-  const pid_t trainer = StartProcess({ORION_SAMPLE_TRAIN, "--seconds", "5", "--kernels", "8",
+  const pid_t trainer = StartProcess({ORION_SAMPLE_TRAIN, "--seconds", "8", "--kernels", "8",
                                       "--kernel-us", "1000"},
                                      be_env, dir_ + "/trainer.log");
   pids_.push_back(service);
@@ -202,10 +202,13 @@ TEST_F(HostileTenantTest, TheBoardIsOutOfReachAndGateLiesAreBounded) {
   EXPECT_EQ(board.slots[reply.slot].priority.load(),
             static_cast<uint32_t>(c::Priority::kBestEffort));
 
-  // The victims' own counters kept counting; after one policy tick the trainer runs again.
-  usleep(200'000);
+  // The victims' own counters kept counting; after a policy tick the trainer runs again (it is
+  // given a few half-second windows to get back to half its rate: a loaded machine is slow).
   EXPECT_GT(service_counters->launches.load(), 0u);
-  const double rate_after = rate(0.5);
+  double rate_after = 0;
+  for (const double t0 = NowS(); rate_after <= rate_before / 2 && NowS() - t0 < 3.0;) {
+    rate_after = rate(0.5);
+  }
   EXPECT_GT(rate_after, rate_before / 2) << "the trainer is still held";
 
   // Nobody is held forever: the trainer ends, the service finishes, the server is up and said

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,8 +59,25 @@ class SamplesOnDoubleTest : public ::testing::Test {
     return pid;
   }
 
-  static SampleRun Finish(pid_t pid, int fd) {
+  // Reads `fd` until its output holds `text` or `seconds` pass; what it read, for Finish.
+  static std::string ReadUntil(int fd, const std::string& text, int seconds) {
+    std::string read_so_far;
+    char buffer[4096];
+    for (int waited_ms = 0;
+         read_so_far.find(text) == std::string::npos && waited_ms < seconds * 1000;
+         waited_ms += 50) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = read(fd, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      read_so_far.append(buffer, n);
+    }
+    return read_so_far;
+  }
+
+  static SampleRun Finish(pid_t pid, int fd, std::string already_read = "") {
     SampleRun run;
+    run.output = std::move(already_read);
     char buffer[4096];
     ssize_t n;
     while ((n = read(fd, buffer, sizeof(buffer))) > 0) run.output.append(buffer, n);
@@ -104,11 +122,15 @@ TEST_F(SamplesOnDoubleTest, InferLatencyGrowsBesideATrainer) {
   // half a kernel before its own kernels run, and more when it lands behind a whole step.
   int train_fd = -1;
   const pid_t trainer = Start(
-      {ORION_SAMPLE_TRAIN, "--seconds", "4", "--kernels", "10", "--kernel-us", "5000"}, &train_fd);
+      {ORION_SAMPLE_TRAIN, "--seconds", "4", "--kernels", "10", "--kernel-us", "5000",
+       "--progress"},
+      &train_fd);
   ASSERT_GT(trainer, 0);
-  usleep(300'000);
+  // The trainer's first step done: its kernels are on the device from here on.
+  std::string train_head = ReadUntil(train_fd, "step ", 10);
+  ASSERT_NE(train_head.find("step "), std::string::npos) << train_head;
   const SampleRun shared = RunToEnd(kInfer);
-  const SampleRun train = Finish(trainer, train_fd);
+  const SampleRun train = Finish(trainer, train_fd, std::move(train_head));
   ASSERT_EQ(shared.status, 0) << shared.output;
   ASSERT_EQ(train.status, 0) << train.output;
   EXPECT_GT(Number(train, "steps"), 10) << train.output;
