@@ -3,12 +3,16 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -18,26 +22,56 @@ namespace {
 
 bool IsHex(char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }
 
-// Pod UIDs are 8-4-4-4-12 hex; the systemd cgroup driver writes '_' for '-'.
-std::string FindPodUid(absl::string_view path) {
-  size_t pos = 0;
-  while ((pos = path.find("pod", pos)) != absl::string_view::npos) {
-    pos += 3;
-    std::string uid;
-    size_t i = pos;
-    while (i < path.size() && (IsHex(path[i]) || path[i] == '-' || path[i] == '_')) {
-      uid.push_back(path[i] == '_' ? '-' : path[i]);
-      ++i;
-    }
-    if (uid.size() == 36 && uid[8] == '-' && uid[13] == '-' && uid[18] == '-' && uid[23] == '-') {
-      return uid;
-    }
+// 8-4-4-4-12 hex digits with `sep` between the groups.
+bool IsUid(absl::string_view s, char sep) {
+  if (s.size() != 36) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? s[i] != sep : !IsHex(s[i])) return false;
   }
-  return {};
+  return true;
 }
 
-// The container id is the last run of 64 hex digits in the path (after docker-, cri-containerd-,
-// crio- prefixes or as a bare directory name).
+// The pod UID if `c` is a kubelet pod cgroup (`parent` is the component before it, "" if none):
+// cgroupfs "pod<uid>" under kubepods, its QoS folder or a cgroup namespace's "..", or systemd
+// "<...>kubepods[-burstable|-besteffort]-pod<uid with _>.slice".
+std::string PodUidOf(absl::string_view c, absl::string_view parent) {
+  if (absl::ConsumePrefix(&c, "pod")) {
+    const bool under_kubepods = parent == "kubepods" || parent == "burstable" ||
+                                parent == "besteffort" || parent == "..";
+    return under_kubepods && IsUid(c, '-') ? std::string(c) : std::string();
+  }
+  if (!absl::ConsumeSuffix(&c, ".slice")) return {};
+  const size_t at = c.rfind("-pod");
+  if (at == absl::string_view::npos) return {};
+  const absl::string_view prefix = c.substr(0, at);
+  const absl::string_view uid = c.substr(at + 4);
+  if (!IsUid(uid, '_')) return {};
+  if (!absl::EndsWith(prefix, "kubepods") && !absl::EndsWith(prefix, "kubepods-burstable") &&
+      !absl::EndsWith(prefix, "kubepods-besteffort")) {
+    return {};
+  }
+  std::string out(uid);
+  std::replace(out.begin(), out.end(), '_', '-');
+  return out;
+}
+
+// The container id if `c` is a container's cgroup below a pod's: "<id>" or "crio-<id>"
+// (cgroupfs), "<runtime>-<id>.scope" (systemd). Anything else (e.g. crio-conmon-<id>.scope, the
+// monitor process) is not a container.
+std::string ContainerIdOf(absl::string_view c) {
+  absl::ConsumeSuffix(&c, ".scope");
+  for (absl::string_view prefix : {"cri-containerd-", "crio-", "docker-"}) {
+    if (absl::ConsumePrefix(&c, prefix)) break;
+  }
+  if (c.size() != 64) return {};
+  for (char ch : c) {
+    if (!IsHex(ch)) return {};
+  }
+  return std::string(c);
+}
+
+// Outside pods: the last run of 64 hex digits (docker-<id>.scope, /docker/<id>).
 std::string FindContainerId(absl::string_view path) {
   std::string best;
   size_t i = 0;
@@ -54,6 +88,12 @@ std::string FindContainerId(absl::string_view path) {
   return best;
 }
 
+// A path that a reader would take for a pod's: worth a log line when it is not recognised.
+bool LooksLikePod(absl::string_view path) {
+  return absl::StrContains(path, "kubepods") || absl::StrContains(path, "/pod") ||
+         absl::StrContains(path, "-pod");
+}
+
 std::string ReadSmallFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return {};
@@ -66,6 +106,8 @@ std::string ReadSmallFile(const std::string& path) {
 
 CgroupIdentity ParseCgroupFile(const std::string& text) {
   CgroupIdentity id;
+  std::string first_path;  // the unified (v2) line's path if there is one, else the first
+  std::string container_outside;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     // "hierarchy-ID:controllers:path"; the path may itself contain ':'.
     const size_t first = line.find(':');
@@ -73,9 +115,27 @@ CgroupIdentity ParseCgroupFile(const std::string& text) {
     const size_t second = line.find(':', first + 1);
     if (second == absl::string_view::npos) continue;
     const absl::string_view path = line.substr(second + 1);
-    if (id.pod_uid.empty()) id.pod_uid = FindPodUid(path);
-    if (id.container_id.empty()) id.container_id = FindContainerId(path);
-    if (!id.pod_uid.empty() && !id.container_id.empty()) break;
+    if (path.empty()) continue;
+    if (first_path.empty() || line.substr(0, second) == "0:") first_path = std::string(path);
+    std::vector<absl::string_view> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
+    for (size_t i = 0; i < parts.size(); ++i) {
+      std::string uid = PodUidOf(parts[i], i > 0 ? parts[i - 1] : absl::string_view());
+      if (uid.empty()) continue;
+      id.pod_uid = std::move(uid);
+      if (i + 1 < parts.size()) id.container_id = ContainerIdOf(parts[i + 1]);
+      return id;
+    }
+    if (container_outside.empty()) container_outside = FindContainerId(path);
+  }
+  id.container_id = container_outside;
+  if (first_path.empty()) {
+    id.reason = "not in a pod: no cgroup path";
+  } else if (LooksLikePod(first_path)) {
+    id.reason = absl::StrCat("not in a pod: cgroup path ", first_path,
+                             " is not a kubelet pod layout (cgroupfs .../kubepods/[qos/]pod<uid>/"
+                             "<id> or systemd ...kubepods[-qos]-pod<uid>.slice/<runtime>-<id>.scope)");
+  } else {
+    id.reason = absl::StrCat("not in a pod: cgroup path ", first_path);
   }
   return id;
 }
@@ -88,6 +148,12 @@ PeerIdentity IdentifyPid(pid_t pid, uid_t uid, gid_t gid, const std::string& pro
   const std::string base = absl::StrCat(proc_root, "/", pid);
   id.process_name = std::string(absl::StripTrailingAsciiWhitespace(ReadSmallFile(base + "/comm")));
   id.cgroup = ParseCgroupFile(ReadSmallFile(base + "/cgroup"));
+  // A path that names a pod in some other way is never guessed at: the client is treated as not
+  // in a pod (no pod priority), and the operator sees why.
+  if (id.cgroup.pod_uid.empty() && absl::StrContains(id.cgroup.reason, "kubelet pod layout")) {
+    std::fprintf(stderr, "orion-server: pid %d (%s): %s\n", static_cast<int>(pid),
+                 id.process_name.c_str(), id.cgroup.reason.c_str());
+  }
   return id;
 }
 
