@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import statistics
+import resource
 import subprocess
 import sys
 import tempfile
@@ -96,8 +97,18 @@ class Bench:
         self.server = None
 
     def start_server(self):
-        self.server = harness.Server(self.bundle, self.work, self.log,
-                                     prefix=harness.taskset(SERVER_CPU)).start()
+        # A node's server is usually free to run on any core, the pod's own included.
+        cpus = self.args.server_cpus
+        prefix = () if cpus == "any" else harness.taskset(cpus)
+        self.server = harness.Server(self.bundle, self.work, self.log, prefix=prefix).start()
+
+    def server_cpu_ms(self):
+        """CPU time orion-server has used so far (all threads), in ms."""
+        try:
+            fields = open(f"/proc/{self.server.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return float("nan")
 
     def command(self, argv, interposer, priority, slot=0):
         prefix = self.prefixes[slot]
@@ -116,9 +127,17 @@ class Bench:
                     PYTHONUNBUFFERED="1")
 
     def run(self, argv, interposer, priority, timeout=300):
+        """The job's output. self.last_os holds what the OS saw of it: the whole process's
+        voluntary and involuntary context switches (all its threads, from the children's rusage)
+        and the server's CPU while it ran."""
         env = self.env()
         cmd = self.command(argv, interposer, priority)
+        before, server_before = resource.getrusage(resource.RUSAGE_CHILDREN), self.server_cpu_ms()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        after, server_after = resource.getrusage(resource.RUSAGE_CHILDREN), self.server_cpu_ms()
+        self.last_os = dict(nvcsw=after.ru_nvcsw - before.ru_nvcsw,
+                            nivcsw=after.ru_nivcsw - before.ru_nivcsw,
+                            server_cpu_ms=round(server_after - server_before, 1))
         self.log.write(f"$ {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}\n")
         self.log.flush()
         return p.stdout
@@ -128,7 +147,10 @@ class Bench:
             (" +nvtx" if self.args.nvtx else "")
 
     def record(self, row):
-        row.update(limit=self.args.limit, limit_note=self.limit_note, time=time.time())
+        row.update(limit=self.args.limit, limit_note=self.limit_note, time=time.time(),
+                   server_cpus=self.args.server_cpus)
+        if not self.args.interleave and getattr(self, "last_os", None):
+            row.update(self.last_os)
         if self.args.baseline_interposer:
             row["baseline"] = os.path.basename(self.args.baseline_interposer)
         if self.args.baseline_env:
@@ -375,6 +397,18 @@ def render(path):
                 lines.append(f"| {role} ({model}) | {m} | {statistics.median(bare):.3f} | "
                              f"{statistics.median(withi):.3f} | "
                              f"{harness.spread(ratios, 3, '')} |")
+            # What the OS saw of each run (sequential runs): context switches of the whole
+            # process, and the CPU orion-server used meanwhile.
+            for m, label in (("nivcsw", "involuntary context switches"),
+                             ("nvcsw", "voluntary context switches"),
+                             ("server_cpu_ms", "orion-server CPU ms")):
+                if all(m in p[i] for p in pairs for i in (False, True)):
+                    bare = [p[False][m] for p in pairs]
+                    withi = [p[True][m] for p in pairs]
+                    ratios = [w / b for w, b in zip(withi, bare) if b > 0]
+                    lines.append(f"| {role} ({model}) | {label} | {statistics.median(bare):.0f} | "
+                                 f"{statistics.median(withi):.0f} | "
+                                 f"{harness.spread(ratios, 3, '') if ratios else '-'} |")
             if "throttled_ms" in pairs[0][False]:  # a cgroup's quota stalls, summed
                 sums = [sum(p[i]["throttled_ms"] for p in pairs) for i in (False, True)]
                 periods = [sum(p[i]["nr_throttled"] for p in pairs) for i in (False, True)]
@@ -401,6 +435,9 @@ def main(argv=None):
     p.add_argument("--cpus", default="2,3",
                    help="--limit taskset: the jobs' core (the first), and the second arm's with "
                         "--interleave (orion-server runs on core 0)")
+    p.add_argument("--server-cpus", default=SERVER_CPU,
+                   help="cores orion-server is pinned to (default 0), or 'any': not pinned, as a "
+                        "node's server usually is next to a pod")
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--load", type=float, default=0.5)
     p.add_argument("--train-steps", type=int, default=60)

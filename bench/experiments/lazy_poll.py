@@ -43,6 +43,9 @@ def main(argv=None):
     p.add_argument("--core", default="2")
     p.add_argument("--window", type=float, default=10, help="seconds read per run")
     p.add_argument("--admin-port", type=int, default=50083)
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="also set this in every interposed arm (repeatable; e.g. "
+                        "ORION_POLLER_IDLE=0); the rows carry it as their 'env' tag")
     args = p.parse_args(argv)
     jobs = [j for j in args.jobs.split(",") if j]
     for job in jobs:
@@ -66,12 +69,14 @@ def main(argv=None):
                 for arm in harness.rotated(arms, rnd - 1):
                     lazy = "" if arm == "bare" else arm.partition("-")[2]
                     wrap = [] if arm == "bare" else (
-                        ["env", f"ORION_LAZY_POLL_MS={lazy}"] + harness.orion_run(bundle, priority))
+                        ["env", f"ORION_LAZY_POLL_MS={lazy}", *args.env]
+                        + harness.orion_run(bundle, priority))
                     print(f"lazy-poll: round {rnd}, {job}, {arm}", file=sys.stderr)
                     r = subprocess.run(harness.experiment_command(
                         "thread-cpu", "--after", "12", "--window", f"{args.window:g}", "--json",
                         "--tag", f"job={job}", "--tag", f"arm={arm}", "--tag", f"lazy_ms={lazy}",
-                        "--tag", f"round={rnd}", "--tag", f"core={args.core}", "--",
+                        "--tag", f"round={rnd}", "--tag", f"core={args.core}",
+                        "--tag", f"env={' '.join(args.env)}", "--",
                         *harness.taskset(args.core), *wrap, sys.executable, harness.MODELS,
                         *model), env=env, stdout=subprocess.PIPE, text=True)
                     if r.returncode != 0:

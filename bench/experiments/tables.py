@@ -31,7 +31,8 @@ ANSWERS = ("keeps the docs' result tables equal to what their JSONL in docs/data
 BLOCK = re.compile(r"(<!-- generated: (?P<cmd>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)",
                    re.S)
 COMMAND = re.compile(r"^python3 bench/orion_bench\.py (?P<experiment>[a-z][a-z-]*) "
-                     r"--table (?P<data>docs/data/[\w./-]+\.jsonl)$")
+                     r"--table (?P<data>docs/data/[\w./-]+\.jsonl)"
+                     r"(?P<options>( --[a-z][a-z-]*( [\w.,=-]+)?)*)$")
 DEFAULT = ("docs/benchmarks.md", "README.md")
 
 
@@ -39,7 +40,7 @@ def render(command, where):
     m = COMMAND.match(command)
     if not m:
         sys.exit(f"tables: {where}: '{command}' is not 'python3 bench/orion_bench.py EXPERIMENT "
-                 f"--table docs/data/FILE.jsonl'; mend the marker, then run: "
+                 f"--table docs/data/FILE.jsonl [--OPTION [VALUE]]...'; mend the marker, then run: "
                  f"python3 bench/orion_bench.py tables")
     data = os.path.join(harness.ROOT, m["data"])
     if not os.path.isfile(data):
@@ -48,7 +49,9 @@ def render(command, where):
     with tempfile.TemporaryDirectory() as tmp:
         copy = os.path.join(tmp, os.path.basename(data))
         shutil.copyfile(data, copy)
-        out = subprocess.run(harness.experiment_command(m["experiment"], "--table", copy),
+        options = m["options"].split()
+        out = subprocess.run(harness.experiment_command(m["experiment"], "--table", copy,
+                                                        *options),
                              capture_output=True, text=True, cwd=tmp)
     if out.returncode != 0:
         # The data file's own name in the message, not the copy's.
