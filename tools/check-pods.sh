@@ -36,26 +36,38 @@ CTR=(ctr -a "${SOCK}" -n k8s.io)
 START_S=$(date +%s.%N)
 CONTAINERD_PID=""
 fail() { echo "check-pods: FAILED: $*" >&2; exit 1; }
-step() { echo "== $*"; }
+step() { echo "== [$(printf '%.1f' "$(echo "$(date +%s.%N) - ${START_S}" | bc)") s] $*"; }
 
 # --- cleanup, however the check ends -------------------------------------------------------
 cleanup() {
   local rc=$?
   set +e
-  if [[ -n "${KUBELET_PID:-}" ]]; then kill "${KUBELET_PID}" 2> /dev/null; wait "${KUBELET_PID}" 2> /dev/null; fi
+  # The test kubelet removes its pods when stopped (SIGTERM); what it leaves in 15 s is removed
+  # below.
+  if [[ -n "${KUBELET_PID:-}" ]] && kill -0 "${KUBELET_PID}" 2> /dev/null; then
+    kill "${KUBELET_PID}" 2> /dev/null
+    for _ in $(seq 150); do kill -0 "${KUBELET_PID}" 2> /dev/null || break; sleep 0.1; done
+    kill -9 "${KUBELET_PID}" 2> /dev/null
+    wait "${KUBELET_PID}" 2> /dev/null
+  fi
   if [[ ${rc} -ne 0 && -f "${WORK}/containerd.log" ]]; then
     echo "--- containerd log (last 25 lines)" >&2
     tail -n 25 "${WORK}/containerd.log" >&2
   fi
-  # Containers still there (a failed check): killed and deleted through runc's own state.
+  # Containers still there (a failed or interrupted check): killed and deleted through runc's own
+  # state (the shim's runc root is RUNC_ROOT/k8s.io/<namespace>).
   if [[ -d "${RUNC_ROOT}" ]]; then
-    for ns in "${RUNC_ROOT}"/*; do
-      [[ -d "${ns}" ]] || continue
-      for id in $(runc --root "${ns}" list -q 2> /dev/null); do
-        runc --root "${ns}" kill "${id}" KILL 2> /dev/null
-        runc --root "${ns}" delete -f "${id}" 2> /dev/null
+    while read -r state; do
+      local rroot id
+      rroot="$(dirname "$(dirname "${state}")")"
+      id="$(basename "$(dirname "${state}")")"
+      runc --root "${rroot}" kill "${id}" KILL 2> /dev/null
+      for _ in $(seq 20); do
+        [[ "$(runc --root "${rroot}" state "${id}" 2> /dev/null | grep -o '"status": "[a-z]*"')" == *running* ]] || break
+        sleep 0.1
       done
-    done
+      runc --root "${rroot}" delete -f "${id}" 2> /dev/null
+    done < <(find "${RUNC_ROOT}" -name state.json 2> /dev/null)
   fi
   if [[ -n "${CONTAINERD_PID}" ]] && kill -0 "${CONTAINERD_PID}" 2> /dev/null; then
     kill "${CONTAINERD_PID}"
@@ -84,6 +96,13 @@ cleanup() {
     rmdir "${ctrl}/kubepods/besteffort" "${ctrl}/kubepods/burstable" "${ctrl}/kubepods" 2> /dev/null
   done
   rm -rf "${WORK}/containerd/root" "${WORK}/containerd/state" 2> /dev/null
+  # Sockets of shims that were killed (a failed or interrupted check) stay behind: those this
+  # check's run added that no process has bound any more.
+  for f in /run/containerd/s/*; do
+    [[ -S "${f}" ]] || continue
+    grep -qxF "${f##*/}" <<< "${SHIM_SOCKETS_BEFORE:-}" && continue
+    grep -qF " ${f}" /proc/net/unix || rm -f "${f}"
+  done
   # containerd's shim socket folder, when this check created it and it is empty now.
   if [[ "${RUN_CONTAINERD_EXISTED:-1}" == 0 ]]; then rmdir /run/containerd/s /run/containerd 2> /dev/null; fi
   if [[ ${rc} -eq 0 ]]; then
@@ -122,6 +141,7 @@ rm -rf "${WORK}"
 mkdir -p "${WORK}/containerd" "${WORK}/cni/bin" "${WORK}/cni/conf" "${RUNC_ROOT}" \
   "${NODE}/run/orion" "${NODE}/var/lib/orion" "${NODE}/var/lib/kubelet/device-plugins"
 
+SHIM_SOCKETS_BEFORE="$(ls /run/containerd/s 2> /dev/null || true)"
 RUN_CONTAINERD_EXISTED=0
 [[ -e /run/containerd ]] && RUN_CONTAINERD_EXISTED=1
 # --- containerd ---------------------------------------------------------------------------
@@ -208,6 +228,7 @@ echo "sample image (mmdebstrap essential + libstdc++6) built and imported in $(e
 "${CTR[@]}" images ls -q | sed 's/^/  /'
 
 # --- the chart ------------------------------------------------------------------------------
+step "chart"
 read -r ADMIN_PORT METRICS_PORT HEALTH_PORT < <(/usr/bin/python3 -c '
 import socket
 s = [socket.socket() for _ in range(3)]
@@ -222,11 +243,14 @@ print(*[x.getsockname()[1] for x in s])')
 echo "chart rendered (host folders under ${NODE}; admin :${ADMIN_PORT}, metrics :${METRICS_PORT}, agent health :${HEALTH_PORT})"
 
 # --- the kubelet's part ---------------------------------------------------------------------
+step "test kubelet (CRI client, device plugin registration, API server)"
 /usr/bin/python3 "${ROOT}/tools/cri/kubelet.py" --cri "${SOCK}" --work "${WORK}" --root "${ROOT}" \
   --build "${BUILD}" --rendered "${WORK}/chart.yaml" \
   --sample-image localhost/orion-check/sample-base:1 --node-root "${NODE}" \
   --run-dir "${NODE}/run/orion" --lib-dir "${NODE}/var/lib/orion" \
   --dp-dir "${NODE}/var/lib/kubelet/device-plugins" --admin-port "${ADMIN_PORT}" &
 KUBELET_PID=$!
-wait "${KUBELET_PID}"
+rc=0
+wait "${KUBELET_PID}" || rc=$?
 KUBELET_PID=""
+[[ ${rc} -eq 0 ]] || fail "the test kubelet (tools/cri/kubelet.py) failed, exit status ${rc}"

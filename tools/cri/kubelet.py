@@ -325,7 +325,7 @@ class Kubelet:
             raise CheckFailed(f"CRI {name} failed: {e.code().name}: {e.details()}") from None
 
     # -- sandboxes and containers
-    def run_sandbox(self, name, namespace, uid, qos, host_pid, annotations):
+    def run_sandbox(self, name, namespace, uid, qos, host_pid, annotations, handler=""):
         pb = self.pb
         parent = "/kubepods" + ("" if qos == "guaranteed" else f"/{qos}") + f"/pod{uid}"
         logdir = os.path.join(self.args.work, "logs", f"{namespace}_{name}_{uid}")
@@ -340,7 +340,8 @@ class Kubelet:
                 security_context=pb.LinuxSandboxSecurityContext(
                     namespace_options=pb.NamespaceOption(
                         network=pb.NODE, pid=pb.NODE if host_pid else pb.POD, ipc=pb.POD))))
-        sid = self.cri("RunPodSandbox", self.rt, pb.RunPodSandboxRequest(config=config)).pod_sandbox_id
+        sid = self.cri("RunPodSandbox", self.rt, pb.RunPodSandboxRequest(
+            config=config, runtime_handler=handler)).pod_sandbox_id
         self.sandboxes.append((sid, uid, parent))
         return sid, config
 
@@ -554,6 +555,7 @@ def translate_node_pod(docs, node_root, work, api, kubelet):
     return {"uid": uid, "name": ds["metadata"]["name"] + "-x7k2p",
             "namespace": ds["metadata"].get("namespace", "default"),
             "host_pid": bool(spec.get("hostPID")), "containers": containers,
+            "runtime_handler": spec.get("runtimeClassName", ""),
             "fields": sorted(set(spec) - POD_FIELDS_SCHEDULING),
             "scheduling": sorted(set(spec) & POD_FIELDS_SCHEDULING),
             "volumes": {v["name"]: (set(v) - {"name"}).pop() for v in spec.get("volumes", [])}}
@@ -602,6 +604,8 @@ def main():
         ap.add_argument(a, required=True)
     ap.add_argument("--admin-port", default="50051")
     args = ap.parse_args()
+    # Stopped by check-pods.sh's cleanup: remove the pods on the way out (finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("check-pods: test kubelet stopped (SIGTERM)"))
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="orion-cri-stubs-")
     mods = gen_stubs(args.root, tmp)
@@ -657,7 +661,8 @@ def run(args, kubelet, api, plugins, mods):
         image = kubelet.image_present(c["image"])
         log(f"image {c['image']} present: {image.id[:19]}, {image.size >> 20} MiB")
     sid, sconf = kubelet.run_sandbox(node_pod["name"], node_pod["namespace"], node_pod["uid"],
-                                     "burstable", node_pod["host_pid"], {})
+                                     "burstable", node_pod["host_pid"], {},
+                                     node_pod["runtime_handler"])
     node_pod["sid"], node_pod["sconf"] = sid, sconf
     cids = {}
     for c in node_pod["containers"]:
