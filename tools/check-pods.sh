@@ -26,6 +26,12 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "check-pods: skipped: needs root (it runs containerd and runc, and mounts)"
   exit 0
 fi
+# One run at a time per build folder (a second waits for the first, at most 10 minutes).
+exec 9> "${BUILD}/check-pods.lock"
+if ! flock -w 600 9; then
+  echo "check-pods: FAILED: another check-pods run still holds ${BUILD}/check-pods.lock" >&2
+  exit 1
+fi
 VERSION="$(head -n1 "${ROOT}/VERSION")"
 IMAGE_TAR="${BUILD}/image/orion-gpu-share-${VERSION}.tar"
 WORK="${BUILD}/check-pods"
@@ -180,7 +186,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         SystemdCgroup = false
         Root = "${RUNC_ROOT}/k8s.io"
 TOML
-containerd --config "${WORK}/containerd/config.toml" > "${WORK}/containerd.log" 2>&1 &
+containerd --config "${WORK}/containerd/config.toml" > "${WORK}/containerd.log" 2>&1 9>&- &
 CONTAINERD_PID=$!
 for _ in $(seq 100); do
   [[ -S "${SOCK}" ]] && "${CTR[@]}" version > /dev/null 2>&1 && break
@@ -248,7 +254,7 @@ step "test kubelet (CRI client, device plugin registration, API server)"
   --build "${BUILD}" --rendered "${WORK}/chart.yaml" \
   --sample-image localhost/orion-check/sample-base:1 --node-root "${NODE}" \
   --run-dir "${NODE}/run/orion" --lib-dir "${NODE}/var/lib/orion" \
-  --dp-dir "${NODE}/var/lib/kubelet/device-plugins" --admin-port "${ADMIN_PORT}" &
+  --dp-dir "${NODE}/var/lib/kubelet/device-plugins" --admin-port "${ADMIN_PORT}" 9>&- &
 KUBELET_PID=$!
 rc=0
 wait "${KUBELET_PID}" || rc=$?

@@ -15,6 +15,8 @@ PACKAGES=(
                         # recommended by clang), llvm-symbolizer for readable crash stacks
   chromium              # the timeline page drawn headless (tests/tools/timeline_html_test.sh)
   graphviz              # dot: docs/img/architecture.svg from docs/architecture.dot (tools/gen-docs.py)
+  containerd runc bc python3-grpcio python3-grpc-tools python3-yaml  # tools/check-pods.sh: real
+                        # containers through CRI, the test kubelet in Python (Debian's gRPC)
 )
 # Node.js + npm for the schema validation of the Helm chart's rendered manifests; a machine that
 # already has them (from another source than Debian) keeps its own.

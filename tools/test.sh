@@ -21,6 +21,9 @@ if [[ $(id -u) -eq 0 ]]; then
 else
   echo "test.sh: not root: the image build and its checks (tools/build-image.sh) are skipped"
 fi
+# The chart's node pod and sharing pods in real containers (containerd + runc, the check as the
+# kubelet over CRI; root, else it says it was skipped).
+bash tools/check-pods.sh build
 # libFuzzer targets (tests/fuzz) for ORION_FUZZ_SECONDS each, then the test suites under ASan and
 # UBSan, then the lock-free and threaded interposer code under TSan (own build folders:
 # build-fuzz, build-asan, build-tsan).
