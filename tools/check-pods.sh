@@ -41,6 +41,11 @@ RUNC_ROOT="${WORK}/runc"
 CTR=(ctr -a "${SOCK}" -n k8s.io)
 START_S=$(date +%s.%N)
 CONTAINERD_PID=""
+# What was there before this run (cleanup removes only what the run added).
+SHIM_SOCKETS_BEFORE="$(ls /run/containerd/s 2> /dev/null || true)"
+KUBEPODS_BEFORE="$(ls -d /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods 2> /dev/null || true)"
+RUN_CONTAINERD_EXISTED=0
+[[ -e /run/containerd ]] && RUN_CONTAINERD_EXISTED=1
 fail() { echo "check-pods: FAILED: $*" >&2; exit 1; }
 step() { echo "== [$(printf '%.1f' "$(echo "$(date +%s.%N) - ${START_S}" | bc)") s] $*"; }
 
@@ -95,11 +100,17 @@ cleanup() {
     for m in ${mounts}; do umount "${m}" 2> /dev/null || umount -l "${m}" 2> /dev/null; done
     sleep 0.2
   done
-  # Pod cgroups (cgroupfs driver) the runtime left.
-  for ctrl in /sys/fs/cgroup/*; do
-    [[ -d "${ctrl}/kubepods" ]] || continue
-    find "${ctrl}/kubepods" -depth -type d -path '*/pod*' -exec rmdir {} \; 2> /dev/null
-    rmdir "${ctrl}/kubepods/besteffort" "${ctrl}/kubepods/burstable" "${ctrl}/kubepods" 2> /dev/null
+  # The cgroups of this run's pods (cgroupfs driver; tools/cri/kubelet.py lists them), then the
+  # kubepods and QoS folders this run created, if empty.
+  for root in /sys/fs/cgroup /sys/fs/cgroup/*; do
+    [[ -d "${root}/kubepods" ]] || continue
+    if [[ -f "${WORK}/pod-cgroups" ]]; then
+      while read -r pod; do
+        [[ -d "${root}${pod}" ]] && find "${root}${pod}" -depth -type d -exec rmdir {} \; 2> /dev/null
+      done < "${WORK}/pod-cgroups"
+    fi
+    grep -qxF "${root}/kubepods" <<< "${KUBEPODS_BEFORE:-}" ||
+      rmdir "${root}/kubepods/besteffort" "${root}/kubepods/burstable" "${root}/kubepods" 2> /dev/null
   done
   rm -rf "${WORK}/containerd/root" "${WORK}/containerd/state" 2> /dev/null
   # Sockets of shims that were killed (a failed or interrupted check) stay behind: those this
@@ -147,9 +158,6 @@ rm -rf "${WORK}"
 mkdir -p "${WORK}/containerd" "${WORK}/cni/bin" "${WORK}/cni/conf" "${RUNC_ROOT}" \
   "${NODE}/run/orion" "${NODE}/var/lib/orion" "${NODE}/var/lib/kubelet/device-plugins"
 
-SHIM_SOCKETS_BEFORE="$(ls /run/containerd/s 2> /dev/null || true)"
-RUN_CONTAINERD_EXISTED=0
-[[ -e /run/containerd ]] && RUN_CONTAINERD_EXISTED=1
 # --- containerd ---------------------------------------------------------------------------
 step "containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1 {print $3}')"
 cat > "${WORK}/containerd/config.toml" <<TOML

@@ -328,6 +328,9 @@ class Kubelet:
     def run_sandbox(self, name, namespace, uid, qos, host_pid, annotations, handler=""):
         pb = self.pb
         parent = "/kubepods" + ("" if qos == "guaranteed" else f"/{qos}") + f"/pod{uid}"
+        # check-pods.sh's cleanup removes the cgroups of these pods, and of no others.
+        with open(os.path.join(self.args.work, "pod-cgroups"), "a") as f:
+            f.write(parent + "\n")
         logdir = os.path.join(self.args.work, "logs", f"{namespace}_{name}_{uid}")
         os.makedirs(logdir, exist_ok=True)
         config = pb.PodSandboxConfig(
@@ -414,8 +417,9 @@ class Kubelet:
 
 def remove_cgroup(parent):
     """The kubelet removes a pod's cgroup folders once its containers are gone."""
-    for ctrl in os.listdir("/sys/fs/cgroup"):
-        path = f"/sys/fs/cgroup/{ctrl}{parent}"
+    roots = ["/sys/fs/cgroup"] + [f"/sys/fs/cgroup/{c}" for c in os.listdir("/sys/fs/cgroup")]
+    for root in roots:  # cgroup v2 only: the root itself; v1: one folder per controller
+        path = f"{root}{parent}"
         if os.path.isdir(path):
             try:
                 os.rmdir(path)
@@ -794,11 +798,17 @@ def run(args, kubelet, api, plugins, mods):
         raise CheckFailed(f"{plain['name']}: liborion_interpose is loaded")
     if "libcuda.so.1" not in maps:
         raise CheckFailed(f"{plain['name']}: libcuda (the test double) is not loaded")
+    with open(f"/proc/{plain['pid']}/environ", "rb") as f:
+        environ = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    given = sorted(k.decode() for k in environ if k in (b"LD_PRELOAD", b"ORION_SOCKET",
+                                                         b"NVTX_INJECTION64_PATH"))
+    if given:
+        raise CheckFailed(f"{plain['name']}: its environment has {given}")
     clients = ctl_clients(args, token_file) or []
     if any(c.get("podUid", c.get("pod_uid")) == plain["uid"] for c in clients):
         raise CheckFailed(f"{plain['name']}: the server lists it as a client")
     log(f"{plain['name']}: pid {plain['pid']} maps libcuda.so.1 (double), no "
-        f"liborion_interpose; not a client of the server")
+        f"liborion_interpose, no LD_PRELOAD/ORION_SOCKET; not a client of the server")
     for key, p in gpu_pods.items():
         with open(f"/proc/{p['pid']}/maps") as f:
             if "liborion_interpose" not in f.read():
