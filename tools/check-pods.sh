@@ -218,7 +218,7 @@ make_image() {
     --config.env=PATH=/usr/local/bin:/usr/bin:/bin
   skopeo copy --quiet "oci:${dir}/oci:1" "docker-archive:${dir}/image.tar:${name}:1"
   "${CTR[@]}" images import "${dir}/image.tar" > /dev/null || fail "ctr could not import ${name}"
-  rm -rf "${dir}/layer.tar" "${dir}/oci"
+  rm -rf "${dir}"
 }
 step "images"
 mkdir -p "${WORK}/pause-rootfs"
