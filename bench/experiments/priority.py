@@ -175,6 +175,29 @@ def against_alone(row, alone):
     return row
 
 
+def harvest_of(row, alone_busy):
+    """Harvest efficiency: the trainer's throughput against its alone speed, over the share of the
+    GPU the service leaves idle alone (1 - its busy fraction alone). 1.0: the trainer got all of
+    the idle GPU time-sharing can give it."""
+    if "be_x" not in row or alone_busy is None or not 0 <= alone_busy < 1:
+        return None
+    return round(row["be_x"] / (1 - alone_busy), 3)
+
+
+def with_harvest(results):
+    """Rows with "harvest" filled in where a row has a trainer ratio: from the row, or from the
+    service's latest alone run before it (older runs' JSONL has no such field)."""
+    alone_busy, out = {}, []
+    for r in results:
+        if r.get("config") == "alone" and r.get("hp") and "busy" in r:
+            alone_busy[r["hp"]] = r["busy"]
+        elif "be_x" in r and "harvest" not in r:
+            h = harvest_of(r, alone_busy.get(r.get("hp")))
+            r = dict(r, harvest=h) if h is not None else r
+        out.append(r)
+    return out
+
+
 # One configuration of a run: name, whether it uses --alt-interposer, the orion-ctl policy knobs
 # (a list of knob=value), the trainer's MPS SM percentage, the services' latency target as a
 # multiple of their p99 alone (0: none).
@@ -549,6 +572,9 @@ class Bench:
                                         alone_hp[hp])
                     if alone_be.get(be):
                         row["be_x"] = round(be_rate / alone_be[be], 3)
+                        h = harvest_of(row, alone_hp[hp].get("busy"))
+                        if h is not None:
+                            row["harvest"] = h
                     if "stall_ms" in alone_hp[hp]:
                         row["baseline_stall_ms"] = alone_hp[hp]["stall_ms"]
                     self.record(row)
@@ -575,9 +601,11 @@ class Bench:
 
 def render_table(results, repeat):
     """The markdown table of a run's rows (and, over several rounds, the median summary)."""
+    results = with_harvest(results)
     lines = ["| service | trainer | config | p50 | p99 | p99.9 | mean | service time p50 | busy "
-             "| p50 / p99 / p99.9 / service time vs alone | trainer vs alone |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| p50 / p99 / p99.9 / service time vs alone | trainer vs alone "
+             "| harvest efficiency |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ms = lambda r, k: f"{r[k]:.2f} ms" if k in r else "-"
     for r in results:
         if r.get("error") or r["config"] == "alone" and r.get("hp") is None:
@@ -594,31 +622,32 @@ def render_table(results, repeat):
             f"| {r['hp']}", r["be"] or "-", cfg, ms(r, "p50_ms"), ms(r, "p99_ms"),
             ms(r, "p999_ms"), ms(r, "mean_ms"), ms(r, "svc_p50_ms"),
             f"{r['busy']:.2f}" if "busy" in r else "-", ratios,
-            f"{r['be_x']:.2f}x |" if "be_x" in r else "- |"]))
+            f"{r['be_x']:.2f}x" if "be_x" in r else "-",
+            f"{r['harvest']:.2f} |" if "harvest" in r else "- |"]))
     for r in results:
         if r["config"] == "alone" and r.get("be"):
             label = "alone" + (f" (round {r.get('round', 0) + 1})" if repeat > 1 else "")
             lines.append(f"| - | {r['be']} | {label} | | | | | | | | "
-                         f"{r['steps_per_s']:.2f} steps/s |")
+                         f"{r['steps_per_s']:.2f} steps/s | |")
         if r.get("error"):
             lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
-                         f"error: {r['error']} | | | | | | | |")
+                         f"error: {r['error']} | | | | | | | | |")
     if repeat > 1:
         paired = any("before" in r for r in results)
         lines += ["", f"Over {repeat} rounds (each against its own " +
                   ("alone run right before it" if paired else "round's alone run") +
                   "): median [min, max]", "",
                   "| service | trainer | config | p50 vs alone | p99 vs alone | mean vs alone "
-                  "| service time vs alone | trainer vs alone |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| service time vs alone | trainer vs alone | harvest efficiency |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         groups = {}
         for r in results:
             if r.get("error") or r["config"] == "alone":
                 continue
             groups.setdefault((r["hp"], r["be"], r["config"]), []).append(r)
 
-        def spread(rows, key):
-            return harness.spread(r[key] for r in rows if key in r)
+        def spread(rows, key, suffix="x"):
+            return harness.spread((r[key] for r in rows if key in r), suffix=suffix)
         for (hp, be, cfg), every in groups.items():
             # Rounds where the service or its alone baseline stalled compare nothing.
             rows = [r for r in every if "stall_ms" not in r and "baseline_stall_ms" not in r]
@@ -628,7 +657,8 @@ def render_table(results, repeat):
                 cfg += f" ({len(rows)} rounds)"  # a run cut short before its last rounds
             lines.append(f"| {hp} | {be or '-'} | {cfg} | {spread(rows, 'p50_x')} | "
                          f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
-                         f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} |")
+                         f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} | "
+                         f"{spread(rows, 'harvest', '')} |")
     return "\n".join(lines) + "\n"
 
 
