@@ -110,6 +110,7 @@ void InitProcess() {
   if (g_config.disabled || !g_driver_ok) return;
   g_config.usable_millicpus = ProcessMilliCpus();
   g_config.gate_spin_cap_ns = GateSpinCapNs(g_config.usable_millicpus);
+  g_config.lazy_poll_ns = LazyPollNsFor(g_config, g_config.usable_millicpus);
   StartTimingLog(g_config.timing_log_dir, g_config.start_latency);
   pthread_atfork(nullptr, nullptr, OnForkChild);
 }

@@ -166,6 +166,14 @@ inline void CopyTruncated(char* dst, size_t dst_bytes, const char* src) {
 // throttled by the quota more often than the bare one (bench/orion_bench.py cpu-tax, round 13).
 // ORION_LAZY_POLL_MS sets it (1 to 1000 ms).
 inline constexpr uint64_t kDefaultLazyPollNs = 50'000'000;
+// The lazy period of a process that may use less than two CPUs (its affinity or its cgroup's
+// quota, cpu_limits.h), unless ORION_LAZY_POLL_MS is set: there every poller wake-up preempts
+// the application's own thread on its one core (an eager service pinned to one core was
+// preempted 27 times a second against 11 bare at 50 ms, 15 to 16 of them the poller's). Timing
+// samples and NVTX ranges then reach the server up to a second late; a process short of
+// records, a thread held at the gate and the exit flush still wake the poller at once.
+inline constexpr uint64_t kFewCpusLazyPollNs = 1'000'000'000;
+inline constexpr uint32_t kFewCpusBelowMilliCpus = 2000;
 
 // Everything the interposer reads from its environment, parsed once.
 struct EnvConfig {
@@ -189,6 +197,7 @@ struct EnvConfig {
   // stream starts later than an event (sample_timing.h; each at most 100 us).
   StartLatency start_latency;
   uint64_t lazy_poll_ns = kDefaultLazyPollNs;  // ORION_LAZY_POLL_MS
+  bool lazy_poll_set = false;                   // ORION_LAZY_POLL_MS was given (and valid)
   // Not from the environment: read at start (cpu_limits.h). The CPUs the process may use
   // (affinity, cgroup quota) in thousandths, and the most the gate may spin before it sleeps.
   uint32_t usable_millicpus = UINT32_MAX;
@@ -242,8 +251,17 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   }
   if (ParseUnsigned(getenv_fn(contract::kEnvLazyPollMs), &value) && value >= 1 && value <= 1000) {
     config.lazy_poll_ns = value * 1'000'000;
+    config.lazy_poll_set = true;
   }
   return config;
+}
+
+// The lazy period for a process that may use `usable_millicpus` (cpu_limits.h): what
+// ORION_LAZY_POLL_MS said, else kFewCpusLazyPollNs below two CPUs and kDefaultLazyPollNs
+// otherwise.
+inline uint64_t LazyPollNsFor(const EnvConfig& config, uint32_t usable_millicpus) {
+  if (config.lazy_poll_set) return config.lazy_poll_ns;
+  return usable_millicpus < kFewCpusBelowMilliCpus ? kFewCpusLazyPollNs : kDefaultLazyPollNs;
 }
 
 }  // namespace orion::interpose

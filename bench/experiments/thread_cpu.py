@@ -2,7 +2,9 @@
 CPU time (user + system) and the context switches of every thread of it and of its child
 processes from /proc, again --window seconds later, and prints what each thread name used in
 between (CPU in ms per second of wall time; wake-ups, the voluntary context switches, and
-preemptions, the involuntary ones, per second), then stops the command. Threads are grouped by
+preemptions, the involuntary ones, per second; and the time it was runnable but waited for a
+CPU, from /proc/.../schedstat, in ms per second: what other threads on its core took from it),
+then stops the command. Threads are grouped by
 name (`comm`): the interposer's completion thread is "orion-poller"; PyTorch's are "python3",
 "pt_*", "cuda-EvtHandlr"...
 
@@ -58,9 +60,19 @@ def context_switches(path):
     return vol, invol
 
 
+def run_queue_seconds(path):
+    """Seconds a thread waited on a run queue (runnable, not running), from its schedstat
+    ("on-CPU ns, run-queue ns, timeslices"); 0 where the kernel keeps no schedstats."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def thread_cpu(pid):
-    """{(pid, tid): (name, cpu_seconds, voluntary, involuntary)} for every thread of pid and its
-    descendants."""
+    """{(pid, tid): (name, cpu_seconds, voluntary, involuntary, run_queue_seconds)} for every
+    thread of pid and its descendants."""
     out = {}
     for p in descendants(pid):
         try:
@@ -77,23 +89,27 @@ def thread_cpu(pid):
             # comm is in parentheses and may hold spaces: split after the last ')'.
             name = stat[stat.index("(") + 1:stat.rindex(")")]
             fields = stat[stat.rindex(")") + 2:].split()
-            out[(p, int(tid))] = (name, (int(fields[11]) + int(fields[12])) / TICK, vol, invol)
+            out[(p, int(tid))] = (name, (int(fields[11]) + int(fields[12])) / TICK, vol, invol,
+                                  run_queue_seconds(f"/proc/{p}/task/{tid}/schedstat"))
     return out
 
 
 def per_name(first, second, wall):
-    """[{name, count, cpu_ms_per_s, wakes_per_s, preempted_per_s}] between two readings, the
-    busiest first. A thread that is in the second reading only counts from zero."""
-    sums = collections.defaultdict(lambda: [0.0, 0, 0, 0])
-    for key, (name, cpu, vol, invol) in second.items():
-        _, cpu0, vol0, invol0 = first.get(key, (name, 0.0, 0, 0))
+    """[{name, count, cpu_ms_per_s, wakes_per_s, preempted_per_s, run_queue_ms_per_s}] between
+    two readings, the busiest first. A thread that is in the second reading only counts from
+    zero."""
+    sums = collections.defaultdict(lambda: [0.0, 0, 0, 0, 0.0])
+    for key, (name, cpu, vol, invol, runq) in second.items():
+        _, cpu0, vol0, invol0, runq0 = first.get(key, (name, 0.0, 0, 0, 0.0))
         row = sums[name]
         row[0] += cpu - cpu0
         row[1] += vol - vol0
         row[2] += invol - invol0
         row[3] += 1
+        row[4] += runq - runq0
     rows = [{"name": n, "count": c, "cpu_ms_per_s": cpu / wall * 1e3, "wakes_per_s": vol / wall,
-             "preempted_per_s": invol / wall} for n, (cpu, vol, invol, c) in sums.items()]
+             "preempted_per_s": invol / wall, "run_queue_ms_per_s": runq / wall * 1e3}
+            for n, (cpu, vol, invol, c, runq) in sums.items()]
     return sorted(rows, key=lambda r: -r["cpu_ms_per_s"])
 
 
@@ -116,17 +132,22 @@ def render_table(runs, names):
     for run in runs:
         groups.setdefault(tuple(str(run.get(t, "")) for t in tags), []).append(run)
     head = tags + ["runs"]
+    metrics = [("cpu_ms_per_s", "{:.1f}", "CPU (ms per s)"), ("wakes_per_s", "{:.0f}", "wake-ups per s"),
+               ("preempted_per_s", "{:.0f}", "preempted per s")]
+    # Runs recorded before the run-queue time was read have no such column.
+    if any("run_queue_ms_per_s" in r for run in runs for r in run["threads"]):
+        metrics.append(("run_queue_ms_per_s", "{:.2f}", "waited for a CPU (ms per s)"))
     for name in names + ["all"]:
-        head += [f"{name} CPU (ms per s)", f"{name} wake-ups per s", f"{name} preempted per s"]
+        head += [f"{name} {label}" for _, _, label in metrics]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    metrics = (("cpu_ms_per_s", "{:.1f}"), ("wakes_per_s", "{:.0f}"), ("preempted_per_s", "{:.0f}"))
     for key, group in groups.items():
         cells = list(key) + [str(len(group))]
         for name in names + ["all"]:
-            for metric, fmt in metrics:
+            for metric, fmt, _ in metrics:
                 values = []
                 for run in group:
-                    rows = [r for r in run["threads"] if name == "all" or r["name"] == name]
+                    rows = [r for r in run["threads"] if (name == "all" or r["name"] == name)
+                            and metric in r]
                     if rows:
                         values.append(sum(r[metric] for r in rows))
                 cells.append(spread(values, fmt) if values else "-")

@@ -128,6 +128,29 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   }
 }
 
+TEST(ReadEnvConfigTest, LazyPeriodIsLongerBelowTwoCpusUnlessSet) {
+  std::map<std::string, std::string> env;
+  auto get = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  EnvConfig config = ReadEnvConfig(get);
+  EXPECT_FALSE(config.lazy_poll_set);
+  // A pod with limits.cpu 1 (1000), 1.5 CPUs, a process pinned to one core: the long period.
+  EXPECT_EQ(LazyPollNsFor(config, 1000), kFewCpusLazyPollNs);
+  EXPECT_EQ(LazyPollNsFor(config, 1999), kFewCpusLazyPollNs);
+  // Two CPUs or more, or no limit at all: the default.
+  EXPECT_EQ(LazyPollNsFor(config, 2000), kDefaultLazyPollNs);
+  EXPECT_EQ(LazyPollNsFor(config, kUnlimitedMilliCpus), kDefaultLazyPollNs);
+  // ORION_LAZY_POLL_MS wins wherever it is set; an invalid one counts as unset.
+  env = {{"ORION_LAZY_POLL_MS", "50"}};
+  config = ReadEnvConfig(get);
+  EXPECT_TRUE(config.lazy_poll_set);
+  EXPECT_EQ(LazyPollNsFor(config, 1000), 50'000'000u);
+  env = {{"ORION_LAZY_POLL_MS", "0"}};
+  EXPECT_EQ(LazyPollNsFor(ReadEnvConfig(get), 1000), kFewCpusLazyPollNs);
+}
+
 TEST(CopyTruncatedTest, AlwaysTerminates) {
   char buf[4];
   CopyTruncated(buf, sizeof(buf), "abcdef");

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/orion_bench.py thread-cpu on a process whose threads do known things: one named "sleeper" wakes
-every 10 ms (as a completion poller on a timer would) and one named "spinner" burns CPU. The
-reading must put the wake-ups on the sleeper (about 100 a second) and the CPU on the spinner,
+every 10 ms (as a completion poller on a timer would) and two named "spinner" burn CPU on one
+core. The reading must put the wake-ups on the sleeper (about 100 a second), the CPU on the
+spinners, and about half a second a second of waiting for that core on each spinner,
 the --json line must carry its --tag fields, --table must render them, and a malformed JSONL
 line must be refused with its file and line."""
 import json
@@ -17,10 +18,11 @@ EXPERIMENT = "thread-cpu"
 # The spinner is a child process (thread_cpu.py reads descendants too), so that it does not
 # hold the sleeper's interpreter lock and add wake-ups of its own.
 WORKLOAD = r"""
-import ctypes, subprocess, sys, threading, time
+import ctypes, os, subprocess, sys, threading, time
 libc = ctypes.CDLL(None)
 spin = "import ctypes\nctypes.CDLL(None).prctl(15, b'spinner', 0, 0, 0)\nwhile True: pass"
-child = subprocess.Popen([sys.executable, "-c", spin])
+cpu = sorted(os.sched_getaffinity(0))[0]
+children = [subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", spin]) for _ in range(2)]
 def sleep():
     libc.prctl(15, b"sleeper", 0, 0, 0)  # PR_SET_NAME
     while True:
@@ -50,6 +52,11 @@ def main():
     check(40 <= sleeper["wakes_per_s"] <= 110, f"sleeper wake-ups {sleeper['wakes_per_s']:.0f}/s")
     check(spinner["wakes_per_s"] < 20, f"spinner wake-ups {spinner['wakes_per_s']:.0f}/s")
     check(spinner["cpu_ms_per_s"] > 100, f"spinner CPU {spinner['cpu_ms_per_s']:.0f} ms/s")
+    # Two spinners on one core: each runs about half the time and waits the other half.
+    check(spinner["count"] == 2, f"spinners: {spinner}")
+    check(spinner["run_queue_ms_per_s"] > 600, f"spinners waited {spinner['run_queue_ms_per_s']:.0f} "
+          f"ms/s for their core (two on one core: about 1000)")
+    check(sleeper["run_queue_ms_per_s"] < 200, f"sleeper waited {sleeper['run_queue_ms_per_s']:.0f} ms/s")
     check(sleeper["cpu_ms_per_s"] < spinner["cpu_ms_per_s"] / 4,
           f"sleeper CPU {sleeper['cpu_ms_per_s']:.1f} against spinner {spinner['cpu_ms_per_s']:.1f}")
 
@@ -70,8 +77,9 @@ def main():
     check(lines[0].startswith("| job | arm | runs | sleeper CPU (ms per s) |"),
           f"table header: {lines[0]}")
     check(len(lines) == 4, f"one row per arm:\n{table}")
-    check("| double | b | 2 | 2.0 [1.5, 2.5] | 25 [20, 30] | 0 [0, 0] | - | - | - | "
-          "12.0 [11.5, 12.5] | 30 [25, 35] | 1 [1, 1] |" in lines,
+    # Arm b's rows carry no run-queue time (recorded before it was read): "-" there.
+    check("| double | b | 2 | 2.0 [1.5, 2.5] | 25 [20, 30] | 0 [0, 0] | - | - | - | - | - | "
+          "12.0 [11.5, 12.5] | 30 [25, 35] | 1 [1, 1] | - |" in lines,
           f"arm b's row (medians over its rounds, poller missing, all threads summed):\n{table}")
 
     with open(path, "a") as f:
