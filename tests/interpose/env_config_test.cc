@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "interpose/cpu_limits.h"
+
 namespace orion::interpose {
 namespace {
 
