@@ -19,6 +19,8 @@ class AgentSyncClient final : public PolicySink {
   explicit AgentSyncClient(const std::string& target);
   absl::Status Upsert(const std::vector<orion::v1::PodPolicy>& pods, bool full_sync) override;
   absl::Status Delete(const std::string& pod_uid) override;
+  // An UpsertPods with no pods and no full sync: changes nothing, answers pods_known.
+  absl::StatusOr<uint32_t> PodsKnown() override;
 
  private:
   std::unique_ptr<orion::v1::AgentSync::Stub> stub_;

@@ -231,6 +231,7 @@ int RunNodeAgent(const Flags& flags) {
   std::unique_ptr<AgentSyncClient> sink;
   std::unique_ptr<PodWatcher> watcher;
   std::thread watcher_thread;
+  std::thread server_check_thread;
   if (with_watcher) {
     kube::KubeApiConfig api_config;
     if (flags.count("kube-api-url") > 0) {
@@ -252,6 +253,17 @@ int RunNodeAgent(const Flags& flags) {
     watcher = std::make_unique<PodWatcher>(PodWatcherConfig{.node_name = node_name}, api.get(),
                                            sink.get());
     watcher_thread = std::thread([&] { watcher->Run(&stop); });
+    // A restarted orion-server knows no pods: every 250 ms the agent asks how many it knows and
+    // sends them all again where that differs, so high-priority pods get their priority back
+    // within about a quarter of a second of their re-registration.
+    server_check_thread = std::thread([&] {
+      while (!stop.load()) {
+        for (int i = 0; i < 5 && !stop.load(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        (void)watcher->CheckServer();
+      }
+    });
   }
 
   // 4. Health: live while the process runs; ready when every enabled part works.
@@ -289,6 +301,7 @@ int RunNodeAgent(const Flags& flags) {
   stop = true;
   if (plugin != nullptr) plugin->Stop();
   if (watcher_thread.joinable()) watcher_thread.join();
+  if (server_check_thread.joinable()) server_check_thread.join();
   rediscover.join();
   return 0;
 }

@@ -98,6 +98,34 @@ absl::Status PodWatcher::Relist() {
 }
 
 absl::Status PodWatcher::FullSync() {
+  std::lock_guard<std::mutex> send(send_mu_);
+  return FullSyncLocked();
+}
+
+absl::Status PodWatcher::CheckServer() {
+  if (!synced_.load()) return absl::OkStatus();  // Run's first list and sync come first
+  std::lock_guard<std::mutex> send(send_mu_);
+  absl::StatusOr<uint32_t> known = sink_->PodsKnown();
+  if (!known.ok()) {
+    if (known.status().code() == absl::StatusCode::kUnimplemented) return absl::OkStatus();
+    need_full_sync_ = true;
+    return known.status();
+  }
+  size_t mine = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mine = pods_.size();
+  }
+  if (*known == mine && !need_full_sync_) return absl::OkStatus();
+  std::fprintf(stderr,
+               "orion-agent: orion-server knows %u pods, this node has %zu: sending them all "
+               "again\n",
+               *known, mine);
+  ++resyncs_;
+  return FullSyncLocked();
+}
+
+absl::Status PodWatcher::FullSyncLocked() {
   std::vector<orion::v1::PodPolicy> policies;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -175,8 +203,9 @@ void PodWatcher::Apply(const WatchEvent& event) {
     changed = previous == nullptr || !(previous->settings == known.settings);
     pods_[event.pod.uid] = known;
   }
+  std::lock_guard<std::mutex> send(send_mu_);
   if (need_full_sync_) {
-    (void)FullSync();
+    (void)FullSyncLocked();
   } else if (changed) {
     if (!sink_->Upsert({PolicyForPod(known.info, known.settings)}, false).ok()) {
       need_full_sync_ = true;
@@ -189,8 +218,9 @@ void PodWatcher::Forget(const std::string& uid) {
     std::lock_guard<std::mutex> lock(mu_);
     if (pods_.erase(uid) == 0) return;
   }
+  std::lock_guard<std::mutex> send(send_mu_);
   if (need_full_sync_) {
-    (void)FullSync();
+    (void)FullSyncLocked();
   } else if (!sink_->Delete(uid).ok()) {
     need_full_sync_ = true;
   }

@@ -19,6 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "agent/annotations.h"
 #include "kube/kube_api.h"
 #include "agent/pod.h"
@@ -33,6 +34,11 @@ class PolicySink {
   // full_sync: `pods` is every pod of the node; the receiver forgets the others.
   virtual absl::Status Upsert(const std::vector<orion::v1::PodPolicy>& pods, bool full_sync) = 0;
   virtual absl::Status Delete(const std::string& pod_uid) = 0;
+  // How many pods the receiver knows now (it changes nothing). A receiver that knows another
+  // number than the watcher has lost what it was sent (a restarted orion-server starts with none).
+  virtual absl::StatusOr<uint32_t> PodsKnown() {
+    return absl::UnimplementedError("this sink cannot say what it knows");
+  }
 };
 
 struct PodWatcherConfig {
@@ -54,6 +60,13 @@ class PodWatcher {
   bool Synced() const { return synced_.load(); }
   // Lists done so far (1 + relists after 410 or errors).
   int Lists() const { return lists_.load(); }
+
+  // Once synced: asks the sink how many pods it knows and sends every pod again where that is
+  // not what the watcher has (orion-server restarted and lost the pods' priorities, or a send was
+  // missed). Call it periodically from a thread other than Run's; sends never interleave.
+  absl::Status CheckServer();
+  // Full syncs CheckServer sent because the sink had lost pods.
+  int Resyncs() const { return resyncs_.load(); }
   std::string resource_version() const;
 
  private:
@@ -71,6 +84,7 @@ class PodWatcher {
   // Parses annotations, raises Events for new problems; returns the pod's entry.
   KnownPod Learn(const PodInfo& pod, const KnownPod* previous);
   absl::Status FullSync();
+  absl::Status FullSyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(send_mu_);
   void RecordWarning(const PodInfo& pod, const std::string& message);
   std::string PodsPath() const;
 
@@ -80,9 +94,13 @@ class PodWatcher {
   mutable std::mutex mu_;
   std::map<std::string, KnownPod> pods_ ABSL_GUARDED_BY(mu_);
   std::string resource_version_ ABSL_GUARDED_BY(mu_);
-  bool need_full_sync_ = true;  // the sink missed an update; resend everything
+  // Held around each send to the sink (and the snapshot a full sync sends): a full sync from
+  // CheckServer never overtakes a newer update.
+  std::mutex send_mu_;
+  std::atomic<bool> need_full_sync_{true};  // the sink missed an update; resend everything
   std::atomic<bool> synced_{false};
   std::atomic<int> lists_{0};
+  std::atomic<int> resyncs_{0};
 };
 
 }  // namespace orion::agent

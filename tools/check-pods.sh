@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The pod path in real containers: containerd (its built-in CRI server) and runc run the chart's
-# node pod and sharing pods the way a kubelet would have them run, and the check plays the kubelet
-# over the real CRI v1 gRPC API (tools/cri/kubelet.py, stubs generated from
+# pods and sharing pods the way a kubelet would have them run, and the check plays the kubelet
+# over the real CRI v1 gRPC API (tools/cri/kubelet.py and its modules, stubs generated from
 # proto/k8s/cri/runtime/v1/api.proto). Steps:
 #   1. containerd with its own config, root, state and socket under BUILD/check-pods (runc,
 #      cgroupfs driver, overlayfs, host-network pods so no CNI), a pause image built here (static
@@ -9,12 +9,17 @@
 #      `ctr -n k8s.io images import`, and a minimal Debian root file system (mmdebstrap) as the
 #      image of a sharing pod;
 #   2. `helm template` of the chart, host folders pointed under BUILD/check-pods/node; the
-#      DaemonSet's pod translated into CRI configs (a field the translator does not know fails the
-#      check with its name), run with the test kubelet's device plugin registration socket and a
-#      test API server (HTTPS, the pod's in-cluster config) that lists the node's pods;
-#   3. sharing pods made from the device plugin's real Allocate answer, running the samples on the
-#      CUDA driver test double, and a pod without orion.io/gpu;
-#   4. assertions, each printing its figure (see docs/kubernetes.md).
+#      DaemonSet's pod and the webhook Deployment's pod translated into CRI configs (a field the
+#      translator does not know fails the check with its name), run with the test kubelet's
+#      device plugin registration socket and a test API server (HTTPS, the pod's in-cluster
+#      config) that lists the node's pods;
+#   3. sharing pods written with only the orion/priority annotation, admitted by the chart's
+#      webhook (a real AdmissionReview over HTTPS, its JSON patch applied), given their shares by
+#      the device plugin's real Allocate answer, run with the runtime's default seccomp profile
+#      on the CUDA driver test double; a pod without orion.io/gpu; a hostile pod (static
+#      tools/cri/hostile_pod.cc);
+#   4. assertions, each printing its figure, and a summary of the figures (see
+#      docs/kubernetes.md).
 # containerd is stopped and everything it left (containers, shims, mounts, cgroups) removed
 # however the check ends.
 #   tools/check-pods.sh [BUILD_DIR]      (default build; needs root, a built tree and the image
@@ -88,7 +93,7 @@ cleanup() {
   fi
   # The shims this containerd started (their command line names its socket).
   for p in /proc/[0-9]*; do
-    if tr '\0' ' ' < "${p}/cmdline" 2> /dev/null | grep -q "containerd-shim.*-address ${SOCK} "; then
+    if tr '\0' ' ' 2> /dev/null < "${p}/cmdline" | grep -q "containerd-shim.*-address ${SOCK} "; then
       kill -9 "${p#/proc/}" 2> /dev/null
     fi
   done
@@ -132,7 +137,7 @@ trap 'exit 130' INT TERM
 
 # --- tools --------------------------------------------------------------------------------
 need=()
-for tool in containerd runc ctr mmdebstrap umoci skopeo openssl bc gcc; do
+for tool in containerd runc ctr mmdebstrap umoci skopeo openssl bc gcc g++; do
   command -v "${tool}" > /dev/null || need+=("${tool}")
 done
 /usr/bin/python3 -c 'import grpc, grpc_tools, yaml' 2> /dev/null ||
@@ -240,12 +245,17 @@ make_image localhost/orion-check/sample-base "${WORK}/sample-rootfs" /bin/sh
 rm -rf "${WORK}/sample-rootfs"
 echo "sample image (mmdebstrap essential + libstdc++6) built and imported in $(echo "$(date +%s.%N) - ${t}" | bc | cut -c1-4) s"
 "${CTR[@]}" images ls -q | sed 's/^/  /'
+# The hostile pod's program, static (it runs in the project's image, mounted from here).
+mkdir -p "${WORK}/hostile"
+g++ -std=c++20 -static -O2 -I "${ROOT}" -o "${WORK}/hostile/orion-hostile" \
+  "${ROOT}/tools/cri/hostile_pod.cc" || fail "tools/cri/hostile_pod.cc does not build"
+chmod 755 "${WORK}/hostile"
 
 # --- the chart ------------------------------------------------------------------------------
 step "chart"
-read -r ADMIN_PORT METRICS_PORT HEALTH_PORT < <(/usr/bin/python3 -c '
+read -r ADMIN_PORT METRICS_PORT HEALTH_PORT WEBHOOK_PORT < <(/usr/bin/python3 -c '
 import socket
-s = [socket.socket() for _ in range(3)]
+s = [socket.socket() for _ in range(4)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')
 "${HELM}" template orion "${ROOT}/deploy/helm/orion-gpu-share" --namespace orion-system \
@@ -253,16 +263,25 @@ print(*[x.getsockname()[1] for x in s])')
   --set hostPaths.devicePluginDir="${NODE}/var/lib/kubelet/device-plugins" \
   --set 'gpus={GPU-7a1f0c2e-58d3-4b6a-9e2f-3c4d5e6f7a8b}' \
   --set server.adminPort="${ADMIN_PORT}" --set server.metricsPort="${METRICS_PORT}" \
-  --set agent.healthPort="${HEALTH_PORT}" > "${WORK}/chart.yaml"
-echo "chart rendered (host folders under ${NODE}; admin :${ADMIN_PORT}, metrics :${METRICS_PORT}, agent health :${HEALTH_PORT})"
+  --set agent.healthPort="${HEALTH_PORT}" --set webhook.port="${WEBHOOK_PORT}" > "${WORK}/chart.yaml"
+echo "chart rendered (host folders under ${NODE}; admin :${ADMIN_PORT}, metrics :${METRICS_PORT}, agent health :${HEALTH_PORT}, webhook :${WEBHOOK_PORT})"
 
 # --- the kubelet's part ---------------------------------------------------------------------
+# What the pods mount from the build (samples, the CUDA driver test double) and orion-ctl,
+# copied once: a build running beside the check may relink them at any moment.
+SNAP="${WORK}/build-snapshot"
+mkdir -p "${SNAP}/samples" "${SNAP}/tests/cuda_double" "${SNAP}/tools"
+cp -a "${BUILD}"/samples/orion-sample-* "${SNAP}/samples/"
+cp -a "${BUILD}/tests/cuda_double/lib" "${SNAP}/tests/cuda_double/"
+cp -a "${BUILD}/tools/orion-ctl" "${SNAP}/tools/"
 step "test kubelet (CRI client, device plugin registration, API server)"
 /usr/bin/python3 "${ROOT}/tools/cri/kubelet.py" --cri "${SOCK}" --work "${WORK}" --root "${ROOT}" \
-  --build "${BUILD}" --rendered "${WORK}/chart.yaml" \
+  --build "${SNAP}" --rendered "${WORK}/chart.yaml" \
   --sample-image localhost/orion-check/sample-base:1 --node-root "${NODE}" \
   --run-dir "${NODE}/run/orion" --lib-dir "${NODE}/var/lib/orion" \
-  --dp-dir "${NODE}/var/lib/kubelet/device-plugins" --admin-port "${ADMIN_PORT}" 9>&- &
+  --dp-dir "${NODE}/var/lib/kubelet/device-plugins" --admin-port "${ADMIN_PORT}" \
+  --metrics-port "${METRICS_PORT}" --webhook-port "${WEBHOOK_PORT}" \
+  --hostile "${WORK}/hostile/orion-hostile" 9>&- &
 KUBELET_PID=$!
 rc=0
 wait "${KUBELET_PID}" || rc=$?

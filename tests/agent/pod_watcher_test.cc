@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <thread>
 
 #include "agent/agent_sync_client.h"
@@ -41,13 +42,21 @@ class RecordingAgentSync final : public orion::v1::AgentSync::Service {
     c.full_sync = request->full_sync();
     c.pods.assign(request->pods().begin(), request->pods().end());
     calls_.push_back(c);
-    response->set_pods_known(request->pods_size());
+    if (c.full_sync) known_.clear();
+    for (const auto& p : c.pods) known_.insert(p.pod_uid());
+    response->set_pods_known(static_cast<uint32_t>(known_.size()));
     cv_.notify_all();
     return grpc::Status::OK;
+  }
+  // What a restarted orion-server knows: nothing.
+  void Restart() {
+    std::lock_guard<std::mutex> lock(mu_);
+    known_.clear();
   }
   grpc::Status DeletePod(grpc::ServerContext*, const orion::v1::DeletePodRequest* request,
                          orion::v1::DeletePodResponse*) override {
     std::lock_guard<std::mutex> lock(mu_);
+    known_.erase(request->pod_uid());
     Call c;
     c.deleted = request->pod_uid();
     calls_.push_back(c);
@@ -67,6 +76,7 @@ class RecordingAgentSync final : public orion::v1::AgentSync::Service {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Call> calls_;
+  std::set<std::string> known_;
 };
 
 const orion::v1::PodPolicy* FindPod(const std::vector<orion::v1::PodPolicy>& pods,
@@ -198,6 +208,43 @@ TEST_F(PodWatcherTest, HttpGoneOnWatchRelists) {
   EXPECT_TRUE(calls[0].full_sync);
   EXPECT_TRUE(calls[1].full_sync);
   EXPECT_NE(FindPod(calls[1].pods, kPodF), nullptr);
+}
+
+// orion-server restarted (it knows no pods): the agent's periodic check finds it knows fewer pods
+// than the node has and sends them all again; while it knows them all, the check sends nothing.
+TEST_F(PodWatcherTest, RestartedServerGetsEveryPodAgain) {
+  api_server_.AddList({200, ReadTestdata("pods-list.json")});
+  StartWatcher();
+  ASSERT_TRUE(server_sync_.WaitForCalls(1));
+  for (int i = 0; i < 200 && !watcher_->Synced(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(watcher_->Synced());
+  const size_t node_pods = server_sync_.calls()[0].pods.size();
+  ASSERT_GT(node_pods, 0u);
+  const size_t before = server_sync_.calls().size();
+  ASSERT_TRUE(watcher_->CheckServer().ok());
+  EXPECT_EQ(watcher_->Resyncs(), 0);
+  // The probe (no pods, no full sync) is all that was sent.
+  auto calls = server_sync_.calls();
+  ASSERT_EQ(calls.size(), before + 1);
+  EXPECT_FALSE(calls.back().full_sync);
+  EXPECT_TRUE(calls.back().pods.empty());
+
+  server_sync_.Restart();
+  ASSERT_TRUE(watcher_->CheckServer().ok());
+  EXPECT_EQ(watcher_->Resyncs(), 1);
+  calls = server_sync_.calls();
+  ASSERT_EQ(calls.size(), before + 3);  // probe, probe, full sync
+  EXPECT_TRUE(calls.back().full_sync);
+  EXPECT_EQ(calls.back().pods.size(), node_pods);
+  const orion::v1::PodPolicy* a = FindPod(calls.back().pods, kPodA);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->priority(), orion::v1::PRIORITY_HIGH);
+
+  // A server that cannot be reached: the check says so and the next one syncs in full.
+  grpc_server_->Shutdown();
+  EXPECT_FALSE(watcher_->CheckServer().ok());
 }
 
 TEST_F(PodWatcherTest, ServerDownThenUpGetsAFullSync) {

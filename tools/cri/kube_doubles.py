@@ -1,0 +1,207 @@
+"""The Kubernetes side the test kubelet (tools/cri/kubelet.py) stands on: a test API server
+(HTTPS, in-cluster style, listing and watching the node's pods as the agent's pod watcher reads
+them, taking Events) and the kubelet's device plugin Registration server (v1beta1: Register,
+then ListAndWatch and Allocate against the plugin's socket)."""
+import http.server
+import json
+import os
+import queue
+import ssl
+import subprocess
+import threading
+import uuid
+from concurrent import futures
+
+import grpc
+
+
+# ---------------------------------------------------------------------------------------------
+# Test API server: HTTPS on 127.0.0.1 as a pod's in-cluster config reaches it.
+
+class ApiServer:
+    def __init__(self, work, node_name):
+        self.node_name = node_name
+        self.pods = {}  # uid -> pod object
+        self.rv = 100
+        self.lock = threading.Lock()
+        self.watchers = []  # queues of watch lines
+        self.events = []
+        self.requests = []
+        d = os.path.join(work, "apiserver")
+        os.makedirs(d, exist_ok=True)
+        self.ca = os.path.join(d, "ca.crt")
+        key = os.path.join(d, "tls.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=kubernetes", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-addext", "basicConstraints=critical,CA:TRUE",
+                        "-keyout", key, "-out", self.ca], check=True, capture_output=True)
+        self.token = uuid.uuid4().hex
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _auth(self):
+                if self.headers.get("Authorization") != f"Bearer {outer.token}":
+                    self.send_response(401)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return False
+                return True
+
+            def do_GET(self):
+                with outer.lock:
+                    outer.requests.append(self.path)
+                if not self._auth():
+                    return
+                if not self.path.startswith("/api/v1/pods"):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if "watch=1" in self.path or "watch=true" in self.path:
+                    q = queue.Queue()
+                    with outer.lock:
+                        outer.watchers.append(q)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    try:
+                        self.wfile.flush()
+                        while True:
+                            try:
+                                line = q.get(timeout=0.5)
+                            except queue.Empty:
+                                continue
+                            if line is None:
+                                break
+                            data = (line + "\n").encode()
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                            self.wfile.flush()
+                        self.wfile.write(b"0\r\n\r\n")
+                    except OSError:
+                        pass
+                    finally:
+                        with outer.lock:
+                            if q in outer.watchers:
+                                outer.watchers.remove(q)
+                    return
+                with outer.lock:
+                    body = json.dumps({"kind": "PodList", "apiVersion": "v1",
+                                       "metadata": {"resourceVersion": str(outer.rv)},
+                                       "items": list(outer.pods.values())}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                with outer.lock:
+                    outer.events.append(body.decode(errors="replace"))
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.ca, key)
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def add_pod(self, pod):
+        with self.lock:
+            self.rv += 1
+            pod["metadata"]["resourceVersion"] = str(self.rv)
+            self.pods[pod["metadata"]["uid"]] = pod
+            self._send("ADDED", pod)
+
+    def delete_pod(self, uid):
+        with self.lock:
+            pod = self.pods.pop(uid, None)
+            if pod is None:
+                return
+            self.rv += 1
+            pod["metadata"]["resourceVersion"] = str(self.rv)
+            self._send("DELETED", pod)
+
+    def _send(self, kind, pod):
+        line = json.dumps({"type": kind, "object": pod})
+        for q in self.watchers:
+            q.put(line)
+
+    def stop(self):
+        with self.lock:
+            for q in self.watchers:
+                q.put(None)
+        self.httpd.shutdown()
+
+
+def pod_object(name, namespace, uid, node, annotations, containers):
+    return {"metadata": {"name": name, "namespace": namespace, "uid": uid,
+                         "annotations": annotations, "labels": {}},
+            "spec": {"nodeName": node, "containers": containers},
+            "status": {"phase": "Running"}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Test kubelet's device plugin side: Registration server, ListAndWatch, Allocate.
+
+class DevicePlugins:
+    def __init__(self, mods, dp_dir):
+        self.pb = mods["deviceplugin.v1beta1.api_pb2"]
+        self.rpc = mods["deviceplugin.v1beta1.api_pb2_grpc"]
+        self.dir = dp_dir
+        self.registered = []
+        self.devices = []
+        self.streams = []  # per registration: ListAndWatch answers received so far
+        self.cv = threading.Condition()
+        outer = self
+
+        class Registration(self.rpc.RegistrationServicer):
+            def Register(self, request, context):
+                with outer.cv:
+                    outer.registered.append(request)
+                    outer.streams.append(0)
+                    index = len(outer.streams) - 1
+                    outer.cv.notify_all()
+                threading.Thread(target=outer._watch, args=(request.endpoint, index),
+                                 daemon=True).start()
+                return outer.pb.Empty()
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self.rpc.add_RegistrationServicer_to_server(Registration(), self.server)
+        self.server.add_insecure_port(f"unix://{dp_dir}/kubelet.sock")
+        self.server.start()
+
+    def _watch(self, endpoint, index):
+        channel = grpc.insecure_channel(f"unix://{self.dir}/{endpoint}")
+        stub = self.rpc.DevicePluginStub(channel)
+        try:
+            for resp in stub.ListAndWatch(self.pb.Empty()):
+                with self.cv:
+                    self.devices = list(resp.devices)
+                    self.streams[index] += 1
+                    self.cv.notify_all()
+        except grpc.RpcError:
+            pass
+
+    def allocate(self, device_ids):
+        req = self.registered[-1]
+        stub = self.rpc.DevicePluginStub(grpc.insecure_channel(f"unix://{self.dir}/{req.endpoint}"))
+        resp = stub.Allocate(self.pb.AllocateRequest(container_requests=[
+            self.pb.ContainerAllocateRequest(devices_ids=device_ids)]), timeout=10)
+        return resp.container_responses[0]
+
+    def stop(self):
+        self.server.stop(0)
