@@ -145,6 +145,52 @@ inline void ReleaseBudget(contract::GateArea& gate, uint64_t estimate_ns) {
   }
 }
 
+// The predicted end of the best-effort work queued on the GPU (the gate area's be_queue_end_ns):
+// a launch admitted at `now_ns` runs its estimate after the later of now and what is queued.
+inline void AdvanceBeQueue(contract::GateArea& gate, uint64_t now_ns, uint64_t estimate_ns) {
+  std::atomic<uint64_t>& word = gate.words.be_queue_end_ns;
+  uint64_t end = word.load(std::memory_order_relaxed);
+  while (!word.compare_exchange_weak(end, std::max(end, now_ns) + estimate_ns,
+                                     std::memory_order_relaxed)) {
+  }
+}
+
+// How much best-effort work the model still has queued at `now_ns`.
+inline uint64_t PredictedBeQueueNs(const contract::GateArea& gate, uint64_t now_ns) {
+  const uint64_t end = gate.words.be_queue_end_ns.load(std::memory_order_relaxed);
+  return end > now_ns ? end - now_ns : 0;
+}
+
+// Beyond the budget, completions not seen yet may add this many budgets to be_outstanding_ns
+// before the predicted drain stops admitting: where the estimates are wrong (or a client wrote
+// the model), what queues stays bounded.
+inline constexpr uint64_t kPredictedOutstandingBudgets = 2;
+
+// With predict_drain on: admits a launch that the model says fits the budget now (the work
+// queued ahead of it has drained, though the completion poller may not have seen it yet), within
+// kPredictedOutstandingBudgets budgets of charges not yet given back. Charged to
+// be_outstanding_ns like any admission, given back at completion.
+inline bool TryChargePredicted(contract::GateArea& gate, uint64_t now_ns, uint64_t estimate_ns,
+                               uint64_t budget) {
+  const uint64_t queued = PredictedBeQueueNs(gate, now_ns);
+  if (queued > budget || estimate_ns > budget - queued) return false;
+  return TryChargeBudget(gate, estimate_ns, kPredictedOutstandingBudgets * budget,
+                         /*admit_alone=*/false);
+}
+
+// When the model lets a launch of `estimate_ns` in (predict_drain): its queue is down to
+// budget - estimate. 0 where it never does (the launch is longer than the budget).
+inline uint64_t PredictedAdmitAtNs(const contract::GateArea& gate, uint64_t estimate_ns,
+                                   uint64_t budget) {
+  if (estimate_ns > budget) return 0;
+  const uint64_t end = gate.words.be_queue_end_ns.load(std::memory_order_relaxed);
+  return end > budget - estimate_ns ? end - (budget - estimate_ns) : 0;
+}
+
+inline bool PredictDrain(const contract::GpuState& gpu) {
+  return gpu.predict_drain.load(std::memory_order_relaxed) != 0;
+}
+
 // Charges estimate_ns to the best-effort time admitted during HP busy period `period` if the
 // period's total stays within `cap` (a new period starts from zero).
 inline bool TryChargePeriod(contract::GateArea& gate, uint64_t period, uint64_t estimate_ns,
@@ -192,21 +238,25 @@ inline bool FollowHighPriority(const contract::GpuState& gpu) {
 // burst, a long kernel or a graph is followed as before. `clock()` gives the launch's time; it
 // is read only where following is possible (a launch path with nobody to hold reads no clock).
 template <typename Clock>
-inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu,
-                                     const contract::GateArea& gate,
+inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu, contract::GateArea& gate,
                                      std::atomic<uint64_t>& queue_end_ns, Clock&& clock,
                                      uint64_t estimate_ns, bool graph) {
   if (!FollowHighPriority(gpu)) return false;
   const uint64_t now_ns = clock();
   uint64_t start = queue_end_ns.load(std::memory_order_relaxed);
+  const uint64_t grace = gpu.hp_grace_ns.load(std::memory_order_relaxed);
+  // Not measured yet: modeled at a whole grace (followed, and what follows it queues behind).
+  const uint64_t length = estimate_ns != 0 ? estimate_ns : grace;
   if (gpu.mode.load(std::memory_order_relaxed) ==
       static_cast<uint32_t>(contract::GateMode::kPriority)) {
     start = std::max(start, now_ns + gate.words.be_outstanding_ns.load(std::memory_order_relaxed));
+    // Best-effort work still queued waits while this runs: its predicted end moves back.
+    if (PredictDrain(gpu) && PredictedBeQueueNs(gate, now_ns) != 0) {
+      gate.words.be_queue_end_ns.fetch_add(length, std::memory_order_relaxed);
+    }
   }
   start = std::max(start, now_ns);
-  const uint64_t grace = gpu.hp_grace_ns.load(std::memory_order_relaxed);
-  // Not measured yet: modeled at a whole grace (followed, and what follows it queues behind).
-  const uint64_t end = start + (estimate_ns != 0 ? estimate_ns : grace);
+  const uint64_t end = start + length;
   queue_end_ns.store(end, std::memory_order_relaxed);  // racing launch threads: a model
   return graph || estimate_ns == 0 || end - now_ns >= grace / 2;
 }
@@ -298,8 +348,14 @@ inline bool OtherWorkInFlight(const contract::GateArea& gate, const contract::Gp
 //      budget. Unbounded, a trainer queues up to a whole training step, and a request that
 //      arrives shares the SMs with all of it, however the gate then holds new launches (a CUDA
 //      graph service beside GPT-2-large-like training: p99 4.5x alone unbounded, 1.6x bounded).
+// With the GPU's predict_drain on, a charge also counts as given back at its kernel's predicted
+// end (be_queue_end_ns): with HP idle, a launch also goes when the model's queue plus its own
+// estimate fits the budget (within kPredictedOutstandingBudgets budgets of charges the poller has
+// not given back yet), so a held trainer refills the GPU before it runs dry rather than a poll
+// and a wake-up after.
 // `wake_by_ns`, if not null, receives when a kWait should be re-examined at the latest (the end
-// of the HP clients' grace period), or 0 if only a completion can change the answer.
+// of the HP clients' grace period, or when the model's queue has drained enough), or 0 if only a
+// completion can change the answer.
 inline GateDecision DecideBestEffort(const contract::Board& board, const contract::GpuState& gpu,
                                      contract::GateArea& gate, uint32_t own_slot, uint64_t now_ns,
                                      const BestEffortLaunch& launch,
@@ -312,15 +368,27 @@ inline GateDecision DecideBestEffort(const contract::Board& board, const contrac
   }
   const uint64_t budget = gpu.be_budget_ns.load(std::memory_order_relaxed);
   const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
+  const bool predict = PredictDrain(gpu);
+  auto admitted = [&] {
+    if (predict) AdvanceBeQueue(gate, now_ns, launch.estimate_ns);
+    return GateDecision::kGoBudget;
+  };
   if (!hp.busy) {
-    return TryChargeBudget(gate, launch.estimate_ns, budget, /*admit_alone=*/true)
-               ? GateDecision::kGoBudget
-               : GateDecision::kWait;
+    if (TryChargeBudget(gate, launch.estimate_ns, budget, /*admit_alone=*/true) ||
+        (predict && TryChargePredicted(gate, now_ns, launch.estimate_ns, budget))) {
+      return admitted();
+    }
+    // Held: look again when the model's queue has drained far enough (no completion may come
+    // before then to wake us).
+    if (predict && wake_by_ns != nullptr) {
+      *wake_by_ns = PredictedAdmitAtNs(gate, launch.estimate_ns, budget);
+    }
+    return GateDecision::kWait;
   }
   if (mode != contract::GateMode::kMps) {
     if (TryChargePeriod(gate, hp.period, launch.estimate_ns, budget)) {
       gate.words.be_outstanding_ns.fetch_add(launch.estimate_ns, std::memory_order_acq_rel);
-      return GateDecision::kGoBudget;
+      return admitted();
     }
   } else if (const uint32_t threshold = gpu.sm_threshold.load(std::memory_order_relaxed);
              threshold == 0 || launch.blocks <= threshold) {
@@ -333,7 +401,7 @@ inline GateDecision DecideBestEffort(const contract::Board& board, const contrac
                        theirs == contract::KernelClass::kUnknown ||
                        contract::Complementary(mine, theirs));
     if (fits && TryChargeBudget(gate, launch.estimate_ns, budget, /*admit_alone=*/false)) {
-      return GateDecision::kGoBudget;
+      return admitted();
     }
   }
   if (wake_by_ns != nullptr) *wake_by_ns = hp.grace_ends_ns;

@@ -123,7 +123,8 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   if (!n.IsMap()) return v.Error("policy", "a map", n);
   ORION_RETURN_IF_ERROR(v.CheckKeys(n, "policy",
                                     {"be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
-                                     "hp_grace_us", "adapt_budget", "default_latency_target_ms"}));
+                                     "hp_grace_us", "predict_drain", "adapt_budget",
+                                     "default_latency_target_ms"}));
   ORION_RETURN_IF_ERROR(
       v.Int(n["be_budget_us"], "policy.be_budget_us", 0, 1000000, &p->be_budget_us));
   p->be_budget_set = static_cast<bool>(n["be_budget_us"]);
@@ -134,6 +135,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
       v.Int(n["hp_stale_ms"], "policy.hp_stale_ms", 10, 600000, &p->hp_stale_ms));
   ORION_RETURN_IF_ERROR(
       v.Int(n["hp_grace_us"], "policy.hp_grace_us", 0, 100000, &p->hp_grace_us));
+  ORION_RETURN_IF_ERROR(v.Bool(n["predict_drain"], "policy.predict_drain", &p->predict_drain));
   ORION_RETURN_IF_ERROR(v.Bool(n["adapt_budget"], "policy.adapt_budget", &p->adapt_budget));
   uint64_t target_ms = 0;
   ORION_RETURN_IF_ERROR(v.Int(n["default_latency_target_ms"], "policy.default_latency_target_ms",
@@ -443,6 +445,8 @@ policy:
   hp_stale_ms: 1000                    # HP work older than this no longer holds the gate
   hp_grace_us: 500                     # HP idle this briefly still counts as busy (CPU gaps
                                        # between the kernels of one request)
+  predict_drain: false                 # BE work held while HP is idle also goes when the GPU
+                                       # is predicted to have drained what is queued ahead
   adapt_budget: true                   # adapt be_budget_us to the HP latency target
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
 standalone:                            # processes not in a Kubernetes pod

@@ -12,6 +12,7 @@ GpuPolicy InitialGpuPolicy(const PolicyConfig& c) {
   p.knobs.spin_ns = c.spin_us * 1000;
   p.knobs.hp_stale_ns = static_cast<uint64_t>(c.hp_stale_ms) * 1000000;
   p.knobs.hp_grace_ns = static_cast<uint64_t>(c.hp_grace_us) * 1000;
+  p.knobs.predict_drain = c.predict_drain;
   p.adapt_budget = c.adapt_budget;
   return p;
 }
@@ -48,6 +49,7 @@ bool ApplyPolicyChange(const PolicyChange& c, GpuPolicy* p) {
   if (c.spin_us) p->knobs.spin_ns = *c.spin_us * 1000;
   if (c.hp_stale_ms) p->knobs.hp_stale_ns = static_cast<uint64_t>(*c.hp_stale_ms) * 1000000;
   if (c.hp_grace_us) p->knobs.hp_grace_ns = static_cast<uint64_t>(*c.hp_grace_us) * 1000;
+  if (c.predict_drain) p->knobs.predict_drain = *c.predict_drain;
   if (c.adapt_budget) p->adapt_budget = *c.adapt_budget;
   return c.be_budget_us.has_value() || c.mode.has_value();
 }

@@ -39,7 +39,8 @@ void Usage(FILE* out) {
       "  pause ID | resume ID                  hold / release all launches of a client\n"
       "  policy [--gpu N|--all] [KEY=VALUE...] show or set knobs: mode=pass-through|priority|mps,\n"
       "                                        be_budget_us, sm_threshold, spin_us, hp_stale_ms,\n"
-      "                                        hp_grace_us, adapt_budget=true|false\n"
+      "                                        hp_grace_us, predict_drain=true|false,\n"
+      "                                        adapt_budget=true|false\n"
       "  timeline [--gpu N] [--last-ms N | --since MS [--until MS]] [--trace F.json] [--html F.html]\n"
       "                                        who ran when (default: GPU 0, last 1000 ms; times in\n"
       "                                        Unix ms). --trace: Chrome trace JSON of every GPU\n"
@@ -354,9 +355,10 @@ int main(int argc, char** argv) {
         else if (val == "priority") k->set_mode(orion::v1::GATE_MODE_PRIORITY);
         else if (val == "mps") k->set_mode(orion::v1::GATE_MODE_MPS);
         else return bad("mode must be pass-through, priority or mps");
-      } else if (key == "adapt_budget") {
-        if (val != "true" && val != "false") return bad("adapt_budget must be true or false");
-        k->set_adapt_budget(val == "true");
+      } else if (key == "adapt_budget" || key == "predict_drain") {
+        if (val != "true" && val != "false") return bad(key + " must be true or false");
+        if (key == "adapt_budget") k->set_adapt_budget(val == "true");
+        else k->set_predict_drain(val == "true");
       } else if (!ParseU32(val, &v)) {
         return bad(key + " needs a non-negative integer, got '" + val + "'");
       } else if (key == "be_budget_us") {

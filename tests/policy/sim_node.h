@@ -22,7 +22,8 @@
 //    (heartbeat + budget adaptation) every tick_period_ns, both given the virtual time.
 //  - high-priority bookkeeping (inflight, last_progress_ns, busy periods and their kBusyPeriod
 //    events, which PolicyTick's budget adaptation feeds on) is the interposer's own
-//    NoteHighPriorityLaunch / NoteHighPriorityCompletion (interpose/launch_gate.h);
+//    NoteHighPriorityLaunch / NoteHighPriorityCompletion (interpose/launch_gate.h), and
+//    FollowHighPriorityLaunch's models (every launch is followed all the same);
 //    report_busy_periods = false drops the events.
 //
 // Usage:
@@ -198,6 +199,7 @@ class SimClient {
   std::function<void()> on_launched_, on_done_;
   bool high_ = false, gated_ = false;
   uint64_t estimate_ns_ = 0, budget_ns_ = 0, start_ns_ = 0;
+  std::atomic<uint64_t> hp_queue_end_ns_{0};  // FollowHighPriorityLaunch's model of our queue
 
   // A wait on a futex word (gate_seq or the slot's wake_seq).
   bool waiting_ = false;
@@ -451,6 +453,11 @@ void SimClient::DoLaunch() {
   p->high = high_;
   p->timed = (profile || gated_) && interpose::ShouldSample(launch_index);
   if (high_) {
+    // The follow decision's models (the GPU's queue of this client's work, and with
+    // predict_drain the best-effort queue it pushes back); the simulation follows every launch.
+    interpose::FollowHighPriorityLaunch(gpu_ref(), gate_ref(), hp_queue_end_ns_,
+                                        [now] { return now; },
+                                        rec->estimate_ns.load(std::memory_order_relaxed), false);
     // Before the launch: best-effort clients must see the GPU busy as early as possible.
     interpose::NoteHighPriorityClass(own_gate(), rec->kclass.load(std::memory_order_relaxed));
     interpose::BusyPeriod ended;
