@@ -75,6 +75,27 @@ def workload(docs, kind, component=None):
     return found[0]
 
 
+# A configMap or secret volume's source: the field naming the object, its kind, how its data
+# becomes file contents.
+PROJECTED = {"configMap": ("name", "ConfigMap", str.encode),
+             "secret": ("secretName", "Secret", base64.b64decode)}
+
+
+def project_volume(vname, kind, src, rendered, d):
+    """Writes the rendered ConfigMap's or Secret's data into folder d, a file a key."""
+    ref, what, decode = PROJECTED[kind]
+    unknown(f"volume {vname}.{kind}", src, {ref, "defaultMode", "items"})
+    obj = rendered.get(src[ref])
+    if obj is None:
+        raise CheckFailed(f"volume {vname}: {what} {src[ref]} not rendered")
+    os.makedirs(d, exist_ok=True)
+    for k, val in obj.get("data", {}).items():
+        path = os.path.join(d, k)
+        with open(path, "wb") as f:
+            f.write(decode(val))
+        os.chmod(path, src.get("defaultMode", 0o644))
+
+
 def translate_pod(spec, name, namespace, uid, work, api, node, objects=({}, {})):
     """A pod spec -> its sandbox settings and per-container CRI settings. `objects`: the
     ConfigMaps and Secrets its volumes may name."""
@@ -89,27 +110,9 @@ def translate_pod(spec, name, namespace, uid, work, api, node, objects=({}, {}))
         vname = v["name"]
         kinds = set(v) - {"name"}
         d = os.path.join(vol_root, vname)
-        if kinds == {"configMap"}:
-            unknown(f"volume {vname}.configMap", v["configMap"], {"name", "defaultMode", "items"})
-            cm = configmaps.get(v["configMap"]["name"])
-            if cm is None:
-                raise CheckFailed(f"volume {vname}: ConfigMap {v['configMap']['name']} not rendered")
-            os.makedirs(d, exist_ok=True)
-            for k, val in cm.get("data", {}).items():
-                with open(os.path.join(d, k), "w") as f:
-                    f.write(val)
-                os.chmod(os.path.join(d, k), v["configMap"].get("defaultMode", 0o644))
-            volumes[vname] = (d, True)
-        elif kinds == {"secret"}:
-            unknown(f"volume {vname}.secret", v["secret"], {"secretName", "defaultMode", "items"})
-            sec = secrets.get(v["secret"]["secretName"])
-            if sec is None:
-                raise CheckFailed(f"volume {vname}: Secret {v['secret']['secretName']} not rendered")
-            os.makedirs(d, exist_ok=True)
-            for k, val in sec.get("data", {}).items():
-                with open(os.path.join(d, k), "wb") as f:
-                    f.write(base64.b64decode(val))
-                os.chmod(os.path.join(d, k), v["secret"].get("defaultMode", 0o644))
+        if kinds in ({"configMap"}, {"secret"}):
+            kind = next(iter(kinds))
+            project_volume(vname, kind, v[kind], configmaps if kind == "configMap" else secrets, d)
             volumes[vname] = (d, True)
         elif kinds == {"emptyDir"}:
             unknown(f"volume {vname}.emptyDir", v["emptyDir"], {"medium", "sizeLimit"})
