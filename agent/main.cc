@@ -261,6 +261,7 @@ int RunNodeAgent(const Flags& flags) {
         for (int i = 0; i < 5 && !stop.load(); ++i) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
+        if (stop.load()) break;
         (void)watcher->CheckServer();
       }
     });

@@ -249,11 +249,16 @@ inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu, contract::Ga
   const uint64_t length = estimate_ns != 0 ? estimate_ns : grace;
   if (gpu.mode.load(std::memory_order_relaxed) ==
       static_cast<uint32_t>(contract::GateMode::kPriority)) {
-    start = std::max(start, now_ns + gate.words.be_outstanding_ns.load(std::memory_order_relaxed));
-    // Best-effort work still queued waits while this runs: its predicted end moves back.
-    if (PredictDrain(gpu) && PredictedBeQueueNs(gate, now_ns) != 0) {
-      gate.words.be_queue_end_ns.fetch_add(length, std::memory_order_relaxed);
+    uint64_t be_queued = gate.words.be_outstanding_ns.load(std::memory_order_relaxed);
+    if (PredictDrain(gpu)) {
+      // The charges include work the drain model says is done (up to two budgets of it): what
+      // is queued ahead is the model's. Best-effort work still queued waits while this runs:
+      // its predicted end moves back.
+      const uint64_t predicted = PredictedBeQueueNs(gate, now_ns);
+      be_queued = std::min(be_queued, predicted);
+      if (predicted != 0) gate.words.be_queue_end_ns.fetch_add(length, std::memory_order_relaxed);
     }
+    start = std::max(start, now_ns + be_queued);
   }
   start = std::max(start, now_ns);
   const uint64_t end = start + length;
@@ -419,7 +424,8 @@ struct GateTicket {
 // kWait to the end (the 0 -> 1 step wakes the clients' completion trackers through tracker_seq),
 // spins up to gpu.spin_ns (at most spin_cap_ns: 0 in a process with less than two CPUs, see
 // cpu_limits.h), then futex-waits on gate_seq (or the slot's wake_seq when paused) at most
-// kMaxFutexWaitNs at a time, or until the high-priority clients' grace period ends.
+// kMaxFutexWaitNs at a time, or until the high-priority clients' grace period ends (or, with
+// predict_drain, until the drain model lets the launch in).
 GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, uint32_t slot_index,
                       const BestEffortLaunch& launch, uint64_t spin_cap_ns = contract::kMaxSpinNs);
 

@@ -326,8 +326,10 @@ GateRepairs NodeBoard::CheckGates(uint64_t now_ns) {
       g->words.be_outstanding_ns.store(0, std::memory_order_relaxed);
       ++r.values_reset;
     }
-    // The predicted drain's queue end: never further ahead than a second (no honest model is).
-    if (g->words.be_queue_end_ns.load(std::memory_order_relaxed) > now_ns + kFutureSlackNs) {
+    // The predicted drain's queue end: never further ahead than what is charged, plus a second.
+    const uint64_t charged = g->words.be_outstanding_ns.load(std::memory_order_relaxed);
+    if (g->words.be_queue_end_ns.load(std::memory_order_relaxed) >
+        now_ns + kFutureSlackNs + charged) {
       g->words.be_queue_end_ns.store(0, std::memory_order_relaxed);
       ++r.values_reset;
     }

@@ -587,12 +587,16 @@ absl::StatusOr<PodSync> NodeState::UpsertPods(std::vector<PodPolicy> pods, bool 
     }
   }
   absl::MutexLock lock(&mu_);
+  PodSync out;
+  if (pods.empty() && !full_sync) {  // the agent asking what is known: nothing to apply
+    out.pods_known = static_cast<uint32_t>(pods_.size());
+    return out;
+  }
   if (full_sync) pods_.clear();
   for (PodPolicy& p : pods) {
     std::string uid = p.pod_uid;
     pods_[std::move(uid)] = std::move(p);
   }
-  PodSync out;
   for (auto& [id, c] : clients_) {
     if (c.peer.cgroup.pod_uid.empty() || !pods_.count(c.peer.cgroup.pod_uid)) continue;
     const ClientPolicy before = c.policy;

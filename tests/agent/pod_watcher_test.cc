@@ -242,7 +242,7 @@ TEST_F(PodWatcherTest, RestartedServerGetsEveryPodAgain) {
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->priority(), orion::v1::PRIORITY_HIGH);
 
-  // A server that cannot be reached: the check says so and the next one syncs in full.
+  // A server that cannot be reached: the check says so.
   grpc_server_->Shutdown();
   EXPECT_FALSE(watcher_->CheckServer().ok());
 }

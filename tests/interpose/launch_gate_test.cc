@@ -131,6 +131,17 @@ TEST_F(LaunchGateTest, PredictedDrainAdmitsWhenTheModelsQueueHasDrained) {
   gate_->words.be_queue_end_ns.store(now_ - 1);
   FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; }, 200'000, false);
   EXPECT_EQ(gate_->words.be_queue_end_ns.load(), now_ - 1);
+  // Charges the poller has not given back but the model says are done do not make a short
+  // high-priority kernel look queued behind them (it is not followed); without the model they do.
+  gpu().hp_grace_ns.store(500'000);
+  gate_->words.be_outstanding_ns.store(400'000);
+  hp_queue_end.store(0);
+  EXPECT_FALSE(FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; },
+                                        10'000, false));
+  gpu().predict_drain.store(0);
+  hp_queue_end.store(0);
+  EXPECT_TRUE(FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; },
+                                       10'000, false));
 }
 
 TEST_F(LaunchGateTest, BusyHighPriorityAdmitsOnlyWorkWithinTheBudget) {

@@ -437,6 +437,13 @@ TEST_F(AdminApiTest, AgentPodPolicyAppliesToLiveAndFutureClients) {
   ASSERT_TRUE(agent->UpsertPods(&c2, up, &upr).ok());
   EXPECT_EQ(upr.pods_known(), 1u);
 
+  // The agent's probe (no pods, no full sync) changes nothing and says how many pods are known.
+  grpc::ClientContext probe;
+  orion::v1::UpsertPodsRequest empty;
+  ASSERT_TRUE(agent->UpsertPods(&probe, empty, &upr).ok());
+  EXPECT_EQ(upr.pods_known(), 1u);
+  EXPECT_EQ(upr.clients_updated(), 0u);
+
   grpc::ClientContext c3;
   orion::v1::DeletePodRequest del;
   del.set_pod_uid("11111111-2222-3333-4444-555555555555");
