@@ -39,14 +39,14 @@ absl::Status AgentSyncClient::Upsert(const std::vector<orion::v1::PodPolicy>& po
   orion::v1::UpsertPodsRequest request;
   for (const auto& p : pods) *request.add_pods() = p;
   request.set_full_sync(full_sync);
-  orion::v1::UpsertPodsResponse response;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  return ToStatus(stub_->UpsertPods(&ctx, request, &response));
+  return SendUpsert(request).status();
 }
 
 absl::StatusOr<uint32_t> AgentSyncClient::PodsKnown() {
-  orion::v1::UpsertPodsRequest request;
+  return SendUpsert(orion::v1::UpsertPodsRequest());
+}
+
+absl::StatusOr<uint32_t> AgentSyncClient::SendUpsert(const orion::v1::UpsertPodsRequest& request) {
   orion::v1::UpsertPodsResponse response;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);

@@ -23,6 +23,8 @@ class AgentSyncClient final : public PolicySink {
   absl::StatusOr<uint32_t> PodsKnown() override;
 
  private:
+  // One UpsertPods call; the answer's pods_known.
+  absl::StatusOr<uint32_t> SendUpsert(const orion::v1::UpsertPodsRequest& request);
   std::unique_ptr<orion::v1::AgentSync::Stub> stub_;
 };
 
