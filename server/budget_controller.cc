@@ -2,6 +2,8 @@
 #include "server/budget_controller.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
 
 namespace orion::server {
 
@@ -37,6 +39,22 @@ uint64_t BudgetController::Update(uint64_t budget, BudgetVerdict verdict) const 
   }
   // Whole microseconds: what the admin API reports is what the board holds.
   return std::clamp(budget / 1000 * 1000, limits_.min_ns, limits_.max_ns);
+}
+
+uint64_t SizeBudgetToService(std::vector<uint64_t> periods, uint64_t current, uint64_t max_ns,
+                             const ServiceSizing& sizing) {
+  if (periods.size() < sizing.min_periods) return current;
+  auto mid = periods.begin() + static_cast<std::ptrdiff_t>(periods.size() / 2);
+  std::nth_element(periods.begin(), mid, periods.end());
+  const double sized = sizing.fraction * static_cast<double>(*mid);
+  const uint64_t next =
+      std::clamp(static_cast<uint64_t>(sized) / 1000 * 1000, std::min(sizing.min_ns, max_ns),
+                 max_ns);
+  const double change = std::abs(static_cast<double>(next) - static_cast<double>(current));
+  if (change <= sizing.hysteresis * static_cast<double>(current) && current <= max_ns) {
+    return current;
+  }
+  return next;
 }
 
 }  // namespace orion::server

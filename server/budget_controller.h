@@ -1,5 +1,10 @@
-// Online search of the best-effort budget for one GPU, in the spirit of Orion's offline search of
-// `orion_hp_limit`: keep the high-priority tail (p99 of busy periods) under its target while giving
+// The best-effort budget of one GPU, two ways:
+//  - sized to the service (SizeBudgetToService): with no latency target, the budget is a fixed
+//    fraction of the high-priority service's typical busy period (its request's GPU length), so
+//    a 0.6 ms request waits behind at most about a tenth of its length of best-effort work, and a
+//    5 ms one behind the mode's default;
+//  - searched against a latency target (BudgetController), in the spirit of Orion's offline search
+//    of `orion_hp_limit`: keep the high-priority tail (p99 of busy periods) under its target while giving
 // best-effort work as much GPU time as possible. Pure logic, driven by the server's policy loop
 // (about every 100 ms) and tested directly.
 //
@@ -20,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace orion::server {
 
@@ -39,6 +45,24 @@ struct TailEvidence {
   uint32_t over_target = 0;    // longer than the target
   uint32_t over_headroom = 0;  // longer than headroom * target
 };
+
+// How the budget is sized to the service when no latency target is set.
+struct ServiceSizing {
+  // The budget as a fraction of the median busy period: a request waits behind what was queued
+  // when it arrived plus what was admitted during its busy period, each at most one budget.
+  double fraction = 0.1;
+  uint64_t min_ns = 20'000;     // below this the gate's CPU round trip dominates the harvest
+  uint32_t min_periods = 20;    // busy periods needed before the budget moves from the default
+  uint32_t window = 256;        // the newest busy periods of each client that count
+  double hysteresis = 0.1;      // a change smaller than this fraction is not published
+};
+
+// The budget for a GPU's high-priority busy periods `periods_ns` (all its HP clients, newest
+// ones): fraction * their median, whole microseconds, within [min_ns, max_ns] (max_ns: the mode's
+// default). `current_ns` is returned when there are too few periods or the change is within the
+// hysteresis.
+uint64_t SizeBudgetToService(std::vector<uint64_t> periods_ns, uint64_t current_ns,
+                             uint64_t max_ns, const ServiceSizing& sizing = {});
 
 // In the order Combine ranks them: a later one wins.
 enum class BudgetVerdict {

@@ -447,7 +447,9 @@ policy:
                                        # between the kernels of one request)
   predict_drain: false                 # BE work held while HP is idle also goes when the GPU
                                        # is predicted to have drained what is queued ahead
-  adapt_budget: true                   # adapt be_budget_us to the HP latency target
+  adapt_budget: true                   # adapt be_budget_us to the HP latency target, or
+                                       # (priority mode, no target, budget not set) to a tenth
+                                       # of the HP service's median busy period
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
 standalone:                            # processes not in a Kubernetes pod
   trust_client_requests: true          # honour orion-run --priority/--memory-limit

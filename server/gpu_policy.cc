@@ -51,6 +51,13 @@ bool ApplyPolicyChange(const PolicyChange& c, GpuPolicy* p) {
   if (c.hp_grace_us) p->knobs.hp_grace_ns = static_cast<uint64_t>(*c.hp_grace_us) * 1000;
   if (c.predict_drain) p->knobs.predict_drain = *c.predict_drain;
   if (c.adapt_budget) p->adapt_budget = *c.adapt_budget;
+  // adapt_budget=true without a budget hands the budget back to the server: it starts again
+  // from the mode's default and follows the service.
+  if (c.adapt_budget && *c.adapt_budget && !c.be_budget_us) {
+    p->budget_set = false;
+    p->knobs.be_budget_ns = DefaultBeBudgetUs(p->knobs.mode) * 1000;
+    return true;
+  }
   return c.be_budget_us.has_value() || c.mode.has_value();
 }
 

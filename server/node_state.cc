@@ -280,6 +280,7 @@ void NodeState::PolicyTick(uint64_t now) {
   for (uint32_t g = 0; g < ngpus; ++g) {
     GpuPolicy& gp = gpu_policy_[g];
     if (!gp.adapt_budget || gp.knobs.mode == contract::GateMode::kPassThrough) continue;
+    if (SizeBudgetToServices(g, gp)) continue;
     bool targeted = false;
     BudgetVerdict verdict = BudgetVerdict::kWait;
     for (const auto& [id, c] : clients_) {
@@ -301,6 +302,31 @@ void NodeState::PolicyTick(uint64_t now) {
       RestartBudgetEvidence(g);
     }
   }
+}
+
+bool NodeState::SizeBudgetToServices(uint32_t g, GpuPolicy& gp) {
+  // A budget set by hand, a latency target (the search below owns the budget then) or a mode
+  // where best-effort kernels co-run (mps: what they cost a request is not their queue) leave
+  // the budget alone.
+  if (gp.budget_set || gp.knobs.mode != contract::GateMode::kPriority) return false;
+  const ServiceSizing sizing;
+  std::vector<uint64_t> periods;
+  for (const auto& [id, c] : clients_) {
+    if (c.gpu != g || c.policy.priority != Priority::kHigh) continue;
+    if (c.policy.latency_target_us != 0) return false;
+    const uint64_t count = c.ingest.busy().count;
+    const std::vector<uint64_t> newest =
+        c.ingest.BusyPeriodsSince(count > sizing.window ? count - sizing.window : 0);
+    periods.insert(periods.end(), newest.begin(), newest.end());
+  }
+  const uint64_t next = SizeBudgetToService(std::move(periods), gp.knobs.be_budget_ns,
+                                            DefaultBeBudgetUs(gp.knobs.mode) * 1000, sizing);
+  if (next != gp.knobs.be_budget_ns) {
+    gp.knobs.be_budget_ns = next;
+    board_->PublishKnobs(g, gp.knobs);
+    RestartBudgetEvidence(g);
+  }
+  return true;
 }
 
 ClientView NodeState::ViewOf(const ClientRecord& c) const {

@@ -174,6 +174,9 @@ class NodeState {
   std::vector<uint64_t> BusySinceChange(const ClientRecord& c) const;
   // The budget of GPU g changed: the budget search starts collecting evidence afresh.
   void RestartBudgetEvidence(uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Without a latency target or a budget set by hand (priority mode): the budget follows the
+  // GPU's high-priority busy periods (SizeBudgetToService). True when it owns the budget.
+  bool SizeBudgetToServices(uint32_t g, GpuPolicy& gp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int GpuIndexFor(const contract::RegisterRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServerConfig config_;

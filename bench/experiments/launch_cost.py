@@ -1,14 +1,21 @@
 """The CPU cost of a driver launch on a GPU, with and without the interposer (C level).
 
-  orion_bench.py launch-cost --bundle DIR [--cpus 2,3] [--runs 3]
+  orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--out DIR]
+  orion_bench.py launch-cost --table ROWS.jsonl
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
-each driver call a tracked launch adds (best of 5 batches, ns per launch), pinned to --cpus:
-once with no interposer and once under orion-run registered high priority with an
-orion-server on cores 0 and 1, --runs times in turn.
+each driver call a tracked launch adds (best of 5 batches, ns per launch), pinned to --cpus,
+as three arms, one process each: no interposer, under orion-run registered high priority, and
+registered best effort (alone on the GPU: the gate lets it through, never held), with an
+orion-server on cores 0 and 1. The arms take turns --runs times, each run starting one arm later;
+what the interposer adds is each arm minus the no-interposer arm of the same run, reported as
+the median over runs with [min, max]: a host that drifts by hundreds of ns between minutes
+moves both arms of a run alike. Rows go to launch-cost.jsonl in --out.
 """
 import argparse
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -16,32 +23,75 @@ import tempfile
 import harness
 
 ANSWERS = ("what a driver launch costs on the CPU with and without the interposer "
-           "(orion-bench-launch, ns per launch)")
+           "(orion-bench-launch, ns per launch, arms taking turns)")
+ARMS = ("no interposer", "high priority", "best effort")
+
+
+def table(rows):
+    """Per variant: the no-interposer cost and each interposed arm's paired difference."""
+    runs = {}
+    for r in rows:
+        runs.setdefault((r["run"], r["variant"]), {})[r["arm"]] = r["ns"]
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    out = []
+    for v in variants:
+        paired = [arms for (run, var), arms in runs.items() if var == v and ARMS[0] in arms]
+        cells = [v, f"{statistics.median(a[ARMS[0]] for a in paired):.0f} ns"]
+        for arm in ARMS[1:]:
+            diffs = [a[arm] - a[ARMS[0]] for a in paired if arm in a]
+            cells.append(harness.spread(diffs, digits=0, suffix=" ns") if diffs else "-")
+        cells.append(str(len(paired)))
+        out.append(cells)
+    return harness.markdown_table(
+        ["variant", "no interposer (median)", "high priority adds", "best effort adds", "runs"],
+        out)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bundle", required=True)
-    p.add_argument("--cpus", default="2,3")
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--bundle")
+    p.add_argument("--cpus", default="2")
+    p.add_argument("--runs", type=int, default=12)
+    p.add_argument("--launches", type=int, default=5000)
     p.add_argument("--admin-port", type=int, default=50063)
+    p.add_argument("--out")
+    p.add_argument("--table", metavar="ROWS_JSONL")
     args = p.parse_args(argv)
+    if args.table:
+        print(table(harness.read_rows(args.table, "launch-cost")))
+        return
+    if not args.bundle:
+        p.error("--bundle is required")
     b = os.path.abspath(args.bundle)
     bench = os.path.join(b, "orion-bench-launch")
     if not os.access(bench, os.X_OK):
         sys.exit(f"launch-cost: {bench} missing; build it (bench/CMakeLists.txt, needs the CUDA "
                  f"driver headers) and bundle again: tools/bundle.sh build .bundle")
     work = tempfile.mkdtemp(prefix="orion-launch-")
+    out = args.out or os.environ.get("OUT") or work
+    os.makedirs(out, exist_ok=True)
+    rows_path = os.path.join(out, "launch-cost.jsonl")
     log = open(os.path.join(work, "server.log"), "a")
     server = harness.Server(b, work, log, admin_port=args.admin_port,
                             prefix=harness.taskset("0,1")).start()
     env = dict(os.environ, ORION_SOCKET=server.socket)
+    wraps = {ARMS[0]: [], ARMS[1]: harness.orion_run(b, "high"),
+             ARMS[2]: harness.orion_run(b, "best-effort")}
+    rows = []
     try:
         for run in range(1, args.runs + 1):
-            for label, wrap in (("no interposer", []),
-                                ("high priority", harness.orion_run(b, "high"))):
-                print(f"== run {run}, {label}", flush=True)
-                subprocess.run(harness.taskset(args.cpus) + wrap + [bench], env=env, check=True)
+            for arm in harness.rotated(ARMS, run - 1):
+                text = subprocess.run(
+                    harness.taskset(args.cpus) + wraps[arm] + [bench, "--launches",
+                                                               str(args.launches)],
+                    env=env, check=True, capture_output=True, text=True).stdout
+                for m in re.finditer(r"^(.+?)\s+ns_per_launch=(\d+)", text, re.M):
+                    row = {"run": run, "arm": arm, "variant": m.group(1).strip(),
+                           "ns": int(m.group(2)), "cpus": args.cpus}
+                    rows.append(row)
+                    harness.append_row(rows_path, row)
+            print(f"run {run} of {args.runs} done", flush=True)
     finally:
         server.stop()
+    print(table(rows))

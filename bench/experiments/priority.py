@@ -71,6 +71,8 @@ def hp_command(name, bundle):
         "resnet50-graph": py + ["resnet50", "--graph"],
         "bert": py + ["bert"],
         "bert-graph": py + ["bert", "--graph"],
+        "bert8-graph": py + ["bert8", "--graph"],
+        "gpt2-decode": py + ["gpt2-decode"],
         "sample": [os.path.join(bundle, "orion-sample-infer"), "--kernels", "4",
                    "--kernel-us", "250"],
     }[name]
@@ -134,6 +136,14 @@ SPLITS = {
     # The matrix: every service beside one trainer (--be resnet50, bert or gpt2-large).
     "pairs": ["--hp", "resnet50,resnet50-graph,bert", "--be", "bert", "--requests", "2000",
               "--be-alone-seconds", "10", "--configs", "timeslice,mps-cap,orion-mps,orion"],
+    # The workload matrix (orion_bench.py matrix): three services (a CUDA-graph CNN, a
+    # short-request transformer graph, an eager token-by-token decoder) beside one trainer
+    # (--be resnet50 or gptlm: one command each), every configuration in rotating order, each
+    # service run about --run-seconds long. orion runs with its defaults (the budget sized to the
+    # service); orion:be_budget_us=500 is the fixed budget it replaces.
+    "matrix": ["--hp", "resnet50-graph,bert8-graph,gpt2-decode", "--be", "gptlm",
+               "--run-seconds", "4", "--be-alone-seconds", "8", "--settle-seconds", "2",
+               "--repeat", "2", "--configs", "orion,orion:be_budget_us=500,orion-mps,mps-cap"],
     # The driver-API samples (no PyTorch).
     "samples": ["--hp", "sample", "--be", "sample", "--requests", "4000",
                 "--configs", "timeslice,orion-pass,orion"],
@@ -308,6 +318,8 @@ class Bench:
         return argv, env
 
     def run_hp(self, name, rate, requests, cfg="alone", extra_env=None, run_args=(), spec=None):
+        if self.args.run_seconds and rate > 0:  # about that long at this rate, 200 at least
+            requests = max(200, round(rate * self.args.run_seconds))
         argv = hp_command(name, self.bundle) + ["--rate", str(rate), "--requests", str(requests)]
         if self.args.request_logs and rate > 0 and name != "sample":
             tag = file_tag(f"{spec or cfg}-{name}")
@@ -532,7 +544,9 @@ class Bench:
         if cfg.startswith("orion"):
             mode = MODES[cfg]
             given = [k.partition("=")[2] for k in c.knobs if k.startswith("be_budget_us=")]
-            start_budget = f"be_budget_us={given[-1] if given else self.mode_budget.get(mode, 0)}"
+            # No budget given: the server's own (adapt_budget=true hands it back to the server,
+            # which starts from the mode's default and sizes it to the service).
+            start_budget = f"be_budget_us={given[-1]}" if given else "adapt_budget=true"
             self.ctl("policy", "--all", f"mode={mode}", start_budget,
                      *[k for k in c.knobs if not k.startswith("be_budget_us=")])
         try:
@@ -558,6 +572,7 @@ class Bench:
                             self.export_trace(f"{spec}-{hp}", min(a.trace_ms, (end - start) * 1e3))
                         if target:
                             r["target_ms"] = int(target[1])
+                        if cfg.startswith("orion"):  # the budget the run ended with
                             r["budget_us_end"] = int(json.loads(self.ctl("policy"))
                                                      .get("be_budget_us", 0))
                     except RuntimeError as e:
@@ -616,8 +631,8 @@ def render_table(results, repeat):
         cfg = r["config"] + (f" (before {r['before']})" if "before" in r else "") + (
             f" (stall {r['stall_ms']:.0f} ms)" if "stall_ms" in r else "") + (
             " (its alone run stalled)" if "baseline_stall_ms" in r else "") + (
-            f" (target {r['target_ms']} ms, budget {r['budget_us_end']} µs at the end)"
-            if "target_ms" in r else "")
+            f" (target {r['target_ms']} ms)" if "target_ms" in r else "") + (
+            f" (budget {r['budget_us_end']} µs at the end)" if "budget_us_end" in r else "")
         lines.append(" | ".join([
             f"| {r['hp']}", r["be"] or "-", cfg, ms(r, "p50_ms"), ms(r, "p99_ms"),
             ms(r, "p999_ms"), ms(r, "mean_ms"), ms(r, "svc_p50_ms"),
@@ -697,6 +712,9 @@ def main(argv=None):
                         "instead of Poisson arrivals: compares service times with little noise")
     p.add_argument("--closed-loop-seconds", type=float, default=10,
                    help="--closed-loop: seconds measured per run")
+    p.add_argument("--run-seconds", type=float, default=0,
+                   help="each Poisson run of a service gets rate x this many requests (at least "
+                        "200) instead of --requests: services of different speeds run alike")
     p.add_argument("--be-alone-seconds", type=float, default=15)
     p.add_argument("--settle-seconds", type=float, default=3)
     p.add_argument("--mps-be-percent", type=int, default=50)

@@ -13,7 +13,9 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
       "serving", then "result capacity_rps=.. latency_ms=.. svc_p50_ms=.. svc_p99_ms=..
       cpu_ms=.." (latency_ms: the mean; cpu_ms: CPU time of all the process's threads per
       request).
-      MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128).
+      MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128), bert8
+      (BERT-base fp16, batch 8, sequence 128), gpt2-decode (GPT-2-sized fp16 decoder, 16 tokens
+      one by one after a 32-token prompt).
       --request-log F writes one JSON line per request to F (queue, launch, sync, the serving
       thread's CPU time and involuntary context switches: bench/orion_bench.py slow-requests reads them).
   train MODEL
@@ -21,7 +23,8 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
       (T = time.monotonic() when the step's GPU work finished), and on SIGTERM or after
       --steps steps (0: no limit) "result steps=.. cpu_ms=.." (CPU time per step).
       MODEL: resnet50 (batch 64), bert (BERT-base, batch 32, sequence 128),
-             gpt2-large (36 layers, width 1280, batch 2, sequence 1024: long GEMM kernels).
+             gpt2-large (36 layers, width 1280, batch 2, sequence 1024: long GEMM kernels),
+             gptlm (12 layers, width 1024, batch 8, sequence 512, bf16 autocast, AdamW).
 
   serve MODEL --driven / train MODEL --driven
       Blocks of work on command, for an A/B of two processes served in turn
@@ -75,6 +78,29 @@ def build_serve(name):
         ids = torch.randint(0, 30522, (1, 128), device="cuda")
         mask = torch.ones_like(ids)
         return lambda: model(input_ids=ids, attention_mask=mask).last_hidden_state
+    if name == "bert8":
+        # A BERT-base-sized encoder at batch 8 x 128 tokens in fp16: about 0.6 ms a request as
+        # a CUDA graph on an H100, a short-request transformer service.
+        from transformers import BertConfig, BertModel
+        model = BertModel(BertConfig()).cuda().half().eval()
+        ids = torch.randint(0, 30522, (8, 128), device="cuda")
+        mask = torch.ones_like(ids)
+        return lambda: model(input_ids=ids, attention_mask=mask).last_hidden_state
+    if name == "gpt2-decode":
+        # A GPT-2-sized decoder (12 layers, d 768, fp16) generating 16 tokens one by one after a
+        # 32-token prompt, with its KV cache: many small kernels launched from the CPU, eager.
+        from transformers import GPT2Config, GPT2LMHeadModel
+        model = GPT2LMHeadModel(GPT2Config()).cuda().half().eval()
+        prompt = torch.randint(0, 50257, (1, 32), device="cuda")
+
+        def generate():
+            out = model(input_ids=prompt, use_cache=True)
+            past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            for _ in range(15):
+                out = model(input_ids=token, past_key_values=past, use_cache=True)
+                past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            return token
+        return generate
     raise SystemExit(f"unknown serve model {name}")
 
 
@@ -96,9 +122,21 @@ def build_train(name):
         model = GPT2LMHeadModel(GPT2Config(n_layer=36, n_embd=1280, n_head=20)).cuda().train()
         ids = torch.randint(0, 50257, (2, 1024), device="cuda")
         loss = lambda: model(input_ids=ids, labels=ids).loss
+    elif name == "gptlm":
+        # A GPT-style language model (12 layers, d 1024) at 8 x 512 tokens, bf16 autocast, AdamW.
+        from transformers import GPT2Config, GPT2LMHeadModel
+        model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=1024, n_head=16,
+                                           n_positions=512)).cuda().train()
+        ids = torch.randint(0, 50257, (8, 512), device="cuda")
+
+        def loss():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return model(input_ids=ids, labels=ids).loss
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
         raise SystemExit(f"unknown train model {name}")
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    if name != "gptlm":
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
 
     def step():
         opt.zero_grad(set_to_none=True)

@@ -637,6 +637,7 @@ struct AimdRun {
   uint64_t initial_budget_ns = 0;  // board be_budget_ns before the first policy tick
   std::vector<uint64_t> budgets;   // board be_budget_ns after each policy tick
   uint64_t busy_p99_ns = 0;        // busy periods the HP client reported, last `window` of the run
+  uint64_t busy_p50_ns = 0;        // the same, median
   uint64_t hp_p99_ns = 0;          // HP requests that arrived in that window
   double trainer_share = 0;        // in that window
   uint64_t busy_seen_by_server = 0;
@@ -668,6 +669,7 @@ AimdRun RunAimd(uint64_t target_us, bool adapt, const TrainerWorkload& work, uin
   }
   out.hp_p99_ns = Percentile(svc.Latencies(node.now(), end - window_ns), 0.99);
   out.busy_p99_ns = Percentile(hp->BusyPeriodsSince(end - window_ns), 0.99);
+  out.busy_p50_ns = Percentile(hp->BusyPeriodsSince(end - window_ns), 0.5);
   out.trainer_share = trainer.Share(end - window_ns, end);
   for (const auto& c : node.state().Snapshot().clients) {
     if (c.client == std::to_string(hp->id())) out.busy_seen_by_server = c.busy.count;
@@ -722,6 +724,29 @@ TEST(PolicySimTest, LatencyTargetAdaptsBudget) {
       us(tight.budgets.back()), us(fixed.budgets.back()), us(loose.budgets.back()),
       Ms(tight.hp_p99_ns), Ms(fixed.hp_p99_ns), Ms(loose.hp_p99_ns), tight.trainer_share,
       fixed.trainer_share, loose.trainer_share);
+}
+
+// No target: the budget sized to the service, a tenth of its median busy period.
+TEST(PolicySimTest, WithoutATargetTheBudgetIsSizedToTheService) {
+  const TrainerWorkload trainer;
+  const AimdRun sized = RunAimd(/*target_us=*/0, true, trainer, 3 * kSec, 1 * kSec);
+  const AimdRun fixed = RunAimd(/*target_us=*/0, false, trainer, 3 * kSec, 1 * kSec);
+  const uint64_t start_budget = sized.initial_budget_ns;
+  ASSERT_EQ(start_budget, server::DefaultBeBudgetUs(contract::GateMode::kPriority) * 1000);
+  for (uint64_t b : fixed.budgets) EXPECT_EQ(b, start_budget);
+  // The server's median is over what it drained (its newest 256 periods): close to the run's.
+  const double expected = 0.1 * static_cast<double>(sized.busy_p50_ns);
+  const double got = static_cast<double>(sized.budgets.back());
+  EXPECT_LT(got, static_cast<double>(start_budget));
+  EXPECT_NEAR(got, expected, 0.3 * expected);
+  EXPECT_EQ(sized.knob_us * kUs, sized.budgets.back());
+  // A smaller budget: the service's tail is no worse than with the fixed one.
+  EXPECT_LE(sized.hp_p99_ns, fixed.hp_p99_ns + 100 * kUs);
+  std::printf("[policy-sim] no target: budget %.0f -> %.0f us (busy-period p50 %.2f ms); hp "
+              "request p99 %.2f ms (fixed %.0f us: %.2f ms), trainer share %.2f (fixed %.2f)\n",
+              static_cast<double>(start_budget) / 1e3, got / 1e3, Ms(sized.busy_p50_ns),
+              Ms(sized.hp_p99_ns), static_cast<double>(start_budget) / 1e3, Ms(fixed.hp_p99_ns),
+              sized.trainer_share, fixed.trainer_share);
 }
 
 TEST(PolicySimTest, LatencyTargetTamesTrainerWithShortKernels) {

@@ -128,5 +128,27 @@ TEST(BudgetControllerTest, SettlesNearTheRightBudgetOnPeriodsSinceTheLastChange)
               static_cast<unsigned long long>(windowed.ticks_at_zero));
 }
 
+
+// Sized to the service: a tenth of the median busy period, within [min, the mode's default].
+TEST(SizeBudgetToServiceTest, FollowsTheMedianRequestWithinItsBounds) {
+  const uint64_t kDefault = 500'000;
+  // A 0.6 ms request (a BERT-base graph): 60 us; a stray long period does not move the median.
+  std::vector<uint64_t> short_requests(100, 600'000);
+  short_requests[7] = 40'000'000;
+  EXPECT_EQ(SizeBudgetToService(short_requests, kDefault, kDefault), 60'000u);
+  // A 2.5 ms request (a ResNet50 batch-4 graph): 250 us.
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 2'500'000), kDefault, kDefault),
+            250'000u);
+  // Eager services busy for 8 ms keep the default; tiny periods stop at the floor.
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 8'000'000), 60'000, kDefault), kDefault);
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 30'000), kDefault, kDefault),
+            ServiceSizing{}.min_ns);
+  // Too few periods: what the GPU has now stays.
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(19, 600'000), kDefault, kDefault), kDefault);
+  // Within the hysteresis: no change published.
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 640'000), 60'000, kDefault), 60'000u);
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 700'000), 60'000, kDefault), 70'000u);
+}
+
 }  // namespace
 }  // namespace orion::server

@@ -48,6 +48,26 @@ TEST(GpuPolicyTest, AnUnsetBudgetFollowsTheModeAndASetOneStays) {
   EXPECT_EQ(p.knobs.be_budget_ns, 42000u);  // set by an operator: kept across the mode change
 }
 
+TEST(GpuPolicyTest, AdaptBudgetTrueHandsASetBudgetBackToTheServer) {
+  GpuPolicy p = InitialGpuPolicy(PolicyConfig{});
+  PolicyChange budget;
+  budget.be_budget_us = 42;
+  ApplyPolicyChange(budget, &p);
+  ASSERT_TRUE(p.budget_set);
+  PolicyChange back;
+  back.adapt_budget = true;
+  EXPECT_TRUE(ApplyPolicyChange(back, &p));  // the budget changed: fresh evidence
+  EXPECT_FALSE(p.budget_set);
+  EXPECT_EQ(p.knobs.be_budget_ns, DefaultBeBudgetUs(p.knobs.mode) * 1000);
+  // With a budget in the same change, the budget wins and stays set.
+  PolicyChange both;
+  both.adapt_budget = true;
+  both.be_budget_us = 99;
+  ApplyPolicyChange(both, &p);
+  EXPECT_TRUE(p.budget_set);
+  EXPECT_EQ(p.knobs.be_budget_ns, 99000u);
+}
+
 TEST(GpuPolicyTest, OtherKnobsChangeWithoutRestartingTheBudgetEvidence) {
   GpuPolicy p = InitialGpuPolicy(PolicyConfig{});
   const GpuPolicy before = p;
@@ -56,7 +76,7 @@ TEST(GpuPolicyTest, OtherKnobsChangeWithoutRestartingTheBudgetEvidence) {
   c.sm_threshold = 64;
   c.predict_drain = !before.knobs.predict_drain;
   c.adapt_budget = false;
-  EXPECT_FALSE(ApplyPolicyChange(c, &p));
+  EXPECT_FALSE(ApplyPolicyChange(c, &p));  // adapt_budget=false moves no budget
   EXPECT_NE(p.knobs.predict_drain, before.knobs.predict_drain);
   EXPECT_EQ(p.knobs.hp_grace_ns, 2000000u);
   EXPECT_EQ(p.knobs.sm_threshold, 64u);
