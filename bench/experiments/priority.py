@@ -138,12 +138,14 @@ SPLITS = {
               "--be-alone-seconds", "10", "--configs", "timeslice,mps-cap,orion-mps,orion"],
     # The workload matrix (orion_bench.py matrix): three services (a CUDA-graph CNN, a
     # short-request transformer graph, an eager token-by-token decoder) beside one trainer
-    # (--be resnet50 or gptlm: one command each), every configuration in rotating order, each
-    # service run about --run-seconds long. orion runs with its defaults (the budget sized to the
+    # (--be resnet50 or gptlm), every configuration in rotating order, each service run about
+    # --run-seconds long; one round fits a 9-minute command (--first-round K --repeat 1, the
+    # results.jsonl files concatenate). orion runs with its defaults (the budget sized to the
     # service); orion:be_budget_us=500 is the fixed budget it replaces.
     "matrix": ["--hp", "resnet50-graph,bert8-graph,gpt2-decode", "--be", "gptlm",
-               "--run-seconds", "4", "--be-alone-seconds", "8", "--settle-seconds", "2",
-               "--repeat", "2", "--configs", "orion,orion:be_budget_us=500,orion-mps,mps-cap"],
+               "--run-seconds", "4", "--min-requests", "100", "--be-alone-seconds", "8",
+               "--settle-seconds", "2",
+               "--repeat", "1", "--configs", "orion,orion:be_budget_us=500,orion-mps,mps-cap"],
     # The driver-API samples (no PyTorch).
     "samples": ["--hp", "sample", "--be", "sample", "--requests", "4000",
                 "--configs", "timeslice,orion-pass,orion"],
@@ -318,8 +320,8 @@ class Bench:
         return argv, env
 
     def run_hp(self, name, rate, requests, cfg="alone", extra_env=None, run_args=(), spec=None):
-        if self.args.run_seconds and rate > 0:  # about that long at this rate, 200 at least
-            requests = max(200, round(rate * self.args.run_seconds))
+        if self.args.run_seconds and rate > 0:  # about that long at this rate
+            requests = max(self.args.min_requests, round(rate * self.args.run_seconds))
         argv = hp_command(name, self.bundle) + ["--rate", str(rate), "--requests", str(requests)]
         if self.args.request_logs and rate > 0 and name != "sample":
             tag = file_tag(f"{spec or cfg}-{name}")
@@ -714,7 +716,10 @@ def main(argv=None):
                    help="--closed-loop: seconds measured per run")
     p.add_argument("--run-seconds", type=float, default=0,
                    help="each Poisson run of a service gets rate x this many requests (at least "
-                        "200) instead of --requests: services of different speeds run alike")
+                        "--min-requests) instead of --requests: services of different speeds run "
+                        "alike")
+    p.add_argument("--min-requests", type=int, default=200,
+                   help="--run-seconds: the fewest requests of a run (200)")
     p.add_argument("--be-alone-seconds", type=float, default=15)
     p.add_argument("--settle-seconds", type=float, default=3)
     p.add_argument("--mps-be-percent", type=int, default=50)

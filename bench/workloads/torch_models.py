@@ -14,7 +14,7 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
       cpu_ms=.." (latency_ms: the mean; cpu_ms: CPU time of all the process's threads per
       request).
       MODEL: resnet50 (batch 4, 224x224), bert (BERT-base, batch 1, sequence 128), bert8
-      (BERT-base fp16, batch 8, sequence 128), gpt2-decode (GPT-2-sized fp16 decoder, 16 tokens
+      (BERT-base fp16, batch 8, sequence 128), gpt2-decode (GPT-2-sized fp16 decoder, 8 tokens
       one by one after a 32-token prompt).
       --request-log F writes one JSON line per request to F (queue, launch, sync, the serving
       thread's CPU time and involuntary context switches: bench/orion_bench.py slow-requests reads them).
@@ -87,8 +87,9 @@ def build_serve(name):
         mask = torch.ones_like(ids)
         return lambda: model(input_ids=ids, attention_mask=mask).last_hidden_state
     if name == "gpt2-decode":
-        # A GPT-2-sized decoder (12 layers, d 768, fp16) generating 16 tokens one by one after a
-        # 32-token prompt, with its KV cache: many small kernels launched from the CPU, eager.
+        # A GPT-2-sized decoder (12 layers, d 768, fp16) generating 8 tokens one by one after a
+        # 32-token prompt, with its KV cache: many small kernels launched from the CPU, eager
+        # (about 60 ms a request on two cores of an H100 host).
         from transformers import GPT2Config, GPT2LMHeadModel
         model = GPT2LMHeadModel(GPT2Config()).cuda().half().eval()
         prompt = torch.randint(0, 50257, (1, 32), device="cuda")
@@ -96,7 +97,7 @@ def build_serve(name):
         def generate():
             out = model(input_ids=prompt, use_cache=True)
             past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
-            for _ in range(15):
+            for _ in range(7):
                 out = model(input_ids=token, past_key_values=past, use_cache=True)
                 past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
             return token
