@@ -129,25 +129,29 @@ TEST(BudgetControllerTest, SettlesNearTheRightBudgetOnPeriodsSinceTheLastChange)
 }
 
 
-// Sized to the service: a tenth of the median busy period, within [min, the mode's default].
-TEST(SizeBudgetToServiceTest, FollowsTheMedianRequestWithinItsBounds) {
+// Sized to the service: a tenth of the median busy period, within [250 us, the mode's default].
+TEST(SizeBudgetToServiceTest, FollowsTheMedianBusyPeriodWithinItsBounds) {
   const uint64_t kDefault = 500'000;
-  // A 0.6 ms request (a BERT-base graph): 60 us; a stray long period does not move the median.
-  std::vector<uint64_t> short_requests(100, 600'000);
-  short_requests[7] = 40'000'000;
-  EXPECT_EQ(SizeBudgetToService(short_requests, kDefault, kDefault), 60'000u);
-  // A 2.5 ms request (a ResNet50 batch-4 graph): 250 us.
-  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 2'500'000), kDefault, kDefault),
-            250'000u);
-  // Eager services busy for 8 ms keep the default; tiny periods stop at the floor.
-  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 8'000'000), 60'000, kDefault), kDefault);
-  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 30'000), kDefault, kDefault),
+  // Busy periods of a graph service of ~1 ms requests beside a trainer: 2.8 ms -> 280 us; a
+  // stray long period does not move the median.
+  std::vector<uint64_t> periods(100, 2'800'000);
+  periods[7] = 40'000'000;
+  EXPECT_EQ(SizeBudgetToService(periods, kDefault, kDefault), 280'000u);
+  // Long busy periods keep the default; short ones stop at the floor.
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 8'000'000), 280'000, kDefault),
+            kDefault);
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 300'000), kDefault, kDefault),
             ServiceSizing{}.min_ns);
   // Too few periods: what the GPU has now stays.
-  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(19, 600'000), kDefault, kDefault), kDefault);
-  // Within the hysteresis: no change published.
-  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 640'000), 60'000, kDefault), 60'000u);
-  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 700'000), 60'000, kDefault), 70'000u);
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(19, 2'800'000), kDefault, kDefault),
+            kDefault);
+  // Within the hysteresis: no change published; past it, the new size.
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 3'000'000), 280'000, kDefault),
+            280'000u);
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 3'400'000), 280'000, kDefault),
+            340'000u);
+  // A mode default below the floor (a smaller maximum) wins.
+  EXPECT_EQ(SizeBudgetToService(std::vector<uint64_t>(50, 300'000), 100'000, 100'000), 100'000u);
 }
 
 }  // namespace
