@@ -186,7 +186,8 @@ AdmissionReply ReviewPodAdmission(std::string_view request_body,
   const std::string uid = StringAt(*review, {"request", "uid"});
   if (uid.empty()) return BadRequest("AdmissionReview without request.uid");
 
-  JsonValue response = {{"uid", uid}, {"allowed", true}};  // never block a pod: at worst it runs without a share
+  // Never block a pod: at worst it runs without a share.
+  JsonValue response = {{"uid", uid}, {"allowed", true}};
   std::vector<std::string> warnings;
 
   const JsonValue* object = At(*review, {"request", "object"});
