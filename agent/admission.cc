@@ -15,17 +15,12 @@ namespace {
 constexpr std::string_view kWholeGpuResource = "nvidia.com/gpu";
 
 JsonValue PatchOp(std::string path, JsonValue value) {
-  JsonValue op;
-  auto& f = *op.mutable_struct_value()->mutable_fields();
-  f["op"] = JsonString("add");
-  f["path"] = JsonString(path);
-  f["value"] = std::move(value);
-  return op;
+  return {{"op", "add"}, {"path", std::move(path)}, {"value", std::move(value)}};
 }
 
 JsonValue ObjectWith(std::string_view key, JsonValue value) {
-  JsonValue obj;
-  (*obj.mutable_struct_value()->mutable_fields())[std::string(key)] = std::move(value);
+  JsonValue obj = JsonValue::object();
+  obj[std::string(key)] = std::move(value);
   return obj;
 }
 
@@ -35,17 +30,15 @@ bool HasMember(const JsonValue* obj, std::string_view key) {
 
 bool SetsEnv(const JsonValue& container, std::string_view name) {
   const JsonValue* env = Member(container, "env");
-  if (env == nullptr || env->kind_case() != JsonValue::kListValue) return false;
-  for (const JsonValue& e : env->list_value().values()) {
+  if (env == nullptr || !env->is_array()) return false;
+  for (const JsonValue& e : *env) {
     if (StringAt(e, {"name"}) == name) return true;
   }
   return false;
 }
 
 JsonValue EnvVar(std::string_view name, std::string value) {
-  JsonValue v = ObjectWith("name", JsonString(std::string(name)));
-  (*v.mutable_struct_value()->mutable_fields())["value"] = JsonString(std::move(value));
-  return v;
+  return {{"name", std::string(name)}, {"value", std::move(value)}};
 }
 
 // The SM percentage for a best-effort pod: its annotation if valid (0: leave both variables out),
@@ -66,9 +59,9 @@ int MpsThreadPercentage(const std::map<std::string, std::string>& annotations,
   return v;
 }
 
-AdmissionReply BadRequest(std::string_view why) {
-  JsonValue err = ObjectWith("error", JsonString(absl::StrCat("orion webhook: ", std::string(why))));
-  return {400, WriteJson(err)};
+AdmissionReply BadRequest(std::string_view why, int http_status = 400) {
+  JsonValue err = ObjectWith("error", absl::StrCat("orion webhook: ", std::string(why)));
+  return {http_status, WriteJson(err)};
 }
 
 // Appends "add" operations that give the container each variable it does not set itself.
@@ -77,15 +70,13 @@ void AddEnvPatch(const JsonValue& container, int index,
                  JsonValue* patch) {
   const std::string base = absl::StrCat("/spec/containers/", index, "/env");
   const JsonValue* env = Member(container, "env");
-  bool has_list = env != nullptr && env->kind_case() == JsonValue::kListValue;
+  bool has_list = env != nullptr && env->is_array();
   for (const auto& [name, value] : vars) {
     if (SetsEnv(container, name)) continue;
     if (has_list) {
-      *patch->mutable_list_value()->add_values() = PatchOp(base + "/-", EnvVar(name, value));
+      patch->push_back(PatchOp(base + "/-", EnvVar(name, value)));
     } else {
-      JsonValue list;
-      *list.mutable_list_value()->add_values() = EnvVar(name, value);
-      *patch->mutable_list_value()->add_values() = PatchOp(base, std::move(list));
+      patch->push_back(PatchOp(base, JsonValue::array({EnvVar(name, value)})));
       has_list = true;
     }
   }
@@ -109,8 +100,7 @@ std::string EscapeJsonPointer(std::string_view token) {
 
 JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options,
                            std::vector<std::string>* warnings) {
-  JsonValue patch;
-  patch.mutable_list_value();
+  JsonValue patch = JsonValue::array();
   const std::map<std::string, std::string> annotations =
       StringMapAt(pod, {"metadata", "annotations"});
   const ParsedAnnotations parsed = ParsePodAnnotations(annotations);
@@ -127,14 +117,14 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
     }
   }
   const JsonValue* containers = At(pod, {"spec", "containers"});
-  if (containers == nullptr || containers->kind_case() != JsonValue::kListValue) return patch;
+  if (containers == nullptr || !containers->is_array()) return patch;
   const std::string resource_token = EscapeJsonPointer(options.resource_name);
   const bool best_effort = parsed.settings.priority == PodPriority::kBestEffort;
   const int mps_percentage =
       best_effort ? MpsThreadPercentage(annotations, options, warnings) : 0;
   std::set<std::string> matched;
   int index = -1;
-  for (const JsonValue& c : containers->list_value().values()) {
+  for (const JsonValue& c : *containers) {
     ++index;
     const std::string name = StringAt(c, {"name"});
     if (!wanted.empty() && wanted.count(name) == 0) continue;
@@ -151,20 +141,20 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
     }
     if (HasMember(limits, options.resource_name)) continue;
     // Extended resources need limits; a request alone is copied into the limit.
-    JsonValue amount = JsonString("1");
+    JsonValue amount = "1";
     if (const JsonValue* r = requests ? Member(*requests, options.resource_name) : nullptr) {
       amount = *r;
     }
     const std::string base = absl::StrCat("/spec/containers/", index, "/resources");
     JsonValue op;
-    if (resources == nullptr || resources->kind_case() != JsonValue::kStructValue) {
+    if (resources == nullptr || !resources->is_object()) {
       op = PatchOp(base, ObjectWith("limits", ObjectWith(options.resource_name, amount)));
-    } else if (limits == nullptr || limits->kind_case() != JsonValue::kStructValue) {
+    } else if (limits == nullptr || !limits->is_object()) {
       op = PatchOp(base + "/limits", ObjectWith(options.resource_name, amount));
     } else {
       op = PatchOp(absl::StrCat(base, "/limits/", resource_token), amount);
     }
-    *patch.mutable_list_value()->add_values() = std::move(op);
+    patch.push_back(std::move(op));
   }
   for (const std::string& name : wanted) {
     if (matched.count(name) == 0) {
@@ -177,8 +167,14 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
 
 AdmissionReply ReviewPodAdmission(std::string_view request_body,
                                   const AdmissionOptions& options) {
-  absl::StatusOr<JsonValue> review = ParseJson(request_body);
-  if (!review.ok()) return BadRequest("request body is not JSON");
+  absl::StatusOr<JsonValue> review = ParseJson(request_body, JsonLimits::AdmissionReview());
+  if (!review.ok()) {
+    if (review.status().code() == absl::StatusCode::kResourceExhausted) {
+      return BadRequest(absl::StrCat("request body refused: ", review.status().message()),
+                        request_body.size() > JsonLimits::AdmissionReview().max_bytes ? 413 : 400);
+    }
+    return BadRequest(absl::StrCat("request body is not JSON (", review.status().message(), ")"));
+  }
   if (StringAt(*review, {"kind"}) != "AdmissionReview") {
     return BadRequest("request body is not an AdmissionReview");
   }
@@ -190,35 +186,27 @@ AdmissionReply ReviewPodAdmission(std::string_view request_body,
   const std::string uid = StringAt(*review, {"request", "uid"});
   if (uid.empty()) return BadRequest("AdmissionReview without request.uid");
 
-  JsonValue response;
-  auto& rf = *response.mutable_struct_value()->mutable_fields();
-  rf["uid"] = JsonString(uid);
-  rf["allowed"] = JsonBool(true);  // never block a pod: at worst it runs without a share
+  // Never block a pod: at worst it runs without a share.
+  JsonValue response = {{"uid", uid}, {"allowed", true}};
   std::vector<std::string> warnings;
 
   const JsonValue* object = At(*review, {"request", "object"});
   const std::string kind = StringAt(*review, {"request", "kind", "kind"});
-  if (kind == "Pod" && object != nullptr && object->kind_case() == JsonValue::kStructValue) {
+  if (kind == "Pod" && object != nullptr && object->is_object()) {
     const JsonValue patch = SharePatchForPod(*object, options, &warnings);
-    if (patch.list_value().values_size() > 0) {
-      rf["patchType"] = JsonString("JSONPatch");
-      rf["patch"] = JsonString(absl::Base64Escape(WriteJson(patch)));
+    if (!patch.empty()) {
+      response["patchType"] = "JSONPatch";
+      response["patch"] = absl::Base64Escape(WriteJson(patch));
     }
   } else if (kind != "Pod") {
     warnings.push_back(absl::StrCat("orion webhook ignores kind \"", kind, "\""));
   } else {
     warnings.push_back("orion webhook: request.object is not a pod object; admitted unchanged");
   }
-  if (!warnings.empty()) {
-    JsonValue list;
-    for (const std::string& w : warnings) *list.mutable_list_value()->add_values() = JsonString(w);
-    rf["warnings"] = std::move(list);
-  }
-  JsonValue out;
-  auto& of = *out.mutable_struct_value()->mutable_fields();
-  of["apiVersion"] = JsonString("admission.k8s.io/v1");
-  of["kind"] = JsonString("AdmissionReview");
-  of["response"] = std::move(response);
+  if (!warnings.empty()) response["warnings"] = warnings;
+  const JsonValue out = {{"apiVersion", "admission.k8s.io/v1"},
+                         {"kind", "AdmissionReview"},
+                         {"response", std::move(response)}};
   return {200, WriteJson(out)};
 }
 

@@ -5,6 +5,7 @@
 #include <openssl/ssl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -22,6 +23,7 @@ const char* StatusText(int status) {
     case 400: return "Bad Request";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
     case 411: return "Length Required";
     case 413: return "Payload Too Large";
     case 503: return "Service Unavailable";
@@ -82,9 +84,12 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   // CivetWeb's listening_ports: HOST:PORT, with an "s" suffix for TLS; [v6]:PORT for IPv6.
   const std::string listen = absl::StrCat(addr, tls ? "s" : "");
   const std::string threads = std::to_string(std::max(1, self->options_.threads));
+  // request_timeout_ms bounds the TLS handshake and the request line + headers as a whole (from
+  // the moment a worker takes the connection), and each mg_read of the body.
+  const std::string timeout = std::to_string(std::max(1, self->options_.read_timeout_ms));
   const char* config[] = {"listening_ports", listen.c_str(),
                           "num_threads", threads.c_str(),
-                          "request_timeout_ms", "10000",  // a stuck peer frees its thread
+                          "request_timeout_ms", timeout.c_str(),
                           "enable_keep_alive", "no",
                           nullptr, nullptr};
   mg_callbacks callbacks;
@@ -126,6 +131,9 @@ int HttpEndpoint::ProvideTls(void** ssl_ctx, void* self) {
 
 int HttpEndpoint::OnRequest(mg_connection* conn, void* self) {
   const HttpReply reply = static_cast<const HttpEndpoint*>(self)->Handle(conn);
+  // Close without reading what is left of the body: CivetWeb would otherwise drain it after a
+  // 413 or 408, at the sender's pace.
+  mg_disable_connection_keep_alive(conn);
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
             "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
@@ -149,11 +157,21 @@ HttpReply HttpEndpoint::Handle(mg_connection* conn) const {
       return {413, "text/plain", "request body too large\n"};
     }
     request.body.resize(static_cast<size_t>(info->content_length));
+    // mg_read returns once all it was asked for has arrived, or no byte came for
+    // read_timeout_ms: a body sent a byte at a time would hold a larger read as long as the
+    // sender likes. Asking for one byte a call checks the deadline after every byte; under TLS
+    // the bytes come from the decrypted record, without a system call each.
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(options_.read_timeout_ms);
     size_t done = 0;
     while (done < request.body.size()) {
-      const int n = mg_read(conn, request.body.data() + done, request.body.size() - done);
+      const int n = mg_read(conn, request.body.data() + done, 1);
+      if (n > 0) done += static_cast<size_t>(n);
+      if (done == request.body.size()) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return {408, "text/plain", "request body not received in time\n"};
+      }
       if (n <= 0) return {400, "text/plain", "incomplete request body\n"};
-      done += static_cast<size_t>(n);
     }
   }
   return route->second(request);

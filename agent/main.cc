@@ -56,6 +56,8 @@ constexpr char kUsage[] =
     "  --no-device-plugin, --no-pod-watcher   run parts only\n"
     "webhook flags:\n"
     "  --listen-address (0.0.0.0:8443) --tls-cert FILE --tls-key FILE --resource-name\n"
+    "  --health-address       /healthz and /readyz, plain HTTP on a listener of their own\n"
+    "                         (0.0.0.0:8081)\n"
     "  --be-mps-thread-percentage (50)  SM share under MPS of best-effort pods (0: not set)\n";
 
 using Flags = std::map<std::string, std::string>;
@@ -124,14 +126,25 @@ int RunWebhook(const Flags& flags) {
                          "(the API server calls webhooks over HTTPS only)\n");
     return 2;
   }
+  http.threads = 8;
   auto endpoint = HttpEndpoint::Start(http, WebhookRoutes(options));
   if (!endpoint.ok()) {
     std::fprintf(stderr, "orion-agent webhook: %s\n",
                  std::string(endpoint.status().message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "orion-agent webhook: serving /mutate on %s (HTTPS)\n",
-               http.listen_address.c_str());
+  const std::string health_address = Flag(flags, "health-address", "0.0.0.0:8081");
+  auto health = HttpEndpoint::Start({.listen_address = health_address}, WebhookHealthRoutes());
+  if (!health.ok()) {
+    std::fprintf(stderr, "orion-agent webhook: health: %s\n",
+                 std::string(health.status().message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr,
+               "orion-agent webhook: serving /mutate on %s (HTTPS, port %d), /healthz and "
+               "/readyz on %s (HTTP, port %d)\n",
+               http.listen_address.c_str(), (*endpoint)->port(), health_address.c_str(),
+               (*health)->port());
   WaitForSignal(signals);
   return 0;
 }

@@ -1,6 +1,8 @@
 // Parsing of pods, pod lists and watch events (see pod.h).
 #include "agent/pod.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -20,7 +22,7 @@ absl::StatusOr<PodInfo> PodFromJson(const JsonValue& pod) {
 }
 
 absl::StatusOr<PodList> ParsePodList(std::string_view json) {
-  absl::StatusOr<JsonValue> doc = ParseJson(json);
+  absl::StatusOr<JsonValue> doc = ParseJson(json, JsonLimits::PodList());
   if (!doc.ok()) return doc.status();
   if (StringAt(*doc, {"kind"}) != "PodList") {
     return absl::InvalidArgumentError(
@@ -28,9 +30,8 @@ absl::StatusOr<PodList> ParsePodList(std::string_view json) {
   }
   PodList list;
   list.resource_version = StringAt(*doc, {"metadata", "resourceVersion"});
-  if (const JsonValue* items = Member(*doc, "items");
-      items != nullptr && items->kind_case() == JsonValue::kListValue) {
-    for (const JsonValue& item : items->list_value().values()) {
+  if (const JsonValue* items = Member(*doc, "items"); items != nullptr && items->is_array()) {
+    for (const JsonValue& item : *items) {
       absl::StatusOr<PodInfo> pod = PodFromJson(item);
       if (pod.ok()) list.pods.push_back(*std::move(pod));
     }
@@ -39,7 +40,7 @@ absl::StatusOr<PodList> ParsePodList(std::string_view json) {
 }
 
 absl::StatusOr<WatchEvent> ParseWatchEvent(std::string_view json_line) {
-  absl::StatusOr<JsonValue> doc = ParseJson(json_line);
+  absl::StatusOr<JsonValue> doc = ParseJson(json_line, JsonLimits::WatchEvent());
   if (!doc.ok()) return doc.status();
   const std::string type = StringAt(*doc, {"type"});
   const JsonValue* object = Member(*doc, "object");
@@ -48,7 +49,9 @@ absl::StatusOr<WatchEvent> ParseWatchEvent(std::string_view json_line) {
   if (type == "ERROR") {
     event.type = WatchEventType::kError;
     const JsonValue* code = Member(*object, "code");
-    event.error_code = code != nullptr ? static_cast<int>(code->number_value()) : 0;
+    if (code != nullptr && code->is_number()) {
+      event.error_code = static_cast<int>(std::clamp(code->get<double>(), -1e9, 1e9));
+    }
     event.error_message = StringAt(*object, {"message"});
     return event;
   }

@@ -246,35 +246,27 @@ PodWatcher::KnownPod PodWatcher::Learn(const PodInfo& pod, const KnownPod* previ
 
 void PodWatcher::RecordWarning(const PodInfo& pod, const std::string& message) {
   const std::string now = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
-  JsonValue event;
-  auto& f = *event.mutable_struct_value()->mutable_fields();
-  f["apiVersion"] = JsonString("v1");
-  f["kind"] = JsonString("Event");
-  JsonValue meta;
-  (*meta.mutable_struct_value()->mutable_fields())["generateName"] =
-      JsonString(absl::StrCat(pod.name, ".orion-"));
-  (*meta.mutable_struct_value()->mutable_fields())["namespace"] = JsonString(pod.namespace_name);
-  f["metadata"] = meta;
-  JsonValue involved;
-  auto& inv = *involved.mutable_struct_value()->mutable_fields();
-  inv["apiVersion"] = JsonString("v1");
-  inv["kind"] = JsonString("Pod");
-  inv["name"] = JsonString(pod.name);
-  inv["namespace"] = JsonString(pod.namespace_name);
-  inv["uid"] = JsonString(pod.uid);
-  f["involvedObject"] = involved;
-  f["reason"] = JsonString("InvalidOrionAnnotation");
-  f["message"] = JsonString(message);
-  f["type"] = JsonString("Warning");
-  JsonValue source;
-  (*source.mutable_struct_value()->mutable_fields())["component"] = JsonString("orion-agent");
-  (*source.mutable_struct_value()->mutable_fields())["host"] = JsonString(config_.node_name);
-  f["source"] = source;
-  f["reportingComponent"] = JsonString("orion-agent");
-  f["reportingInstance"] = JsonString(config_.node_name);
-  f["firstTimestamp"] = JsonString(now);
-  f["lastTimestamp"] = JsonString(now);
-  f["count"] = JsonNumber(1);
+  const JsonValue event = {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata",
+       {{"generateName", absl::StrCat(pod.name, ".orion-")}, {"namespace", pod.namespace_name}}},
+      {"involvedObject",
+       {{"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"name", pod.name},
+        {"namespace", pod.namespace_name},
+        {"uid", pod.uid}}},
+      {"reason", "InvalidOrionAnnotation"},
+      {"message", message},
+      {"type", "Warning"},
+      {"source", {{"component", "orion-agent"}, {"host", config_.node_name}}},
+      {"reportingComponent", "orion-agent"},
+      {"reportingInstance", config_.node_name},
+      {"firstTimestamp", now},
+      {"lastTimestamp", now},
+      {"count", 1},
+  };
   absl::StatusOr<kube::HttpResponse> r = api_->Post(
       absl::StrCat("/api/v1/namespaces/", pod.namespace_name, "/events"), WriteJson(event));
   if (!r.ok() || (r->status != 201 && r->status != 200)) {

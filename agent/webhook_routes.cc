@@ -4,7 +4,6 @@
 namespace orion::agent {
 
 std::map<std::string, HttpEndpoint::Handler> WebhookRoutes(const AdmissionOptions& options) {
-  auto ok = [](const HttpRequest&) { return HttpReply{200, "text/plain", "ok\n"}; };
   return {
       {"/mutate",
        [options](const HttpRequest& r) {
@@ -15,9 +14,12 @@ std::map<std::string, HttpEndpoint::Handler> WebhookRoutes(const AdmissionOption
          AdmissionReply reply = ReviewPodAdmission(r.body, options);
          return HttpReply{reply.http_status, "application/json", reply.body};
        }},
-      {"/healthz", ok},
-      {"/readyz", ok},
   };
+}
+
+std::map<std::string, HttpEndpoint::Handler> WebhookHealthRoutes() {
+  auto ok = [](const HttpRequest&) { return HttpReply{200, "text/plain", "ok\n"}; };
+  return {{"/healthz", ok}, {"/readyz", ok}};
 }
 
 }  // namespace orion::agent

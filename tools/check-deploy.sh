@@ -134,6 +134,26 @@ step "admin API auth in the chart"
   console.log("admin auth on, tokens Secret, AgentSync on a pod-local socket: ok");
 ' "${WORK}/default.yaml")
 
+step "webhook: probes on the health port, NetworkPolicy admits the webhook port only"
+(cd "${ROOT}/tools" && node --input-type=module -e '
+  import { parseAllDocuments } from "yaml";
+  import { readFileSync } from "node:fs";
+  const objs = parseAllDocuments(readFileSync(process.argv[1], "utf8")).map((d) => d.toJSON());
+  const fail = (m) => { console.error("check-deploy: " + m); process.exit(1); };
+  const dep = objs.find((o) => o?.kind === "Deployment" && o.metadata.name.endsWith("-webhook"));
+  const c = dep.spec.template.spec.containers[0];
+  const port = (name) => c.ports.find((p) => p.name === name)?.containerPort;
+  if (!c.args.includes("--health-address=0.0.0.0:" + port("health"))) fail("no --health-address");
+  for (const probe of [c.livenessProbe, c.readinessProbe]) {
+    if (probe.httpGet.port !== "health" || probe.httpGet.scheme !== "HTTP") fail("probe not on health");
+  }
+  const np = objs.find((o) => o?.kind === "NetworkPolicy" && o.metadata.name === dep.metadata.name);
+  if (!np) fail("no NetworkPolicy for the webhook");
+  const ports = np.spec.ingress.flatMap((r) => r.ports.map((p) => p.port));
+  if (JSON.stringify(ports) !== JSON.stringify([port("https")])) fail("webhook NetworkPolicy admits " + ports);
+  console.log("webhook probes on port " + port("health") + ", ingress to " + ports + " only: ok");
+' "${WORK}/default.yaml")
+
 step "GPU stack combinations in the chart: CDI and the MPS daemon"
 (cd "${ROOT}/tools" && node --input-type=module -e '
   import { parseAllDocuments } from "yaml";

@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git curl ca-certificates unzip
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev    # the agent's JSON (Kubernetes objects, AdmissionReview) with bounds
   libcurl4-openssl-dev libssl-dev openssl   # openssl: the webhook TLS test makes a certificate
   prometheus            # promtool (lints /metrics and the rules) and the Prometheus server that
                         # tools/check-promql.sh evaluates every dashboard and rule expression in

@@ -24,16 +24,14 @@ JsonValue PatchOf(const AdmissionReply& reply) {
   return *patch;
 }
 
-// "add PATH VALUE" of one patch operation (protobuf maps have no stable member order).
+// "add PATH VALUE" of one patch operation (members compared as written).
 std::string OpText(const JsonValue& op) {
   return StringAt(op, {"op"}) + " " + StringAt(op, {"path"}) + " " + WriteJson(*At(op, {"value"}));
 }
 
 JsonValue ReviewWithPod(const std::string& testdata, const std::string& pod_json) {
   JsonValue review = *ParseJson(ReadTestdata(testdata));
-  (*review.mutable_struct_value()
-        ->mutable_fields()->at("request").mutable_struct_value()->mutable_fields())["object"] =
-      *ParseJson(pod_json);
+  review["request"]["object"] = *ParseJson(pod_json);
   return review;
 }
 
@@ -44,17 +42,17 @@ TEST(ReviewPodAdmission, AddsShareToEveryContainerOfAnnotatedPod) {
   EXPECT_EQ(StringAt(review, {"apiVersion"}), "admission.k8s.io/v1");
   EXPECT_EQ(StringAt(review, {"kind"}), "AdmissionReview");
   EXPECT_EQ(StringAt(review, {"response", "uid"}), "705ab4f5-6393-11e8-b7cc-42010a800002");
-  EXPECT_TRUE(At(review, {"response", "allowed"})->bool_value());
+  EXPECT_TRUE(At(review, {"response", "allowed"})->get<bool>());
   EXPECT_EQ(StringAt(review, {"response", "patchType"}), "JSONPatch");
   EXPECT_EQ(At(review, {"response", "warnings"}), nullptr);
 
   JsonValue patch = PatchOf(reply);
-  ASSERT_EQ(patch.list_value().values_size(), 2);
+  ASSERT_EQ(patch.size(), 2);
   // Container 0 has limits: the resource is added inside them (with the '/' escaped).
-  EXPECT_EQ(OpText(patch.list_value().values(0)),
+  EXPECT_EQ(OpText(patch[0]),
             R"(add /spec/containers/0/resources/limits/orion.io~1gpu "1")");
   // Container 1 has empty resources: a limits object is added.
-  EXPECT_EQ(OpText(patch.list_value().values(1)),
+  EXPECT_EQ(OpText(patch[1]),
             R"(add /spec/containers/1/resources/limits {"orion.io/gpu":"1"})");
 }
 
@@ -63,7 +61,7 @@ TEST(ReviewPodAdmission, PodWithoutPriorityIsAdmittedUnchanged) {
   ASSERT_EQ(reply.http_status, 200);
   JsonValue review = *ParseJson(reply.body);
   EXPECT_EQ(StringAt(review, {"response", "uid"}), "e911857d-c318-11e8-bbad-025000000001");
-  EXPECT_TRUE(At(review, {"response", "allowed"})->bool_value());
+  EXPECT_TRUE(At(review, {"response", "allowed"})->get<bool>());
   EXPECT_EQ(At(review, {"response", "patch"}), nullptr);
 }
 
@@ -77,8 +75,8 @@ TEST(ReviewPodAdmission, OrionContainersSelectsAndExistingRequestsAreKept) {
   AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {});
   ASSERT_EQ(reply.http_status, 200);
   JsonValue patch = PatchOf(reply);
-  ASSERT_EQ(patch.list_value().values_size(), 3);  // two MPS variables, then the share
-  EXPECT_EQ(OpText(patch.list_value().values(2)),
+  ASSERT_EQ(patch.size(), 3);  // two MPS variables, then the share
+  EXPECT_EQ(OpText(patch[2]),
             R"(add /spec/containers/1/resources/limits {"orion.io/gpu":"2"})");
   JsonValue out = *ParseJson(reply.body);
   const JsonValue* warnings = At(out, {"response", "warnings"});
@@ -110,22 +108,22 @@ TEST(ReviewPodAdmission, BestEffortContainersGetMpsPriorityAndSmShareUnlessTheyS
        "resources": {"limits": {"orion.io/gpu": "1"}}},
       {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})");
   JsonValue patch = PatchOf(ReviewPodAdmission(WriteJson(review), {}));
-  ASSERT_EQ(patch.list_value().values_size(), 4) << WriteJson(patch);
+  ASSERT_EQ(patch.size(), 4) << WriteJson(patch);
   // a: no env list yet (one op creates it, the next appends), then its share.
-  const JsonValue& create = patch.list_value().values(0);
+  const JsonValue& create = patch[0];
   EXPECT_EQ(StringAt(create, {"path"}), "/spec/containers/0/env");
-  ASSERT_EQ(At(create, {"value"})->list_value().values_size(), 1);
-  const JsonValue& priority = At(create, {"value"})->list_value().values(0);
+  ASSERT_EQ(At(create, {"value"})->size(), 1);
+  const JsonValue& priority = At(create, {"value"})->at(0);
   EXPECT_EQ(StringAt(priority, {"name"}), "CUDA_MPS_CLIENT_PRIORITY");
   EXPECT_EQ(StringAt(priority, {"value"}), "1");
-  EXPECT_EQ(StringAt(patch.list_value().values(1), {"path"}), "/spec/containers/0/env/-");
-  EXPECT_EQ(StringAt(patch.list_value().values(1), {"value", "name"}),
+  EXPECT_EQ(StringAt(patch[1], {"path"}), "/spec/containers/0/env/-");
+  EXPECT_EQ(StringAt(patch[1], {"value", "name"}),
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
-  EXPECT_EQ(StringAt(patch.list_value().values(1), {"value", "value"}), "50");
-  EXPECT_EQ(StringAt(patch.list_value().values(2), {"path"}), "/spec/containers/0/resources");
+  EXPECT_EQ(StringAt(patch[1], {"value", "value"}), "50");
+  EXPECT_EQ(StringAt(patch[2], {"path"}), "/spec/containers/0/resources");
   // b sets its own SM share and already has the resource: only the priority is added.
-  EXPECT_EQ(StringAt(patch.list_value().values(3), {"path"}), "/spec/containers/1/env/-");
-  EXPECT_EQ(StringAt(patch.list_value().values(3), {"value", "name"}), "CUDA_MPS_CLIENT_PRIORITY");
+  EXPECT_EQ(StringAt(patch[3], {"path"}), "/spec/containers/1/env/-");
+  EXPECT_EQ(StringAt(patch[3], {"value", "name"}), "CUDA_MPS_CLIENT_PRIORITY");
   // c uses a whole GPU: untouched.
 }
 
@@ -140,7 +138,7 @@ TEST(ReviewPodAdmission, MpsThreadPercentageAnnotationOverridesTheDefault) {
     const JsonValue* w = At(out, {"response", "warnings"});
     *warnings = w ? WriteJson(*w) : "";
     JsonValue patch = PatchOf(reply);
-    return StringAt(patch.list_value().values(1), {"value", "value"});
+    return StringAt(patch[1], {"value", "value"});
   };
   std::string warnings;
   EXPECT_EQ(share_of("30", &warnings), "30");
@@ -157,8 +155,8 @@ TEST(ReviewPodAdmission, MpsThreadPercentageZeroOptsAPodOut) {
                                  "orion/mps-thread-percentage": "0"}},
     "spec": {"containers": [{"name": "a"}]}})");
   JsonValue patch = PatchOf(ReviewPodAdmission(WriteJson(review), {}));
-  ASSERT_EQ(patch.list_value().values_size(), 1);  // the share only
-  EXPECT_EQ(StringAt(patch.list_value().values(0), {"path"}), "/spec/containers/0/resources");
+  ASSERT_EQ(patch.size(), 1);  // the share only
+  EXPECT_EQ(StringAt(patch[0], {"path"}), "/spec/containers/0/resources");
 }
 
 TEST(ReviewPodAdmission, HighPriorityPodsGetNoMpsVariables) {
@@ -166,15 +164,15 @@ TEST(ReviewPodAdmission, HighPriorityPodsGetNoMpsVariables) {
     "metadata": {"annotations": {"orion/priority": "high"}},
     "spec": {"containers": [{"name": "a"}]}})");
   JsonValue patch = PatchOf(ReviewPodAdmission(WriteJson(review), {}));
-  ASSERT_EQ(patch.list_value().values_size(), 1);
-  EXPECT_EQ(StringAt(patch.list_value().values(0), {"path"}), "/spec/containers/0/resources");
+  ASSERT_EQ(patch.size(), 1);
+  EXPECT_EQ(StringAt(patch[0], {"path"}), "/spec/containers/0/resources");
 }
 
 TEST(ReviewPodAdmission, CustomResourceName) {
   AdmissionReply reply = ReviewPodAdmission(ReadTestdata("admission-review-pod-high.json"),
                                             {.resource_name = "example.com/gpu-share"});
   JsonValue patch = PatchOf(reply);
-  EXPECT_EQ(StringAt(patch.list_value().values(0), {"path"}),
+  EXPECT_EQ(StringAt(patch[0], {"path"}),
             "/spec/containers/0/resources/limits/example.com~1gpu-share");
 }
 
@@ -211,7 +209,7 @@ TEST(ReviewPodAdmission, ReviewWhoseObjectIsNoPodIsAdmittedWithAWarning) {
   AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {});
   ASSERT_EQ(reply.http_status, 200);
   JsonValue out = *ParseJson(reply.body);
-  EXPECT_TRUE(At(out, {"response", "allowed"})->bool_value());
+  EXPECT_TRUE(At(out, {"response", "allowed"})->get<bool>());
   EXPECT_EQ(At(out, {"response", "patch"}), nullptr);
   EXPECT_NE(At(out, {"response", "warnings"}), nullptr);
 }
