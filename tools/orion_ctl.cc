@@ -45,7 +45,7 @@ void Usage(FILE* out) {
       "  policy [--gpu N|--all] [KEY=VALUE...] show or set knobs: mode=pass-through|priority|mps,\n"
       "                                        be_budget_us, sm_threshold, spin_us, hp_stale_ms,\n"
       "                                        hp_grace_us, predict_drain=true|false,\n"
-      "                                        adapt_budget=true|false\n"
+      "                                        adapt_budget=true|false; prints them as KEY=VALUE\n"
       "  timeline [--gpu N] [--last-ms N | --since MS [--until MS]] [--trace F.json] [--html F.html]\n"
       "                                        who ran when (default: GPU 0, last 1000 ms; times in\n"
       "                                        Unix ms). --trace: Chrome trace JSON of every GPU\n"
@@ -144,7 +144,8 @@ std::string ProcessOf(const std::map<uint32_t, orion::v1::Client>& clients, uint
 void PrintClientRow(const orion::v1::Client& c) {
   std::printf("%-5u %-4u %-8u %-20.20s %-24.24s %-12s %-6s %5s %10s %10s %12lu %10.3f\n",
               c.client_id(), c.gpu(), c.host_pid(), c.process_name().c_str(), PodOf(c).c_str(),
-              PrioName(c.priority()), c.exited() ? "exited" : c.paused() ? "yes" : "no", Cpus(c.usable_millicpus()).c_str(),
+              PrioName(c.priority()), c.exited() ? "exited" : c.paused() ? "yes" : "no",
+              Cpus(c.usable_millicpus()).c_str(),
               Mib(c.memory_used_bytes()).c_str(), Mib(c.memory_limit_bytes()).c_str(),
               static_cast<unsigned long>(c.kernels_launched()), c.throttled_ns() / 1e9);
 }

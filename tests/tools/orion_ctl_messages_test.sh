@@ -46,7 +46,8 @@ out="$(ctl clients)"
 expect "$out" "(no clients: a process appears here when it registers"
 
 # A process outside Kubernetes, 20,000 and more short kernels.
-client --priority best-effort -- "$TRAIN" --seconds 3 --kernels 20 --kernel-us 20 > "$W/train.out" 2>&1 &
+client --priority best-effort -- "$TRAIN" --seconds 3 --kernels 20 --kernel-us 20 \
+  > "$W/train.out" 2>&1 &
 JOB=$!
 PIDS+=($JOB)
 for _ in $(seq 100); do ctl clients | grep -q orion-sample && break; sleep 0.05; done
@@ -74,5 +75,6 @@ expect "$out" "$TRAIN_PID" "exited"
 
 # The server's log: one line per registration and exit, naming the process and PID.
 log="$(cat "$W/server.log")"
-expect "$log" "registered: orion-sample-tr (pid $TRAIN_PID)" "exited: orion-sample-tr (pid $TRAIN_PID)"
+expect "$log" "registered: orion-sample-tr (pid $TRAIN_PID)" \
+  "exited: orion-sample-tr (pid $TRAIN_PID)"
 echo "orion-ctl messages: ok"
