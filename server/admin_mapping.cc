@@ -53,6 +53,7 @@ void ToProto(const ClientView& v, orion::v1::Client* out) {
   out->set_registered_unix_ms(v.registered_unix_ms);
   out->set_latency_target_us(v.policy.latency_target_us);
   out->set_usable_millicpus(v.usable_millicpus);
+  out->set_exited(v.exited);
 }
 
 void ToProto(const GpuView& v, orion::v1::Gpu* out) {
@@ -141,6 +142,7 @@ ClientFilter FilterFromProto(const orion::v1::ListClientsRequest& r) {
   if (r.has_gpu_filter()) f.gpu = r.gpu();
   f.ns = r.namespace_();
   f.pod = r.pod();
+  f.include_exited = r.include_exited();
   return f;
 }
 

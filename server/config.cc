@@ -287,6 +287,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
          "metrics_address", "gpus", "mode", "policy", "standalone", "timeline_spans_per_gpu",
          "request_range_prefix", "hp_latency_window", "kernel_profiles"}));
     ORION_RETURN_IF_ERROR(v.String(root["node_name"], "node_name", &c.node_name));
+    if (c.node_name.empty()) c.node_name = DefaultNodeName();  // "" means the default too
     ORION_RETURN_IF_ERROR(v.String(root["socket_path"], "socket_path", &c.socket_path));
     ORION_RETURN_IF_ERROR(v.String(root["admin_address"], "admin_address", &c.admin_address));
     ORION_RETURN_IF_ERROR(
@@ -413,7 +414,8 @@ absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path) {
 
 const char* DefaultConfigYaml() {
   return R"(# orion-server configuration. Every key is optional; these are the defaults.
-node_name: ""                          # default: $NODE_NAME, else the host name
+# node_name:                           # this node in metrics, exports and the admin API;
+                                       # default (left out or ""): $NODE_NAME, else the host name
 socket_path: /run/orion/orion.sock     # Unix socket where interposed processes register (and
                                        # receive the board, read-only, and their own areas)
 admin_address: 127.0.0.1:50051         # gRPC admin API (health + reflection enabled); loopback
@@ -453,7 +455,9 @@ policy:
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
 standalone:                            # processes not in a Kubernetes pod
   trust_client_requests: true          # honour orion-run --priority/--memory-limit
-  rules: []                            # e.g. - {process: "serve*", uid: 1000, priority: high}
+  rules: []                            # e.g. - {process: "serve*", uid: 1000, priority: high,
+                                       #         memory_limit: 8Gi}  (bytes, K/M/G/T powers of
+                                       # 1000, Ki/Mi/Gi/Ti powers of 1024; 0: no limit)
 timeline_spans_per_gpu: 200000         # timeline spans kept per GPU (ring)
 request_range_prefix: "request"        # NVTX ranges named so are requests (latency histogram)
 hp_latency_window: 2000                # HP busy periods kept per client for tail estimates

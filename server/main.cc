@@ -14,8 +14,8 @@
 
 namespace {
 
-void Usage() {
-  std::fprintf(stderr,
+void Usage(FILE* out) {
+  std::fprintf(out,
                "usage: orion-server [--config FILE] [--print-default-config] [--check-config]\n"
                "                    [--version]\n"
                "  --config FILE            YAML config (default: built-in defaults)\n"
@@ -41,11 +41,11 @@ int main(int argc, char** argv) {
       std::printf("orion-server %s\n", ORION_VERSION_LINE);
       return 0;
     } else if (a == "-h" || a == "--help") {
-      Usage();
+      Usage(stdout);
       return 0;
     } else {
       std::fprintf(stderr, "orion-server: unknown argument '%s'\n", a.c_str());
-      Usage();
+      Usage(stderr);
       return 2;
     }
   }

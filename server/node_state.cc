@@ -113,6 +113,7 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   c.usable_millicpus =
       request.usable_millicpus == contract::kNoValue32 ? 0 : request.usable_millicpus;
   ++registrations_ok_;
+  lifecycle_log_.Registered(ViewOf(c), MonotonicNs());
   a.client_id = id;
   a.slot = *slot;
   a.generation = board_->board().slots[*slot].generation.load(std::memory_order_relaxed);
@@ -167,6 +168,7 @@ void NodeState::Unregister(uint32_t client_id) {
   c.ingest.Leave(sinks);
   departed_written_ += tail + left;
   departed_dropped_ += ring.dropped.load(std::memory_order_relaxed);
+  lifecycle_log_.Exited(ViewOf(c), MonotonicNs());
   board_->FreeSlot(c.slot);
   if (c.policy.priority == Priority::kBestEffort && c.gpu < contract::kMaxGpus) {
     // A best-effort client that died with kernels in flight never gives its budget charges
@@ -361,8 +363,13 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
 
 absl::Status NodeState::CheckGpu(uint32_t gpu) {
   if (gpu < board_->num_gpus()) return absl::OkStatus();
+  if (board_->num_gpus() == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "no GPU with index ", gpu, ": this node knows no GPU yet; a GPU appears when the first "
+        "process using it registers (ListGpus, orion-ctl gpus)"));
+  }
   return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
-                                          board_->num_gpus(), " (see ListGpus)"));
+                                          board_->num_gpus(), " (ListGpus, orion-ctl gpus)"));
 }
 
 std::vector<GpuView> NodeState::ListGpus() {
@@ -398,6 +405,12 @@ std::vector<ClientView> NodeState::ListClients(const ClientFilter& f) {
     if (!f.ns.empty() && v.ns != f.ns) continue;
     if (!f.pod.empty() && v.pod != f.pod) continue;
     out.push_back(std::move(v));
+  }
+  if (!f.include_exited) return out;
+  for (const ClientView& v : lifecycle_log_.exited()) {
+    if (f.gpu && v.gpu != *f.gpu) continue;
+    if ((!f.ns.empty() && v.ns != f.ns) || (!f.pod.empty() && v.pod != f.pod)) continue;
+    out.push_back(v);
   }
   return out;
 }

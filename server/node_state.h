@@ -32,6 +32,7 @@
 #include "server/board.h"
 #include "server/budget_controller.h"
 #include "server/client_ingest.h"
+#include "server/client_lifecycle_log.h"
 #include "server/config.h"
 #include "server/gpu_policy.h"
 #include "server/kernel_profile.h"
@@ -209,6 +210,8 @@ class NodeState {
   // What departed clients' rings held at the end (their slots are reused, so kept here).
   uint64_t departed_written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t departed_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  // One stderr line per registration and exit; the last clients that exited.
+  ClientLifecycleLog lifecycle_log_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace orion::server

@@ -35,12 +35,14 @@ struct ClientView {
   // CPUs the process may use (affinity, cgroup quota) in thousandths, as its interposer found
   // them at start; 0 = unknown or no limit. Informative: a one-CPU pod shows 1000.
   uint32_t usable_millicpus = 0;
+  bool exited = false;  // a client that has gone, as it was when it left
 };
 
 // Which clients ListClients returns; empty fields match all.
 struct ClientFilter {
   std::optional<uint32_t> gpu;
   std::string ns, pod;
+  bool include_exited = false;  // also the last clients that exited (ClientLifecycleLog)
 };
 
 struct GpuView {

@@ -9,8 +9,10 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -48,6 +50,37 @@ bool IsLoopbackAddress(const std::string& host_port) {
   const std::string host = host_port.substr(0, host_port.rfind(':'));
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]" ||
          host_port.rfind("unix:", 0) == 0;
+}
+
+absl::Status EnsureSocketFolder(const std::string& socket_path, const char* key,
+                                const std::string& source) {
+  const std::string folder = socket_path.substr(0, socket_path.rfind('/'));
+  if (folder.empty()) return absl::OkStatus();  // "/x.sock": the root folder
+  const auto fix = [&](const std::string& what, int err) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        source, ": ", key, ": ", what, " ", folder, ": ", std::strerror(err),
+        " (run orion-server as root, e.g. with sudo, or set ", key,
+        " to a path in a folder this user may write)"));
+  };
+  struct stat st {};
+  if (::stat(folder.c_str(), &st) != 0) {
+    // Missing parents first, then the folder; each created 0755 whatever the umask.
+    size_t at = 0;
+    do {
+      at = folder.find('/', at + 1);
+      const std::string part = folder.substr(0, at);  // npos: the whole folder
+      if (::mkdir(part.c_str(), 0755) != 0) {
+        if (errno != EEXIST) return fix("cannot create the folder", errno);
+      } else if (::chmod(part.c_str(), 0755) != 0) {
+        return fix("cannot set mode 0755 on", errno);
+      }
+    } while (at != std::string::npos);
+    std::fprintf(stderr, "orion-server: created %s (mode 0755) for %s\n", folder.c_str(), key);
+  } else if (!S_ISDIR(st.st_mode)) {
+    return fix("not a folder:", ENOTDIR);
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) return fix("cannot write in", errno);
+  return absl::OkStatus();
 }
 
 namespace {
@@ -117,6 +150,10 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
   s->state_ = std::make_unique<NodeState>(config, std::move(*board));
   for (const auto& rows : profiles) s->state_->ImportOrionProfile(rows);
 
+  for (const auto& [path, key] : {std::pair{&config.socket_path, "socket_path"},
+                                  std::pair{&config.agent_socket, "agent_socket"}}) {
+    if (absl::Status st = EnsureSocketFolder(*path, key, config.source); !st.ok()) return st;
+  }
   s->listener_ = std::make_unique<RegistrationListener>(s->state_.get(), config.socket_path,
                                                         options.proc_root);
   if (absl::Status st = s->listener_->Start(); !st.ok()) return st;

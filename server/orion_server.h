@@ -33,6 +33,12 @@ struct ServerOptions {
 // GPU UUIDs from /proc/driver/nvidia/gpus/*/information, in PCI order (no driver library needed).
 std::vector<std::string> DiscoverGpuUuids(const std::string& driver_proc_dir);
 
+// Makes the folder a socket goes in when it is missing (with missing parents), mode 0755 and
+// owned by the server's user, so a fresh machine needs no mkdir. The error names the config key,
+// the folder and what to do (run as root, or point the key elsewhere).
+absl::Status EnsureSocketFolder(const std::string& socket_path, const char* key,
+                                const std::string& source);
+
 // True for 127.x.x.x, localhost, [::1] and unix: addresses.
 bool IsLoopbackAddress(const std::string& host_port);
 

@@ -3,9 +3,11 @@
 # runs a latency-critical service (high priority) next to a trainer (best effort) through
 # orion-run, first alone, then with the trainer in pass-through (today's time-slicing), then with
 # orion-gpu-share enforcing priority. Prints each phase's latency, then where the metrics and the
-# timeline are. Without an NVIDIA GPU it runs on the CUDA driver test double (a simulated GPU)
-# and says so.
+# timeline are, and what it printed from each. Without an NVIDIA GPU it runs on the CUDA driver
+# test double (a simulated GPU, through tools/simulated-gpu.sh) and says so. The server stops when
+# the script ends, unless ORION_DEMO_KEEP=1 keeps it up for the commands printed (Ctrl-C stops it).
 #   ORION_DEMO_SECONDS (default 6)  length of each phase
+#   ORION_DEMO_KEEP (default 0)     1: keep the server up at the end until Ctrl-C
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -25,7 +27,7 @@ if [[ -e /proc/driver/nvidia/gpus ]] && ls /proc/driver/nvidia/gpus/* > /dev/nul
   KERNEL_US=200
 else
   MODE="CUDA driver test double (simulated GPU; no NVIDIA GPU on this machine)"
-  export LD_LIBRARY_PATH="$BIN/tests/cuda_double/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  source tools/simulated-gpu.sh > /dev/null
   export ORION_SIM_DIR="$RUN_DIR/sim"
   KERNEL_US=200
 fi
@@ -77,7 +79,8 @@ phase enforced priority yes
 
 cat <<MSG
 
-== where to look (server stays up while this script runs; rerun with ORION_DEMO_SECONDS=60)
+== where to look (the server stops when this script ends: rerun with ORION_DEMO_KEEP=1 to keep
+   it up for these commands, ORION_DEMO_SECONDS=60 for longer phases; below, what they print now)
   metrics:   curl http://127.0.0.1:$METRICS_PORT/metrics | grep ^orion_
   timeline:  $BIN/tools/orion-ctl --server 127.0.0.1:$ADMIN_PORT timeline --last-ms 1000
   clients:   $BIN/tools/orion-ctl --server 127.0.0.1:$ADMIN_PORT clients
@@ -90,3 +93,7 @@ echo "== the whole run as a trace (open the .json in https://ui.perfetto.dev, th
   --html "$RUN_DIR/timeline.html"
 echo "== orion_ metrics (sample):"
 curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | grep -E '^orion_(clients|registrations_total|events_ingested_total|client_throttled)' | head -8
+if [[ "${ORION_DEMO_KEEP:-0}" == 1 ]]; then
+  echo "== orion-server stays up (admin 127.0.0.1:$ADMIN_PORT); Ctrl-C stops it"
+  wait "$SERVER_PID" || true
+fi

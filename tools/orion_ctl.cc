@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,7 +34,10 @@ void Usage(FILE* out) {
       "                 --key KEY]] [--json] COMMAND\n"
       "  health                                health check, then count GPUs and clients\n"
       "  gpus                                  GPUs of the node and their gate mode\n"
-      "  clients [--namespace NS] [--pod P] [--gpu N]\n"
+      "  clients [--namespace NS] [--pod P] [--gpu N] [--exited]\n"
+      "                                        who is registered; POD is standalone/PROCESS\n"
+      "                                        outside Kubernetes; --exited: also the last\n"
+      "                                        1000 clients that exited\n"
       "  client ID                             one client in detail\n"
       "  priority ID high|best-effort          change a client's priority now\n"
       "  priority --pod UID high|best-effort   change a pod's priority (current + future)\n"
@@ -40,7 +45,7 @@ void Usage(FILE* out) {
       "  policy [--gpu N|--all] [KEY=VALUE...] show or set knobs: mode=pass-through|priority|mps,\n"
       "                                        be_budget_us, sm_threshold, spin_us, hp_stale_ms,\n"
       "                                        hp_grace_us, predict_drain=true|false,\n"
-      "                                        adapt_budget=true|false\n"
+      "                                        adapt_budget=true|false; prints them as KEY=VALUE\n"
       "  timeline [--gpu N] [--last-ms N | --since MS [--until MS]] [--trace F.json] [--html F.html]\n"
       "                                        who ran when (default: GPU 0, last 1000 ms; times in\n"
       "                                        Unix ms). --trace: Chrome trace JSON of every GPU\n"
@@ -76,10 +81,23 @@ std::string WriteTraceFiles(const std::string& json, const std::string& trace_pa
   return "";
 }
 
-int Fail(const grpc::Status& s) {
-  std::fprintf(stderr, "orion-ctl: %s: %s\n",
-               s.error_code() == grpc::StatusCode::UNAVAILABLE ? "server unavailable" : "error",
-               s.error_message().c_str());
+// Where the admin address came from, for messages: the user fixes the one that is wrong.
+struct AdminAddress {
+  std::string address;
+  const char* source;  // "from --server", "from $ORION_ADMIN" or "the default"
+};
+
+int FailCall(const grpc::Status& s, const AdminAddress& server) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    std::fprintf(stderr,
+                 "orion-ctl: cannot reach orion-server's admin API at %s (%s): %s\n"
+                 "  start orion-server, or name its admin_address with --server HOST:PORT or\n"
+                 "  $ORION_ADMIN\n",
+                 server.address.c_str(), server.source, s.error_message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "orion-ctl: error: %s\n", s.error_message().c_str());
   return 1;
 }
 
@@ -107,13 +125,54 @@ std::string Cpus(uint32_t millicpus) {
   return buf;
 }
 
+// Who a client is in one word: its pod, or outside Kubernetes "standalone/PROCESS", the labels
+// its metrics carry.
+std::string PodOf(const orion::v1::Client& c) {
+  if (!c.pod().empty()) return c.namespace_() + "/" + c.pod();
+  return "standalone/" + (c.process_name().empty() ? "?" : c.process_name());
+}
+
+// "train(4321)": how timeline rows name a client's process; "?" for one the server forgot.
+std::string ProcessOf(const std::map<uint32_t, orion::v1::Client>& clients, uint32_t id) {
+  auto it = clients.find(id);
+  if (it == clients.end()) return "?";
+  const orion::v1::Client& c = it->second;
+  return absl::StrCat(c.pod().empty() ? c.process_name() : PodOf(c), "(", c.host_pid(), ")",
+                      c.exited() ? ",exited" : "");
+}
+
 void PrintClientRow(const orion::v1::Client& c) {
-  std::printf("%-5u %-4u %-8u %-20.20s %-24.24s %-12s %-5s %5s %10s %10s %12lu %10.3f\n",
-              c.client_id(), c.gpu(), c.host_pid(), c.process_name().c_str(),
-              c.pod().empty() ? "-" : (c.namespace_() + "/" + c.pod()).c_str(),
-              PrioName(c.priority()), c.paused() ? "yes" : "no", Cpus(c.usable_millicpus()).c_str(),
+  std::printf("%-5u %-4u %-8u %-20.20s %-24.24s %-12s %-6s %5s %10s %10s %12lu %10.3f\n",
+              c.client_id(), c.gpu(), c.host_pid(), c.process_name().c_str(), PodOf(c).c_str(),
+              PrioName(c.priority()), c.exited() ? "exited" : c.paused() ? "yes" : "no",
+              Cpus(c.usable_millicpus()).c_str(),
               Mib(c.memory_used_bytes()).c_str(), Mib(c.memory_limit_bytes()).c_str(),
               static_cast<unsigned long>(c.kernels_launched()), c.throttled_ns() / 1e9);
+}
+
+// The knobs `policy` takes as KEY=VALUE, in the order it prints them.
+constexpr char kKnobs[] =
+    "mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, predict_drain, "
+    "adapt_budget";
+
+bool IsKnob(const std::string& key) {
+  for (const char* k : {"mode", "be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
+                        "hp_grace_us", "predict_drain", "adapt_budget"}) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
+// A GPU's knobs in the KEY=VALUE form `policy` accepts, one a line.
+void PrintKnobs(const orion::v1::PolicyKnobs& k) {
+  const char* mode = k.mode() == orion::v1::GATE_MODE_PASS_THROUGH ? "pass-through"
+                     : k.mode() == orion::v1::GATE_MODE_MPS        ? "mps"
+                                                                   : "priority";
+  std::printf("mode=%s\nbe_budget_us=%llu\nsm_threshold=%u\nspin_us=%u\nhp_stale_ms=%u\n"
+              "hp_grace_us=%u\npredict_drain=%s\nadapt_budget=%s\n",
+              mode, static_cast<unsigned long long>(k.be_budget_us()), k.sm_threshold(),
+              k.spin_us(), k.hp_stale_ms(), k.hp_grace_us(), k.predict_drain() ? "true" : "false",
+              k.adapt_budget() ? "true" : "false");
 }
 
 bool ParseU32(const std::string& s, uint32_t* out) {
@@ -127,7 +186,10 @@ bool ParseU32(const std::string& s, uint32_t* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string server = std::getenv("ORION_ADMIN") ? std::getenv("ORION_ADMIN") : "localhost:50051";
+  AdminAddress admin{"localhost:50051", "the default"};
+  if (const char* env = std::getenv("ORION_ADMIN"); env != nullptr && *env != '\0') {
+    admin = {env, "from $ORION_ADMIN"};
+  }
   bool json = false;
   std::string token_file = std::getenv("ORION_TOKEN_FILE") ? std::getenv("ORION_TOKEN_FILE") : "";
   std::string cacert_file = std::getenv("ORION_CACERT") ? std::getenv("ORION_CACERT") : "";
@@ -136,7 +198,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--server" && i + 1 < argc) {
-      server = argv[++i];
+      admin = {argv[++i], "from --server"};
     } else if (a == "--token-file" && i + 1 < argc) {
       token_file = argv[++i];
     } else if (a == "--cacert" && i + 1 < argc) {
@@ -202,7 +264,9 @@ int main(int argc, char** argv) {
   // a received message is 4 MiB.
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(256 << 20);
+  const std::string& server = admin.address;
   auto stub = Admin::NewStub(grpc::CreateCustomChannel(server, credentials, channel_args));
+  const auto Fail = [&admin](const grpc::Status& s) { return FailCall(s, admin); };
   auto ctx = [&token] {
     auto c = std::make_unique<grpc::ClientContext>();
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -213,6 +277,23 @@ int main(int argc, char** argv) {
   auto bad = [&](const std::string& why) {
     std::fprintf(stderr, "orion-ctl %s: %s\n", cmd.c_str(), why.c_str());
     return 2;
+  };
+  // A flag's value: "" with *error set (the flag, the value and the form expected) when it is
+  // missing or does not parse; parse is null for free text.
+  std::string flag_error;
+  auto flag_value = [&](size_t* i, const char* form, const std::function<bool(const std::string&)>&
+                                                         parse) -> bool {
+    const std::string& flag = args[*i];
+    if (*i + 1 >= args.size()) {
+      flag_error = flag + " needs a value: " + form;
+      return false;
+    }
+    const std::string& text = args[++*i];
+    if (parse && !parse(text)) {
+      flag_error = flag + ": expected " + form + ", got '" + text + "'";
+      return false;
+    }
+    return true;
   };
 
   if (cmd == "health") {
@@ -263,9 +344,13 @@ int main(int argc, char** argv) {
         q.set_namespace_(args[++i]);
       } else if (args[i] == "--pod" && i + 1 < args.size()) {
         q.set_pod(args[++i]);
+      } else if (args[i] == "--exited") {
+        q.set_include_exited(true);
       } else if (args[i] == "--gpu" && i + 1 < args.size()) {
         uint32_t g = 0;
-        if (!ParseU32(args[++i], &g)) return bad("--gpu needs a number");
+        if (!ParseU32(args[++i], &g)) {
+          return bad("--gpu: expected a GPU index, e.g. 0 (orion-ctl gpus), got '" + args[i] + "'");
+        }
         q.set_has_gpu_filter(true);
         q.set_gpu(g);
       } else {
@@ -275,7 +360,12 @@ int main(int argc, char** argv) {
     orion::v1::ListClientsResponse r;
     if (auto s = stub->ListClients(ctx().get(), q, &r); !s.ok()) return Fail(s);
     if (json) return PrintJson(r), 0;
-    std::printf("%-5s %-4s %-8s %-20s %-24s %-12s %-5s %5s %10s %10s %12s %10s\n", "ID", "GPU",
+    if (r.clients_size() == 0) {
+      std::printf("(no clients: a process appears here when it registers, e.g. through "
+                  "orion-run; --exited lists those that have gone)\n");
+      return 0;
+    }
+    std::printf("%-5s %-4s %-8s %-20s %-24s %-12s %-6s %5s %10s %10s %12s %10s\n", "ID", "GPU",
                 "PID", "PROCESS", "POD", "PRIORITY", "PAUSE", "CPUS", "MEM", "LIMIT", "KERNELS",
                 "THROTTLE_S");
     for (const auto& c : r.clients()) PrintClientRow(c);
@@ -336,7 +426,9 @@ int main(int argc, char** argv) {
     for (size_t i = 1; i < args.size(); ++i) {
       uint32_t v = 0;
       if (args[i] == "--gpu" && i + 1 < args.size()) {
-        if (!ParseU32(args[++i], &v)) return bad("--gpu needs a number");
+        if (!ParseU32(args[++i], &v)) {
+          return bad("--gpu: expected a GPU index, e.g. 0 (orion-ctl gpus), got '" + args[i] + "'");
+        }
         q.set_gpu(v);
         continue;
       }
@@ -345,7 +437,10 @@ int main(int argc, char** argv) {
         continue;
       }
       const size_t eq = args[i].find('=');
-      if (eq == std::string::npos) return bad("expected KEY=VALUE, got '" + args[i] + "'");
+      if (eq == std::string::npos) {
+        return bad("expected KEY=VALUE (e.g. be_budget_us=500), got '" + args[i] +
+                   "'; the knobs: " + kKnobs);
+      }
       const std::string key = args[i].substr(0, eq), val = args[i].substr(eq + 1);
       set = true;
       q.add_fields(key);
@@ -354,13 +449,16 @@ int main(int argc, char** argv) {
         if (val == "pass-through") k->set_mode(orion::v1::GATE_MODE_PASS_THROUGH);
         else if (val == "priority") k->set_mode(orion::v1::GATE_MODE_PRIORITY);
         else if (val == "mps") k->set_mode(orion::v1::GATE_MODE_MPS);
-        else return bad("mode must be pass-through, priority or mps");
+        else return bad("mode: expected pass-through, priority or mps, got '" + val + "'");
       } else if (key == "adapt_budget" || key == "predict_drain") {
-        if (val != "true" && val != "false") return bad(key + " must be true or false");
+        if (val != "true" && val != "false") {
+          return bad(key + ": expected true or false, got '" + val + "'");
+        }
         if (key == "adapt_budget") k->set_adapt_budget(val == "true");
         else k->set_predict_drain(val == "true");
       } else if (!ParseU32(val, &v)) {
-        return bad(key + " needs a non-negative integer, got '" + val + "'");
+        if (!IsKnob(key)) return bad("unknown knob '" + key + "'; the knobs: " + kKnobs);
+        return bad(key + ": expected a whole number (0 or more), got '" + val + "'");
       } else if (key == "be_budget_us") {
         k->set_be_budget_us(v);
       } else if (key == "sm_threshold") {
@@ -372,7 +470,7 @@ int main(int argc, char** argv) {
       } else if (key == "hp_grace_us") {
         k->set_hp_grace_us(v);
       } else {
-        return bad("unknown knob '" + key + "'");
+        return bad("unknown knob '" + key + "'; the knobs: " + kKnobs);
       }
     }
     orion::v1::PolicyKnobs r;
@@ -385,7 +483,8 @@ int main(int argc, char** argv) {
       s = stub->GetPolicy(ctx().get(), g, &r);
     }
     if (!s.ok()) return Fail(s);
-    PrintJson(r);
+    if (json) return PrintJson(r), 0;
+    PrintKnobs(r);
     return 0;
   }
   if (cmd == "timeline" && args.size() >= 2 && args[1] == "--from-log") {
@@ -516,35 +615,39 @@ int main(int argc, char** argv) {
       *out = v;
       return true;
     };
+    constexpr char kMs[] = "a whole number of milliseconds, e.g. 60000";
+    constexpr char kUnixMs[] = "Unix milliseconds, e.g. 1767225600000";
     for (size_t i = 1; i < args.size(); ++i) {
       uint32_t v = 0;
-      const bool has_value = i + 1 < args.size();
-      if (args[i] == "--gpu" && has_value && ParseU32(args[i + 1], &v)) {
+      const std::string& a = args[i];
+      bool ok = true;
+      if (a == "--gpu") {
+        ok = flag_value(&i, "a GPU index, e.g. 0 (orion-ctl gpus)",
+                        [&](const std::string& t) { return ParseU32(t, &v); });
         gpu = v;
-        ++i;
-      } else if (args[i] == "--last-ms" && has_value && ParseU32(args[i + 1], &v)) {
-        last_ms = v;
-        ++i;
-      } else if (args[i] == "--run-gap-ms" && has_value && ParseU32(args[i + 1], &run_gap_ms)) {
-        ++i;
-      } else if (args[i] == "--since" && has_value && parse_ms(args[i + 1], &since_ms)) {
-        ++i;
-      } else if (args[i] == "--until" && has_value && parse_ms(args[i + 1], &until_ms)) {
-        ++i;
-      } else if (args[i] == "--trace" && has_value) {
-        trace_path = args[++i];
-      } else if (args[i] == "--html" && has_value) {
-        html_path = args[++i];
+      } else if (a == "--last-ms") {
+        ok = flag_value(&i, kMs, [&](const std::string& t) { return ParseU32(t, &last_ms); });
+      } else if (a == "--run-gap-ms") {
+        ok = flag_value(&i, kMs, [&](const std::string& t) { return ParseU32(t, &run_gap_ms); });
+      } else if (a == "--since") {
+        ok = flag_value(&i, kUnixMs, [&](const std::string& t) { return parse_ms(t, &since_ms); });
+      } else if (a == "--until") {
+        ok = flag_value(&i, kUnixMs, [&](const std::string& t) { return parse_ms(t, &until_ms); });
+      } else if (a == "--trace" || a == "--html") {
+        ok = flag_value(&i, "a file name", nullptr);
+        if (ok) (a == "--trace" ? trace_path : html_path) = args[i];
       } else {
-        return bad("unknown argument '" + args[i] + "' (see --help)");
+        return bad("unknown argument '" + a + "' (see --help)");
       }
+      if (!ok) return bad(flag_error);
     }
     const auto unix_ns = [] {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(
                  std::chrono::system_clock::now().time_since_epoch())
           .count();
     };
-    if (since_ms < 0) since_ms = unix_ns() / 1000000 - last_ms;
+    const bool since_given = since_ms >= 0;
+    if (!since_given) since_ms = unix_ns() / 1000000 - last_ms;
     if (until_ms != 0 && until_ms < since_ms) return bad("--until is before --since");
     const bool export_mode = !trace_path.empty() || !html_path.empty();
 
@@ -587,20 +690,41 @@ int main(int argc, char** argv) {
       if (t.gpus.empty()) first = r;
       t.gpus.push_back({g, {r.spans().begin(), r.spans().end()}, r.truncated()});
     }
-    if (t.gpus.empty()) return bad("no such GPU on this node");
+    if (gpus.gpus_size() == 0) {
+      return bad("this node knows no GPU yet: a GPU appears when the first process using it "
+                 "registers (orion-run ... or a pod)");
+    }
+    if (t.gpus.empty()) {
+      return bad("no GPU " + std::to_string(gpu) + " on this node; it has " +
+                 std::to_string(gpus.gpus_size()) + " (orion-ctl gpus)");
+    }
+    // The clients, those that exited too: rows name each by its process (or pod) and PID.
+    orion::v1::ListClientsRequest every;
+    every.set_include_exited(true);
+    orion::v1::ListClientsResponse clients;
+    if (auto s = stub->ListClients(ctx().get(), every, &clients); !s.ok()) return Fail(s);
+    for (const auto& c : clients.clients()) t.clients[c.client_id()] = c;
     if (!export_mode) {
       if (json) return PrintJson(first), 0;
       for (const auto& sp : first.spans()) {
-        std::printf("%.6f client=%u %-11s %-9s dur_us=%.1f %s\n", sp.start_unix_ns() / 1e9,
-                    sp.client_id(), PrioName(sp.priority()), sp.kind().c_str(),
-                    sp.duration_ns() / 1e3, sp.name().c_str());
+        std::printf("%.6f client=%u %-20s %-11s %-9s dur_us=%.1f %s\n", sp.start_unix_ns() / 1e9,
+                    sp.client_id(), ProcessOf(t.clients, sp.client_id()).c_str(),
+                    PrioName(sp.priority()), sp.kind().c_str(), sp.duration_ns() / 1e3,
+                    sp.name().c_str());
       }
-      if (first.truncated()) std::printf("(truncated: oldest spans left out)\n");
+      const std::string window =
+          since_given ? "in that window" : "in the last " + std::to_string(last_ms) + " ms";
+      if (first.spans_size() == 0) {
+        std::printf("(no spans on GPU %u %s: widen it with --last-ms N or --since MS)\n",
+                    t.gpus.front().gpu.index(), window.c_str());
+      } else if (first.truncated()) {
+        std::printf("(truncated: the newest %d spans %s are shown, the older ones left out; "
+                    "--trace F.json exports the whole window, or narrow it with --since MS "
+                    "--until MS)\n",
+                    first.spans_size(), window.c_str());
+      }
       return 0;
     }
-    orion::v1::ListClientsResponse clients;
-    if (auto s = stub->ListClients(ctx().get(), {}, &clients); !s.ok()) return Fail(s);
-    for (const auto& c : clients.clients()) t.clients[c.client_id()] = c;
     t.exported_unix_ns = unix_ns();
     size_t spans = 0;
     for (const auto& g : t.gpus) spans += g.spans.size();

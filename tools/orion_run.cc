@@ -21,17 +21,27 @@ void Usage(FILE* out) {
   std::fprintf(out,
                "usage: orion-run [options] -- COMMAND [ARGS...]\n"
                "  --priority high|best-effort   requested priority (default best-effort)\n"
-               "  --memory-limit SIZE            GPU memory quota, e.g. 2Gi, 512Mi, bytes\n"
+               "  --memory-limit SIZE            GPU memory cap: bytes, or a number with K, M,\n"
+               "                                 G, T (powers of 1000: 8G = 8,000,000,000\n"
+               "                                 bytes) or Ki, Mi, Gi, Ti (powers of 1024:\n"
+               "                                 8Gi = 8,589,934,592 bytes); 0 or left out:\n"
+               "                                 no limit\n"
                "  --latency-target-ms N          high-priority latency target\n"
                "  --mps-thread-percentage N      best-effort: SM share under MPS (default 50;\n"
                "                                 0: not set)\n"
-               "  --socket PATH                  server socket (default %s)\n"
+               "  --socket PATH                  the server's socket_path, passed on as\n"
+               "                                 $ORION_SOCKET (default: $ORION_SOCKET if set,\n"
+               "                                 else %s); needed when the server's\n"
+               "                                 config moves socket_path\n"
                "  --log-dir DIR                  with no server to register with, write call\n"
                "                                 logs there (ORION_LOG_DIR; orion-ctl timeline\n"
                "                                 --from-log DIR turns them into a trace)\n"
                "  --interposer PATH              liborion_interpose.so to preload\n"
                "                                 (default: $ORION_INTERPOSER, else next to this\n"
-               "                                 program or in ../lib)\n",
+               "                                 program or in ../lib)\n"
+               "With no server at the socket the program runs unshared (the interposer says so on\n"
+               "its stderr). Without an NVIDIA GPU, `source tools/simulated-gpu.sh` first runs\n"
+               "programs on the CUDA driver test double (a simulated GPU).\n",
                orion::contract::kDefaultSocketPath);
 }
 
@@ -117,8 +127,8 @@ int main(int argc, char** argv) {
       memory_limit = value("--memory-limit");
       if (!ValidSize(memory_limit)) {
         std::fprintf(stderr,
-                     "orion-run: --memory-limit: expected a size such as 2Gi, 512Mi or bytes, "
-                     "got '%s'\n",
+                     "orion-run: --memory-limit: expected bytes or a size such as 8Gi "
+                     "(8 x 2^30 bytes), 8G (8 x 10^9 bytes) or 512Mi; 0: no limit; got '%s'\n",
                      memory_limit.c_str());
         return 2;
       }

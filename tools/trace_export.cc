@@ -60,9 +60,13 @@ std::string ClientLabel(uint32_t id, const NodeTimeline& t, orion::v1::Priority 
   if (it == t.clients.end()) {
     return absl::StrCat("client ", id, " (", PriorityWord(span_priority), ", exited)");
   }
+  // Outside Kubernetes the process is what a reader knows: its name and PID.
   const orion::v1::Client& c = it->second;
-  const std::string who = c.pod().empty() ? c.process_name() : absl::StrCat(c.namespace_(), "/", c.pod());
-  return absl::StrCat(who, " (client ", id, ", ", PriorityWord(c.priority()), ")");
+  const std::string who =
+      c.pod().empty() ? c.process_name() : absl::StrCat(c.namespace_(), "/", c.pod());
+  return absl::StrCat(who, " (", c.host_pid() != 0 ? absl::StrCat("pid ", c.host_pid(), ", ") : "",
+                      "client ", id, ", ", PriorityWord(c.priority()), c.exited() ? ", exited" : "",
+                      ")");
 }
 
 void AddMeta(ListValue* events, const std::string& what, int pid, int64_t tid,

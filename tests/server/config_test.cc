@@ -39,8 +39,30 @@ TEST(ConfigTest, PrintedDefaultsAreTheContractsDefaults) {
     EXPECT_EQ(p->predict_drain, contract::kDefaultPredictDrain);
   }
   EXPECT_EQ(printed->admin_address, empty->admin_address);
+  // No key of the printed file replaces a default with something else: the node name stays the
+  // host's (not ""), and so do the other values a server reports or listens on.
+  EXPECT_FALSE(printed->node_name.empty());
+  EXPECT_EQ(printed->node_name, empty->node_name);
+  EXPECT_EQ(printed->socket_path, empty->socket_path);
+  EXPECT_EQ(printed->admin_tokens_file, empty->admin_tokens_file);
+  EXPECT_EQ(printed->gpus, empty->gpus);
+  EXPECT_EQ(printed->trust_client_requests, empty->trust_client_requests);
+  EXPECT_EQ(printed->rules.size(), empty->rules.size());
+  EXPECT_EQ(printed->timeline_spans_per_gpu, empty->timeline_spans_per_gpu);
+  EXPECT_EQ(printed->request_range_prefix, empty->request_range_prefix);
+  EXPECT_EQ(printed->hp_latency_window, empty->hp_latency_window);
+  EXPECT_EQ(printed->policy.adapt_budget, empty->policy.adapt_budget);
+  EXPECT_EQ(printed->policy.be_budget_set, empty->policy.be_budget_set);
+  EXPECT_EQ(printed->policy.default_latency_target_us, empty->policy.default_latency_target_us);
   EXPECT_EQ(printed->agent_socket, empty->agent_socket);
   EXPECT_EQ(printed->metrics_address, empty->metrics_address);
+}
+
+TEST(ConfigTest, AnEmptyNodeNameMeansTheDefault) {
+  auto c = ParseServerConfig("node_name: \"\"\n", "empty-name.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->node_name.empty());
+  EXPECT_EQ(c->node_name, ParseServerConfig("", "e.yaml")->node_name);
 }
 
 TEST(ConfigTest, AgentSocketSitsBesideTheClientSocketUnlessSet) {

@@ -1,9 +1,11 @@
 // Registration through the real Unix socket of a running server, from forked processes:
 // identity from SO_PEERCRED, slot assignment, release on exit/SIGKILL, bad requests, standalone
-// priority decisions, and 300 processes registering at once.
+// priority decisions, 300 processes registering at once, and the socket's folder made when
+// missing.
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,6 +122,46 @@ TEST_F(RegistrationTest, DeletedOrReplacedSocketIsBoundAgain) {
   EXPECT_EQ(snap.repairs.at("socket-deleted"), 1u);
   EXPECT_EQ(snap.repairs.at("socket-replaced"), 1u);
   for (int fd : {f1, f2, f3}) close(fd);
+}
+
+TEST(SocketFolderTest, AMissingFolderIsMadeWithSafePermissions) {
+  // A fresh machine has no /run/orion: the server makes it (0755, its own user) whatever the
+  // umask, and the socket in it stays open to every user (identity comes from SO_PEERCRED).
+  const std::string dir = testing::MakeTempDir();
+  ServerConfig cfg = testing::TestConfig(dir);
+  cfg.socket_path = dir + "/run/orion/orion.sock";
+  cfg.agent_socket = dir + "/run/orion/agent.sock";
+  const mode_t old_umask = umask(077);
+  std::unique_ptr<OrionServer> server = testing::StartServer(cfg);
+  umask(old_umask);
+  ASSERT_NE(server, nullptr);
+  for (const std::string& folder : {dir + "/run", dir + "/run/orion"}) {
+    struct stat st {};
+    ASSERT_EQ(stat(folder.c_str(), &st), 0) << folder;
+    EXPECT_TRUE(S_ISDIR(st.st_mode)) << folder;
+    EXPECT_EQ(st.st_mode & 07777, 0755u) << folder;
+    EXPECT_EQ(st.st_uid, getuid()) << folder;
+  }
+  struct stat sock {};
+  ASSERT_EQ(stat(cfg.socket_path.c_str(), &sock), 0);
+  EXPECT_TRUE(S_ISSOCK(sock.st_mode));
+  EXPECT_EQ(sock.st_mode & 0777, 0666u);
+}
+
+TEST(SocketFolderTest, AFolderThatCannotBeMadeIsNamedWithTheFix) {
+  const std::string dir = testing::MakeTempDir();
+  { std::ofstream(dir + "/file") << "a file, not a folder\n"; }
+  ServerConfig cfg = testing::TestConfig(dir);
+  cfg.socket_path = dir + "/file/orion/orion.sock";
+  ServerOptions opts;
+  opts.discover_gpus = false;
+  auto s = OrionServer::Start(cfg, opts);
+  ASSERT_FALSE(s.ok());
+  const std::string message(s.status().message());
+  EXPECT_NE(message.find("socket_path: cannot create the folder " + dir + "/file/orion"),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("run orion-server as root"), std::string::npos) << message;
+  EXPECT_NE(message.find("set socket_path to a path in a folder"), std::string::npos) << message;
 }
 
 TEST_F(RegistrationTest, BadMagicGetsAClearRefusal) {

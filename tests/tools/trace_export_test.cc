@@ -75,6 +75,14 @@ NodeTimeline TwoGpuNode(const std::string& node, int64_t offset_ns) {
   svc.set_namespace_("ml");
   svc.set_priority(orion::v1::PRIORITY_HIGH);
   t.clients[1] = svc;
+  // A process outside Kubernetes that has exited: the server still names it.
+  orion::v1::Client train;
+  train.set_client_id(3);
+  train.set_process_name("train");
+  train.set_host_pid(4321);
+  train.set_priority(orion::v1::PRIORITY_BEST_EFFORT);
+  train.set_exited(true);
+  t.clients[3] = train;
   NodeTimeline::GpuSpans g0;
   g0.gpu.set_index(0);
   g0.gpu.set_uuid("GPU-aaaa");
@@ -120,7 +128,7 @@ TEST(ChromeTrace, OneProcessPerGpuOneThreadPerClientHeldTimeApart) {
   EXPECT_EQ(threads[std::make_pair(0, 1)], "ml/resnet-svc (client 1, high)");
   EXPECT_EQ(threads[std::make_pair(0, 2)], "client 2 (best-effort, exited)");
   EXPECT_EQ(threads[std::make_pair(0, 1'000'002)], "client 2 (best-effort, exited) held at gate");
-  EXPECT_EQ(threads[std::make_pair(1, 3)], "client 3 (best-effort, exited)");
+  EXPECT_EQ(threads[std::make_pair(1, 3)], "train (pid 4321, client 3, best-effort, exited)");
   EXPECT_EQ(threads[std::make_pair(0, 3'000'001)], "ml/resnet-svc (client 1, high) steps");
 
   for (const Struct& x : events["X"]) {

@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
       // Refused by the server, not merely unreachable (then nothing was shown).
       Attempt(std::string(call.name) + (forge ? "-made-up-token" : "-no-token"), rc != 0,
               "orion-ctl exit " + std::to_string(rc) + ": " + line,
-              rc != 0 && line.find("server unavailable") != std::string::npos);
+              rc != 0 && line.find("cannot reach orion-server") != std::string::npos);
     }
   }
 
