@@ -35,6 +35,9 @@ struct ClientView {
   // CPUs the process may use (affinity, cgroup quota) in thousandths, as its interposer found
   // them at start; 0 = unknown or no limit. Informative: a one-CPU pod shows 1000.
   uint32_t usable_millicpus = 0;
+  // Its ring's indices were written over repeatedly: its events are dropped unread (counted).
+  bool quarantined = false;
+  uint64_t events_quarantined = 0;
 };
 
 // Which clients ListClients returns; empty fields match all.

@@ -110,7 +110,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   ASSERT_TRUE(config.ok());
   config->node_name = "gpu-node-a";
   config->socket_path = dir_ + "/run/orion.sock";
-  config->agent_socket = dir_ + "/run/agent.sock";
+  config->agent_socket = dir_ + "/agent/agent.sock";  // out of the pods' run folder
   config->admin_address = "127.0.0.1:0";
   config->metrics_address = "127.0.0.1:0";
   config->trust_client_requests = false;  // a cluster node: priorities come from pods only
