@@ -139,7 +139,8 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
           ORION_AGENT, "--node-name=gpu-node-a", std::string("--gpus=") + kGpu,
           "--shares-per-gpu=4", "--device-plugin-dir=" + dir_ + "/dp",
           std::string("--interposer=") + ORION_INTERPOSE_LIB, "--host-lib-dir=" + dir_ + "/lib",
-          "--run-dir=" + dir_ + "/run", "--health-address=127.0.0.1:0",
+          "--run-dir=" + dir_ + "/run", "--server-address=unix:" + dir_ + "/agent/agent.sock",
+          "--health-address=127.0.0.1:0",
           "--kube-api-url=" + api.base_url(), "--kube-token-file=" + dir_ + "/kube-token"};
       std::vector<char*> argv;
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
