@@ -40,7 +40,8 @@ constexpr char kUsage[] =
     "  --shares-per-gpu       devices advertised per GPU (8)\n"
     "  --gpus                 comma-separated GPU UUIDs (default: discover)\n"
     "  --proc-gpus-dir        /proc/driver/nvidia/gpus\n"
-    "  --server-address       orion-server AgentSync target (unix:RUN_DIR/agent.sock)\n"
+    "  --server-address       orion-server AgentSync target (unix:RUN_DIR-agent/agent.sock,\n"
+    "                         orion-server's default beside the pods' run folder)\n"
     "  --device-plugin-dir    /var/lib/kubelet/device-plugins\n"
     "  --interposer           library to install (/opt/orion/lib/liborion_interpose.so)\n"
     "  --host-lib-dir         host folder receiving versions of it (/var/lib/orion)\n"
@@ -262,7 +263,8 @@ int RunNodeAgent(const Flags& flags) {
     }
     api = std::make_unique<kube::CurlKubeApi>(api_config);
     sink = std::make_unique<AgentSyncClient>(
-        Flag(flags, "server-address", "unix:" + plugin_config.layout.run_dir + "/agent.sock"));
+        Flag(flags, "server-address",
+             "unix:" + plugin_config.layout.run_dir + "-agent/agent.sock"));
     watcher = std::make_unique<PodWatcher>(PodWatcherConfig{.node_name = node_name}, api.get(),
                                            sink.get());
     watcher_thread = std::thread([&] { watcher->Run(&stop); });

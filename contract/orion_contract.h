@@ -182,6 +182,20 @@ struct alignas(64) EventRing {
     return true;
   }
 
+  // Consumer that keeps its own read position (the server: a tenant can write tail and head, so
+  // it never re-reads them per entry): copies the entry at `pos` into *out if it is published.
+  // The caller moves tail past it afterwards (a producer may overwrite it only then).
+  bool ReadAt(uint64_t pos, Event* out) const {
+    const Entry& slot = entries[pos & (kRingCapacity - 1)];
+    if (slot.words[0].load(std::memory_order_acquire) != pos + 1) return false;
+    uint64_t raw[kEventWords - 1];
+    for (size_t i = 0; i + 1 < kEventWords; ++i) {
+      raw[i] = slot.words[i + 1].load(std::memory_order_relaxed);
+    }
+    std::memcpy(out, raw, sizeof(Event));
+    return true;
+  }
+
   // Consumer: true if an entry was claimed but is not published (producer slow or dead).
   bool HasPendingHole() const {
     const uint64_t t = tail.load(std::memory_order_relaxed);

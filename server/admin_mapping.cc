@@ -54,6 +54,8 @@ void ToProto(const ClientView& v, orion::v1::Client* out) {
   out->set_latency_target_us(v.policy.latency_target_us);
   out->set_usable_millicpus(v.usable_millicpus);
   out->set_exited(v.exited);
+  out->set_quarantined(v.quarantined);
+  out->set_events_quarantined(v.events_quarantined);
 }
 
 void ToProto(const GpuView& v, orion::v1::Gpu* out) {

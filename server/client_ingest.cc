@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "server/utf8.h"
+
 namespace orion::server {
 
 using contract::Event;
@@ -49,7 +51,8 @@ void ClientIngest::AddStep(const Event& e, Priority priority, IngestSinks& sinks
     ++malformed_events_;
     return;
   }
-  const std::string_view name(e.name, strnlen(e.name, sizeof(e.name)));
+  // Tenant-written bytes: made valid UTF-8 before they name anything (utf8.h).
+  const std::string name = SanitizeUtf8(std::string_view(e.name, strnlen(e.name, sizeof(e.name))));
   Span span = NewSpan(priority, ToUnixNs(e.cpu_ns));
   span.kind = SpanKind::kStep;
   span.func = sinks.range_names.Intern(name);
@@ -119,7 +122,8 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       break;
     }
     case EventKind::kKernelName: {
-      const std::string name(e.name, strnlen(e.name, sizeof(e.name)));
+      const std::string name =
+          SanitizeUtf8(std::string_view(e.name, strnlen(e.name, sizeof(e.name))));
       profile_.OnName(e.func, name);
       if (!sinks.known_kernels.empty()) profile_.ApplyKnown(e.func, sinks.known_kernels);
       break;

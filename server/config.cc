@@ -183,6 +183,26 @@ absl::Status ParseRules(const Validator& v, const YAML::Node& n, ServerConfig* c
   return absl::OkStatus();
 }
 
+absl::Status ParseLimits(const Validator& v, const YAML::Node& n, ServerConfig* c) {
+  if (!n) return absl::OkStatus();
+  if (!n.IsMap()) return v.Error("limits", "a map", n);
+  ORION_RETURN_IF_ERROR(v.CheckKeys(
+      n, "limits",
+      {"clients_per_pod", "clients_per_uid", "pending_connections", "request_timeout_ms",
+       "unlisted_gpus"}));
+  ORION_RETURN_IF_ERROR(v.Int(n["clients_per_pod"], "limits.clients_per_pod", 0,
+                              contract::kMaxSlots, &c->max_clients_per_pod));
+  ORION_RETURN_IF_ERROR(v.Int(n["clients_per_uid"], "limits.clients_per_uid", 0,
+                              contract::kMaxSlots, &c->max_clients_per_uid));
+  ORION_RETURN_IF_ERROR(v.Int(n["pending_connections"], "limits.pending_connections", 1, 4096,
+                              &c->max_pending_connections));
+  ORION_RETURN_IF_ERROR(v.Int(n["request_timeout_ms"], "limits.request_timeout_ms", 10, 60000,
+                              &c->request_timeout_ms));
+  ORION_RETURN_IF_ERROR(v.Int(n["unlisted_gpus"], "limits.unlisted_gpus", 0, contract::kMaxGpus,
+                              &c->max_unlisted_gpus_per_tenant));
+  return absl::OkStatus();
+}
+
 std::string DefaultNodeName() {
   if (const char* n = std::getenv("NODE_NAME"); n && *n) return n;
   char host[256] = {};
@@ -191,6 +211,14 @@ std::string DefaultNodeName() {
 }
 
 }  // namespace
+
+std::string DefaultAgentSocket(const std::string& socket_path) {
+  const size_t slash = socket_path.rfind('/');
+  const std::string dir = slash == std::string::npos || slash == 0
+                              ? std::string("/run/orion")
+                              : socket_path.substr(0, slash);
+  return dir + "-agent/agent.sock";
+}
 
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& raw) {
   const std::string text(absl::StripAsciiWhitespace(raw));
@@ -271,7 +299,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                                                    ": not valid YAML: ", e.msg));
   }
   if (root.IsNull()) {  // empty file: all defaults
-    c.agent_socket = c.socket_path.substr(0, c.socket_path.rfind('/') + 1) + "agent.sock";
+    c.agent_socket = DefaultAgentSocket(c.socket_path);
     return c;
   }
   if (!root.IsMap()) return v.Error("(top level)", "a map of settings", root);
@@ -285,7 +313,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
         root, "",
         {"node_name", "socket_path", "admin_address", "admin_auth", "agent_socket",
          "metrics_address", "gpus", "mode", "policy", "standalone", "timeline_spans_per_gpu",
-         "request_range_prefix", "hp_latency_window", "kernel_profiles"}));
+         "request_range_prefix", "hp_latency_window", "kernel_profiles", "limits"}));
     ORION_RETURN_IF_ERROR(v.String(root["node_name"], "node_name", &c.node_name));
     if (c.node_name.empty()) c.node_name = DefaultNodeName();  // "" means the default too
     ORION_RETURN_IF_ERROR(v.String(root["socket_path"], "socket_path", &c.socket_path));
@@ -345,13 +373,21 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                        "client certificates need TLS: set tls_cert_file and tls_key_file too");
       }
     }
-    if (c.agent_socket.empty()) {
-      c.agent_socket = c.socket_path.substr(0, c.socket_path.rfind('/') + 1) + "agent.sock";
-    }
+    if (c.agent_socket.empty()) c.agent_socket = DefaultAgentSocket(c.socket_path);
     for (const char* key : {"socket_path", "agent_socket"}) {
       const std::string& p = std::string(key) == "socket_path" ? c.socket_path : c.agent_socket;
       if (p.empty() || p[0] != '/') return v.Error(key, "an absolute path", root[key]);
       if (p.size() >= 108) return v.Error(key, "a path shorter than 108 bytes", root[key]);
+    }
+    // socket_path's folder is mounted into pods: AgentSync (pod priorities) there would be
+    // reachable by a pod's root.
+    const std::string client_dir = c.socket_path.substr(0, c.socket_path.rfind('/') + 1);
+    if (c.agent_socket.rfind(client_dir, 0) == 0) {
+      return v.Plain("agent_socket",
+                     absl::StrCat(c.agent_socket, " is inside ", client_dir,
+                                  ", socket_path's folder, which is mounted into pods: AgentSync "
+                                  "must be out of their reach (e.g. ",
+                                  DefaultAgentSocket(c.socket_path), ")"));
     }
     for (const char* key : {"admin_address", "metrics_address"}) {
       const std::string& a =
@@ -395,6 +431,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
     }
     ORION_RETURN_IF_ERROR(
         v.Int(root["hp_latency_window"], "hp_latency_window", 100, 1000000, &c.hp_latency_window));
+    ORION_RETURN_IF_ERROR(ParseLimits(v, root["limits"], &c));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(source_name, ":", e.mark.line + 1, ": ", e.msg));
@@ -433,10 +470,13 @@ admin_auth:
     readers: []
   kubernetes_api: ""                   # for TokenReview; default: in cluster
 agent_socket: ""                       # AgentSync (pod priorities from orion-agent), a Unix
-                                       # socket for root only; default: agent.sock beside
-                                       # socket_path
+                                       # socket for root only, never in socket_path's folder
+                                       # (pods mount it); default: agent.sock in a folder
+                                       # beside it, FOLDER-agent (/run/orion-agent)
 metrics_address: 0.0.0.0:9464          # Prometheus /metrics
-gpus: []                               # GPU UUIDs in board order; empty: discover, add on demand
+gpus: []                               # GPU UUIDs in board order, the only ones clients may
+                                       # use; empty: those found at start, else on demand
+                                       # (limits.unlisted_gpus)
 mode: priority                         # pass-through | priority | mps
 policy:
   # be_budget_us:                      # best-effort GPU time allowed in flight beside HP work;
@@ -462,6 +502,17 @@ timeline_spans_per_gpu: 200000         # timeline spans kept per GPU (ring)
 request_range_prefix: "request"        # NVTX ranges named so are requests (latency histogram)
 hp_latency_window: 2000                # HP busy periods kept per client for tail estimates
 kernel_profiles: []                    # Orion profile CSVs (Name,Profile,...) to preload
+limits:                                # what one tenant may take of the node
+  clients_per_pod: 64                  # client slots (of 256) one pod's processes may hold;
+                                       # 0: no cap
+  clients_per_uid: 64                  # the same for processes in no pod, per uid (root is
+                                       # not counted); 0: no cap
+  pending_connections: 128             # connections on socket_path still sending their
+                                       # request; at the cap the oldest is closed
+  request_timeout_ms: 1000             # a connection whose request is not whole by then is
+                                       # closed
+  unlisted_gpus: 2                     # with no gpus (none set, none found): GPUs one pod
+                                       # (else uid; root not counted) may add; 0: no cap
 )";
 }
 

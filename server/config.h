@@ -63,10 +63,13 @@ struct ServerConfig {
   std::vector<std::string> admin_service_account_operators, admin_service_account_readers;
   std::string admin_kubernetes_api;
   // orion.v1.AgentSync (the agent's pod priorities), apart from the admin API: a Unix socket
-  // only root on the node can open. Empty in the file: agent.sock beside socket_path.
+  // only root on the node can open, never in socket_path's folder (mounted into pods). Empty
+  // in the file: DefaultAgentSocket(socket_path).
   std::string agent_socket;
   std::string metrics_address = "0.0.0.0:9464";
-  std::vector<std::string> gpus;        // UUIDs in board order; empty = discover + add on demand
+  // UUIDs in board order: the only GPUs clients may name. Empty: those found at start
+  // (/proc/driver/nvidia), else added on demand (limits.unlisted_gpus per tenant).
+  std::vector<std::string> gpus;
   PolicyConfig policy;
   bool trust_client_requests = true;    // standalone: honour orion-run's priority/limit requests
   std::vector<PriorityRule> rules;
@@ -77,11 +80,26 @@ struct ServerConfig {
   std::string request_range_prefix = "request";
   uint32_t hp_latency_window = 2000;    // busy periods kept per HP client for the tail estimate
   std::vector<std::string> kernel_profiles;  // Orion CSV files loaded at start
+  // What one tenant may take of the node (limits.*): client slots per pod (processes in a
+  // Kubernetes pod, by the pod UID of their cgroup) and per uid (processes in no pod; root is
+  // not counted), 0 = no cap; connections on socket_path that have not sent a whole request, and
+  // how long one may take to send it.
+  uint32_t max_clients_per_pod = 64;
+  uint32_t max_clients_per_uid = 64;
+  uint32_t max_pending_connections = 128;
+  uint32_t request_timeout_ms = 1000;
+  // With no gpus configured or found, GPUs a client names join the board on demand: at most
+  // this many per tenant (pod, else uid; root not counted). 0 = no cap.
+  uint32_t max_unlisted_gpus_per_tenant = 2;
 };
 
 absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml_text,
                                                const std::string& source_name);
 absl::StatusOr<ServerConfig> LoadServerConfig(const std::string& path);
+
+// agent.sock in a folder beside socket_path's, "<folder>-agent": /run/orion/orion.sock ->
+// /run/orion-agent/agent.sock (the server makes the folder, mode 0700).
+std::string DefaultAgentSocket(const std::string& socket_path);
 
 // "8Gi", "512Mi", "1G", "1048576" -> bytes. Shared with orion-run and the agent's annotations.
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);

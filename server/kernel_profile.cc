@@ -40,8 +40,16 @@ void KernelProfileBook::OnName(uint64_t func, const std::string& name) {
   KernelStats* stats = Stats(func);
   if (stats == nullptr) return;
   KernelStats& k = *stats;
+  if (k.name == name) return;  // the same name again: nothing to learn
   k.name = name;
-  if (k.kclass == KernelClass::kUnknown) k.kclass = ClassifyKernelName(name);
+  if (k.kclass != KernelClass::kUnknown) return;
+  auto it = class_by_name_.find(name);
+  if (it == class_by_name_.end()) {
+    if (class_by_name_.size() >= kMaxClassifiedNames) class_by_name_.clear();
+    ++classifications_;
+    it = class_by_name_.emplace(name, ClassifyKernelName(name)).first;
+  }
+  k.kclass = it->second;
 }
 
 double KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {

@@ -151,6 +151,10 @@ class KernelProfileBook {
   // Distinct functions kept per client (the interposer's own table holds 8192): the events come
   // from a ring the tenant writes, and ever-new handles must not grow the server without bound.
   static constexpr size_t kMaxKernels = 8192;
+  // Names whose class is remembered (class_by_name_).
+  static constexpr size_t kMaxClassifiedNames = 4096;
+  // Classifications done (cache misses), for tests.
+  uint64_t classifications() const { return classifications_; }
   void OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads_per_block);
   void OnName(uint64_t func, const std::string& name);
   // A measured launch; `warmup`: one of the kernel's first launches (kept apart, see
@@ -178,6 +182,10 @@ class KernelProfileBook {
 
   std::unordered_map<uint64_t, KernelStats> kernels_;
   uint64_t dropped_events_ = 0;
+  // Classes of names already classified (ClassifyKernelName scans a few dozen patterns): each
+  // name is classified once, however often a tenant sends it. Cleared when full.
+  std::unordered_map<std::string, KernelClass> class_by_name_;
+  uint64_t classifications_ = 0;
 };
 
 // Parses an Orion profile CSV; errors name the source, the line and the column.

@@ -152,11 +152,24 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                      "full, departed clients included",
                                      MetricType::Counter);
   Add(node_dropped, {{"node", node_}}, static_cast<double>(snap.events_dropped));
+  MetricFamily quarantined = Family("orion_events_quarantined_total",
+                                    "Events of quarantined clients (whose rings' indices were "
+                                    "written over repeatedly), dropped unread, departed clients "
+                                    "included",
+                                    MetricType::Counter);
+  Add(quarantined, {{"node", node_}}, static_cast<double>(snap.events_quarantined));
+  MetricFamily quarantined_clients = Family(
+      "orion_clients_quarantined_total",
+      "Clients whose events were quarantined (ring indices written over repeatedly)",
+      MetricType::Counter);
+  Add(quarantined_clients, {{"node", node_}}, static_cast<double>(snap.clients_quarantined));
   MetricFamily repairs = Family("orion_server_repairs_total",
                                 "Things of the server found broken and put right while running "
                                 "(what: socket-deleted, socket-replaced, gate-value: an "
                                 "impossible value in a GPU's gate area, gate-claim: a "
-                                "best-effort client's claim of high-priority work)",
+                                "best-effort client's claim of high-priority work, ring-tail, "
+                                "ring-head-rewound, ring-head-ahead: a client's ring indices "
+                                "written over)",
                                 MetricType::Counter);
   for (const auto& [what, n] : snap.repairs) {
     Add(repairs, {{"node", node_}, {"what", what}}, static_cast<double>(n));
@@ -170,7 +183,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
                           &mem_limit, &dropped, &client_busy, &claims, &period, &requests, &regs, &ingested, &written, &skipped,
-                          &node_dropped, &repairs, &corrections}) {
+                          &node_dropped, &quarantined, &quarantined_clients, &repairs,
+                          &corrections}) {
     out.push_back(std::move(*f));
   }
   return out;

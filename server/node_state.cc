@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/utf8.h"
 
 namespace orion::server {
 
@@ -32,8 +33,9 @@ int64_t RealtimeNs() {
 
 namespace {
 
+bool NoneWaiting(std::atomic<int>* waiters) { return waiters->load() == 0; }
+
 constexpr uint64_t kStuckEntryTimeoutNs = 200ull * 1000000ull;        // 200 ms
-constexpr size_t kMaxDrainPerClient = 1u << 16;
 
 // A high-priority slot is busy as the gate sees it (the contract's rule).
 bool SlotBusy(const contract::SlotGate& s, uint64_t now, const GateKnobs& knobs) {
@@ -49,7 +51,7 @@ NodeState::NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board)
       mono_to_unix_(RealtimeNs() - static_cast<int64_t>(MonotonicNs())),
       ingest_options_{mono_to_unix_, config_.request_range_prefix, config_.hp_latency_window},
       budget_controller_(BudgetLimits{}) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   gpu_policy_.assign(contract::kMaxGpus, InitialGpuPolicy(config_.policy));
   gpu_busy_ns_.assign(contract::kMaxGpus, {0, 0});
   timelines_.reserve(contract::kMaxGpus);
@@ -62,24 +64,69 @@ NodeState::NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board)
   }
 }
 
-int NodeState::GpuIndexFor(const contract::RegisterRequest& r) {
-  std::string uuid = FixedString(r.gpu_uuid);
+int NodeState::GpuIndexFor(const PeerIdentity& peer, const contract::RegisterRequest& r,
+                           std::string* refusal) {
+  std::string uuid = SanitizeUtf8(FixedString(r.gpu_uuid));
   if (uuid.empty()) uuid = absl::StrCat("ordinal-", r.device_ordinal);
-  const bool known = board_->FindGpu(uuid) >= 0;
+  if (const int idx = board_->FindGpu(uuid); idx >= 0) return idx;
+  // The server decides which GPUs there are: those configured or found at start. A client
+  // naming another UUID is refused, so made-up UUIDs cannot fill the board's GPU table.
+  if (!config_.gpus.empty()) {
+    *refusal = absl::StrCat("GPU '", uuid, "' is not a GPU of this node (config gpus, or found)");
+    return -1;
+  }
+  // No list (no driver found at start, e.g. the CUDA test double): GPUs join on demand, a few
+  // per tenant (pod, else uid; root on the node is not counted).
+  const bool in_pod = !peer.cgroup.pod_uid.empty();
+  const std::string tenant = in_pod ? peer.cgroup.pod_uid : absl::StrCat("uid ", peer.uid);
+  const uint32_t cap = config_.max_unlisted_gpus_per_tenant;
+  uint32_t& added = unlisted_gpus_added_[tenant];
+  if (cap != 0 && (in_pod || peer.uid != 0) && added >= cap) {
+    *refusal = absl::StrCat(in_pod ? "pod " : "", tenant, " added ", added,
+                            " GPUs not in config gpus, its cap (limits.unlisted_gpus)");
+    return -1;
+  }
   const int idx = board_->FindOrAddGpu(uuid);
-  if (idx >= 0 && !known) board_->PublishKnobs(idx, gpu_policy_[idx].knobs);
+  if (idx < 0) {
+    *refusal = absl::StrCat("GPU '", uuid, "' is not on this board (", contract::kMaxGpus,
+                            " GPUs at most)");
+    return -1;
+  }
+  ++added;
+  board_->PublishKnobs(idx, gpu_policy_[idx].knobs);
   return idx;
 }
 
 NodeState::Admission NodeState::Register(const PeerIdentity& peer,
                                          const contract::RegisterRequest& request) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   Admission a;
-  const int gpu = GpuIndexFor(request);
+  // One tenant must not take every slot of the node: a cap per pod, and per uid for processes
+  // in no pod (root on the node can stop the server anyway, so it is not counted).
+  const bool in_pod = !peer.cgroup.pod_uid.empty();
+  const uint32_t cap = in_pod ? config_.max_clients_per_pod
+                              : (peer.uid == 0 ? 0 : config_.max_clients_per_uid);
+  if (cap != 0) {
+    uint32_t held = 0;
+    for (const auto& [id, other] : clients_) {
+      held += in_pod ? other.peer.cgroup.pod_uid == peer.cgroup.pod_uid
+                     : other.peer.cgroup.pod_uid.empty() && other.peer.uid == peer.uid;
+    }
+    if (held >= cap) {
+      a.status = RegisterStatus::kRefused;
+      a.message = in_pod ? absl::StrCat("pod ", peer.cgroup.pod_uid, " holds ", held,
+                                        " client slots, its cap (limits.clients_per_pod)")
+                         : absl::StrCat("uid ", peer.uid, " holds ", held,
+                                        " client slots, its cap (limits.clients_per_uid)");
+      ++registrations_failed_[in_pod ? "pod-cap" : "uid-cap"];
+      return a;
+    }
+  }
+  std::string refusal;
+  const int gpu = GpuIndexFor(peer, request, &refusal);
   if (gpu < 0) {
     a.status = RegisterStatus::kUnknownGpu;
-    a.message = absl::StrCat("GPU '", FixedString(request.gpu_uuid), "' is not on this board (",
-                             contract::kMaxGpus, " GPUs at most)");
+    a.message = std::move(refusal);
     ++registrations_failed_["unknown-gpu"];
     return a;
   }
@@ -105,8 +152,13 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   c.slot = *slot;
   c.gpu = static_cast<uint32_t>(gpu);
   c.peer = peer;
-  c.process_name = peer.process_name.empty() ? FixedString(request.process_name)
-                                             : peer.process_name;
+  // Tenant-chosen strings (its comm, its request, its cgroup's names) are made valid UTF-8
+  // here, before any view, timeline or metric label carries them.
+  c.peer.process_name = SanitizeUtf8(peer.process_name);
+  c.peer.cgroup.pod_uid = SanitizeUtf8(peer.cgroup.pod_uid);
+  c.peer.cgroup.container_id = SanitizeUtf8(peer.cgroup.container_id);
+  c.process_name = c.peer.process_name.empty() ? SanitizeUtf8(FixedString(request.process_name))
+                                               : c.peer.process_name;
   c.policy = policy;
   c.admin_priority = pod_override != nullptr;
   c.registered_unix_ms = RealtimeNs() / 1000000;
@@ -127,46 +179,48 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
 }
 
 void NodeState::RecordRegistrationFailure(const std::string& reason) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   ++registrations_failed_[reason];
 }
 
 void NodeState::RecordRepair(const std::string& what) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   ++repairs_[what];
 }
 
 void NodeState::Unregister(uint32_t client_id) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   auto it = clients_.find(client_id);
   if (it == clients_.end()) return;
   // Take what the client left in its ring before the slot is reused.
   ClientRecord& c = it->second;
-  Event e{};
   auto& ring = board_->area(c.slot)->ring;
   // The client is gone, so no entry will be published any more: skip holes (a writer killed
-  // mid-write) and keep reading the published entries behind them.
-  for (size_t n = 0; n < contract::kRingCapacity; ++n) {
-    if (ring.TryPop(&e)) {
+  // mid-write) and keep reading the published entries behind them. head is read once and
+  // clamped: more than a ring's worth claimed but not read means the client wrote garbage into
+  // its ring's indices, counted as skipped, never silently lost.
+  const uint64_t head = ring.head.load(std::memory_order_acquire);
+  const uint64_t end =
+      head < c.read_pos ? c.read_pos : std::min<uint64_t>(head, c.read_pos + contract::kRingCapacity);
+  const uint64_t left = head > end ? std::min<uint64_t>(head - end, contract::kRingCapacity) : 0;
+  Event e{};
+  for (uint64_t pos = c.read_pos; pos < end; ++pos) {
+    if (c.quarantined) {
+      ++c.quarantined_events;
+      ++events_quarantined_;
+    } else if (ring.ReadAt(pos, &e)) {
       ConsumeEvent(c, e);
       ++events_ingested_;
-    } else if (ring.HasPendingHole()) {
-      ring.SkipStuckEntry();
+    } else {
       ++events_skipped_;
       c.ingest.CountMalformed(1);
-    } else {
-      break;
     }
   }
-  // More than a ring's worth claimed but not read means the client wrote garbage into its
-  // ring's indices: counted as skipped, never silently lost.
-  const uint64_t head = ring.head.load(std::memory_order_acquire);
-  const uint64_t tail = ring.tail.load(std::memory_order_acquire);
-  const uint64_t left = head > tail ? std::min<uint64_t>(head - tail, contract::kRingCapacity) : 0;
+  c.read_pos = end;
   events_skipped_ += left;
   IngestSinks sinks = SinksFor(c);
   c.ingest.Leave(sinks);
-  departed_written_ += tail + left;
+  departed_written_ += end + left;
   departed_dropped_ += ring.dropped.load(std::memory_order_relaxed);
   lifecycle_log_.Exited(ViewOf(c), MonotonicNs());
   board_->FreeSlot(c.slot);
@@ -191,45 +245,101 @@ void NodeState::ConsumeEvent(ClientRecord& c, const Event& e) {
   c.ingest.Consume(e, c.policy.priority, sinks);
 }
 
-size_t NodeState::DrainOnce(uint64_t now) {
-  absl::MutexLock lock(&mu_);
-  size_t total = 0;
-  Event e{};
-  for (auto& [id, c] : clients_) {
-    auto& ring = board_->area(c.slot)->ring;
-    // More than a ring's worth between tail and head cannot come from producers (they stop at a
-    // full ring): the indices were written over. Start reading afresh at head, counted as
-    // skipped, instead of skipping one phantom entry per timeout for the rest of the run.
-    const uint64_t head = ring.head.load(std::memory_order_acquire);
-    const uint64_t tail = ring.tail.load(std::memory_order_relaxed);
-    if (head - tail > contract::kRingCapacity) {
-      ring.tail.store(head, std::memory_order_release);
-      events_skipped_ += contract::kRingCapacity;
-      c.ingest.CountMalformed(contract::kRingCapacity);
-      c.hole_since_ns = 0;
-      continue;
-    }
-    size_t n = 0;
-    while (n < kMaxDrainPerClient && ring.TryPop(&e)) {
-      ConsumeEvent(c, e);
-      ++n;
-    }
-    if (ring.HasPendingHole()) {
-      // A producer claimed an entry and never published it (killed mid-write): skip it later.
-      if (c.hole_since_ns == 0) {
-        c.hole_since_ns = now;
-      } else if (now - c.hole_since_ns > kStuckEntryTimeoutNs) {
-        ring.SkipStuckEntry();
-        c.ingest.CountMalformed(1);
-        ++events_skipped_;
-        c.hole_since_ns = 0;
-      }
-    } else {
-      c.hole_since_ns = 0;
-    }
-    total += n;
+void NodeState::StrikeRing(ClientRecord& c, const char* what) {
+  ++repairs_[absl::StrCat("ring-", what)];
+  if (c.quarantined || ++c.ring_strikes < kRingStrikesToQuarantine) return;
+  c.quarantined = true;
+  ++clients_quarantined_;
+  std::fprintf(stderr,
+               "orion-server: client %u (%s, pid %d) wrote over its event ring's indices %u "
+               "times (last: %s); its events are dropped unread from now on\n",
+               c.id, c.process_name.c_str(), c.peer.pid, c.ring_strikes, what);
+}
+
+size_t NodeState::DrainClient(ClientRecord& c, uint64_t now, size_t max, bool first_batch) {
+  contract::ClientArea* area = board_->area(c.slot);
+  if (area == nullptr) return 0;
+  auto& ring = area->ring;
+  // head and tail are read once a batch: the tenant can write both at any time, and nothing it
+  // writes may make the server read more than a ring's worth a pass.
+  const uint64_t head = ring.head.load(std::memory_order_acquire);
+  if (first_batch && ring.tail.load(std::memory_order_relaxed) != c.read_pos) {
+    // Only the server moves tail; put it back where the server is.
+    StrikeRing(c, "tail");
+    ring.tail.store(c.read_pos, std::memory_order_release);
   }
-  events_ingested_ += total;
+  // Producers stop at a full ring, so head is never behind the server nor more than a ring's
+  // worth ahead of it. Otherwise the indices were written over: start afresh at head (counted
+  // as skipped) instead of skipping one phantom entry per timeout for the rest of the run.
+  if (head < c.read_pos || head - c.read_pos > contract::kRingCapacity) {
+    StrikeRing(c, head < c.read_pos ? "head-rewound" : "head-ahead");
+    const uint64_t lost = head < c.read_pos ? 0 : contract::kRingCapacity;
+    events_skipped_ += lost;
+    c.ingest.CountMalformed(lost);
+    c.read_pos = head;
+    c.hole_since_ns = 0;
+    ring.tail.store(head, std::memory_order_release);
+    return 0;
+  }
+  if (c.quarantined) {
+    // Dropped unread, but the ring moves on, so the client's producers do not stall.
+    c.quarantined_events += head - c.read_pos;
+    events_quarantined_ += head - c.read_pos;
+    c.read_pos = head;
+    ring.tail.store(head, std::memory_order_release);
+    return 0;
+  }
+  const uint64_t end = c.read_pos + std::min<uint64_t>(head - c.read_pos, max);
+  size_t n = 0;
+  Event e{};
+  while (c.read_pos < end && ring.ReadAt(c.read_pos, &e)) {
+    ++c.read_pos;
+    ConsumeEvent(c, e);
+    ++n;
+  }
+  ring.tail.store(c.read_pos, std::memory_order_release);
+  if (c.read_pos < head && n < max && !ring.ReadAt(c.read_pos, &e)) {
+    // A producer claimed an entry and never published it (killed mid-write): skip it later.
+    if (c.hole_since_ns == 0) {
+      c.hole_since_ns = now;
+    } else if (now - c.hole_since_ns > kStuckEntryTimeoutNs) {
+      ++c.read_pos;
+      ring.tail.store(c.read_pos, std::memory_order_release);
+      c.ingest.CountMalformed(1);
+      ++events_skipped_;
+      c.hole_since_ns = 0;
+    }
+  } else if (n > 0 || c.read_pos == head) {
+    c.hole_since_ns = 0;
+  }
+  events_ingested_ += n;
+  return n;
+}
+
+size_t NodeState::DrainOnce(uint64_t now) {
+  std::vector<uint32_t> ids;
+  {
+    ApiLock lock(this);
+    ids.reserve(clients_.size());
+    for (const auto& [id, c] : clients_) ids.push_back(id);
+  }
+  size_t total = 0;
+  for (const uint32_t id : ids) {
+    // At most a ring's worth a client a pass, a batch per hold of the mutex.
+    size_t left = contract::kRingCapacity;
+    bool first = true;
+    while (left > 0) {
+      // Callers waiting for the mutex go first: each waits for one batch at most.
+      absl::MutexLock lock(&mu_, absl::Condition(&NoneWaiting, &api_waiters_));
+      auto it = clients_.find(id);
+      if (it == clients_.end()) break;  // left between two batches
+      const size_t n = DrainClient(it->second, now, std::min(left, kDrainBatch), first);
+      first = false;
+      total += n;
+      if (n < std::min(left, kDrainBatch)) break;
+      left -= n;
+    }
+  }
   return total;
 }
 
@@ -244,7 +354,7 @@ void NodeState::RestartBudgetEvidence(uint32_t g) {
 }
 
 void NodeState::PolicyTick(uint64_t now) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   board_->Heartbeat(now);
   // Clients map the board read-only where the kernel can seal it; where it cannot, put back
   // whatever a tenant wrote over the server's fields.
@@ -358,6 +468,8 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
   v.events_dropped = area.ring.dropped.load(std::memory_order_relaxed);
   v.registered_unix_ms = c.registered_unix_ms;
   v.usable_millicpus = c.usable_millicpus;
+  v.quarantined = c.quarantined;
+  v.events_quarantined = c.quarantined_events;
   return v;
 }
 
@@ -373,7 +485,7 @@ absl::Status NodeState::CheckGpu(uint32_t gpu) {
 }
 
 std::vector<GpuView> NodeState::ListGpus() {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   std::vector<GpuView> out;
   const uint64_t now = MonotonicNs();
   for (uint32_t g = 0; g < board_->num_gpus(); ++g) {
@@ -397,7 +509,7 @@ std::vector<GpuView> NodeState::ListGpus() {
 }
 
 std::vector<ClientView> NodeState::ListClients(const ClientFilter& f) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   std::vector<ClientView> out;
   for (const auto& [id, c] : clients_) {
     if (f.gpu && c.gpu != *f.gpu) continue;
@@ -416,7 +528,7 @@ std::vector<ClientView> NodeState::ListClients(const ClientFilter& f) {
 }
 
 absl::StatusOr<ClientView> NodeState::GetClient(uint32_t client_id) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   auto it = clients_.find(client_id);
   if (it == clients_.end()) {
     return absl::NotFoundError(absl::StrCat("no client with id ", client_id,
@@ -433,7 +545,7 @@ void NodeState::OverridePriority(ClientRecord& c, Priority p) {
 }
 
 absl::StatusOr<ClientView> NodeState::SetClientPriority(uint32_t client_id, Priority p) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   auto it = clients_.find(client_id);
   if (it == clients_.end()) {
     return absl::NotFoundError(absl::StrCat("no client with id ", client_id));
@@ -445,7 +557,7 @@ absl::StatusOr<ClientView> NodeState::SetClientPriority(uint32_t client_id, Prio
 absl::StatusOr<std::vector<ClientView>> NodeState::SetPodPriority(const std::string& pod_uid,
                                                                   Priority p) {
   if (pod_uid.empty()) return absl::InvalidArgumentError("pod_uid is empty");
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   pod_overrides_[pod_uid] = p;
   std::vector<ClientView> changed;
   for (auto& [id, c] : clients_) {
@@ -457,7 +569,7 @@ absl::StatusOr<std::vector<ClientView>> NodeState::SetPodPriority(const std::str
 }
 
 absl::StatusOr<ClientView> NodeState::SetPaused(uint32_t client_id, bool paused) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   auto it = clients_.find(client_id);
   if (it == clients_.end()) {
     return absl::NotFoundError(absl::StrCat("no client with id ", client_id));
@@ -468,14 +580,14 @@ absl::StatusOr<ClientView> NodeState::SetPaused(uint32_t client_id, bool paused)
 }
 
 absl::StatusOr<GpuPolicy> NodeState::GetPolicy(uint32_t gpu) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   if (absl::Status s = CheckGpu(gpu); !s.ok()) return s;
   return gpu_policy_[gpu];
 }
 
 absl::StatusOr<GpuPolicy> NodeState::SetPolicy(const PolicyChange& change) {
   if (absl::Status s = ValidatePolicyChange(change); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   if (!change.all_gpus) {
     if (absl::Status s = CheckGpu(change.gpu); !s.ok()) return s;
   }
@@ -509,7 +621,7 @@ TimelineView NodeState::NameSpans(std::vector<Span> spans) const {
 
 absl::StatusOr<TimelineView> NodeState::TimelineAfter(uint32_t gpu, uint64_t cursor,
                                                       uint32_t max_spans) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   if (absl::Status s = CheckGpu(gpu); !s.ok()) return s;
   const size_t max = max_spans == 0 ? 1000 : std::min<uint32_t>(max_spans, 100000);
   uint64_t lost = 0;
@@ -547,7 +659,7 @@ absl::StatusOr<std::vector<RecordingWindow>> NodeState::SetRecording(const Recor
       !s.ok()) {
     return s;
   }
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   if (!r.all_gpus) {
     if (absl::Status s = CheckGpu(r.gpu); !s.ok()) return s;
   }
@@ -566,7 +678,7 @@ absl::StatusOr<std::vector<RecordingWindow>> NodeState::SetRecording(const Recor
 absl::StatusOr<TimelineView> NodeState::TimelineWindow(uint32_t gpu, int64_t since_unix_ms,
                                                        int64_t until_unix_ms,
                                                        uint32_t max_spans) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   if (absl::Status s = CheckGpu(gpu); !s.ok()) return s;
   if (absl::Status s =
           CheckUnixMsWindow("since_unix_ms", since_unix_ms, "until_unix_ms", until_unix_ms);
@@ -583,7 +695,7 @@ absl::StatusOr<TimelineView> NodeState::TimelineWindow(uint32_t gpu, int64_t sin
 }
 
 absl::StatusOr<KernelProfileView> NodeState::GetKernelProfile(uint32_t client_id) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   auto it = clients_.find(client_id);
   if (it == clients_.end()) {
     return absl::NotFoundError(absl::StrCat("no client with id ", client_id));
@@ -625,7 +737,7 @@ absl::StatusOr<PodSync> NodeState::UpsertPods(std::vector<PodPolicy> pods, bool 
                                                      "' is not a pod UID (36 characters)"));
     }
   }
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   PodSync out;
   if (pods.empty() && !full_sync) {  // the agent asking what is known: nothing to apply
     out.pods_known = static_cast<uint32_t>(pods_.size());
@@ -651,22 +763,23 @@ absl::StatusOr<PodSync> NodeState::UpsertPods(std::vector<PodPolicy> pods, bool 
 }
 
 absl::Status NodeState::DeletePod(const std::string& pod_uid) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   if (pods_.erase(pod_uid) == 0) {
     return absl::NotFoundError(absl::StrCat("pod ", pod_uid, " is not known to this server"));
   }
   pod_overrides_.erase(pod_uid);
+  unlisted_gpus_added_.erase(pod_uid);
   return absl::OkStatus();
 }
 
 void NodeState::ImportOrionProfile(const std::vector<OrionProfileRow>& rows) {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   for (const auto& r : rows) known_kernels_[OrionKernelKey(r.name)] = r;
   for (auto& [id, c] : clients_) c.ingest.profile().ApplyKnown(known_kernels_);
 }
 
 MetricsSnapshot NodeState::Snapshot() {
-  absl::MutexLock lock(&mu_);
+  ApiLock lock(this);
   MetricsSnapshot snap;
   const uint32_t ngpus = board_->num_gpus();
   snap.gpus.resize(ngpus);
@@ -714,6 +827,8 @@ MetricsSnapshot NodeState::Snapshot() {
   snap.registrations_failed = registrations_failed_;
   snap.events_ingested = events_ingested_;
   snap.events_skipped = events_skipped_;
+  snap.events_quarantined = events_quarantined_;
+  snap.clients_quarantined = clients_quarantined_;
   snap.repairs = repairs_;
   snap.board_corrections = board_corrections_;
   snap.events_written = departed_written_;

@@ -6,7 +6,10 @@
 // (node_views.h) answer the admin API and the agent. No RPC code and no proto types: the gRPC
 // adapter (admin_service.h, admin_mapping.h) and the Prometheus collector sit on top of it.
 //
-// Thread-safety: every public method takes the one mutex; the drain loop holds it per batch.
+// Thread-safety: every public method takes the one mutex; the drain loop holds it per batch of
+// one client's events (at most kDrainBatch) and lets go between batches, so registrations and
+// admin calls wait for one batch at most, however much the tenants write. The board heartbeat
+// needs no lock (OrionServer beats it from a thread of its own).
 //
 // Usage:
 //   NodeState state(config, std::move(board));
@@ -17,6 +20,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,6 +77,10 @@ struct MetricsSnapshot {
   uint64_t events_written = 0;
   uint64_t events_skipped = 0;
   uint64_t events_dropped = 0;
+  // Events of quarantined clients (rings whose indices were written over repeatedly), dropped
+  // unread; and how many clients were ever quarantined.
+  uint64_t events_quarantined = 0;
+  uint64_t clients_quarantined = 0;
   std::map<std::string, uint64_t> repairs;  // by what
   uint64_t board_corrections = 0;  // server-owned board fields found overwritten and put back
 };
@@ -97,7 +105,11 @@ class NodeState {
   void RecordRepair(const std::string& what) ABSL_LOCKS_EXCLUDED(mu_);
   void Unregister(uint32_t client_id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Drains every active ring; returns the number of events consumed.
+  // Events consumed per hold of the mutex: what a registration or an admin call may wait for.
+  static constexpr size_t kDrainBatch = 256;
+  // Passes that find a client's ring indices written over before its events are quarantined.
+  static constexpr uint32_t kRingStrikesToQuarantine = 4;
+  // Drains every active ring, at most a ring's worth per client; returns the events consumed.
   size_t DrainOnce(uint64_t mono_now_ns) ABSL_LOCKS_EXCLUDED(mu_);
   // Adapts budgets to latency targets, refreshes the board heartbeat.
   void PolicyTick(uint64_t mono_now_ns) ABSL_LOCKS_EXCLUDED(mu_);
@@ -159,7 +171,19 @@ class NodeState {
     ClientIngest ingest;                // what its events became
     uint64_t busy_count_at_change = 0;  // ingest.busy().count when the GPU's budget last changed
     uint64_t hole_since_ns = 0;
+    // The server's own read position in the client's ring: the ring's tail is a copy for the
+    // producers, and a tenant can write it (and head) at will.
+    uint64_t read_pos = 0;
+    uint32_t ring_strikes = 0;     // passes that found the ring's indices written over
+    bool quarantined = false;      // its events are dropped unread (ring_strikes reached the cap)
+    uint64_t quarantined_events = 0;
   };
+  // Drains up to `max` of the client's events under mu_; returns how many it consumed. Never
+  // more than a ring's worth a pass, whatever the tenant writes into the indices.
+  size_t DrainClient(ClientRecord& c, uint64_t now, size_t max, bool first_batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenant wrote over its ring's indices: a strike, and quarantine at the cap.
+  void StrikeRing(ClientRecord& c, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ClientView ViewOf(const ClientRecord& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The client's priority as an admin override.
@@ -178,7 +202,27 @@ class NodeState {
   // Without a latency target or a budget set by hand (priority mode): the budget follows the
   // GPU's high-priority busy periods (SizeBudgetToService). True when it owns the budget.
   bool SizeBudgetToServices(uint32_t g, GpuPolicy& gp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int GpuIndexFor(const contract::RegisterRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The board index of the GPU the client asked for, if the server lets it use it; otherwise
+  // -1 and *refusal says why.
+  int GpuIndexFor(const PeerIdentity& peer, const contract::RegisterRequest& request,
+                  std::string* refusal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Holds mu_ for a public method. Callers waiting here go before the drain's next batch
+  // (api_waiters_), so none waits for more than one batch however busy the rings are.
+  class ABSL_SCOPED_LOCKABLE ApiLock {
+   public:
+    explicit ApiLock(NodeState* s) ABSL_EXCLUSIVE_LOCK_FUNCTION(s->mu_) : s_(s) {
+      s_->api_waiters_.fetch_add(1);
+      s_->mu_.Lock();
+      s_->api_waiters_.fetch_sub(1);
+    }
+    ~ApiLock() ABSL_UNLOCK_FUNCTION() { s_->mu_.Unlock(); }
+    ApiLock(const ApiLock&) = delete;
+    ApiLock& operator=(const ApiLock&) = delete;
+
+   private:
+    NodeState* s_;
+  };
 
   const ServerConfig config_;
   std::unique_ptr<NodeBoard> board_;
@@ -187,6 +231,7 @@ class NodeState {
   BudgetController budget_controller_;
 
   absl::Mutex mu_;
+  std::atomic<int> api_waiters_{0};  // public methods waiting for mu_ (ApiLock)
   // The span's name: the kernel's (or func@0x...), the NVTX range's, or empty.
   std::string SpanName(const Span& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   TimelineView NameSpans(std::vector<Span> spans) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -204,7 +249,11 @@ class NodeState {
   std::map<std::string, uint64_t> registrations_failed_ ABSL_GUARDED_BY(mu_);
   uint64_t events_ingested_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t events_skipped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t events_quarantined_ ABSL_GUARDED_BY(mu_) = 0;  // departed clients' included
+  uint64_t clients_quarantined_ ABSL_GUARDED_BY(mu_) = 0;  // ever
   std::map<std::string, uint64_t> repairs_ ABSL_GUARDED_BY(mu_);
+  // GPUs not in config gpus that each tenant (pod UID, or "uid N") made the board add.
+  std::map<std::string, uint32_t> unlisted_gpus_added_ ABSL_GUARDED_BY(mu_);
   uint64_t board_corrections_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_correction_log_ns_ ABSL_GUARDED_BY(mu_) = 0;
   // What departed clients' rings held at the end (their slots are reused, so kept here).

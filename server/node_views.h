@@ -36,6 +36,9 @@ struct ClientView {
   // them at start; 0 = unknown or no limit. Informative: a one-CPU pod shows 1000.
   uint32_t usable_millicpus = 0;
   bool exited = false;  // a client that has gone, as it was when it left
+  // Its ring's indices were written over repeatedly: its events are dropped unread (counted).
+  bool quarantined = false;
+  uint64_t events_quarantined = 0;
 };
 
 // Which clients ListClients returns; empty fields match all.

@@ -2,6 +2,9 @@
 #include "server/orion_server.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -119,9 +122,42 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> AdminCredentials(
   return grpc::SslServerCredentials(options);
 }
 
+absl::StatusOr<int> LockServerFiles(const ServerConfig& config, std::string* created_dir) {
+  // The lock sits beside the agent socket, in a folder only root reaches: in socket_path's
+  // folder, which pods mount, a pod's root could take it and keep the server from starting.
+  const std::string dir = config.agent_socket.substr(0, config.agent_socket.rfind('/'));
+  if (!dir.empty() && ::mkdir(dir.c_str(), 0700) == 0) *created_dir = dir;
+  const std::string path = config.agent_socket + ".lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat(config.source, ": agent_socket: cannot open ",
+                                                    path, ": ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return absl::AlreadyExistsError(absl::StrCat(
+        config.source, ": another orion-server runs with this config (it holds ", path,
+        "); not starting, and nothing of it was touched"));
+  }
+  return fd;
+}
+
+uint64_t RaiseDescriptorLimit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return lim.rlim_cur;
+}
+
 absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig config,
                                                                 ServerOptions options) {
   std::unique_ptr<OrionServer> s(new OrionServer());
+  // Every client holds a connection, and every connection not yet registered a descriptor too.
+  RaiseDescriptorLimit();
   if (config.gpus.empty() && options.discover_gpus) {
     config.gpus = DiscoverGpuUuids("/proc/driver/nvidia/gpus");
     if (config.gpus.size() > contract::kMaxGpus) config.gpus.resize(contract::kMaxGpus);
@@ -150,9 +186,20 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
   s->state_ = std::make_unique<NodeState>(config, std::move(*board));
   for (const auto& rows : profiles) s->state_->ImportOrionProfile(rows);
 
-  for (const auto& [path, key] : {std::pair{&config.socket_path, "socket_path"},
-                                  std::pair{&config.agent_socket, "agent_socket"}}) {
-    if (absl::Status st = EnsureSocketFolder(*path, key, config.source); !st.ok()) return st;
+  // The client socket's folder (made when missing), then the lock: nothing of another server's
+  // may be touched before it, and no socket is unlinked without it. The lock makes the agent
+  // socket's folder 0700 when missing; EnsureSocketFolder then finds it there.
+  if (absl::Status st = EnsureSocketFolder(config.socket_path, "socket_path", config.source);
+      !st.ok()) {
+    return st;
+  }
+  absl::StatusOr<int> lock = LockServerFiles(config, &s->created_agent_dir_);
+  if (!lock.ok()) return lock.status();
+  s->lock_fd_ = *lock;
+  s->agent_socket_ = config.agent_socket;
+  if (absl::Status st = EnsureSocketFolder(config.agent_socket, "agent_socket", config.source);
+      !st.ok()) {
+    return st;
   }
   s->listener_ = std::make_unique<RegistrationListener>(s->state_.get(), config.socket_path,
                                                         options.proc_root);
@@ -207,6 +254,11 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
                                                " (in use, or not a local address?)"));
   }
   // AgentSync sets pod priorities: only root on the node (the agent) may reach it.
+  if (SocketAnswers(config.agent_socket)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        config.source, ": agent_socket: another process listens on ", config.agent_socket,
+        "; not starting, and its socket is left alone"));
+  }
   ::unlink(config.agent_socket.c_str());
   grpc::ServerBuilder agent_builder;
   agent_builder.AddListeningPort("unix:" + config.agent_socket, grpc::InsecureServerCredentials());
@@ -228,14 +280,16 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
   const auto ports = s->exposer_->GetListeningPorts();
   s->metrics_port_ = ports.empty() ? 0 : ports.front();
   s->drain_thread_ = std::thread([p = s.get()] { p->DrainLoop(); });
+  s->heartbeat_thread_ = std::thread([p = s.get()] { p->HeartbeatLoop(); });
   return s;
 }
 
 void OrionServer::DrainLoop() {
   uint64_t next_tick = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
+    const size_t n = state_->DrainOnce(MonotonicNs());
+    // Read again after the pass: the policy tick also beats the heartbeat.
     const uint64_t now = MonotonicNs();
-    const size_t n = state_->DrainOnce(now);
     if (now >= next_tick) {
       state_->PolicyTick(now);
       next_tick = now + 100000000;  // 100 ms
@@ -245,8 +299,17 @@ void OrionServer::DrainLoop() {
   }
 }
 
+void OrionServer::HeartbeatLoop() {
+  NodeBoard& board = state_->board();
+  do {
+    board.Heartbeat(MonotonicNs());
+  } while (!stopping_.WaitForNotificationWithTimeout(absl::Milliseconds(kHeartbeatPeriodMs)));
+}
+
 void OrionServer::Shutdown() {
   if (stop_.exchange(true)) return;
+  if (!stopping_.HasBeenNotified()) stopping_.Notify();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (agent_grpc_) {
     agent_grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -255,6 +318,12 @@ void OrionServer::Shutdown() {
   if (listener_) listener_->Stop();  // unregisters every client, removes the socket
   if (exposer_ && collector_) exposer_->RemoveCollectable(collector_);
   exposer_.reset();
+  if (lock_fd_ >= 0) {
+    if (agent_grpc_) ::unlink(agent_socket_.c_str());
+    if (!created_agent_dir_.empty()) ::rmdir(created_agent_dir_.c_str());  // only if empty
+    ::close(lock_fd_);  // the lock goes last; the file stays (deleting it would race)
+    lock_fd_ = -1;
+  }
 }
 
 OrionServer::~OrionServer() { Shutdown(); }

@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,7 +24,19 @@ RegistrationListener::RegistrationListener(NodeState* state, std::string socket_
 
 RegistrationListener::~RegistrationListener() { Stop(); }
 
-absl::StatusOr<int> RegistrationListener::BindSocket() {
+bool SocketAnswers(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) return false;
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return live;
+}
+
+absl::StatusOr<int> RegistrationListener::BindSocket(bool check_live) {
   sockaddr_un addr{};
   if (socket_path_.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(socket_path_, ": socket path too long"));
@@ -32,6 +45,12 @@ absl::StatusOr<int> RegistrationListener::BindSocket() {
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
+  if (check_live && SocketAnswers(socket_path_)) {
+    ::close(fd);
+    return absl::AlreadyExistsError(absl::StrCat(
+        socket_path_, ": another process listens on this socket (a running orion-server?); "
+                      "not starting, and its socket is left alone"));
+  }
   ::unlink(socket_path_.c_str());  // a stale socket of a previous server, or what replaced ours
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     const int err = errno;
@@ -52,7 +71,7 @@ absl::StatusOr<int> RegistrationListener::BindSocket() {
 }
 
 absl::Status RegistrationListener::Start() {
-  absl::StatusOr<int> fd = BindSocket();
+  absl::StatusOr<int> fd = BindSocket(/*check_live=*/true);
   if (!fd.ok()) return fd.status();
   listen_fd_ = *fd;
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
@@ -63,6 +82,7 @@ absl::Status RegistrationListener::Start() {
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
   ev.data.fd = wake_fd_;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
@@ -74,7 +94,7 @@ void RegistrationListener::RepairSocketIfGone() {
   // Deleted (a cleanup script, a careless `rm -rf /run/orion/*`) or replaced by something else:
   // no new client could reach us. Registered clients keep their connections either way.
   const char* what = present ? "replaced" : "deleted";
-  absl::StatusOr<int> fd = BindSocket();
+  absl::StatusOr<int> fd = BindSocket(/*check_live=*/false);
   if (!fd.ok()) {
     std::fprintf(stderr, "orion-server: client socket %s was %s; binding a new one failed: %s\n",
                  socket_path_.c_str(), what, std::string(fd.status().message()).c_str());
@@ -103,6 +123,9 @@ void RegistrationListener::Stop() {
     ::close(fd);
   }
   conns_.clear();
+  pending_.clear();
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
+  reserve_fd_ = -1;
   ::close(listen_fd_);
   ::close(epoll_fd_);
   ::close(wake_fd_);
@@ -111,8 +134,9 @@ void RegistrationListener::Stop() {
 
 void RegistrationListener::Loop() {
   epoll_event events[128];
+  // Woken at least every 100 ms: request deadlines are checked that often.
   while (!stop_) {
-    const int n = ::epoll_wait(epoll_fd_, events, 128, 250);
+    const int n = ::epoll_wait(epoll_fd_, events, 128, 100);
     const uint64_t now_ns = MonotonicNs();
     if (now_ns - last_socket_check_ns_ >= 250'000'000ull) {
       last_socket_check_ns_ = now_ns;
@@ -122,20 +146,85 @@ void RegistrationListener::Loop() {
       const int fd = events[i].data.fd;
       if (fd == wake_fd_) continue;
       if (fd == listen_fd_) {
-        for (;;) {
-          const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (c < 0) break;
-          epoll_event ev{};
-          ev.events = EPOLLIN | EPOLLRDHUP;
-          ev.data.fd = c;
-          ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c, &ev);
-          conns_[c] = Conn{};
-          ++connected_;
-        }
+        Accept();
         continue;
       }
       OnReadable(fd);
     }
+    ClosePendingPastDeadline(MonotonicNs());
+    if (listen_paused_until_ns_ != 0 && MonotonicNs() >= listen_paused_until_ns_) {
+      listen_paused_until_ns_ = 0;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = listen_fd_;
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+    }
+  }
+}
+
+void RegistrationListener::Accept() {
+  const size_t max_pending = std::max<uint32_t>(1, state_->config().max_pending_connections);
+  for (;;) {
+    const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if ((errno == EMFILE || errno == ENFILE) && reserve_fd_ >= 0) {
+        // Out of descriptors: the connection would stay in the backlog and the listening socket
+        // readable, so the loop would spin. Give up the reserve, take the connection and close
+        // it (its client retries later), and take the reserve back.
+        ::close(reserve_fd_);
+        const int dropped = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (dropped >= 0) ::close(dropped);
+        reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        state_->RecordRegistrationFailure("out-of-descriptors");
+        const uint64_t now = MonotonicNs();
+        if (now - last_exhausted_log_ns_ > 10'000'000'000ull) {
+          last_exhausted_log_ns_ = now;
+          std::fprintf(stderr,
+                       "orion-server: out of file descriptors (%zu connections); closing new "
+                       "registrations until some end (raise the limit, or lower "
+                       "limits.pending_connections)\n",
+                       conns_.size());
+        }
+        if (dropped >= 0) continue;
+      }
+      if ((errno == EMFILE || errno == ENFILE) && reserve_fd_ < 0) {
+        // No reserve to give up: stop watching the listening socket for a while instead of
+        // spinning on it; Loop() watches it again once the pause is over.
+        reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+        listen_paused_until_ns_ = MonotonicNs() + 100'000'000ull;
+        state_->RecordRegistrationFailure("out-of-descriptors");
+      }
+      break;  // EAGAIN: the backlog is empty (or an error that the next wake-up retries)
+    }
+    if (pending_.size() >= max_pending) {
+      // At the cap, the oldest unfinished connection makes room: a tenant holding connections
+      // open cannot keep a new client from registering.
+      const int oldest = pending_.begin()->second.first;
+      state_->RecordRegistrationFailure("pending-cap");
+      Close(oldest);
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = c;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c, &ev) != 0) {
+      ::close(c);
+      continue;
+    }
+    Conn conn;
+    conn.pending_seq = next_pending_seq_++;
+    pending_[conn.pending_seq] = {c, MonotonicNs()};
+    conns_[c] = conn;
+    ++connected_;
+  }
+}
+
+void RegistrationListener::ClosePendingPastDeadline(uint64_t now_ns) {
+  const uint64_t timeout_ns = state_->config().request_timeout_ms * 1'000'000ull;
+  while (!pending_.empty() && now_ns - pending_.begin()->second.second > timeout_ns) {
+    state_->RecordRegistrationFailure("request-timeout");
+    Close(pending_.begin()->second.first);
   }
 }
 
@@ -211,6 +300,7 @@ void RegistrationListener::OnReadable(int fd) {
   reply.memory_limit_bytes = a.memory_limit_bytes;
   reply.server_epoch = state_->board().epoch();
   conn.client_id = a.client_id;
+  pending_.erase(conn.pending_seq);
   // The client's view: the board (read-only), its GPU's gate area and its own area.
   const int fds[contract::kRegisterFds] = {a.board_fd, a.gate_fd, a.area_fd};
   (void)contract::SendWithFds(fd, &reply, sizeof(reply), fds, contract::kRegisterFds);
@@ -220,6 +310,7 @@ void RegistrationListener::Close(int fd) {
   auto it = conns_.find(fd);
   if (it == conns_.end()) return;
   if (it->second.client_id) state_->Unregister(it->second.client_id);
+  pending_.erase(it->second.pending_seq);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
   conns_.erase(it);

@@ -2,12 +2,18 @@
 // kernel (SO_PEERCRED, /proc), admits it through NodeState, replies with its slot, and keeps the
 // connection: when it closes (exit, crash, SIGKILL) the client is unregistered and its slot freed.
 // One epoll thread; no per-client threads, so 300 processes registering at once cost 300 accepts.
+// A tenant cannot exhaust it: connections that have not sent a whole request are capped
+// (limits.pending_connections: at the cap the oldest is closed) and closed after
+// limits.request_timeout_ms; when the process runs out of descriptors (EMFILE, ENFILE), a
+// reserve descriptor is given up to accept and close the waiting connection, so the loop never
+// spins on a listening socket it cannot drain.
 // The thread also watches the socket's path: deleted or replaced, it binds a new socket there
 // within about 250 ms (registered clients keep their connections) and counts the repair.
 //
 // Usage:
 //   RegistrationListener listener(&state, "/run/orion/orion.sock", "/proc");
-//   absl::Status st = listener.Start();   // binds, chmod 0666, starts the thread
+//   absl::Status st = listener.Start();   // binds (refused if a live socket is there), chmod
+//                                         // 0666, starts the thread
 //   ...
 //   listener.Stop();                      // closes clients, removes the socket file
 #pragma once
@@ -15,6 +21,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <map>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -24,6 +31,9 @@
 #include "server/node_state.h"
 
 namespace orion::server {
+
+// True if something accepts connections on the Unix socket at path.
+bool SocketAnswers(const std::string& path);
 
 class RegistrationListener {
  public:
@@ -37,9 +47,15 @@ class RegistrationListener {
   struct Conn {
     uint32_t client_id = 0;  // 0 until registered
     size_t have = 0;
+    uint64_t pending_seq = 0;  // its key in pending_ while unregistered
     contract::RegisterRequest request{};
   };
-  absl::StatusOr<int> BindSocket();  // sets bound_inode_
+  void Accept();
+  // Closes unregistered connections older than the request timeout.
+  void ClosePendingPastDeadline(uint64_t now_ns);
+  // Sets bound_inode_. With check_live, a socket at the path that still answers a connect is
+  // someone's (a running server's): an error, and nothing is unlinked.
+  absl::StatusOr<int> BindSocket(bool check_live);
   void RepairSocketIfGone();
   void Loop();
   void OnReadable(int fd);
@@ -57,6 +73,12 @@ class RegistrationListener {
   std::atomic<bool> stop_{false};
   std::atomic<size_t> connected_{0};
   std::unordered_map<int, Conn> conns_;  // loop thread only
+  // Unregistered connections in accept order: sequence -> (fd, accepted at). Loop thread only.
+  std::map<uint64_t, std::pair<int, uint64_t>> pending_;
+  uint64_t next_pending_seq_ = 1;
+  int reserve_fd_ = -1;  // given up to accept (and close) a connection when out of descriptors
+  uint64_t last_exhausted_log_ns_ = 0;
+  uint64_t listen_paused_until_ns_ = 0;  // out of descriptors with no reserve: not watched
   std::thread thread_;
 };
 

@@ -110,7 +110,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   ASSERT_TRUE(config.ok());
   config->node_name = "gpu-node-a";
   config->socket_path = dir_ + "/run/orion.sock";
-  config->agent_socket = dir_ + "/run/agent.sock";
+  config->agent_socket = dir_ + "/agent/agent.sock";  // out of the pods' run folder
   config->admin_address = "127.0.0.1:0";
   config->metrics_address = "127.0.0.1:0";
   config->trust_client_requests = false;  // a cluster node: priorities come from pods only
@@ -139,7 +139,8 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
           ORION_AGENT, "--node-name=gpu-node-a", std::string("--gpus=") + kGpu,
           "--shares-per-gpu=4", "--device-plugin-dir=" + dir_ + "/dp",
           std::string("--interposer=") + ORION_INTERPOSE_LIB, "--host-lib-dir=" + dir_ + "/lib",
-          "--run-dir=" + dir_ + "/run", "--health-address=127.0.0.1:0",
+          "--run-dir=" + dir_ + "/run", "--server-address=unix:" + dir_ + "/agent/agent.sock",
+          "--health-address=127.0.0.1:0",
           "--kube-api-url=" + api.base_url(), "--kube-token-file=" + dir_ + "/kube-token"};
       std::vector<char*> argv;
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));

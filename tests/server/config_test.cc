@@ -14,7 +14,7 @@ TEST(ConfigTest, EmptyFileGivesDocumentedDefaults) {
   EXPECT_EQ(c->socket_path, "/run/orion/orion.sock");
   EXPECT_EQ(c->admin_address, "127.0.0.1:50051");  // loopback unless asked otherwise
   EXPECT_EQ(c->admin_tokens_file, "");
-  EXPECT_EQ(c->agent_socket, "/run/orion/agent.sock");
+  EXPECT_EQ(c->agent_socket, "/run/orion-agent/agent.sock");
   EXPECT_EQ(c->metrics_address, "0.0.0.0:9464");
   EXPECT_EQ(c->policy.mode, contract::GateMode::kPriority);
   EXPECT_EQ(c->policy.be_budget_us, 500u);
@@ -65,15 +65,56 @@ TEST(ConfigTest, AnEmptyNodeNameMeansTheDefault) {
   EXPECT_EQ(c->node_name, ParseServerConfig("", "e.yaml")->node_name);
 }
 
-TEST(ConfigTest, AgentSocketSitsBesideTheClientSocketUnlessSet) {
+TEST(ConfigTest, AgentSocketIsNeverInThePodsRunFolder) {
   auto c = ParseServerConfig("socket_path: /tmp/o/orion.sock\nadmin_auth: {tokens_file: /t}\n",
                              "a.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->agent_socket, "/tmp/o/agent.sock");
+  EXPECT_EQ(c->agent_socket, "/tmp/o-agent/agent.sock");
   EXPECT_EQ(c->admin_tokens_file, "/t");
+  auto d = ParseServerConfig("", "empty.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->agent_socket, "/run/orion-agent/agent.sock");
   auto set = ParseServerConfig("agent_socket: /var/run/a.sock\n", "b.yaml");
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->agent_socket, "/var/run/a.sock");
+  // A pod's root could reach it through the mounted folder: refused at start.
+  for (const char* inside : {"agent_socket: /run/orion/agent.sock\n",
+                             "agent_socket: /run/orion/sub/agent.sock\n"}) {
+    auto bad = ParseServerConfig(inside, "bad.yaml");
+    ASSERT_FALSE(bad.ok()) << inside;
+    EXPECT_NE(bad.status().message().find("is inside /run/orion/, socket_path's folder, which is "
+                                          "mounted into pods"),
+              std::string::npos)
+        << bad.status();
+  }
+}
+
+TEST(ConfigTest, LimitsAreReadAndValidated) {
+  auto d = ParseServerConfig("", "empty.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto printed = ParseServerConfig(DefaultConfigYaml(), "default.yaml");
+  ASSERT_TRUE(printed.ok()) << printed.status();
+  EXPECT_EQ(printed->max_clients_per_pod, d->max_clients_per_pod);
+  EXPECT_EQ(printed->max_clients_per_uid, d->max_clients_per_uid);
+  EXPECT_EQ(printed->max_pending_connections, d->max_pending_connections);
+  EXPECT_EQ(printed->request_timeout_ms, d->request_timeout_ms);
+  auto c = ParseServerConfig(
+      "limits: {clients_per_pod: 8, clients_per_uid: 0, pending_connections: 16, "
+      "request_timeout_ms: 500}\n",
+      "l.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_clients_per_pod, 8u);
+  EXPECT_EQ(c->max_clients_per_uid, 0u);
+  EXPECT_EQ(c->max_pending_connections, 16u);
+  EXPECT_EQ(c->request_timeout_ms, 500u);
+  auto bad = ParseServerConfig("limits: {clients_per_pod: 300}\n", "bad.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("limits.clients_per_pod: expected an integer in [0, 256]"),
+            std::string::npos)
+      << bad.status();
+  auto unknown = ParseServerConfig("limits: {clients: 3}\n", "u.yaml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("limits.clients: unknown key"), std::string::npos);
 }
 
 TEST(ConfigTest, BudgetDefaultFollowsTheModeUnlessSet) {

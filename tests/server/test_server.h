@@ -31,7 +31,7 @@ inline ServerConfig TestConfig(const std::string& dir) {
   ServerConfig cfg = *c;
   cfg.node_name = "test-node";
   cfg.socket_path = dir + "/orion.sock";
-  cfg.agent_socket = dir + "/agent.sock";
+  cfg.agent_socket = dir + "/agent/agent.sock";  // out of socket_path's folder
   cfg.admin_address = "127.0.0.1:0";
   cfg.metrics_address = "127.0.0.1:0";
   cfg.gpus = {"GPU-00000000-1111-2222-3333-444444444444",
