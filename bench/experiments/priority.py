@@ -446,12 +446,9 @@ class Bench:
             os.sched_setaffinity(0, self.cpus("server"))
         self.start_server()
         try:
-            # The server's knobs as configured (and a check that it answers), and each mode's
-            # default budget (every orion configuration starts from it: an adapted budget stays).
-            mps = json.loads(self.ctl("policy", "--all", "mode=mps"))
-            self.defaults = json.loads(self.ctl("policy", "--all", "mode=priority"))
-            self.mode_budget = {m: k.get("be_budget_us", "0")
-                                for m, k in (("mps", mps), ("priority", self.defaults))}
+            # The server's knobs as configured (and a check that it answers): what a
+            # configuration's knobs go back to after it.
+            self.defaults = json.loads(self.ctl("--json", "policy", "--all", "mode=priority"))
             capacity, alone_hp, alone_be = {}, {}, {}
             for hp in a.hp:
                 closed = self.run_hp(hp, 0, 200)[0]
@@ -575,7 +572,7 @@ class Bench:
                         if target:
                             r["target_ms"] = int(target[1])
                         if cfg.startswith("orion"):  # the budget the run ended with
-                            r["budget_us_end"] = int(json.loads(self.ctl("policy"))
+                            r["budget_us_end"] = int(json.loads(self.ctl("--json", "policy"))
                                                      .get("be_budget_us", 0))
                     except RuntimeError as e:
                         self.record({"config": spec, "hp": hp, "be": be, "error": str(e)})
