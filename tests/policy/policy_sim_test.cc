@@ -756,10 +756,11 @@ TEST(PolicySimTest, LatencyTargetTamesTrainerWithShortKernels) {
   TrainerWorkload trainer;
   trainer.long_min_ns = 200 * kUs;
   trainer.long_max_ns = 400 * kUs;
-  const AimdRun none = RunAimd(/*target_us=*/0, true, trainer, 20 * kSec, 5 * kSec);
+  // The baseline keeps the mode's default budget (no target, adaptation off: without it the
+  // budget would be sized to the service, WithoutATargetTheBudgetIsSizedToTheService).
+  const AimdRun none = RunAimd(/*target_us=*/0, false, trainer, 20 * kSec, 5 * kSec);
   const uint64_t target_us = none.busy_p99_ns * 9 / 10 / kUs;  // 10% under the tail
   const AimdRun tuned = RunAimd(target_us, true, trainer, 20 * kSec, 5 * kSec);
-  // No target: nothing to adapt to.
   EXPECT_EQ(none.budgets.back(), none.initial_budget_ns);
   EXPECT_LT(tuned.budgets.back(), tuned.initial_budget_ns);
   EXPECT_LT(tuned.busy_p99_ns, none.busy_p99_ns);
