@@ -212,7 +212,10 @@ TEST(DrainBoundsTest, SixtyFourHostileTenantsCannotStallTheNode) {
               static_cast<unsigned long long>(snap.events_quarantined),
               static_cast<unsigned long long>(snap.clients_quarantined));
   EXPECT_EQ(probes, 10);
-  EXPECT_LT(max_stale_ns, 100'000'000);
+  // The goal is 100 ms (15 to 50 ms measured on an idle 2-core machine); the assertion leaves
+  // room for a CI machine running other suites beside this one (113 ms seen with two compilers
+  // on its 2 cores). A drain that holds the heartbeat back made it 1.3 to 4.5 s stale.
+  EXPECT_LT(max_stale_ns, 250'000'000);
   EXPECT_LT(max_register_ns, 50'000'000u);
   EXPECT_LT(max_admin_ns, 50'000'000u);
   EXPECT_GT(snap.events_ingested, 0u);
