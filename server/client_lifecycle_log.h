@@ -23,7 +23,7 @@ class ClientLifecycleLog {
  public:
   using Sink = std::function<void(const std::string& line)>;
   static constexpr uint32_t kDefaultLinesPerSecond = 20;
-  static constexpr size_t kDefaultExitedKept = 1000;
+  static constexpr size_t kDefaultExitedKept = 256;  // a board's worth of slots
 
   // sink receives whole lines without the newline; null writes them to stderr.
   explicit ClientLifecycleLog(Sink sink = nullptr,

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -17,6 +18,13 @@
 #include "absl/strings/str_cat.h"
 
 namespace orion::server {
+namespace {
+
+// At the pending cap, an unfinished connection that has sent nothing this long after its accept
+// makes room for a new one.
+constexpr uint64_t kIdleGraceNs = 10'000'000;
+
+}  // namespace
 
 RegistrationListener::RegistrationListener(NodeState* state, std::string socket_path,
                                            std::string proc_root)
@@ -136,7 +144,12 @@ void RegistrationListener::Loop() {
   epoll_event events[128];
   // Woken at least every 100 ms: request deadlines are checked that often.
   while (!stop_) {
-    const int n = ::epoll_wait(epoll_fd_, events, 128, 100);
+    int timeout_ms = 100;
+    if (const uint64_t now = MonotonicNs(); listen_paused_until_ns_ > now) {
+      timeout_ms = static_cast<int>(
+          std::min<uint64_t>(100, (listen_paused_until_ns_ - now) / 1'000'000 + 1));
+    }
+    const int n = ::epoll_wait(epoll_fd_, events, 128, timeout_ms);
     const uint64_t now_ns = MonotonicNs();
     if (now_ns - last_socket_check_ns_ >= 250'000'000ull) {
       last_socket_check_ns_ = now_ns;
@@ -152,8 +165,12 @@ void RegistrationListener::Loop() {
       OnReadable(fd);
     }
     ClosePendingPastDeadline(MonotonicNs());
-    if (listen_paused_until_ns_ != 0 && MonotonicNs() >= listen_paused_until_ns_) {
+    const size_t max_pending = std::max<uint32_t>(1, state_->config().max_pending_connections);
+    if (listen_paused_until_ns_ != 0 &&
+        (MonotonicNs() >= listen_paused_until_ns_ ||
+         (paused_for_pending_ && pending_.size() < max_pending))) {
       listen_paused_until_ns_ = 0;
+      paused_for_pending_ = false;
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.fd = listen_fd_;
@@ -165,6 +182,31 @@ void RegistrationListener::Loop() {
 void RegistrationListener::Accept() {
   const size_t max_pending = std::max<uint32_t>(1, state_->config().max_pending_connections);
   for (;;) {
+    if (pending_.size() >= max_pending) {
+      // At the cap, an idle unfinished connection (nothing sent, accepted kIdleGraceNs ago or
+      // more) makes room: a tenant holding connections open cannot keep a new client from
+      // registering. Connections whose request is waiting to be read, and young ones (an honest
+      // process between connect and send), are not closed: then the rest wait in the kernel's
+      // backlog until these register (300 processes starting at once).
+      const uint64_t now = MonotonicNs();
+      int victim = -1;
+      for (const auto& [seq, entry] : pending_) {
+        if (now - entry.second < kIdleGraceNs) break;  // accept order: the rest are younger
+        int queued = 0;
+        if (::ioctl(entry.first, FIONREAD, &queued) == 0 && queued == 0) {
+          victim = entry.first;
+          break;
+        }
+      }
+      if (victim < 0) {
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+        listen_paused_until_ns_ = now + kIdleGraceNs;
+        paused_for_pending_ = true;
+        return;
+      }
+      state_->RecordRegistrationFailure("pending-cap");
+      Close(victim);
+    }
     const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -197,13 +239,6 @@ void RegistrationListener::Accept() {
         state_->RecordRegistrationFailure("out-of-descriptors");
       }
       break;  // EAGAIN: the backlog is empty (or an error that the next wake-up retries)
-    }
-    if (pending_.size() >= max_pending) {
-      // At the cap, the oldest unfinished connection makes room: a tenant holding connections
-      // open cannot keep a new client from registering.
-      const int oldest = pending_.begin()->second.first;
-      state_->RecordRegistrationFailure("pending-cap");
-      Close(oldest);
     }
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;

@@ -79,6 +79,9 @@ class RegistrationListener {
   int reserve_fd_ = -1;  // given up to accept (and close) a connection when out of descriptors
   uint64_t last_exhausted_log_ns_ = 0;
   uint64_t listen_paused_until_ns_ = 0;  // out of descriptors with no reserve: not watched
+  // At the pending cap with no idle connection to close (a burst of honest clients): the
+  // listening socket is not watched until one registers or kIdleGraceNs has passed.
+  bool paused_for_pending_ = false;
   std::thread thread_;
 };
 

@@ -37,7 +37,7 @@ void Usage(FILE* out) {
       "  clients [--namespace NS] [--pod P] [--gpu N] [--exited]\n"
       "                                        who is registered; POD is standalone/PROCESS\n"
       "                                        outside Kubernetes; --exited: also the last\n"
-      "                                        1000 clients that exited\n"
+      "                                        256 clients that exited\n"
       "  client ID                             one client in detail\n"
       "  priority ID high|best-effort          change a client's priority now\n"
       "  priority --pod UID high|best-effort   change a pod's priority (current + future)\n"

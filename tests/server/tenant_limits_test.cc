@@ -139,7 +139,8 @@ TEST(TenantLimitsTest, IdleAndHalfSentConnectionsAreCappedAndTimedOut) {
   const double register_ms = (MonotonicNs() - t0) / 1e6;
   ASSERT_GE(fd, 0);
   EXPECT_EQ(reply.status, 0u) << reply.message;
-  EXPECT_LT(register_ms, 50);
+  // Behind 200 idle connections in the accept queue; the interposer waits 2 s.
+  EXPECT_LT(register_ms, 500);
   EXPECT_LE(server->registration_connections(), cfg.max_pending_connections + 1);
   for (int c : idle) EXPECT_TRUE(ClosedByServer(c, 3000));
   for (int c : idle) close(c);
