@@ -3,6 +3,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -131,7 +132,8 @@ absl::StatusOr<long> Perform(const KubeApiConfig& config, const std::string& pat
   curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, OnData);
   curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, t);
   curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT, 10L);
+  curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT,
+                   std::min(10L, std::max(1L, config.timeout_s)));
   curl_easy_setopt(curl.get(), CURLOPT_USERAGENT, "orion-agent");
   if (!config.ca_file.empty()) curl_easy_setopt(curl.get(), CURLOPT_CAINFO, config.ca_file.c_str());
   if (post_body != nullptr) {
@@ -146,7 +148,7 @@ absl::StatusOr<long> Perform(const KubeApiConfig& config, const std::string& pat
     curl_easy_setopt(curl.get(), CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(curl.get(), CURLOPT_LOW_SPEED_TIME, 600L);
   } else {
-    curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT, std::max(1L, config.timeout_s));
   }
   const CURLcode rc = curl_easy_perform(curl.get());
   long status = 0;

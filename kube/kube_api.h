@@ -41,6 +41,7 @@ struct KubeApiConfig {
   std::string base_url;     // https://10.96.0.1:443, or http://127.0.0.1:PORT in tests
   std::string token_file;   // empty: no Authorization header
   std::string ca_file;      // empty: system trust store
+  long timeout_s = 60;      // a whole GET or POST (not Stream); connecting takes at most 10 s
 };
 
 // From KUBERNETES_SERVICE_HOST/PORT and the mounted service-account files.

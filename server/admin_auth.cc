@@ -117,7 +117,11 @@ absl::StatusOr<AdminCaller> AdminAuth::Authorize(absl::string_view authorization
           "the bearer token is not one of this orion-server's tokens");
     }
     absl::StatusOr<std::string> account = reviewer_->Review(std::string(presented));
-    if (!account.ok()) return absl::UnauthenticatedError(account.status().message());
+    if (!account.ok()) {
+      // Past the review rate the caller may retry; any other failure is a refusal.
+      if (account.status().code() == absl::StatusCode::kResourceExhausted) return account.status();
+      return absl::UnauthenticatedError(account.status().message());
+    }
     const std::string name = absl::StrCat("serviceaccount ", *account);
     auto listed = [&account](const std::vector<std::string>& list) {
       return std::find(list.begin(), list.end(), *account) != list.end();

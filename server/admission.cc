@@ -3,7 +3,10 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace orion::server {
 
@@ -41,6 +44,52 @@ absl::Status ValidateRegisterRequest(const contract::RegisterRequest& r, size_t 
   return absl::OkStatus();
 }
 
+namespace {
+
+bool Matches(const std::string& glob, const std::string& text) {
+  return !text.empty() && fnmatch(glob.c_str(), text.c_str(), 0) == 0;
+}
+
+// Whether a standalone rule names this peer: by what the kernel says of it only.
+bool RuleMatches(const PriorityRule& rule, const PeerIdentity& peer) {
+  if (rule.uid && *rule.uid != peer.uid) return false;
+  if (!rule.exe_glob.empty() && !Matches(rule.exe_glob, peer.exe)) return false;
+  if (!rule.process_glob.empty()) {
+    const size_t slash = peer.exe.rfind('/');
+    const std::string exe_name = slash == std::string::npos ? peer.exe : peer.exe.substr(slash + 1);
+    if (!Matches(rule.process_glob, peer.process_name) &&
+        !Matches(rule.process_glob, exe_name)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string AdmitPodPolicy(const PolicyConfig& policy, PodPolicy* pod) {
+  std::string why;
+  pod->high_refused = false;
+  pod->latency_raised_from_us = 0;
+  const auto& allowed = policy.high_priority_namespaces;
+  if (pod->priority == Priority::kHigh && !allowed.empty() &&
+      std::find(allowed.begin(), allowed.end(), pod->ns) == allowed.end()) {
+    pod->priority = Priority::kBestEffort;
+    pod->high_refused = true;
+    why = absl::StrCat("orion/priority: high refused, namespace ", pod->ns,
+                       " is not in policy.high_priority_namespaces (", absl::StrJoin(allowed, ", "),
+                       "): best-effort");
+  }
+  if (pod->latency_target_us != 0 && pod->latency_target_us < policy.min_latency_target_us) {
+    pod->latency_raised_from_us = pod->latency_target_us;
+    pod->latency_target_us = policy.min_latency_target_us;
+    absl::StrAppend(&why, why.empty() ? "" : "; ", "orion/latency-target-ms ",
+                    pod->latency_raised_from_us / 1000.0, " raised to the floor ",
+                    policy.min_latency_target_us / 1000.0, " (policy.min_latency_target_ms)");
+  }
+  return why;
+}
+
 ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequest& request,
                           const ServerConfig& config, const PodPolicy* pod,
                           const Priority* pod_override) {
@@ -50,20 +99,14 @@ ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequ
   if (in_pod) {
     if (pod) {
       p.priority = pod->priority;
-      p.source = "pod-annotation";
+      p.source = pod->high_refused ? "namespace-not-allowed" : "pod-annotation";
       p.memory_limit_bytes = pod->memory_limit_bytes;
       if (pod->latency_target_us) p.latency_target_us = pod->latency_target_us;
     }
   } else {
-    const std::string requested_name = FixedString(request.process_name);
     bool matched = false;
     for (const PriorityRule& rule : config.rules) {
-      if (rule.uid && *rule.uid != peer.uid) continue;
-      if (!rule.process_glob.empty() &&
-          fnmatch(rule.process_glob.c_str(), peer.process_name.c_str(), 0) != 0 &&
-          fnmatch(rule.process_glob.c_str(), requested_name.c_str(), 0) != 0) {
-        continue;
-      }
+      if (!RuleMatches(rule, peer)) continue;
       p.priority = rule.priority;
       p.memory_limit_bytes = rule.memory_limit_bytes;
       if (rule.latency_target_us) p.latency_target_us = rule.latency_target_us;
@@ -81,7 +124,8 @@ ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequ
         p.source = "orion-run";
       }
       if (request.requested_latency_target_us) {
-        p.latency_target_us = request.requested_latency_target_us;
+        p.latency_target_us =
+            std::max(request.requested_latency_target_us, config.policy.min_latency_target_us);
       }
     }
   }

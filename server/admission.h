@@ -26,6 +26,9 @@ struct PodPolicy {
   contract::Priority priority = contract::Priority::kBestEffort;  // orion/priority
   uint64_t memory_limit_bytes = 0;                                // orion/memory-limit, 0 = none
   uint64_t latency_target_us = 0;  // orion/latency-target-ms, 0 = the server's default
+  // Set by AdmitPodPolicy: what the server's policy changed of the annotations.
+  bool high_refused = false;            // annotated high in a namespace not allowed it
+  uint64_t latency_raised_from_us = 0;  // annotated below policy.min_latency_target_ms
 };
 
 // What the server decided for a client at registration.
@@ -38,10 +41,17 @@ struct ClientPolicy {
 
 // Priority and limits for a client, strongest source first: an admin override of the pod, the
 // pod's annotations (agent), a standalone rule, orion-run's request (standalone only and when
-// trusted), the default. A process in a pod never gets its own request honoured.
+// trusted), the default. A process in a pod never gets its own request honoured. Standalone
+// rules match what the kernel says of the peer (comm, exe), never the request's process_name.
+// A pod whose high priority AdmitPodPolicy refused gets source "namespace-not-allowed".
 ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequest& request,
                           const ServerConfig& config, const PodPolicy* pod,
                           const contract::Priority* pod_override);
+
+// Applies the cluster admin's bounds to a pod's self-declared annotations: high priority only in
+// policy.high_priority_namespaces (when set), latency targets no lower than
+// policy.min_latency_target_us. Returns why it changed something ("" if it did not).
+std::string AdmitPodPolicy(const PolicyConfig& policy, PodPolicy* pod);
 
 // Checks magic, version, type, size and field ranges of a request read off the socket.
 absl::Status ValidateRegisterRequest(const contract::RegisterRequest& request, size_t bytes_read);

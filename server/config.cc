@@ -124,7 +124,8 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   ORION_RETURN_IF_ERROR(v.CheckKeys(n, "policy",
                                     {"be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
                                      "hp_grace_us", "predict_drain", "adapt_budget",
-                                     "default_latency_target_ms"}));
+                                     "default_latency_target_ms", "high_priority_namespaces",
+                                     "min_latency_target_ms"}));
   ORION_RETURN_IF_ERROR(
       v.Int(n["be_budget_us"], "policy.be_budget_us", 0, 1000000, &p->be_budget_us));
   p->be_budget_set = static_cast<bool>(n["be_budget_us"]);
@@ -141,6 +142,22 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   ORION_RETURN_IF_ERROR(v.Int(n["default_latency_target_ms"], "policy.default_latency_target_ms",
                               0, 3600000, &target_ms));
   if (n["default_latency_target_ms"]) p->default_latency_target_us = target_ms * 1000;
+  uint64_t floor_ms = p->min_latency_target_us / 1000;
+  ORION_RETURN_IF_ERROR(v.Int(n["min_latency_target_ms"], "policy.min_latency_target_ms", 0,
+                              60000, &floor_ms));
+  p->min_latency_target_us = floor_ms * 1000;
+  if (const YAML::Node ns = n["high_priority_namespaces"]) {
+    if (!ns.IsSequence()) {
+      return v.Error("policy.high_priority_namespaces", "a list of namespaces", ns);
+    }
+    for (size_t i = 0; i < ns.size(); ++i) {
+      const std::string key = absl::StrCat("policy.high_priority_namespaces[", i, "]");
+      std::string name;
+      ORION_RETURN_IF_ERROR(v.String(ns[i], key, &name));
+      if (name.empty()) return v.Error(key, "a namespace", ns[i]);
+      p->high_priority_namespaces.push_back(std::move(name));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -158,9 +175,11 @@ absl::Status ParseRules(const Validator& v, const YAML::Node& n, ServerConfig* c
     const YAML::Node r = rules[i];
     if (!r.IsMap()) return v.Error(key, "a map", r);
     ORION_RETURN_IF_ERROR(
-        v.CheckKeys(r, key, {"process", "uid", "priority", "memory_limit", "latency_target_ms"}));
+        v.CheckKeys(r, key, {"process", "exe", "uid", "priority", "memory_limit",
+                             "latency_target_ms"}));
     PriorityRule rule;
     ORION_RETURN_IF_ERROR(v.String(r["process"], key + ".process", &rule.process_glob));
+    ORION_RETURN_IF_ERROR(v.String(r["exe"], key + ".exe", &rule.exe_glob));
     if (r["uid"]) {
       uint32_t uid = 0;
       ORION_RETURN_IF_ERROR(v.Int(r["uid"], key + ".uid", 0, 0xFFFFFFFEu, &uid));
@@ -493,11 +512,17 @@ policy:
                                        # (priority mode, no target, budget not set) to a tenth
                                        # of the HP service's median busy period
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
+  min_latency_target_ms: 5             # a pod's (or orion-run's) lower target is raised to this
+  high_priority_namespaces: []         # namespaces whose pods may be orion/priority: high;
+                                       # empty: all. Elsewhere such a pod runs best-effort
 standalone:                            # processes not in a Kubernetes pod
   trust_client_requests: true          # honour orion-run --priority/--memory-limit
   rules: []                            # e.g. - {process: "serve*", uid: 1000, priority: high,
                                        #         memory_limit: 8Gi}  (bytes, K/M/G/T powers of
-                                       # 1000, Ki/Mi/Gi/Ti powers of 1024; 0: no limit)
+                                       # 1000, Ki/Mi/Gi/Ti powers of 1024; 0: no limit);
+                                       # process matches comm (settable by the process) or the
+                                       # executable's file name; exe: "/opt/*/tritonserver"
+                                       # matches the executable's path, which it cannot change
 timeline_spans_per_gpu: 200000         # timeline spans kept per GPU (ring)
 request_range_prefix: "request"        # NVTX ranges named so are requests (latency histogram)
 hp_latency_window: 2000                # HP busy periods kept per client for tail estimates

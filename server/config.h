@@ -36,15 +36,24 @@ struct PolicyConfig {
   bool adapt_budget = true;       // adapt be_budget_us to the HP latency target, or without
                                   // one (priority mode) size it to the HP service's requests
   uint64_t default_latency_target_us = 0;  // 0 = no target unless a pod or rule sets one
+  // Who may be high priority, decided by the cluster admin rather than by the pods: namespaces
+  // whose pods' orion/priority: high is honoured (empty: every namespace); elsewhere such a pod
+  // runs best-effort. Latency targets a pod (or orion-run) asks for are raised to the floor, so
+  // a tiny target cannot shrink the GPU's best-effort budget to nothing.
+  std::vector<std::string> high_priority_namespaces;
+  uint64_t min_latency_target_us = 5000;
 };
 
 // Standalone (no Kubernetes) priority rule: first match wins.
 struct PriorityRule {
-  std::string process_glob;              // matches /proc/<pid>/comm or the request's name; "" = any
+  std::string process_glob;              // matches /proc/<pid>/comm or the file name of
+                                         // /proc/<pid>/exe (never the request's name); "" = any
   std::optional<uint32_t> uid;           // unset = any
   contract::Priority priority = contract::Priority::kBestEffort;
   uint64_t memory_limit_bytes = 0;       // 0 = none
   uint64_t latency_target_us = 0;
+  std::string exe_glob;                  // matches /proc/<pid>/exe's full path; "" = any. The
+                                         // process cannot change it, unlike comm.
 };
 
 struct ServerConfig {

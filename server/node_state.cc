@@ -730,7 +730,7 @@ void NodeState::ApplyPolicyToClient(ClientRecord& c) {
   const PodPolicy& pod = it->second;
   if (!c.admin_priority) {
     c.policy.priority = pod.priority;
-    c.policy.source = "pod-annotation";
+    c.policy.source = pod.high_refused ? "namespace-not-allowed" : "pod-annotation";
     board_->SetPriority(c.slot, c.policy.priority);
   }
   c.policy.memory_limit_bytes = pod.memory_limit_bytes;
@@ -751,6 +751,16 @@ absl::StatusOr<PodSync> NodeState::UpsertPods(std::vector<PodPolicy> pods, bool 
   if (pods.empty() && !full_sync) {  // the agent asking what is known: nothing to apply
     out.pods_known = static_cast<uint32_t>(pods_.size());
     return out;
+  }
+  for (PodPolicy& p : pods) {
+    // The admin's bounds on self-declared annotations; said once per change, not per resync.
+    const std::string why = AdmitPodPolicy(config_.policy, &p);
+    auto old = pods_.find(p.pod_uid);
+    if (!why.empty() && (old == pods_.end() || old->second.high_refused != p.high_refused ||
+                         old->second.latency_raised_from_us != p.latency_raised_from_us)) {
+      std::fprintf(stderr, "orion-server: pod %s/%s: %s\n", p.ns.c_str(), p.name.c_str(),
+                   why.c_str());
+    }
   }
   if (full_sync) pods_.clear();
   for (PodPolicy& p : pods) {

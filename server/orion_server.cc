@@ -226,6 +226,7 @@ absl::StatusOr<std::unique_ptr<OrionServer>> OrionServer::Start(ServerConfig con
     } else {
       api.base_url = config.admin_kubernetes_api;
     }
+    api.timeout_s = TokenReviewLimits{}.api_timeout.count();
     s->auth_->AllowServiceAccounts(
         config.admin_service_account_operators, config.admin_service_account_readers,
         std::make_shared<KubeTokenReviewer>(std::make_unique<kube::CurlKubeApi>(api)));

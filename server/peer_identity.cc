@@ -1,7 +1,10 @@
-// SO_PEERCRED + /proc/<pid>/cgroup parsing (see peer_identity.h).
+// SO_PEERCRED + /proc/<pid>/cgroup parsing, and pinning a peer with a pidfd (see peer_identity.h).
 #include "server/peer_identity.h"
 
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -147,6 +151,9 @@ PeerIdentity IdentifyPid(pid_t pid, uid_t uid, gid_t gid, const std::string& pro
   id.gid = gid;
   const std::string base = absl::StrCat(proc_root, "/", pid);
   id.process_name = std::string(absl::StripTrailingAsciiWhitespace(ReadSmallFile(base + "/comm")));
+  char exe[4096];
+  const ssize_t n = ::readlink((base + "/exe").c_str(), exe, sizeof(exe) - 1);
+  if (n > 0) id.exe.assign(exe, static_cast<size_t>(n));
   id.cgroup = ParseCgroupFile(ReadSmallFile(base + "/cgroup"));
   // A path that names a pod in some other way is never guessed at: the client is treated as not
   // in a pod (no pod priority), and the operator sees why.
@@ -157,7 +164,22 @@ PeerIdentity IdentifyPid(pid_t pid, uid_t uid, gid_t gid, const std::string& pro
   return id;
 }
 
-absl::StatusOr<PeerIdentity> IdentifyPeer(int fd, const std::string& proc_root) {
+namespace {
+
+// Field 22 of /proc/<pid>/stat (clock ticks since boot at which the process started); 0 if gone.
+uint64_t StartTime(pid_t pid, const std::string& proc_root) {
+  const std::string stat = ReadSmallFile(absl::StrCat(proc_root, "/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');  // comm may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(stat).substr(paren + 1), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (state), so field 22 is fields[19].
+  uint64_t t = 0;
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &t)) return 0;
+  return t;
+}
+
+absl::StatusOr<ucred> PeerCredentials(int fd) {
   ucred cred{};
   socklen_t len = sizeof(cred);
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -167,7 +189,56 @@ absl::StatusOr<PeerIdentity> IdentifyPeer(int fd, const std::string& proc_root) 
     return absl::FailedPreconditionError(
         "peer has no pid in this PID namespace (is the server in the host PID namespace?)");
   }
-  return IdentifyPid(cred.pid, cred.uid, cred.gid, proc_root);
+  return cred;
+}
+
+}  // namespace
+
+absl::StatusOr<PinnedPeer> PinPeer(int fd, const std::string& proc_root, bool pidfd_supported) {
+  absl::StatusOr<ucred> cred = PeerCredentials(fd);
+  if (!cred.ok()) return cred.status();
+  PinnedPeer p;
+#ifdef SYS_pidfd_open
+  if (pidfd_supported) {
+    p.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, cred->pid, 0));
+    if (p.pidfd < 0 && errno == ESRCH) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the process that connected (pid ", cred->pid, ") exited before it was identified"));
+    }
+    // ENOSYS (older kernel) or EPERM (seccomp): the start-time fallback below. A pidfd is
+    // close-on-exec.
+  }
+#endif
+  p.start_time = StartTime(cred->pid, proc_root);
+  p.identity = IdentifyPid(cred->pid, cred->uid, cred->gid, proc_root);
+  // Alive after /proc was read: what was read belongs to the pinned process, not a successor.
+  if (absl::Status alive = PinnedPeerAlive(p, proc_root); !alive.ok()) {
+    if (p.pidfd >= 0) ::close(p.pidfd);
+    return alive;
+  }
+  return p;
+}
+
+absl::Status PinnedPeerAlive(const PinnedPeer& p, const std::string& proc_root) {
+  bool exited = false;
+  if (p.pidfd >= 0) {
+    // A pidfd turns readable when its process exits.
+    pollfd pfd{p.pidfd, POLLIN, 0};
+    exited = ::poll(&pfd, 1, 0) != 0;
+  } else {
+    exited = p.start_time == 0 || StartTime(p.identity.pid, proc_root) != p.start_time;
+  }
+  if (!exited) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the process that connected (pid ", p.identity.pid, ", ", p.identity.process_name,
+      ") exited before the request was read: a process must connect and register itself, not "
+      "use a socket another process opened"));
+}
+
+absl::StatusOr<PeerIdentity> IdentifyPeer(int fd, const std::string& proc_root) {
+  absl::StatusOr<ucred> cred = PeerCredentials(fd);
+  if (!cred.ok()) return cred.status();
+  return IdentifyPid(cred->pid, cred->uid, cred->gid, proc_root);
 }
 
 }  // namespace orion::server

@@ -128,6 +128,7 @@ void RegistrationListener::Stop() {
   thread_.join();
   for (auto& [fd, conn] : conns_) {
     if (conn.client_id) state_->Unregister(conn.client_id);
+    if (conn.peer.ok() && conn.peer->pidfd >= 0) ::close(conn.peer->pidfd);
     ::close(fd);
   }
   conns_.clear();
@@ -248,6 +249,7 @@ void RegistrationListener::Accept() {
       continue;
     }
     Conn conn;
+    conn.peer = PinPeer(c, proc_root_);  // who connected, before the socket can change hands
     conn.pending_seq = next_pending_seq_++;
     pending_[conn.pending_seq] = {c, MonotonicNs()};
     conns_[c] = conn;
@@ -314,12 +316,18 @@ void RegistrationListener::OnReadable(int fd) {
     fail(contract::RegisterStatus::kBadRequest, std::string(valid.message()), "bad-request");
     return;
   }
-  absl::StatusOr<PeerIdentity> peer = IdentifyPeer(fd, proc_root_);
-  if (!peer.ok()) {
-    fail(contract::RegisterStatus::kRefused, std::string(peer.status().message()), "identity");
+  if (!conn.peer.ok()) {
+    fail(contract::RegisterStatus::kRefused, std::string(conn.peer.status().message()),
+         "identity");
     return;
   }
-  NodeState::Admission a = state_->Register(*peer, conn.request);
+  if (absl::Status alive = PinnedPeerAlive(*conn.peer, proc_root_); !alive.ok()) {
+    std::fprintf(stderr, "orion-server: registration refused: %s\n",
+                 std::string(alive.message()).c_str());
+    fail(contract::RegisterStatus::kRefused, std::string(alive.message()), "connector-exited");
+    return;
+  }
+  NodeState::Admission a = state_->Register(conn.peer->identity, conn.request);
   reply.status = static_cast<uint32_t>(a.status);
   if (a.status != contract::RegisterStatus::kOk) {
     std::snprintf(reply.message, sizeof(reply.message), "%s", a.message.c_str());
@@ -336,6 +344,9 @@ void RegistrationListener::OnReadable(int fd) {
   reply.server_epoch = state_->board().epoch();
   conn.client_id = a.client_id;
   pending_.erase(conn.pending_seq);
+  // Its identity is taken; the connection's end now tells when it goes.
+  if (conn.peer->pidfd >= 0) ::close(conn.peer->pidfd);
+  conn.peer->pidfd = -1;
   // The client's view: the board (read-only), its GPU's gate area and its own area.
   const int fds[contract::kRegisterFds] = {a.board_fd, a.gate_fd, a.area_fd};
   (void)contract::SendWithFds(fd, &reply, sizeof(reply), fds, contract::kRegisterFds);
@@ -346,6 +357,7 @@ void RegistrationListener::Close(int fd) {
   if (it == conns_.end()) return;
   if (it->second.client_id) state_->Unregister(it->second.client_id);
   pending_.erase(it->second.pending_seq);
+  if (it->second.peer.ok() && it->second.peer->pidfd >= 0) ::close(it->second.peer->pidfd);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
   conns_.erase(it);

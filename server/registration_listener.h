@@ -1,6 +1,8 @@
 // Unix-socket registration listener: accepts interposed processes, identifies each peer from the
-// kernel (SO_PEERCRED, /proc), admits it through NodeState, replies with its slot, and keeps the
-// connection: when it closes (exit, crash, SIGKILL) the client is unregistered and its slot freed.
+// kernel when it connects (SO_PEERCRED, a pidfd, /proc: PinPeer in peer_identity.h), refuses a
+// request whose connector has exited since, admits it through NodeState, replies with its slot,
+// and keeps the connection: when it closes (exit, crash, SIGKILL) the client is unregistered and
+// its slot freed.
 // One epoll thread; no per-client threads, so 300 processes registering at once cost 300 accepts.
 // A tenant cannot exhaust it: connections that have not sent a whole request are capped
 // (limits.pending_connections: at the cap the oldest is closed) and closed after
@@ -29,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/node_state.h"
+#include "server/peer_identity.h"
 
 namespace orion::server {
 
@@ -49,6 +52,7 @@ class RegistrationListener {
     size_t have = 0;
     uint64_t pending_seq = 0;  // its key in pending_ while unregistered
     contract::RegisterRequest request{};
+    absl::StatusOr<PinnedPeer> peer = absl::UnknownError("not accepted");  // pinned at accept
   };
   void Accept();
   // Closes unregistered connections older than the request timeout.

@@ -4,6 +4,8 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -12,7 +14,6 @@ namespace orion::server {
 namespace {
 
 constexpr char kTokenReviewPath[] = "/apis/authentication.k8s.io/v1/tokenreviews";
-constexpr size_t kMaxCached = 1024;
 
 // JSON string escaping for the token (tokens are base64url and dots, but never trust that).
 std::string JsonString(const std::string& s) {
@@ -78,12 +79,69 @@ absl::StatusOr<std::string> ParseTokenReviewAnswer(long http_status, const std::
   return absl::StrCat(parts[2], "/", parts[3]);
 }
 
+KubeTokenReviewer::KubeTokenReviewer(std::unique_ptr<kube::KubeApi> api, TokenReviewLimits limits,
+                                     Clock clock)
+    : api_(std::move(api)),
+      limits_(limits),
+      clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })),
+      bucket_(limits.burst),
+      bucket_at_(clock_()) {}
+
+size_t KubeTokenReviewer::rate_limited() const {
+  absl::MutexLock lock(&mu_);
+  return rate_limited_;
+}
+
+void KubeTokenReviewer::Put(Cache* cache, size_t max, const std::string& token,
+                            absl::StatusOr<std::string> account,
+                            std::chrono::steady_clock::time_point until) {
+  if (auto it = cache->entries.find(token); it != cache->entries.end()) {
+    cache->recency.erase(it->second.lru);
+    cache->entries.erase(it);
+  }
+  while (!cache->entries.empty() && cache->entries.size() >= std::max<size_t>(1, max)) {
+    cache->entries.erase(cache->recency.back());
+    cache->recency.pop_back();
+  }
+  cache->recency.push_front(token);
+  cache->entries.emplace(token, Cached{std::move(account), until, cache->recency.begin()});
+}
+
+const KubeTokenReviewer::Cached* KubeTokenReviewer::Find(
+    Cache* cache, const std::string& token, std::chrono::steady_clock::time_point now) {
+  auto it = cache->entries.find(token);
+  if (it == cache->entries.end()) return nullptr;
+  if (it->second.until <= now) {
+    cache->recency.erase(it->second.lru);
+    cache->entries.erase(it);
+    return nullptr;
+  }
+  cache->recency.splice(cache->recency.begin(), cache->recency, it->second.lru);
+  return &it->second;
+}
+
+bool KubeTokenReviewer::TakeFromBucket(std::chrono::steady_clock::time_point now) {
+  const double elapsed = std::chrono::duration<double>(now - bucket_at_).count();
+  if (elapsed > 0) {
+    bucket_ = std::min(limits_.burst, bucket_ + elapsed * limits_.reviews_per_second);
+    bucket_at_ = now;
+  }
+  if (bucket_ < 1) return false;
+  bucket_ -= 1;
+  return true;
+}
+
 absl::StatusOr<std::string> KubeTokenReviewer::Review(const std::string& token) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_();
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = cache_.find(token); it != cache_.end() && it->second.until > now) {
-      return it->second.account;
+    if (const Cached* c = Find(&accepted_, token, now)) return c->account;
+    if (const Cached* c = Find(&refused_, token, now)) return c->account;
+    if (!TakeFromBucket(now)) {
+      ++rate_limited_;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "token review: more than ", limits_.reviews_per_second,
+          " unknown bearer tokens a second; this one was not reviewed (retry shortly)"));
     }
   }
   const std::string request = absl::StrCat(
@@ -97,9 +155,11 @@ absl::StatusOr<std::string> KubeTokenReviewer::Review(const std::string& token) 
   absl::StatusOr<std::string> account = ParseTokenReviewAnswer(answer->status, answer->body);
   if (!account.ok() && account.status().code() == absl::StatusCode::kUnavailable) return account;
   absl::MutexLock lock(&mu_);
-  if (cache_.size() >= kMaxCached) cache_.clear();
-  cache_[token] = Cached{account, now + (account.ok() ? std::chrono::seconds(60)
-                                                      : std::chrono::seconds(5))};
+  if (account.ok()) {
+    Put(&accepted_, limits_.max_accepted, token, account, now + limits_.accepted_ttl);
+  } else {
+    Put(&refused_, limits_.max_refused, token, account, now + limits_.refused_ttl);
+  }
   return account;
 }
 
