@@ -1,6 +1,9 @@
 // Memory hooks: the per-client quota (allocations that would cross it fail with
 // CUDA_ERROR_OUT_OF_MEMORY before reaching the driver), exact used/peak counters, allocation
-// events, and cuMemGetInfo virtualised to the quota.
+// events, and cuMemGetInfo virtualised to the quota. Device memory, VMM handles, CUDA arrays
+// and the device-side malloc heap are all counted. Under a limit, an allocation the fixed-size
+// tables cannot remember is refused (it could never be given back, so counting it would leak
+// quota and not counting it would escape the quota); without a limit it goes uncounted.
 #include "interpose/glibc_compat.h"
 
 #include "interpose/call_log.h"
@@ -39,6 +42,39 @@ bool Reserve(Registration* reg, uint64_t bytes, MemoryKind kind) {
   return false;
 }
 
+// Under a limit, a full table refuses: the allocation could not be accounted for at free time.
+bool TableRefuses(Registration* reg, bool table_full, uint64_t bytes, MemoryKind kind) {
+  if (!table_full || reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) == 0) {
+    return false;
+  }
+  PushMemoryEvent(reg, EventKind::kAllocDenied, 0, bytes, kind, nullptr);
+  return true;
+}
+
+// Gives back an allocation the table had no room for (a race at the table's boundary).
+void ReleaseUntracked(CUdeviceptr ptr, MemoryKind kind, CUstream stream) {
+  if (kind == MemoryKind::kAsync || kind == MemoryKind::kPool) {
+    if (auto free_async = ORION_REAL(cuMemFreeAsync); free_async != nullptr) {
+      free_async(ptr, stream);
+    }
+  } else if (auto free_fn = ORION_REAL(cuMemFree_v2); free_fn != nullptr) {
+    free_fn(ptr);
+  }
+}
+
+// Remembers what an allocation cost, or, when the table has no room: under a limit gives the
+// allocation back with `release` and returns false (refused); without one leaves it uncounted.
+template <size_t kCapacity, typename Release>
+bool Remember(Registration* reg, AllocationTable<kCapacity>& table, uint64_t key, uint64_t bytes,
+              MemoryKind kind, Release release) {
+  if (table.Insert(key, bytes, kind)) return true;
+  Unreserve(reg->area->counters.memory_used_bytes, bytes);
+  if (reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) == 0) return true;
+  release();
+  PushMemoryEvent(reg, EventKind::kAllocDenied, 0, bytes, kind, nullptr);
+  return false;
+}
+
 // One allocation whose size is known up front. `allocate` performs the real call.
 template <typename Allocate>
 CUresult GuardedAlloc(const char* call, CUdeviceptr* dptr, uint64_t bytes, MemoryKind kind,
@@ -48,15 +84,18 @@ CUresult GuardedAlloc(const char* call, CUdeviceptr* dptr, uint64_t bytes, Memor
   if (reg == nullptr) {
     return CallLogActive() ? LoggedCall(call, nullptr, bytes, allocate) : allocate();
   }
+  if (TableRefuses(reg, g_allocations.full(), bytes, kind)) return CUDA_ERROR_OUT_OF_MEMORY;
   if (!Reserve(reg, bytes, kind)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = allocate();
   if (result != CUDA_SUCCESS || dptr == nullptr) {
     Unreserve(reg->area->counters.memory_used_bytes, bytes);
     return result;
   }
-  if (!g_allocations.Insert(*dptr, bytes, kind)) {
-    // Table full: the bytes could never be returned, so do not count them.
-    Unreserve(reg->area->counters.memory_used_bytes, bytes);
+  const CUdeviceptr ptr = *dptr;
+  if (!Remember(reg, g_allocations, ptr, bytes, kind,
+                [&] { ReleaseUntracked(ptr, kind, stream); })) {
+    *dptr = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   PushMemoryEvent(reg, EventKind::kMemAlloc, *dptr, bytes, kind, stream);
   return result;
@@ -67,7 +106,7 @@ CUresult GuardedFree(const char* call, CUdeviceptr dptr, CUstream stream, Free r
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
   if (reg == nullptr) return CallLogActive() ? LoggedCall(call, nullptr, 0, release) : release();
-  AllocationTable<65536>::Entry entry{};
+  decltype(g_allocations)::Entry entry{};
   const bool known = g_allocations.Find(dptr, &entry);
   const CUresult result = release();
   if (result == CUDA_SUCCESS && known && g_allocations.Remove(dptr, &entry)) {
@@ -127,7 +166,9 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wid
   using orion::interpose::Unreserve;
   // Reserve the unpadded size first, then settle on pitch * height once the driver chose it.
   const uint64_t estimate = static_cast<uint64_t>(width) * height;
-  if (!orion::interpose::Reserve(reg, estimate, MemoryKind::kPitch)) {
+  if (orion::interpose::TableRefuses(reg, orion::interpose::g_allocations.full(), estimate,
+                                     MemoryKind::kPitch) ||
+      !orion::interpose::Reserve(reg, estimate, MemoryKind::kPitch)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const CUresult result = real(dptr, pitch, width, height, elem);
@@ -143,8 +184,14 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wid
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const uint64_t counted = actual > estimate ? actual : estimate;
-  if (!orion::interpose::g_allocations.Insert(*dptr, counted, MemoryKind::kPitch)) {
-    Unreserve(reg->area->counters.memory_used_bytes, counted);
+  const CUdeviceptr ptr = *dptr;
+  if (!orion::interpose::Remember(reg, orion::interpose::g_allocations, ptr, counted,
+                                  MemoryKind::kPitch, [&] {
+                                    orion::interpose::ReleaseUntracked(ptr, MemoryKind::kPitch,
+                                                                       nullptr);
+                                  })) {
+    *dptr = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, *dptr, counted,
                                     MemoryKind::kPitch, nullptr);
@@ -170,7 +217,9 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
   if (reg == nullptr) return real(handle, bytes, prop, flags);
-  if (!orion::interpose::Reserve(reg, bytes, MemoryKind::kVmmCreate)) {
+  if (orion::interpose::TableRefuses(reg, orion::interpose::g_vmm_handles.full(), bytes,
+                                     MemoryKind::kVmmCreate) ||
+      !orion::interpose::Reserve(reg, bytes, MemoryKind::kVmmCreate)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const CUresult result = real(handle, bytes, prop, flags);
@@ -178,8 +227,13 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
     orion::interpose::Unreserve(reg->area->counters.memory_used_bytes, bytes);
     return result;
   }
-  if (!orion::interpose::g_vmm_handles.Insert(*handle, bytes, MemoryKind::kVmmCreate)) {
-    orion::interpose::Unreserve(reg->area->counters.memory_used_bytes, bytes);
+  const CUmemGenericAllocationHandle created = *handle;
+  if (!orion::interpose::Remember(reg, orion::interpose::g_vmm_handles, created, bytes,
+                                  MemoryKind::kVmmCreate, [&] {
+                                    if (auto release = ORION_REAL(cuMemRelease)) release(created);
+                                  })) {
+    *handle = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, *handle, bytes,
                                     MemoryKind::kVmmCreate, nullptr);
@@ -239,5 +293,160 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
                                       reg->area->counters.memory_used_bytes.load(
                                           std::memory_order_relaxed),
                                       free_bytes, total_bytes);
+  return result;
+}
+
+// ---- CUDA arrays and the device-side malloc heap ----
+
+namespace orion::interpose {
+namespace {
+
+// Bytes of one channel of `format`; formats this list does not know (newer or compressed ones)
+// count at 4, at least what the known 4-byte formats take.
+uint64_t FormatBytes(CUarray_format format) {
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    default:
+      return 4;
+  }
+}
+
+// Creates an array of `bytes` against the quota; `create` performs the real call and `destroy`
+// gives the array back when the table has no room for it under a limit.
+template <typename Handle, typename Create, typename Destroy>
+CUresult GuardedArray(Handle* handle, uint64_t bytes, Create create, Destroy destroy) {
+  CUcontext ctx = nullptr;
+  Registration* reg = CurrentRegistration(&ctx);
+  if (reg == nullptr) return create();
+  if (TableRefuses(reg, g_arrays.full(), bytes, MemoryKind::kArray) ||
+      !Reserve(reg, bytes, MemoryKind::kArray)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult result = create();
+  if (result != CUDA_SUCCESS || handle == nullptr) {
+    Unreserve(reg->area->counters.memory_used_bytes, bytes);
+    return result;
+  }
+  const Handle created = *handle;
+  const uint64_t key = reinterpret_cast<uint64_t>(created);
+  if (!Remember(reg, g_arrays, key, bytes, MemoryKind::kArray, [&] { destroy(created); })) {
+    *handle = nullptr;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  PushMemoryEvent(reg, EventKind::kMemAlloc, key, bytes, MemoryKind::kArray, nullptr);
+  return result;
+}
+
+template <typename Destroy>
+CUresult GuardedArrayDestroy(uint64_t key, Destroy destroy) {
+  CUcontext ctx = nullptr;
+  Registration* reg = CurrentRegistration(&ctx);
+  if (reg == nullptr) return destroy();
+  const CUresult result = destroy();
+  AllocationTable<4096>::Entry entry{};
+  if (result == CUDA_SUCCESS && g_arrays.Remove(key, &entry)) {
+    Unreserve(reg->area->counters.memory_used_bytes, entry.bytes);
+    PushMemoryEvent(reg, EventKind::kMemFree, key, entry.bytes, MemoryKind::kArray, nullptr);
+  }
+  return result;
+}
+
+}  // namespace
+}  // namespace orion::interpose
+
+CUresult CUDAAPI cuArrayCreate_v2(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  ORION_REAL_OR_RETURN(cuArrayCreate_v2)
+  if (desc == nullptr) return real(handle, desc);
+  const uint64_t bytes = orion::interpose::ArrayBytes(orion::interpose::FormatBytes(desc->Format),
+                                                      desc->NumChannels, desc->Width,
+                                                      desc->Height, 1, 1);
+  return orion::interpose::GuardedArray(
+      handle, bytes, [&] { return real(handle, desc); },
+      [](CUarray a) {
+        if (auto destroy = ORION_REAL(cuArrayDestroy)) destroy(a);
+      });
+}
+
+CUresult CUDAAPI cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  ORION_REAL_OR_RETURN(cuArray3DCreate_v2)
+  if (desc == nullptr) return real(handle, desc);
+  const uint64_t bytes = orion::interpose::ArrayBytes(orion::interpose::FormatBytes(desc->Format),
+                                                      desc->NumChannels, desc->Width,
+                                                      desc->Height, desc->Depth, 1);
+  return orion::interpose::GuardedArray(
+      handle, bytes, [&] { return real(handle, desc); },
+      [](CUarray a) {
+        if (auto destroy = ORION_REAL(cuArrayDestroy)) destroy(a);
+      });
+}
+
+CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray* handle,
+                                        const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned int levels) {
+  ORION_REAL_OR_RETURN(cuMipmappedArrayCreate)
+  if (desc == nullptr) return real(handle, desc, levels);
+  const uint64_t bytes = orion::interpose::ArrayBytes(orion::interpose::FormatBytes(desc->Format),
+                                                      desc->NumChannels, desc->Width,
+                                                      desc->Height, desc->Depth, levels);
+  return orion::interpose::GuardedArray(
+      handle, bytes, [&] { return real(handle, desc, levels); },
+      [](CUmipmappedArray a) {
+        if (auto destroy = ORION_REAL(cuMipmappedArrayDestroy)) destroy(a);
+      });
+}
+
+CUresult CUDAAPI cuArrayDestroy(CUarray handle) {
+  ORION_REAL_OR_RETURN(cuArrayDestroy)
+  return orion::interpose::GuardedArrayDestroy(reinterpret_cast<uint64_t>(handle),
+                                               [&] { return real(handle); });
+}
+
+CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray handle) {
+  ORION_REAL_OR_RETURN(cuMipmappedArrayDestroy)
+  return orion::interpose::GuardedArrayDestroy(reinterpret_cast<uint64_t>(handle),
+                                               [&] { return real(handle); });
+}
+
+// The device-side malloc heap (kernels' malloc/new) is reserved in GPU memory when a kernel that
+// uses it first loads; its size counts against the quota from the moment it is set, per context.
+// The driver's default heap (8 MiB), never set, is not counted.
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
+  ORION_REAL_OR_RETURN(cuCtxSetLimit)
+  if (limit != CU_LIMIT_MALLOC_HEAP_SIZE) return real(limit, value);
+  CUcontext ctx = nullptr;
+  Registration* reg = CurrentRegistration(&ctx);
+  if (reg == nullptr || ctx == nullptr) return real(limit, value);
+  using orion::interpose::g_malloc_heaps;
+  const uint64_t key = reinterpret_cast<uint64_t>(ctx);
+  orion::interpose::AllocationTable<64>::Entry before{};
+  const uint64_t counted = g_malloc_heaps.Find(key, &before) ? before.bytes : 0;
+  const uint64_t wanted = value;
+  std::atomic<uint64_t>& used = reg->area->counters.memory_used_bytes;
+  if (wanted > counted) {
+    if (orion::interpose::TableRefuses(reg, counted == 0 && g_malloc_heaps.full(),
+                                       wanted - counted, MemoryKind::kMallocHeap) ||
+        !orion::interpose::Reserve(reg, wanted - counted, MemoryKind::kMallocHeap)) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  const CUresult result = real(limit, value);
+  if (result != CUDA_SUCCESS) {
+    if (wanted > counted) orion::interpose::Unreserve(used, wanted - counted);
+    return result;
+  }
+  if (wanted < counted) orion::interpose::Unreserve(used, counted - wanted);
+  if (!g_malloc_heaps.Insert(key, wanted, MemoryKind::kMallocHeap) &&
+      reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) == 0) {
+    // No room to remember it (56 contexts) and no limit to hold: left uncounted. Under a limit
+    // (a race past TableRefuses) it stays counted for the process's life, the safe side.
+    orion::interpose::Unreserve(used, wanted - counted);
+  }
+  orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, key, wanted,
+                                    MemoryKind::kMallocHeap, nullptr);
   return result;
 }

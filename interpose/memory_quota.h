@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <initializer_list>
 
 #include "contract/orion_contract.h"
 
@@ -56,27 +57,57 @@ inline void VirtualizeMemInfo(uint64_t limit, uint64_t used, size_t* free_bytes,
   if (total_bytes != nullptr) *total_bytes = static_cast<size_t>(limit);
 }
 
+// What a CUDA array or mipmapped array is counted at: width x height x depth (0 = 1) x channels
+// x element bytes, summed over `levels` mip levels (each halves every dimension, down to 1). The
+// driver's row padding is not included. Saturates at 2^62 (the driver refuses such sizes).
+inline uint64_t ArrayBytes(uint64_t element_bytes, uint64_t channels, uint64_t width,
+                           uint64_t height, uint64_t depth, uint32_t levels) {
+  constexpr uint64_t kCap = 1ull << 62;
+  uint64_t total = 0;
+  auto at_least_1 = [](uint64_t v) { return v == 0 ? 1 : v; };
+  uint64_t w = at_least_1(width), h = at_least_1(height), d = at_least_1(depth);
+  const uint64_t texel = at_least_1(element_bytes) * at_least_1(channels);
+  for (uint32_t level = 0; level < (levels == 0 ? 1 : levels); ++level) {
+    uint64_t bytes = texel;
+    for (uint64_t dim : {w, h, d}) {
+      bytes = bytes > kCap / dim ? kCap : bytes * dim;
+    }
+    total = total > kCap - bytes ? kCap : total + bytes;
+    if (w == 1 && h == 1 && d == 1) break;
+    w = w > 1 ? w / 2 : 1;
+    h = h > 1 ? h / 2 : 1;
+    d = d > 1 ? d / 2 : 1;
+  }
+  return total;
+}
+
 // Open-addressing map key -> (bytes, kind) with linear probing and backward-shift deletion (no
 // tombstones, so a long-running process never degrades). Key 0 means empty: CUDA never returns a
-// null device pointer or handle for a successful allocation.
+// null device pointer or handle for a successful allocation. It holds at most kMaxLive entries
+// (7/8 of its slots): past that load linear probes grow long, and every alloc and free would
+// crawl through them under the lock.
 template <size_t kCapacity>
 class AllocationTable {
   static_assert((kCapacity & (kCapacity - 1)) == 0, "capacity must be a power of two");
 
  public:
+  static constexpr size_t kMaxLive = kCapacity - kCapacity / 8;
+
   struct Entry {
     uint64_t key;
     uint64_t bytes;
     contract::MemoryKind kind;
   };
 
-  // False when the table is full (the allocation then stays uncounted at free time).
+  // False when the table is full: a caller under a quota then gives the allocation back and
+  // refuses it (see hooks_memory.cc), so nothing it holds goes uncounted.
   bool Insert(uint64_t key, uint64_t bytes, contract::MemoryKind kind) {
     if (key == 0) return false;
     Lock();
     bool stored = false;
     size_t i = Home(key);
     for (size_t probes = 0; probes < kCapacity; ++probes, i = (i + 1) & kMask) {
+      if (entries_[i].key == 0 && size_ >= kMaxLive) break;  // full: a new key is refused
       if (entries_[i].key == 0 || entries_[i].key == key) {
         if (entries_[i].key == 0) ++size_;
         entries_[i] = Entry{key, bytes, kind};
@@ -122,6 +153,10 @@ class AllocationTable {
   }
 
   size_t size() const { return size_; }
+  static constexpr size_t capacity() { return kMaxLive; }
+  // Unlocked glance: a quota-holding caller refuses a new allocation rather than leave it
+  // uncounted (an Insert can still fail in a race at the boundary; the caller handles that).
+  bool full() const { return __atomic_load_n(&size_, __ATOMIC_RELAXED) >= kMaxLive; }
 
   // After fork: the lock may have been held by a thread that does not exist in the child.
   void ResetLockAfterFork() { lock_.store(0, std::memory_order_relaxed); }

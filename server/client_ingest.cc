@@ -16,7 +16,10 @@ using contract::Priority;
 ClientIngest::GraphStats* ClientIngest::Graph(uint64_t exec) {
   auto it = graphs_.find(exec);
   if (it != graphs_.end()) return &it->second;
-  if (graphs_.size() >= KernelProfileBook::kMaxKernels) return nullptr;
+  if (graphs_.size() >= kMaxGraphs) {
+    ++graph_dropped_events_;
+    return nullptr;
+  }
   return &graphs_[exec];
 }
 

@@ -72,6 +72,9 @@ struct IngestSinks {
 
 class ClientIngest {
  public:
+  // Distinct CUDA graphs kept per client (same reason as KernelProfileBook::kMaxKernels).
+  static constexpr size_t kMaxGraphs = 512;
+
   ClientIngest(uint32_t client_id, const IngestOptions* options)
       : client_id_(client_id), options_(options) {}
 
@@ -90,6 +93,11 @@ class ClientIngest {
   uint64_t copy_bytes() const { return copy_bytes_; }
   uint64_t alloc_denied() const { return alloc_denied_; }
   uint64_t malformed_events() const { return malformed_events_; }
+  // Events about kernels or graphs beyond the per-client tables (kMaxKernels, kMaxGraphs),
+  // used for counts and spans but not kept in a profile.
+  uint64_t table_dropped_events() const {
+    return profile_.dropped_events() + graph_dropped_events_;
+  }
   double gpu_busy_ns() const { return gpu_busy_ns_; }
   const BusyPeriodHistogram& busy() const { return busy_; }
   const RequestLatencyHistogram& requests() const { return requests_; }
@@ -131,6 +139,7 @@ class ClientIngest {
   StreamClock streams_;
   uint64_t launch_events_ = 0, graph_launches_ = 0, copy_bytes_ = 0, alloc_denied_ = 0;
   uint64_t malformed_events_ = 0;
+  uint64_t graph_dropped_events_ = 0;
   double gpu_busy_ns_ = 0;
   std::vector<uint64_t> busy_recent_;  // ring of the last hp_latency_window busy periods
   size_t busy_next_ = 0;

@@ -147,12 +147,16 @@ struct OrionProfileRow {
 
 class KernelProfileBook {
  public:
-  static constexpr size_t kRecent = 64;
-  // Distinct functions kept per client (the interposer's own table holds 8192): the events come
-  // from a ring the tenant writes, and ever-new handles must not grow the server without bound.
-  static constexpr size_t kMaxKernels = 8192;
-  // Names whose class is remembered (class_by_name_).
-  static constexpr size_t kMaxClassifiedNames = 4096;
+  // Measured durations kept a kernel for its p99 (of so few, the window's maximum).
+  static constexpr size_t kRecent = 32;
+  // Distinct functions kept per client: the events come from a ring the tenant writes, and
+  // ever-new handles must not grow the server without bound. A kernel costs up to about 450
+  // bytes (an 80-byte name, a kRecent-sample window), so a full book is under 0.5 MB and 256
+  // such clients stay well under the chart's 512 Mi (docs/security.md). Services launch a few
+  // hundred distinct kernels; events about more are dropped and counted (dropped_events).
+  static constexpr size_t kMaxKernels = 1024;
+  // Names whose class is remembered (class_by_name_); a cache, cleared when full.
+  static constexpr size_t kMaxClassifiedNames = 256;
   // Classifications done (cache misses), for tests.
   uint64_t classifications() const { return classifications_; }
   void OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads_per_block);

@@ -152,6 +152,12 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                      "full, departed clients included",
                                      MetricType::Counter);
   Add(node_dropped, {{"node", node_}}, static_cast<double>(snap.events_dropped));
+  MetricFamily untabled = Family("orion_events_untabled_total",
+                                 "Kernel and graph events about functions or graphs beyond a "
+                                 "client's profile tables (1,024 kernels, 512 graphs a client), "
+                                 "counted but not profiled, departed clients included",
+                                 MetricType::Counter);
+  Add(untabled, {{"node", node_}}, static_cast<double>(snap.events_untabled));
   MetricFamily quarantined = Family("orion_events_quarantined_total",
                                     "Events of quarantined clients (whose rings' indices were "
                                     "written over repeatedly), dropped unread, departed clients "
@@ -183,7 +189,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
                           &mem_limit, &dropped, &client_busy, &claims, &period, &requests, &regs, &ingested, &written, &skipped,
-                          &node_dropped, &quarantined, &quarantined_clients, &repairs,
+                          &node_dropped, &untabled, &quarantined, &quarantined_clients, &repairs,
                           &corrections}) {
     out.push_back(std::move(*f));
   }

@@ -225,6 +225,7 @@ void NodeState::Unregister(uint32_t client_id) {
   c.ingest.Leave(sinks);
   departed_written_ += end + left;
   departed_dropped_ += ring.dropped.load(std::memory_order_relaxed);
+  departed_untabled_ += c.ingest.table_dropped_events();
   lifecycle_log_.Exited(ViewOf(c), MonotonicNs());
   board_->FreeSlot(c.slot);
   if (c.policy.priority == Priority::kBestEffort && c.gpu < contract::kMaxGpus) {
@@ -852,7 +853,9 @@ MetricsSnapshot NodeState::Snapshot() {
   snap.board_corrections = board_corrections_;
   snap.events_written = departed_written_;
   snap.events_dropped = departed_dropped_;
+  snap.events_untabled = departed_untabled_;
   for (const auto& [id, c] : clients_) {
+    snap.events_untabled += c.ingest.table_dropped_events();
     const auto& ring = board_->area(c.slot)->ring;
     snap.events_written += ring.head.load(std::memory_order_relaxed);  // pending ones included
     snap.events_dropped += ring.dropped.load(std::memory_order_relaxed);

@@ -81,6 +81,9 @@ struct MetricsSnapshot {
   // unread; and how many clients were ever quarantined.
   uint64_t events_quarantined = 0;
   uint64_t clients_quarantined = 0;
+  // Events about kernels or graphs beyond a client's profile tables (ClientIngest's bounds),
+  // departed clients included.
+  uint64_t events_untabled = 0;
   std::map<std::string, uint64_t> repairs;  // by what
   uint64_t board_corrections = 0;  // server-owned board fields found overwritten and put back
 };
@@ -259,6 +262,7 @@ class NodeState {
   // What departed clients' rings held at the end (their slots are reused, so kept here).
   uint64_t departed_written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t departed_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t departed_untabled_ ABSL_GUARDED_BY(mu_) = 0;
   // One stderr line per registration and exit; the last clients that exited.
   ClientLifecycleLog lifecycle_log_ ABSL_GUARDED_BY(mu_);
 };

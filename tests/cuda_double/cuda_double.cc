@@ -649,6 +649,33 @@ CUresult GraphInstantiateLegacy(CUgraphExec* exec, CUgraph graph, CUgraphNode* e
   return Instantiate(exec, graph);
 }
 
+// Creates a handle of T in the current context after checking the descriptor's sizes.
+template <typename T, typename Handle>
+CUresult CreateArray(Handle* handle, bool valid) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (handle == nullptr || !valid) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = CurrentContext(s);
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  auto* array = s.Add(new T);
+  array->ctx = ctx;
+  *handle = reinterpret_cast<Handle>(array);
+  return CUDA_SUCCESS;
+}
+
+template <typename T>
+CUresult DestroyArray(const void* handle) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  T* array = s.Find<T>(handle);
+  if (array == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  s.Remove(array);
+  delete array;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 }  // namespace orion::cuda_double
 
@@ -1055,6 +1082,52 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hevent) {
 }
 
 // ---- Memory --------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuArrayCreate_v2(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  return orion::cuda_double::CreateArray<orion::cuda_double::Array>(
+      handle, desc != nullptr && desc->Width != 0 && desc->NumChannels != 0);
+}
+
+CUresult CUDAAPI cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  return orion::cuda_double::CreateArray<orion::cuda_double::Array>(
+      handle, desc != nullptr && desc->Width != 0 && desc->NumChannels != 0);
+}
+
+CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray* handle,
+                                        const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned int levels) {
+  return orion::cuda_double::CreateArray<orion::cuda_double::MipmappedArray>(
+      handle, desc != nullptr && desc->Width != 0 && desc->NumChannels != 0 && levels != 0);
+}
+
+CUresult CUDAAPI cuArrayDestroy(CUarray handle) {
+  return orion::cuda_double::DestroyArray<orion::cuda_double::Array>(handle);
+}
+
+CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray handle) {
+  return orion::cuda_double::DestroyArray<orion::cuda_double::MipmappedArray>(handle);
+}
+
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  Context* ctx = orion::cuda_double::CurrentContext(s);
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (limit != CU_LIMIT_MALLOC_HEAP_SIZE) return CUDA_SUCCESS;  // other limits: accepted, unused
+  ctx->malloc_heap_bytes = value;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetLimit(size_t* value, CUlimit limit) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  Context* ctx = orion::cuda_double::CurrentContext(s);
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *value = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? ctx->malloc_heap_bytes : 0;
+  return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   return orion::cuda_double::AllocateInCurrentContext(bytes, AllocationKind::kDevice, dptr);

@@ -37,6 +37,8 @@ enum class Kind : uint8_t {
   kGraphExec,
   kMemPool,
   kVmmHandle,
+  kArray,
+  kMipmappedArray,
 };
 
 struct Graph;
@@ -51,6 +53,7 @@ struct Context {
   // Latest end of any kernel of this context: what cuCtxSynchronize waits for.
   std::atomic<uint64_t> last_end_ns{0};
   Stream* default_stream = nullptr;
+  size_t malloc_heap_bytes = 8u << 20;  // cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE)
 };
 
 struct Stream {
@@ -59,6 +62,16 @@ struct Stream {
   unsigned int flags = 0;
   std::atomic<uint64_t> last_end_ns{0};  // end of the last kernel queued on this stream
   Graph* capture = nullptr;              // non-null while capturing (registry mutex)
+};
+
+// CUDA arrays: handles only (the double keeps no texture memory).
+struct Array {
+  static constexpr Kind kKind = Kind::kArray;
+  Context* ctx = nullptr;
+};
+struct MipmappedArray {
+  static constexpr Kind kKind = Kind::kMipmappedArray;
+  Context* ctx = nullptr;
 };
 
 struct Event {

@@ -62,6 +62,13 @@ namespace {
   X(cuMemAllocManaged, 6000, cuMemAllocManaged, cuMemAllocManaged)                          \
   X(cuMemFree, 3020, cuMemFree_v2, cuMemFree_v2)                                            \
   X(cuMemGetInfo, 3020, cuMemGetInfo_v2, cuMemGetInfo_v2)                                   \
+  X(cuArrayCreate, 3020, cuArrayCreate_v2, cuArrayCreate_v2)                               \
+  X(cuArray3DCreate, 3020, cuArray3DCreate_v2, cuArray3DCreate_v2)                          \
+  X(cuMipmappedArrayCreate, 5000, cuMipmappedArrayCreate, cuMipmappedArrayCreate)           \
+  X(cuArrayDestroy, 2000, cuArrayDestroy, cuArrayDestroy)                                   \
+  X(cuMipmappedArrayDestroy, 5000, cuMipmappedArrayDestroy, cuMipmappedArrayDestroy)        \
+  X(cuCtxSetLimit, 3010, cuCtxSetLimit, cuCtxSetLimit)                                      \
+  X(cuCtxGetLimit, 3010, cuCtxGetLimit, cuCtxGetLimit)                                      \
   X(cuMemAllocAsync, 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz)                          \
   X(cuMemFreeAsync, 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz)                             \
   X(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz)  \

@@ -286,6 +286,45 @@ TEST_F(InterposeIntegrationTest, ForkedChildLeavesTheParentsRegistrationAlone) {
   EXPECT_EQ(CountKind(registrar.Drain(0), c::EventKind::kLaunch), 9);
 }
 
+// The quota's former escapes, each under a 64 MiB limit: past the allocation table's 114,688
+// live entries, CUDA arrays of every kind and the device malloc heap are refused or counted.
+TEST_F(InterposeIntegrationTest, QuotaHoldsPastTheTableForArraysAndTheMallocHeap) {
+  TestRegistrar registrar(dir_, 64ull << 20, /*honour_priority=*/false);
+  ASSERT_TRUE(registrar.ok());
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "0 escapes");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.values.count("done"), 1u) << run.err;
+  const std::string oom = "2";  // CUDA_ERROR_OUT_OF_MEMORY
+  // 114,688 live allocations (more than the 65,536 the table used to hold) fit the table; the
+  // next one is refused, not left uncounted.
+  EXPECT_EQ(run.values.at("table_fill"), "114688");
+  EXPECT_EQ(run.values.at("table_overflow"), oom);
+  EXPECT_EQ(run.values.at("table_used"), std::to_string(114688ull * 256));
+  EXPECT_EQ(run.values.at("table_used_after_free"), "0");
+  // Arrays: counted at their size; those that would cross the limit never reach the driver.
+  EXPECT_EQ(run.values.at("array_big"), oom);
+  EXPECT_EQ(run.values.at("array_small"), "0");
+  EXPECT_EQ(run.values.at("array_used"), std::to_string(16ull << 20));
+  EXPECT_EQ(run.values.at("array3d_big"), oom);
+  EXPECT_EQ(run.values.at("array3d_small"), "0");
+  EXPECT_EQ(run.values.at("array3d_used"), std::to_string(20ull << 20));
+  EXPECT_EQ(run.values.at("mip_big"), oom);
+  EXPECT_EQ(run.values.at("mip_small"), "0");
+  // 1024x1024 floats and every level down to 1x1: 4 * (4^11 - 1) / 3 bytes.
+  const uint64_t mip = 4 * ((1ull << 22) - 1) / 3;
+  EXPECT_EQ(run.values.at("mip_used"), std::to_string((20ull << 20) + mip));
+  EXPECT_EQ(run.values.at("arrays_used_after_destroy"), "0");
+  // The malloc heap counts at the size set, and shrinking it gives the difference back.
+  EXPECT_EQ(run.values.at("heap_big"), oom);
+  EXPECT_EQ(run.values.at("heap_16"), "0");
+  EXPECT_EQ(run.values.at("heap_16_used"), std::to_string(16ull << 20));
+  EXPECT_EQ(run.values.at("heap_4"), "0");
+  EXPECT_EQ(run.values.at("heap_4_used"), std::to_string(4ull << 20));
+  EXPECT_EQ(run.values.at("heap_driver"), std::to_string(4ull << 20));
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_EQ(registrar.area(0)->counters.memory_used_bytes.load(), 4ull << 20);
+}
+
 TEST_F(InterposeIntegrationTest, NoServerPassesThroughWithOneStderrLine) {
   const ProbeRun run = RunProbe("ORION_SOCKET=" + dir_ + "/nobody-listens.sock");
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -3,9 +3,12 @@
 // dlsym), replays a captured graph, allocates against the quota, and prints what it saw as
 // key=value lines on stdout for the test to check. Runs on the CUDA driver test double.
 //
-// Usage: orion_interpose_probe [launches] [fork|bench]
+// Usage: orion_interpose_probe [launches] [fork|bench|escapes]
 //   fork: after the memory checks a child process makes driver calls of its own and exits.
 //   bench: also times 100000 back-to-back launches of an empty kernel (launch_ns=, CPU side).
+//   escapes: only the memory quota's former escapes: live allocations up to one past the
+//     interposer's table, CUDA arrays (2D, 3D, mipmapped) and the device malloc heap, each
+//     printed with the quota's used bytes (total - free of cuMemGetInfo) after it.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -14,6 +17,8 @@
 #include <unistd.h>
 #include <string.h>
 #include <time.h>
+
+#include <vector>
 
 #include "samples/spin_kernel.h"
 
@@ -138,11 +143,95 @@ int Run(int launches, bool fork_child, bool bench) {
   return 0;
 }
 
+// Bytes counted against the quota: cuMemGetInfo reports total = limit, free = limit - used.
+size_t QuotaUsed() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cuMemGetInfo(&free_bytes, &total_bytes) != CUDA_SUCCESS) return ~size_t{0};
+  return total_bytes - free_bytes;
+}
+
+int RunEscapes() {
+  CUdevice device;
+  CUcontext context;
+  PROBE_CHECK(cuInit(0));
+  PROBE_CHECK(cuDeviceGet(&device, 0));
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device));
+  PROBE_CHECK(cuCtxSetCurrent(context));
+
+  // Live allocations until the first refusal: the interposer's table holds 114,688 (7/8 of its
+  // 131,072 slots); one more must be refused, not left uncounted.
+  std::vector<CUdeviceptr> ptrs;
+  ptrs.reserve(200000);
+  CUresult refused = CUDA_SUCCESS;
+  while (ptrs.size() < 200000) {
+    CUdeviceptr p = 0;
+    refused = cuMemAlloc(&p, 256);
+    if (refused != CUDA_SUCCESS) break;
+    ptrs.push_back(p);
+  }
+  printf("table_fill=%zu\n", ptrs.size());
+  printf("table_overflow=%d\n", static_cast<int>(refused));
+  printf("table_used=%zu\n", QuotaUsed());
+  for (auto p : ptrs) PROBE_CHECK(cuMemFree(p));
+  printf("table_used_after_free=%zu\n", QuotaUsed());
+
+  CUDA_ARRAY_DESCRIPTOR d2;
+  memset(&d2, 0, sizeof(d2));
+  d2.Format = CU_AD_FORMAT_FLOAT;
+  d2.NumChannels = 4;
+  d2.Width = d2.Height = 4096;  // 256 MiB
+  CUarray big = nullptr, small = nullptr;
+  printf("array_big=%d\n", static_cast<int>(cuArrayCreate(&big, &d2)));
+  d2.Width = d2.Height = 1024;  // 16 MiB
+  printf("array_small=%d\n", static_cast<int>(cuArrayCreate(&small, &d2)));
+  printf("array_used=%zu\n", QuotaUsed());
+
+  CUDA_ARRAY3D_DESCRIPTOR d3;
+  memset(&d3, 0, sizeof(d3));
+  d3.Format = CU_AD_FORMAT_FLOAT;
+  d3.NumChannels = 1;
+  d3.Width = d3.Height = d3.Depth = 512;  // 512 MiB
+  CUarray big3 = nullptr, small3 = nullptr;
+  printf("array3d_big=%d\n", static_cast<int>(cuArray3DCreate(&big3, &d3)));
+  d3.NumChannels = 4;
+  d3.Width = d3.Height = d3.Depth = 64;  // 4 MiB
+  printf("array3d_small=%d\n", static_cast<int>(cuArray3DCreate(&small3, &d3)));
+  printf("array3d_used=%zu\n", QuotaUsed());
+
+  CUDA_ARRAY3D_DESCRIPTOR dm;
+  memset(&dm, 0, sizeof(dm));
+  dm.Format = CU_AD_FORMAT_FLOAT;
+  dm.NumChannels = 1;
+  dm.Width = dm.Height = 4096;  // 64 MiB at level 0, about 85 MiB in all
+  CUmipmappedArray big_mip = nullptr, small_mip = nullptr;
+  printf("mip_big=%d\n", static_cast<int>(cuMipmappedArrayCreate(&big_mip, &dm, 13)));
+  dm.Width = dm.Height = 1024;  // 4 MiB at level 0, 11 levels down to 1x1
+  printf("mip_small=%d\n", static_cast<int>(cuMipmappedArrayCreate(&small_mip, &dm, 11)));
+  printf("mip_used=%zu\n", QuotaUsed());
+  if (small != nullptr) PROBE_CHECK(cuArrayDestroy(small));
+  if (small3 != nullptr) PROBE_CHECK(cuArrayDestroy(small3));
+  if (small_mip != nullptr) PROBE_CHECK(cuMipmappedArrayDestroy(small_mip));
+  printf("arrays_used_after_destroy=%zu\n", QuotaUsed());
+
+  printf("heap_big=%d\n", static_cast<int>(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 128u << 20)));
+  printf("heap_16=%d\n", static_cast<int>(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 16u << 20)));
+  printf("heap_16_used=%zu\n", QuotaUsed());
+  printf("heap_4=%d\n", static_cast<int>(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 4u << 20)));
+  printf("heap_4_used=%zu\n", QuotaUsed());
+  size_t heap = 0;
+  PROBE_CHECK(cuCtxGetLimit(&heap, CU_LIMIT_MALLOC_HEAP_SIZE));
+  printf("heap_driver=%zu\n", heap);
+  printf("done=1\n");
+  fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int launches = argc > 1 ? atoi(argv[1]) : 5;
   const bool fork_child = argc > 2 && strcmp(argv[2], "fork") == 0;
   const bool bench = argc > 2 && strcmp(argv[2], "bench") == 0;
+  if (argc > 2 && strcmp(argv[2], "escapes") == 0) return RunEscapes();
   return Run(launches, fork_child, bench);
 }

@@ -100,7 +100,7 @@ TEST(AllocationTableTest, FullTableRefusesAndRandomChurnMatchesReference) {
       if (table->Insert(key, bytes, MemoryKind::kDevice)) {
         reference[key] = bytes;
       } else {
-        ASSERT_EQ(reference.size(), 256u);
+        ASSERT_EQ(reference.size(), AllocationTable<256>::kMaxLive);
         ASSERT_EQ(reference.count(key), 0u);
       }
     } else {
@@ -120,6 +120,31 @@ TEST(AllocationTableTest, FullTableRefusesAndRandomChurnMatchesReference) {
     ASSERT_TRUE(table->Find(key, &e));
     EXPECT_EQ(e.bytes, bytes);
   }
+}
+
+TEST(AllocationTableTest, FullIsSeenBeforeAnInsertWouldFail) {
+  AllocationTable<8> table;  // 7 live entries at most (7/8 of its slots)
+  for (uint64_t k = 1; k <= 7; ++k) {
+    EXPECT_FALSE(table.full());
+    ASSERT_TRUE(table.Insert(k * 4096, k, MemoryKind::kDevice));
+  }
+  EXPECT_TRUE(table.full());
+  EXPECT_FALSE(table.Insert(8 * 4096, 8, MemoryKind::kDevice));
+  EXPECT_TRUE(table.Insert(7 * 4096, 70, MemoryKind::kDevice));  // an update still fits
+  ASSERT_TRUE(table.Remove(4096, nullptr));
+  EXPECT_FALSE(table.full());
+}
+
+TEST(ArrayBytesTest, CountsEveryTexelOfEveryLevel) {
+  EXPECT_EQ(ArrayBytes(4, 4, 1024, 1024, 0, 1), 16ull << 20);  // 2D, depth 0 = 1
+  EXPECT_EQ(ArrayBytes(1, 1, 100, 0, 0, 1), 100u);              // 1D
+  EXPECT_EQ(ArrayBytes(2, 2, 8, 8, 6, 1), 2u * 2 * 8 * 8 * 6);   // layered or cubemap
+  // Mip levels halve each dimension down to 1: 4x4 + 2x2 + 1x1, and no level past 1x1 counts.
+  EXPECT_EQ(ArrayBytes(1, 1, 4, 4, 0, 3), 16u + 4 + 1);
+  EXPECT_EQ(ArrayBytes(1, 1, 4, 4, 0, 30), 16u + 4 + 1);
+  // Sizes a tenant makes up saturate instead of wrapping to a small count.
+  EXPECT_EQ(ArrayBytes(4, 4, 1ull << 40, 1ull << 40, 1ull << 40, 1), 1ull << 62);
+  EXPECT_EQ(ArrayBytes(4, 4, 1ull << 40, 1ull << 40, 1ull << 40, 40), 1ull << 62);
 }
 
 }  // namespace

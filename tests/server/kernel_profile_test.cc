@@ -53,7 +53,7 @@ TEST(KernelProfileTest, ImportedProfileOverridesClassAndSeedsDuration) {
 TEST(KernelProfileTest, P99OfRecentSamples) {
   KernelProfileBook book;
   for (int i = 1; i <= 100; ++i) book.OnDuration(0x5, static_cast<uint64_t>(i) * 1000);
-  EXPECT_EQ(book.kernels().at(0x5).P99Us(), 100.0);  // last 64 samples: 37..100 us
+  EXPECT_EQ(book.kernels().at(0x5).P99Us(), 100.0);  // last 32 samples: 69..100 us
 }
 
 // Busy time draws untimed launches at a recent mean; the profile keeps the run's mean.
