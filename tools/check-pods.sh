@@ -253,6 +253,8 @@ chmod 755 "${WORK}/hostile"
 
 # --- the chart ------------------------------------------------------------------------------
 step "chart"
+# The node's one GPU is the CUDA driver test double's device 0 (its UUID, as the pods' processes
+# see it): the server accepts only the GPUs it is given or finds.
 read -r ADMIN_PORT METRICS_PORT HEALTH_PORT WEBHOOK_PORT < <(/usr/bin/python3 -c '
 import socket
 s = [socket.socket() for _ in range(4)]
@@ -261,7 +263,7 @@ print(*[x.getsockname()[1] for x in s])')
 "${HELM}" template orion "${ROOT}/deploy/helm/orion-gpu-share" --namespace orion-system \
   --set hostPaths.runDir="${NODE}/run/orion" --set hostPaths.libDir="${NODE}/var/lib/orion" \
   --set hostPaths.devicePluginDir="${NODE}/var/lib/kubelet/device-plugins" \
-  --set 'gpus={GPU-7a1f0c2e-58d3-4b6a-9e2f-3c4d5e6f7a8b}' \
+  --set 'gpus={GPU-6f72696f-6e2d-7369-6d00-000000000000}' \
   --set server.adminPort="${ADMIN_PORT}" --set server.metricsPort="${METRICS_PORT}" \
   --set agent.healthPort="${HEALTH_PORT}" --set webhook.port="${WEBHOOK_PORT}" > "${WORK}/chart.yaml"
 echo "chart rendered (host folders under ${NODE}; admin :${ADMIN_PORT}, metrics :${METRICS_PORT}, agent health :${HEALTH_PORT}, webhook :${WEBHOOK_PORT})"
