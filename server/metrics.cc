@@ -31,6 +31,14 @@ void Add(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value)
   f.metric.push_back(std::move(m));
 }
 
+// A counter family with one sample, labelled by node only: a node-wide total.
+MetricFamily NodeCounter(const char* name, const char* help, const std::string& node,
+                         uint64_t value) {
+  MetricFamily f = Family(name, help, MetricType::Counter);
+  Add(f, {{"node", node}}, static_cast<double>(value));
+  return f;
+}
+
 // Appends one histogram sample from fixed upper bounds and non-cumulative counts.
 template <size_t N>
 void AddHistogram(MetricFamily& f, std::vector<ClientMetric::Label> labels,
@@ -133,42 +141,38 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   for (const auto& [reason, n] : snap.registrations_failed) {
     Add(regs, {{"node", node_}, {"result", reason}}, static_cast<double>(n));
   }
-  MetricFamily ingested = Family("orion_events_ingested_total",
-                                 "Launch and memory events drained from client rings",
-                                 MetricType::Counter);
-  Add(ingested, {{"node", node_}}, static_cast<double>(snap.events_ingested));
-  MetricFamily written = Family("orion_events_written_total",
-                                "Events clients wrote into their rings (claimed positions), "
-                                "departed clients included; once read, each is ingested or skipped",
-                                MetricType::Counter);
-  Add(written, {{"node", node_}}, static_cast<double>(snap.events_written));
-  MetricFamily skipped = Family("orion_events_skipped_total",
-                                "Ring entries claimed but never published (a client killed "
-                                "mid-write), skipped by the server",
-                                MetricType::Counter);
-  Add(skipped, {{"node", node_}}, static_cast<double>(snap.events_skipped));
-  MetricFamily node_dropped = Family("orion_events_dropped_total",
-                                     "Events clients could not write because their ring was "
-                                     "full, departed clients included",
-                                     MetricType::Counter);
-  Add(node_dropped, {{"node", node_}}, static_cast<double>(snap.events_dropped));
-  MetricFamily untabled = Family("orion_events_untabled_total",
-                                 "Kernel and graph events about functions or graphs beyond a "
-                                 "client's profile tables (1,024 kernels, 512 graphs a client), "
-                                 "counted but not profiled, departed clients included",
-                                 MetricType::Counter);
-  Add(untabled, {{"node", node_}}, static_cast<double>(snap.events_untabled));
-  MetricFamily quarantined = Family("orion_events_quarantined_total",
-                                    "Events of quarantined clients (whose rings' indices were "
-                                    "written over repeatedly), dropped unread, departed clients "
-                                    "included",
-                                    MetricType::Counter);
-  Add(quarantined, {{"node", node_}}, static_cast<double>(snap.events_quarantined));
-  MetricFamily quarantined_clients = Family(
-      "orion_clients_quarantined_total",
-      "Clients whose events were quarantined (ring indices written over repeatedly)",
-      MetricType::Counter);
-  Add(quarantined_clients, {{"node", node_}}, static_cast<double>(snap.clients_quarantined));
+  MetricFamily ingested = NodeCounter("orion_events_ingested_total",
+                                      "Launch and memory events drained from client rings", node_,
+                                      snap.events_ingested);
+  MetricFamily written =
+      NodeCounter("orion_events_written_total",
+                  "Events clients wrote into their rings (claimed positions), "
+                  "departed clients included; once read, each is ingested or skipped",
+                  node_, snap.events_written);
+  MetricFamily skipped = NodeCounter("orion_events_skipped_total",
+                                     "Ring entries claimed but never published (a client killed "
+                                     "mid-write), skipped by the server",
+                                     node_, snap.events_skipped);
+  MetricFamily node_dropped = NodeCounter("orion_events_dropped_total",
+                                          "Events clients could not write because their ring was "
+                                          "full, departed clients included",
+                                          node_, snap.events_dropped);
+  MetricFamily untabled =
+      NodeCounter("orion_events_untabled_total",
+                  "Kernel and graph events about functions or graphs beyond a "
+                  "client's profile tables (1,024 kernels, 512 graphs a client), "
+                  "counted but not profiled, departed clients included",
+                  node_, snap.events_untabled);
+  MetricFamily quarantined =
+      NodeCounter("orion_events_quarantined_total",
+                  "Events of quarantined clients (whose rings' indices were "
+                  "written over repeatedly), dropped unread, departed clients "
+                  "included",
+                  node_, snap.events_quarantined);
+  MetricFamily quarantined_clients =
+      NodeCounter("orion_clients_quarantined_total",
+                  "Clients whose events were quarantined (ring indices written over repeatedly)",
+                  node_, snap.clients_quarantined);
   MetricFamily repairs = Family("orion_server_repairs_total",
                                 "Things of the server found broken and put right while running "
                                 "(what: socket-deleted, socket-replaced, gate-value: an "
@@ -180,17 +184,16 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   for (const auto& [what, n] : snap.repairs) {
     Add(repairs, {{"node", node_}, {"what", what}}, static_cast<double>(n));
   }
-  MetricFamily corrections = Family("orion_board_corrections_total",
-                                    "Server-owned board fields (priorities, pauses, knobs, "
-                                    "header) found overwritten and put back (0 where the "
-                                    "kernel seals the board against clients)",
-                                    MetricType::Counter);
-  Add(corrections, {{"node", node_}}, static_cast<double>(snap.board_corrections));
+  MetricFamily corrections = NodeCounter("orion_board_corrections_total",
+                                         "Server-owned board fields (priorities, pauses, knobs, "
+                                         "header) found overwritten and put back (0 where the "
+                                         "kernel seals the board against clients)",
+                                         node_, snap.board_corrections);
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
-                          &mem_limit, &dropped, &client_busy, &claims, &period, &requests, &regs, &ingested, &written, &skipped,
-                          &node_dropped, &untabled, &quarantined, &quarantined_clients, &repairs,
-                          &corrections}) {
+                          &mem_limit, &dropped, &client_busy, &claims, &period, &requests, &regs,
+                          &ingested, &written, &skipped, &node_dropped, &untabled, &quarantined,
+                          &quarantined_clients, &repairs, &corrections}) {
     out.push_back(std::move(*f));
   }
   return out;
