@@ -106,6 +106,7 @@ def build_serve(name):
 
 
 def build_train(name):
+    optimizer = torch.optim.SGD  # AdamW for the language model
     if name == "resnet50":
         import torchvision
         model = torchvision.models.resnet50().cuda().train()
@@ -133,11 +134,10 @@ def build_train(name):
         def loss():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 return model(input_ids=ids, labels=ids).loss
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimizer = torch.optim.AdamW
     else:
         raise SystemExit(f"unknown train model {name}")
-    if name != "gptlm":
-        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    opt = optimizer(model.parameters(), lr=1e-4)
 
     def step():
         opt.zero_grad(set_to_none=True)
