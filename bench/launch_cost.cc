@@ -6,9 +6,21 @@
 //   orion-run --priority high -- orion-bench-launch
 // Prints one line per variant: "name ns_per_launch=.." (the best of 5 batches of N launches of an
 // empty kernel; only the launch calls are timed, the GPU is drained between groups of 64).
+// Then the paired figure, which resolves what an interposer adds inside one process: groups of 64
+// launches through the linked cuLaunchKernel (the interposer's, when one is preloaded) and through
+// the driver's own entry point, alternating group by group (--pairs pairs, the order flipping
+// every pair), each pair's difference per launch; prints
+// "paired interposed_ns=.. driver_ns=.. adds_ns=.. ci_low=.. ci_high=.. pairs=.." (medians; the
+// 95% confidence interval of the median difference). Without an interposer both paths are the
+// driver's, so the line is an A/A control: how finely the host resolves a difference.
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "samples/sample_common.h"
 
@@ -55,14 +67,81 @@ double NsPerLaunch(const Gpu& gpu, CUstream stream, CUevent* events, int launche
   return best;
 }
 
+using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void**, void**);
+
+// The driver's own cuLaunchKernel, past any interposer: glibc's dlsym (found by version through
+// dlvsym, which interposers leave alone) asked for the symbol in the loaded libcuda.so.1.
+LaunchFn DriverLaunch() {
+  using Dlsym = void* (*)(void*, const char*);
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (libc == nullptr || cuda == nullptr) return nullptr;
+  auto real_dlsym = reinterpret_cast<Dlsym>(dlvsym(libc, "dlsym", "GLIBC_2.34"));
+  if (real_dlsym == nullptr) real_dlsym = reinterpret_cast<Dlsym>(dlvsym(libc, "dlsym", "GLIBC_2.2.5"));
+  if (real_dlsym == nullptr) return nullptr;
+  return reinterpret_cast<LaunchFn>(real_dlsym(cuda, "cuLaunchKernel"));
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void PrintPaired(const Gpu& gpu, CUstream stream, int pairs) {
+  const LaunchFn driver = DriverLaunch();
+  if (driver == nullptr) {
+    fprintf(stderr, "orion-bench-launch: the driver's cuLaunchKernel was not found; no paired line\n");
+    return;
+  }
+  unsigned long long zero = 0;
+  void* args[] = {&zero};
+  auto group_ns = [&](bool through_driver) {
+    const uint64_t t0 = NowNs();
+    for (int i = 0; i < kGroup; ++i) {
+      ORION_CHECK_CU(through_driver
+                         ? driver(gpu.spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr)
+                         : cuLaunchKernel(gpu.spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
+    }
+    const uint64_t took = NowNs() - t0;
+    ORION_CHECK_CU(cuStreamSynchronize(stream));
+    return static_cast<double>(took) / kGroup;
+  };
+  std::vector<double> linked, direct, diffs;
+  for (int p = 0; p < pairs; ++p) {
+    const bool driver_first = (p & 1) != 0;
+    const double first = group_ns(driver_first);
+    const double second = group_ns(!driver_first);
+    const double l = driver_first ? second : first;
+    const double d = driver_first ? first : second;
+    linked.push_back(l);
+    direct.push_back(d);
+    diffs.push_back(l - d);
+  }
+  // The median's 95% interval from order statistics (the sign-test interval, no distribution
+  // assumed): ranks n/2 -+ 1.96 sqrt(n)/2.
+  std::vector<double> sorted = diffs;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double half = 1.96 * std::sqrt(static_cast<double>(n)) / 2;
+  const size_t lo = static_cast<size_t>(std::max(0.0, std::floor(n / 2.0 - half)));
+  const size_t hi = std::min(n - 1, static_cast<size_t>(std::ceil(n / 2.0 + half)));
+  printf("paired interposed_ns=%.1f driver_ns=%.1f adds_ns=%.1f ci_low=%.1f ci_high=%.1f pairs=%d\n",
+         Median(linked), Median(direct), Median(diffs), sorted[lo], sorted[hi], pairs);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t launches = 20000;
   orion::samples::Flags flags("orion-bench-launch", "CPU cost of a kernel launch and its extras");
+  int64_t pairs = 2000;
   flags.AddInt("launches", &launches, "launches per batch (best of 5 batches)");
+  flags.AddInt("pairs", &pairs, "pairs of 64-launch groups for the paired line (0: none)");
   flags.Parse(argc, argv);
   if (launches <= 0) flags.Usage(1, "--launches must be positive");
+  if (pairs < 0 || pairs > 1'000'000) flags.Usage(1, "--pairs wants 0 to 1000000");
 
   Gpu gpu = orion::samples::OpenGpu();
   CUstream stream;
@@ -100,6 +179,7 @@ int main(int argc, char** argv) {
          NsPerLaunch(gpu, stream, events, n, {.event = true}));
   stop.store(true);
   poller.join();
+  if (pairs > 0) PrintPaired(gpu, stream, static_cast<int>(pairs));
   for (CUevent& e : events) ORION_CHECK_CU(cuEventDestroy(e));
   ORION_CHECK_CU(cuStreamDestroy(stream));
   orion::samples::CloseGpu(gpu);

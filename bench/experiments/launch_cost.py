@@ -1,6 +1,7 @@
 """The CPU cost of a driver launch on a GPU, with and without the interposer (C level).
 
-  orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--out DIR]
+  orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
+                             [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
@@ -11,6 +12,12 @@ orion-server on cores 0 and 1. The arms take turns --runs times, each run starti
 what the interposer adds is each arm minus the no-interposer arm of the same run, reported as
 the median over runs with [min, max]: a host that drifts by hundreds of ns between minutes
 moves both arms of a run alike. Rows go to launch-cost.jsonl in --out.
+
+The paired figure resolves what a process of one core can: inside each process, groups of 64
+launches through the interposer's cuLaunchKernel and through the driver's own entry point take
+turns --pairs times (bench/launch_cost.cc), so both paths see the same host state; each run gives
+the median difference per launch with its 95% interval. In the no-interposer arm both paths are
+the driver's: its figure is the A/A control, the resolution itself.
 """
 import argparse
 import os
@@ -27,8 +34,35 @@ ANSWERS = ("what a driver launch costs on the CPU with and without the interpose
 ARMS = ("no interposer", "high priority", "best effort")
 
 
+def paired_table(rows):
+    """Per arm: what the interposer's launch adds inside one process, median over runs."""
+    out = []
+    for arm in ARMS:
+        mine = [r for r in rows if r["arm"] == arm]
+        if not mine:
+            continue
+        halves = [(r["ci_high"] - r["ci_low"]) / 2 for r in mine]
+        out.append([arm, f"{statistics.median(r['driver_ns'] for r in mine):.0f} ns",
+                    harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
+                    f"+-{statistics.median(halves):.0f} ns", str(mine[0]["pairs"]),
+                    str(len(mine))])
+    return harness.markdown_table(
+        ["arm", "driver entry (median)", "interposer adds: median [min, max] over runs",
+         "95% interval of one run (median)", "pairs a run", "runs"], out)
+
+
 def table(rows):
-    """Per variant: the no-interposer cost and each interposed arm's paired difference."""
+    """Per variant: the no-interposer cost and each interposed arm's paired difference; then the
+    paired figure."""
+    paired = [r for r in rows if r["variant"] == "paired"]
+    rows = [r for r in rows if r["variant"] != "paired"]
+    text = paired_table(paired) if paired else ""
+    if not rows:
+        return text
+    return table_of_variants(rows) + ("\n\n" + text if text else "")
+
+
+def table_of_variants(rows):
     runs = {}
     for r in rows:
         runs.setdefault((r["run"], r["variant"]), {})[r["arm"]] = r["ns"]
@@ -54,6 +88,7 @@ def main(argv=None):
     p.add_argument("--cpus", default="2")
     p.add_argument("--runs", type=int, default=12)
     p.add_argument("--launches", type=int, default=5000)
+    p.add_argument("--pairs", type=int, default=3000)
     p.add_argument("--admin-port", type=int, default=50063)
     p.add_argument("--out")
     p.add_argument("--table", metavar="ROWS_JSONL")
@@ -83,12 +118,20 @@ def main(argv=None):
         for run in range(1, args.runs + 1):
             for arm in harness.rotated(ARMS, run - 1):
                 text = subprocess.run(
-                    harness.taskset(args.cpus) + wraps[arm] + [bench, "--launches",
-                                                               str(args.launches)],
+                    harness.taskset(args.cpus) + wraps[arm] + [
+                        bench, "--launches", str(args.launches), "--pairs", str(args.pairs)],
                     env=env, check=True, capture_output=True, text=True).stdout
                 for m in re.finditer(r"^(.+?)\s+ns_per_launch=(\d+)", text, re.M):
                     row = {"run": run, "arm": arm, "variant": m.group(1).strip(),
                            "ns": int(m.group(2)), "cpus": args.cpus}
+                    rows.append(row)
+                    harness.append_row(rows_path, row)
+                m = re.search(r"^paired (.+)$", text, re.M)
+                if m:
+                    fields = dict(kv.split("=") for kv in m.group(1).split())
+                    row = {"run": run, "arm": arm, "variant": "paired", "cpus": args.cpus,
+                           **{k: float(v) for k, v in fields.items() if k != "pairs"},
+                           "pairs": int(fields["pairs"])}
                     rows.append(row)
                     harness.append_row(rows_path, row)
             print(f"run {run} of {args.runs} done", flush=True)
