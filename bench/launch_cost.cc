@@ -179,6 +179,19 @@ int main(int argc, char** argv) {
          NsPerLaunch(gpu, stream, events, n, {.event = true}));
   stop.store(true);
   poller.join();
+  // What one reading of the clock the interposer stamps events with costs on this host (a vDSO
+  // call where the clock source allows it, a system call where it does not).
+  {
+    uint64_t sink = 0;
+    const uint64_t t0 = NowNs();
+    for (int i = 0; i < 1'000'000; ++i) {
+      timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      sink += static_cast<uint64_t>(ts.tv_nsec);
+    }
+    printf("%-34s ns_per_call=%.0f%s\n", "clock_gettime(CLOCK_MONOTONIC)",
+           static_cast<double>(NowNs() - t0) / 1'000'000, sink == 1 ? " " : "");
+  }
   if (pairs > 0) PrintPaired(gpu, stream, static_cast<int>(pairs));
   for (CUevent& e : events) ORION_CHECK_CU(cuEventDestroy(e));
   ORION_CHECK_CU(cuStreamDestroy(stream));

@@ -25,6 +25,9 @@
 #undef cuMemAllocFromPoolAsync
 #undef cuEventRecord
 #undef cuStreamIsCapturing
+#undef cuStreamBeginCapture
+#undef cuStreamBeginCaptureToGraph
+#undef cuStreamEndCapture
 
 #define ORION_EXPORT extern "C" __attribute__((visibility("default")))
 

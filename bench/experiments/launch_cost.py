@@ -121,7 +121,7 @@ def main(argv=None):
                     harness.taskset(args.cpus) + wraps[arm] + [
                         bench, "--launches", str(args.launches), "--pairs", str(args.pairs)],
                     env=env, check=True, capture_output=True, text=True).stdout
-                for m in re.finditer(r"^(.+?)\s+ns_per_launch=(\d+)", text, re.M):
+                for m in re.finditer(r"^(.+?)\s+ns_per_(?:launch|call)=(\d+)", text, re.M):
                     row = {"run": run, "arm": arm, "variant": m.group(1).strip(),
                            "ns": int(m.group(2)), "cpus": args.cpus}
                     rows.append(row)
