@@ -173,7 +173,8 @@ class Bench:
             self.record(dict(round=rnd, role="service-closed", model=self.model_label(),
                              interposer=interposer, capacity_rps=r["capacity_rps"],
                              svc_p50_ms=r["svc_p50_ms"], svc_p99_ms=r["svc_p99_ms"],
-                             cpu_ms=r["cpu_ms"]))
+                             cpu_ms=r["cpu_ms"],
+                             **{k: r[k] for k in THREAD_SPLIT if k in r}))
         return r
 
     def service_poisson(self, rnd, interposer, rate):
@@ -358,8 +359,12 @@ class DrivenArm:
             self.p.wait()
 
 
+# The closed loop's CPU per request split by thread (schedstat; torch_models.py): the serving
+# thread, the interposer's threads, the rest, and the serving thread's wait for its core.
+THREAD_SPLIT = ("main_cpu_ms", "orion_cpu_ms", "other_cpu_ms", "main_wait_ms")
+
 METRICS = {
-    "service-closed": ["svc_p50_ms", "svc_p99_ms", "cpu_ms"],
+    "service-closed": ["svc_p50_ms", "svc_p99_ms", "cpu_ms", *THREAD_SPLIT],
     "service-poisson": ["p50_ms", "p99_ms", "cpu_ms"],
     "trainer": ["step_p50_ms", "step_p99_ms", "cpu_ms"],
 }
@@ -391,6 +396,8 @@ def render(path):
                 continue
             model = pairs[0][False]["model"]
             for m in metrics:
+                if not all(m in p[i] for p in pairs for i in (False, True)):
+                    continue  # rows of a build before the figure
                 bare = [p[False][m] for p in pairs]
                 withi = [p[True][m] for p in pairs]
                 ratios = [w / b for w, b in zip(withi, bare) if b > 0]

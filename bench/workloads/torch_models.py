@@ -167,6 +167,37 @@ def busy_seconds(args):
     return total if found else None
 
 
+def thread_schedstat():
+    """{tid: (comm, ns on the CPU, ns runnable but waiting)} of this process's threads
+    (/proc/self/task/*/schedstat)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            comm = open(f"/proc/self/task/{tid}/comm").read().strip()
+            run, wait = open(f"/proc/self/task/{tid}/schedstat").read().split()[:2]
+            out[int(tid)] = (comm, int(run), int(wait))
+        except (OSError, ValueError):
+            continue  # the thread ended in between
+    return out
+
+
+def schedstat_split(before, after, requests):
+    """main_cpu_ms, orion_cpu_ms, other_cpu_ms, main_wait_ms per request between two
+    thread_schedstat() readings (a thread born in between counts from 0)."""
+    main, orion, other, wait = 0, 0, 0, 0
+    for tid, (comm, run, waited) in after.items():
+        _, run0, waited0 = before.get(tid, (comm, 0, 0))
+        if tid == os.getpid():
+            main, wait = run - run0, waited - waited0
+        elif comm.startswith("orion"):
+            orion += run - run0
+        else:
+            other += run - run0
+    per = 1e6 * requests
+    return (f"main_cpu_ms={main / per:.4f} orion_cpu_ms={orion / per:.4f} "
+            f"other_cpu_ms={other / per:.4f} main_wait_ms={wait / per:.4f}")
+
+
 class ProfiledWindow:
     """--profile N: N iterations under torch.profiler (see the module's help)."""
 
@@ -341,14 +372,20 @@ def serve(args):
                 return times, time.perf_counter() - t0, time.process_time() - cpu0
             closed_loop(1.0, 10)
             print("serving", flush=True)
+            threads0 = thread_schedstat()
             times, took, cpu = closed_loop(args.seconds, 200)
+            threads1 = thread_schedstat()
             n, per = len(times), took / len(times)
             times.sort()
             q = quantile_ms
-            # cpu_ms: CPU time of the whole process (all its threads) per request.
+            # cpu_ms: CPU time of the whole process (all its threads) per request; then the same
+            # split by thread from the kernel's schedstat: the serving thread, the interposer's
+            # threads (named orion-*), the rest, and the time the serving thread was runnable
+            # but waited for the core.
+            split = schedstat_split(threads0, threads1, n)
             print(f"result capacity_rps={1.0 / per:.1f} latency_ms={per * 1e3:.3f} "
                   f"svc_p50_ms={q(times, 0.5):.3f} svc_p99_ms={q(times, 0.99):.3f} "
-                  f"cpu_ms={cpu / n * 1e3:.3f}", flush=True)
+                  f"cpu_ms={cpu / n * 1e3:.3f} {split}", flush=True)
             return
         rng = random.Random(args.seed)
         lat, svc = [], []
