@@ -1,7 +1,7 @@
 """The timeline against torch.profiler on a GPU: NVTX steps and per-pod busy seconds.
 
   orion_bench.py timeline --bundle DIR [--service resnet50|resnet50-graph] [--rate 40]
-      [--service-window 300] [--train-window 20] [--warm-seconds 5] [--out DIR]
+      [--service-window 300] [--train-window 20] [--warm-seconds 5] [--together] [--out DIR]
   orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
 
 A ResNet50 trainer (batch 64, best effort, an NVTX range "step" per step) and a ResNet50 service
@@ -19,6 +19,8 @@ and compared with what the profiler recorded in the same process:
     pushes);
   - the client's orion_client_gpu_busy_seconds_total over the window against the sum of the
     profiler's kernel durations.
+--together profiles both processes in the same window instead: both start their windows at once,
+the service's requests keeping their Poisson arrivals (torch_models.py --profile-at-arrivals).
 Writes results.jsonl (one line per window) and results.md to --out (default $OUT or a temp dir).
 """
 import argparse
@@ -107,6 +109,8 @@ def main(argv=None):
                    help="both run this long before the first window (the kernels' durations "
                         "are learned from launches sampled 1 in 64)")
     p.add_argument("--admin-port", type=int, default=50091)
+    p.add_argument("--together", action="store_true",
+                   help="both processes under the profiler in the same window")
     p.add_argument("--out")
     p.add_argument("--table")
     p.add_argument("--timing-log", action="store_true",
@@ -164,14 +168,19 @@ def main(argv=None):
         graph = args.service.endswith("-graph")
         svc = client("service", ["serve", "resnet50", "--rate", str(args.rate), "--requests",
                                  "1000000", "--profile", str(args.service_window)]
-                     + (["--graph"] if graph else []))
+                     + (["--graph"] if graph else [])
+                     + (["--profile-at-arrivals"] if args.together else []))
         trainer = client("trainer", ["train", "resnet50", "--profile", str(args.train_window)])
         wait_for(svc, "serving", "service")
         wait_for(trainer, "ready", "trainer")
         time.sleep(args.warm_seconds)
-        for role, p, window in (("service", svc, args.service_window),
-                                ("trainer", trainer, args.train_window)):
-            open(os.path.join(work, f"{role}.go"), "w").close()
+        windows = (("service", svc, args.service_window), ("trainer", trainer, args.train_window))
+        if args.together:
+            for role, _, _ in windows:
+                open(os.path.join(work, f"{role}.go"), "w").close()
+        for role, p, window in windows:
+            if not args.together:
+                open(os.path.join(work, f"{role}.go"), "w").close()
             wait_for(p, "profiled", role)
             summary = json.load(open(os.path.join(work, f"{role}.json")))
             if args.timing_log:
@@ -179,7 +188,10 @@ def main(argv=None):
                            os.path.join(out, "timing", f"profile-{role}.kernels.json"))
             trace = export(summary, f"timeline-{role}-{args.service}.json")
             beside = "ResNet50 training" if role == "service" else f"{args.service} service at {args.rate:g}/s"
-            model = args.service if role == "service" else "resnet50 (batch 64)"
+            if args.together:
+                beside += ", both profiled"
+            model = (f"{args.service} at {args.rate:g}/s" if role == "service"
+                     else "resnet50 (batch 64)")
             row = compare(summary, trace, role, model, beside)
             row["bundle_interposer"] = "liborion_interpose.so"
             rows.append(row)

@@ -37,7 +37,8 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
 
   --nvtx       each request (serve) or step (train) is an NVTX range, "request" or "step".
   --profile N  (with --profile-out F): N requests/steps (after warm-up, or once the file
-               --profile-when names exists; a service runs them back to back) run under
+               --profile-when names exists; a service runs them back to back, or at their
+               Poisson arrivals with --profile-at-arrivals) run under
                torch.profiler (one ProfilerStep per request/step, NVTX range inside it); F gets
                a JSON summary: each one's push/pop (time.time_ns), the profiler's step times and
                its GPU window (first kernel start to last kernel end, in the profiler's clock,
@@ -400,10 +401,17 @@ def serve(args):
         # SIGTERM ends the run early; the result covers the requests served so far.
         stopping = []
         signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+        window, window_left = None, 0
         for _ in range(args.requests):
             if stopping and lat:
                 break
-            if maybe_profile(args, one_request):
+            if args.profile_at_arrivals:
+                if (window is None and not args.profiled and args.profile_when is not None
+                        and os.path.exists(args.profile_when)):
+                    args.profiled, window_left = True, args.profile
+                    window = ProfiledWindow(args).__enter__()
+                    arrival = time.perf_counter()  # its set-up paused arrivals: they go on now
+            elif maybe_profile(args, one_request):
                 arrival = time.perf_counter()  # the window ran back to back: arrivals go on now
             arrival += rng.expovariate(args.rate)
             began = time.perf_counter()
@@ -411,7 +419,14 @@ def serve(args):
                 time.sleep(arrival - began)
             while began < arrival:
                 began = time.perf_counter()
-            if log:
+            if window is not None:
+                window.iteration(one_request)
+                window_left -= 1
+                if window_left == 0:
+                    window.__exit__(None, None, None)
+                    window = None
+                    arrival = time.perf_counter()
+            elif log:
                 log.request(run, arrival, began)
             else:
                 one_request()
@@ -529,6 +544,9 @@ def main():
     p.add_argument("--profile", type=int, default=0,
                    help="requests/steps under torch.profiler after warm-up (with --profile-out)")
     p.add_argument("--profile-out")
+    p.add_argument("--profile-at-arrivals", action="store_true",
+                   help="serve (Poisson): the --profile window's requests keep their Poisson "
+                        "arrivals instead of running back to back")
     p.add_argument("--profile-when", help="run the --profile window once this file exists "
                    "(default: right after warm-up)")
     p.add_argument("--request-log", help="serve (Poisson): write one JSON line per request "
