@@ -838,6 +838,33 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext hctx) {
   return CUDA_SUCCESS;
 }
 
+// The context stack of this thread below the current context (push/pop), bounded like a
+// driver's would be.
+thread_local std::vector<Context*> pushed_ctx;
+
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext hctx) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  Context* ctx = s.Find<Context>(hctx);
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pushed_ctx.size() >= 64) return CUDA_ERROR_OUT_OF_MEMORY;
+  pushed_ctx.push_back(current_ctx);
+  current_ctx = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (current_ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx != nullptr) *pctx = reinterpret_cast<CUcontext>(current_ctx);
+  current_ctx = pushed_ctx.empty() ? nullptr : pushed_ctx.back();
+  if (!pushed_ctx.empty()) pushed_ctx.pop_back();
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
   DriverState& s = State();
   Lock lock(s.mu);

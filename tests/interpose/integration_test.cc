@@ -325,6 +325,25 @@ TEST_F(InterposeIntegrationTest, QuotaHoldsPastTheTableForArraysAndTheMallocHeap
   EXPECT_EQ(registrar.area(0)->counters.memory_used_bytes.load(), 4ull << 20);
 }
 
+// The hooks keep the context they read last instead of asking the driver on every call; every
+// way the probe changes it (set, push, pop) must still send each launch to its own device's
+// registration: 100 rounds of 4 launches on device 0 and 2 on device 1.
+TEST_F(InterposeIntegrationTest, LaunchesFollowTheCurrentContextAcrossSetPushAndPop) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  ASSERT_TRUE(registrar.ok());
+  const ProbeRun run =
+      RunProbe("ORION_SIM_DEVICES=2 ORION_SOCKET=" + registrar.socket_path(), "0 contexts");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.values.count("done"), 1u) << run.err;
+  const std::vector<c::RegisterRequest> requests = registrar.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  ASSERT_NE(registrar.area(0), nullptr);
+  ASSERT_NE(registrar.area(1), nullptr);
+  // Slots in registration order: device 0 registered at its first launch, device 1 after.
+  EXPECT_EQ(registrar.area(0)->counters.launches.load(), 400u);
+  EXPECT_EQ(registrar.area(1)->counters.launches.load(), 200u);
+}
+
 TEST_F(InterposeIntegrationTest, NoServerPassesThroughWithOneStderrLine) {
   const ProbeRun run = RunProbe("ORION_SOCKET=" + dir_ + "/nobody-listens.sock");
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -226,6 +226,43 @@ int RunEscapes() {
   return 0;
 }
 
+// Two devices, their contexts made current in turn (set, and push/pop), 100 rounds: each
+// launch must be reported to the registration of the device whose context was current, however
+// the context became current.
+int RunContexts() {
+  CUcontext ctx[2];
+  CUfunction spin[2];
+  PROBE_CHECK(cuInit(0));
+  for (int d = 0; d < 2; ++d) {
+    CUdevice device;
+    CUmodule module;
+    PROBE_CHECK(cuDeviceGet(&device, d));
+    PROBE_CHECK(cuDevicePrimaryCtxRetain(&ctx[d], device));
+    PROBE_CHECK(cuCtxSetCurrent(ctx[d]));
+    PROBE_CHECK(cuModuleLoadData(&module, orion::samples::kSpinKernelPtx));
+    PROBE_CHECK(cuModuleGetFunction(&spin[d], module, orion::samples::kSpinKernelName));
+  }
+  unsigned long long ns = 0;
+  void* args[] = {&ns};
+  for (int round = 0; round < 100; ++round) {
+    PROBE_CHECK(cuCtxSetCurrent(ctx[0]));
+    for (int i = 0; i < 3; ++i) {
+      PROBE_CHECK(cuLaunchKernel(spin[0], 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
+    }
+    PROBE_CHECK(cuCtxPushCurrent(ctx[1]));
+    PROBE_CHECK(cuLaunchKernel(spin[1], 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
+    CUcontext popped = nullptr;
+    PROBE_CHECK(cuCtxPopCurrent(&popped));
+    PROBE_CHECK(cuLaunchKernel(spin[0], 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
+    PROBE_CHECK(cuCtxSetCurrent(ctx[1]));
+    PROBE_CHECK(cuLaunchKernel(spin[1], 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
+  }
+  PROBE_CHECK(cuCtxSynchronize());
+  printf("done=1\n");
+  fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -233,5 +270,6 @@ int main(int argc, char** argv) {
   const bool fork_child = argc > 2 && strcmp(argv[2], "fork") == 0;
   const bool bench = argc > 2 && strcmp(argv[2], "bench") == 0;
   if (argc > 2 && strcmp(argv[2], "escapes") == 0) return RunEscapes();
+  if (argc > 2 && strcmp(argv[2], "contexts") == 0) return RunContexts();
   return Run(launches, fork_child, bench);
 }
