@@ -1,7 +1,7 @@
 """The CPU cost of a driver launch on a GPU, with and without the interposer (C level).
 
   orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
-                             [--out DIR]
+                             [--baseline-interposer LIB] [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
@@ -17,7 +17,9 @@ The paired figure resolves what a process of one core can: inside each process, 
 launches through the interposer's cuLaunchKernel and through the driver's own entry point take
 turns --pairs times (bench/launch_cost.cc), so both paths see the same host state; each run gives
 the median difference per launch with its 95% interval. In the no-interposer arm both paths are
-the driver's: its figure is the A/A control, the resolution itself.
+the driver's: its figure is the A/A control, the resolution itself. --baseline-interposer adds
+two arms, high priority and best effort under that build of liborion_interpose.so, so that two
+builds are compared on the same host in the same turns.
 """
 import argparse
 import os
@@ -32,12 +34,13 @@ import harness
 ANSWERS = ("what a driver launch costs on the CPU with and without the interposer "
            "(orion-bench-launch, ns per launch, arms taking turns)")
 ARMS = ("no interposer", "high priority", "best effort")
+BASELINE_ARMS = ("high priority, baseline", "best effort, baseline")
 
 
 def paired_table(rows):
     """Per arm: what the interposer's launch adds inside one process, median over runs."""
     out = []
-    for arm in ARMS:
+    for arm in ARMS + BASELINE_ARMS:
         mine = [r for r in rows if r["arm"] == arm]
         if not mine:
             continue
@@ -89,6 +92,8 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=12)
     p.add_argument("--launches", type=int, default=5000)
     p.add_argument("--pairs", type=int, default=3000)
+    p.add_argument("--baseline-interposer", metavar="LIB",
+                   help="another build of liborion_interpose.so, as two more arms")
     p.add_argument("--admin-port", type=int, default=50063)
     p.add_argument("--out")
     p.add_argument("--table", metavar="ROWS_JSONL")
@@ -113,10 +118,14 @@ def main(argv=None):
     env = dict(os.environ, ORION_SOCKET=server.socket)
     wraps = {ARMS[0]: [], ARMS[1]: harness.orion_run(b, "high"),
              ARMS[2]: harness.orion_run(b, "best-effort")}
+    if args.baseline_interposer:
+        lib = os.path.abspath(args.baseline_interposer)
+        wraps[BASELINE_ARMS[0]] = harness.orion_run(b, "high", interposer=lib)
+        wraps[BASELINE_ARMS[1]] = harness.orion_run(b, "best-effort", interposer=lib)
     rows = []
     try:
         for run in range(1, args.runs + 1):
-            for arm in harness.rotated(ARMS, run - 1):
+            for arm in harness.rotated(tuple(wraps), run - 1):
                 text = subprocess.run(
                     harness.taskset(args.cpus) + wraps[arm] + [
                         bench, "--launches", str(args.launches), "--pairs", str(args.pairs)],
