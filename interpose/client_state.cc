@@ -52,16 +52,6 @@ thread_local CUcontext t_cached_ctx = nullptr;
 thread_local Registration* t_cached_reg = nullptr;
 thread_local uint32_t t_cached_epoch = 0;
 
-// The calling thread's current context, read from the driver once and trusted while no hooked
-// entry point that can change a thread's current context has run since (NoteContextChange
-// bumps g_ctx_seq; hooks_context.cc). Every 64th use still asks the driver: a context changed
-// by a path the hooks do not see turns the cache off for the process.
-std::atomic<uint32_t> g_ctx_seq{1};
-std::atomic<uint32_t> g_ctx_cache_off{0};
-thread_local CUcontext t_current_ctx = nullptr;
-thread_local uint32_t t_current_seq = 0;  // 0: not read yet
-thread_local uint32_t t_current_uses = 0;
-
 void Note(const char* what) {
   if (g_config.quiet || g_note_printed.exchange(1) != 0) return;
   char line[512];
@@ -105,7 +95,6 @@ void OnForkChild() {
     g_state[i].store(kUnregistered, std::memory_order_relaxed);
   }
   g_epoch.fetch_add(1, std::memory_order_relaxed);
-  g_ctx_seq.fetch_add(1, std::memory_order_relaxed);
   ResetTablesAfterFork();
   ResetCompletionTrackerAfterFork();
   ResetCallLogAfterFork();
@@ -385,34 +374,14 @@ bool EnsureProcessInit() {
   return g_driver_ok;
 }
 
-void NoteContextChange() { g_ctx_seq.fetch_add(1, std::memory_order_release); }
-
-CUcontext CurrentContext() {
-  const uint32_t seq = g_ctx_seq.load(std::memory_order_acquire);
-  if (t_current_seq == seq && (++t_current_uses & 63) != 0 &&
-      g_ctx_cache_off.load(std::memory_order_relaxed) == 0) {
-    return t_current_ctx;
-  }
-  auto get_ctx = ORION_DRIVER(cuCtxGetCurrent);
-  CUcontext ctx = nullptr;
-  if (get_ctx == nullptr || get_ctx(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
-    t_current_seq = 0;  // none yet: whatever makes one current may be unseen, ask again
-    return nullptr;
-  }
-  if (t_current_seq == seq && ctx != t_current_ctx) {
-    g_ctx_cache_off.store(1, std::memory_order_relaxed);  // changed where no hook saw it
-  }
-  t_current_ctx = ctx;
-  t_current_seq = seq;
-  return ctx;
-}
-
 Registration* CurrentRegistration(CUcontext* ctx_out) {
   *ctx_out = nullptr;
   if (!EnsureProcessInit() || g_config.disabled) return nullptr;
   if (g_pass_through.load(std::memory_order_relaxed) != 0) return nullptr;
-  CUcontext ctx = CurrentContext();
-  if (ctx == nullptr) return nullptr;
+  auto get_ctx = ORION_DRIVER(cuCtxGetCurrent);
+  if (get_ctx == nullptr) return nullptr;
+  CUcontext ctx = nullptr;
+  if (get_ctx(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
   *ctx_out = ctx;
   const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
   Registration* reg;

@@ -48,12 +48,6 @@ const EnvConfig& Config();
 // Resolves the driver and the configuration (pthread_once). False: pass through.
 bool EnsureProcessInit();
 
-// The calling thread's current context (null if none), asked of the driver only when a hooked
-// context call ran since this thread last asked, and every 64th time (client_state.cc).
-CUcontext CurrentContext();
-// Called after every hooked entry point that can change some thread's current context.
-void NoteContextChange();
-
 // Registration for the calling thread's current context, registering the device on first use.
 // Null when the process passes through (disabled, no server, no context, ...). *ctx_out receives
 // the current context (may be null).

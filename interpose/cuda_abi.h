@@ -25,12 +25,6 @@
 #undef cuMemAllocFromPoolAsync
 #undef cuEventRecord
 #undef cuStreamIsCapturing
-#undef cuCtxCreate
-#undef cuCtxDestroy
-#undef cuCtxPopCurrent
-#undef cuCtxPushCurrent
-#undef cuDevicePrimaryCtxRelease
-#undef cuDevicePrimaryCtxReset
 #undef cuStreamBeginCapture
 #undef cuStreamBeginCaptureToGraph
 #undef cuStreamEndCapture

@@ -325,9 +325,8 @@ TEST_F(InterposeIntegrationTest, QuotaHoldsPastTheTableForArraysAndTheMallocHeap
   EXPECT_EQ(registrar.area(0)->counters.memory_used_bytes.load(), 4ull << 20);
 }
 
-// The hooks keep the context they read last instead of asking the driver on every call; every
-// way the probe changes it (set, push, pop) must still send each launch to its own device's
-// registration: 100 rounds of 4 launches on device 0 and 2 on device 1.
+// Every way the probe changes the current context (set, push, pop) sends each launch to its own
+// device's registration: 100 rounds of 4 launches on device 0 and 2 on device 1.
 TEST_F(InterposeIntegrationTest, LaunchesFollowTheCurrentContextAcrossSetPushAndPop) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   ASSERT_TRUE(registrar.ok());
