@@ -26,8 +26,6 @@ inline constexpr uint32_t kDefaultSpinNs = 20'000;          // spin before block
 inline constexpr uint32_t kMaxSpinNs = 1'000'000;
 inline constexpr uint64_t kDefaultHpStaleNs = 1'000'000'000;  // HP work without progress: ignored
 inline constexpr uint64_t kDefaultHpGraceNs = 500'000;      // CPU gaps inside one request
-// Best-effort budget charges also drain at their kernels' predicted end (GpuState::predict_drain).
-inline constexpr bool kDefaultPredictDrain = false;
 
 enum class HighPriorityActivity {
   kIdle,      // nothing in flight (or only stale work) and the grace period over

@@ -249,11 +249,7 @@ struct alignas(64) GpuState {
   // Active best-effort clients on this GPU. High-priority clients follow their launches to
   // completion only while this is not 0: with nobody to hold back, completions inform nobody.
   std::atomic<uint32_t> be_clients;
-  // 1: a best-effort budget charge also counts as drained at its kernel's predicted end (the
-  // gate area's be_queue_end_ns), so a held launch goes before the GPU runs dry instead of after
-  // the completion poller has seen the queue empty. 0: only completions give charges back.
-  std::atomic<uint32_t> predict_drain;
-  uint8_t reserved[112];
+  uint8_t reserved[116];
 };
 
 struct alignas(64) BoardHeader {
@@ -317,12 +313,7 @@ struct GateArea {
     // Best-effort GPU time admitted during the current HP busy period: the period's identity
     // (sum of the busy HP slots' busy_seq, low 24 bits) << 40 | nanoseconds (40 bits).
     std::atomic<uint64_t> be_period;
-    // The clients' model of when the GPU finishes the best-effort work admitted so far
-    // (CLOCK_MONOTONIC ns): each admitted launch ends its estimate after the later of its
-    // admission and this, and high-priority work queued meanwhile pushes it back. Read only
-    // where the GPU's predict_drain is on; a wrong value admits no more than twice the budget.
-    std::atomic<uint64_t> be_queue_end_ns;
-    uint8_t reserved[24];
+    uint8_t reserved[32];
   } words;
   SlotGate slots[kMaxSlots];
 };

@@ -88,8 +88,7 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
     const GateDecision again =
         DecideBestEffort(board, gpu, gate, slot_index, checked, launch, &wake_by);
     if (again == GateDecision::kWait) {
-      // At the end of the HP clients' grace period, or when the drain model's queue has drained
-      // enough (predict_drain): no completion will wake us then.
+      // At the end of the HP clients' grace period: no completion will wake us then.
       uint64_t timeout = kMaxFutexWaitNs;
       if (wake_by > checked && wake_by - checked < timeout) timeout = wake_by - checked;
       FutexWait(&words.gate_seq, seq, timeout);

@@ -145,52 +145,6 @@ inline void ReleaseBudget(contract::GateArea& gate, uint64_t estimate_ns) {
   }
 }
 
-// The predicted end of the best-effort work queued on the GPU (the gate area's be_queue_end_ns):
-// a launch admitted at `now_ns` runs its estimate after the later of now and what is queued.
-inline void AdvanceBeQueue(contract::GateArea& gate, uint64_t now_ns, uint64_t estimate_ns) {
-  std::atomic<uint64_t>& word = gate.words.be_queue_end_ns;
-  uint64_t end = word.load(std::memory_order_relaxed);
-  while (!word.compare_exchange_weak(end, std::max(end, now_ns) + estimate_ns,
-                                     std::memory_order_relaxed)) {
-  }
-}
-
-// How much best-effort work the model still has queued at `now_ns`.
-inline uint64_t PredictedBeQueueNs(const contract::GateArea& gate, uint64_t now_ns) {
-  const uint64_t end = gate.words.be_queue_end_ns.load(std::memory_order_relaxed);
-  return end > now_ns ? end - now_ns : 0;
-}
-
-// Beyond the budget, completions not seen yet may add this many budgets to be_outstanding_ns
-// before the predicted drain stops admitting: where the estimates are wrong (or a client wrote
-// the model), what queues stays bounded.
-inline constexpr uint64_t kPredictedOutstandingBudgets = 2;
-
-// With predict_drain on: admits a launch that the model says fits the budget now (the work
-// queued ahead of it has drained, though the completion poller may not have seen it yet), within
-// kPredictedOutstandingBudgets budgets of charges not yet given back. Charged to
-// be_outstanding_ns like any admission, given back at completion.
-inline bool TryChargePredicted(contract::GateArea& gate, uint64_t now_ns, uint64_t estimate_ns,
-                               uint64_t budget) {
-  const uint64_t queued = PredictedBeQueueNs(gate, now_ns);
-  if (queued > budget || estimate_ns > budget - queued) return false;
-  return TryChargeBudget(gate, estimate_ns, kPredictedOutstandingBudgets * budget,
-                         /*admit_alone=*/false);
-}
-
-// When the model lets a launch of `estimate_ns` in (predict_drain): its queue is down to
-// budget - estimate. 0 where it never does (the launch is longer than the budget).
-inline uint64_t PredictedAdmitAtNs(const contract::GateArea& gate, uint64_t estimate_ns,
-                                   uint64_t budget) {
-  if (estimate_ns > budget) return 0;
-  const uint64_t end = gate.words.be_queue_end_ns.load(std::memory_order_relaxed);
-  return end > budget - estimate_ns ? end - (budget - estimate_ns) : 0;
-}
-
-inline bool PredictDrain(const contract::GpuState& gpu) {
-  return gpu.predict_drain.load(std::memory_order_relaxed) != 0;
-}
-
 // Charges estimate_ns to the best-effort time admitted during HP busy period `period` if the
 // period's total stays within `cap` (a new period starts from zero).
 inline bool TryChargePeriod(contract::GateArea& gate, uint64_t period, uint64_t estimate_ns,
@@ -249,15 +203,7 @@ inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu, contract::Ga
   const uint64_t length = estimate_ns != 0 ? estimate_ns : grace;
   if (gpu.mode.load(std::memory_order_relaxed) ==
       static_cast<uint32_t>(contract::GateMode::kPriority)) {
-    uint64_t be_queued = gate.words.be_outstanding_ns.load(std::memory_order_relaxed);
-    if (PredictDrain(gpu)) {
-      // The charges include work the drain model says is done (up to two budgets of it): what
-      // is queued ahead is the model's. Best-effort work still queued waits while this runs:
-      // its predicted end moves back.
-      const uint64_t predicted = PredictedBeQueueNs(gate, now_ns);
-      be_queued = std::min(be_queued, predicted);
-      if (predicted != 0) gate.words.be_queue_end_ns.fetch_add(length, std::memory_order_relaxed);
-    }
+    const uint64_t be_queued = gate.words.be_outstanding_ns.load(std::memory_order_relaxed);
     start = std::max(start, now_ns + be_queued);
   }
   start = std::max(start, now_ns);
@@ -353,14 +299,8 @@ inline bool OtherWorkInFlight(const contract::GateArea& gate, const contract::Gp
 //      budget. Unbounded, a trainer queues up to a whole training step, and a request that
 //      arrives shares the SMs with all of it, however the gate then holds new launches (a CUDA
 //      graph service beside GPT-2-large-like training: p99 4.5x alone unbounded, 1.6x bounded).
-// With the GPU's predict_drain on, a charge also counts as given back at its kernel's predicted
-// end (be_queue_end_ns): with HP idle, a launch also goes when the model's queue plus its own
-// estimate fits the budget (within kPredictedOutstandingBudgets budgets of charges the poller has
-// not given back yet), so a held trainer refills the GPU before it runs dry rather than a poll
-// and a wake-up after.
 // `wake_by_ns`, if not null, receives when a kWait should be re-examined at the latest (the end
-// of the HP clients' grace period, or when the model's queue has drained enough), or 0 if only a
-// completion can change the answer.
+// of the HP clients' grace period), or 0 if only a completion can change the answer.
 inline GateDecision DecideBestEffort(const contract::Board& board, const contract::GpuState& gpu,
                                      contract::GateArea& gate, uint32_t own_slot, uint64_t now_ns,
                                      const BestEffortLaunch& launch,
@@ -373,27 +313,16 @@ inline GateDecision DecideBestEffort(const contract::Board& board, const contrac
   }
   const uint64_t budget = gpu.be_budget_ns.load(std::memory_order_relaxed);
   const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
-  const bool predict = PredictDrain(gpu);
-  auto admitted = [&] {
-    if (predict) AdvanceBeQueue(gate, now_ns, launch.estimate_ns);
-    return GateDecision::kGoBudget;
-  };
   if (!hp.busy) {
-    if (TryChargeBudget(gate, launch.estimate_ns, budget, /*admit_alone=*/true) ||
-        (predict && TryChargePredicted(gate, now_ns, launch.estimate_ns, budget))) {
-      return admitted();
+    if (TryChargeBudget(gate, launch.estimate_ns, budget, /*admit_alone=*/true)) {
+      return GateDecision::kGoBudget;
     }
-    // Held: look again when the model's queue has drained far enough (no completion may come
-    // before then to wake us).
-    if (predict && wake_by_ns != nullptr) {
-      *wake_by_ns = PredictedAdmitAtNs(gate, launch.estimate_ns, budget);
-    }
-    return GateDecision::kWait;
+    return GateDecision::kWait;  // a completion gives charges back and wakes us
   }
   if (mode != contract::GateMode::kMps) {
     if (TryChargePeriod(gate, hp.period, launch.estimate_ns, budget)) {
       gate.words.be_outstanding_ns.fetch_add(launch.estimate_ns, std::memory_order_acq_rel);
-      return admitted();
+      return GateDecision::kGoBudget;
     }
   } else if (const uint32_t threshold = gpu.sm_threshold.load(std::memory_order_relaxed);
              threshold == 0 || launch.blocks <= threshold) {
@@ -406,7 +335,7 @@ inline GateDecision DecideBestEffort(const contract::Board& board, const contrac
                        theirs == contract::KernelClass::kUnknown ||
                        contract::Complementary(mine, theirs));
     if (fits && TryChargeBudget(gate, launch.estimate_ns, budget, /*admit_alone=*/false)) {
-      return admitted();
+      return GateDecision::kGoBudget;
     }
   }
   if (wake_by_ns != nullptr) *wake_by_ns = hp.grace_ends_ns;
@@ -424,8 +353,7 @@ struct GateTicket {
 // kWait to the end (the 0 -> 1 step wakes the clients' completion trackers through tracker_seq),
 // spins up to gpu.spin_ns (at most spin_cap_ns: 0 in a process with less than two CPUs, see
 // cpu_limits.h), then futex-waits on gate_seq (or the slot's wake_seq when paused) at most
-// kMaxFutexWaitNs at a time, or until the high-priority clients' grace period ends (or, with
-// predict_drain, until the drain model lets the launch in).
+// kMaxFutexWaitNs at a time, or until the high-priority clients' grace period ends.
 GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, uint32_t slot_index,
                       const BestEffortLaunch& launch, uint64_t spin_cap_ns = contract::kMaxSpinNs);
 

@@ -75,7 +75,6 @@ void ToProto(const GpuPolicy& p, orion::v1::PolicyKnobs* out) {
   out->set_spin_us(p.knobs.spin_ns / 1000);
   out->set_hp_stale_ms(static_cast<uint32_t>(p.knobs.hp_stale_ns / 1000000));
   out->set_hp_grace_us(static_cast<uint32_t>(p.knobs.hp_grace_ns / 1000));
-  out->set_predict_drain(p.knobs.predict_drain);
   out->set_adapt_budget(p.adapt_budget);
 }
 
@@ -149,8 +148,8 @@ ClientFilter FilterFromProto(const orion::v1::ListClientsRequest& r) {
 }
 
 absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyRequest& r) {
-  static const char* kFields[] = {"mode",        "be_budget_us", "sm_threshold",  "spin_us",
-                                  "hp_stale_ms", "hp_grace_us",  "predict_drain", "adapt_budget"};
+  static const char* kFields[] = {"mode",        "be_budget_us", "sm_threshold", "spin_us",
+                                  "hp_stale_ms", "hp_grace_us",  "adapt_budget"};
   std::vector<std::string> fields(r.fields().begin(), r.fields().end());
   if (fields.empty()) fields.assign(std::begin(kFields), std::end(kFields));
   for (const std::string& f : fields) {
@@ -158,7 +157,7 @@ absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyReq
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown field '", f,
           "' (expected mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, "
-          "predict_drain, adapt_budget)"));
+          "adapt_budget)"));
     }
   }
   auto has = [&](const char* f) {
@@ -184,7 +183,6 @@ absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyReq
   if (has("spin_us")) c.spin_us = k.spin_us();
   if (has("hp_stale_ms")) c.hp_stale_ms = k.hp_stale_ms();
   if (has("hp_grace_us")) c.hp_grace_us = k.hp_grace_us();
-  if (has("predict_drain")) c.predict_drain = k.predict_drain();
   if (has("adapt_budget")) c.adapt_budget = k.adapt_budget();
   return c;
 }

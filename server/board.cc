@@ -285,7 +285,6 @@ void NodeBoard::PublishKnobs(uint32_t gpu, const GateKnobs& k) {
   g.spin_ns.store(k.spin_ns, std::memory_order_relaxed);
   g.hp_stale_ns.store(k.hp_stale_ns, std::memory_order_relaxed);
   g.hp_grace_ns.store(k.hp_grace_ns, std::memory_order_relaxed);
-  g.predict_drain.store(k.predict_drain ? 1 : 0, std::memory_order_relaxed);
   g.mode.store(static_cast<uint32_t>(k.mode), std::memory_order_release);
   WakeGate(gpu);
 }
@@ -300,7 +299,6 @@ GateKnobs NodeBoard::ReadKnobs(uint32_t gpu) const {
   k.spin_ns = g.spin_ns.load(std::memory_order_relaxed);
   k.hp_stale_ns = g.hp_stale_ns.load(std::memory_order_relaxed);
   k.hp_grace_ns = g.hp_grace_ns.load(std::memory_order_relaxed);
-  k.predict_drain = g.predict_drain.load(std::memory_order_relaxed) != 0;
   return k;
 }
 
@@ -324,13 +322,6 @@ GateRepairs NodeBoard::CheckGates(uint64_t now_ns) {
     const uint64_t budget = knobs_[gi].be_budget_ns;
     if (budget > 0 && outstanding / 64 > budget) {
       g->words.be_outstanding_ns.store(0, std::memory_order_relaxed);
-      ++r.values_reset;
-    }
-    // The predicted drain's queue end: never further ahead than what is charged, plus a second.
-    const uint64_t charged = g->words.be_outstanding_ns.load(std::memory_order_relaxed);
-    if (g->words.be_queue_end_ns.load(std::memory_order_relaxed) >
-        now_ns + kFutureSlackNs + charged) {
-      g->words.be_queue_end_ns.store(0, std::memory_order_relaxed);
       ++r.values_reset;
     }
     for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
@@ -401,7 +392,6 @@ uint32_t NodeBoard::Reassert() {
     put(g.spin_ns, k.spin_ns);
     put(g.hp_stale_ns, k.hp_stale_ns);
     put(g.hp_grace_ns, k.hp_grace_ns);
-    put(g.predict_drain, k.predict_drain ? 1u : 0u);
     put(g.mode, static_cast<uint32_t>(k.mode));
     char uuid[contract::kGpuUuidBytes] = {};
     std::memcpy(uuid, gpu_uuids_[gi].data(), gpu_uuids_[gi].size());

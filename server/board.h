@@ -42,8 +42,6 @@ struct GateKnobs {  // defaults: contract/gate_rules.h
   uint32_t spin_ns = contract::kDefaultSpinNs;
   uint64_t hp_stale_ns = contract::kDefaultHpStaleNs;
   uint64_t hp_grace_ns = contract::kDefaultHpGraceNs;
-  // Best-effort charges also count as drained at their kernels' predicted end (GpuState).
-  bool predict_drain = contract::kDefaultPredictDrain;
 };
 
 // What the server found in the gate areas that no honest client writes, and put right.

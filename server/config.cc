@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -49,10 +50,22 @@ class Validator {
     return absl::InvalidArgumentError(absl::StrCat(source_, ": ", key, ": ", message));
   }
 
+  // Keys of earlier versions that are gone, with what to do instead.
+  const std::map<std::string, std::string> removed_keys_ = {
+      {"policy.predict_drain",
+       "removed (best-effort work held while high-priority clients are idle goes when "
+       "completions give its budget back; the predicted drain gained nothing on the GPU): "
+       "delete this key"}};
+
   absl::Status CheckKeys(const YAML::Node& map, const std::string& prefix,
                          const std::set<std::string>& allowed) const {
     for (const auto& kv : map) {
       const std::string k = kv.first.as<std::string>();
+      if (!allowed.count(k) && removed_keys_.count(prefix + "." + k)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source_, ":", kv.first.Mark().line + 1, ": ", prefix, ".", k, ": ",
+                         removed_keys_.at(prefix + "." + k)));
+      }
       if (!allowed.count(k)) {
         return absl::InvalidArgumentError(absl::StrCat(
             source_, ":", kv.first.Mark().line + 1, ": ", prefix.empty() ? "" : prefix + ".", k,
@@ -123,7 +136,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   if (!n.IsMap()) return v.Error("policy", "a map", n);
   ORION_RETURN_IF_ERROR(v.CheckKeys(n, "policy",
                                     {"be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
-                                     "hp_grace_us", "predict_drain", "adapt_budget",
+                                     "hp_grace_us", "adapt_budget",
                                      "default_latency_target_ms", "high_priority_namespaces",
                                      "min_latency_target_ms"}));
   ORION_RETURN_IF_ERROR(
@@ -136,7 +149,6 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
       v.Int(n["hp_stale_ms"], "policy.hp_stale_ms", 10, 600000, &p->hp_stale_ms));
   ORION_RETURN_IF_ERROR(
       v.Int(n["hp_grace_us"], "policy.hp_grace_us", 0, 100000, &p->hp_grace_us));
-  ORION_RETURN_IF_ERROR(v.Bool(n["predict_drain"], "policy.predict_drain", &p->predict_drain));
   ORION_RETURN_IF_ERROR(v.Bool(n["adapt_budget"], "policy.adapt_budget", &p->adapt_budget));
   uint64_t target_ms = 0;
   ORION_RETURN_IF_ERROR(v.Int(n["default_latency_target_ms"], "policy.default_latency_target_ms",
@@ -506,8 +518,6 @@ policy:
   hp_stale_ms: 1000                    # HP work older than this no longer holds the gate
   hp_grace_us: 500                     # HP idle this briefly still counts as busy (CPU gaps
                                        # between the kernels of one request)
-  predict_drain: false                 # BE work held while HP is idle also goes when the GPU
-                                       # is predicted to have drained what is queued ahead
   adapt_budget: true                   # adapt be_budget_us to the HP latency target, or
                                        # (priority mode, no target, budget not set) to a tenth
                                        # of the HP service's median busy period

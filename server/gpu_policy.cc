@@ -12,7 +12,6 @@ GpuPolicy InitialGpuPolicy(const PolicyConfig& c) {
   p.knobs.spin_ns = c.spin_us * 1000;
   p.knobs.hp_stale_ns = static_cast<uint64_t>(c.hp_stale_ms) * 1000000;
   p.knobs.hp_grace_ns = static_cast<uint64_t>(c.hp_grace_us) * 1000;
-  p.knobs.predict_drain = c.predict_drain;
   p.adapt_budget = c.adapt_budget;
   return p;
 }
@@ -49,7 +48,6 @@ bool ApplyPolicyChange(const PolicyChange& c, GpuPolicy* p) {
   if (c.spin_us) p->knobs.spin_ns = *c.spin_us * 1000;
   if (c.hp_stale_ms) p->knobs.hp_stale_ns = static_cast<uint64_t>(*c.hp_stale_ms) * 1000000;
   if (c.hp_grace_us) p->knobs.hp_grace_ns = static_cast<uint64_t>(*c.hp_grace_us) * 1000;
-  if (c.predict_drain) p->knobs.predict_drain = *c.predict_drain;
   if (c.adapt_budget) p->adapt_budget = *c.adapt_budget;
   // adapt_budget=true without a budget hands the budget back to the server: it starts again
   // from the mode's default and follows the service.

@@ -39,7 +39,6 @@ struct PolicyChange {
   std::optional<uint32_t> spin_us;
   std::optional<uint32_t> hp_stale_ms;
   std::optional<uint32_t> hp_grace_us;
-  std::optional<bool> predict_drain;
   std::optional<bool> adapt_budget;
 };
 

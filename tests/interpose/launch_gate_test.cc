@@ -77,71 +77,32 @@ TEST_F(LaunchGateTest, IdleHighPriorityClientBoundsQueuedBestEffortWork) {
   }
 }
 
-// predict_drain: with HP idle, a charge also counts as drained at its kernel's predicted end, so
-// a held launch goes (and a held thread is told when to look again) before the completion poller
-// has given anything back, within two budgets of charges not yet given back; high-priority work
-// queued meanwhile pushes the predicted end back. Off, the model is neither used nor kept.
-TEST_F(LaunchGateTest, PredictedDrainAdmitsWhenTheModelsQueueHasDrained) {
+// With HP idle, best-effort work goes while its charges fit the budget, and is otherwise held
+// until a completion gives charges back (no wake-up time: only a completion changes the answer);
+// a high-priority launch counts the charges in flight as queued ahead of it, and is followed
+// when that makes it outlast half the grace.
+TEST_F(LaunchGateTest, HeldBestEffortWaitsForCompletionsAndQueuesAheadOfHighPriority) {
   MarkHighPriority(130, 0, now_ - 10'000'000);  // HP client present, long idle
   uint64_t wake_by = 1;
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 60'000)), GateDecision::kGoBudget);
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 60'000), &wake_by),
             GateDecision::kWait);
-  EXPECT_EQ(wake_by, 0u);  // off: only a completion can change the answer
-  EXPECT_EQ(gate_->words.be_queue_end_ns.load(), 0u);
+  EXPECT_EQ(wake_by, 0u);
+  ReleaseBudget(*gate_, 60'000);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 60'000)), GateDecision::kGoBudget);
   ReleaseBudget(*gate_, 60'000);
 
-  gpu().predict_drain.store(1);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 60'000)), GateDecision::kGoBudget);
-  EXPECT_EQ(gate_->words.be_queue_end_ns.load(), now_ + 60'000);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_ + 10'000, Be(1000, 30'000)),
-            GateDecision::kGoBudget);
-  EXPECT_EQ(gate_->words.be_queue_end_ns.load(), now_ + 90'000);
-  // 90 us queued, 100 us budget: a 50 us launch is held until the model's queue is down to 50.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_ + 10'000, Be(1000, 50'000), &wake_by),
-            GateDecision::kWait);
-  EXPECT_EQ(wake_by, now_ + 40'000);
-  // Then it goes, though no completion has been seen (outstanding 90 + 50 <= 2 budgets).
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_ + 40'000, Be(1000, 50'000)),
-            GateDecision::kGoBudget);
-  EXPECT_EQ(gate_->words.be_outstanding_ns.load(), 140'000u);
-  EXPECT_EQ(gate_->words.be_queue_end_ns.load(), now_ + 140'000);
-  // Past the model's end, but the poller has seen nothing complete: at most two budgets.
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_ + 150'000, Be(1000, 50'000)),
-            GateDecision::kGoBudget);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_ + 250'000, Be(1000, 50'000)),
-            GateDecision::kWait);
-  EXPECT_EQ(gate_->words.be_outstanding_ns.load(), 190'000u);
-  ReleaseBudget(*gate_, 190'000);
-  // A launch longer than the budget gets no wake-up time from the model (it goes alone once the
-  // poller has seen the queue empty).
-  gate_->words.be_outstanding_ns.store(10'000);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_ + 250'000, Be(1000, 300'000), &wake_by),
-            GateDecision::kWait);
-  EXPECT_EQ(wake_by, 0u);
-  gate_->words.be_outstanding_ns.store(0);
-
-  // A high-priority launch while best-effort work is queued pushes its predicted end back.
   gpu().be_clients.store(1);
-  gate_->words.be_queue_end_ns.store(now_ + 50'000);
-  std::atomic<uint64_t> hp_queue_end{0};
-  FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; }, 200'000, false);
-  EXPECT_EQ(gate_->words.be_queue_end_ns.load(), now_ + 250'000);
-  // Nothing queued: nothing to push.
-  gate_->words.be_queue_end_ns.store(now_ - 1);
-  FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; }, 200'000, false);
-  EXPECT_EQ(gate_->words.be_queue_end_ns.load(), now_ - 1);
-  // Charges the poller has not given back but the model says are done do not make a short
-  // high-priority kernel look queued behind them (it is not followed); without the model they do.
   gpu().hp_grace_ns.store(500'000);
   gate_->words.be_outstanding_ns.store(400'000);
+  std::atomic<uint64_t> hp_queue_end{0};
+  EXPECT_TRUE(FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; },
+                                       10'000, false));
+  EXPECT_EQ(hp_queue_end.load(), now_ + 410'000);
+  gate_->words.be_outstanding_ns.store(0);
   hp_queue_end.store(0);
   EXPECT_FALSE(FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; },
                                         10'000, false));
-  gpu().predict_drain.store(0);
-  hp_queue_end.store(0);
-  EXPECT_TRUE(FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; },
-                                       10'000, false));
 }
 
 TEST_F(LaunchGateTest, BusyHighPriorityAdmitsOnlyWorkWithinTheBudget) {

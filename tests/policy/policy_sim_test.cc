@@ -57,7 +57,6 @@ struct Scenario {
   GateMode mode = GateMode::kPriority;
   std::optional<uint32_t> hp_grace_us;
   std::optional<uint64_t> be_budget_us;
-  std::optional<bool> predict_drain;
   SimParams params;
   HpWorkload hp_work;
   TrainerWorkload trainer_work;
@@ -85,10 +84,6 @@ Outcome RunScenario(const Scenario& s) {
   }
   if (s.be_budget_us) {
     SetKnob(node.state(), 0, [&](server::PolicyChange* c) { c->be_budget_us = *s.be_budget_us; });
-  }
-  if (s.predict_drain) {
-    SetKnob(node.state(), 0,
-            [&](server::PolicyChange* c) { c->predict_drain = *s.predict_drain; });
   }
   const uint64_t t0 = node.now();
   const uint64_t end = t0 + kRunNs;
@@ -253,48 +248,6 @@ TEST(PolicySimTest, TrainerWithShortKernelsNeedsABudgetBelowItsKernels) {
   EXPECT_LE(u.p99_ns, bound);
   EXPECT_LE(u.p99_ns, a.p99_ns * 5 / 4);
   EXPECT_GE(u.trainer_share / t.trainer_share, 0.3);
-}
-
-// A trainer of short kernels (40-100 us, as an eager ResNet50 step's) under a budget of a few of
-// them, beside a service that is idle most of the time (60 requests/s): with charges given back only when the poller sees a completion (50 us late here), the
-// GPU runs dry before the held trainer refills it. With predict_drain, a held launch goes when
-// the model says the queue ahead has drained far enough, and the trainer gets more of the GPU
-// the service leaves idle, while each HP kernel still finds at most about a budget queued.
-TEST(PolicySimTest, PredictedDrainRefillsTheGpuBeforeItRunsDry) {
-  Scenario alone;
-  alone.trainer = false;
-  alone.hp_work.requests_per_s = 60;
-  Scenario completion = alone;
-  completion.trainer = true;
-  completion.trainer_work.long_kernels = 0;
-  completion.be_budget_us = 100;
-  Scenario predicted = completion;
-  predicted.predict_drain = true;
-  Scenario trainer_alone = completion;
-  trainer_alone.hp = false;
-  const Outcome a = RunScenario(alone);
-  const Outcome c = RunScenario(completion);
-  const Outcome p = RunScenario(predicted);
-  const Outcome t = RunScenario(trainer_alone);
-  // The share of the GPU the service leaves idle, as the harvest efficiency counts it.
-  const double idle = 1.0 - a.hp_busy;
-  const double harvest_c = c.trainer_share / t.trainer_share / idle;
-  const double harvest_p = p.trainer_share / t.trainer_share / idle;
-  std::printf(
-      "[policy-sim] trainer of 40-100 us kernels, service at 60/s, budget %.0f us, poll lag %.0f us: harvest "
-      "efficiency %.2f with completions only, %.2f predicted (trainer %.2fx / %.2fx of alone, "
-      "service busy %.2f alone); hp p99 %.2f / %.2f ms (alone %.2f), p50 %.2f / %.2f (alone "
-      "%.2f); longest HP kernel queueing %.0f / %.0f us\n",
-      static_cast<double>(c.be_budget_ns) / 1e3,
-      static_cast<double>(completion.params.poll_lag_ns) / 1e3, harvest_c, harvest_p,
-      c.trainer_share / t.trainer_share, p.trainer_share / t.trainer_share, a.hp_busy,
-      Ms(c.p99_ns), Ms(p.p99_ns), Ms(a.p99_ns), Ms(c.p50_ns), Ms(p.p50_ns), Ms(a.p50_ns),
-      static_cast<double>(c.max_hp_kernel_wait_ns) / 1e3,
-      static_cast<double>(p.max_hp_kernel_wait_ns) / 1e3);
-  EXPECT_GE(harvest_p, harvest_c + 0.05);
-  // What a high-priority kernel finds queued stays the budget's (plus the estimates' error).
-  EXPECT_LE(p.max_hp_kernel_wait_ns, PerKernelBound(p, predicted.params));
-  EXPECT_LE(p.p99_ns, c.p99_ns * 11 / 10);
 }
 
 // ---- 2. The HP grace period ----

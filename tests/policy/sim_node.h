@@ -456,8 +456,8 @@ void SimClient::DoLaunch() {
   p->high = high_;
   p->timed = (profile || gated_) && interpose::ShouldSample(launch_index);
   if (high_) {
-    // The follow decision's models (the GPU's queue of this client's work, and with
-    // predict_drain the best-effort queue it pushes back); the simulation follows every launch.
+    // The follow decision's model (the GPU's queue of this client's work); the simulation
+    // follows every launch.
     interpose::FollowHighPriorityLaunch(gpu_ref(), gate_ref(), hp_queue_end_ns_,
                                         [now] { return now; },
                                         rec->estimate_ns.load(std::memory_order_relaxed), false);

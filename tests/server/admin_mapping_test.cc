@@ -16,7 +16,7 @@ TEST(AdminMappingTest, PolicyChangeCarriesOnlyTheNamedFields) {
   r.mutable_knobs()->set_be_budget_us(250);
   r.mutable_knobs()->set_mode(orion::v1::GATE_MODE_MPS);
   r.mutable_knobs()->set_hp_grace_us(7);  // not named: not applied
-  r.mutable_knobs()->set_predict_drain(true);  // not named either
+  r.mutable_knobs()->set_adapt_budget(true);  // not named either
   const absl::StatusOr<PolicyChange> c = PolicyChangeFromProto(r);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->gpu, 3u);
@@ -24,13 +24,12 @@ TEST(AdminMappingTest, PolicyChangeCarriesOnlyTheNamedFields) {
   EXPECT_EQ(c->be_budget_us, 250u);
   EXPECT_EQ(c->mode, contract::GateMode::kMps);
   EXPECT_FALSE(c->hp_grace_us.has_value());
-  EXPECT_FALSE(c->predict_drain.has_value());
   EXPECT_FALSE(c->adapt_budget.has_value());
 
-  r.add_fields("predict_drain");
+  r.add_fields("adapt_budget");
   const absl::StatusOr<PolicyChange> d = PolicyChangeFromProto(r);
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(d->predict_drain, true);
+  EXPECT_EQ(d->adapt_budget, true);
 }
 
 TEST(AdminMappingTest, NoFieldsMeansEveryFieldAndTheModeMustThenBeSet) {
@@ -107,10 +106,8 @@ TEST(AdminMappingTest, ViewsBecomeTheMessagesCallersRead) {
   p.knobs.mode = contract::GateMode::kMps;
   p.knobs.be_budget_ns = 5000000;
   p.knobs.hp_grace_ns = 500000;
-  p.knobs.predict_drain = true;
   orion::v1::PolicyKnobs k;
   ToProto(p, &k);
-  EXPECT_TRUE(k.predict_drain());
   EXPECT_EQ(k.mode(), orion::v1::GATE_MODE_MPS);
   EXPECT_EQ(k.be_budget_us(), 5000u);
   EXPECT_EQ(k.hp_grace_us(), 500u);

@@ -36,7 +36,6 @@ TEST(ConfigTest, PrintedDefaultsAreTheContractsDefaults) {
     EXPECT_EQ(p->spin_us * 1000ull, contract::kDefaultSpinNs);
     EXPECT_EQ(p->hp_stale_ms * 1000000ull, contract::kDefaultHpStaleNs);
     EXPECT_EQ(p->hp_grace_us * 1000ull, contract::kDefaultHpGraceNs);
-    EXPECT_EQ(p->predict_drain, contract::kDefaultPredictDrain);
   }
   EXPECT_EQ(printed->admin_address, empty->admin_address);
   // No key of the printed file replaces a default with something else: the node name stays the
@@ -216,7 +215,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"standalone: {rules: [{priority: high, memory_limit: 8Gb}]}",
                 "standalone.rules[0].memory_limit: expected a byte size"},
         BadCase{"policy: {adapt_budget: maybe}", "policy.adapt_budget: expected true or false"},
-        BadCase{"policy: {predict_drain: 1us}", "policy.predict_drain: expected true or false"},
+        BadCase{"policy: {predict_drain: false}", "policy.predict_drain: removed"},
         BadCase{"policy: [1, 2]", "policy: expected a map"},
         BadCase{"- just\n- a list", "expected a map of settings"},
         BadCase{"policy: {be_budget_us: [1}", "not valid YAML"}));

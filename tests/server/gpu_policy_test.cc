@@ -16,10 +16,8 @@ TEST(GpuPolicyTest, StartsFromTheConfigInTheBoardsUnits) {
   c.spin_us = 7;
   c.hp_stale_ms = 250;
   c.hp_grace_us = 900;
-  c.predict_drain = true;
   c.adapt_budget = false;
   const GpuPolicy p = InitialGpuPolicy(c);
-  EXPECT_TRUE(p.knobs.predict_drain);
   EXPECT_EQ(p.knobs.mode, contract::GateMode::kMps);
   EXPECT_EQ(p.knobs.be_budget_ns, 1234000u);
   EXPECT_TRUE(p.budget_set);
@@ -74,10 +72,8 @@ TEST(GpuPolicyTest, OtherKnobsChangeWithoutRestartingTheBudgetEvidence) {
   PolicyChange c;
   c.hp_grace_us = 2000;
   c.sm_threshold = 64;
-  c.predict_drain = !before.knobs.predict_drain;
   c.adapt_budget = false;
   EXPECT_FALSE(ApplyPolicyChange(c, &p));  // adapt_budget=false moves no budget
-  EXPECT_NE(p.knobs.predict_drain, before.knobs.predict_drain);
   EXPECT_EQ(p.knobs.hp_grace_ns, 2000000u);
   EXPECT_EQ(p.knobs.sm_threshold, 64u);
   EXPECT_FALSE(p.adapt_budget);

@@ -57,7 +57,7 @@ TRAIN_PID="$(awk '/orion-sample/ {print $3}' <<< "$out")"  # the process, not th
 expect "$out" "standalone/orion-sample-"
 # `policy` prints the KEY=VALUE form it takes: the output is accepted back as it is.
 out="$(ctl policy)"
-expect "$out" "mode=priority" "be_budget_us=500" "predict_drain=false" "adapt_budget=true"
+expect "$out" "mode=priority" "be_budget_us=500" "adapt_budget=true"
 ctl policy $out > /dev/null || fail "policy does not take its own output: $out"
 wait "$JOB" || fail "the trainer failed: $(cat "$W/train.out")"
 
