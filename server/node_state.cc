@@ -143,8 +143,11 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   }
   ClientPolicy policy = DecidePolicy(peer, request, config_, pod, pod_override);
   const uint32_t id = next_client_id_++;
+  // The memory quota holds per pod: the processes of one pod (by the kernel's cgroup, never the
+  // request) count against one quota area; any other process gets one of its own.
   auto slot = board_->AssignSlot(id, static_cast<uint32_t>(peer.pid), static_cast<uint32_t>(gpu),
-                                 policy.priority, policy.memory_limit_bytes);
+                                 policy.priority, policy.memory_limit_bytes,
+                                 in_pod ? absl::StrCat("pod ", peer.cgroup.pod_uid) : "");
   if (!slot) {
     a.status = RegisterStatus::kNoSlot;
     a.message = absl::StrCat("all ", contract::kMaxSlots, " client slots of this node are in use");
@@ -176,6 +179,7 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   a.board_fd = board_->board_fd();
   a.gate_fd = board_->gate_fd(a.gpu);
   a.area_fd = board_->area_fd(*slot);
+  a.quota_fd = board_->quota_fd(*slot);
   a.priority = policy.priority;
   a.memory_limit_bytes = policy.memory_limit_bytes;
   return a;

@@ -99,7 +99,7 @@ class NodeState {
     contract::Priority priority = contract::Priority::kBestEffort;
     uint64_t memory_limit_bytes = 0;
     // What to hand the client (SCM_RIGHTS), owned by the board: valid until the slot is freed.
-    int board_fd = -1, gate_fd = -1, area_fd = -1;
+    int board_fd = -1, gate_fd = -1, area_fd = -1, quota_fd = -1;
   };
   Admission Register(const PeerIdentity& peer, const contract::RegisterRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
