@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/utf8.h"
 
 namespace orion::server {
@@ -68,9 +69,25 @@ NodeState::NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board)
 }
 
 int NodeState::GpuIndexFor(const PeerIdentity& peer, const contract::RegisterRequest& r,
-                           std::string* refusal) {
+                           std::string* refusal, bool* foreign) {
   std::string uuid = SanitizeUtf8(FixedString(r.gpu_uuid));
   if (uuid.empty()) uuid = absl::StrCat("ordinal-", r.device_ordinal);
+  // In a cluster, a pod may use the GPUs the device plugin allocated to it (the agent says which)
+  // and no other. A pod the agent has not reported yet, or reported without an allocation, falls
+  // back to the node's GPUs below.
+  if (!peer.cgroup.pod_uid.empty()) {
+    auto pod = pods_.find(peer.cgroup.pod_uid);
+    if (pod != pods_.end() && !pod->second.gpu_uuids.empty() &&
+        std::find(pod->second.gpu_uuids.begin(), pod->second.gpu_uuids.end(), uuid) ==
+            pod->second.gpu_uuids.end()) {
+      // Short enough for the reply's 128 bytes with one allowed GPU; the log has it whole.
+      *refusal = absl::StrCat("GPU ", uuid, " not allocated to pod ", pod->second.ns, "/",
+                              pod->second.name, "; allowed: ",
+                              absl::StrJoin(pod->second.gpu_uuids, ", "));
+      *foreign = true;
+      return -1;
+    }
+  }
   if (const int idx = board_->FindGpu(uuid); idx >= 0) return idx;
   // The server decides which GPUs there are: those configured or found at start. A client
   // naming another UUID is refused, so made-up UUIDs cannot fill the board's GPU table.
@@ -126,11 +143,16 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
     }
   }
   std::string refusal;
-  const int gpu = GpuIndexFor(peer, request, &refusal);
+  bool foreign = false;
+  const int gpu = GpuIndexFor(peer, request, &refusal, &foreign);
   if (gpu < 0) {
-    a.status = RegisterStatus::kUnknownGpu;
+    a.status = foreign ? RegisterStatus::kRefused : RegisterStatus::kUnknownGpu;
+    if (foreign) {
+      std::fprintf(stderr, "orion-server: registration of pid %d refused: %s\n", peer.pid,
+                   refusal.c_str());
+    }
     a.message = std::move(refusal);
-    ++registrations_failed_["unknown-gpu"];
+    ++registrations_failed_[foreign ? "gpu-not-allocated" : "unknown-gpu"];
     return a;
   }
   const PodPolicy* pod = nullptr;

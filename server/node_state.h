@@ -206,9 +206,9 @@ class NodeState {
   // GPU's high-priority busy periods (SizeBudgetToService). True when it owns the budget.
   bool SizeBudgetToServices(uint32_t g, GpuPolicy& gp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The board index of the GPU the client asked for, if the server lets it use it; otherwise
-  // -1 and *refusal says why.
+  // -1 and *refusal says why (*foreign: a GPU of the node the pod was not allocated).
   int GpuIndexFor(const PeerIdentity& peer, const contract::RegisterRequest& request,
-                  std::string* refusal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                  std::string* refusal, bool* foreign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Holds mu_ for a public method. Callers waiting here go before the drain's next batch
   // (api_waiters_), so none waits for more than one batch however busy the rings are.
