@@ -109,6 +109,7 @@ enum class MemoryKind : uint32_t {
   kDevice = 0, kPitch = 1, kManaged = 2, kAsync = 3, kPool = 4, kVmmCreate = 5, kVmmMap = 6,
   kArray = 7,      // cuArrayCreate, cuArray3DCreate, cuMipmappedArrayCreate (estimated size)
   kMallocHeap = 8, // cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE): the device-side malloc heap
+  kGraphAlloc = 9, // cuGraphAddMemAllocNode: a graph's memory-allocation node
 };
 enum class CopyDirection : uint32_t {
   kUnknown = 0, kHostToDevice = 1, kDeviceToHost = 2, kDeviceToDevice = 3, kHostToHost = 4,

@@ -6,6 +6,8 @@
 // quota and not counting it would escape the quota); without a limit it goes uncounted.
 #include "interpose/glibc_compat.h"
 
+#include <sys/mman.h>
+
 #include "interpose/call_log.h"
 #include "interpose/client_state.h"
 #include "interpose/launch_gate.h"
@@ -456,5 +458,104 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
   }
   orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, key, wanted,
                                     MemoryKind::kMallocHeap, nullptr);
+  return result;
+}
+
+// ---- Graph memory-allocation nodes ----
+//
+// A memory-allocation node fixes its allocation's address when it is added; the memory is the
+// graph's from its first launch until a free node of the same graph, cuMemFree or cuMemFreeAsync
+// frees it. It is counted from the node's creation (the earliest the graph could hold it), keyed
+// by its address in the allocation table: cuMemFree / cuMemFreeAsync of the address give it back
+// (GuardedFree), and so does destroying the graph for the allocations a free node of the graph
+// frees (a graph whose free nodes already ran holds them no more).
+
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph,
+                                        const CUgraphNode* deps, size_t count,
+                                        CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  ORION_REAL_OR_RETURN(cuGraphAddMemAllocNode)
+  CUcontext ctx = nullptr;
+  Registration* reg = params != nullptr ? CurrentRegistration(&ctx) : nullptr;
+  if (reg == nullptr) return real(node, graph, deps, count, params);
+  const uint64_t bytes = params->bytesize;
+  if (orion::interpose::TableRefuses(reg, orion::interpose::g_allocations.full(), bytes,
+                                     MemoryKind::kGraphAlloc) ||
+      !orion::interpose::Reserve(reg, bytes, MemoryKind::kGraphAlloc)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult result = real(node, graph, deps, count, params);
+  if (result != CUDA_SUCCESS) {
+    orion::interpose::Refund(reg, bytes);
+    return result;
+  }
+  // No room to remember it under a limit (a race past TableRefuses): it stays counted for the
+  // process's life, the safe side (a node cannot be taken out of a graph with memory nodes).
+  if (!orion::interpose::g_allocations.Insert(params->dptr, bytes, MemoryKind::kGraphAlloc) &&
+      reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) == 0) {
+    orion::interpose::Refund(reg, bytes);
+  }
+  orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, params->dptr,
+                                    bytes, MemoryKind::kGraphAlloc, nullptr);
+  return result;
+}
+
+namespace orion::interpose {
+namespace {
+
+// The addresses the free nodes of `graph` free, at most `max` of them, into `out`; how many.
+// The node list goes in a page mapping of its own (no malloc inside a CUDA call).
+size_t GraphFreedAddresses(CUgraph graph, CUdeviceptr* out, size_t max) {
+  auto get_nodes = ORION_DRIVER(cuGraphGetNodes);
+  auto get_type = ORION_DRIVER(cuGraphNodeGetType);
+  auto get_freed = ORION_DRIVER(cuGraphMemFreeNodeGetParams);
+  if (get_nodes == nullptr || get_type == nullptr || get_freed == nullptr) return 0;
+  size_t count = 0;
+  if (get_nodes(graph, nullptr, &count) != CUDA_SUCCESS || count == 0) return 0;
+  constexpr size_t kMaxNodes = 1u << 20;
+  if (count > kMaxNodes) count = kMaxNodes;
+  const size_t bytes = count * sizeof(CUgraphNode);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return 0;
+  auto* nodes = static_cast<CUgraphNode*>(mem);
+  size_t n = 0;
+  size_t got = count;
+  if (get_nodes(graph, nodes, &got) == CUDA_SUCCESS) {
+    if (got > count) got = count;
+    for (size_t i = 0; i < got && n < max; ++i) {
+      CUgraphNodeType type;
+      CUdeviceptr dptr = 0;
+      if (nodes[i] != nullptr && get_type(nodes[i], &type) == CUDA_SUCCESS &&
+          type == CU_GRAPH_NODE_TYPE_MEM_FREE && get_freed(nodes[i], &dptr) == CUDA_SUCCESS) {
+        out[n++] = dptr;
+      }
+    }
+  }
+  munmap(mem, bytes);
+  return n;
+}
+
+}  // namespace
+}  // namespace orion::interpose
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph graph) {
+  ORION_REAL_OR_RETURN(cuGraphDestroy)
+  CUcontext ctx = nullptr;
+  Registration* reg = CurrentRegistration(&ctx);
+  if (reg == nullptr) return real(graph);
+  // Read before the graph goes; given back once it has gone.
+  CUdeviceptr freed[256];
+  const size_t n = orion::interpose::GraphFreedAddresses(graph, freed, 256);
+  const CUresult result = real(graph);
+  if (result != CUDA_SUCCESS) return result;
+  for (size_t i = 0; i < n; ++i) {
+    decltype(orion::interpose::g_allocations)::Entry entry{};
+    if (orion::interpose::g_allocations.Find(freed[i], &entry) &&
+        entry.kind == MemoryKind::kGraphAlloc &&
+        orion::interpose::g_allocations.Remove(freed[i], &entry)) {
+      orion::interpose::Refund(reg, entry.bytes);
+      orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemFree, freed[i],
+                                        entry.bytes, MemoryKind::kGraphAlloc, nullptr);
+    }
+  }
   return result;
 }
