@@ -80,9 +80,9 @@ int NodeState::GpuIndexFor(const PeerIdentity& peer, const contract::RegisterReq
     if (pod != pods_.end() && !pod->second.gpu_uuids.empty() &&
         std::find(pod->second.gpu_uuids.begin(), pod->second.gpu_uuids.end(), uuid) ==
             pod->second.gpu_uuids.end()) {
-      // Short enough for the reply's 128 bytes with one allowed GPU; the log has it whole.
-      *refusal = absl::StrCat("GPU ", uuid, " not allocated to pod ", pod->second.ns, "/",
-                              pod->second.name, "; allowed: ",
+      // What was asked and what is allowed fit the reply's 128 bytes (one allowed GPU); the
+      // log line names the pod too.
+      *refusal = absl::StrCat("GPU ", uuid, " is not allocated to this pod; allowed: ",
                               absl::StrJoin(pod->second.gpu_uuids, ", "));
       *foreign = true;
       return -1;
@@ -148,8 +148,10 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   if (gpu < 0) {
     a.status = foreign ? RegisterStatus::kRefused : RegisterStatus::kUnknownGpu;
     if (foreign) {
-      std::fprintf(stderr, "orion-server: registration of pid %d refused: %s\n", peer.pid,
-                   refusal.c_str());
+      const auto pod = pods_.find(peer.cgroup.pod_uid);
+      std::fprintf(stderr, "orion-server: registration of pid %d (pod %s/%s) refused: %s\n",
+                   peer.pid, pod != pods_.end() ? pod->second.ns.c_str() : "",
+                   pod != pods_.end() ? pod->second.name.c_str() : "", refusal.c_str());
     }
     a.message = std::move(refusal);
     ++registrations_failed_[foreign ? "gpu-not-allocated" : "unknown-gpu"];

@@ -426,7 +426,7 @@ TEST(TenantGpusTest, APodGetsOnlyTheGpusTheDevicePluginAllocatedIt) {
   ASSERT_TRUE(register_on(other, &reply));
   EXPECT_EQ(reply.status, static_cast<uint32_t>(RegisterStatus::kRefused));
   EXPECT_EQ(std::string(reply.message),
-            "GPU " + other + " not allocated to pod ml/serve-0; allowed: " + allowed);
+            "GPU " + other + " is not allocated to this pod; allowed: " + allowed);
   ASSERT_TRUE(register_on(allowed, &reply));
   EXPECT_EQ(reply.status, static_cast<uint32_t>(RegisterStatus::kOk)) << reply.message;
   // Made-up UUIDs are refused too, before they could reach the board.
