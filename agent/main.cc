@@ -23,6 +23,7 @@
 #include "agent/http_endpoint.h"
 #include "agent/interposer_install.h"
 #include "kube/kube_api.h"
+#include "agent/pod_gpus.h"
 #include "agent/pod_watcher.h"
 #include "agent/webhook_routes.h"
 #include "orion_version.h"
@@ -43,6 +44,9 @@ constexpr char kUsage[] =
     "  --server-address       orion-server AgentSync target (unix:RUN_DIR-agent/agent.sock,\n"
     "                         orion-server's default beside the pods' run folder)\n"
     "  --device-plugin-dir    /var/lib/kubelet/device-plugins\n"
+    "  --pod-resources-socket the kubelet's pod resources API, which tells the GPUs allocated\n"
+    "                         to each pod to orion-server (/var/lib/kubelet/pod-resources/\n"
+    "                         kubelet.sock; empty: not used, pods may use any GPU of the node)\n"
     "  --interposer           library to install (/opt/orion/lib/liborion_interpose.so)\n"
     "  --host-lib-dir         host folder receiving versions of it (/var/lib/orion)\n"
     "  --container-lib-dir    where pods see it (/usr/local/orion/lib)\n"
@@ -243,6 +247,8 @@ int RunNodeAgent(const Flags& flags) {
   std::atomic<bool> stop{false};
   std::unique_ptr<kube::KubeApi> api;
   std::unique_ptr<AgentSyncClient> sink;
+  std::unique_ptr<PodResourcesClient> pod_resources_client;
+  std::unique_ptr<GpuAllocationSink> gpu_sink;
   std::unique_ptr<PodWatcher> watcher;
   std::thread watcher_thread;
   std::thread server_check_thread;
@@ -265,19 +271,34 @@ int RunNodeAgent(const Flags& flags) {
     sink = std::make_unique<AgentSyncClient>(
         Flag(flags, "server-address",
              "unix:" + plugin_config.layout.run_dir + "-agent/agent.sock"));
+    // Each pod's policy carries the GPUs the device plugin allocated to it (the kubelet's pod
+    // resources API), so the server refuses the pod's registrations on any other GPU.
+    PolicySink* watcher_sink = sink.get();
+    const std::string pod_resources = Flag(flags, "pod-resources-socket",
+                                           "/var/lib/kubelet/pod-resources/kubelet.sock");
+    if (!pod_resources.empty()) {
+      pod_resources_client = std::make_unique<PodResourcesClient>(pod_resources);
+      gpu_sink = std::make_unique<GpuAllocationSink>(
+          sink.get(), [&] { return pod_resources_client->List(); },
+          std::vector<std::string>{plugin_config.resource_name});
+      watcher_sink = gpu_sink.get();
+    }
     watcher = std::make_unique<PodWatcher>(PodWatcherConfig{.node_name = node_name}, api.get(),
-                                           sink.get());
+                                           watcher_sink);
     watcher_thread = std::thread([&] { watcher->Run(&stop); });
     // A restarted orion-server knows no pods: every 250 ms the agent asks how many it knows and
     // sends them all again where that differs, so high-priority pods get their priority back
     // within about a quarter of a second of their re-registration.
+    // Every second, pods whose allocation became known (their containers were created after
+    // the pod was first sent) are sent again with their GPUs.
     server_check_thread = std::thread([&] {
-      while (!stop.load()) {
+      for (uint64_t round = 1; !stop.load(); ++round) {
         for (int i = 0; i < 5 && !stop.load(); ++i) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
         if (stop.load()) break;
         (void)watcher->CheckServer();
+        if (gpu_sink != nullptr && round % 4 == 0) (void)gpu_sink->Refresh();
       }
     });
   }

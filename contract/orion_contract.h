@@ -18,6 +18,9 @@
 //             best-effort time in flight and each high-priority client's busy state.
 //   ClientArea (one per registration; read-write in that client only)
 //             ClientAreaHeader | the client's counters | EventRing
+//   QuotaArea (one per pod, shared by the registrations of that pod's processes only; one per
+//             registration outside pods): QuotaHeader | the bytes the pod holds. The limit it
+//             is checked against is the slot's memory_limit_bytes on the (read-only) board.
 //
 // Usage (client side):
 //   int fds[kRegisterFds]; RegisterReply reply; ReceiveWithFds(sock, &reply, sizeof reply, fds, ...);
@@ -41,13 +44,15 @@ namespace orion::contract {
 
 inline constexpr uint32_t kBoardMagic = 0x4D42524Fu;  // "ORBM" little-endian
 // 3: the board is read-only in clients; gate words and client counters moved to their own areas
-inline constexpr uint32_t kBoardVersion = 3;
+// 4: the memory quota is counted in a QuotaArea per pod (a fourth descriptor)
+inline constexpr uint32_t kBoardVersion = 4;
 inline constexpr uint32_t kGateMagic = 0x4741524Fu;    // "ORAG"
 inline constexpr uint32_t kAreaMagic = 0x4143524Fu;    // "ORCA"
+inline constexpr uint32_t kQuotaMagic = 0x5150524Fu;   // "ORPQ"
 inline constexpr uint32_t kWireMagic = 0x5057524Fu;   // "ORWP" little-endian
 // 2: the reply carries the areas as descriptors; 3: NVTX range events and GPU times on the host
-// clock
-inline constexpr uint32_t kWireVersion = 3;
+// clock; 4: the reply carries a fourth descriptor, the pod's quota area
+inline constexpr uint32_t kWireVersion = 4;
 
 inline constexpr uint32_t kMaxGpus = 16;
 inline constexpr uint32_t kMaxSlots = 256;       // live clients per node
@@ -104,6 +109,7 @@ enum class MemoryKind : uint32_t {
   kDevice = 0, kPitch = 1, kManaged = 2, kAsync = 3, kPool = 4, kVmmCreate = 5, kVmmMap = 6,
   kArray = 7,      // cuArrayCreate, cuArray3DCreate, cuMipmappedArrayCreate (estimated size)
   kMallocHeap = 8, // cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE): the device-side malloc heap
+  kGraphAlloc = 9, // cuGraphAddMemAllocNode: a graph's memory-allocation node
 };
 enum class CopyDirection : uint32_t {
   kUnknown = 0, kHostToDevice = 1, kDeviceToHost = 2, kDeviceToDevice = 3, kHostToHost = 4,
@@ -265,7 +271,8 @@ struct alignas(64) BoardHeader {
   std::atomic<uint64_t> server_heartbeat_ns;  // CLOCK_MONOTONIC, ~every 100 ms
   uint32_t gate_area_bytes;    // sizeof(GateArea)
   uint32_t client_area_bytes;  // sizeof(ClientArea)
-  uint8_t reserved[184];
+  uint32_t quota_area_bytes;   // sizeof(QuotaArea)
+  uint8_t reserved[180];
 };
 
 struct Board {
@@ -342,7 +349,32 @@ struct ClientArea {
   EventRing ring;
 };
 
+// The memory a pod holds, counted by every process of the pod against its limit (the board's
+// ClientSlot::memory_limit_bytes, the same for each of the pod's slots). Mapped read-write by the
+// registrations of that pod's processes only (outside pods: by one registration), so what a
+// tenant writes here decides its own quota and nobody else's. A process reserves with a
+// compare-and-swap before the real allocation (never past the limit, never wrapping) and gives
+// back after a failed allocation or a free; the server gives back what a departing client still
+// held (its ClientArea's memory_used_bytes), and drops the area with the pod's last client.
+struct alignas(64) QuotaHeader {
+  uint32_t magic;    // kQuotaMagic (written last by the server)
+  uint32_t version;  // kBoardVersion
+  uint32_t bytes;    // sizeof(QuotaArea)
+  uint32_t reserved0;
+  uint64_t server_epoch;
+  uint8_t reserved[40];
+};
+struct QuotaArea {
+  QuotaHeader header;
+  struct alignas(64) Counters {
+    std::atomic<uint64_t> used_bytes;  // bytes the pod's processes hold (reserved)
+    std::atomic<uint64_t> peak_bytes;
+    uint8_t reserved[48];
+  } counters;
+};
+
 static_assert(sizeof(BoardHeader) == 256);
+static_assert(sizeof(QuotaArea) == 128);
 static_assert(sizeof(GpuState) == 256);
 static_assert(sizeof(ClientSlot) == 64);
 static_assert(sizeof(SlotGate) == 64);
@@ -365,7 +397,8 @@ inline bool BoardLooksValid(const Board& b, size_t mapped_bytes) {
          b.header.slot_bytes == sizeof(ClientSlot) && b.header.max_slots == kMaxSlots &&
          b.header.ring_capacity == kRingCapacity && b.header.num_gpus <= kMaxGpus &&
          b.header.gate_area_bytes == sizeof(GateArea) &&
-         b.header.client_area_bytes == sizeof(ClientArea);
+         b.header.client_area_bytes == sizeof(ClientArea) &&
+         b.header.quota_area_bytes == sizeof(QuotaArea);
 }
 inline bool GateLooksValid(const GateArea& g, size_t mapped_bytes, uint32_t gpu) {
   return mapped_bytes >= sizeof(GateArea) && g.header.magic == kGateMagic &&
@@ -378,6 +411,13 @@ inline bool AreaLooksValid(const ClientArea& a, size_t mapped_bytes, uint32_t sl
          a.header.version == kBoardVersion && a.header.bytes == sizeof(ClientArea) &&
          a.header.slot == slot && a.header.generation == generation;
 }
+// A quota area outlives the registrations of its pod, and every process of the pod can write its
+// header: a header written over must not make the pod's next processes fail open (uncounted).
+// So only its size is checked (the server seals it against shrinking); the layout's version is
+// the board's, which clients cannot write.
+inline bool QuotaLooksValid(const QuotaArea&, size_t mapped_bytes) {
+  return mapped_bytes >= sizeof(QuotaArea);
+}
 
 // ---- Unix-socket registration protocol (SOCK_STREAM, default /run/orion/orion.sock) ----
 //
@@ -387,7 +427,7 @@ inline bool AreaLooksValid(const ClientArea& a, size_t mapped_bytes, uint32_t sl
 // Identity (pid, uid, pod, container) comes from SO_PEERCRED and /proc, never from the request.
 // A kOk reply carries kRegisterFds descriptors (SCM_RIGHTS) with its first byte, in the order
 // of RegisterFd: the node's board (sealed: no writable mapping can be made of it), the GPU's
-// gate area and the client's own area. Nothing is opened by path, so the run folder can be
+// gate area, the client's own area and its pod's quota area. Nothing is opened by path, so the run folder can be
 // mounted read-only into pods.
 
 enum class MessageType : uint32_t { kRegister = 1, kRegisterReply = 2, kGoodbye = 3 };
@@ -438,7 +478,7 @@ struct RegisterReply {
   uint8_t reserved[72];
 };
 
-enum RegisterFd : int { kBoardFd = 0, kGateFd = 1, kAreaFd = 2, kRegisterFds = 3 };
+enum RegisterFd : int { kBoardFd = 0, kGateFd = 1, kAreaFd = 2, kQuotaFd = 3, kRegisterFds = 4 };
 
 struct Goodbye {
   MessageHeader header;

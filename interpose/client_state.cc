@@ -17,6 +17,7 @@
 
 #include "interpose/call_log.h"
 #include "interpose/cpu_limits.h"
+#include "interpose/memory_quota.h"
 #include "interpose/completion_tracker.h"
 #include "interpose/nvtx_ranges.h"
 #include "interpose/real_driver.h"
@@ -252,21 +253,25 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
     return false;
   }
   const contract::ClientSlot& slot = board->slots[reply.slot];
-  size_t gate_bytes = 0, area_bytes = 0;
+  size_t gate_bytes = 0, area_bytes = 0, quota_bytes = 0;
   auto* gate = static_cast<contract::GateArea*>(MapDescriptor(
       fds[contract::kGateFd], sizeof(contract::GateArea), /*writable=*/true, &gate_bytes));
   auto* area = static_cast<contract::ClientArea*>(MapDescriptor(
       fds[contract::kAreaFd], sizeof(contract::ClientArea), /*writable=*/true, &area_bytes));
+  auto* quota = static_cast<contract::QuotaArea*>(MapDescriptor(
+      fds[contract::kQuotaFd], sizeof(contract::QuotaArea), /*writable=*/true, &quota_bytes));
   const bool owned = slot.generation.load(std::memory_order_acquire) == reply.generation &&
                      slot.state.load(std::memory_order_acquire) ==
                          static_cast<uint32_t>(contract::SlotState::kActive);
-  if (!owned || gate == nullptr || area == nullptr ||
+  if (!owned || gate == nullptr || area == nullptr || quota == nullptr ||
       !contract::GateLooksValid(*gate, gate_bytes, reply.gpu) ||
-      !contract::AreaLooksValid(*area, area_bytes, reply.slot, reply.generation)) {
-    snprintf(why, why_bytes, "board slot %u, its gate area or its client area does not belong "
-             "to this registration", reply.slot);
+      !contract::AreaLooksValid(*area, area_bytes, reply.slot, reply.generation) ||
+      !contract::QuotaLooksValid(*quota, quota_bytes)) {
+    snprintf(why, why_bytes, "board slot %u, its gate area, its client area or its quota area "
+             "does not belong to this registration", reply.slot);
     if (gate != nullptr) munmap(gate, gate_bytes);
     if (area != nullptr) munmap(area, area_bytes);
+    if (quota != nullptr) munmap(quota, quota_bytes);
     if (!reused) munmap(const_cast<contract::Board*>(board), mapped);
     close(fd);
     return false;
@@ -279,6 +284,7 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
   reg->gate = gate;
   reg->own_gate = &gate->slots[reply.slot];
   reg->area = area;
+  reg->quota = quota;
   reg->slot_index = reply.slot;
   reg->generation = reply.generation;
   reg->client_id = reply.client_id;
@@ -287,16 +293,19 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
 }
 
 // The client-written counters of a registration, carried into its renewal: the quota keeps
-// counting what the process holds, and the totals go on from where they were.
-void CarryClientCounters(const contract::ClientArea& from_area, contract::ClientArea& to_area) {
+// counting what the process holds (in its pod's new quota area too, past the limit if need be:
+// the memory is held already), and the totals go on from where they were.
+void CarryClientCounters(const Registration& from_reg, Registration& to_reg) {
   using Counters = contract::ClientArea::Counters;
-  const Counters& from = from_area.counters;
-  Counters& to = to_area.counters;
+  const Counters& from = from_reg.area->counters;
+  Counters& to = to_reg.area->counters;
   for (auto field : {&Counters::memory_used_bytes, &Counters::memory_peak_bytes,
                      &Counters::launches, &Counters::throttled_ns}) {
     (to.*field).fetch_add((from.*field).load(std::memory_order_relaxed),
                           std::memory_order_relaxed);
   }
+  TryReserve(to_reg.quota->counters.used_bytes, to_reg.quota->counters.peak_bytes, 0,
+             from.memory_used_bytes.load(std::memory_order_relaxed));
 }
 
 Registration* RegisterDevice(int device) {
@@ -347,7 +356,7 @@ void RenewRegistration(Registration* reg, uint64_t now_ns) {
     char why[400] = {};
     // Short timeouts: this runs in the application's launching thread.
     if (Register(device, &fresh, timeval{0, 200'000}, why, sizeof(why))) {
-      CarryClientCounters(*reg->area, *fresh.area);
+      CarryClientCounters(*reg, fresh);
       g_kernels.ForgetNameReports();
       close(reg->socket_fd);
       reg->socket_fd = -1;

@@ -33,6 +33,9 @@ struct Registration {
   contract::SlotGate* own_gate = nullptr;  // our entry in it
   // Ours alone: counters and event ring.
   contract::ClientArea* area = nullptr;
+  // Our pod's memory quota (shared by the registrations of the pod's processes; ours alone
+  // outside pods): the bytes held, checked against slot->memory_limit_bytes.
+  contract::QuotaArea* quota = nullptr;
   uint32_t slot_index = 0;
   uint32_t generation = 0;
   uint32_t client_id = 0;

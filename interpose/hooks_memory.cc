@@ -1,10 +1,12 @@
-// Memory hooks: the per-client quota (allocations that would cross it fail with
-// CUDA_ERROR_OUT_OF_MEMORY before reaching the driver), exact used/peak counters, allocation
+// Memory hooks: the memory quota, per pod (allocations that would take the pod's processes
+// together past its limit fail with CUDA_ERROR_OUT_OF_MEMORY before reaching the driver), exact used/peak counters, allocation
 // events, and cuMemGetInfo virtualised to the quota. Device memory, VMM handles, CUDA arrays
 // and the device-side malloc heap are all counted. Under a limit, an allocation the fixed-size
 // tables cannot remember is refused (it could never be given back, so counting it would leak
 // quota and not counting it would escape the quota); without a limit it goes uncounted.
 #include "interpose/glibc_compat.h"
+
+#include <sys/mman.h>
 
 #include "interpose/call_log.h"
 #include "interpose/client_state.h"
@@ -31,15 +33,25 @@ void PushMemoryEvent(Registration* reg, EventKind kind, uint64_t address, uint64
   PushEvent(reg, e);
 }
 
-// Reserves `bytes` in the slot's quota; on refusal reports kAllocDenied.
+// Reserves `bytes` in the pod's quota (the quota area every process of the pod draws from,
+// against the limit the server put on our read-only slot) and counts them in the client's own
+// counters; on refusal reports kAllocDenied.
 bool Reserve(Registration* reg, uint64_t bytes, MemoryKind kind) {
   const uint64_t limit = reg->slot->memory_limit_bytes.load(std::memory_order_relaxed);
-  contract::ClientArea::Counters& counters = reg->area->counters;
-  if (TryReserve(counters.memory_used_bytes, counters.memory_peak_bytes, limit, bytes)) {
+  contract::QuotaArea::Counters& pod = reg->quota->counters;
+  if (TryReserve(pod.used_bytes, pod.peak_bytes, limit, bytes)) {
+    contract::ClientArea::Counters& own = reg->area->counters;
+    TryReserve(own.memory_used_bytes, own.memory_peak_bytes, 0, bytes);
     return true;
   }
   PushMemoryEvent(reg, EventKind::kAllocDenied, 0, bytes, kind, nullptr);
   return false;
+}
+
+// Gives back what Reserve took.
+void Refund(Registration* reg, uint64_t bytes) {
+  Unreserve(reg->quota->counters.used_bytes, bytes);
+  Unreserve(reg->area->counters.memory_used_bytes, bytes);
 }
 
 // Under a limit, a full table refuses: the allocation could not be accounted for at free time.
@@ -68,7 +80,7 @@ template <size_t kCapacity, typename Release>
 bool Remember(Registration* reg, AllocationTable<kCapacity>& table, uint64_t key, uint64_t bytes,
               MemoryKind kind, Release release) {
   if (table.Insert(key, bytes, kind)) return true;
-  Unreserve(reg->area->counters.memory_used_bytes, bytes);
+  Refund(reg, bytes);
   if (reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) == 0) return true;
   release();
   PushMemoryEvent(reg, EventKind::kAllocDenied, 0, bytes, kind, nullptr);
@@ -88,7 +100,7 @@ CUresult GuardedAlloc(const char* call, CUdeviceptr* dptr, uint64_t bytes, Memor
   if (!Reserve(reg, bytes, kind)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = allocate();
   if (result != CUDA_SUCCESS || dptr == nullptr) {
-    Unreserve(reg->area->counters.memory_used_bytes, bytes);
+    Refund(reg, bytes);
     return result;
   }
   const CUdeviceptr ptr = *dptr;
@@ -110,7 +122,7 @@ CUresult GuardedFree(const char* call, CUdeviceptr dptr, CUstream stream, Free r
   const bool known = g_allocations.Find(dptr, &entry);
   const CUresult result = release();
   if (result == CUDA_SUCCESS && known && g_allocations.Remove(dptr, &entry)) {
-    Unreserve(reg->area->counters.memory_used_bytes, entry.bytes);
+    Refund(reg, entry.bytes);
   }
   if (result == CUDA_SUCCESS) {
     PushMemoryEvent(reg, EventKind::kMemFree, dptr, known ? entry.bytes : 0,
@@ -163,7 +175,6 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wid
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
   if (reg == nullptr) return real(dptr, pitch, width, height, elem);
-  using orion::interpose::Unreserve;
   // Reserve the unpadded size first, then settle on pitch * height once the driver chose it.
   const uint64_t estimate = static_cast<uint64_t>(width) * height;
   if (orion::interpose::TableRefuses(reg, orion::interpose::g_allocations.full(), estimate,
@@ -173,13 +184,13 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wid
   }
   const CUresult result = real(dptr, pitch, width, height, elem);
   if (result != CUDA_SUCCESS || dptr == nullptr || pitch == nullptr) {
-    Unreserve(reg->area->counters.memory_used_bytes, estimate);
+    orion::interpose::Refund(reg, estimate);
     return result;
   }
   const uint64_t actual = static_cast<uint64_t>(*pitch) * height;
   if (actual > estimate && !orion::interpose::Reserve(reg, actual - estimate, MemoryKind::kPitch)) {
     if (auto free_fn = ORION_REAL(cuMemFree_v2); free_fn != nullptr) free_fn(*dptr);
-    Unreserve(reg->area->counters.memory_used_bytes, estimate);
+    orion::interpose::Refund(reg, estimate);
     *dptr = 0;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -224,7 +235,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
   }
   const CUresult result = real(handle, bytes, prop, flags);
   if (result != CUDA_SUCCESS || handle == nullptr) {
-    orion::interpose::Unreserve(reg->area->counters.memory_used_bytes, bytes);
+    orion::interpose::Refund(reg, bytes);
     return result;
   }
   const CUmemGenericAllocationHandle created = *handle;
@@ -248,7 +259,7 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   const CUresult result = real(handle);
   orion::interpose::AllocationTable<16384>::Entry entry{};
   if (result == CUDA_SUCCESS && orion::interpose::g_vmm_handles.Remove(handle, &entry)) {
-    orion::interpose::Unreserve(reg->area->counters.memory_used_bytes, entry.bytes);
+    orion::interpose::Refund(reg, entry.bytes);
     orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemFree, handle,
                                       entry.bytes, MemoryKind::kVmmCreate, nullptr);
   }
@@ -290,7 +301,7 @@ CUresult CUDAAPI cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   if (reg == nullptr) return result;
   const orion::contract::ClientSlot& slot = *reg->slot;
   orion::interpose::VirtualizeMemInfo(slot.memory_limit_bytes.load(std::memory_order_relaxed),
-                                      reg->area->counters.memory_used_bytes.load(
+                                      reg->quota->counters.used_bytes.load(
                                           std::memory_order_relaxed),
                                       free_bytes, total_bytes);
   return result;
@@ -330,7 +341,7 @@ CUresult GuardedArray(Handle* handle, uint64_t bytes, Create create, Destroy des
   }
   const CUresult result = create();
   if (result != CUDA_SUCCESS || handle == nullptr) {
-    Unreserve(reg->area->counters.memory_used_bytes, bytes);
+    Refund(reg, bytes);
     return result;
   }
   const Handle created = *handle;
@@ -351,7 +362,7 @@ CUresult GuardedArrayDestroy(uint64_t key, Destroy destroy) {
   const CUresult result = destroy();
   AllocationTable<4096>::Entry entry{};
   if (result == CUDA_SUCCESS && g_arrays.Remove(key, &entry)) {
-    Unreserve(reg->area->counters.memory_used_bytes, entry.bytes);
+    Refund(reg, entry.bytes);
     PushMemoryEvent(reg, EventKind::kMemFree, key, entry.bytes, MemoryKind::kArray, nullptr);
   }
   return result;
@@ -426,7 +437,6 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
   orion::interpose::AllocationTable<64>::Entry before{};
   const uint64_t counted = g_malloc_heaps.Find(key, &before) ? before.bytes : 0;
   const uint64_t wanted = value;
-  std::atomic<uint64_t>& used = reg->area->counters.memory_used_bytes;
   if (wanted > counted) {
     if (orion::interpose::TableRefuses(reg, counted == 0 && g_malloc_heaps.full(),
                                        wanted - counted, MemoryKind::kMallocHeap) ||
@@ -436,17 +446,116 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
   }
   const CUresult result = real(limit, value);
   if (result != CUDA_SUCCESS) {
-    if (wanted > counted) orion::interpose::Unreserve(used, wanted - counted);
+    if (wanted > counted) orion::interpose::Refund(reg, wanted - counted);
     return result;
   }
-  if (wanted < counted) orion::interpose::Unreserve(used, counted - wanted);
+  if (wanted < counted) orion::interpose::Refund(reg, counted - wanted);
   if (!g_malloc_heaps.Insert(key, wanted, MemoryKind::kMallocHeap) &&
       reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) == 0) {
     // No room to remember it (56 contexts) and no limit to hold: left uncounted. Under a limit
     // (a race past TableRefuses) it stays counted for the process's life, the safe side.
-    orion::interpose::Unreserve(used, wanted - counted);
+    orion::interpose::Refund(reg, wanted - counted);
   }
   orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, key, wanted,
                                     MemoryKind::kMallocHeap, nullptr);
+  return result;
+}
+
+// ---- Graph memory-allocation nodes ----
+//
+// A memory-allocation node fixes its allocation's address when it is added; the memory is the
+// graph's from its first launch until a free node of the same graph, cuMemFree or cuMemFreeAsync
+// frees it. It is counted from the node's creation (the earliest the graph could hold it), keyed
+// by its address in the allocation table: cuMemFree / cuMemFreeAsync of the address give it back
+// (GuardedFree), and so does destroying the graph for the allocations a free node of the graph
+// frees (a graph whose free nodes already ran holds them no more).
+
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph,
+                                        const CUgraphNode* deps, size_t count,
+                                        CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  ORION_REAL_OR_RETURN(cuGraphAddMemAllocNode)
+  CUcontext ctx = nullptr;
+  Registration* reg = params != nullptr ? CurrentRegistration(&ctx) : nullptr;
+  if (reg == nullptr) return real(node, graph, deps, count, params);
+  const uint64_t bytes = params->bytesize;
+  if (orion::interpose::TableRefuses(reg, orion::interpose::g_allocations.full(), bytes,
+                                     MemoryKind::kGraphAlloc) ||
+      !orion::interpose::Reserve(reg, bytes, MemoryKind::kGraphAlloc)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult result = real(node, graph, deps, count, params);
+  if (result != CUDA_SUCCESS) {
+    orion::interpose::Refund(reg, bytes);
+    return result;
+  }
+  // No room to remember it under a limit (a race past TableRefuses): it stays counted for the
+  // process's life, the safe side (a node cannot be taken out of a graph with memory nodes).
+  if (!orion::interpose::g_allocations.Insert(params->dptr, bytes, MemoryKind::kGraphAlloc) &&
+      reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) == 0) {
+    orion::interpose::Refund(reg, bytes);
+  }
+  orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, params->dptr,
+                                    bytes, MemoryKind::kGraphAlloc, nullptr);
+  return result;
+}
+
+namespace orion::interpose {
+namespace {
+
+// The addresses the free nodes of `graph` free, at most `max` of them, into `out`; how many.
+// The node list goes in a page mapping of its own (no malloc inside a CUDA call).
+size_t GraphFreedAddresses(CUgraph graph, CUdeviceptr* out, size_t max) {
+  auto get_nodes = ORION_DRIVER(cuGraphGetNodes);
+  auto get_type = ORION_DRIVER(cuGraphNodeGetType);
+  auto get_freed = ORION_DRIVER(cuGraphMemFreeNodeGetParams);
+  if (get_nodes == nullptr || get_type == nullptr || get_freed == nullptr) return 0;
+  size_t count = 0;
+  if (get_nodes(graph, nullptr, &count) != CUDA_SUCCESS || count == 0) return 0;
+  constexpr size_t kMaxNodes = 1u << 20;
+  if (count > kMaxNodes) count = kMaxNodes;
+  const size_t bytes = count * sizeof(CUgraphNode);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return 0;
+  auto* nodes = static_cast<CUgraphNode*>(mem);
+  size_t n = 0;
+  size_t got = count;
+  if (get_nodes(graph, nodes, &got) == CUDA_SUCCESS) {
+    if (got > count) got = count;
+    for (size_t i = 0; i < got && n < max; ++i) {
+      CUgraphNodeType type;
+      CUdeviceptr dptr = 0;
+      if (nodes[i] != nullptr && get_type(nodes[i], &type) == CUDA_SUCCESS &&
+          type == CU_GRAPH_NODE_TYPE_MEM_FREE && get_freed(nodes[i], &dptr) == CUDA_SUCCESS) {
+        out[n++] = dptr;
+      }
+    }
+  }
+  munmap(mem, bytes);
+  return n;
+}
+
+}  // namespace
+}  // namespace orion::interpose
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph graph) {
+  ORION_REAL_OR_RETURN(cuGraphDestroy)
+  CUcontext ctx = nullptr;
+  Registration* reg = CurrentRegistration(&ctx);
+  if (reg == nullptr) return real(graph);
+  // Read before the graph goes; given back once it has gone.
+  CUdeviceptr freed[256];
+  const size_t n = orion::interpose::GraphFreedAddresses(graph, freed, 256);
+  const CUresult result = real(graph);
+  if (result != CUDA_SUCCESS) return result;
+  for (size_t i = 0; i < n; ++i) {
+    decltype(orion::interpose::g_allocations)::Entry entry{};
+    if (orion::interpose::g_allocations.Find(freed[i], &entry) &&
+        entry.kind == MemoryKind::kGraphAlloc &&
+        orion::interpose::g_allocations.Remove(freed[i], &entry)) {
+      orion::interpose::Refund(reg, entry.bytes);
+      orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemFree, freed[i],
+                                        entry.bytes, MemoryKind::kGraphAlloc, nullptr);
+    }
+  }
   return result;
 }

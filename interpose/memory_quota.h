@@ -1,14 +1,15 @@
-// Memory quota of one client: reservation arithmetic on the slot's shared counters and the table
-// that remembers what each live allocation cost, so frees give back exactly what allocs took.
+// Memory quota of one client: reservation arithmetic on the shared counters (its pod's quota area,
+// which every process of the pod draws from, and its own area) and the table that remembers what
+// each live allocation cost, so frees give back exactly what allocs took.
 //
 // Pure and allocation-free (fixed-size storage, a spin lock that only alloc/free paths take), so
 // it is unit-tested without a GPU and never calls malloc inside the host process's CUDA calls.
 //
 // Usage:
-//   if (!TryReserve(slot.memory_used_bytes, slot.memory_peak_bytes, limit, bytes)) deny();
-//   if (real_alloc_failed) Unreserve(slot.memory_used_bytes, bytes);
+//   if (!TryReserve(quota.used_bytes, quota.peak_bytes, limit, bytes)) deny();
+//   if (real_alloc_failed) Unreserve(quota.used_bytes, bytes);
 //   table.Insert(ptr, bytes, MemoryKind::kDevice);
-//   ... AllocationTable::Entry e; if (table.Remove(ptr, &e)) Unreserve(used, e.bytes);
+//   ... AllocationTable::Entry e; if (table.Remove(ptr, &e)) Unreserve(quota.used_bytes, e.bytes);
 #pragma once
 
 #include <stddef.h>
@@ -21,28 +22,40 @@
 
 namespace orion::interpose {
 
-// Adds `bytes` to `used` unless that would cross `limit` (0 = unlimited). On success raises
-// `peak` to the new total. The add-then-roll-back order keeps concurrent reservations from
-// jointly overshooting: each sees the others' bytes before deciding.
+// Adds `bytes` to `used` unless that would cross `limit` (0 = unlimited) or wrap. On success
+// raises `peak` to the new total. A compare-and-swap loop: the counter is only ever moved to a
+// value checked against the limit, so concurrent reservations (threads, or the processes of one
+// pod sharing the counter) cannot jointly overshoot, and a counter written over with garbage
+// (a huge value, a wrapped one) refuses or admits by the limit, never crashes or wraps. The
+// loop gives up (refuses) after kMaxReserveAttempts lost races: somebody keeps rewriting the
+// counter, which only the pod's own processes can.
+inline constexpr int kMaxReserveAttempts = 4096;
 inline bool TryReserve(std::atomic<uint64_t>& used, std::atomic<uint64_t>& peak, uint64_t limit,
                        uint64_t bytes) {
-  const uint64_t before = used.fetch_add(bytes, std::memory_order_acq_rel);
-  const uint64_t after = before + bytes;
-  if (after < before || (limit != 0 && after > limit)) {
-    used.fetch_sub(bytes, std::memory_order_acq_rel);
-    return false;
+  uint64_t seen = used.load(std::memory_order_relaxed);
+  uint64_t after = 0;
+  for (int attempt = 0;; ++attempt) {
+    after = seen + bytes;
+    if (after < seen || (limit != 0 && after > limit)) return false;
+    if (used.compare_exchange_weak(seen, after, std::memory_order_acq_rel,
+                                   std::memory_order_relaxed)) {
+      break;
+    }
+    if (attempt >= kMaxReserveAttempts) return false;
   }
-  uint64_t seen = peak.load(std::memory_order_relaxed);
-  while (after > seen && !peak.compare_exchange_weak(seen, after, std::memory_order_relaxed)) {
+  uint64_t seen_peak = peak.load(std::memory_order_relaxed);
+  while (after > seen_peak &&
+         !peak.compare_exchange_weak(seen_peak, after, std::memory_order_relaxed)) {
   }
   return true;
 }
 
 // Gives back `bytes`, never going below zero (the counter lives in shared memory the server may
-// have reset).
+// have reset, or a process of the pod written over). Gives up after kMaxReserveAttempts lost
+// races (somebody keeps rewriting the counter): the bytes then stay counted, the safe side.
 inline void Unreserve(std::atomic<uint64_t>& used, uint64_t bytes) {
   uint64_t seen = used.load(std::memory_order_relaxed);
-  for (;;) {
+  for (int attempt = 0; attempt <= kMaxReserveAttempts; ++attempt) {
     const uint64_t next = seen > bytes ? seen - bytes : 0;
     if (used.compare_exchange_weak(seen, next, std::memory_order_acq_rel)) return;
   }

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/utf8.h"
 
 namespace orion::server {
 
@@ -203,8 +205,25 @@ absl::StatusOr<std::vector<PodPolicy>> PodsFromProto(const orion::v1::UpsertPods
     absl::StatusOr<contract::Priority> priority =
         PriorityFromProto(p.priority(), absl::StrCat("pods[", i, "].priority").c_str());
     if (!priority.ok()) return priority.status();
-    pods.push_back(PodPolicy{p.pod_uid(), p.name(), p.namespace_(), *priority,
-                             p.memory_limit_bytes(), p.latency_target_us()});
+    PodPolicy pod{p.pod_uid(), p.name(), p.namespace_(), *priority, p.memory_limit_bytes(),
+                  p.latency_target_us()};
+    if (p.gpu_uuids_size() > static_cast<int>(contract::kMaxGpus)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pods[", i, "] (", p.namespace_(), "/", p.name(), "): ",
+                       p.gpu_uuids_size(), " gpu_uuids, more than a node has (",
+                       contract::kMaxGpus, ")"));
+    }
+    for (int g = 0; g < p.gpu_uuids_size(); ++g) {
+      const std::string& uuid = p.gpu_uuids(g);
+      if (uuid.empty() || uuid.size() >= contract::kGpuUuidBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("pods[", i, "].gpu_uuids[", g, "] (", p.namespace_(), "/", p.name(),
+                         "): '", SanitizeUtf8(uuid.substr(0, 64)), "' is not a GPU UUID (1 to ",
+                         contract::kGpuUuidBytes - 1, " characters)"));
+      }
+      pod.gpu_uuids.push_back(SanitizeUtf8(uuid));
+    }
+    pods.push_back(std::move(pod));
   }
   return pods;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "contract/orion_contract.h"
@@ -29,6 +30,9 @@ struct PodPolicy {
   // Set by AdmitPodPolicy: what the server's policy changed of the annotations.
   bool high_refused = false;            // annotated high in a namespace not allowed it
   uint64_t latency_raised_from_us = 0;  // annotated below policy.min_latency_target_ms
+  // The GPUs the device plugin allocated to the pod (the agent's AgentSync); empty: not known,
+  // the node's GPUs are allowed.
+  std::vector<std::string> gpu_uuids;
 };
 
 // What the server decided for a client at registration.

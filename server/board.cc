@@ -94,6 +94,7 @@ absl::StatusOr<std::unique_ptr<NodeBoard>> NodeBoard::Create() {
   board->header.ring_capacity = contract::kRingCapacity;
   board->header.gate_area_bytes = sizeof(contract::GateArea);
   board->header.client_area_bytes = sizeof(contract::ClientArea);
+  board->header.quota_area_bytes = sizeof(contract::QuotaArea);
   board->header.server_epoch.store(epoch, std::memory_order_relaxed);
   PublishMagic(board->header.magic, contract::kBoardMagic);
   // From here on nobody can make a writable mapping of the board or write(2) to it; the
@@ -106,6 +107,7 @@ absl::StatusOr<std::unique_ptr<NodeBoard>> NodeBoard::Create() {
 NodeBoard::~NodeBoard() {
   for (Area& a : areas_) DropArea(a);
   for (Area& g : gates_) DropArea(g);
+  for (auto& [key, q] : quotas_) DropArea(q.area);
   if (board_) ::munmap(board_, sizeof(Board));
   if (board_fd_ >= 0) ::close(board_fd_);
 }
@@ -155,9 +157,59 @@ int NodeBoard::FindOrAddGpu(const std::string& uuid) {
   return static_cast<int>(n);
 }
 
+contract::QuotaArea* NodeBoard::quota(uint32_t slot) {
+  if (slot >= contract::kMaxSlots || !slot_used_[slot]) return nullptr;
+  auto it = quotas_.find(slot_quota_[slot]);
+  return it == quotas_.end() ? nullptr : static_cast<contract::QuotaArea*>(it->second.area.mem);
+}
+
+int NodeBoard::quota_fd(uint32_t slot) const {
+  if (slot >= contract::kMaxSlots || !slot_used_[slot]) return -1;
+  auto it = quotas_.find(slot_quota_[slot]);
+  return it == quotas_.end() ? -1 : it->second.area.fd;
+}
+
+uint32_t NodeBoard::quota_areas() const { return static_cast<uint32_t>(quotas_.size()); }
+
+absl::StatusOr<NodeBoard::QuotaRecord*> NodeBoard::JoinQuota(const std::string& key) {
+  auto it = quotas_.find(key);
+  if (it == quotas_.end()) {
+    absl::StatusOr<Area> made = MakeArea("orion-quota", sizeof(contract::QuotaArea), true);
+    if (!made.ok()) return made.status();
+    auto* q = static_cast<contract::QuotaArea*>(made->mem);  // zero counters (ftruncate)
+    q->header.version = contract::kBoardVersion;
+    q->header.bytes = sizeof(contract::QuotaArea);
+    q->header.server_epoch = epoch_;
+    PublishMagic(q->header.magic, contract::kQuotaMagic);
+    it = quotas_.emplace(key, QuotaRecord{*made, 0}).first;
+  }
+  ++it->second.users;
+  return &it->second;
+}
+
+void NodeBoard::LeaveQuota(const std::string& key, uint64_t held_bytes) {
+  auto it = quotas_.find(key);
+  if (it == quotas_.end()) return;
+  if (--it->second.users == 0) {
+    DropArea(it->second.area);
+    quotas_.erase(it);
+    return;
+  }
+  // What the departing client still held goes back to its pod: the driver freed it with the
+  // process. The figure is the client's own (its area), so a liar moves only its pod's count,
+  // and the count never goes below zero.
+  auto* q = static_cast<contract::QuotaArea*>(it->second.area.mem);
+  std::atomic<uint64_t>& used = q->counters.used_bytes;
+  uint64_t seen = used.load(std::memory_order_relaxed);
+  while (!used.compare_exchange_weak(seen, seen > held_bytes ? seen - held_bytes : 0,
+                                     std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  }
+}
+
 std::optional<uint32_t> NodeBoard::AssignSlot(uint32_t client_id, uint32_t pid, uint32_t gpu,
                                               contract::Priority priority,
-                                              uint64_t memory_limit) {
+                                              uint64_t memory_limit,
+                                              const std::string& quota_key) {
   contract::GateArea* gate_area = gate(gpu);
   if (gate_area == nullptr) return std::nullopt;
   for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
@@ -168,6 +220,17 @@ std::optional<uint32_t> NodeBoard::AssignSlot(uint32_t client_id, uint32_t pid, 
                    std::string(made.status().message()).c_str());
       return std::nullopt;
     }
+    // The pod's quota area, or one of the registration's own (a key no pod can have).
+    const std::string key =
+        quota_key.empty() ? absl::StrCat("client ", client_id) : quota_key;
+    absl::StatusOr<QuotaRecord*> joined = JoinQuota(key);
+    if (!joined.ok()) {
+      std::fprintf(stderr, "orion-server: client %u not registered: %s\n", client_id,
+                   std::string(joined.status().message()).c_str());
+      DropArea(*made);
+      return std::nullopt;
+    }
+    slot_quota_[i] = key;
     slot_used_[i] = true;
     slot_gpu_[i] = gpu;
     slot_priority_[i] = priority;
@@ -212,6 +275,11 @@ void NodeBoard::FreeSlot(uint32_t slot) {
   if (contract::GateArea* g = gate(gpu); g != nullptr) {
     g->slots[slot].inflight.store(0, std::memory_order_relaxed);
   }
+  const auto* client = static_cast<const contract::ClientArea*>(areas_[slot].mem);
+  LeaveQuota(slot_quota_[slot],
+             client != nullptr ? client->counters.memory_used_bytes.load(std::memory_order_relaxed)
+                               : 0);
+  slot_quota_[slot].clear();
   DropArea(areas_[slot]);
   slot_used_[slot] = false;
   if (gpu < contract::kMaxGpus) {
@@ -377,6 +445,7 @@ uint32_t NodeBoard::Reassert() {
   put_plain(h.ring_capacity, contract::kRingCapacity);
   put_plain(h.gate_area_bytes, static_cast<uint32_t>(sizeof(contract::GateArea)));
   put_plain(h.client_area_bytes, static_cast<uint32_t>(sizeof(contract::ClientArea)));
+  put_plain(h.quota_area_bytes, static_cast<uint32_t>(sizeof(contract::QuotaArea)));
   put(h.server_epoch, epoch_);
   put(*reinterpret_cast<std::atomic<uint32_t>*>(&h.magic), contract::kBoardMagic);
 

@@ -8,10 +8,12 @@
 //   absl::StatusOr<std::unique_ptr<NodeBoard>> board = NodeBoard::Create();
 //   int gpu = (*board)->FindOrAddGpu("GPU-...");
 //   auto slot = (*board)->AssignSlot(client_id, pid, gpu, Priority::kHigh, limit);
-//   hand (*board)->board_fd(), gate_fd(gpu), area_fd(*slot) to the client (SCM_RIGHTS)
+//   hand (*board)->board_fd(), gate_fd(gpu), area_fd(*slot), quota_fd(*slot) to the client
+//   (SCM_RIGHTS)
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,6 +70,10 @@ class NodeBoard {
   int board_fd() const { return board_fd_; }
   int gate_fd(uint32_t gpu) const { return gpu < contract::kMaxGpus ? gates_[gpu].fd : -1; }
   int area_fd(uint32_t slot) const { return slot < contract::kMaxSlots ? areas_[slot].fd : -1; }
+  // The quota area of a slot in use (its pod's, shared by the pod's slots), -1 / null otherwise.
+  int quota_fd(uint32_t slot) const;
+  contract::QuotaArea* quota(uint32_t slot);
+  uint32_t quota_areas() const;  // quota areas alive (one per pod with clients, one per other)
   // The gate area of a GPU of the board, and the client area of a slot in use (null otherwise).
   contract::GateArea* gate(uint32_t gpu);
   contract::ClientArea* area(uint32_t slot);
@@ -81,9 +87,12 @@ class NodeBoard {
 
   // Slot life cycle. AssignSlot makes the slot's client area (empty ring, zero counters) and
   // clears its gate entry before publishing kActive; nullopt if no slot is free or the area
-  // cannot be made. FreeSlot releases the area.
+  // cannot be made. FreeSlot releases the area. Slots of one `quota_key` (a pod) share one quota
+  // area; an empty key gives the slot a quota area of its own. FreeSlot gives back to the quota
+  // area what the client's area says it still held, and drops the quota area with its last slot.
   std::optional<uint32_t> AssignSlot(uint32_t client_id, uint32_t pid, uint32_t gpu,
-                                     contract::Priority priority, uint64_t memory_limit);
+                                     contract::Priority priority, uint64_t memory_limit,
+                                     const std::string& quota_key = "");
   void FreeSlot(uint32_t slot);
   void SetPriority(uint32_t slot, contract::Priority priority);
   void SetPaused(uint32_t slot, bool paused);
@@ -128,6 +137,13 @@ class NodeBoard {
   // Seals size changes, and with `seal_now` further seals too.
   static absl::StatusOr<Area> MakeArea(const char* name, size_t bytes, bool seal_now);
   static void DropArea(Area& area);
+  // A pod's memory quota area and how many slots use it.
+  struct QuotaRecord {
+    Area area;
+    uint32_t users = 0;
+  };
+  absl::StatusOr<QuotaRecord*> JoinQuota(const std::string& key);
+  void LeaveQuota(const std::string& key, uint64_t held_bytes);
 
   contract::Board* board_;
   int board_fd_;
@@ -136,6 +152,8 @@ class NodeBoard {
   Area gates_[contract::kMaxGpus];
   Area areas_[contract::kMaxSlots];
   bool slot_used_[contract::kMaxSlots] = {};
+  std::map<std::string, QuotaRecord> quotas_;  // by key: "pod <uid>", or "client <id>"
+  std::string slot_quota_[contract::kMaxSlots];
   // The server's own record of each slot's GPU and priority: the board's copies are for the
   // clients, and a tenant can write them (it must not put itself into hp_slot_mask).
   uint32_t slot_gpu_[contract::kMaxSlots] = {};

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/utf8.h"
 
 namespace orion::server {
@@ -68,9 +69,25 @@ NodeState::NodeState(ServerConfig config, std::unique_ptr<NodeBoard> board)
 }
 
 int NodeState::GpuIndexFor(const PeerIdentity& peer, const contract::RegisterRequest& r,
-                           std::string* refusal) {
+                           std::string* refusal, bool* foreign) {
   std::string uuid = SanitizeUtf8(FixedString(r.gpu_uuid));
   if (uuid.empty()) uuid = absl::StrCat("ordinal-", r.device_ordinal);
+  // In a cluster, a pod may use the GPUs the device plugin allocated to it (the agent says which)
+  // and no other. A pod the agent has not reported yet, or reported without an allocation, falls
+  // back to the node's GPUs below.
+  if (!peer.cgroup.pod_uid.empty()) {
+    auto pod = pods_.find(peer.cgroup.pod_uid);
+    if (pod != pods_.end() && !pod->second.gpu_uuids.empty() &&
+        std::find(pod->second.gpu_uuids.begin(), pod->second.gpu_uuids.end(), uuid) ==
+            pod->second.gpu_uuids.end()) {
+      // What was asked and what is allowed fit the reply's 128 bytes (one allowed GPU); the
+      // log line names the pod too.
+      *refusal = absl::StrCat("GPU ", uuid, " is not allocated to this pod; allowed: ",
+                              absl::StrJoin(pod->second.gpu_uuids, ", "));
+      *foreign = true;
+      return -1;
+    }
+  }
   if (const int idx = board_->FindGpu(uuid); idx >= 0) return idx;
   // The server decides which GPUs there are: those configured or found at start. A client
   // naming another UUID is refused, so made-up UUIDs cannot fill the board's GPU table.
@@ -126,11 +143,18 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
     }
   }
   std::string refusal;
-  const int gpu = GpuIndexFor(peer, request, &refusal);
+  bool foreign = false;
+  const int gpu = GpuIndexFor(peer, request, &refusal, &foreign);
   if (gpu < 0) {
-    a.status = RegisterStatus::kUnknownGpu;
+    a.status = foreign ? RegisterStatus::kRefused : RegisterStatus::kUnknownGpu;
+    if (foreign) {
+      const auto pod = pods_.find(peer.cgroup.pod_uid);
+      std::fprintf(stderr, "orion-server: registration of pid %d (pod %s/%s) refused: %s\n",
+                   peer.pid, pod != pods_.end() ? pod->second.ns.c_str() : "",
+                   pod != pods_.end() ? pod->second.name.c_str() : "", refusal.c_str());
+    }
     a.message = std::move(refusal);
-    ++registrations_failed_["unknown-gpu"];
+    ++registrations_failed_[foreign ? "gpu-not-allocated" : "unknown-gpu"];
     return a;
   }
   const PodPolicy* pod = nullptr;
@@ -143,8 +167,11 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   }
   ClientPolicy policy = DecidePolicy(peer, request, config_, pod, pod_override);
   const uint32_t id = next_client_id_++;
+  // The memory quota holds per pod: the processes of one pod (by the kernel's cgroup, never the
+  // request) count against one quota area; any other process gets one of its own.
   auto slot = board_->AssignSlot(id, static_cast<uint32_t>(peer.pid), static_cast<uint32_t>(gpu),
-                                 policy.priority, policy.memory_limit_bytes);
+                                 policy.priority, policy.memory_limit_bytes,
+                                 in_pod ? absl::StrCat("pod ", peer.cgroup.pod_uid) : "");
   if (!slot) {
     a.status = RegisterStatus::kNoSlot;
     a.message = absl::StrCat("all ", contract::kMaxSlots, " client slots of this node are in use");
@@ -176,6 +203,7 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   a.board_fd = board_->board_fd();
   a.gate_fd = board_->gate_fd(a.gpu);
   a.area_fd = board_->area_fd(*slot);
+  a.quota_fd = board_->quota_fd(*slot);
   a.priority = policy.priority;
   a.memory_limit_bytes = policy.memory_limit_bytes;
   return a;

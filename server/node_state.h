@@ -99,7 +99,7 @@ class NodeState {
     contract::Priority priority = contract::Priority::kBestEffort;
     uint64_t memory_limit_bytes = 0;
     // What to hand the client (SCM_RIGHTS), owned by the board: valid until the slot is freed.
-    int board_fd = -1, gate_fd = -1, area_fd = -1;
+    int board_fd = -1, gate_fd = -1, area_fd = -1, quota_fd = -1;
   };
   Admission Register(const PeerIdentity& peer, const contract::RegisterRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -206,9 +206,9 @@ class NodeState {
   // GPU's high-priority busy periods (SizeBudgetToService). True when it owns the budget.
   bool SizeBudgetToServices(uint32_t g, GpuPolicy& gp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The board index of the GPU the client asked for, if the server lets it use it; otherwise
-  // -1 and *refusal says why.
+  // -1 and *refusal says why (*foreign: a GPU of the node the pod was not allocated).
   int GpuIndexFor(const PeerIdentity& peer, const contract::RegisterRequest& request,
-                  std::string* refusal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                  std::string* refusal, bool* foreign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Holds mu_ for a public method. Callers waiting here go before the drain's next batch
   // (api_waiters_), so none waits for more than one batch however busy the rings are.

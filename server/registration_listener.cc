@@ -347,8 +347,9 @@ void RegistrationListener::OnReadable(int fd) {
   // Its identity is taken; the connection's end now tells when it goes.
   if (conn.peer->pidfd >= 0) ::close(conn.peer->pidfd);
   conn.peer->pidfd = -1;
-  // The client's view: the board (read-only), its GPU's gate area and its own area.
-  const int fds[contract::kRegisterFds] = {a.board_fd, a.gate_fd, a.area_fd};
+  // The client's view: the board (read-only), its GPU's gate area, its own area and its pod's
+  // quota area.
+  const int fds[contract::kRegisterFds] = {a.board_fd, a.gate_fd, a.area_fd, a.quota_fd};
   (void)contract::SendWithFds(fd, &reply, sizeof(reply), fds, contract::kRegisterFds);
 }
 

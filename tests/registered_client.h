@@ -1,7 +1,7 @@
 // Test support: a minimal client of orion-server's registration socket that speaks the
 // contract's protocol (standing in for the interposer, which has its own tests), and maps what
-// the server hands over as the interposer does: the board read-only, the GPU's gate area and the
-// client's own area read-write.
+// the server hands over as the interposer does: the board read-only, the GPU's gate area, the
+// client's own area and its pod's quota area read-write.
 //
 // Usage:
 //   ClientMaps maps;
@@ -23,10 +23,11 @@ namespace orion::testing {
 
 // What a registered client maps; the descriptors stay open (a test may try more with them).
 struct ClientMaps {
-  int fds[contract::kRegisterFds] = {-1, -1, -1};
+  int fds[contract::kRegisterFds] = {-1, -1, -1, -1};
   const contract::Board* board = nullptr;
   contract::GateArea* gate = nullptr;
   contract::ClientArea* area = nullptr;
+  contract::QuotaArea* quota = nullptr;
 };
 
 // Maps sizeof(T) of a descriptor the server handed over (or a test took from the board); null
@@ -70,6 +71,7 @@ inline int RegisterClient(const std::string& socket_path, const contract::Regist
   maps->board = MapAs<const contract::Board>(fds[contract::kBoardFd], PROT_READ);
   maps->gate = MapAs<contract::GateArea>(fds[contract::kGateFd], PROT_READ | PROT_WRITE);
   maps->area = MapAs<contract::ClientArea>(fds[contract::kAreaFd], PROT_READ | PROT_WRITE);
+  maps->quota = MapAs<contract::QuotaArea>(fds[contract::kQuotaFd], PROT_READ | PROT_WRITE);
   return fd;
 }
 

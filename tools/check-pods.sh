@@ -263,6 +263,7 @@ print(*[x.getsockname()[1] for x in s])')
 "${HELM}" template orion "${ROOT}/deploy/helm/orion-gpu-share" --namespace orion-system \
   --set hostPaths.runDir="${NODE}/run/orion" --set hostPaths.libDir="${NODE}/var/lib/orion" \
   --set hostPaths.devicePluginDir="${NODE}/var/lib/kubelet/device-plugins" \
+  --set hostPaths.podResourcesDir="${NODE}/var/lib/kubelet/pod-resources" \
   --set 'gpus={GPU-6f72696f-6e2d-7369-6d00-000000000000}' \
   --set server.adminPort="${ADMIN_PORT}" --set server.metricsPort="${METRICS_PORT}" \
   --set agent.healthPort="${HEALTH_PORT}" --set webhook.port="${WEBHOOK_PORT}" > "${WORK}/chart.yaml"

@@ -1648,14 +1648,100 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hexec) {
   return CUDA_SUCCESS;
 }
 
+// A graph's allocations freed inside it (a free node) go with the graph; those it leaves
+// allocated stay until cuMemFree / cuMemFreeAsync, as on a real driver after a launch.
 CUresult CUDAAPI cuGraphDestroy(CUgraph hgraph) {
+  DriverState& s = State();
+  std::vector<uint64_t> freed;
+  {
+    Lock lock(s.mu);
+    if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    Graph* graph = s.Find<Graph>(hgraph);
+    if (graph == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    for (GraphNode* node : graph->nodes) {
+      if (node->type == CU_GRAPH_NODE_TYPE_MEM_FREE) freed.push_back(node->mem_dptr);
+      s.Remove(node);
+    }
+    s.Remove(graph);
+  }
+  for (uint64_t dptr : freed) orion::cuda_double::Free(dptr);
+  return CUDA_SUCCESS;
+}
+
+// Graphs built by hand: memory allocation and free nodes only (kernels come from capture).
+CUresult CUDAAPI cuGraphCreate(CUgraph* out, unsigned int /*flags*/) {
   DriverState& s = State();
   Lock lock(s.mu);
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = CurrentContext(s);
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  auto* graph = s.Add(new Graph);
+  graph->ctx = ctx;
+  *out = reinterpret_cast<CUgraph>(graph);
+  return CUDA_SUCCESS;
+}
+
+// The allocation's address is fixed when the node is added (as on a real driver); the simulated
+// GPU's memory is taken then too, the earliest a real one could need it.
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph hgraph,
+                                        const CUgraphNode* /*deps*/, size_t /*count*/,
+                                        CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  DriverState& s = State();
+  SimGpu* gpu = nullptr;
+  {
+    Lock lock(s.mu);
+    if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    if (out == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    Graph* graph = s.Find<Graph>(hgraph);
+    if (graph == nullptr || graph->ctx == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    gpu = graph->ctx->gpu;
+  }
+  CUdeviceptr dptr = 0;
+  const CUresult r = orion::cuda_double::Allocate(gpu, params->bytesize,
+                                                  orion::cuda_double::AllocationKind::kAsync,
+                                                  &dptr);
+  if (r != CUDA_SUCCESS) return r;
+  Lock lock(s.mu);
   Graph* graph = s.Find<Graph>(hgraph);
   if (graph == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  for (GraphNode* node : graph->nodes) s.Remove(node);
-  s.Remove(graph);
+  auto* node = s.Add(new GraphNode);
+  node->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  node->mem_dptr = dptr;
+  node->mem_bytes = params->bytesize;
+  graph->nodes.push_back(node);
+  params->dptr = dptr;
+  *out = reinterpret_cast<CUgraphNode>(node);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* out, CUgraph hgraph,
+                                       const CUgraphNode* /*deps*/, size_t /*count*/,
+                                       CUdeviceptr dptr) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Graph* graph = s.Find<Graph>(hgraph);
+  if (graph == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  auto* node = s.Add(new GraphNode);
+  node->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  node->mem_dptr = dptr;
+  graph->nodes.push_back(node);
+  *out = reinterpret_cast<CUgraphNode>(node);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode hnode, CUdeviceptr* dptr_out) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dptr_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphNode* node = s.Find<GraphNode>(hnode);
+  if (node == nullptr || node->type != CU_GRAPH_NODE_TYPE_MEM_FREE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *dptr_out = node->mem_dptr;
   return CUDA_SUCCESS;
 }
 

@@ -108,6 +108,8 @@ struct GraphNode {
   size_t copy_bytes = 0;      // memcpy and memset nodes
   uint32_t memset_value = 0;  // memset nodes: element value and width (1 or 4 bytes)
   uint32_t memset_width = 0;
+  uint64_t mem_dptr = 0;  // memory allocation and free nodes: the allocation's address
+  size_t mem_bytes = 0;   // memory allocation nodes
 };
 
 struct Graph {

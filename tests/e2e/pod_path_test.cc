@@ -23,13 +23,18 @@
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
+#include "podresources/v1/api.grpc.pb.h"
 #include "tests/http_get.h"
+#include "tests/registered_client.h"
 #include "absl/strings/escaping.h"
 #include "agent/admission.h"
 #include "agent/interposer_install.h"
@@ -44,7 +49,28 @@ using orion::agent::testing::TestKubelet;
 
 constexpr char kPodUid[] = "5d3b2a1c-0f9e-4d8c-b7a6-951e2f3a4b5c";
 constexpr char kPodName[] = "resnet-inference-7d9c8b6f5d-x2x9q";
-constexpr char kGpu[] = "GPU-7a1f0c2e-58d3-4b6a-9e2f-3c4d5e6f7a8b";
+// The node's GPU: the CUDA driver test double's device 0, by the UUID its processes see (the
+// server refuses a pod's registration on a GPU the device plugin did not allocate it).
+constexpr char kGpu[] = "GPU-6f72696f-6e2d-7369-6d00-000000000000";
+
+// The test kubelet's pod resources API: what it allocated to each pod (the agent reads it).
+class TestPodResources final : public ::v1::PodResourcesLister::Service {
+ public:
+  grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
+                    ::v1::ListPodResourcesResponse* out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    *out = list_;
+    return grpc::Status::OK;
+  }
+  void Set(const ::v1::ListPodResourcesResponse& list) {
+    std::lock_guard<std::mutex> lock(mu_);
+    list_ = list;
+  }
+
+ private:
+  std::mutex mu_;
+  ::v1::ListPodResourcesResponse list_;
+};
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -123,6 +149,14 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
 
   TestKubelet kubelet(dir_ + "/dp");
   kubelet.Start();
+  TestPodResources pod_resources;
+  ASSERT_EQ(mkdir((dir_ + "/podres").c_str(), 0755), 0);
+  grpc::ServerBuilder pod_resources_builder;
+  pod_resources_builder.AddListeningPort("unix:" + dir_ + "/podres/kubelet.sock",
+                                         grpc::InsecureServerCredentials());
+  pod_resources_builder.RegisterService(&pod_resources);
+  std::unique_ptr<grpc::Server> pod_resources_server = pod_resources_builder.BuildAndStart();
+  ASSERT_NE(pod_resources_server, nullptr);
   TestApiServer api;
   const std::string pods = ReadFile(std::string(ORION_AGENT_TESTDATA) + "/pods-list.json");
   api.AddList({200, pods});
@@ -141,6 +175,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
           std::string("--interposer=") + ORION_INTERPOSE_LIB, "--host-lib-dir=" + dir_ + "/lib",
           "--run-dir=" + dir_ + "/run", "--server-address=unix:" + dir_ + "/agent/agent.sock",
           "--health-address=127.0.0.1:0",
+          "--pod-resources-socket=" + dir_ + "/podres/kubelet.sock",
           "--kube-api-url=" + api.base_url(), "--kube-token-file=" + dir_ + "/kube-token"};
       std::vector<char*> argv;
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -170,6 +205,19 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   ASSERT_TRUE(plugin->Allocate(&ctx, request, &response).ok());
   ASSERT_EQ(response.container_responses_size(), 1);
   const auto& container = response.container_responses(0);
+  // The kubelet now lists the share among the pod's devices (its pod resources API).
+  {
+    ::v1::ListPodResourcesResponse allocated;
+    auto* pr = allocated.add_pod_resources();
+    pr->set_namespace_("ml");
+    pr->set_name(kPodName);
+    auto* c = pr->add_containers();
+    c->set_name("main");
+    auto* devices = c->add_devices();
+    devices->set_resource_name("orion.io/gpu");
+    devices->add_device_ids(lists.back().devices(0).id());
+    pod_resources.Set(allocated);
+  }
   EXPECT_EQ(container.envs().at("NVIDIA_VISIBLE_DEVICES"), kGpu);
   EXPECT_EQ(container.envs().at("ORION_SOCKET"), dir_ + "/run/orion.sock");
   ASSERT_EQ(container.mounts_size(), 2);
@@ -272,6 +320,33 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
         return span;
       },
       5));
+
+  // 7b. The agent told the server which GPU the pod was allocated (the kubelet's pod resources
+  // API, then AgentSync): a process of the pod naming another GPU of the node is refused.
+  const std::string me = dir_ + "/proc/" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(me.c_str(), 0755), 0);
+  std::ofstream(me + "/cgroup") << "0::/kubepods/burstable/pod" << kPodUid << "/"
+                                << std::string(64, 'd') << "\n";
+  std::ofstream(me + "/comm") << "intruder\n";
+  orion::contract::RegisterRequest foreign{};
+  foreign.header = orion::contract::MakeHeader(orion::contract::MessageType::kRegister,
+                                               sizeof(foreign));
+  std::snprintf(foreign.gpu_uuid, sizeof(foreign.gpu_uuid), "%s",
+                "GPU-00000000-aaaa-bbbb-cccc-000000000001");
+  foreign.requested_priority = orion::contract::kNoValue32;
+  std::string refusal;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        orion::contract::RegisterReply reply{};
+        const int fd = orion::testing::RegisterClient(dir_ + "/run/orion.sock", foreign, &reply);
+        if (fd >= 0) close(fd);
+        refusal = reply.message;
+        return reply.status == static_cast<uint32_t>(orion::contract::RegisterStatus::kRefused) &&
+               refusal.find("is not allocated to this pod") != std::string::npos;
+      },
+      10))
+      << "last answer: " << refusal << "\n" << ReadFile(dir_ + "/agent.log");
+  EXPECT_NE(refusal.find(std::string("allowed: ") + kGpu), std::string::npos) << refusal;
 
   // 8. An upgrade while the pod runs: newer interposers installed (as a new agent does at start)
   // with room for one version only. The pod's version stays: its process holds it.

@@ -288,7 +288,7 @@ TEST_F(InterposeIntegrationTest, ForkedChildLeavesTheParentsRegistrationAlone) {
 
 // The quota's former escapes, each under a 64 MiB limit: past the allocation table's 114,688
 // live entries, CUDA arrays of every kind and the device malloc heap are refused or counted.
-TEST_F(InterposeIntegrationTest, QuotaHoldsPastTheTableForArraysAndTheMallocHeap) {
+TEST_F(InterposeIntegrationTest, QuotaHoldsPastTheTableForArraysTheMallocHeapAndGraphs) {
   TestRegistrar registrar(dir_, 64ull << 20, /*honour_priority=*/false);
   ASSERT_TRUE(registrar.ok());
   const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "0 escapes");
@@ -321,6 +321,14 @@ TEST_F(InterposeIntegrationTest, QuotaHoldsPastTheTableForArraysAndTheMallocHeap
   EXPECT_EQ(run.values.at("heap_4"), "0");
   EXPECT_EQ(run.values.at("heap_4_used"), std::to_string(4ull << 20));
   EXPECT_EQ(run.values.at("heap_driver"), std::to_string(4ull << 20));
+  // Graph memory-allocation nodes count when added: past the limit refused; freed inside the
+  // graph, given back with it; left allocated, given back at cuMemFree.
+  EXPECT_EQ(run.values.at("graph_big"), oom);
+  EXPECT_EQ(run.values.at("graph_16"), "0");
+  EXPECT_EQ(run.values.at("graph_8"), "0");
+  EXPECT_EQ(run.values.at("graph_used"), std::to_string((4ull + 16 + 8) << 20));
+  EXPECT_EQ(run.values.at("graph_used_after_destroy"), std::to_string((4ull + 16) << 20));
+  EXPECT_EQ(run.values.at("graph_used_after_free"), std::to_string(4ull << 20));
   ASSERT_NE(registrar.area(0), nullptr);
   EXPECT_EQ(registrar.area(0)->counters.memory_used_bytes.load(), 4ull << 20);
 }

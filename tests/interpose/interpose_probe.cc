@@ -221,6 +221,34 @@ int RunEscapes() {
   size_t heap = 0;
   PROBE_CHECK(cuCtxGetLimit(&heap, CU_LIMIT_MALLOC_HEAP_SIZE));
   printf("heap_driver=%zu\n", heap);
+
+  // Graph memory-allocation nodes: counted when added; one freed by a free node of the graph
+  // comes back with the graph, one left allocated at cuMemFree of its address.
+  CUgraph graph = nullptr;
+  PROBE_CHECK(cuGraphCreate(&graph, 0));
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+  memset(&alloc, 0, sizeof(alloc));
+  alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  alloc.poolProps.location.id = 0;
+  CUgraphNode node = nullptr;
+  alloc.bytesize = 128u << 20;
+  printf("graph_big=%d\n", static_cast<int>(cuGraphAddMemAllocNode(&node, graph, nullptr, 0,
+                                                                     &alloc)));
+  alloc.bytesize = 16u << 20;
+  printf("graph_16=%d\n", static_cast<int>(cuGraphAddMemAllocNode(&node, graph, nullptr, 0,
+                                                                    &alloc)));
+  const CUdeviceptr kept = alloc.dptr;
+  alloc.bytesize = 8u << 20;
+  printf("graph_8=%d\n", static_cast<int>(cuGraphAddMemAllocNode(&node, graph, nullptr, 0,
+                                                                   &alloc)));
+  CUgraphNode free_node = nullptr;
+  PROBE_CHECK(cuGraphAddMemFreeNode(&free_node, graph, &node, 1, alloc.dptr));
+  printf("graph_used=%zu\n", QuotaUsed());
+  PROBE_CHECK(cuGraphDestroy(graph));
+  printf("graph_used_after_destroy=%zu\n", QuotaUsed());
+  PROBE_CHECK(cuMemFree(kept));
+  printf("graph_used_after_free=%zu\n", QuotaUsed());
   printf("done=1\n");
   fflush(stdout);
   return 0;

@@ -35,6 +35,22 @@ TEST(TryReserveTest, ZeroLimitIsUnlimitedButOverflowRefused) {
   EXPECT_EQ(used.load(), 1ull << 50);
 }
 
+// The pod's counter lives in shared memory that every process of the pod can write: whatever it
+// holds, a reservation is decided by the limit, never wraps, and never loops for ever.
+TEST(TryReserveTest, AWrittenOverCounterRefusesOrAdmitsByTheLimitAndNeverWraps) {
+  std::atomic<uint64_t> used{UINT64_MAX - 5}, peak{0};
+  EXPECT_FALSE(TryReserve(used, peak, 64, 16));  // huge: refused
+  EXPECT_FALSE(TryReserve(used, peak, 0, 16));   // would wrap: refused even without a limit
+  EXPECT_EQ(used.load(), UINT64_MAX - 5);        // untouched
+  Unreserve(used, 16);                           // a free still gives back
+  EXPECT_EQ(used.load(), UINT64_MAX - 21);
+  used.store(1ull << 63);                        // "negative" if it were signed
+  EXPECT_FALSE(TryReserve(used, peak, 1ull << 40, 1));
+  used.store(0);                                 // written down: the pod's own gain, bounded
+  EXPECT_TRUE(TryReserve(used, peak, 64, 64));   // by the limit still
+  EXPECT_FALSE(TryReserve(used, peak, 64, 1));
+}
+
 TEST(TryReserveTest, ConcurrentReservationsNeverOvershoot) {
   std::atomic<uint64_t> used{0}, peak{0};
   std::atomic<int> granted{0};

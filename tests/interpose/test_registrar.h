@@ -1,5 +1,5 @@
 // A test registrar standing in for orion-server in the interposer's tests: it creates a board, a
-// gate area and a client area per registration (memfds, handed over with the reply as the
+// gate area, and a client area and a quota area per registration (memfds, handed over with the reply as the
 // server does), answers the Unix-socket registration protocol of contract/orion_contract.h,
 // keeps a heartbeat and counts closed connections. Not a scheduler: it assigns slots in order,
 // grants the requested priority if told to, and hands every client the same memory limit. It
@@ -63,6 +63,7 @@ class TestRegistrar {
     h.ring_capacity = c::kRingCapacity;
     h.gate_area_bytes = sizeof(c::GateArea);
     h.client_area_bytes = sizeof(c::ClientArea);
+    h.quota_area_bytes = sizeof(c::QuotaArea);
     h.server_epoch.store(77);
     h.server_heartbeat_ns.store(NowNs());
     board_->gpus[0].present.store(1);
@@ -99,6 +100,8 @@ class TestRegistrar {
       if (areas_[i] == nullptr) continue;
       munmap(areas_[i], sizeof(c::ClientArea));
       close(area_fds_[i]);
+      munmap(quotas_[i], sizeof(c::QuotaArea));
+      close(quota_fds_[i]);
     }
     close(board_fd_);
     close(gate_fd_);
@@ -112,6 +115,11 @@ class TestRegistrar {
   c::ClientArea* area(uint32_t slot) {
     std::lock_guard<std::mutex> lock(mu_);
     return slot < c::kMaxSlots ? areas_[slot] : nullptr;
+  }
+  // The quota area of a slot handed out (null before).
+  c::QuotaArea* quota(uint32_t slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return slot < c::kMaxSlots ? quotas_[slot] : nullptr;
   }
   std::vector<c::RegisterRequest> requests() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -161,12 +169,19 @@ class TestRegistrar {
     uint32_t slot_index;
     int area_fd = -1;
     c::ClientArea* area = static_cast<c::ClientArea*>(MakeArea(sizeof(c::ClientArea), &area_fd));
+    int quota_fd = -1;
+    c::QuotaArea* quota = static_cast<c::QuotaArea*>(MakeArea(sizeof(c::QuotaArea), &quota_fd));
+    quota->header.version = c::kBoardVersion;
+    quota->header.bytes = sizeof(c::QuotaArea);
+    quota->header.magic = c::kQuotaMagic;
     {
       std::lock_guard<std::mutex> lock(mu_);
       requests_.push_back(request);
       slot_index = next_slot_++;
       areas_[slot_index] = area;
       area_fds_[slot_index] = area_fd;
+      quotas_[slot_index] = quota;
+      quota_fds_[slot_index] = quota_fd;
     }
     c::ClientSlot& slot = board_->slots[slot_index];
     slot.gpu.store(0);
@@ -197,7 +212,7 @@ class TestRegistrar {
     reply.priority = priority;
     reply.memory_limit_bytes = memory_limit_;
     reply.server_epoch = 77;
-    const int fds[c::kRegisterFds] = {board_fd_, gate_fd_, area_fd};
+    const int fds[c::kRegisterFds] = {board_fd_, gate_fd_, area_fd, quota_fd};
     c::SendWithFds(fd, &reply, sizeof(reply), fds, c::kRegisterFds);
     // Hold the registration until the client goes away.
     char byte;
@@ -216,6 +231,8 @@ class TestRegistrar {
   int board_fd_ = -1, gate_fd_ = -1;
   c::ClientArea* areas_[c::kMaxSlots] = {};
   int area_fds_[c::kMaxSlots] = {};
+  c::QuotaArea* quotas_[c::kMaxSlots] = {};
+  int quota_fds_[c::kMaxSlots] = {};
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::atomic<int> closed_{0};

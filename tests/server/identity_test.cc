@@ -121,7 +121,7 @@ TEST_F(IdentityServerTest, ASocketHandedOnByAConnectorThatExitedCannotRegister) 
     _exit(contract::SendWithFds(pair[1], &one, 1, &fd, 1) ? 0 : 4);
   }
   char one = 0;
-  int fds[contract::kRegisterFds] = {-1, -1, -1};
+  int fds[contract::kRegisterFds] = {-1, -1, -1, -1};
   int nfds = 0;
   ASSERT_TRUE(contract::ReceiveWithFds(pair[0], &one, 1, fds, &nfds));
   ASSERT_EQ(nfds, 1);

@@ -13,8 +13,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
+#include "orion/v1/agent.grpc.pb.h"
 #include "server/node_state.h"
 #include "tests/server/test_server.h"
 
@@ -356,6 +360,96 @@ TEST(SecondServerTest, RefusesAndLeavesTheFirstAlone) {
   first.reset();
   auto next = testing::StartServer(cfg);
   EXPECT_NE(next, nullptr);
+}
+
+// In a cluster a pod may use the GPUs the device plugin allocated to it, which the agent tells
+// the server over AgentSync (the real gRPC path, its Unix socket): a registration from the pod
+// naming another GPU of the node is refused, saying what was asked and what is allowed. A pod
+// the agent has not reported (or reported without an allocation) may use any GPU of the node.
+TEST(TenantGpusTest, APodGetsOnlyTheGpusTheDevicePluginAllocatedIt) {
+  const std::string dir = testing::MakeTempDir();
+  ServerConfig cfg = testing::TestConfig(dir);
+  ServerOptions opts;
+  opts.discover_gpus = false;
+  opts.proc_root = dir + "/proc";  // what the kernel shows the server of this process
+  const std::string proc = opts.proc_root + "/" + std::to_string(getpid());
+  ASSERT_EQ(system(("mkdir -p " + proc).c_str()), 0);
+  const std::string pod_uid = "0f4a3b2c-1d2e-4f5a-8b9c-0123456789ab";
+  auto put_in_pod = [&](const std::string& uid) {
+    std::ofstream(proc + "/cgroup") << "0::/kubepods/burstable/pod" << uid << "/"
+                                    << std::string(64, 'c') << "\n";
+    std::ofstream(proc + "/comm") << "test-client\n";
+  };
+  put_in_pod(pod_uid);
+  auto server = OrionServer::Start(cfg, opts);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto register_on = [&](const std::string& uuid, contract::RegisterReply* reply) {
+    const int fd = testing::RegisterClient(
+        cfg.socket_path, testing::MakeRequest(uuid.c_str(), Priority::kBestEffort), reply);
+    if (fd >= 0) close(fd);
+    return fd >= 0;
+  };
+  const std::string& allowed = cfg.gpus[0];
+  const std::string& other = cfg.gpus[1];
+  contract::RegisterReply reply{};
+
+  // Not reported yet: the node's GPUs.
+  ASSERT_TRUE(register_on(other, &reply));
+  EXPECT_EQ(reply.status, static_cast<uint32_t>(RegisterStatus::kOk)) << reply.message;
+
+  auto agent = orion::v1::AgentSync::NewStub(
+      grpc::CreateChannel("unix:" + cfg.agent_socket, grpc::InsecureChannelCredentials()));
+  orion::v1::UpsertPodsRequest up;
+  auto* pod = up.add_pods();
+  pod->set_pod_uid(pod_uid);
+  pod->set_namespace_("ml");
+  pod->set_name("serve-0");
+  pod->set_priority(orion::v1::PRIORITY_BEST_EFFORT);
+  pod->add_gpu_uuids(allowed);
+  pod->add_gpu_uuids("");  // malformed: the whole update is refused, naming the entry
+  orion::v1::UpsertPodsResponse upr;
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status s = agent->UpsertPods(&ctx, up, &upr);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("pods[0].gpu_uuids[1] (ml/serve-0)"), std::string::npos)
+        << s.error_message();
+  }
+  pod->clear_gpu_uuids();
+  pod->add_gpu_uuids(allowed);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(agent->UpsertPods(&ctx, up, &upr).ok());
+  }
+
+  // Reported with its allocation: the other GPU is refused, clearly; its own is given.
+  ASSERT_TRUE(register_on(other, &reply));
+  EXPECT_EQ(reply.status, static_cast<uint32_t>(RegisterStatus::kRefused));
+  EXPECT_EQ(std::string(reply.message),
+            "GPU " + other + " is not allocated to this pod; allowed: " + allowed);
+  ASSERT_TRUE(register_on(allowed, &reply));
+  EXPECT_EQ(reply.status, static_cast<uint32_t>(RegisterStatus::kOk)) << reply.message;
+  // Made-up UUIDs are refused too, before they could reach the board.
+  ASSERT_TRUE(register_on("GPU-made-up", &reply));
+  EXPECT_EQ(reply.status, static_cast<uint32_t>(RegisterStatus::kRefused));
+  EXPECT_EQ((*server)->state().ListGpus().size(), 2u);
+  const MetricsSnapshot snap = (*server)->state().Snapshot();
+  EXPECT_EQ(snap.registrations_failed.at("gpu-not-allocated"), 2u);
+
+  // Another pod, not reported: the node's GPUs still.
+  put_in_pod("11111111-2222-3333-4444-555555555555");
+  ASSERT_TRUE(register_on(other, &reply));
+  EXPECT_EQ(reply.status, static_cast<uint32_t>(RegisterStatus::kOk)) << reply.message;
+  // A pod reported without an allocation (the agent does not know it yet): likewise.
+  put_in_pod(pod_uid);
+  pod->clear_gpu_uuids();
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(agent->UpsertPods(&ctx, up, &upr).ok());
+  }
+  ASSERT_TRUE(register_on(other, &reply));
+  EXPECT_EQ(reply.status, static_cast<uint32_t>(RegisterStatus::kOk)) << reply.message;
+  (*server)->Shutdown();
 }
 
 }  // namespace
