@@ -118,8 +118,11 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
   }
   const JsonValue* containers = At(pod, {"spec", "containers"});
   if (containers == nullptr || !containers->is_array()) return patch;
-  const std::string resource_token = EscapeJsonPointer(options.resource_name);
   const bool best_effort = parsed.settings.priority == PodPriority::kBestEffort;
+  const bool high = !best_effort && !options.high_resource_name.empty();
+  // What this pod's containers get: a share, or the high-priority slot of a GPU.
+  const std::string& resource = high ? options.high_resource_name : options.resource_name;
+  const std::string resource_token = EscapeJsonPointer(resource);
   const int mps_percentage =
       best_effort ? MpsThreadPercentage(annotations, options, warnings) : 0;
   std::set<std::string> matched;
@@ -139,18 +142,49 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
                    {contract::kEnvMpsThreadPercentage, absl::StrCat(mps_percentage)}},
                   &patch);
     }
-    if (HasMember(limits, options.resource_name)) continue;
+    if (HasMember(limits, resource)) continue;
+    const std::string base = absl::StrCat("/spec/containers/", index, "/resources");
+    if (high && (HasMember(limits, options.resource_name) ||
+                 HasMember(requests, options.resource_name))) {
+      // A high-priority container that asked for a share itself: one share becomes its slot
+      // (the slot is its place on the GPU); more than one is left as asked, with a warning.
+      const JsonValue* asked = HasMember(limits, options.resource_name)
+                                   ? Member(*limits, options.resource_name)
+                                   : Member(*requests, options.resource_name);
+      const bool one = (asked->is_string() && asked->get<std::string>() == "1") ||
+                       (asked->is_number_integer() && asked->get<int64_t>() == 1);
+      if (!one) {
+        warnings->push_back(absl::StrCat(
+            "container \"", name, "\" asks for ", WriteJson(*asked), " ", options.resource_name,
+            ", left as asked: a high-priority container takes one ", resource,
+            " instead, which keeps it the only high-priority one on its GPU"));
+        continue;
+      }
+      const std::string from_token = EscapeJsonPointer(options.resource_name);
+      for (const char* part : {"limits", "requests"}) {
+        const JsonValue* m = std::string_view(part) == "limits" ? limits : requests;
+        if (!HasMember(m, options.resource_name)) continue;
+        patch.push_back({{"op", "move"},
+                         {"from", absl::StrCat(base, "/", part, "/", from_token)},
+                         {"path", absl::StrCat(base, "/", part, "/", resource_token)}});
+      }
+      if (!HasMember(limits, options.resource_name)) {  // a request alone: add the limit
+        patch.push_back(limits == nullptr || !limits->is_object()
+                            ? PatchOp(base + "/limits", ObjectWith(resource, "1"))
+                            : PatchOp(absl::StrCat(base, "/limits/", resource_token), "1"));
+      }
+      continue;
+    }
     // Extended resources need limits; a request alone is copied into the limit.
     JsonValue amount = "1";
-    if (const JsonValue* r = requests ? Member(*requests, options.resource_name) : nullptr) {
+    if (const JsonValue* r = requests ? Member(*requests, resource) : nullptr) {
       amount = *r;
     }
-    const std::string base = absl::StrCat("/spec/containers/", index, "/resources");
     JsonValue op;
     if (resources == nullptr || !resources->is_object()) {
-      op = PatchOp(base, ObjectWith("limits", ObjectWith(options.resource_name, amount)));
+      op = PatchOp(base, ObjectWith("limits", ObjectWith(resource, amount)));
     } else if (limits == nullptr || !limits->is_object()) {
-      op = PatchOp(base + "/limits", ObjectWith(options.resource_name, amount));
+      op = PatchOp(base + "/limits", ObjectWith(resource, amount));
     } else {
       op = PatchOp(absl::StrCat(base, "/limits/", resource_token), amount);
     }
