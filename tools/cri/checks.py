@@ -9,6 +9,7 @@ import time
 from admission import Webhook
 from common import CheckFailed, log, step, wait_for
 from observe import memory_by_gpu, scrape, trace_rows
+from pods import Unfit
 from translate import workload
 
 TRAIN = ["/opt/orion-samples/orion-sample-train", "--seconds", "3600", "--kernels", "20",
@@ -53,20 +54,25 @@ def chart_pods(node, docs, probe):
     node.node_pod = pod
     t = time.monotonic()
     with plugins.cv:
-        if not plugins.cv.wait_for(lambda: plugins.registered and plugins.devices, 20):
-            raise CheckFailed("the agent did not register its device plugin with the test "
-                              "kubelet within 20 s")
-    reg = plugins.registered[-1]
-    log(f"device plugin registered: resource {reg.resource_name}, endpoint {reg.endpoint}, "
-        f"{len(plugins.devices)} devices ({time.monotonic() - t:.2f} s after start)")
+        # Two resources, each its own endpoint: shares and high-priority slots.
+        if not plugins.cv.wait_for(lambda: len(plugins.resources()) >= 2 and
+                                   all(plugins.devices.get(r) for r in plugins.resources()), 20):
+            raise CheckFailed("the agent did not register both device plugin resources with "
+                              f"the test kubelet within 20 s (registered: {plugins.resources()})")
+    for reg in plugins.registered:
+        log(f"device plugin registered: resource {reg.resource_name}, endpoint {reg.endpoint}, "
+            f"{len(plugins.devices[reg.resource_name])} devices "
+            f"({time.monotonic() - t:.2f} s after start)")
     for c in pod["containers"]:
         t = time.monotonic()
         probe(k, c, 30)
         log(f"{c['name']}: ready ({time.monotonic() - t:.2f} s; agent /readyz needs the pods "
             f"synced from the API server to orion-server)")
-    node.free = [d.ID for d in plugins.devices if d.health == "Healthy"]
+    node.free = {r: [d.ID for d in devs if d.health == "Healthy"]
+                 for r, devs in plugins.devices.items()}
     node.figures.append(f"node pod: {len(spec['containers'])} containers ready, device plugin "
-                        f"{reg.resource_name} registered with {len(plugins.devices)} devices")
+                        "registered " + " and ".join(f"{r} with {len(plugins.devices[r])} devices"
+                                                     for r in plugins.resources()))
 
     step("webhook pod from the chart (Deployment pod template -> CRI)")
     dep = workload(docs, "Deployment", "webhook")
@@ -121,10 +127,30 @@ def sharing_pods(node):
         log("cgroup of the high-priority pod's process (as the server reads it):\n  " +
             f.read().strip().replace("\n", "\n  "))
     calls = node.webhook.calls
+    high = node.high_resource()
+    for key, want in (("infer", high), ("train", resource), ("alloc", resource)):
+        got = node.pods[key]["device_ids"]
+        if list(got) != [want]:
+            raise CheckFailed(f"{node.pods[key]['name']}: allocated {got}, expected one {want}")
+    # One high-priority slot per GPU: a second high-priority pod on this one-GPU node does not
+    # fit (the scheduler's resource fit, which the test kubelet plays), and nothing of it runs.
+    second = node.sharing_pod_spec("infer-high-2-k8d3w", {"orion/priority": "high"},
+                                   node.args.sample_image, INFER)
+    try:
+        node.start_sharing_pod(second, True)
+        raise CheckFailed(f"a second high-priority pod was placed beside "
+                          f"{node.pods['infer']['name']} on the node's one GPU")
+    except Unfit as e:
+        if f"Insufficient {high}" not in str(e):
+            raise
+        log(f"second high-priority pod refused by resource fit: {e}")
+    node.figures.append(f"one {high} per GPU: a second high-priority pod is refused by the "
+                        f"scheduler's resource fit (Insufficient {high}), nothing of it started")
     node.figures.append(
         f"webhook admission: {len(calls)} AdmissionReviews over HTTPS "
         f"({min(calls) * 1e3:.1f} to {max(calls) * 1e3:.1f} ms); the 3 annotated pods came back "
-        f"with limits {resource}: \"1\" (JSON patch applied), the plain pod unchanged")
+        f"with limits {high}: \"1\" (the high-priority one) and {resource}: \"1\" (JSON patch "
+        f"applied), the plain pod unchanged")
     node.figures.append("seccomp RuntimeDefault: Seccomp 2 in /proc/PID/status of all 4 sharing "
                         "pods (uid 1000, CapEff 0, NoNewPrivs 1, read-only root)")
 
@@ -307,15 +333,17 @@ def agent_restart(node, probe):
     n_reg = len(plugins.registered)
     took, started = node.restart_container(node.node_pod, "agent", kill=True)
     with plugins.cv:
-        if not plugins.cv.wait_for(lambda: len(plugins.registered) > n_reg and
-                                   plugins.streams[-1] > 0, 20):
+        # Both resources again, each with a ListAndWatch answer.
+        if not plugins.cv.wait_for(lambda: len(plugins.registered) >= n_reg + 2 and
+                                   all(plugins.streams[n_reg:n_reg + 2]), 20):
             raise CheckFailed("the restarted agent did not register its device plugin again "
                               "(Register and a ListAndWatch answer) within 20 s")
     again = time.monotonic() - started
     reg = plugins.registered[-1]
     log(f"restarted agent (CreateContainer+StartContainer {took:.2f} s): device plugin "
         f"registered again {again:.2f} s after StartContainer returned (registration "
-        f"{len(plugins.registered)}, resource {reg.resource_name}, {len(plugins.devices)} devices)")
+        f"{len(plugins.registered)}, resource {reg.resource_name}, "
+        f"{len(plugins.devices[reg.resource_name])} devices)")
     agent = [c for c in node.node_pod["containers"] if c["name"] == "agent"][0]
     t = time.monotonic()
     probe(node.kubelet, agent, 30)
