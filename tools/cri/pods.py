@@ -273,7 +273,10 @@ class Node:
 
     def remove_pod(self, pod):
         """StopPodSandbox + RemovePodSandbox, the API server's DELETED event, and the kubelet's
-        bookkeeping: the pod's shares are free again."""
+        bookkeeping: the pod's shares are free again. Once per pod."""
+        if pod.get("removed"):
+            return
+        pod["removed"] = True
         self.kubelet.remove_sandbox(pod["sid"])
         self.api.delete_pod(pod["uid"])
         for resource, ids in pod.get("device_ids", {}).items():
