@@ -1,11 +1,13 @@
 // AdmissionReview v1 handling of the orion webhook (see admission.h).
 #include "agent/admission.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/annotations.h"
 
@@ -99,7 +101,7 @@ std::string EscapeJsonPointer(std::string_view token) {
 }
 
 JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options,
-                           std::vector<std::string>* warnings) {
+                           std::vector<std::string>* warnings, const std::string& ns) {
   JsonValue patch = JsonValue::array();
   const std::map<std::string, std::string> annotations =
       StringMapAt(pod, {"metadata", "annotations"});
@@ -118,7 +120,17 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
   }
   const JsonValue* containers = At(pod, {"spec", "containers"});
   if (containers == nullptr || !containers->is_array()) return patch;
-  const bool best_effort = parsed.settings.priority == PodPriority::kBestEffort;
+  bool best_effort = parsed.settings.priority == PodPriority::kBestEffort;
+  const auto& allowed = options.high_priority_namespaces;
+  if (!best_effort && !allowed.empty() &&
+      std::find(allowed.begin(), allowed.end(), ns) == allowed.end()) {
+    // The server runs it best-effort: it takes a share, not a GPU's high-priority slot.
+    warnings->push_back(absl::StrCat(
+        "orion/priority: high is not honoured in namespace \"", ns,
+        "\" (allowed: ", absl::StrJoin(allowed, ", "),
+        "); the pod gets a best-effort share and runs best-effort"));
+    best_effort = true;
+  }
   const bool high = !best_effort && !options.high_resource_name.empty();
   // What this pod's containers get: a share, or the high-priority slot of a GPU.
   const std::string& resource = high ? options.high_resource_name : options.resource_name;
@@ -227,7 +239,9 @@ AdmissionReply ReviewPodAdmission(std::string_view request_body,
   const JsonValue* object = At(*review, {"request", "object"});
   const std::string kind = StringAt(*review, {"request", "kind", "kind"});
   if (kind == "Pod" && object != nullptr && object->is_object()) {
-    const JsonValue patch = SharePatchForPod(*object, options, &warnings);
+    std::string ns = StringAt(*review, {"request", "namespace"});
+    if (ns.empty()) ns = StringAt(*object, {"metadata", "namespace"});
+    const JsonValue patch = SharePatchForPod(*object, options, &warnings, ns);
     if (!patch.empty()) {
       response["patchType"] = "JSONPatch";
       response["patch"] = absl::Base64Escape(WriteJson(patch));

@@ -33,6 +33,10 @@ struct AdmissionOptions {
   std::string resource_name = "orion.io/gpu";
   // Resource of high-priority containers; empty: they get a share like the others.
   std::string high_resource_name = "orion.io/gpu-high";
+  // Namespaces whose pods may be high priority (the server's policy.high_priority_namespaces);
+  // empty: all. Elsewhere a pod annotated high runs best-effort, so it gets a share (and the
+  // best-effort MPS variables) rather than one of the GPU's high-priority slots.
+  std::vector<std::string> high_priority_namespaces;
   // 1..100; 0: leave both MPS variables unset.
   int best_effort_mps_thread_percentage = contract::kDefaultBestEffortMpsThreadPercentage;
 };
@@ -46,8 +50,10 @@ AdmissionReply ReviewPodAdmission(std::string_view request_body, const Admission
 
 // The JSON patch (RFC 6902 operations) that gives the pod its shares; empty if none is needed.
 // Warnings about ignored annotations are appended to *warnings.
+// `ns`: the pod's namespace (the AdmissionReview's request.namespace; a pod being created may
+// carry none in its metadata).
 JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options,
-                           std::vector<std::string>* warnings);
+                           std::vector<std::string>* warnings, const std::string& ns = "");
 
 // "a/b~c" -> "a~1b~0c" (RFC 6901), for resource names inside patch paths.
 std::string EscapeJsonPointer(std::string_view token);

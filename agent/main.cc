@@ -61,6 +61,8 @@ constexpr char kUsage[] =
     "  --listen-address (0.0.0.0:8443) --tls-cert FILE --tls-key FILE --resource-name\n"
     "  --high-resource-name   what high-priority containers get instead of a share\n"
     "                         (orion.io/gpu-high; empty: a share like the others)\n"
+    "  --high-priority-namespaces  comma-separated namespaces whose pods may be high priority\n"
+    "                         (default: all); elsewhere a high pod gets a share\n"
     "  --health-address       /healthz and /readyz, plain HTTP on a listener of their own\n"
     "                         (0.0.0.0:8081)\n"
     "  --be-mps-thread-percentage (50)  SM share under MPS of best-effort pods (0: not set)\n";
@@ -114,6 +116,10 @@ int RunWebhook(const Flags& flags) {
   AdmissionOptions options;
   options.resource_name = Flag(flags, "resource-name", options.resource_name);
   options.high_resource_name = Flag(flags, "high-resource-name", options.high_resource_name);
+  for (absl::string_view ns :
+       absl::StrSplit(Flag(flags, "high-priority-namespaces", ""), ',', absl::SkipEmpty())) {
+    options.high_priority_namespaces.emplace_back(ns.data(), ns.size());
+  }
   const std::string percentage = Flag(flags, "be-mps-thread-percentage",
                                       std::to_string(options.best_effort_mps_thread_percentage));
   if (!absl::SimpleAtoi(percentage, &options.best_effort_mps_thread_percentage) ||

@@ -45,7 +45,7 @@ declare -A VALUE_SETS=(
   [gpu-operator]="--set runtimeClassName=nvidia"
   [cdi]="--set runtimeClassName=nvidia --set deviceListStrategy=cdi-cri"
   [mps-daemon]="--set runtimeClassName=nvidia --set mps.daemon.enabled=true --set server.mode=mps"
-  [high-priority]="--set highPriorityPerGpu=2 --set highResourceName=example.com/gpu-high"
+  [high-priority]="--set highPriorityPerGpu=2 --set highResourceName=example.com/gpu-high --set highPriority.namespaces={serving,prod}"
   [admin-tls]="--set server.adminTls.secretName=orion-admin-tls --set server.adminTls.requireClientCertificates=true --set server.adminAuth.serviceAccounts.readers={monitoring/grafana}"
 )
 for name in "${!VALUE_SETS[@]}"; do
@@ -192,7 +192,7 @@ step "placement: orion.io/gpu-high per GPU, seccomp of the node pod"
   import { readFileSync } from "node:fs";
   const fail = (m) => { console.error("check-deploy: " + m); process.exit(1); };
   const objs = (file) => parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJSON());
-  const check = (file, perGpu, resource) => {
+  const check = (file, perGpu, resource, namespaces) => {
     const all = objs(file);
     const node = all.find((o) => o?.kind === "DaemonSet").spec.template.spec;
     for (const c of node.containers) {
@@ -204,12 +204,15 @@ step "placement: orion.io/gpu-high per GPU, seccomp of the node pod"
     }
     const hook = all.find((o) => o?.kind === "Deployment" && o.metadata.name.endsWith("-webhook"));
     if (hook && !hook.spec.template.spec.containers[0].args.includes(`--high-resource-name=${resource}`)) fail(`${file}: webhook lacks --high-resource-name=${resource}`);
+    // High pods outside highPriority.namespaces run best-effort: the webhook gives them a share.
+    const nsArg = hook?.spec.template.spec.containers[0].args.find((a) => a.startsWith("--high-priority-namespaces="));
+    if (hook && (nsArg ?? "") !== (namespaces ? `--high-priority-namespaces=${namespaces}` : "")) fail(`${file}: webhook namespaces arg ${nsArg}, want ${namespaces}`);
     const cm = all.find((o) => o?.kind === "ConfigMap" && o.data?.["server.yaml"]);
     if (!cm.data["server.yaml"].includes(`high_priority_per_gpu: ${perGpu}`)) fail(`${file}: server config lacks high_priority_per_gpu: ${perGpu}`);
   };
-  check(process.argv[1], 1, "orion.io/gpu-high");
-  check(process.argv[2], 2, "example.com/gpu-high");
-  check(process.argv[3], 1, "orion.io/gpu-high");
+  check(process.argv[1], 1, "orion.io/gpu-high", "");
+  check(process.argv[2], 2, "example.com/gpu-high", "serving,prod");
+  check(process.argv[3], 1, "orion.io/gpu-high", "");
   console.log("gpu-high per GPU passed to agent, webhook and server; every node pod container seccomp RuntimeDefault: ok");
 ' "${WORK}/default.yaml" "${WORK}/high-priority.yaml" "${WORK}/mps-daemon.yaml")
 

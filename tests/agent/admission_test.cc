@@ -100,6 +100,33 @@ TEST(ReviewPodAdmission, HighPriorityContainersGetTheHighSlotInsteadOfAShare) {
   EXPECT_EQ(OpText(patch[0]), R"(add /spec/containers/0/resources {"limits":{"orion.io/gpu":"1"}})");
 }
 
+// A pod annotated high in a namespace not allowed high priority runs best-effort on the node
+// (server policy.high_priority_namespaces): it gets a share, not one of the GPU's slots.
+TEST(ReviewPodAdmission, HighPodOutsideTheAllowedNamespacesGetsAShare) {
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "high"}},
+    "spec": {"containers": [{"name": "a"}]}})");
+  review["request"]["namespace"] = "default";
+  const AdmissionOptions options = {.high_priority_namespaces = {"serving", "prod"},
+                                    .best_effort_mps_thread_percentage = 0};
+  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), options);
+  JsonValue patch = PatchOf(reply);
+  ASSERT_EQ(patch.size(), 1);
+  EXPECT_EQ(OpText(patch[0]), R"(add /spec/containers/0/resources {"limits":{"orion.io/gpu":"1"}})");
+  const JsonValue out = *ParseJson(reply.body);
+  const JsonValue* warnings = At(out, {"response", "warnings"});
+  ASSERT_NE(warnings, nullptr);
+  EXPECT_EQ((*warnings)[0].get<std::string>(),
+            "orion/priority: high is not honoured in namespace \"default\" (allowed: serving, "
+            "prod); the pod gets a best-effort share and runs best-effort");
+  // In an allowed namespace it gets the slot.
+  review["request"]["namespace"] = "serving";
+  patch = PatchOf(ReviewPodAdmission(WriteJson(review), options));
+  ASSERT_EQ(patch.size(), 1);
+  EXPECT_EQ(OpText(patch[0]),
+            R"(add /spec/containers/0/resources {"limits":{"orion.io/gpu-high":"1"}})");
+}
+
 TEST(ReviewPodAdmission, PodWithoutPriorityIsAdmittedUnchanged) {
   AdmissionReply reply = ReviewPodAdmission(ReadTestdata("admission-review-pod-plain.json"), {});
   ASSERT_EQ(reply.http_status, 200);
