@@ -1,11 +1,13 @@
 // AdmissionReview v1 handling of the orion webhook (see admission.h).
 #include "agent/admission.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/annotations.h"
 
@@ -99,7 +101,7 @@ std::string EscapeJsonPointer(std::string_view token) {
 }
 
 JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options,
-                           std::vector<std::string>* warnings) {
+                           std::vector<std::string>* warnings, const std::string& ns) {
   JsonValue patch = JsonValue::array();
   const std::map<std::string, std::string> annotations =
       StringMapAt(pod, {"metadata", "annotations"});
@@ -118,8 +120,21 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
   }
   const JsonValue* containers = At(pod, {"spec", "containers"});
   if (containers == nullptr || !containers->is_array()) return patch;
-  const std::string resource_token = EscapeJsonPointer(options.resource_name);
-  const bool best_effort = parsed.settings.priority == PodPriority::kBestEffort;
+  bool best_effort = parsed.settings.priority == PodPriority::kBestEffort;
+  const auto& allowed = options.high_priority_namespaces;
+  if (!best_effort && !allowed.empty() &&
+      std::find(allowed.begin(), allowed.end(), ns) == allowed.end()) {
+    // The server runs it best-effort: it takes a share, not a GPU's high-priority slot.
+    warnings->push_back(absl::StrCat(
+        "orion/priority: high is not honoured in namespace \"", ns,
+        "\" (allowed: ", absl::StrJoin(allowed, ", "),
+        "); the pod gets a best-effort share and runs best-effort"));
+    best_effort = true;
+  }
+  const bool high = !best_effort && !options.high_resource_name.empty();
+  // What this pod's containers get: a share, or the high-priority slot of a GPU.
+  const std::string& resource = high ? options.high_resource_name : options.resource_name;
+  const std::string resource_token = EscapeJsonPointer(resource);
   const int mps_percentage =
       best_effort ? MpsThreadPercentage(annotations, options, warnings) : 0;
   std::set<std::string> matched;
@@ -139,18 +154,49 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
                    {contract::kEnvMpsThreadPercentage, absl::StrCat(mps_percentage)}},
                   &patch);
     }
-    if (HasMember(limits, options.resource_name)) continue;
+    if (HasMember(limits, resource)) continue;
+    const std::string base = absl::StrCat("/spec/containers/", index, "/resources");
+    if (high && (HasMember(limits, options.resource_name) ||
+                 HasMember(requests, options.resource_name))) {
+      // A high-priority container that asked for a share itself: one share becomes its slot
+      // (the slot is its place on the GPU); more than one is left as asked, with a warning.
+      const JsonValue* asked = HasMember(limits, options.resource_name)
+                                   ? Member(*limits, options.resource_name)
+                                   : Member(*requests, options.resource_name);
+      const bool one = (asked->is_string() && asked->get<std::string>() == "1") ||
+                       (asked->is_number_integer() && asked->get<int64_t>() == 1);
+      if (!one) {
+        warnings->push_back(absl::StrCat(
+            "container \"", name, "\" asks for ", WriteJson(*asked), " ", options.resource_name,
+            ", left as asked: a high-priority container takes one ", resource,
+            " instead, which keeps it the only high-priority one on its GPU"));
+        continue;
+      }
+      const std::string from_token = EscapeJsonPointer(options.resource_name);
+      for (const char* part : {"limits", "requests"}) {
+        const JsonValue* m = std::string_view(part) == "limits" ? limits : requests;
+        if (!HasMember(m, options.resource_name)) continue;
+        patch.push_back({{"op", "move"},
+                         {"from", absl::StrCat(base, "/", part, "/", from_token)},
+                         {"path", absl::StrCat(base, "/", part, "/", resource_token)}});
+      }
+      if (!HasMember(limits, options.resource_name)) {  // a request alone: add the limit
+        patch.push_back(limits == nullptr || !limits->is_object()
+                            ? PatchOp(base + "/limits", ObjectWith(resource, "1"))
+                            : PatchOp(absl::StrCat(base, "/limits/", resource_token), "1"));
+      }
+      continue;
+    }
     // Extended resources need limits; a request alone is copied into the limit.
     JsonValue amount = "1";
-    if (const JsonValue* r = requests ? Member(*requests, options.resource_name) : nullptr) {
+    if (const JsonValue* r = requests ? Member(*requests, resource) : nullptr) {
       amount = *r;
     }
-    const std::string base = absl::StrCat("/spec/containers/", index, "/resources");
     JsonValue op;
     if (resources == nullptr || !resources->is_object()) {
-      op = PatchOp(base, ObjectWith("limits", ObjectWith(options.resource_name, amount)));
+      op = PatchOp(base, ObjectWith("limits", ObjectWith(resource, amount)));
     } else if (limits == nullptr || !limits->is_object()) {
-      op = PatchOp(base + "/limits", ObjectWith(options.resource_name, amount));
+      op = PatchOp(base + "/limits", ObjectWith(resource, amount));
     } else {
       op = PatchOp(absl::StrCat(base, "/limits/", resource_token), amount);
     }
@@ -193,7 +239,9 @@ AdmissionReply ReviewPodAdmission(std::string_view request_body,
   const JsonValue* object = At(*review, {"request", "object"});
   const std::string kind = StringAt(*review, {"request", "kind", "kind"});
   if (kind == "Pod" && object != nullptr && object->is_object()) {
-    const JsonValue patch = SharePatchForPod(*object, options, &warnings);
+    std::string ns = StringAt(*review, {"request", "namespace"});
+    if (ns.empty()) ns = StringAt(*object, {"metadata", "namespace"});
+    const JsonValue patch = SharePatchForPod(*object, options, &warnings, ns);
     if (!patch.empty()) {
       response["patchType"] = "JSONPatch";
       response["patch"] = absl::Base64Escape(WriteJson(patch));

@@ -55,6 +55,15 @@ absl::StatusOr<uint32_t> AgentSyncClient::SendUpsert(const orion::v1::UpsertPods
   return response.pods_known();
 }
 
+absl::StatusOr<std::vector<orion::v1::Gpu>> AgentSyncClient::ListGpuLoad() {
+  orion::v1::ListGpuLoadResponse response;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  absl::Status s = ToStatus(stub_->ListGpuLoad(&ctx, orion::v1::ListGpuLoadRequest(), &response));
+  if (!s.ok()) return s;
+  return std::vector<orion::v1::Gpu>(response.gpus().begin(), response.gpus().end());
+}
+
 absl::Status AgentSyncClient::Delete(const std::string& pod_uid) {
   orion::v1::DeletePodRequest request;
   request.set_pod_uid(pod_uid);

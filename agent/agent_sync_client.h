@@ -21,6 +21,8 @@ class AgentSyncClient final : public PolicySink {
   absl::Status Delete(const std::string& pod_uid) override;
   // An UpsertPods with no pods and no full sync: changes nothing, answers pods_known.
   absl::StatusOr<uint32_t> PodsKnown() override;
+  // The server's GPUs with their busy seconds so far (for the device plugin's placement).
+  absl::StatusOr<std::vector<orion::v1::Gpu>> ListGpuLoad();
 
  private:
   // One UpsertPods call; the answer's pods_known.

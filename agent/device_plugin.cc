@@ -18,8 +18,8 @@ constexpr char kApiVersion[] = "v1beta1";
 // DevicePlugin service of one serving period; a kubelet restart gets a fresh one.
 class DevicePlugin::Service final : public v1beta1::DevicePlugin::Service {
  public:
-  explicit Service(DevicePlugin::Inventory* inventory, int shares_per_gpu)
-      : inventory_(inventory), shares_per_gpu_(shares_per_gpu) {}
+  Service(DevicePlugin::Inventory* inventory, DeviceKind kind, int per_gpu, std::string resource)
+      : inventory_(inventory), kind_(kind), per_gpu_(per_gpu), resource_(std::move(resource)) {}
 
   // Ends open ListAndWatch streams so the server can shut down.
   void Close() {
@@ -57,13 +57,18 @@ class DevicePlugin::Service final : public v1beta1::DevicePlugin::Service {
   grpc::Status GetPreferredAllocation(grpc::ServerContext*,
                                       const v1beta1::PreferredAllocationRequest* request,
                                       v1beta1::PreferredAllocationResponse* out) override {
+    GpuIdle idle;
+    {
+      std::lock_guard<std::mutex> lock(inventory_->mu);
+      idle = inventory_->idle;
+    }
     for (const auto& c : request->container_requests()) {
       std::vector<std::string> available(c.available_deviceids().begin(),
                                          c.available_deviceids().end());
       std::vector<std::string> must(c.must_include_deviceids().begin(),
                                     c.must_include_deviceids().end());
       auto* r = out->add_container_responses();
-      for (std::string& id : PreferredShares(available, must, c.allocation_size())) {
+      for (std::string& id : PreferredShares(available, must, c.allocation_size(), idle)) {
         r->add_deviceids(std::move(id));
       }
     }
@@ -73,16 +78,28 @@ class DevicePlugin::Service final : public v1beta1::DevicePlugin::Service {
   grpc::Status Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* request,
                         v1beta1::AllocateResponse* out) override {
     std::lock_guard<std::mutex> lock(inventory_->mu);
+    // Every ID is checked before anything is answered: a bad one fails the whole request (the
+    // kubelet then fails the pod's admission with this message) and hands nothing out.
     for (const auto& c : request->container_requests()) {
-      std::vector<std::string> ids(c.devices_ids().begin(), c.devices_ids().end());
-      for (const std::string& id : ids) {
-        const std::string gpu = GpuOfShare(id);
-        if (std::find(inventory_->gpus.begin(), inventory_->gpus.end(), gpu) ==
-            inventory_->gpus.end()) {
-          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                              absl::StrCat("unknown device \"", id, "\""));
+      if (c.devices_ids().empty()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("Allocate of ", resource_, ": a container with no devices"));
+      }
+      for (const std::string& id : c.devices_ids()) {
+        const absl::Status s = CheckDeviceId(id, kind_, per_gpu_, inventory_->gpus,
+                                             inventory_->departed, resource_);
+        if (!s.ok()) {
+          std::fprintf(stderr, "orion-agent: Allocate refused: %s\n",
+                       std::string(s.message()).c_str());
+          return grpc::Status(s.code() == absl::StatusCode::kFailedPrecondition
+                                  ? grpc::StatusCode::FAILED_PRECONDITION
+                                  : grpc::StatusCode::INVALID_ARGUMENT,
+                              std::string(s.message()));
         }
       }
+    }
+    for (const auto& c : request->container_requests()) {
+      std::vector<std::string> ids(c.devices_ids().begin(), c.devices_ids().end());
       *out->add_container_responses() = ContainerAllocation(ids, inventory_->layout);
     }
     return grpc::Status::OK;
@@ -99,9 +116,9 @@ class DevicePlugin::Service final : public v1beta1::DevicePlugin::Service {
     for (const std::string& gpu : inventory_->gpus) {
       const bool healthy = std::find(inventory_->unhealthy.begin(), inventory_->unhealthy.end(),
                                      gpu) == inventory_->unhealthy.end();
-      for (int i = 0; i < shares_per_gpu_; ++i) {
+      for (int i = 0; i < per_gpu_; ++i) {
         v1beta1::Device* d = response.add_devices();
-        d->set_id(ShareId(gpu, i));
+        d->set_id(kind_ == DeviceKind::kShare ? ShareId(gpu, i) : HighSlotId(gpu, i));
         d->set_health(healthy ? "Healthy" : "Unhealthy");
       }
     }
@@ -109,13 +126,25 @@ class DevicePlugin::Service final : public v1beta1::DevicePlugin::Service {
   }
 
   DevicePlugin::Inventory* inventory_;
-  const int shares_per_gpu_;
+  const DeviceKind kind_;
+  const int per_gpu_;
+  const std::string resource_;
   bool closed_ = false;  // guarded by inventory_->mu
 };
 
 DevicePlugin::DevicePlugin(DevicePluginConfig config) : config_(std::move(config)) {
   std::lock_guard<std::mutex> lock(inventory_.mu);
   inventory_.layout = config_.layout;
+  endpoints_.push_back({.resource = config_.resource_name,
+                        .socket = config_.endpoint,
+                        .kind = DeviceKind::kShare,
+                        .per_gpu = config_.shares_per_gpu});
+  if (config_.high_per_gpu > 0) {
+    endpoints_.push_back({.resource = config_.high_resource_name,
+                          .socket = config_.high_endpoint,
+                          .kind = DeviceKind::kHighSlot,
+                          .per_gpu = config_.high_per_gpu});
+  }
 }
 
 DevicePlugin::~DevicePlugin() { Stop(); }
@@ -123,6 +152,8 @@ DevicePlugin::~DevicePlugin() { Stop(); }
 void DevicePlugin::SetGpus(const std::vector<std::string>& gpu_uuids) {
   std::lock_guard<std::mutex> lock(inventory_.mu);
   if (inventory_.gpus == gpu_uuids) return;
+  for (const std::string& g : inventory_.gpus) inventory_.departed.insert(g);
+  for (const std::string& g : gpu_uuids) inventory_.departed.erase(g);
   inventory_.gpus = gpu_uuids;
   ++inventory_.generation;
   inventory_.changed.notify_all();
@@ -147,6 +178,11 @@ void DevicePlugin::SetHostLibDir(const std::string& dir) {
   inventory_.layout.host_lib_dir = dir;
 }
 
+void DevicePlugin::SetGpuIdle(GpuIdle idle) {
+  std::lock_guard<std::mutex> lock(inventory_.mu);
+  inventory_.idle = std::move(idle);
+}
+
 void DevicePlugin::Start() {
   stop_ = false;
   thread_ = std::thread([this] { Run(); });
@@ -169,60 +205,69 @@ uint64_t DevicePlugin::KubeletSocketInode() const {
 }
 
 bool DevicePlugin::OwnSocketExists() const {
-  struct stat st {};
-  const std::string path = absl::StrCat(config_.plugin_dir, "/", config_.endpoint);
-  return stat(path.c_str(), &st) == 0;
+  for (const Endpoint& e : endpoints_) {
+    struct stat st {};
+    const std::string path = absl::StrCat(config_.plugin_dir, "/", e.socket);
+    if (stat(path.c_str(), &st) != 0) return false;
+  }
+  return true;
 }
 
 absl::Status DevicePlugin::ServeAndRegister() {
-  const std::string own = absl::StrCat(config_.plugin_dir, "/", config_.endpoint);
-  unlink(own.c_str());  // a stale socket from an earlier run would make bind fail
-  service_ = std::make_unique<Service>(&inventory_, config_.shares_per_gpu);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat("unix://", own), grpc::InsecureServerCredentials());
-  builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
-  if (server_ == nullptr) {
-    service_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot serve on ", own));
+  for (Endpoint& e : endpoints_) {
+    const std::string own = absl::StrCat(config_.plugin_dir, "/", e.socket);
+    unlink(own.c_str());  // a stale socket from an earlier run would make bind fail
+    e.service = std::make_unique<Service>(&inventory_, e.kind, e.per_gpu, e.resource);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("unix://", own), grpc::InsecureServerCredentials());
+    builder.RegisterService(e.service.get());
+    e.server = builder.BuildAndStart();
+    if (e.server == nullptr) {
+      StopServing();
+      return absl::UnavailableError(absl::StrCat("cannot serve ", e.resource, " on ", own));
+    }
   }
   const uint64_t inode = KubeletSocketInode();
   auto channel = grpc::CreateChannel(
       absl::StrCat("unix://", config_.plugin_dir, "/", kKubeletSocket),
       grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
-  v1beta1::RegisterRequest request;
-  request.set_version(kApiVersion);
-  request.set_endpoint(config_.endpoint);
-  request.set_resource_name(config_.resource_name);
-  request.mutable_options()->set_pre_start_required(false);
-  request.mutable_options()->set_get_preferred_allocation_available(true);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1beta1::Empty reply;
-  const grpc::Status status = stub->Register(&ctx, request, &reply);
-  if (!status.ok()) {
-    StopServing();
-    return absl::UnavailableError(
-        absl::StrCat("kubelet registration failed: ", status.error_message()));
+  for (const Endpoint& e : endpoints_) {
+    v1beta1::RegisterRequest request;
+    request.set_version(kApiVersion);
+    request.set_endpoint(e.socket);
+    request.set_resource_name(e.resource);
+    request.mutable_options()->set_pre_start_required(false);
+    request.mutable_options()->set_get_preferred_allocation_available(true);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1beta1::Empty reply;
+    const grpc::Status status = stub->Register(&ctx, request, &reply);
+    if (!status.ok()) {
+      StopServing();
+      return absl::UnavailableError(absl::StrCat("kubelet registration of ", e.resource,
+                                                 " failed: ", status.error_message()));
+    }
+    std::fprintf(stderr, "orion-agent: registered %s with the kubelet (endpoint %s)\n",
+                 e.resource.c_str(), e.socket.c_str());
   }
   registered_kubelet_inode_ = inode;
   registered_ = true;
   ++registrations_;
-  std::fprintf(stderr, "orion-agent: registered %s with the kubelet (endpoint %s)\n",
-               config_.resource_name.c_str(), config_.endpoint.c_str());
   return absl::OkStatus();
 }
 
 void DevicePlugin::StopServing() {
   registered_ = false;
-  if (service_ != nullptr) service_->Close();
-  if (server_ != nullptr) {
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    server_->Wait();
-    server_.reset();
+  for (Endpoint& e : endpoints_) {
+    if (e.service != nullptr) e.service->Close();
+    if (e.server != nullptr) {
+      e.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      e.server->Wait();
+      e.server.reset();
+    }
+    e.service.reset();
   }
-  service_.reset();
 }
 
 void DevicePlugin::Run() {

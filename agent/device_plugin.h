@@ -1,7 +1,18 @@
-// The kubelet device plugin for orion.io/gpu (v1beta1): serves DevicePlugin on a Unix socket in
-// the kubelet's device-plugins folder, registers with kubelet.sock, and starts over (new socket,
-// new registration) when the kubelet restarts, which it notices by kubelet.sock being replaced
-// or its own socket being removed (a restarting kubelet deletes every socket in the folder).
+// The kubelet device plugin (v1beta1) for two resources, each its own DevicePlugin service on a
+// Unix socket in the kubelet's device-plugins folder, registered with kubelet.sock:
+//   orion.io/gpu       shares_per_gpu shares per GPU, for best-effort containers;
+//   orion.io/gpu-high  high_per_gpu slots per GPU, for high-priority containers (the webhook
+//                      gives a high-priority pod's containers a slot instead of a share), so the
+//                      kube-scheduler's resource fit admits at most high_per_gpu of them per GPU.
+// A container holds one resource or the other, never both: the kubelet allocates a container's
+// resources one at a time in no fixed order (its limits are a Go map) and tells a plugin nothing
+// about the pod, so a plugin cannot pair two resources of one container reliably. A high slot
+// names its GPU, so the container's place is the slot's.
+// Shares go to the GPU with the most idle time by orion-server's busy figures (SetGpuIdle),
+// else they spread; high slots likewise (see PreferredShares).
+// It starts over (new sockets, new registrations) when the kubelet restarts, which it notices by
+// kubelet.sock being replaced or one of its own sockets being removed (a restarting kubelet
+// deletes every socket in the folder).
 //
 // Usage:
 //   DevicePlugin plugin(config);
@@ -17,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +45,10 @@ struct DevicePluginConfig {
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
   std::string endpoint = "orion-gpu.sock";  // our socket's file name inside plugin_dir
   int shares_per_gpu = 8;
+  // High-priority slots: high_per_gpu per GPU (0: the resource is not served).
+  std::string high_resource_name = "orion.io/gpu-high";
+  std::string high_endpoint = "orion-gpu-high.sock";
+  int high_per_gpu = 1;
   ContainerLayout layout;
   std::chrono::milliseconds poll_interval{1000};  // kubelet restart detection
 };
@@ -51,6 +67,8 @@ class DevicePlugin {
   void SetGpuHealthy(const std::string& gpu_uuid, bool healthy);
   // Interposer folder handed out by Allocate (it changes when a new version is installed).
   void SetHostLibDir(const std::string& dir);
+  // Idle fraction per GPU UUID over the last interval, from orion-server (see GpuIdle).
+  void SetGpuIdle(GpuIdle idle);
 
   void Start();
   void Stop();
@@ -64,8 +82,10 @@ class DevicePlugin {
     std::condition_variable changed;
     uint64_t generation ABSL_GUARDED_BY(mu) = 1;
     std::vector<std::string> gpus ABSL_GUARDED_BY(mu);
+    std::set<std::string> departed ABSL_GUARDED_BY(mu);  // advertised once, gone now
     std::vector<std::string> unhealthy ABSL_GUARDED_BY(mu);
     ContainerLayout layout ABSL_GUARDED_BY(mu);
+    GpuIdle idle ABSL_GUARDED_BY(mu);
   };
 
  private:
@@ -77,10 +97,18 @@ class DevicePlugin {
   uint64_t KubeletSocketInode() const;
   bool OwnSocketExists() const;
 
+  // One served resource: its service and gRPC server of the current serving period.
+  struct Endpoint {
+    std::string resource, socket;
+    DeviceKind kind = DeviceKind::kShare;
+    int per_gpu = 0;
+    std::unique_ptr<Service> service;
+    std::unique_ptr<grpc::Server> server;
+  };
+
   const DevicePluginConfig config_;
   Inventory inventory_;
-  std::unique_ptr<Service> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::vector<Endpoint> endpoints_;
   uint64_t registered_kubelet_inode_ = 0;
   std::atomic<bool> registered_{false};
   std::atomic<int> registrations_{0};

@@ -1,5 +1,5 @@
 // orion-agent: one per GPU node. Installs the interposer on the host, serves the kubelet device
-// plugin for orion.io/gpu, watches this node's pods and feeds their orion/* annotations to
+// plugin for orion.io/gpu and orion.io/gpu-high, watches this node's pods and feeds their orion/* annotations to
 // orion-server, and answers /healthz and /readyz. `orion-agent webhook` instead serves the
 // mutating admission webhook (a Deployment in the chart).
 #include <signal.h>
@@ -39,6 +39,9 @@ constexpr char kUsage[] =
     "  --node-name            default $NODE_NAME\n"
     "  --resource-name        extended resource (orion.io/gpu)\n"
     "  --shares-per-gpu       devices advertised per GPU (8)\n"
+    "  --high-resource-name   extended resource of high-priority containers (orion.io/gpu-high)\n"
+    "  --high-priority-per-gpu  its devices per GPU (1; 0: not advertised, and the webhook\n"
+    "                         must then run with --high-resource-name= so high pods get shares)\n"
     "  --gpus                 comma-separated GPU UUIDs (default: discover)\n"
     "  --proc-gpus-dir        /proc/driver/nvidia/gpus\n"
     "  --server-address       orion-server AgentSync target (unix:RUN_DIR-agent/agent.sock,\n"
@@ -61,6 +64,10 @@ constexpr char kUsage[] =
     "  --no-device-plugin, --no-pod-watcher   run parts only\n"
     "webhook flags:\n"
     "  --listen-address (0.0.0.0:8443) --tls-cert FILE --tls-key FILE --resource-name\n"
+    "  --high-resource-name   what high-priority containers get instead of a share\n"
+    "                         (orion.io/gpu-high; empty: a share like the others)\n"
+    "  --high-priority-namespaces  comma-separated namespaces whose pods may be high priority\n"
+    "                         (default: all); elsewhere a high pod gets a share\n"
     "  --health-address       /healthz and /readyz, plain HTTP on a listener of their own\n"
     "                         (0.0.0.0:8081)\n"
     "  --be-mps-thread-percentage (50)  SM share under MPS of best-effort pods (0: not set)\n";
@@ -113,6 +120,11 @@ int RunWebhook(const Flags& flags) {
   const sigset_t signals = BlockSignals();
   AdmissionOptions options;
   options.resource_name = Flag(flags, "resource-name", options.resource_name);
+  options.high_resource_name = Flag(flags, "high-resource-name", options.high_resource_name);
+  for (absl::string_view ns :
+       absl::StrSplit(Flag(flags, "high-priority-namespaces", ""), ',', absl::SkipEmpty())) {
+    options.high_priority_namespaces.emplace_back(ns.data(), ns.size());
+  }
   const std::string percentage = Flag(flags, "be-mps-thread-percentage",
                                       std::to_string(options.best_effort_mps_thread_percentage));
   if (!absl::SimpleAtoi(percentage, &options.best_effort_mps_thread_percentage) ||
@@ -172,6 +184,19 @@ int RunNodeAgent(const Flags& flags) {
   plugin_config.shares_per_gpu = std::atoi(Flag(flags, "shares-per-gpu", "8").c_str());
   if (plugin_config.shares_per_gpu < 1 || plugin_config.shares_per_gpu > 1000) {
     std::fprintf(stderr, "orion-agent: --shares-per-gpu must be 1..1000\n");
+    return 2;
+  }
+  plugin_config.high_resource_name =
+      Flag(flags, "high-resource-name", plugin_config.high_resource_name);
+  const std::string high_per_gpu = Flag(flags, "high-priority-per-gpu", "1");
+  if (!absl::SimpleAtoi(high_per_gpu, &plugin_config.high_per_gpu) ||
+      plugin_config.high_per_gpu < 0 || plugin_config.high_per_gpu > 64 ||
+      (plugin_config.high_per_gpu > 0 &&
+       (plugin_config.high_resource_name.empty() ||
+        plugin_config.high_resource_name == plugin_config.resource_name))) {
+    std::fprintf(stderr, "orion-agent: --high-priority-per-gpu: expected 0..64 (0: no %s), got "
+                 "\"%s\"; --high-resource-name must differ from --resource-name\n",
+                 plugin_config.high_resource_name.c_str(), high_per_gpu.c_str());
     return 2;
   }
   plugin_config.layout.container_lib_dir =
@@ -303,6 +328,38 @@ int RunNodeAgent(const Flags& flags) {
     });
   }
 
+  // Idle time per GPU for the placement of shares: orion-server's busy seconds, every 5 s.
+  std::unique_ptr<AgentSyncClient> load_client;
+  std::thread load_thread;
+  if (plugin != nullptr) {
+    load_client = std::make_unique<AgentSyncClient>(
+        Flag(flags, "server-address",
+             "unix:" + plugin_config.layout.run_dir + "-agent/agent.sock"));
+    load_thread = std::thread([&] {
+      GpuIdleEstimator estimator;
+      std::string last_error;
+      while (!stop.load()) {
+        absl::StatusOr<std::vector<orion::v1::Gpu>> gpus = load_client->ListGpuLoad();
+        if (gpus.ok()) {
+          std::map<std::string, double> busy;
+          for (const orion::v1::Gpu& g : *gpus) busy[g.uuid()] = g.busy_seconds();
+          const double now_s = std::chrono::duration<double>(
+              std::chrono::steady_clock::now().time_since_epoch()).count();
+          plugin->SetGpuIdle(estimator.Update(busy, now_s));
+          last_error.clear();
+        } else if (std::string(gpus.status().message()) != last_error) {
+          last_error = std::string(gpus.status().message());
+          std::fprintf(stderr, "orion-agent: no GPU busy figures (shares spread instead): %s\n",
+                       last_error.c_str());
+          plugin->SetGpuIdle({});
+        }
+        for (int i = 0; i < 50 && !stop.load(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }
+    });
+  }
+
   // 4. Health: live while the process runs; ready when every enabled part works.
   auto ready = [&]() -> std::string {
     if (!installed) return "interposer not installed";
@@ -339,6 +396,7 @@ int RunNodeAgent(const Flags& flags) {
   if (plugin != nullptr) plugin->Stop();
   if (watcher_thread.joinable()) watcher_thread.join();
   if (server_check_thread.joinable()) server_check_thread.join();
+  if (load_thread.joinable()) load_thread.join();
   rediscover.join();
   return 0;
 }

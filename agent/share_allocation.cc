@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "contract/orion_contract.h"
@@ -12,6 +13,13 @@
 namespace orion::agent {
 namespace {
 constexpr char kSeparator[] = "::";
+constexpr std::string_view kHighPrefix = "high-";
+
+// Idle fraction of a GPU by the server's figures; 1 (idle) for a GPU the server does not know.
+double IdleOf(const GpuIdle& idle, const std::string& gpu) {
+  auto it = idle.find(gpu);
+  return it == idle.end() ? 1.0 : it->second;
+}
 }  // namespace
 
 bool ParseDeviceListStrategy(std::string_view text, DeviceListStrategy* out) {
@@ -29,6 +37,54 @@ bool ParseDeviceListStrategy(std::string_view text, DeviceListStrategy* out) {
 
 std::string ShareId(std::string_view gpu_uuid, int index) {
   return absl::StrCat(std::string(gpu_uuid), kSeparator, index);
+}
+
+std::string HighSlotId(std::string_view gpu_uuid, int index) {
+  return absl::StrCat(std::string(gpu_uuid), kSeparator, std::string(kHighPrefix), index);
+}
+
+std::vector<std::string> HighSlotIds(const std::vector<std::string>& gpu_uuids, int high_per_gpu) {
+  std::vector<std::string> ids;
+  for (const std::string& uuid : gpu_uuids) {
+    for (int i = 0; i < high_per_gpu; ++i) ids.push_back(HighSlotId(uuid, i));
+  }
+  return ids;
+}
+
+absl::Status CheckDeviceId(std::string_view id, DeviceKind kind, int per_gpu,
+                           const std::vector<std::string>& gpus,
+                           const std::set<std::string>& departed, std::string_view resource) {
+  const size_t pos = id.rfind(std::string_view(kSeparator));
+  const char* what = kind == DeviceKind::kShare ? "U::<share>" : "U::high-<slot>";
+  auto not_ours = [&](std::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown device \"", std::string(id), "\" for ", std::string(resource), ": ",
+        std::string(why), " (its devices are ", what, ", U a GPU of this node: ",
+        gpus.empty() ? std::string("none") : absl::StrJoin(gpus, ", "), ")"));
+  };
+  if (pos == std::string_view::npos || pos == 0) return not_ours("no GPU UUID in it");
+  std::string_view index = id.substr(pos + 2);
+  if (kind == DeviceKind::kHighSlot) {
+    if (index.substr(0, kHighPrefix.size()) != kHighPrefix) return not_ours("not a high slot");
+    index.remove_prefix(kHighPrefix.size());
+  }
+  int n = -1;
+  if (index.empty() || index.size() > 4 ||
+      index.find_first_not_of("0123456789") != std::string_view::npos ||
+      !absl::SimpleAtoi(std::string(index), &n) || n >= per_gpu) {
+    return not_ours(absl::StrCat("index \"", std::string(index), "\" is not in 0..",
+                                 per_gpu - 1));
+  }
+  const std::string gpu(id.substr(0, pos));
+  if (std::find(gpus.begin(), gpus.end(), gpu) == gpus.end()) {
+    if (departed.count(gpu) == 0) return not_ours(absl::StrCat("GPU ", gpu, " is not one of them"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device \"", std::string(id), "\" of ", std::string(resource), " names GPU ", gpu,
+        ", which has left this node (GPUs now: ",
+        gpus.empty() ? std::string("none") : absl::StrJoin(gpus, ", "),
+        "); the container is not started and nothing was handed out"));
+  }
+  return absl::OkStatus();
 }
 
 std::string GpuOfShare(std::string_view share_id) {
@@ -102,8 +158,25 @@ v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::st
   return r;
 }
 
+GpuIdle GpuIdleEstimator::Update(const std::map<std::string, double>& busy_seconds,
+                                 double now_s) {
+  GpuIdle idle;
+  const double interval = now_s - last_now_s_;
+  if (last_now_s_ >= 0 && interval > 0) {
+    for (const auto& [gpu, busy] : busy_seconds) {
+      auto it = last_busy_.find(gpu);
+      if (it == last_busy_.end() || busy < it->second) continue;
+      idle[gpu] = std::clamp(1.0 - (busy - it->second) / interval, 0.0, 1.0);
+    }
+  }
+  last_busy_ = busy_seconds;
+  last_now_s_ = now_s;
+  return idle;
+}
+
 std::vector<std::string> PreferredShares(const std::vector<std::string>& available,
-                                         const std::vector<std::string>& must_include, int size) {
+                                         const std::vector<std::string>& must_include, int size,
+                                         const GpuIdle& idle) {
   std::vector<std::string> chosen;
   std::set<std::string> taken;
   std::set<std::string> chosen_gpus;
@@ -120,18 +193,22 @@ std::vector<std::string> PreferredShares(const std::vector<std::string>& availab
       if (taken.count(id) == 0) free_by_gpu[GpuOfShare(id)].push_back(id);
     }
     if (free_by_gpu.empty()) break;
-    // Prefer a GPU already chosen; among the rest the one with the most free shares.
+    // Prefer a GPU already chosen; among the rest the idlest, then the one with the most free
+    // shares; the map's order (UUID) breaks ties.
+    auto better = [&](const auto& a, const auto& b) {
+      const bool a_chosen = chosen_gpus.count(a.first) > 0;
+      const bool b_chosen = chosen_gpus.count(b.first) > 0;
+      if (a_chosen != b_chosen) return a_chosen;
+      if (!idle.empty()) {
+        const double ia = IdleOf(idle, a.first), ib = IdleOf(idle, b.first);
+        if (ia > ib + kIdleTolerance) return true;
+        if (ib > ia + kIdleTolerance) return false;
+      }
+      return a.second.size() > b.second.size();
+    };
     auto best = free_by_gpu.end();
     for (auto it = free_by_gpu.begin(); it != free_by_gpu.end(); ++it) {
-      if (best == free_by_gpu.end()) {
-        best = it;
-        continue;
-      }
-      const bool it_chosen = chosen_gpus.count(it->first) > 0;
-      const bool best_chosen = chosen_gpus.count(best->first) > 0;
-      if (it_chosen != best_chosen ? it_chosen : it->second.size() > best->second.size()) {
-        best = it;
-      }
+      if (best == free_by_gpu.end() || better(*it, *best)) best = it;
     }
     for (const std::string& id : best->second) {
       if (static_cast<int>(chosen.size()) >= size) break;

@@ -1,17 +1,24 @@
 // How GPU shares are named, chosen and handed to containers by the device plugin. Pure: no
 // gRPC calls, only the v1beta1 message types.
 //
-// A physical GPU with UUID U is advertised as `shares_per_gpu` devices "U::0" .. "U::n-1"
-// (kubelet device IDs are opaque strings of at most 63 characters).
+// A physical GPU with UUID U is advertised as `shares_per_gpu` devices "U::0" .. "U::n-1" of
+// orion.io/gpu (best-effort containers) and `high_per_gpu` devices "U::high-0" .. of
+// orion.io/gpu-high (high-priority containers: the slot is the container's place on the GPU, so
+// the scheduler's resource fit admits at most high_per_gpu of them per GPU). Kubelet device IDs
+// are opaque strings of at most 63 characters; a GPU UUID is 40.
 //
 // Usage:
 //   std::vector<std::string> ids = ShareIds({"GPU-1234..."}, 8);
 //   v1beta1::ContainerAllocateResponse r = ContainerAllocation(request_ids, layout);
 #pragma once
 
+#include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "absl/status/status.h"
 
 #include "deviceplugin/v1beta1/api.pb.h"
 
@@ -50,9 +57,28 @@ struct ContainerLayout {
 };
 
 std::string ShareId(std::string_view gpu_uuid, int index);
-// The GPU UUID of a share ID ("" if the ID is not one of ours).
+std::string HighSlotId(std::string_view gpu_uuid, int index);
+// The GPU UUID of a share or high slot ID ("" if the ID is not one of ours).
 std::string GpuOfShare(std::string_view share_id);
 std::vector<std::string> ShareIds(const std::vector<std::string>& gpu_uuids, int shares_per_gpu);
+std::vector<std::string> HighSlotIds(const std::vector<std::string>& gpu_uuids, int high_per_gpu);
+
+// Which devices a resource advertises: shares (orion.io/gpu) or high slots (orion.io/gpu-high).
+enum class DeviceKind { kShare, kHighSlot };
+// OK if `id` is a device of this kind (index below `per_gpu`) of one of `gpus`; otherwise an
+// InvalidArgument naming the device and the resource (not one of ours), or a FailedPrecondition
+// when it names a GPU in `departed`: advertised earlier, no longer on the node (the kubelet's
+// checkpoint outlived it).
+absl::Status CheckDeviceId(std::string_view id, DeviceKind kind, int per_gpu,
+                           const std::vector<std::string>& gpus,
+                           const std::set<std::string>& departed, std::string_view resource);
+
+// Idle fraction (0..1) of each GPU over the last interval, from orion-server's busy figures;
+// a GPU missing from the map is not known to the server (no client ever ran there): idle.
+// An empty map means the figures are not available: placement only spreads.
+using GpuIdle = std::map<std::string, double>;
+// Idle fractions closer than this count as equal (the figures are estimates): then spread.
+inline constexpr double kIdleTolerance = 0.05;
 
 // Env (the GPUs by `layout.device_list`, LD_PRELOAD, ORION_SOCKET, MPS pipe), CDI devices or
 // annotations, and mounts (interposer folder read-only; run folder read-write: clients map the
@@ -60,10 +86,26 @@ std::vector<std::string> ShareIds(const std::vector<std::string>& gpu_uuids, int
 v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::string>& share_ids,
                                                        const ContainerLayout& layout);
 
-// Picks `size` shares: all of must_include first, then shares of the GPUs already chosen
-// (a container asking for several shares wants them on one GPU), then of the GPU with the most
-// free shares (spreads pods over GPUs). Returns fewer only if not enough are available.
+// Turns orion-server's cumulative busy seconds per GPU into idle fractions over the interval
+// between two calls. The first call, a GPU first seen, or a counter that went back (a restarted
+// server) give no figure for that GPU: it counts as idle (see GpuIdle).
+class GpuIdleEstimator {
+ public:
+  // busy_seconds: GPU UUID -> kernel seconds since the server started; now_s: monotonic seconds.
+  GpuIdle Update(const std::map<std::string, double>& busy_seconds, double now_s);
+
+ private:
+  std::map<std::string, double> last_busy_;
+  double last_now_s_ = -1;
+};
+
+// Picks `size` devices (shares or high slots): all of must_include first, then devices of the
+// GPUs already chosen (a container asking for several wants them on one GPU), then of the GPU
+// with the most idle time (`idle`, differences under kIdleTolerance ignored), then of the one
+// with the most free devices (spreads pods over GPUs), then by UUID. Returns fewer only if not
+// enough are available.
 std::vector<std::string> PreferredShares(const std::vector<std::string>& available,
-                                         const std::vector<std::string>& must_include, int size);
+                                         const std::vector<std::string>& must_include, int size,
+                                         const GpuIdle& idle = {});
 
 }  // namespace orion::agent

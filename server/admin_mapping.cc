@@ -68,6 +68,10 @@ void ToProto(const GpuView& v, orion::v1::Gpu* out) {
   out->set_clients(v.clients);
   out->set_high_priority_clients(v.high_priority_clients);
   out->set_high_priority_busy(v.high_priority_busy);
+  out->set_high_priority_pods(v.high_priority_pods);
+  out->set_high_priority_pods_allowed(v.high_priority_pods_allowed);
+  out->set_high_priority_overcommitted(v.high_priority_overcommitted);
+  out->set_busy_seconds(v.busy_seconds);
 }
 
 void ToProto(const GpuPolicy& p, orion::v1::PolicyKnobs* out) {

@@ -286,4 +286,11 @@ grpc::ServerUnaryReactor* AgentSyncServiceImpl::DeletePod(grpc::CallbackServerCo
   return Done(ctx, ToGrpc(state_->DeletePod(req->pod_uid())));
 }
 
+grpc::ServerUnaryReactor* AgentSyncServiceImpl::ListGpuLoad(grpc::CallbackServerContext* ctx,
+                                                            const orion::v1::ListGpuLoadRequest*,
+                                                            orion::v1::ListGpuLoadResponse* resp) {
+  for (const GpuView& g : state_->ListGpus()) ToProto(g, resp->add_gpus());
+  return Done(ctx, grpc::Status::OK);
+}
+
 }  // namespace orion::server

@@ -75,6 +75,9 @@ class AgentSyncServiceImpl final : public orion::v1::AgentSync::CallbackService 
   grpc::ServerUnaryReactor* DeletePod(grpc::CallbackServerContext* ctx,
                                       const orion::v1::DeletePodRequest* req,
                                       orion::v1::DeletePodResponse* resp) override;
+  grpc::ServerUnaryReactor* ListGpuLoad(grpc::CallbackServerContext* ctx,
+                                        const orion::v1::ListGpuLoadRequest* req,
+                                        orion::v1::ListGpuLoadResponse* resp) override;
 
  private:
   NodeState* state_;

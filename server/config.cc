@@ -138,7 +138,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
                                     {"be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
                                      "hp_grace_us", "adapt_budget",
                                      "default_latency_target_ms", "high_priority_namespaces",
-                                     "min_latency_target_ms"}));
+                                     "min_latency_target_ms", "high_priority_per_gpu"}));
   ORION_RETURN_IF_ERROR(
       v.Int(n["be_budget_us"], "policy.be_budget_us", 0, 1000000, &p->be_budget_us));
   p->be_budget_set = static_cast<bool>(n["be_budget_us"]);
@@ -158,6 +158,8 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   ORION_RETURN_IF_ERROR(v.Int(n["min_latency_target_ms"], "policy.min_latency_target_ms", 0,
                               60000, &floor_ms));
   p->min_latency_target_us = floor_ms * 1000;
+  ORION_RETURN_IF_ERROR(v.Int(n["high_priority_per_gpu"], "policy.high_priority_per_gpu", 1, 64,
+                              &p->high_priority_per_gpu));
   if (const YAML::Node ns = n["high_priority_namespaces"]) {
     if (!ns.IsSequence()) {
       return v.Error("policy.high_priority_namespaces", "a list of namespaces", ns);
@@ -523,6 +525,8 @@ policy:
                                        # of the HP service's median busy period
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
   min_latency_target_ms: 5             # a pod's (or orion-run's) lower target is raised to this
+  high_priority_per_gpu: 1             # high-priority pods a GPU may hold; more is flagged
+                                       # (orion_gpu_high_priority_pods, ListGpus)
   high_priority_namespaces: []         # namespaces whose pods may be orion/priority: high;
                                        # empty: all. Elsewhere such a pod runs best-effort
 standalone:                            # processes not in a Kubernetes pod

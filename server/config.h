@@ -41,6 +41,11 @@ struct PolicyConfig {
   // a tiny target cannot shrink the GPU's best-effort budget to nothing.
   std::vector<std::string> high_priority_namespaces;
   uint64_t min_latency_target_us = 5000;
+  // High-priority pods one GPU may hold (the chart's highPriorityPerGpu, which is also the
+  // number of orion.io/gpu-high devices the agent advertises per GPU). More than this on one GPU
+  // (a pod promoted to high at run time) is flagged: orion_gpu_high_priority_pods above
+  // orion_gpu_high_priority_pods_allowed, and high_priority_overcommitted in ListGpus.
+  uint32_t high_priority_per_gpu = 1;
 };
 
 // Standalone (no Kubernetes) priority rule: first match wins.

@@ -69,6 +69,14 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   MetricFamily hp_busy = Family("orion_gpu_high_priority_busy",
                                 "1 while a high-priority client has work on the GPU",
                                 MetricType::Gauge);
+  MetricFamily hp_pods = Family("orion_gpu_high_priority_pods",
+                                "Pods with a high-priority client on the GPU (a process in no "
+                                "pod counts alone)",
+                                MetricType::Gauge);
+  MetricFamily hp_allowed = Family("orion_gpu_high_priority_pods_allowed",
+                                   "High-priority pods the GPU may hold (high_priority_per_gpu); "
+                                   "more wait for each other",
+                                   MetricType::Gauge);
   MetricFamily budget = Family("orion_policy_be_budget_seconds",
                                "Best-effort GPU time admitted beside high-priority work",
                                MetricType::Gauge);
@@ -79,6 +87,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       Add(busy, {{"node", node_}, {"gpu", g.gpu}, {"priority", prio}}, g.busy_seconds[p]);
     }
     Add(hp_busy, {{"node", node_}, {"gpu", g.gpu}}, g.hp_busy ? 1 : 0);
+    Add(hp_pods, {{"node", node_}, {"gpu", g.gpu}}, g.high_priority_pods);
+    Add(hp_allowed, {{"node", node_}, {"gpu", g.gpu}}, snap.high_priority_pods_allowed);
     Add(budget, {{"node", node_}, {"gpu", g.gpu}}, g.be_budget_s);
   }
 
@@ -190,7 +200,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                          "kernel seals the board against clients)",
                                          node_, snap.board_corrections);
 
-  for (MetricFamily* f : {&clients, &busy, &hp_busy, &budget, &kernels, &throttled, &mem_used,
+  for (MetricFamily* f : {&clients, &busy, &hp_busy, &hp_pods, &hp_allowed, &budget, &kernels, &throttled, &mem_used,
                           &mem_limit, &dropped, &client_busy, &claims, &period, &requests, &regs,
                           &ingested, &written, &skipped, &node_dropped, &untabled, &quarantined,
                           &quarantined_clients, &repairs, &corrections}) {

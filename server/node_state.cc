@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -522,6 +523,14 @@ absl::Status NodeState::CheckGpu(uint32_t gpu) {
                                           board_->num_gpus(), " (ListGpus, orion-ctl gpus)"));
 }
 
+namespace {
+// Who a high-priority client stands for when counting high-priority pods on a GPU: its pod, or
+// the process itself when it is in no pod.
+std::string HighPriorityTenant(const std::string& pod_uid, uint32_t client_id) {
+  return pod_uid.empty() ? absl::StrCat("client ", client_id) : pod_uid;
+}
+}  // namespace
+
 std::vector<GpuView> NodeState::ListGpus() {
   ApiLock lock(this);
   std::vector<GpuView> out;
@@ -532,15 +541,21 @@ std::vector<GpuView> NodeState::ListGpus() {
     gpu.uuid = board_->gpu_uuid(g);
     gpu.node = config_.node_name;
     gpu.mode = gpu_policy_[g].knobs.mode;
+    gpu.busy_seconds = (gpu_busy_ns_[g][0] + gpu_busy_ns_[g][1]) / 1e9;
+    gpu.high_priority_pods_allowed = config_.policy.high_priority_per_gpu;
+    std::set<std::string> high_pods;
     for (const auto& [id, c] : clients_) {
       if (c.gpu != g) continue;
       ++gpu.clients;
       if (c.policy.priority != Priority::kHigh) continue;
       ++gpu.high_priority_clients;
+      high_pods.insert(HighPriorityTenant(c.peer.cgroup.pod_uid, c.id));
       gpu.high_priority_busy =
           gpu.high_priority_busy ||
           SlotBusy(board_->gate(g)->slots[c.slot], now, gpu_policy_[g].knobs);
     }
+    gpu.high_priority_pods = static_cast<uint32_t>(high_pods.size());
+    gpu.high_priority_overcommitted = gpu.high_priority_pods > gpu.high_priority_pods_allowed;
     out.push_back(std::move(gpu));
   }
   return out;
@@ -839,6 +854,8 @@ MetricsSnapshot NodeState::Snapshot() {
     gs.busy_seconds[1] = gpu_busy_ns_[g][1] / 1e9;
     gs.be_budget_s = gpu_policy_[g].knobs.be_budget_ns / 1e9;
   }
+  snap.high_priority_pods_allowed = config_.policy.high_priority_per_gpu;
+  std::vector<std::set<std::string>> high_pods(ngpus);
   snap.clients.reserve(clients_.size());
   for (const auto& [id, c] : clients_) {
     const ClientView v = ViewOf(c);
@@ -864,12 +881,18 @@ MetricsSnapshot NodeState::Snapshot() {
     cs.requests = c.ingest.requests();
     if (c.gpu < ngpus) {
       ++snap.gpus[c.gpu].clients[static_cast<uint32_t>(c.policy.priority) & 1];
+      if (c.policy.priority == Priority::kHigh) {
+        high_pods[c.gpu].insert(HighPriorityTenant(c.peer.cgroup.pod_uid, c.id));
+      }
       if (c.policy.priority == Priority::kHigh &&
           SlotBusy(board_->gate(c.gpu)->slots[c.slot], now, gpu_policy_[c.gpu].knobs)) {
         snap.gpus[c.gpu].hp_busy = true;
       }
     }
     snap.clients.push_back(std::move(cs));
+  }
+  for (uint32_t g = 0; g < ngpus; ++g) {
+    snap.gpus[g].high_priority_pods = static_cast<uint32_t>(high_pods[g].size());
   }
   snap.registrations_ok = registrations_ok_;
   snap.registrations_failed = registrations_failed_;

@@ -64,10 +64,12 @@ struct GpuSample {
   double busy_seconds[2] = {0, 0};
   bool hp_busy = false;
   double be_budget_s = 0;
+  uint32_t high_priority_pods = 0;  // distinct pods (or processes in no pod) of HP clients
 };
 struct MetricsSnapshot {
   std::vector<ClientSample> clients;
   std::vector<GpuSample> gpus;
+  uint32_t high_priority_pods_allowed = 1;  // policy.high_priority_per_gpu
   uint64_t registrations_ok = 0;
   std::map<std::string, uint64_t> registrations_failed;  // by reason
   // Node-wide event accounting, departed clients included: every event a client wrote into its

@@ -54,6 +54,12 @@ struct GpuView {
   contract::GateMode mode = contract::kDefaultGateMode;
   uint32_t clients = 0, high_priority_clients = 0;
   bool high_priority_busy = false;  // a high-priority client has work on the GPU now
+  // Distinct pods with a high-priority client on the GPU (a process in no pod counts alone),
+  // the policy's high_priority_per_gpu, and whether the first exceeds the second (a pod promoted
+  // to high at run time beside another: the two wait for each other).
+  uint32_t high_priority_pods = 0, high_priority_pods_allowed = 1;
+  bool high_priority_overcommitted = false;
+  double busy_seconds = 0;  // kernel time of every priority since the server started
 };
 
 // A client's learned kernel profile, most launched first, and the same in Orion's CSV format.

@@ -45,6 +45,7 @@ declare -A VALUE_SETS=(
   [gpu-operator]="--set runtimeClassName=nvidia"
   [cdi]="--set runtimeClassName=nvidia --set deviceListStrategy=cdi-cri"
   [mps-daemon]="--set runtimeClassName=nvidia --set mps.daemon.enabled=true --set server.mode=mps"
+  [high-priority]="--set highPriorityPerGpu=2 --set highResourceName=example.com/gpu-high --set highPriority.namespaces={serving,prod}"
   [admin-tls]="--set server.adminTls.secretName=orion-admin-tls --set server.adminTls.requireClientCertificates=true --set server.adminAuth.serviceAccounts.readers={monitoring/grafana}"
 )
 for name in "${!VALUE_SETS[@]}"; do
@@ -56,6 +57,10 @@ for name in "${!VALUE_SETS[@]}"; do
 done
 if "${HELM}" template x "${CHART}" --set webhook.tls.mode=bogus >/dev/null 2>&1; then
   echo "a bad webhook.tls.mode must fail to render" >&2
+  exit 1
+fi
+if "${HELM}" template x "${CHART}" --set highPriorityPerGpu=0 >/dev/null 2>&1; then
+  echo "highPriorityPerGpu=0 must fail to render" >&2
   exit 1
 fi
 echo -n "examples: "
@@ -181,10 +186,40 @@ step "GPU stack combinations in the chart: CDI and the MPS daemon"
   console.log("envvar by default, cdi-cri passed through, MPS daemon and agent agree on pipe and shm: ok");
 ' "${WORK}/default.yaml" "${WORK}/cdi.yaml" "${WORK}/mps-daemon.yaml")
 
+step "placement: orion.io/gpu-high per GPU, seccomp of the node pod"
+(cd "${ROOT}/tools" && node --input-type=module -e '
+  import { parseAllDocuments } from "yaml";
+  import { readFileSync } from "node:fs";
+  const fail = (m) => { console.error("check-deploy: " + m); process.exit(1); };
+  const objs = (file) => parseAllDocuments(readFileSync(file, "utf8")).map((d) => d.toJSON());
+  const check = (file, perGpu, resource, namespaces) => {
+    const all = objs(file);
+    const node = all.find((o) => o?.kind === "DaemonSet").spec.template.spec;
+    for (const c of node.containers) {
+      if (c.securityContext?.seccompProfile?.type !== "RuntimeDefault") fail(`${file}: node pod container ${c.name} has no seccompProfile RuntimeDefault`);
+    }
+    const agent = node.containers.find((c) => c.name === "agent").args;
+    for (const want of [`--high-priority-per-gpu=${perGpu}`, `--high-resource-name=${resource}`]) {
+      if (!agent.includes(want)) fail(`${file}: agent args lack ${want}`);
+    }
+    const hook = all.find((o) => o?.kind === "Deployment" && o.metadata.name.endsWith("-webhook"));
+    if (hook && !hook.spec.template.spec.containers[0].args.includes(`--high-resource-name=${resource}`)) fail(`${file}: webhook lacks --high-resource-name=${resource}`);
+    // High pods outside highPriority.namespaces run best-effort: the webhook gives them a share.
+    const nsArg = hook?.spec.template.spec.containers[0].args.find((a) => a.startsWith("--high-priority-namespaces="));
+    if (hook && (nsArg ?? "") !== (namespaces ? `--high-priority-namespaces=${namespaces}` : "")) fail(`${file}: webhook namespaces arg ${nsArg}, want ${namespaces}`);
+    const cm = all.find((o) => o?.kind === "ConfigMap" && o.data?.["server.yaml"]);
+    if (!cm.data["server.yaml"].includes(`high_priority_per_gpu: ${perGpu}`)) fail(`${file}: server config lacks high_priority_per_gpu: ${perGpu}`);
+  };
+  check(process.argv[1], 1, "orion.io/gpu-high", "");
+  check(process.argv[2], 2, "example.com/gpu-high", "serving,prod");
+  check(process.argv[3], 1, "orion.io/gpu-high", "");
+  console.log("gpu-high per GPU passed to agent, webhook and server; every node pod container seccomp RuntimeDefault: ok");
+' "${WORK}/default.yaml" "${WORK}/high-priority.yaml" "${WORK}/mps-daemon.yaml")
+
 step "server config rendered by the chart"
 SERVER_BIN="${ORION_SERVER_BIN:-${ROOT}/build/server/orion-server}"
 if [[ -x "${SERVER_BIN}" ]]; then
-  for name in default no-webhook admin-tls; do
+  for name in default no-webhook admin-tls high-priority; do
     (cd "${ROOT}/tools" && node --input-type=module -e '
       import { parseAllDocuments } from "yaml";
       import { readFileSync } from "node:fs";

@@ -14,10 +14,13 @@
 #      device plugin registration socket and a test API server (HTTPS, the pod's in-cluster
 #      config) that lists the node's pods;
 #   3. sharing pods written with only the orion/priority annotation, admitted by the chart's
-#      webhook (a real AdmissionReview over HTTPS, its JSON patch applied), given their shares by
-#      the device plugin's real Allocate answer, run with the runtime's default seccomp profile
-#      on the CUDA driver test double; a pod without orion.io/gpu; a hostile pod (static
-#      tools/cri/hostile_pod.cc);
+#      webhook (a real AdmissionReview over HTTPS, its JSON patch applied), given their shares
+#      (orion.io/gpu) or high-priority slots (orion.io/gpu-high) by the device plugin's real
+#      GetPreferredAllocation and Allocate answers after the resource fit the check plays for
+#      the scheduler, run with the runtime's default seccomp profile on the CUDA driver test
+#      double; a pod without orion.io/gpu; a hostile pod (static tools/cri/hostile_pod.cc);
+#      last, the node gets the double's second GPU: one high-priority pod per GPU, a third
+#      refused by the fit;
 #   4. assertions, each printing its figure, and a summary of the figures (see
 #      docs/kubernetes.md).
 # containerd is stopped and everything it left (containers, shims, mounts, cgroups) removed

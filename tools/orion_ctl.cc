@@ -326,12 +326,18 @@ int main(int argc, char** argv) {
     orion::v1::ListGpusResponse r;
     if (auto s = stub->ListGpus(ctx().get(), {}, &r); !s.ok()) return Fail(s);
     if (json) return PrintJson(r), 0;
-    std::printf("%-5s %-42s %-13s %-8s %-4s %s\n", "GPU", "UUID", "MODE", "CLIENTS", "HP",
-                "HP-BUSY");
+    // HP-PODS: high-priority pods on the GPU / how many it may hold; "!" when over (a pod
+    // changed to high at run time beside another: the two wait for each other).
+    std::printf("%-5s %-42s %-13s %-8s %-4s %-8s %s\n", "GPU", "UUID", "MODE", "CLIENTS", "HP",
+                "HP-BUSY", "HP-PODS");
     for (const auto& g : r.gpus()) {
-      std::printf("%-5u %-42s %-13s %-8u %-4u %s\n", g.index(), g.uuid().c_str(),
+      const std::string hp_pods = std::to_string(g.high_priority_pods()) + "/" +
+                                  std::to_string(g.high_priority_pods_allowed()) +
+                                  (g.high_priority_overcommitted() ? " !" : "");
+      std::printf("%-5u %-42s %-13s %-8u %-4u %-8s %s\n", g.index(), g.uuid().c_str(),
                   orion::v1::GateMode_Name(g.mode()).c_str() + 10, g.clients(),
-                  g.high_priority_clients(), g.high_priority_busy() ? "yes" : "no");
+                  g.high_priority_clients(), g.high_priority_busy() ? "yes" : "no",
+                  hp_pods.c_str());
     }
     return 0;
   }

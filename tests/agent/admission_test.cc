@@ -36,7 +36,9 @@ JsonValue ReviewWithPod(const std::string& testdata, const std::string& pod_json
 }
 
 TEST(ReviewPodAdmission, AddsShareToEveryContainerOfAnnotatedPod) {
-  AdmissionReply reply = ReviewPodAdmission(ReadTestdata("admission-review-pod-high.json"), {});
+  // Without a high-priority resource, a high-priority pod gets shares like any other.
+  AdmissionReply reply = ReviewPodAdmission(ReadTestdata("admission-review-pod-high.json"),
+                                            {.high_resource_name = ""});
   ASSERT_EQ(reply.http_status, 200);
   JsonValue review = *ParseJson(reply.body);
   EXPECT_EQ(StringAt(review, {"apiVersion"}), "admission.k8s.io/v1");
@@ -54,6 +56,75 @@ TEST(ReviewPodAdmission, AddsShareToEveryContainerOfAnnotatedPod) {
   // Container 1 has empty resources: a limits object is added.
   EXPECT_EQ(OpText(patch[1]),
             R"(add /spec/containers/1/resources/limits {"orion.io/gpu":"1"})");
+}
+
+// A high-priority pod's containers get the GPU's high-priority slot instead of a share: the
+// scheduler's fit then keeps them one per GPU.
+TEST(ReviewPodAdmission, HighPriorityContainersGetTheHighSlotInsteadOfAShare) {
+  JsonValue patch = PatchOf(ReviewPodAdmission(ReadTestdata("admission-review-pod-high.json"), {}));
+  ASSERT_EQ(patch.size(), 2);
+  EXPECT_EQ(OpText(patch[0]), R"(add /spec/containers/0/resources/limits/orion.io~1gpu-high "1")");
+  EXPECT_EQ(OpText(patch[1]),
+            R"(add /spec/containers/1/resources/limits {"orion.io/gpu-high":"1"})");
+
+  // A share the container asked for itself is moved to the slot (limits and requests); a
+  // best-effort pod's share stays a share.
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "high"}},
+    "spec": {"containers": [
+      {"name": "a", "resources": {"limits": {"orion.io/gpu": "1"}, "requests": {"orion.io/gpu": 1}}},
+      {"name": "b", "resources": {"requests": {"orion.io/gpu": "1"}}},
+      {"name": "c", "resources": {"limits": {"orion.io/gpu": "2"}}}]}})");
+  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {});
+  patch = PatchOf(reply);
+  ASSERT_EQ(patch.size(), 4) << WriteJson(patch);
+  EXPECT_EQ(WriteJson(patch[0]), R"({"from":"/spec/containers/0/resources/limits/orion.io~1gpu",)"
+                                 R"("op":"move","path":"/spec/containers/0/resources/limits/orion.io~1gpu-high"})");
+  EXPECT_EQ(StringAt(patch[1], {"path"}), "/spec/containers/0/resources/requests/orion.io~1gpu-high");
+  EXPECT_EQ(StringAt(patch[2], {"op"}), "move");
+  EXPECT_EQ(StringAt(patch[2], {"from"}), "/spec/containers/1/resources/requests/orion.io~1gpu");
+  EXPECT_EQ(OpText(patch[3]), R"(add /spec/containers/1/resources/limits {"orion.io/gpu-high":"1"})");
+  // Two shares are left as asked, with a warning that names the container.
+  const JsonValue out = *ParseJson(reply.body);
+  const JsonValue* warnings = At(out, {"response", "warnings"});
+  ASSERT_NE(warnings, nullptr);
+  ASSERT_EQ(warnings->size(), 1u);
+  EXPECT_NE((*warnings)[0].get<std::string>().find("container \"c\" asks for \"2\" orion.io/gpu"),
+            std::string::npos) << WriteJson(*warnings);
+
+  review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "best-effort"}},
+    "spec": {"containers": [{"name": "a"}]}})");
+  patch = PatchOf(ReviewPodAdmission(WriteJson(review), {.best_effort_mps_thread_percentage = 0}));
+  ASSERT_EQ(patch.size(), 1);
+  EXPECT_EQ(OpText(patch[0]), R"(add /spec/containers/0/resources {"limits":{"orion.io/gpu":"1"}})");
+}
+
+// A pod annotated high in a namespace not allowed high priority runs best-effort on the node
+// (server policy.high_priority_namespaces): it gets a share, not one of the GPU's slots.
+TEST(ReviewPodAdmission, HighPodOutsideTheAllowedNamespacesGetsAShare) {
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "high"}},
+    "spec": {"containers": [{"name": "a"}]}})");
+  review["request"]["namespace"] = "default";
+  const AdmissionOptions options = {.high_priority_namespaces = {"serving", "prod"},
+                                    .best_effort_mps_thread_percentage = 0};
+  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), options);
+  JsonValue patch = PatchOf(reply);
+  ASSERT_EQ(patch.size(), 1);
+  EXPECT_EQ(OpText(patch[0]), R"(add /spec/containers/0/resources {"limits":{"orion.io/gpu":"1"}})");
+  const JsonValue out = *ParseJson(reply.body);
+  const JsonValue* warnings = At(out, {"response", "warnings"});
+  ASSERT_NE(warnings, nullptr);
+  EXPECT_EQ((*warnings)[0].get<std::string>(),
+            "orion/priority: high is not honoured in namespace \"default\" (allowed: serving, "
+            "prod); the pod gets a best-effort share and runs best-effort");
+  // In an allowed namespace it gets the slot.
+  review["request"]["namespace"] = "serving";
+  patch = PatchOf(ReviewPodAdmission(WriteJson(review), options));
+  ASSERT_EQ(patch.size(), 1);
+  EXPECT_EQ(OpText(patch[0]),
+            R"(add /spec/containers/0/resources {"limits":{"orion.io/gpu-high":"1"}})");
 }
 
 TEST(ReviewPodAdmission, PodWithoutPriorityIsAdmittedUnchanged) {
@@ -170,10 +241,11 @@ TEST(ReviewPodAdmission, HighPriorityPodsGetNoMpsVariables) {
 
 TEST(ReviewPodAdmission, CustomResourceName) {
   AdmissionReply reply = ReviewPodAdmission(ReadTestdata("admission-review-pod-high.json"),
-                                            {.resource_name = "example.com/gpu-share"});
+                                            {.resource_name = "example.com/gpu-share",
+                                             .high_resource_name = "example.com/gpu-high"});
   JsonValue patch = PatchOf(reply);
   EXPECT_EQ(StringAt(patch[0], {"path"}),
-            "/spec/containers/0/resources/limits/example.com~1gpu-share");
+            "/spec/containers/0/resources/limits/example.com~1gpu-high");
 }
 
 TEST(ReviewPodAdmission, MalformedBodiesGetAClear400) {

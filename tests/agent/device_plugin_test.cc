@@ -1,5 +1,7 @@
-// orion-agent's device plugin against a test kubelet built from the real v1beta1 protocol:
-// registration, ListAndWatch updates, Allocate contents, preferred allocation, kubelet restart.
+// orion-agent's device plugin against a test kubelet (a double of the kubelet's device manager
+// and the scheduler's resource fit) built from the real v1beta1 protocol: registration of both
+// resources, ListAndWatch updates, Allocate contents, preferred allocation and placement (high
+// slots one per GPU, best-effort shares to the idlest GPU), bad device IDs, kubelet restart.
 #include "agent/device_plugin.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +20,8 @@ using testing::TestKubelet;
 
 constexpr char kGpu0[] = "GPU-8f4c2e1a-1111-2222-3333-444455556666";
 constexpr char kGpu1[] = "GPU-0b1c2d3e-7777-8888-9999-aaaabbbbcccc";
+constexpr char kShare[] = "orion.io/gpu";
+constexpr char kHigh[] = "orion.io/gpu-high";
 
 class DevicePluginTest : public ::testing::Test {
  protected:
@@ -47,13 +51,24 @@ class DevicePluginTest : public ::testing::Test {
 };
 
 TEST_F(DevicePluginTest, RegistersAndListsShares) {
-  ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked() >= 1; }));
+  ASSERT_TRUE(kubelet_->WaitFor([&] {
+    return kubelet_->num_lists_unlocked() >= 1 && kubelet_->num_lists_unlocked(kHigh) >= 1;
+  }));
   auto requests = kubelet_->requests();
-  ASSERT_EQ(requests.size(), 1u);
+  ASSERT_EQ(requests.size(), 2u);
   EXPECT_EQ(requests[0].version(), "v1beta1");
   EXPECT_EQ(requests[0].endpoint(), "orion-gpu.sock");
   EXPECT_EQ(requests[0].resource_name(), "orion.io/gpu");
   EXPECT_TRUE(requests[0].options().get_preferred_allocation_available());
+  // The second resource, on its own socket: one high-priority slot per GPU.
+  EXPECT_EQ(requests[1].version(), "v1beta1");
+  EXPECT_EQ(requests[1].endpoint(), "orion-gpu-high.sock");
+  EXPECT_EQ(requests[1].resource_name(), kHigh);
+  EXPECT_TRUE(requests[1].options().get_preferred_allocation_available());
+  auto high = kubelet_->lists(kHigh);
+  ASSERT_EQ(high[0].devices_size(), 2);
+  EXPECT_EQ(high[0].devices(0).id(), std::string(kGpu0) + "::high-0");
+  EXPECT_EQ(high[0].devices(1).id(), std::string(kGpu1) + "::high-0");
   // The kubelet may call ListAndWatch before the plugin's Register call has returned to it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!plugin_->Registered() && std::chrono::steady_clock::now() < deadline) {
@@ -78,11 +93,14 @@ TEST_F(DevicePluginTest, RegistersAndListsShares) {
 
 TEST_F(DevicePluginTest, ListAndWatchSendsHealthAndInventoryChanges) {
   ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked() >= 1; }));
+  ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked(kHigh) >= 1; }));
   plugin_->SetGpuHealthy(kGpu1, false);
   ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked() >= 2; }));
   auto lists = kubelet_->lists();
   EXPECT_EQ(lists[1].devices(0).health(), "Healthy");
   EXPECT_EQ(lists[1].devices(4).health(), "Unhealthy");
+  ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked(kHigh) >= 2; }));
+  EXPECT_EQ(kubelet_->lists(kHigh)[1].devices(1).health(), "Unhealthy");
 
   plugin_->SetGpus({kGpu0});
   ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked() >= 3; }));
@@ -124,11 +142,6 @@ TEST_F(DevicePluginTest, AllocateHandsOutGpuInterposerAndSocket) {
   EXPECT_EQ(response.container_responses(0).mounts(0).host_path(),
             "/var/lib/orion/versions/feedbeef");
 
-  v1beta1::AllocateRequest bad;
-  bad.add_container_requests()->add_devices_ids("GPU-not-ours::0");
-  grpc::ClientContext ctx3;
-  EXPECT_EQ(stub->Allocate(&ctx3, bad, &response).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
 
   grpc::ClientContext ctx4;
   v1beta1::PreStartContainerRequest pre;
@@ -155,12 +168,153 @@ TEST_F(DevicePluginTest, PreferredAllocationKeepsSharesOfOneGpuTogether) {
   EXPECT_EQ(GpuOfShare(ids[1]), kGpu1);
 }
 
+// Waits until the test kubelet has both device lists (and so both plugin endpoints).
+void WaitForBothLists(TestKubelet* kubelet) {
+  ASSERT_TRUE(kubelet->WaitFor([&] {
+    return kubelet->num_lists_unlocked(kShare) >= 1 && kubelet->num_lists_unlocked(kHigh) >= 1;
+  }));
+}
+
+std::string GpuOf(const v1beta1::ContainerAllocateResponse& r) {
+  return r.envs().at("NVIDIA_VISIBLE_DEVICES");
+}
+
+// Issue 34's node: 2 GPUs, 2 high-priority and 2 best-effort containers. One high-priority
+// container lands on each GPU; a third is refused by the scheduler's fit (the double says so).
+TEST_F(DevicePluginTest, OneHighPriorityContainerPerGpuAndAThirdRefusedByFit) {
+  WaitForBothLists(kubelet_.get());
+  std::map<std::string, std::vector<std::string>> devices;
+  auto h1 = kubelet_->AdmitContainer("infer-1", {{kHigh, 1}}, &devices);
+  ASSERT_TRUE(h1.ok()) << h1.status();
+  ASSERT_EQ(devices[kHigh].size(), 1u);
+  // The slot is the container's place: its GPU is the slot's, with the interposer and socket.
+  const std::string gpu_h1 = GpuOfShare(devices[kHigh][0]);
+  EXPECT_EQ(GpuOf(h1->at(kHigh)), gpu_h1);
+  EXPECT_EQ(h1->at(kHigh).envs().at("LD_PRELOAD"), "/usr/local/orion/lib/liborion_interpose.so");
+  EXPECT_EQ(h1->at(kHigh).envs().at("ORION_SOCKET"), "/run/orion/orion.sock");
+  EXPECT_EQ(h1->at(kHigh).mounts_size(), 2);
+
+  auto b1 = kubelet_->AdmitContainer("train-1", {{kShare, 1}});
+  ASSERT_TRUE(b1.ok()) << b1.status();
+  auto h2 = kubelet_->AdmitContainer("infer-2", {{kHigh, 1}}, &devices);
+  ASSERT_TRUE(h2.ok()) << h2.status();
+  auto b2 = kubelet_->AdmitContainer("train-2", {{kShare, 1}});
+  ASSERT_TRUE(b2.ok()) << b2.status();
+  EXPECT_NE(GpuOf(h1->at(kHigh)), GpuOf(h2->at(kHigh)));
+  EXPECT_EQ(GpuOf(h2->at(kHigh)), GpuOfShare(devices[kHigh][0]));
+  // Without busy figures the best-effort shares spread over both GPUs.
+  EXPECT_NE(GpuOf(b1->at(kShare)), GpuOf(b2->at(kShare)));
+
+  auto h3 = kubelet_->AdmitContainer("infer-3", {{kHigh, 1}});
+  ASSERT_FALSE(h3.ok());
+  EXPECT_EQ(h3.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(h3.status().message().find("Insufficient orion.io/gpu-high"), std::string::npos)
+      << h3.status();
+  // Once a high-priority pod goes, its GPU takes the next one.
+  kubelet_->Release("infer-1");
+  auto h4 = kubelet_->AdmitContainer("infer-4", {{kHigh, 1}});
+  ASSERT_TRUE(h4.ok()) << h4.status();
+  EXPECT_EQ(GpuOf(h4->at(kHigh)), gpu_h1);
+}
+
+// Best-effort shares go to the GPU with the most idle time by orion-server's figures; within
+// the tolerance they spread (most free shares); a GPU the server does not know counts as idle.
+TEST_F(DevicePluginTest, BestEffortSharesGoToTheIdlestGpu) {
+  WaitForBothLists(kubelet_.get());
+  plugin_->SetGpuIdle({{kGpu0, 0.1}, {kGpu1, 0.7}});
+  for (const char* name : {"train-1", "train-2", "train-3"}) {
+    auto r = kubelet_->AdmitContainer(name, {{kShare, 1}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(GpuOf(r->at(kShare)), kGpu1) << name;
+  }
+  // Equal within kIdleTolerance: the GPU with more free shares (GPU0: 4, GPU1: 1).
+  plugin_->SetGpuIdle({{kGpu0, 0.50}, {kGpu1, 0.53}});
+  auto r = kubelet_->AdmitContainer("train-4", {{kShare, 1}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(GpuOf(r->at(kShare)), kGpu0);
+  // GPU1 unknown to the server (never ran a client): idle, so preferred over a busy GPU0.
+  plugin_->SetGpuIdle({{kGpu0, 0.2}});
+  r = kubelet_->AdmitContainer("train-5", {{kShare, 1}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(GpuOf(r->at(kShare)), kGpu1);
+  // High-priority slots follow the same rule among the GPUs with a free slot.
+  plugin_->SetGpuIdle({{kGpu0, 0.9}, {kGpu1, 0.2}});
+  r = kubelet_->AdmitContainer("infer-1", {{kHigh, 1}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(GpuOf(r->at(kHigh)), kGpu0);
+}
+
+// Bad device IDs get a clear error naming the device and the resource; nothing is handed out
+// for the request and later good requests still work.
+TEST_F(DevicePluginTest, UnknownDevicesAndGpusThatLeftAreRefusedClearly) {
+  WaitForBothLists(kubelet_.get());
+  auto share = kubelet_->DialPlugin("orion-gpu.sock");
+  auto high = kubelet_->DialPlugin("orion-gpu-high.sock");
+  auto allocate = [](v1beta1::DevicePlugin::Stub* stub, std::vector<std::string> ids,
+                     v1beta1::AllocateResponse* out) {
+    v1beta1::AllocateRequest request;
+    auto* c = request.add_container_requests();
+    for (const std::string& id : ids) c->add_devices_ids(id);
+    grpc::ClientContext ctx;
+    return stub->Allocate(&ctx, request, out);
+  };
+  v1beta1::AllocateResponse response;
+  struct Case {
+    v1beta1::DevicePlugin::Stub* stub;
+    std::string id, want;
+  };
+  const std::string g0 = kGpu0;
+  for (const Case& c : std::vector<Case>{
+           {share.get(), "GPU-not-ours::0",
+            "unknown device \"GPU-not-ours::0\" for orion.io/gpu: GPU GPU-not-ours is not one"},
+           {share.get(), "no-separator", "no GPU UUID in it"},
+           {share.get(), g0 + "::4", "index \"4\" is not in 0..3"},
+           {share.get(), g0 + "::high-0", "unknown device"},
+           {high.get(), g0 + "::0", "not a high slot"},
+           {high.get(), g0 + "::high-1", "index \"1\" is not in 0..0"}}) {
+    response.Clear();
+    // A good device first: one bad ID fails the whole request.
+    const std::string good = c.stub == share.get() ? g0 + "::0" : g0 + "::high-0";
+    grpc::Status s = allocate(c.stub, {good, c.id}, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.id;
+    EXPECT_NE(s.error_message().find(c.want), std::string::npos) << s.error_message();
+    EXPECT_EQ(response.container_responses_size(), 0) << c.id;
+  }
+  // A GPU that left the node (the kubelet's checkpoint may still name it).
+  plugin_->SetGpus({kGpu0});
+  grpc::Status s = allocate(high.get(), {std::string(kGpu1) + "::high-0"}, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find(std::string("names GPU ") + kGpu1 +
+                                   ", which has left this node"),
+            std::string::npos)
+      << s.error_message();
+  // Nothing lost: the GPU still on the node is handed out as before.
+  ASSERT_TRUE(allocate(high.get(), {g0 + "::high-0"}, &response).ok());
+  EXPECT_EQ(response.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), g0);
+}
+
+TEST(GpuIdleEstimator, IdleFractionBetweenTwoReadings) {
+  GpuIdleEstimator e;
+  EXPECT_TRUE(e.Update({{"GPU-a", 10.0}, {"GPU-b", 3.0}}, 100.0).empty());  // no interval yet
+  GpuIdle idle = e.Update({{"GPU-a", 14.0}, {"GPU-b", 3.5}, {"GPU-c", 1.0}}, 105.0);
+  EXPECT_NEAR(idle.at("GPU-a"), 0.2, 1e-9);
+  EXPECT_NEAR(idle.at("GPU-b"), 0.9, 1e-9);
+  EXPECT_EQ(idle.count("GPU-c"), 0u);  // first seen: no figure (counts as idle)
+  // A restarted server's counters start again: no figure; more busy than wall time: 0.
+  idle = e.Update({{"GPU-a", 0.5}, {"GPU-b", 20.0}, {"GPU-c", 1.0}}, 110.0);
+  EXPECT_EQ(idle.count("GPU-a"), 0u);
+  EXPECT_EQ(idle.at("GPU-b"), 0.0);
+  EXPECT_EQ(idle.at("GPU-c"), 1.0);
+}
+
 TEST_F(DevicePluginTest, RegistersAgainAfterKubeletRestart) {
-  ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked() >= 1; }));
+  WaitForBothLists(kubelet_.get());
   EXPECT_EQ(plugin_->Registrations(), 1);
   kubelet_->Restart();
-  ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_requests_unlocked() >= 2; }));
-  ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked() >= 2; }));
+  ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_requests_unlocked() >= 4; }));
+  ASSERT_TRUE(kubelet_->WaitFor([&] {
+    return kubelet_->num_lists_unlocked(kShare) >= 2 && kubelet_->num_lists_unlocked(kHigh) >= 2;
+  }));
   // The plugin counts a registration when the kubelet's Register reply reaches it, which can be
   // after the kubelet already listed the devices: poll (kubelet notifications do not cover it).
   for (int i = 0; i < 500 && plugin_->Registrations() < 2; ++i) {

@@ -528,7 +528,7 @@ CUresult DeviceUuid(CUuuid* uuid, CUdevice dev) {
   static constexpr char kPrefix[] = {'o', 'r', 'i', 'o', 'n', '-', 's', 'i', 'm'};
   memset(uuid->bytes, 0, sizeof(uuid->bytes));
   memcpy(uuid->bytes, kPrefix, sizeof(kPrefix));
-  uuid->bytes[15] = static_cast<char>(dev);
+  uuid->bytes[15] = static_cast<char>(SimPhysicalDevice(dev));
   return CUDA_SUCCESS;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -423,6 +424,55 @@ TEST_F(CudaDoubleTest, GetProcAddressFindsVersionedAndPerThreadSymbols) {
   EXPECT_EQ(fn, nullptr);
   EXPECT_EQ(cuGetProcAddress("cuMemAllocAsync", &fn, 11000, 0, &status), CUDA_ERROR_NOT_FOUND);
   EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+}
+
+// As the NVIDIA runtime shows a container only the GPUs of its NVIDIA_VISIBLE_DEVICES, the
+// double shows a process only its own GPUs named there, in that order, with their UUIDs; any
+// other value leaves every simulated device visible. The variable is read once, so each case
+// runs in a fresh process (this test binary again, in child mode).
+TEST(CudaDoubleVisibleDevices, OnlyTheGpusNvidiaVisibleDevicesNames) {
+  if (const char* want = getenv("ORION_DOUBLE_VISIBLE_CHILD")) {
+    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+    int count = -1;
+    ASSERT_EQ(cuDeviceGetCount(&count), CUDA_SUCCESS);
+    std::string seen;
+    for (int i = 0; i < count; ++i) {
+      CUuuid u{};
+      ASSERT_EQ(cuDeviceGetUuid(&u, i), CUDA_SUCCESS);
+      seen += std::to_string(static_cast<int>(u.bytes[15]));
+    }
+    EXPECT_EQ(seen, want);  // the last UUID byte of each visible ordinal
+    return;
+  }
+  static char dir[] = "/tmp/orion-sim-visible-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string g0 = "GPU-6f72696f-6e2d-7369-6d00-000000000000";
+  const std::string g1 = "GPU-6f72696f-6e2d-7369-6d00-000000000001";
+  struct Case {
+    std::string visible, want;
+  };
+  for (const Case& c : std::vector<Case>{{g1, "1"},
+                                         {g1 + "," + g0, "10"},
+                                         {"all", "012"},
+                                         {g1 + ",GPU-0b1c2d3e-7777-8888-9999-aaaabbbbcccc", "012"}}) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      setenv("NVIDIA_VISIBLE_DEVICES", c.visible.c_str(), 1);
+      setenv("ORION_SIM_DEVICES", "3", 1);
+      setenv("ORION_SIM_DIR", dir, 1);
+      setenv("ORION_DOUBLE_VISIBLE_CHILD", c.want.c_str(), 1);
+      execl("/proc/self/exe", "cuda_double_test",
+            "--gtest_filter=CudaDoubleVisibleDevices.OnlyTheGpusNvidiaVisibleDevicesNames",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "NVIDIA_VISIBLE_DEVICES=" << c.visible << " should show " << c.want;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

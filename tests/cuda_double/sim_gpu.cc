@@ -14,8 +14,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace orion::cuda_double {
 namespace {
@@ -126,7 +128,45 @@ bool ParseByteSize(const char* text, uint64_t* bytes) {
   return true;
 }
 
+namespace {
+// NVIDIA_VISIBLE_DEVICES as the double's own GPUs; empty when it names anything else (unset,
+// "all", "void", other UUIDs): then every ordinal is its own GPU.
+const std::vector<int>& VisibleDevices() {
+  static const std::vector<int>* visible = [] {
+    auto* out = new std::vector<int>;
+    const char* text = getenv("NVIDIA_VISIBLE_DEVICES");
+    if (text == nullptr) return out;
+    static constexpr char kPrefix[] = "GPU-6f72696f-6e2d-7369-6d00-0000000000";
+    std::string list = text;
+    size_t start = 0;
+    while (start <= list.size()) {
+      const size_t end = std::min(list.find(',', start), list.size());
+      const std::string entry = list.substr(start, end - start);
+      unsigned n = 0;
+      if (entry.size() != sizeof(kPrefix) + 1 || entry.compare(0, sizeof(kPrefix) - 1, kPrefix) != 0 ||
+          sscanf(entry.c_str() + sizeof(kPrefix) - 1, "%2x", &n) != 1 ||
+          n >= static_cast<unsigned>(kMaxSimDevices)) {
+        out->clear();
+        return out;
+      }
+      out->push_back(static_cast<int>(n));
+      start = end + 1;
+    }
+    return out;
+  }();
+  return *visible;
+}
+}  // namespace
+
+int SimPhysicalDevice(int ordinal) {
+  const std::vector<int>& visible = VisibleDevices();
+  return visible.empty() || ordinal < 0 || ordinal >= static_cast<int>(visible.size())
+             ? ordinal
+             : visible[ordinal];
+}
+
 int SimDeviceCount() {
+  if (!VisibleDevices().empty()) return static_cast<int>(VisibleDevices().size());
   const char* text = getenv("ORION_SIM_DEVICES");
   if (text == nullptr) return 1;
   const int count = atoi(text);
@@ -155,14 +195,15 @@ SimGpu* SimGpu::Get(int ordinal) {
   static std::mutex* open_mutex = new std::mutex;
   std::lock_guard<std::mutex> lock(*open_mutex);
   if (devices[ordinal] == nullptr) {
-    SimGpuFile* state = MapSharedState(ordinal);
+    const int physical = SimPhysicalDevice(ordinal);
+    SimGpuFile* state = MapSharedState(physical);
     if (state == nullptr) {
       fprintf(stderr,
               "orion cuda double: cannot map shared state for gpu%d under %s (%s); "
               "kernels of other processes will not be serialised with this one\n",
-              ordinal, StateFolder().c_str(), strerror(errno));
+              physical, StateFolder().c_str(), strerror(errno));
       state = new SimGpuFile;
-      InitState(state, ordinal);
+      InitState(state, physical);
     }
     devices[ordinal] = new SimGpu(ordinal, state, SimMemoryCapacity());
   }

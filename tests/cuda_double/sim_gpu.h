@@ -25,8 +25,13 @@ uint64_t NowNs();
 // Really sleeps (the caller's thread) until NowNs() >= deadline_ns.
 void SleepUntilNs(uint64_t deadline_ns);
 
-// Number of simulated devices (env ORION_SIM_DEVICES, default 1, at most kMaxSimDevices).
+// Number of simulated devices a process sees: env ORION_SIM_DEVICES (default 1, at most
+// kMaxSimDevices), or, when NVIDIA_VISIBLE_DEVICES lists only this double's GPU UUIDs
+// (GPU-6f72696f-6e2d-7369-6d00-0000000000NN, "orion-sim" + NN), those GPUs in that order, as the
+// NVIDIA container runtime shows a container only the GPUs its device plugin handed it.
 int SimDeviceCount();
+// The simulated GPU (its UUID's last byte, its state file gpu<N>) behind a visible ordinal.
+int SimPhysicalDevice(int ordinal);
 
 // Simulated capacity of every device in bytes (env ORION_SIM_MEMORY, e.g. "16Gi", "512Mi",
 // "1000000"; default 16 GiB).

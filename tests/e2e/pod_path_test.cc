@@ -117,19 +117,19 @@ class PodPathTest : public ::testing::Test {
 };
 
 TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
-  // 1. The webhook: a pod annotated orion/priority: high gets a share of a GPU.
+  // 1. The webhook: a pod annotated orion/priority: high gets a GPU's high-priority slot.
   const orion::agent::AdmissionReply review = orion::agent::ReviewPodAdmission(
       ReadFile(std::string(ORION_AGENT_TESTDATA) + "/admission-review-pod-high.json"), {});
   ASSERT_EQ(review.http_status, 200);
   ASSERT_NE(review.body.find("\"allowed\":true"), std::string::npos) << review.body;
   ASSERT_NE(review.body.find("\"patch\""), std::string::npos) << review.body;
-  // The patch is base64 JSON; orion.io/gpu in it is what makes the scheduler place the pod on a
-  // node with a share.
+  // The patch is base64 JSON; orion.io/gpu-high in it is what makes the scheduler place the pod
+  // on a node with a free high-priority slot.
   const size_t p = review.body.find("\"patch\":\"") + 9;
   const std::string patch_b64 = review.body.substr(p, review.body.find('"', p) - p);
   std::string decoded;
   ASSERT_TRUE(absl::Base64Unescape(patch_b64, &decoded));
-  EXPECT_NE(decoded.find("orion.io~1gpu"), std::string::npos) << decoded;
+  EXPECT_NE(decoded.find("orion.io~1gpu-high"), std::string::npos) << decoded;
 
   // 2. The node: orion-server (in process), the test kubelet, the test API server, orion-agent.
   auto config = orion::server::ParseServerConfig("", "<test>");
@@ -188,16 +188,20 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   agent_ = start_agent("agent.log");
   ASSERT_GT(agent_, 0);
 
-  // 3. The device plugin registers with the kubelet and lists the shares.
-  ASSERT_TRUE(kubelet.WaitFor([&] { return kubelet.num_lists_unlocked() >= 1; }))
-      << ReadFile(dir_ + "/agent.log");
-  ASSERT_EQ(kubelet.requests().size(), 1u);
+  // 3. The device plugin registers both resources with the kubelet and lists their devices.
+  ASSERT_TRUE(kubelet.WaitFor([&] {
+    return kubelet.num_lists_unlocked("orion.io/gpu") >= 1 &&
+           kubelet.num_lists_unlocked("orion.io/gpu-high") >= 1;
+  })) << ReadFile(dir_ + "/agent.log");
+  ASSERT_EQ(kubelet.requests().size(), 2u);
   EXPECT_EQ(kubelet.requests()[0].resource_name(), "orion.io/gpu");
-  const auto lists = kubelet.lists();
-  ASSERT_EQ(lists.back().devices_size(), 4);
+  EXPECT_EQ(kubelet.requests()[1].resource_name(), "orion.io/gpu-high");
+  ASSERT_EQ(kubelet.lists("orion.io/gpu").back().devices_size(), 4);
+  const auto lists = kubelet.lists("orion.io/gpu-high");
+  ASSERT_EQ(lists.back().devices_size(), 1);
 
-  // 4. The kubelet allocates one share to the pod's container.
-  auto plugin = kubelet.DialPlugin(kubelet.requests()[0].endpoint());
+  // 4. The kubelet allocates the GPU's high-priority slot to the pod's container.
+  auto plugin = kubelet.DialPlugin(kubelet.requests()[1].endpoint());
   v1beta1::AllocateRequest request;
   request.add_container_requests()->add_devices_ids(lists.back().devices(0).id());
   v1beta1::AllocateResponse response;
@@ -377,7 +381,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
     return true;
   });
   agent_ = start_agent("agent-2.log");
-  ASSERT_TRUE(kubelet.WaitFor([&] { return kubelet.num_requests_unlocked() >= 2; }))
+  ASSERT_TRUE(kubelet.WaitFor([&] { return kubelet.num_requests_unlocked() >= 4; }))
       << ReadFile(dir_ + "/agent-2.log");
   ASSERT_TRUE(WaitUntil(
       [&] {

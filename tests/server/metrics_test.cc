@@ -67,6 +67,8 @@ TEST_F(MetricsTest, ExpositionHasTheOrionFamiliesAndPassesPromtool) {
         "orion_client_memory_limit_bytes{", "orion_client_kernels_launched_total{",
         "orion_client_events_dropped_total{", "orion_gpu_busy_seconds_total{",
         "orion_gpu_high_priority_busy{", "orion_policy_be_budget_seconds{",
+        "orion_gpu_high_priority_pods{node=\"test-node\",gpu=\"0\"} 1",
+        "orion_gpu_high_priority_pods_allowed{node=\"test-node\",gpu=\"0\"} 1",
         "orion_registrations_total{node=\"test-node\",result=\"ok\"} 2",
         "orion_events_ingested_total{node=\"test-node\"} 1",
         "orion_events_written_total{node=\"test-node\"} 1",

@@ -9,6 +9,7 @@ import time
 from admission import Webhook
 from common import CheckFailed, log, step, wait_for
 from observe import memory_by_gpu, scrape, trace_rows
+from pods import Unfit
 from translate import workload
 
 TRAIN = ["/opt/orion-samples/orion-sample-train", "--seconds", "3600", "--kernels", "20",
@@ -53,20 +54,26 @@ def chart_pods(node, docs, probe):
     node.node_pod = pod
     t = time.monotonic()
     with plugins.cv:
-        if not plugins.cv.wait_for(lambda: plugins.registered and plugins.devices, 20):
-            raise CheckFailed("the agent did not register its device plugin with the test "
-                              "kubelet within 20 s")
-    reg = plugins.registered[-1]
-    log(f"device plugin registered: resource {reg.resource_name}, endpoint {reg.endpoint}, "
-        f"{len(plugins.devices)} devices ({time.monotonic() - t:.2f} s after start)")
+        # Two resources, each its own endpoint: shares and high-priority slots.
+        if not plugins.cv.wait_for(lambda: len(plugins.resources()) >= 2 and
+                                   all(plugins.devices.get(r) for r in plugins.resources()), 20):
+            raise CheckFailed("the agent did not register both device plugin resources with "
+                              f"the test kubelet within 20 s (registered: {plugins.resources()})")
+    for reg in plugins.registered:
+        log(f"device plugin registered: resource {reg.resource_name}, endpoint {reg.endpoint}, "
+            f"{len(plugins.devices[reg.resource_name])} devices "
+            f"({time.monotonic() - t:.2f} s after start)")
     for c in pod["containers"]:
         t = time.monotonic()
         probe(k, c, 30)
         log(f"{c['name']}: ready ({time.monotonic() - t:.2f} s; agent /readyz needs the pods "
             f"synced from the API server to orion-server)")
-    node.free = [d.ID for d in plugins.devices if d.health == "Healthy"]
-    node.figures.append(f"node pod: {len(spec['containers'])} containers ready, device plugin "
-                        f"{reg.resource_name} registered with {len(plugins.devices)} devices")
+    node.free = {r: [d.ID for d in devs if d.health == "Healthy"]
+                 for r, devs in plugins.devices.items()}
+    node.figures.append(f"node pod: {len(spec['containers'])} containers ready, each Seccomp 2 "
+                        f"(seccompProfile RuntimeDefault), device plugin "
+                        "registered " + " and ".join(f"{r} with {len(plugins.devices[r])} devices"
+                                                     for r in plugins.resources()))
 
     step("webhook pod from the chart (Deployment pod template -> CRI)")
     dep = workload(docs, "Deployment", "webhook")
@@ -121,10 +128,30 @@ def sharing_pods(node):
         log("cgroup of the high-priority pod's process (as the server reads it):\n  " +
             f.read().strip().replace("\n", "\n  "))
     calls = node.webhook.calls
+    high = node.high_resource()
+    for key, want in (("infer", high), ("train", resource), ("alloc", resource)):
+        got = node.pods[key]["device_ids"]
+        if list(got) != [want]:
+            raise CheckFailed(f"{node.pods[key]['name']}: allocated {got}, expected one {want}")
+    # One high-priority slot per GPU: a second high-priority pod on this one-GPU node does not
+    # fit (the scheduler's resource fit, which the test kubelet plays), and nothing of it runs.
+    second = node.sharing_pod_spec("infer-high-2-k8d3w", {"orion/priority": "high"},
+                                   node.args.sample_image, INFER)
+    try:
+        node.start_sharing_pod(second, True)
+        raise CheckFailed(f"a second high-priority pod was placed beside "
+                          f"{node.pods['infer']['name']} on the node's one GPU")
+    except Unfit as e:
+        if f"Insufficient {high}" not in str(e):
+            raise
+        log(f"second high-priority pod refused by resource fit: {e}")
+    node.figures.append(f"one {high} per GPU: a second high-priority pod is refused by the "
+                        f"scheduler's resource fit (Insufficient {high}), nothing of it started")
     node.figures.append(
         f"webhook admission: {len(calls)} AdmissionReviews over HTTPS "
         f"({min(calls) * 1e3:.1f} to {max(calls) * 1e3:.1f} ms); the 3 annotated pods came back "
-        f"with limits {resource}: \"1\" (JSON patch applied), the plain pod unchanged")
+        f"with limits {high}: \"1\" (the high-priority one) and {resource}: \"1\" (JSON patch "
+        f"applied), the plain pod unchanged")
     node.figures.append("seccomp RuntimeDefault: Seccomp 2 in /proc/PID/status of all 4 sharing "
                         "pods (uid 1000, CapEff 0, NoNewPrivs 1, read-only root)")
 
@@ -307,15 +334,17 @@ def agent_restart(node, probe):
     n_reg = len(plugins.registered)
     took, started = node.restart_container(node.node_pod, "agent", kill=True)
     with plugins.cv:
-        if not plugins.cv.wait_for(lambda: len(plugins.registered) > n_reg and
-                                   plugins.streams[-1] > 0, 20):
+        # Both resources again, each with a ListAndWatch answer.
+        if not plugins.cv.wait_for(lambda: len(plugins.registered) >= n_reg + 2 and
+                                   all(plugins.streams[n_reg:n_reg + 2]), 20):
             raise CheckFailed("the restarted agent did not register its device plugin again "
                               "(Register and a ListAndWatch answer) within 20 s")
     again = time.monotonic() - started
     reg = plugins.registered[-1]
     log(f"restarted agent (CreateContainer+StartContainer {took:.2f} s): device plugin "
         f"registered again {again:.2f} s after StartContainer returned (registration "
-        f"{len(plugins.registered)}, resource {reg.resource_name}, {len(plugins.devices)} devices)")
+        f"{len(plugins.registered)}, resource {reg.resource_name}, "
+        f"{len(plugins.devices[reg.resource_name])} devices)")
     agent = [c for c in node.node_pod["containers"] if c["name"] == "agent"][0]
     t = time.monotonic()
     probe(node.kubelet, agent, 30)
@@ -444,3 +473,105 @@ def memory_freed(node):
     node.figures.append(f"pod removed: GPU {gpu} memory total {int(metrics_before) >> 20} -> "
                         f"{int(metrics_after) >> 20} MiB (its {want >> 20} MiB left, /metrics and "
                         f"orion-ctl agree)")
+
+
+GPU0 = "GPU-6f72696f-6e2d-7369-6d00-000000000000"
+GPU1 = "GPU-6f72696f-6e2d-7369-6d00-000000000001"
+
+
+def placement_two_gpus(node, probe):
+    """The node gets a second GPU (the CUDA driver test double's device 1: the agent's --gpus and
+    the server's gpus, both containers restarted by the kubelet); 2 high-priority and 2
+    best-effort pods are admitted and placed by the device plugin, their processes on the GPU
+    their Allocate answer names (the double shows a process only the GPUs of its
+    NVIDIA_VISIBLE_DEVICES, as the NVIDIA runtime does). One high-priority pod lands on each GPU,
+    the server counts one high-priority pod per GPU, and a third is refused by the resource fit."""
+    step("placement on 2 GPUs: one high-priority pod per GPU, a third refused by resource fit")
+    plugins = node.plugins
+    for p in list(node.pods.values()):
+        node.remove_pod(p)
+    config = os.path.join(node.args.work, "pods", node.node_pod["uid"], "volumes", "config",
+                          "server.yaml")
+    with open(config) as f:
+        text = f.read()
+    if f'gpus: ["{GPU0}"]' not in text:
+        raise CheckFailed(f"{config}: no gpus: [\"{GPU0}\"] to add the second GPU to")
+    with open(config, "w") as f:
+        f.write(text.replace(f'gpus: ["{GPU0}"]', f'gpus: ["{GPU0}","{GPU1}"]'))
+    agent = [c for c in node.node_pod["containers"] if c["name"] == "agent"][0]
+    if f"--gpus={GPU0}" not in agent["args"]:
+        raise CheckFailed(f"agent args {agent['args']} lack --gpus={GPU0}")
+    agent["args"] = [f"--gpus={GPU0},{GPU1}" if a == f"--gpus={GPU0}" else a
+                     for a in agent["args"]]
+    n_reg = len(plugins.registered)
+    node.restart_container(node.node_pod, "server", kill=True)
+    node.restart_container(node.node_pod, "agent", kill=True)
+    with plugins.cv:
+        if not plugins.cv.wait_for(lambda: len(plugins.registered) >= n_reg + 2 and
+                                   all(plugins.streams[n_reg:n_reg + 2]), 20):
+            raise CheckFailed("the agent with 2 GPUs did not register both resources again")
+    for c in node.node_pod["containers"]:
+        probe(node.kubelet, c, 30)
+    share, high = node.resource(), node.high_resource()
+    counts = {r: len(plugins.devices[r]) for r in (share, high)}
+    if counts != {share: 16, high: 2}:  # the chart's sharesPerGpu 8 and highPriorityPerGpu 1
+        raise CheckFailed(f"with 2 GPUs the plugin lists {counts}, expected 16 shares, 2 slots")
+    node.free = {r: [d.ID for d in devs if d.health == "Healthy"]
+                 for r, devs in plugins.devices.items()}
+    log(f"node with 2 GPUs: {counts[share]} x {share}, {counts[high]} x {high}")
+    image = node.node_pod["containers"][0]["image"]
+    placed = {}
+    for name, prio, command in (("infer-a-h7k2p", "high", INFER), ("train-a-b6x9q", "best-effort", TRAIN),
+                                ("infer-b-n3c8d", "high", INFER), ("train-b-r4t1m", "best-effort", TRAIN)):
+        spec = node.sharing_pod_spec(name, {"orion/priority": prio}, image, command)
+        pod = node.start_sharing_pod(spec, True)
+        node.pods[name] = pod
+        gpu = pod["alloc"]["env"].get("NVIDIA_VISIBLE_DEVICES")
+        placed[name] = (prio, gpu, list(pod["device_ids"]))
+        log(f"{name} ({prio}): {pod['device_ids']} -> GPU {gpu}")
+    highs = [gpu for prio, gpu, _ in placed.values() if prio == "high"]
+    if sorted(highs) != sorted([GPU0, GPU1]):
+        raise CheckFailed(f"the two high-priority pods are on GPUs {highs}, not one on each")
+    for name, (prio, gpu, ids) in placed.items():
+        want = high if prio == "high" else share
+        if ids != [want]:
+            raise CheckFailed(f"{name} ({prio}) was allocated {ids}, not one {want}")
+    # The server sees each process on the GPU its Allocate answer names.
+    uuids = {}
+
+    def on_gpus():
+        clients = node.ctl.clients()
+        gpus = {int(g.get("index", 0)): g.get("uuid") for g in node.ctl.gpus()}
+        for name in placed:
+            mine = node.ctl.of_pod(node.pods[name]["uid"], clients)
+            if not mine:
+                return None
+            uuids[name] = gpus.get(int(mine[0].get("gpu", 0)))
+        return uuids
+    wait_for("the 4 pods registered with the server", on_gpus, 15, 0.1)
+    for name, (prio, gpu, _) in placed.items():
+        if uuids[name] != gpu:
+            raise CheckFailed(f"{name}: the server has it on {uuids[name]}, its Allocate said {gpu}")
+
+    def one_each():
+        g = node.ctl.gpus()
+        return g if len(g) == 2 and all(int(x.get("high_priority_pods", 0)) == 1 and
+                                        not x.get("high_priority_overcommitted") for x in g) else None
+    g = wait_for("one high-priority pod per GPU in orion-ctl gpus", one_each, 10, 0.1)
+    log("orion-ctl gpus: " + "; ".join(
+        f"{x.get('uuid')}: {x.get('clients')} clients, {x.get('high_priority_pods')} "
+        f"high-priority pod(s) of {x.get('high_priority_pods_allowed')} allowed" for x in g))
+    third = node.sharing_pod_spec("infer-c-w2v5z", {"orion/priority": "high"}, image, INFER)
+    try:
+        node.start_sharing_pod(third, True)
+        raise CheckFailed("a third high-priority pod was placed on the 2-GPU node")
+    except Unfit as e:
+        if f"Insufficient {high}" not in str(e):
+            raise
+        log(f"third high-priority pod refused by resource fit: {e}")
+    be = {name: gpu for name, (prio, gpu, _) in placed.items() if prio != "high"}
+    node.figures.append(
+        f"2 GPUs: the high-priority pods on {GPU0[-2:]} and {GPU1[-2:]} (one each, the server "
+        f"counts 1 high-priority pod per GPU), best-effort on "
+        f"{', '.join(g[-2:] for g in be.values())} (idlest GPU, else spread); a third "
+        f"high-priority pod refused: Insufficient {high}")

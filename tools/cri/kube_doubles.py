@@ -163,7 +163,8 @@ class DevicePlugins:
         self.rpc = mods["deviceplugin.v1beta1.api_pb2_grpc"]
         self.dir = dp_dir
         self.registered = []
-        self.devices = []
+        self.devices = {}  # resource -> its plugin's latest device list
+        self.endpoints = {}  # resource -> the plugin socket it registered last
         self.streams = []  # per registration: ListAndWatch answers received so far
         self.cv = threading.Condition()
         outer = self
@@ -172,10 +173,12 @@ class DevicePlugins:
             def Register(self, request, context):
                 with outer.cv:
                     outer.registered.append(request)
+                    outer.endpoints[request.resource_name] = request.endpoint
                     outer.streams.append(0)
                     index = len(outer.streams) - 1
                     outer.cv.notify_all()
-                threading.Thread(target=outer._watch, args=(request.endpoint, index),
+                threading.Thread(target=outer._watch,
+                                 args=(request.endpoint, index, request.resource_name),
                                  daemon=True).start()
                 return outer.pb.Empty()
 
@@ -184,22 +187,35 @@ class DevicePlugins:
         self.server.add_insecure_port(f"unix://{dp_dir}/kubelet.sock")
         self.server.start()
 
-    def _watch(self, endpoint, index):
+    def _watch(self, endpoint, index, resource):
         channel = grpc.insecure_channel(f"unix://{self.dir}/{endpoint}")
         stub = self.rpc.DevicePluginStub(channel)
         try:
             for resp in stub.ListAndWatch(self.pb.Empty()):
                 with self.cv:
-                    self.devices = list(resp.devices)
+                    self.devices[resource] = list(resp.devices)
                     self.streams[index] += 1
                     self.cv.notify_all()
         except grpc.RpcError:
             pass
 
-    def allocate(self, device_ids):
-        req = self.registered[-1]
-        stub = self.rpc.DevicePluginStub(grpc.insecure_channel(f"unix://{self.dir}/{req.endpoint}"))
-        resp = stub.Allocate(self.pb.AllocateRequest(container_requests=[
+    def resources(self):
+        """Registered resource names, in the order they first registered."""
+        return list(dict.fromkeys(r.resource_name for r in self.registered))
+
+    def _stub(self, resource):
+        return self.rpc.DevicePluginStub(
+            grpc.insecure_channel(f"unix://{self.dir}/{self.endpoints[resource]}"))
+
+    def preferred(self, resource, available, size):
+        """GetPreferredAllocation, as the kubelet's device manager asks it before Allocate."""
+        resp = self._stub(resource).GetPreferredAllocation(self.pb.PreferredAllocationRequest(
+            container_requests=[self.pb.ContainerPreferredAllocationRequest(
+                available_deviceIDs=available, allocation_size=size)]), timeout=10)
+        return list(resp.container_responses[0].deviceIDs)
+
+    def allocate(self, resource, device_ids):
+        resp = self._stub(resource).Allocate(self.pb.AllocateRequest(container_requests=[
             self.pb.ContainerAllocateRequest(devices_ids=device_ids)]), timeout=10)
         return resp.container_responses[0]
 

@@ -291,6 +291,7 @@ def run(args, kubelet, api, plugins):
     checks.agent_restart(node, probe)
     checks.slot_freed(node)
     latency.p99_arms(node)
+    checks.placement_two_gpus(node, probe)
     return node.figures
 
 

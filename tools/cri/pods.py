@@ -2,7 +2,9 @@
 node pod, the webhook Deployment's pod) translated into CRI calls, and sharing pods made the way
 they are in a cluster: a pod spec that carries only the orion/priority annotation is admitted
 through the chart's webhook (its JSON patch applied), stored in the test API server, and run with
-what the device plugin's Allocate answers for each container that asks for the resource."""
+what the device plugin's Allocate answers for each container that asks for one of its resources
+(orion.io/gpu shares, orion.io/gpu-high slots). Before that the test kubelet plays the
+scheduler's resource fit: a pod asking for more of a resource than is free is refused (Unfit)."""
 import os
 import signal
 import time
@@ -11,6 +13,11 @@ import uuid
 from common import CheckFailed, log, tail, wait_for
 from kube_doubles import pod_object
 from translate import quantity, translate_pod
+
+
+class Unfit(CheckFailed):
+    """The scheduler's resource fit refused the pod (the test kubelet plays it)."""
+
 
 SHARING_NAMESPACE = "ml"
 
@@ -26,7 +33,7 @@ class Node:
         self.objects = objects
         self.webhook = None
         self.figures = []  # one line per assertion, for the summary
-        self.free = []  # the kubelet's bookkeeping of unallocated device IDs
+        self.free = {}  # resource -> the kubelet's bookkeeping of unallocated device IDs
         self.sim = os.path.join(args.work, "sim")
         os.makedirs(self.sim, exist_ok=True)
         os.chmod(self.sim, 0o1777)
@@ -130,32 +137,43 @@ class Node:
 
     def admit(self, spec):
         """The webhook's answer applied: the pod as the API server stores it."""
-        resource = self.resource()
         admitted, ops, warnings = self.webhook.admit(spec)
         name = spec["metadata"]["name"]
-        asked = {c["name"]: c.get("resources", {}).get("limits", {}).get(resource)
+        asked = {c["name"]: {r: v for r, v in c.get("resources", {}).get("limits", {}).items()
+                             if r in self.plugins.resources()}
                  for c in admitted["spec"]["containers"]}
         log(f"{name}: webhook {'patched ' + str(len(ops)) + ' op(s): ' if ops else 'no patch'}"
-            f"{', '.join(o['op'] + ' ' + o['path'] for o in ops)}; limits {resource}: {asked}"
+            f"{', '.join(o['op'] + ' ' + o['path'] for o in ops)}; device-plugin limits {asked}"
             f"{'; warnings ' + str(warnings) if warnings else ''}")
         return admitted, ops
 
     def resource(self):
-        return self.plugins.registered[-1].resource_name
+        """The share resource (orion.io/gpu): the agent registers it first."""
+        return self.plugins.resources()[0]
+
+    def high_resource(self):
+        """The high-priority slot resource (orion.io/gpu-high), registered second."""
+        return self.plugins.resources()[1]
 
     def start_sharing_pod(self, spec, want_share, runs=True):
         """Admission, the API server's record, Allocate per container asking for the resource,
         then CRI. want_share: whether the admitted pod must ask for the resource; runs: wait
         for its process (else the caller waits for whatever it expects)."""
         k = self.kubelet
-        resource = self.resource()
+        resources = self.plugins.resources()
         admitted, ops = self.admit(spec)
         meta = admitted["metadata"]
         asks = [c for c in admitted["spec"]["containers"]
-                if c.get("resources", {}).get("limits", {}).get(resource)]
+                if any(c.get("resources", {}).get("limits", {}).get(r) for r in resources)]
         if want_share and not asks:
-            raise CheckFailed(f"{meta['name']}: after admission no container asks for {resource}: "
-                              f"{admitted['spec']['containers']}")
+            raise CheckFailed(f"{meta['name']}: after admission no container asks for any of "
+                              f"{resources}: {admitted['spec']['containers']}")
+        # The scheduler's resource fit, before the pod is bound to this node.
+        for c in admitted["spec"]["containers"]:
+            for r, v in c.get("resources", {}).get("limits", {}).items():
+                if r in resources and int(quantity(v)) > len(self.free.get(r, [])):
+                    raise Unfit(f"{meta['name']}: 0/1 nodes are available: 1 Insufficient {r} "
+                                f"(asks {int(quantity(v))}, {len(self.free.get(r, []))} free)")
         if not want_share and (asks or ops):
             raise CheckFailed(f"{meta['name']}: the webhook changed a pod that asks for no "
                               f"sharing: {ops}")
@@ -172,21 +190,27 @@ class Node:
         if len(pod["containers"]) != 1:
             raise CheckFailed("translator: sharing pods with several containers not handled")
         pod["alloc"] = {"env": {}, "mounts": [], "devices": []}
-        pod["device_ids"] = []
-        n = int(quantity(c["limits"].get(resource, 0)))
-        if n:
-            if len(self.free) < n:
-                raise CheckFailed(f"{meta['name']}: {n} x {resource} asked, {len(self.free)} free")
-            pod["device_ids"], self.free = self.free[:n], self.free[n:]
-            alloc = self.plugins.allocate(pod["device_ids"])
+        pod["device_ids"] = {}
+        for resource in resources:
+            n = int(quantity(c["limits"].get(resource, 0)))
+            if not n:
+                continue
+            free = self.free[resource]
+            # The kubelet's device manager: the plugin's preferred devices among the free ones.
+            ids = [d for d in self.plugins.preferred(resource, free, n) if d in free][:n]
+            ids += [d for d in free if d not in ids][:n - len(ids)]
+            self.free[resource] = [d for d in free if d not in ids]
+            pod["device_ids"][resource] = ids
+            alloc = self.plugins.allocate(resource, ids)
             if alloc.annotations or len(getattr(alloc, "cdi_devices", [])):
                 raise CheckFailed(f"translator: Allocate answer with annotations/CDI devices "
                                   f"not handled: {alloc}")
-            pod["alloc"] = {
-                "env": dict(alloc.envs),
-                "mounts": [(m.container_path, m.host_path, m.read_only) for m in alloc.mounts],
-                "devices": [(d.container_path, d.host_path, d.permissions) for d in alloc.devices]}
-            log(f"{meta['name']}: Allocate({pod['device_ids']}) envs "
+            pod["alloc"]["env"].update(dict(alloc.envs))
+            pod["alloc"]["mounts"] += [(m.container_path, m.host_path, m.read_only)
+                                       for m in alloc.mounts]
+            pod["alloc"]["devices"] += [(d.container_path, d.host_path, d.permissions)
+                                        for d in alloc.devices]
+            log(f"{meta['name']}: Allocate({resource} {ids}) envs "
                 f"{dict(sorted(alloc.envs.items()))}; mounts (host, container, ro) "
                 f"{[(m.host_path, m.container_path, m.read_only) for m in alloc.mounts]}; "
                 f"{len(alloc.devices)} device nodes")
@@ -249,8 +273,12 @@ class Node:
 
     def remove_pod(self, pod):
         """StopPodSandbox + RemovePodSandbox, the API server's DELETED event, and the kubelet's
-        bookkeeping: the pod's shares are free again."""
+        bookkeeping: the pod's shares are free again. Once per pod."""
+        if pod.get("removed"):
+            return
+        pod["removed"] = True
         self.kubelet.remove_sandbox(pod["sid"])
         self.api.delete_pod(pod["uid"])
-        self.free = pod.get("device_ids", []) + self.free
+        for resource, ids in pod.get("device_ids", {}).items():
+            self.free[resource] = ids + self.free.get(resource, [])
 
