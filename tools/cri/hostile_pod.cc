@@ -4,8 +4,9 @@
 // pod's shared-memory area, by every way a tenant has: the registration socket (lying in the
 // request), the board it is handed (sealed read-only), the other pod's processes through /proc
 // (its memfds, process_vm_readv, ptrace, signals), the node's socket folder, the agent's
-// AgentSync socket, and the admin API without a token or with a made-up one (through orion-ctl
-// from the project's image). Each try prints one line,
+// AgentSync socket, the admin API without a token or with a made-up one (through orion-ctl
+// from the project's image), every client slot of the node, and a GPU it was not given. Each try
+// prints one line,
 //   attempt NAME: refused: WHAT HAPPENED      or      attempt NAME: SUCCEEDED: WHAT
 // (or `attempt NAME: INCONCLUSIVE: ...` when the target could not be reached at all), and the last
 // line is `hostile attempts=N refused=M`. Static (g++ -static): it needs nothing
@@ -367,6 +368,60 @@ int main(int argc, char** argv) {
               "orion-ctl exit " + std::to_string(rc) + ": " + line,
               rc != 0 && line.find("cannot reach orion-server") != std::string::npos);
     }
+  }
+
+  // 7. Slots and GPUs: take every client slot of the node from this one pod (the server caps a
+  // pod's slots, limits.clients_per_pod), and register on a GPU the pod was not given.
+  {
+    c::RegisterRequest flood = req;
+    flood.requested_priority = static_cast<uint32_t>(c::Priority::kBestEffort);
+    std::vector<int> held;
+    std::string why = "all " + std::to_string(c::kMaxSlots) + " taken";
+    bool pod_cap = false;
+    while (held.size() + 1 < c::kMaxSlots) {
+      c::RegisterReply r{};
+      int f[c::kRegisterFds];
+      for (int& x : f) x = -1;
+      const int s = Register(socket_path, flood, &r, f);
+      for (int x : f) {
+        if (x >= 0) close(x);
+      }
+      if (s < 0) {
+        why = "no reply";
+        break;
+      }
+      if (r.status != 0) {
+        why = std::string(r.message, strnlen(r.message, sizeof(r.message)));
+        pod_cap = why.find("limits.clients_per_pod") != std::string::npos;
+        close(s);
+        break;
+      }
+      held.push_back(s);
+    }
+    Attempt("take-every-client-slot-of-the-node", pod_cap,
+            "held " + std::to_string(held.size() + 1) + " slots of " +
+                std::to_string(c::kMaxSlots) + ", then: " + why);
+    for (int s : held) close(s);
+  }
+  {
+    c::RegisterRequest foreign = req;
+    foreign.requested_priority = static_cast<uint32_t>(c::Priority::kBestEffort);
+    std::snprintf(foreign.gpu_uuid, sizeof(foreign.gpu_uuid), "%s",
+                  "GPU-0badc0de-0000-4000-8000-000000000001");
+    c::RegisterReply r{};
+    int f[c::kRegisterFds];
+    for (int& x : f) x = -1;
+    const int s = Register(socket_path, foreign, &r, f);
+    for (int x : f) {
+      if (x >= 0) close(x);
+    }
+    Attempt("register-on-a-gpu-the-pod-was-not-given", s < 0 || r.status != 0,
+            s < 0 ? std::string("no reply")
+                  : r.status != 0
+                        ? "status " + std::to_string(r.status) + ": " +
+                              std::string(r.message, strnlen(r.message, sizeof(r.message)))
+                        : "registered on it, slot " + std::to_string(r.slot));
+    if (s >= 0) close(s);
   }
 
   // The victim as the server decides it, after all this.

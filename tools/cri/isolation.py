@@ -10,7 +10,7 @@ import time
 from common import CheckFailed, log, step, wait_for
 from observe import log_lines
 
-ATTEMPTS_AT_LEAST = 20  # what orion-hostile tries (tools/cri/hostile_pod.cc): all must print
+ATTEMPTS_AT_LEAST = 22  # what orion-hostile tries (tools/cri/hostile_pod.cc): all must print
 
 
 def hostile_pod(node):
