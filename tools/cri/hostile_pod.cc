@@ -107,6 +107,28 @@ int Register(const std::string& path, const c::RegisterRequest& req, c::Register
   return fd;
 }
 
+// Registers with `req` and closes whatever descriptors the server hands over, keeping only the
+// connection (the registration lives as long as it is open). Returns it, or -1; *why gets the
+// refusal.
+int RegisterKeepingOnlyTheConnection(const std::string& path, const c::RegisterRequest& req,
+                                     c::RegisterReply* reply, std::string* why) {
+  int fds[c::kRegisterFds];
+  for (int& fd : fds) fd = -1;
+  const int sock = Register(path, req, reply, fds);
+  for (int fd : fds) {
+    if (fd >= 0) close(fd);
+  }
+  if (sock < 0) {
+    *why = "no reply";
+  } else if (reply->status != 0) {
+    *why = "status " + std::to_string(reply->status) + ": " +
+           std::string(reply->message, strnlen(reply->message, sizeof(reply->message)));
+    close(sock);
+    return -1;
+  }
+  return sock;
+}
+
 const c::ClientSlot* SlotOfPid(const c::Board& board, uint32_t pid) {
   for (const c::ClientSlot& s : board.slots) {
     if (s.state.load() == static_cast<uint32_t>(c::SlotState::kActive) && s.host_pid.load() == pid) {
@@ -377,27 +399,13 @@ int main(int argc, char** argv) {
     flood.requested_priority = static_cast<uint32_t>(c::Priority::kBestEffort);
     std::vector<int> held;
     std::string why = "all " + std::to_string(c::kMaxSlots) + " taken";
-    bool pod_cap = false;
     while (held.size() + 1 < c::kMaxSlots) {
       c::RegisterReply r{};
-      int f[c::kRegisterFds];
-      for (int& x : f) x = -1;
-      const int s = Register(socket_path, flood, &r, f);
-      for (int x : f) {
-        if (x >= 0) close(x);
-      }
-      if (s < 0) {
-        why = "no reply";
-        break;
-      }
-      if (r.status != 0) {
-        why = std::string(r.message, strnlen(r.message, sizeof(r.message)));
-        pod_cap = why.find("limits.clients_per_pod") != std::string::npos;
-        close(s);
-        break;
-      }
+      const int s = RegisterKeepingOnlyTheConnection(socket_path, flood, &r, &why);
+      if (s < 0) break;
       held.push_back(s);
     }
+    const bool pod_cap = why.find("limits.clients_per_pod") != std::string::npos;
     Attempt("take-every-client-slot-of-the-node", pod_cap,
             "held " + std::to_string(held.size() + 1) + " slots of " +
                 std::to_string(c::kMaxSlots) + ", then: " + why);
@@ -409,18 +417,10 @@ int main(int argc, char** argv) {
     std::snprintf(foreign.gpu_uuid, sizeof(foreign.gpu_uuid), "%s",
                   "GPU-0badc0de-0000-4000-8000-000000000001");
     c::RegisterReply r{};
-    int f[c::kRegisterFds];
-    for (int& x : f) x = -1;
-    const int s = Register(socket_path, foreign, &r, f);
-    for (int x : f) {
-      if (x >= 0) close(x);
-    }
-    Attempt("register-on-a-gpu-the-pod-was-not-given", s < 0 || r.status != 0,
-            s < 0 ? std::string("no reply")
-                  : r.status != 0
-                        ? "status " + std::to_string(r.status) + ": " +
-                              std::string(r.message, strnlen(r.message, sizeof(r.message)))
-                        : "registered on it, slot " + std::to_string(r.slot));
+    std::string why;
+    const int s = RegisterKeepingOnlyTheConnection(socket_path, foreign, &r, &why);
+    Attempt("register-on-a-gpu-the-pod-was-not-given", s < 0,
+            s < 0 ? why : "registered on it, slot " + std::to_string(r.slot));
     if (s >= 0) close(s);
   }
 
