@@ -423,41 +423,26 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph gr
   return result;
 }
 
-CUresult CUDAAPI cuStreamBeginCapture(CUstream stream) {
-  ORION_REAL_OR_RETURN(cuStreamBeginCapture)
-  return CaptureBegun(real(stream));
-}
-
-CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream stream) {
-  ORION_REAL_OR_RETURN(cuStreamBeginCapture_ptsz)
-  return CaptureBegun(real(stream));
-}
-
-CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {
-  ORION_REAL_OR_RETURN(cuStreamBeginCapture_v2)
-  return CaptureBegun(real(stream, mode));
-}
-
-CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode) {
-  ORION_REAL_OR_RETURN(cuStreamBeginCapture_v2_ptsz)
-  return CaptureBegun(real(stream, mode));
-}
-
-CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph,
-                                             const CUgraphNode* deps,
-                                             const CUgraphEdgeData* edges, size_t count,
-                                             CUstreamCaptureMode mode) {
-  ORION_REAL_OR_RETURN(cuStreamBeginCaptureToGraph)
-  return CaptureBegun(real(stream, graph, deps, edges, count, mode));
-}
-
-CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream stream, CUgraph graph,
-                                                  const CUgraphNode* deps,
-                                                  const CUgraphEdgeData* edges, size_t count,
-                                                  CUstreamCaptureMode mode) {
-  ORION_REAL_OR_RETURN(cuStreamBeginCaptureToGraph_ptsz)
-  return CaptureBegun(real(stream, graph, deps, edges, count, mode));
-}
+// Every entry point that begins a capture: the driver's call, then the count.
+#define ORION_CAPTURE_BEGIN_HOOK(name, params, args) \
+  CUresult CUDAAPI name params {                     \
+    ORION_REAL_OR_RETURN(name)                       \
+    return CaptureBegun(real args);                  \
+  }
+ORION_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture, (CUstream stream), (stream))
+ORION_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture_ptsz, (CUstream stream), (stream))
+ORION_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture_v2, (CUstream stream, CUstreamCaptureMode mode),
+                         (stream, mode))
+ORION_CAPTURE_BEGIN_HOOK(cuStreamBeginCapture_v2_ptsz,
+                         (CUstream stream, CUstreamCaptureMode mode), (stream, mode))
+ORION_CAPTURE_BEGIN_HOOK(cuStreamBeginCaptureToGraph,
+                         (CUstream stream, CUgraph graph, const CUgraphNode* deps,
+                          const CUgraphEdgeData* edges, size_t count, CUstreamCaptureMode mode),
+                         (stream, graph, deps, edges, count, mode))
+ORION_CAPTURE_BEGIN_HOOK(cuStreamBeginCaptureToGraph_ptsz,
+                         (CUstream stream, CUgraph graph, const CUgraphNode* deps,
+                          const CUgraphEdgeData* edges, size_t count, CUstreamCaptureMode mode),
+                         (stream, graph, deps, edges, count, mode))
 
 CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph* graph) {
   ORION_REAL_OR_RETURN(cuStreamEndCapture)

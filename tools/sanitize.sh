@@ -60,6 +60,7 @@ TARGETS=(
   orion_server_tests       # orion-server: config, board, registration, admin API, metrics
   orion_policy_sim_tests   # NodeState and the gate on simulated GPUs
   orion_agent_tests        # orion-agent: annotations, admission, device plugin, pod watcher
+  pod_gpus_test            # orion-agent's pod resources client against a test kubelet
   trace_export_test        # timeline exports: Chrome trace JSON, merge, HTML page
   orion-server orion-ctl   # OrionCtlAdminTokens runs both
 )
@@ -83,6 +84,8 @@ EXCLUDED=(
   # Churn of 1,000 clients, and a hostile tenant beside two clients: all run with the
   # interposer preloaded.
   '^soak_test$' '^hostile_test$'
+  # The memory quota of a pod's processes: they run with the interposer preloaded.
+  '^pod_quota_test$'
   # The interposer's CPU cost to a service: preloads it, and measures CPU shares that the
   # instrumentation inflates several times.
   '^cpu_cost_test$'
