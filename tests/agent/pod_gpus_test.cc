@@ -11,6 +11,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "tests/agent/test_pod_resources.h"
 #include "agent/pod_gpus.h"
 #include "agent/share_allocation.h"
 
@@ -44,24 +45,7 @@ TEST(GpusByPodTest, OurSharesOfEachPodByGpu) {
   EXPECT_EQ(gpus.at("ml/serve-0"), (std::vector<std::string>{kGpuA, kGpuB}));
 }
 
-// A test kubelet's pod resources service.
-class TestPodResources final : public ::v1::PodResourcesLister::Service {
- public:
-  grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
-                    ::v1::ListPodResourcesResponse* out) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    *out = list_;
-    return grpc::Status::OK;
-  }
-  void Set(const ::v1::ListPodResourcesResponse& list) {
-    std::lock_guard<std::mutex> lock(mu_);
-    list_ = list;
-  }
-
- private:
-  std::mutex mu_;
-  ::v1::ListPodResourcesResponse list_;
-};
+using orion::agent::test_doubles::TestPodResources;
 
 // Records what would go to orion-server.
 class RecordingSink final : public PolicySink {

@@ -36,6 +36,7 @@
 #include "tests/http_get.h"
 #include "tests/registered_client.h"
 #include "absl/strings/escaping.h"
+#include "tests/agent/test_pod_resources.h"
 #include "agent/admission.h"
 #include "agent/interposer_install.h"
 #include "server/orion_server.h"
@@ -53,24 +54,7 @@ constexpr char kPodName[] = "resnet-inference-7d9c8b6f5d-x2x9q";
 // server refuses a pod's registration on a GPU the device plugin did not allocate it).
 constexpr char kGpu[] = "GPU-6f72696f-6e2d-7369-6d00-000000000000";
 
-// The test kubelet's pod resources API: what it allocated to each pod (the agent reads it).
-class TestPodResources final : public ::v1::PodResourcesLister::Service {
- public:
-  grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
-                    ::v1::ListPodResourcesResponse* out) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    *out = list_;
-    return grpc::Status::OK;
-  }
-  void Set(const ::v1::ListPodResourcesResponse& list) {
-    std::lock_guard<std::mutex> lock(mu_);
-    list_ = list;
-  }
-
- private:
-  std::mutex mu_;
-  ::v1::ListPodResourcesResponse list_;
-};
+using orion::agent::test_doubles::TestPodResources;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
