@@ -392,6 +392,44 @@ void NodeState::RestartBudgetEvidence(uint32_t g) {
   }
 }
 
+namespace {
+// Who a high-priority client stands for when counting high-priority pods on a GPU: its pod, or
+// the process itself when it is in no pod.
+std::string HighPriorityTenant(const std::string& pod_uid, uint32_t client_id) {
+  return pod_uid.empty() ? absl::StrCat("client ", client_id) : pod_uid;
+}
+}  // namespace
+
+// One line when a GPU comes to hold more high-priority pods than policy.high_priority_per_gpu
+// (a pod changed to high at run time beside another: each then waits for the other's work), and
+// one when it is back within the limit; the metric and ListGpus say it all along.
+void NodeState::LogHighPriorityOvercommit(uint32_t ngpus) {
+  if (hp_overcommitted_.size() < ngpus) hp_overcommitted_.resize(ngpus, false);
+  const uint32_t allowed = config_.policy.high_priority_per_gpu;
+  for (uint32_t g = 0; g < ngpus; ++g) {
+    std::set<std::string> tenants;
+    for (const auto& [id, c] : clients_) {
+      if (c.gpu == g && c.policy.priority == Priority::kHigh) {
+        tenants.insert(HighPriorityTenant(c.peer.cgroup.pod_uid, c.id));
+      }
+    }
+    const bool over = tenants.size() > allowed;
+    if (over == hp_overcommitted_[g]) continue;
+    hp_overcommitted_[g] = over;
+    std::vector<std::string> names;
+    for (const std::string& t : tenants) {
+      auto it = pods_.find(t);
+      names.push_back(it != pods_.end() ? absl::StrCat(it->second.ns, "/", it->second.name) : t);
+    }
+    std::fprintf(stderr,
+                 over ? "orion-server: GPU %u holds %zu high-priority pods, %u allowed "
+                        "(policy.high_priority_per_gpu): %s; each waits for the others' work\n"
+                      : "orion-server: GPU %u is back to %zu high-priority pods, %u allowed%s\n",
+                 g, tenants.size(), allowed,
+                 over ? absl::StrJoin(names, ", ").c_str() : "");
+  }
+}
+
 void NodeState::PolicyTick(uint64_t now) {
   ApiLock lock(this);
   board_->Heartbeat(now);
@@ -428,6 +466,7 @@ void NodeState::PolicyTick(uint64_t now) {
     }
   }
   const uint32_t ngpus = board_->num_gpus();
+  LogHighPriorityOvercommit(ngpus);
   for (uint32_t g = 0; g < ngpus; ++g) {
     GpuPolicy& gp = gpu_policy_[g];
     if (!gp.adapt_budget || gp.knobs.mode == contract::GateMode::kPassThrough) continue;
@@ -522,14 +561,6 @@ absl::Status NodeState::CheckGpu(uint32_t gpu) {
   return absl::NotFoundError(absl::StrCat("no GPU with index ", gpu, "; this node has ",
                                           board_->num_gpus(), " (ListGpus, orion-ctl gpus)"));
 }
-
-namespace {
-// Who a high-priority client stands for when counting high-priority pods on a GPU: its pod, or
-// the process itself when it is in no pod.
-std::string HighPriorityTenant(const std::string& pod_uid, uint32_t client_id) {
-  return pod_uid.empty() ? absl::StrCat("client ", client_id) : pod_uid;
-}
-}  // namespace
 
 std::vector<GpuView> NodeState::ListGpus() {
   ApiLock lock(this);

@@ -207,6 +207,7 @@ class NodeState {
   // Without a latency target or a budget set by hand (priority mode): the budget follows the
   // GPU's high-priority busy periods (SizeBudgetToService). True when it owns the budget.
   bool SizeBudgetToServices(uint32_t g, GpuPolicy& gp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogHighPriorityOvercommit(uint32_t ngpus) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The board index of the GPU the client asked for, if the server lets it use it; otherwise
   // -1 and *refusal says why (*foreign: a GPU of the node the pod was not allocated).
   int GpuIndexFor(const PeerIdentity& peer, const contract::RegisterRequest& request,
@@ -261,6 +262,9 @@ class NodeState {
   std::map<std::string, uint32_t> unlisted_gpus_added_ ABSL_GUARDED_BY(mu_);
   uint64_t board_corrections_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_correction_log_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per GPU, whether it held more high-priority pods than allowed at the last policy tick (a log
+  // line when that changes).
+  std::vector<bool> hp_overcommitted_ ABSL_GUARDED_BY(mu_);
   // What departed clients' rings held at the end (their slots are reused, so kept here).
   uint64_t departed_written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t departed_dropped_ ABSL_GUARDED_BY(mu_) = 0;

@@ -562,14 +562,31 @@ int main(int argc, char** argv) {
     grpc::ClientContext c;  // no deadline: follows until interrupted
     if (!token.empty()) c.AddMetadata("authorization", "Bearer " + token);
     auto reader = stub->StreamTimeline(&c, q);
+    // Rows name each client's process as `timeline` does; the clients are listed again when a
+    // span names one not seen yet, at most once a second.
+    std::map<uint32_t, orion::v1::Client> clients;
+    auto listed = std::chrono::steady_clock::time_point{};
+    auto process_of = [&](uint32_t id) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!clients.count(id) && now - listed >= std::chrono::seconds(1)) {
+        listed = now;
+        orion::v1::ListClientsRequest every;
+        every.set_include_exited(true);
+        orion::v1::ListClientsResponse r;
+        if (stub->ListClients(ctx().get(), every, &r).ok()) {
+          for (const auto& cl : r.clients()) clients[cl.client_id()] = cl;
+        }
+      }
+      return ProcessOf(clients, id);
+    };
     orion::v1::TimelineChunk chunk;
     while (reader->Read(&chunk)) {
       if (chunk.lost() > 0) std::printf("(%llu spans lost: read too slowly)\n",
                                         static_cast<unsigned long long>(chunk.lost()));
       for (const auto& sp : chunk.spans()) {
-        std::printf("%.6f client=%u %-11s %-9s dur_us=%.1f %s\n", sp.start_unix_ns() / 1e9,
-                    sp.client_id(), PrioName(sp.priority()), sp.kind().c_str(),
-                    sp.duration_ns() / 1e3, sp.name().c_str());
+        std::printf("%.6f client=%u %-20s %-11s %-9s dur_us=%.1f %s\n", sp.start_unix_ns() / 1e9,
+                    sp.client_id(), process_of(sp.client_id()).c_str(), PrioName(sp.priority()),
+                    sp.kind().c_str(), sp.duration_ns() / 1e3, sp.name().c_str());
       }
       std::fflush(stdout);
     }

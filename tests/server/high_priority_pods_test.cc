@@ -57,8 +57,19 @@ TEST(HighPriorityPodsTest, APodChangedToHighBesideAnotherIsFlagged) {
   EXPECT_FALSE(gpus[0].high_priority_overcommitted);
   EXPECT_EQ(state.Snapshot().gpus[0].high_priority_pods, 1u);
 
-  // Pod B is changed to high at run time, on the same GPU: flagged.
+  // Pod B is changed to high at run time, on the same GPU: flagged, and the next policy tick
+  // logs it once, naming both pods.
   ASSERT_TRUE(state.UpsertPods({Pod(kPodB, "infer-b", Priority::kHigh)}, false).ok());
+  ::testing::internal::CaptureStderr();
+  state.PolicyTick(MonotonicNs());
+  state.PolicyTick(MonotonicNs());
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("GPU 0 holds 2 high-priority pods, 1 allowed (policy.high_priority_per_gpu): "
+                     "serving/infer-a, serving/infer-b"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("high-priority pods, 1 allowed"), log.rfind("high-priority pods, 1 allowed"))
+      << "logged more than once: " << log;
   gpus = state.ListGpus();
   EXPECT_EQ(gpus[0].high_priority_pods, 2u);
   EXPECT_TRUE(gpus[0].high_priority_overcommitted);
@@ -70,9 +81,13 @@ TEST(HighPriorityPodsTest, APodChangedToHighBesideAnotherIsFlagged) {
   EXPECT_EQ(gpus[1].high_priority_pods, 0u);
   EXPECT_FALSE(gpus[1].high_priority_overcommitted);
 
-  // And back: B best-effort again clears the flag.
+  // And back: B best-effort again clears the flag, and says so once.
   ASSERT_TRUE(state.UpsertPods({Pod(kPodB, "infer-b", Priority::kBestEffort)}, false).ok());
   EXPECT_FALSE(state.ListGpus()[0].high_priority_overcommitted);
+  ::testing::internal::CaptureStderr();
+  state.PolicyTick(MonotonicNs());
+  log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("GPU 0 is back to 1 high-priority pods, 1 allowed"), std::string::npos) << log;
 }
 
 TEST(HighPriorityPodsTest, ConfigBoundsAndMetricFamilies) {

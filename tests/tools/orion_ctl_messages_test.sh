@@ -3,7 +3,8 @@
 # tried, --server, $ORION_ADMIN), a bad flag value (the value and the form expected), an unknown
 # knob (the knobs), no GPU yet (they appear when a process registers), `policy` in the KEY=VALUE
 # form it accepts, an empty or truncated timeline (which flag gets the rest); and a process
-# outside Kubernetes is named by process and PID in `clients`, timeline rows and the server's log.
+# outside Kubernetes is named by process and PID in `clients`, timeline rows (followed ones too)
+# and the server's log.
 #   orion_ctl_messages_test.sh ORION_SERVER ORION_CTL ORION_RUN TRAIN_SAMPLE INTERPOSER DOUBLE_DIR
 set -euo pipefail
 SERVER="$1"; CTL="$2"; RUN="$3"; TRAIN="$4"; LIB="$5"; DOUBLE="$6"
@@ -55,6 +56,9 @@ out="$(ctl clients)"
 TRAIN_PID="$(awk '/orion-sample/ {print $3}' <<< "$out")"  # the process, not the subshell
 [[ -n "$TRAIN_PID" ]] || fail "the trainer did not register: $out"
 expect "$out" "standalone/orion-sample-"
+# Followed spans name the process and its PID too.
+out="$(timeout 1 "$CTL" --server "127.0.0.1:$ADMIN_PORT" timeline --follow 2>&1)" || true
+expect "$out" "orion-sample-tr($TRAIN_PID)"
 # `policy` prints the KEY=VALUE form it takes: the output is accepted back as it is.
 out="$(ctl policy)"
 expect "$out" "mode=priority" "be_budget_us=500" "adapt_budget=true"
