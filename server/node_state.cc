@@ -392,27 +392,27 @@ void NodeState::RestartBudgetEvidence(uint32_t g) {
   }
 }
 
-namespace {
-// Who a high-priority client stands for when counting high-priority pods on a GPU: its pod, or
-// the process itself when it is in no pod.
-std::string HighPriorityTenant(const std::string& pod_uid, uint32_t client_id) {
-  return pod_uid.empty() ? absl::StrCat("client ", client_id) : pod_uid;
+// Per GPU, who its high-priority clients stand for: their pods, or the process itself when it is
+// in no pod (the high-priority pods that ListGpus, /metrics and the policy tick count).
+std::vector<std::set<std::string>> NodeState::HighPriorityTenants() const {
+  std::vector<std::set<std::string>> out(board_->num_gpus());
+  for (const auto& [id, c] : clients_) {
+    if (c.gpu >= out.size() || c.policy.priority != Priority::kHigh) continue;
+    out[c.gpu].insert(c.peer.cgroup.pod_uid.empty() ? absl::StrCat("client ", c.id)
+                                                    : c.peer.cgroup.pod_uid);
+  }
+  return out;
 }
-}  // namespace
 
 // One line when a GPU comes to hold more high-priority pods than policy.high_priority_per_gpu
 // (a pod changed to high at run time beside another: each then waits for the other's work), and
 // one when it is back within the limit; the metric and ListGpus say it all along.
-void NodeState::LogHighPriorityOvercommit(uint32_t ngpus) {
-  if (hp_overcommitted_.size() < ngpus) hp_overcommitted_.resize(ngpus, false);
+void NodeState::LogHighPriorityOvercommit() {
+  const std::vector<std::set<std::string>> by_gpu = HighPriorityTenants();
+  if (hp_overcommitted_.size() < by_gpu.size()) hp_overcommitted_.resize(by_gpu.size(), false);
   const uint32_t allowed = config_.policy.high_priority_per_gpu;
-  for (uint32_t g = 0; g < ngpus; ++g) {
-    std::set<std::string> tenants;
-    for (const auto& [id, c] : clients_) {
-      if (c.gpu == g && c.policy.priority == Priority::kHigh) {
-        tenants.insert(HighPriorityTenant(c.peer.cgroup.pod_uid, c.id));
-      }
-    }
+  for (uint32_t g = 0; g < by_gpu.size(); ++g) {
+    const std::set<std::string>& tenants = by_gpu[g];
     const bool over = tenants.size() > allowed;
     if (over == hp_overcommitted_[g]) continue;
     hp_overcommitted_[g] = over;
@@ -466,7 +466,7 @@ void NodeState::PolicyTick(uint64_t now) {
     }
   }
   const uint32_t ngpus = board_->num_gpus();
-  LogHighPriorityOvercommit(ngpus);
+  LogHighPriorityOvercommit();
   for (uint32_t g = 0; g < ngpus; ++g) {
     GpuPolicy& gp = gpu_policy_[g];
     if (!gp.adapt_budget || gp.knobs.mode == contract::GateMode::kPassThrough) continue;
@@ -566,6 +566,7 @@ std::vector<GpuView> NodeState::ListGpus() {
   ApiLock lock(this);
   std::vector<GpuView> out;
   const uint64_t now = MonotonicNs();
+  const std::vector<std::set<std::string>> high_tenants = HighPriorityTenants();
   for (uint32_t g = 0; g < board_->num_gpus(); ++g) {
     GpuView gpu;
     gpu.index = g;
@@ -574,18 +575,16 @@ std::vector<GpuView> NodeState::ListGpus() {
     gpu.mode = gpu_policy_[g].knobs.mode;
     gpu.busy_seconds = (gpu_busy_ns_[g][0] + gpu_busy_ns_[g][1]) / 1e9;
     gpu.high_priority_pods_allowed = config_.policy.high_priority_per_gpu;
-    std::set<std::string> high_pods;
     for (const auto& [id, c] : clients_) {
       if (c.gpu != g) continue;
       ++gpu.clients;
       if (c.policy.priority != Priority::kHigh) continue;
       ++gpu.high_priority_clients;
-      high_pods.insert(HighPriorityTenant(c.peer.cgroup.pod_uid, c.id));
       gpu.high_priority_busy =
           gpu.high_priority_busy ||
           SlotBusy(board_->gate(g)->slots[c.slot], now, gpu_policy_[g].knobs);
     }
-    gpu.high_priority_pods = static_cast<uint32_t>(high_pods.size());
+    gpu.high_priority_pods = static_cast<uint32_t>(high_tenants[g].size());
     gpu.high_priority_overcommitted = gpu.high_priority_pods > gpu.high_priority_pods_allowed;
     out.push_back(std::move(gpu));
   }
@@ -886,7 +885,6 @@ MetricsSnapshot NodeState::Snapshot() {
     gs.be_budget_s = gpu_policy_[g].knobs.be_budget_ns / 1e9;
   }
   snap.high_priority_pods_allowed = config_.policy.high_priority_per_gpu;
-  std::vector<std::set<std::string>> high_pods(ngpus);
   snap.clients.reserve(clients_.size());
   for (const auto& [id, c] : clients_) {
     const ClientView v = ViewOf(c);
@@ -912,9 +910,6 @@ MetricsSnapshot NodeState::Snapshot() {
     cs.requests = c.ingest.requests();
     if (c.gpu < ngpus) {
       ++snap.gpus[c.gpu].clients[static_cast<uint32_t>(c.policy.priority) & 1];
-      if (c.policy.priority == Priority::kHigh) {
-        high_pods[c.gpu].insert(HighPriorityTenant(c.peer.cgroup.pod_uid, c.id));
-      }
       if (c.policy.priority == Priority::kHigh &&
           SlotBusy(board_->gate(c.gpu)->slots[c.slot], now, gpu_policy_[c.gpu].knobs)) {
         snap.gpus[c.gpu].hp_busy = true;
@@ -922,8 +917,9 @@ MetricsSnapshot NodeState::Snapshot() {
     }
     snap.clients.push_back(std::move(cs));
   }
-  for (uint32_t g = 0; g < ngpus; ++g) {
-    snap.gpus[g].high_priority_pods = static_cast<uint32_t>(high_pods[g].size());
+  const std::vector<std::set<std::string>> high_tenants = HighPriorityTenants();
+  for (uint32_t g = 0; g < ngpus && g < high_tenants.size(); ++g) {
+    snap.gpus[g].high_priority_pods = static_cast<uint32_t>(high_tenants[g].size());
   }
   snap.registrations_ok = registrations_ok_;
   snap.registrations_failed = registrations_failed_;

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -207,7 +208,9 @@ class NodeState {
   // Without a latency target or a budget set by hand (priority mode): the budget follows the
   // GPU's high-priority busy periods (SizeBudgetToService). True when it owns the budget.
   bool SizeBudgetToServices(uint32_t g, GpuPolicy& gp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LogHighPriorityOvercommit(uint32_t ngpus) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogHighPriorityOvercommit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::set<std::string>> HighPriorityTenants() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The board index of the GPU the client asked for, if the server lets it use it; otherwise
   // -1 and *refusal says why (*foreign: a GPU of the node the pod was not allocated).
   int GpuIndexFor(const PeerIdentity& peer, const contract::RegisterRequest& request,
