@@ -271,6 +271,16 @@ int main(int argc, char** argv) {
     if (!token.empty()) c->AddMetadata("authorization", "Bearer " + token);
     return c;
   };
+  // Every client the server knows, those that exited too, by id: how timeline rows name their
+  // processes (ProcessOf).
+  auto every_client = [&](std::map<uint32_t, orion::v1::Client>* out) {
+    orion::v1::ListClientsRequest every;
+    every.set_include_exited(true);
+    orion::v1::ListClientsResponse r;
+    const grpc::Status status = stub->ListClients(ctx().get(), every, &r);
+    for (const auto& c : r.clients()) (*out)[c.client_id()] = c;
+    return status;
+  };
   const std::string cmd = args[0];
   auto bad = [&](const std::string& why) {
     std::fprintf(stderr, "orion-ctl %s: %s\n", cmd.c_str(), why.c_str());
@@ -570,12 +580,7 @@ int main(int argc, char** argv) {
       const auto now = std::chrono::steady_clock::now();
       if (!clients.count(id) && now - listed >= std::chrono::seconds(1)) {
         listed = now;
-        orion::v1::ListClientsRequest every;
-        every.set_include_exited(true);
-        orion::v1::ListClientsResponse r;
-        if (stub->ListClients(ctx().get(), every, &r).ok()) {
-          for (const auto& cl : r.clients()) clients[cl.client_id()] = cl;
-        }
+        every_client(&clients);  // unanswered: the row reads "?" until the next look
       }
       return ProcessOf(clients, id);
     };
@@ -719,11 +724,7 @@ int main(int argc, char** argv) {
                  std::to_string(gpus.gpus_size()) + " (orion-ctl gpus)");
     }
     // The clients, those that exited too: rows name each by its process (or pod) and PID.
-    orion::v1::ListClientsRequest every;
-    every.set_include_exited(true);
-    orion::v1::ListClientsResponse clients;
-    if (auto s = stub->ListClients(ctx().get(), every, &clients); !s.ok()) return Fail(s);
-    for (const auto& c : clients.clients()) t.clients[c.client_id()] = c;
+    if (auto s = every_client(&t.clients); !s.ok()) return Fail(s);
     if (!export_mode) {
       if (json) return PrintJson(first), 0;
       for (const auto& sp : first.spans()) {
