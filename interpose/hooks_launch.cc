@@ -67,15 +67,22 @@ void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
 // make a captured launch look like a real one; every begin entry point of the driver is hooked.
 std::atomic<int32_t> g_open_captures{0};
 
+// The driver's word on whether `stream` is being captured (an invalidated capture included):
+// false where it answers with an error, `missing` without the entry point.
+bool DriverSaysCapturing(CUstream stream, bool per_thread_stream, bool missing) {
+  auto is_capturing = per_thread_stream ? ORION_DRIVER(cuStreamIsCapturing_ptsz)
+                                        : ORION_DRIVER(cuStreamIsCapturing);
+  if (is_capturing == nullptr) return missing;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 // True if `stream` is being captured into a graph: such a launch runs nothing now (its kernels
 // are counted when the graph is instantiated) and must not be held at the gate or tracked.
 bool Capturing(CUstream stream, bool per_thread_stream) {
-  if (g_open_captures.load(std::memory_order_relaxed) <= 0) return false;
-  auto is_capturing = per_thread_stream ? ORION_DRIVER(cuStreamIsCapturing_ptsz)
-                                        : ORION_DRIVER(cuStreamIsCapturing);
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return is_capturing != nullptr && is_capturing(stream, &status) == CUDA_SUCCESS &&
-         status != CU_STREAM_CAPTURE_STATUS_NONE;
+  return g_open_captures.load(std::memory_order_relaxed) > 0 &&
+         DriverSaysCapturing(stream, per_thread_stream, /*missing=*/false);
 }
 
 // Log mode (no server): the launch timed on the CPU and written to the process's call log.
@@ -317,12 +324,8 @@ CUresult CaptureBegun(CUresult result) {
 // capture ends too, with an error), never below 0.
 template <typename End>
 CUresult CaptureEnded(CUstream stream, bool per_thread_stream, End end) {
-  auto is_capturing = per_thread_stream ? ORION_DRIVER(cuStreamIsCapturing_ptsz)
-                                        : ORION_DRIVER(cuStreamIsCapturing);
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const bool was = is_capturing == nullptr ||
-                   (is_capturing(stream, &status) == CUDA_SUCCESS &&
-                    status != CU_STREAM_CAPTURE_STATUS_NONE);
+  // Without the query it counts down anyway (Capturing cannot ask the driver then either).
+  const bool was = DriverSaysCapturing(stream, per_thread_stream, /*missing=*/true);
   const CUresult result = end();
   if (was) {
     int32_t open = g_open_captures.load(std::memory_order_relaxed);
