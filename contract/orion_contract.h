@@ -128,11 +128,16 @@ struct Event {
   uint32_t block[3];
   uint32_t shared_mem;
   uint32_t flags;        // kTimedLaunch, kOnHostClock, kWarmupSample, kPausedWait, kContended...
-  char name[kKernelNameBytes];  // kKernelName and kRange; NUL-terminated, truncated
+  char name[kKernelNameBytes];  // kKernelName, kRange and kStep only; NUL-terminated, truncated
 };
 inline constexpr size_t kEventWords = 1 + (sizeof(Event) + 7) / 8;  // +1: sequence word
 static_assert(sizeof(Event) == 160, "Event payload layout is part of the contract");
 static_assert(kEventWords == 21);
+// What an event without a name carries: a producer may push only these bytes (a launch writes 10
+// words, not 20); the name's words of its ring entry keep whatever was there before, and a
+// consumer reads `name` only for the kinds that carry one.
+inline constexpr size_t kEventHeadBytes = offsetof(Event, name);
+static_assert(kEventHeadBytes % 8 == 0);
 
 // Bounded multi-producer (threads of one client) single-consumer (server) ring.
 // A producer claims a position by CAS on head, writes the payload words, then publishes the
@@ -141,7 +146,11 @@ static_assert(kEventWords == 21);
 // between claim and publish leaves a hole; the server skips it after a timeout (SkipStuckEntry).
 struct alignas(64) EventRing {
   std::atomic<uint64_t> head;  // next position to claim (producers)
-  uint8_t pad0[56];
+  // Producers only: a value tail had (never ahead of it). A producer reads tail, a line the
+  // consumer writes, only when this one says the ring may be full: once per kRingCapacity
+  // events, not once per event. The server neither reads nor trusts it.
+  std::atomic<uint64_t> tail_seen;
+  uint8_t pad0[48];
   std::atomic<uint64_t> tail;  // next position to read (consumer)
   std::atomic<uint64_t> dropped;  // events lost because the ring was full
   uint8_t pad1[48];
@@ -150,13 +159,18 @@ struct alignas(64) EventRing {
   };
   Entry entries[kRingCapacity];
 
-  bool TryPush(const Event& e) {
+  // Producer: publishes the first `bytes` of `e` (sizeof(Event), or kEventHeadBytes for an event
+  // without a name).
+  bool TryPush(const Event& e, size_t bytes = sizeof(Event)) {
     uint64_t pos = head.load(std::memory_order_relaxed);
     for (;;) {
-      const uint64_t t = tail.load(std::memory_order_acquire);
-      if (pos - t >= kRingCapacity) {
-        dropped.fetch_add(1, std::memory_order_relaxed);
-        return false;
+      if (pos - tail_seen.load(std::memory_order_acquire) >= kRingCapacity) {
+        const uint64_t t = tail.load(std::memory_order_acquire);
+        tail_seen.store(t, std::memory_order_release);
+        if (pos - t >= kRingCapacity) {
+          dropped.fetch_add(1, std::memory_order_relaxed);
+          return false;
+        }
       }
       if (head.compare_exchange_weak(pos, pos + 1, std::memory_order_acq_rel,
                                      std::memory_order_relaxed)) {
@@ -164,10 +178,12 @@ struct alignas(64) EventRing {
       }
     }
     Entry& slot = entries[pos & (kRingCapacity - 1)];
-    uint64_t raw[kEventWords - 1] = {};
-    std::memcpy(raw, &e, sizeof(Event));
-    for (size_t i = 0; i + 1 < kEventWords; ++i) {
-      slot.words[i + 1].store(raw[i], std::memory_order_relaxed);
+    const auto* payload = reinterpret_cast<const unsigned char*>(&e);
+    const size_t words = (bytes < sizeof(Event) ? bytes : sizeof(Event)) / 8;
+    for (size_t i = 0; i < words; ++i) {
+      uint64_t word;
+      std::memcpy(&word, payload + 8 * i, 8);
+      slot.words[i + 1].store(word, std::memory_order_relaxed);
     }
     slot.words[0].store(pos + 1, std::memory_order_release);
     return true;

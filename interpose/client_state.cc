@@ -35,6 +35,7 @@ enum RegistrationState : uint32_t { kUnregistered = 0, kActive = 1, kFailed = 2 
 EnvConfig g_config;
 bool g_driver_ok = false;
 pthread_once_t g_process_once = PTHREAD_ONCE_INIT;
+std::atomic<bool> g_process_ready{false};  // InitProcess has returned
 pthread_mutex_t g_register_mutex = PTHREAD_MUTEX_INITIALIZER;
 // Set once any registration failed: the whole process passes through from then on.
 std::atomic<uint32_t> g_pass_through{0};
@@ -49,9 +50,13 @@ Registration g_registrations[kMaxDevices][kMaxRenewals + 1];
 std::atomic<uint32_t> g_live[kMaxDevices];
 uint64_t g_last_renewal_ns[kMaxDevices];  // under g_register_mutex
 
-thread_local CUcontext t_cached_ctx = nullptr;
-thread_local Registration* t_cached_reg = nullptr;
-thread_local uint32_t t_cached_epoch = 0;
+// The calling thread's last context and its registration (CurrentRegistration).
+struct CachedRegistration {
+  CUcontext ctx = nullptr;
+  Registration* reg = nullptr;
+  uint32_t epoch = 0;
+};
+constinit thread_local CachedRegistration t_cached ORION_INITIAL_EXEC_TLS;
 
 void Note(const char* what) {
   if (g_config.quiet || g_note_printed.exchange(1) != 0) return;
@@ -379,7 +384,11 @@ void RenewRegistration(Registration* reg, uint64_t now_ns) {
 }
 
 bool EnsureProcessInit() {
+  // Every hook asks, twice on a launch: once done, one acquire load instead of a pthread_once
+  // call.
+  if (g_process_ready.load(std::memory_order_acquire)) return g_driver_ok;
   pthread_once(&g_process_once, InitProcess);
+  g_process_ready.store(true, std::memory_order_release);
   return g_driver_ok;
 }
 
@@ -394,16 +403,15 @@ Registration* CurrentRegistration(CUcontext* ctx_out) {
   *ctx_out = ctx;
   const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
   Registration* reg;
-  if (ctx == t_cached_ctx && epoch == t_cached_epoch) {
-    reg = t_cached_reg;
+  CachedRegistration& cached = t_cached;
+  if (ctx == cached.ctx && epoch == cached.epoch) {
+    reg = cached.reg;
   } else {
     CUdevice device = -1;
     auto get_device = ORION_DRIVER(cuCtxGetDevice);
     if (get_device == nullptr || get_device(&device) != CUDA_SUCCESS) return nullptr;
     reg = RegisterDevice(device);
-    t_cached_ctx = ctx;
-    t_cached_reg = reg;
-    t_cached_epoch = epoch;
+    cached = CachedRegistration{ctx, reg, epoch};
   }
   if (reg == nullptr || !reg->StillOwned()) return nullptr;
   return reg;

@@ -26,3 +26,9 @@ __asm__(".symver pthread_sigmask,pthread_sigmask@" ORION_GLIBC_BASE);
 __asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@" ORION_GLIBC_BASE);
 __asm__(".symver pthread_atfork,pthread_atfork@" ORION_GLIBC_BASE);
 #endif
+
+// Thread-local words the launch path touches on every call: initial-exec, so an access is an
+// offset from the thread pointer instead of a __tls_get_addr call. The library is preloaded, so
+// they sit in the initial TLS block; kept to a few words, so that a dlopen of the library would
+// still fit in glibc's static TLS reserve.
+#define ORION_INITIAL_EXEC_TLS __attribute__((tls_model("initial-exec")))

@@ -60,11 +60,11 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
     const contract::GpuState& gpu = board.gpus[gpu_index];
     const uint64_t now = MonotonicNs();
     const GateDecision decision = DecideBestEffort(board, gpu, gate, slot_index, now, launch);
-    if (decision == GateDecision::kGoBudget) {
-      ticket.budget_ns = launch.estimate_ns;
+    if (decision != GateDecision::kWait) {
+      if (decision == GateDecision::kGoBudget) ticket.budget_ns = launch.estimate_ns;
+      ticket.go_ns = now;
       break;
     }
-    if (decision == GateDecision::kGoIdle) break;
     if (start == 0) start = now;
     if (!held) {
       // Held from here on: completion trackers of every client on this GPU follow closely now.
@@ -95,11 +95,13 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
       continue;
     }
     if (again == GateDecision::kGoBudget) ticket.budget_ns = launch.estimate_ns;
+    ticket.go_ns = checked;
     break;
   }
   if (held) words.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
   if (start != 0) {
     const uint64_t end = MonotonicNs();
+    ticket.go_ns = end;
     ticket.waited_ns = end - start;
     if (paused_since != 0) ticket.paused_ns += end - paused_since;  // left while paused
     // Never held by the gate itself: the whole wait was the pause (and the look after it).

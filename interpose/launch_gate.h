@@ -224,7 +224,10 @@ inline bool NoteHighPriorityLaunch(contract::SlotGate& slot, const contract::Gpu
     const uint64_t last = slot.last_progress_ns.load(std::memory_order_relaxed);
     const uint64_t start = slot.busy_start_ns.load(std::memory_order_relaxed);
     const uint64_t grace = gpu.hp_grace_ns.load(std::memory_order_relaxed);
-    if (start == 0 || last < start || now_ns < last || now_ns - last >= grace) {
+    // A completion the poller stamped after the caller read its clock lies just ahead of now_ns:
+    // the GPU was busy then, so the busy period goes on. Far ahead is no such stamp: start anew.
+    const uint64_t apart = now_ns >= last ? now_ns - last : last - now_ns;
+    if (start == 0 || last < start || apart >= grace) {
       if (start != 0 && last > start) {
         *ended = BusyPeriod{start, last - start};
         report = true;
@@ -233,7 +236,10 @@ inline bool NoteHighPriorityLaunch(contract::SlotGate& slot, const contract::Gpu
       slot.busy_seq.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  slot.last_progress_ns.store(now_ns, std::memory_order_relaxed);
+  const uint64_t last = slot.last_progress_ns.load(std::memory_order_relaxed);
+  if (now_ns > last || last - now_ns >= gpu.hp_grace_ns.load(std::memory_order_relaxed)) {
+    slot.last_progress_ns.store(now_ns, std::memory_order_relaxed);  // moves back only from afar
+  }
   if (followed) slot.inflight.fetch_add(1, std::memory_order_acq_rel);
   return report;
 }
@@ -346,6 +352,7 @@ struct GateTicket {
   uint64_t budget_ns = 0;  // charged to be_outstanding_ns; release at completion
   uint64_t waited_ns = 0;  // time held at the gate (0 if it went at once), paused time included
   uint64_t paused_ns = 0;  // of which the client was paused
+  uint64_t go_ns = 0;      // the clock when the gate let the launch go; 0 where it read none
 };
 
 // Blocks the calling thread until the launch may go: while the slot is paused, and for a

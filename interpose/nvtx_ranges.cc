@@ -33,15 +33,21 @@ struct OpenRange {
 };
 
 struct ThreadRanges {
+  uint32_t depth = 0;    // open push/pop ranges, tracked or not
+  OpenRange open[kMaxTracked] = {};
+};
+constinit thread_local ThreadRanges t_ranges;
+
+// The thread's last launch stream, written on every launch (NoteLaunchStream): a few words of
+// initial-exec TLS, read without a __tls_get_addr call.
+struct ThreadStream {
   CUcontext ctx = nullptr;
   CUstream stream = nullptr;
   bool per_thread_stream = false;
   bool has_stream = false;
-  uint32_t depth = 0;    // open push/pop ranges, tracked or not
   uint32_t waiting = 0;  // tracked ranges with wants_start
-  OpenRange open[kMaxTracked] = {};
 };
-constinit thread_local ThreadRanges t_ranges;
+constinit thread_local ThreadStream t_stream ORION_INITIAL_EXEC_TLS;
 
 // nvtxRangeStart/End ranges may end on another thread: a small process-wide table.
 struct StartedRange {
@@ -99,15 +105,15 @@ void StartOnGpu(OpenRange& r, CUcontext ctx, CUstream stream, bool per_thread_st
 // Opens `r` now under `name`. Its GPU start is recorded on the thread's last stream; a push/pop
 // range of a thread that has launched nothing yet (`start_at_next_launch`) gets it at the
 // thread's next launch instead, a start/end range (which may end on another thread) none.
-void Open(ThreadRanges& t, OpenRange& r, const char* name, bool start_at_next_launch) {
+void Open(OpenRange& r, const char* name, bool start_at_next_launch) {
   CopyTruncated(r.name, sizeof(r.name), name != nullptr ? name : "range");
   r.record = nullptr;
   r.cpu_start_ns = MonotonicNs();
-  r.wants_start = start_at_next_launch && !t.has_stream;
+  r.wants_start = start_at_next_launch && !t_stream.has_stream;
   if (r.wants_start) {
-    ++t.waiting;
-  } else if (t.has_stream) {
-    StartOnGpu(r, t.ctx, t.stream, t.per_thread_stream);
+    ++t_stream.waiting;
+  } else if (t_stream.has_stream) {
+    StartOnGpu(r, t_stream.ctx, t_stream.stream, t_stream.per_thread_stream);
   }
 }
 
@@ -147,7 +153,7 @@ int Push(const char* name) {
   if (level >= kMaxTracked) return static_cast<int>(level);
   OpenRange& r = t.open[level];
   r.reported = level < Config().nvtx_depth;
-  if (r.reported) Open(t, r, name, /*start_at_next_launch=*/true);
+  if (r.reported) Open(r, name, /*start_at_next_launch=*/true);
   return static_cast<int>(level);
 }
 
@@ -160,24 +166,24 @@ int NVTX_API Pop() {
   r.reported = false;
   if (r.wants_start) {
     r.wants_start = false;
-    --t.waiting;
+    --t_stream.waiting;
   }
-  Close(r, level, t.stream, t.per_thread_stream);
+  Close(r, level, t_stream.stream, t_stream.per_thread_stream);
   return static_cast<int>(level);
 }
 
 // Ids are (generation << 8 | index) + 1; 0 is NVTX's "no range".
 nvtxRangeId_t Start(const char* name) {
   if (Config().nvtx_depth == 0) return 0;
-  ThreadRanges& t = t_ranges;
+  const ThreadStream& ts = t_stream;
   for (uint32_t i = 0; i < kStartedRanges; ++i) {
     StartedRange& s = g_started[i];
     uint32_t expected = kFree;
     if (!s.state.compare_exchange_strong(expected, kBusy, std::memory_order_acquire)) continue;
-    s.ctx = t.ctx;
-    s.stream = t.stream;
-    s.per_thread_stream = t.per_thread_stream;
-    Open(t, s.range, name, /*start_at_next_launch=*/false);
+    s.ctx = ts.ctx;
+    s.stream = ts.stream;
+    s.per_thread_stream = ts.per_thread_stream;
+    Open(s.range, name, /*start_at_next_launch=*/false);
     const uint32_t generation = s.generation;
     s.state.store(kOpen, std::memory_order_release);
     return ((static_cast<uint64_t>(generation) << 8) | i) + 1;
@@ -215,9 +221,9 @@ void NVTX_API End(nvtxRangeId_t id) {
     return;  // already ended, or not ours
   }
   // The end goes on the ending thread's stream when it belongs to the range's context.
-  const ThreadRanges& t = t_ranges;
-  const bool own = t.has_stream && t.ctx == s.ctx;
-  Close(s.range, 0, own ? t.stream : s.stream, own ? t.per_thread_stream : s.per_thread_stream);
+  const ThreadStream& ts = t_stream;
+  const bool own = ts.has_stream && ts.ctx == s.ctx;
+  Close(s.range, 0, own ? ts.stream : s.stream, own ? ts.per_thread_stream : s.per_thread_stream);
   ++s.generation;
   s.state.store(kFree, std::memory_order_release);
 }
@@ -242,12 +248,13 @@ void ReportRange(Registration* reg, const char* name, uint32_t depth, uint64_t c
 }
 
 void NoteLaunchStream(CUcontext ctx, CUstream stream, bool per_thread_stream) {
+  ThreadStream& ts = t_stream;
+  ts.ctx = ctx;
+  ts.stream = stream;
+  ts.per_thread_stream = per_thread_stream;
+  ts.has_stream = true;
+  if (ts.waiting == 0) return;
   ThreadRanges& t = t_ranges;
-  t.ctx = ctx;
-  t.stream = stream;
-  t.per_thread_stream = per_thread_stream;
-  t.has_stream = true;
-  if (t.waiting == 0) return;
   const uint32_t tracked = t.depth < kMaxTracked ? t.depth : kMaxTracked;
   for (uint32_t i = 0; i < tracked; ++i) {
     OpenRange& r = t.open[i];
@@ -255,13 +262,13 @@ void NoteLaunchStream(CUcontext ctx, CUstream stream, bool per_thread_stream) {
     r.wants_start = false;
     StartOnGpu(r, ctx, stream, per_thread_stream);
   }
-  t.waiting = 0;
+  ts.waiting = 0;
 }
 
 void ResetNvtxAfterFork() {
   ThreadRanges& t = t_ranges;
   for (OpenRange& r : t.open) r.record = nullptr;
-  t.has_stream = false;  // the parent's streams do not exist in the child
+  t_stream.has_stream = false;  // the parent's streams do not exist in the child
   for (StartedRange& s : g_started) {
     s.range.record = nullptr;
     s.state.store(kFree, std::memory_order_relaxed);

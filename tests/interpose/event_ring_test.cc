@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -49,9 +51,11 @@ TEST(EventRingTest, ProducersAndDrainLoseNothingUncounted) {
       Event e{};
       e.kind = EventKind::kLaunch;
       e.aux = static_cast<uint32_t>(p);
+      // Half the producers push launches' way: the words before the name only.
+      const size_t bytes = p % 2 == 0 ? sizeof(Event) : kEventHeadBytes;
       for (uint32_t i = 0; i < kPerProducer; ++i) {
         e.duration_ns = i;
-        ring->TryPush(e);
+        ring->TryPush(e, bytes);
       }
     });
   }
@@ -63,6 +67,64 @@ TEST(EventRingTest, ProducersAndDrainLoseNothingUncounted) {
   EXPECT_EQ(ring->head.load(), popped);  // a drop claims no position
   EXPECT_EQ(ring->tail.load(), popped);
   EXPECT_FALSE(ring->HasPendingHole());
+}
+
+// The producers' cached tail: a full ring refuses, a drained one takes a whole ring again, and
+// a tail_seen a tenant scribbled ahead of the real tail costs only its own events.
+TEST(EventRingTest, CachedTailFollowsTheDrain) {
+  auto ring = std::make_unique<EventRing>();
+  ring->Reset();
+  Event e{};
+  e.kind = EventKind::kLaunch;
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t i = 0; i < kRingCapacity; ++i) {
+      e.duration_ns = i;
+      ASSERT_TRUE(ring->TryPush(e, kEventHeadBytes)) << "round " << round << " event " << i;
+    }
+    EXPECT_FALSE(ring->TryPush(e, kEventHeadBytes));
+    Event out{};
+    for (uint32_t i = 0; i < kRingCapacity; ++i) {
+      ASSERT_TRUE(ring->TryPop(&out));
+      EXPECT_EQ(out.duration_ns, i);
+    }
+    EXPECT_FALSE(ring->TryPop(&out));
+  }
+  EXPECT_EQ(ring->dropped.load(), 3u);
+  ring->tail_seen.store(ring->head.load() + 5);  // ahead of the real tail: refreshed on need
+  ASSERT_TRUE(ring->TryPush(e));
+  Event out{};
+  EXPECT_TRUE(ring->TryPop(&out));
+}
+
+// A push of the head only carries every field before the name; a named event still carries its
+// name whole.
+TEST(EventRingTest, HeadOnlyPushCarriesEveryFieldButTheName) {
+  auto ring = std::make_unique<EventRing>();
+  ring->Reset();
+  Event named{};
+  named.kind = EventKind::kKernelName;
+  named.func = 7;
+  std::snprintf(named.name, sizeof(named.name), "%s", "volta_sgemm_128x64_nn");
+  ASSERT_TRUE(ring->TryPush(named));
+  Event launch;
+  std::memset(&launch, 0xAB, sizeof(launch));  // the name's bytes are not the producer's care
+  launch.kind = EventKind::kLaunch;
+  launch.aux = 3;
+  launch.cpu_ns = 11;
+  launch.func = 12;
+  launch.stream = 13;
+  launch.bytes = 0;
+  launch.duration_ns = 0;
+  launch.grid[0] = 1, launch.grid[1] = 2, launch.grid[2] = 3;
+  launch.block[0] = 4, launch.block[1] = 5, launch.block[2] = 6;
+  launch.shared_mem = 99;
+  launch.flags = kTimedLaunch;
+  ASSERT_TRUE(ring->TryPush(launch, kEventHeadBytes));
+  Event out{};
+  ASSERT_TRUE(ring->TryPop(&out));
+  EXPECT_STREQ(out.name, "volta_sgemm_128x64_nn");
+  ASSERT_TRUE(ring->TryPop(&out));
+  EXPECT_EQ(std::memcmp(&out, &launch, kEventHeadBytes), 0);
 }
 
 }  // namespace

@@ -254,6 +254,43 @@ TEST_F(LaunchGateTest, GracePeriodKeepsIdleHighPriorityBusyBetweenKernels) {
   EXPECT_EQ(wake_by, 0u);
 }
 
+// A launch stamped with a clock read before the poller stamped a completion (the launch path
+// reads the clock once): the busy period goes on and progress does not move back. A stamp far
+// ahead (a scribbled gate area) does not hold the period open.
+TEST_F(LaunchGateTest, HighPriorityLaunchBehindACompletionStampContinuesTheBusyPeriod) {
+  gpu().hp_grace_ns.store(500'000);
+  contract::SlotGate& hp = gate_->slots[9];
+  BusyPeriod ended;
+  EXPECT_FALSE(NoteHighPriorityLaunch(hp, gpu(), now_, &ended, /*followed=*/true));
+  const uint32_t periods = hp.busy_seq.load();
+  EXPECT_TRUE(NoteHighPriorityCompletion(hp, now_ + 3'000));
+  EXPECT_FALSE(NoteHighPriorityLaunch(hp, gpu(), now_ + 1'000, &ended, /*followed=*/false));
+  EXPECT_EQ(hp.busy_seq.load(), periods);  // the same busy period
+  EXPECT_EQ(hp.busy_start_ns.load(), now_);
+  EXPECT_EQ(hp.last_progress_ns.load(), now_ + 3'000);  // not moved back to now_ + 1000
+  hp.last_progress_ns.store(now_ + 10'000'000'000ull);  // 10 s ahead
+  EXPECT_TRUE(NoteHighPriorityLaunch(hp, gpu(), now_ + 2'000, &ended, /*followed=*/false));
+  EXPECT_EQ(hp.busy_seq.load(), periods + 1);
+  EXPECT_EQ(hp.busy_start_ns.load(), now_ + 2'000);
+  EXPECT_EQ(hp.last_progress_ns.load(), now_ + 2'000);
+}
+
+// The gate hands the launch the clock reading it decided on, so the launch path reads no other.
+TEST_F(LaunchGateTest, TicketCarriesTheClockTheGateDecidedOn) {
+  board_->slots[3].gpu.store(0);
+  board_->slots[3].priority.store(static_cast<uint32_t>(contract::Priority::kBestEffort));
+  const uint64_t before = MonotonicNs();
+  const GateTicket idle = WaitAtGate(*board_, *gate_, 3, Be(1000, 10'000));
+  EXPECT_GE(idle.go_ns, before);
+  EXPECT_LE(idle.go_ns, MonotonicNs());
+  EXPECT_EQ(idle.budget_ns, 0u);
+  MarkHighPriority(9, 0, 0);  // present, idle: the launch goes charged
+  board_->header.server_heartbeat_ns.store(MonotonicNs());
+  const GateTicket charged = WaitAtGate(*board_, *gate_, 3, Be(1000, 10'000));
+  EXPECT_GE(charged.go_ns, idle.go_ns);
+  EXPECT_EQ(charged.budget_ns, 10'000u);
+}
+
 TEST_F(LaunchGateTest, MpsModeCoRunsComplementaryKernelsBesideBusyHighPriority) {
   gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
   MarkHighPriority(130, 1, now_);
