@@ -126,7 +126,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const uint32_t kclass = kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0;
 
   GateTicket ticket;
-  if (gated || slot.paused.load(std::memory_order_relaxed) != 0) {
+  // Without a high-priority client on the GPU the gate lets a best-effort launch go uncharged:
+  // asked only where there is one (or the client is paused).
+  if ((gated && HighPriorityPresent(gpu, reg->slot_index)) ||
+      slot.paused.load(std::memory_order_relaxed) != 0) {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
                         BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns);
     // Promoted through the admin API while waiting: this launch is already high priority (the
