@@ -119,7 +119,8 @@ enum class CopyDirection : uint32_t {
 struct Event {
   EventKind kind;
   uint32_t aux;          // MemoryKind, CopyDirection or graph kernel count
-  uint64_t cpu_ns;       // CLOCK_MONOTONIC of the calling process (same clock on one host)
+  uint64_t cpu_ns;       // CLOCK_MONOTONIC of the calling process (same clock on one host);
+                         // a launch's: when the interposer took it, before the driver call
   uint64_t func;         // CUfunction, CUgraphExec, or device address for memory events
   uint64_t stream;
   uint64_t bytes;

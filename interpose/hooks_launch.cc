@@ -138,8 +138,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   }
 
   // The launch's one clock reading (a reading costs 30 to 40 ns on an H100 host): the gate's
-  // where it read one, else now. It stamps the launch before the driver call; the busy period,
-  // the event and the completion record all take it.
+  // where it read one, else now. It stamps the launch before the driver call; the busy period
+  // and the launch event take it (a tracked record reads the clock again after the launch).
   const uint64_t now = ticket.go_ns != 0 ? ticket.go_ns : MonotonicNs();
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;
   // Sampled launches are timed on the GPU in every mode: they teach the gate the kernels'
@@ -243,7 +243,12 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     report(paused, now - gate_held, contract::kPausedWait);
     report(gate_held, now, 0);
   }
-  if (pending != nullptr) SubmitPending(pending, info.stream, info.per_thread_stream, now);
+  // A tracked record takes the time the launch returned (its own clock reading, on a path that
+  // records events anyway): a timed sample takes what lies between its start event's record and
+  // that return off the kernel's time as the driver's handover (sample_timing.h).
+  if (pending != nullptr) {
+    SubmitPending(pending, info.stream, info.per_thread_stream, MonotonicNs());
+  }
   KeepRegistered(reg, now);
   return result;
 }

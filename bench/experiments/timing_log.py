@@ -12,8 +12,8 @@ new one, against where it was placed, and against the midpoint of its record and
 times). An eager service whose busy seconds come out short shows here whether its samples were
 cut short, and by how much. --check exits 1 where a line breaks the log's own rules
 (a duration longer than the GPU's elapsed time beyond 2 us, a queued-stream sample that differs
-from it less the queued start latency in the log's header beyond 2 us), which is what CI checks
-on the CUDA test double.
+from it less the queued start latency in the log's header beyond 2 us, a launch time before its
+start event's record), which is what CI checks on the CUDA test double.
 
 --profile takes the kernels a torch.profiler window recorded in the same process
 (bench/workloads/torch_models.py --profile-out F writes them to F.kernels.json) and matches each timed
@@ -80,6 +80,11 @@ def read(path):
         if not s["clamped"] and abs(s["dur"] - max(0, s["elapsed"] - queued_start)) > SLACK_NS:
             bad.append(f"{path}: a queued-stream sample's duration {s['dur']} is not its GPU time "
                        f"{s['elapsed']} less the queued start latency {queued_start}")
+        if s["recorded"] and s["launched"] < s["recorded"]:
+            # The launch returns after its start event was recorded; a launch time taken before
+            # the record would leave the driver's handover in the kernel's duration.
+            bad.append(f"{path}: launched {s['launched']} before its start event was recorded "
+                       f"({s['recorded']})")
         if s["clamped"] != (s["start"] < s["launched"] + IDLE_MARGIN_NS):
             bad.append(f"{path}: idle={s['clamped']} but start {s['start']} vs launched "
                        f"{s['launched']}")
