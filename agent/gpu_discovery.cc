@@ -87,6 +87,7 @@ std::vector<Gpu> DiscoverGpus(const std::string& proc_gpus_dir, MigProbe* nvml) 
       if (key == "GPU UUID") gpu.uuid = value;
       if (key == "Device Minor") gpu.minor = std::atoi(value.c_str());
       if (key == "Bus Location") gpu.bus_location = value;
+      if (key == "Model") gpu.model = value;
     }
     if (gpu.uuid.rfind("GPU-", 0) == 0) found.push_back(std::move(gpu));
   }

@@ -21,6 +21,7 @@ struct Gpu {
   std::string uuid;
   int minor = -1;
   std::string bus_location;  // PCI address, e.g. 0000:3b:00.0
+  std::string model;         // "NVIDIA H100 80GB HBM3" (the information file's Model)
   bool mig_enabled = false;
   std::string refusal;  // why the GPU is not shared; empty: shared
   bool Shareable() const { return refusal.empty(); }
