@@ -293,7 +293,8 @@ int RunNodeAgent(const Flags& flags) {
     for (size_t i = 0; i < gpus.size(); ++i) {
       out.push_back({.index = gpus[i].minor >= 0 ? gpus[i].minor : static_cast<int>(i),
                      .uuid = gpus[i].uuid,
-                     .product = gpus[i].model});
+                     .product = gpus[i].model,
+                     .memory_bytes = gpus[i].memory_bytes});
     }
     return out;
   };
