@@ -261,7 +261,8 @@ void DraPlugin::Stop() {
 
 void DraPlugin::PublishLoop() {
   uint64_t published = 0;
-  std::string last_error;
+  std::string last_error, last_owner_problem;
+  int rounds_without_owner = 0;
   std::unique_lock<std::mutex> stop_lock(stop_mu_);
   while (!stop_) {
     stop_lock.unlock();
@@ -280,6 +281,14 @@ void DraPlugin::PublishLoop() {
         published = generation;
         published_ = true;
         last_error.clear();
+        if (publisher_.owner_problem() != last_owner_problem) {
+          last_owner_problem = publisher_.owner_problem();
+          if (!last_owner_problem.empty()) {
+            std::fprintf(stderr, "orion-agent: DRA: ResourceSlices have no owner, so they outlive "
+                         "a deleted node (%s); trying again every minute\n",
+                         last_owner_problem.c_str());
+          }
+        }
         std::fprintf(stderr, "orion-agent: DRA: ResourceSlices of %zu GPU(s) published "
                      "(pool %s, generation %lld)\n", inventory.gpus.size(),
                      inventory.node_name.c_str(), static_cast<long long>(publisher_.generation()));
@@ -288,6 +297,12 @@ void DraPlugin::PublishLoop() {
         std::fprintf(stderr, "orion-agent: DRA: ResourceSlices not published (retrying): %s\n",
                      last_error.c_str());
       }
+    }
+    // Slices published without an owner get one once the Node can be read (every 12 rounds,
+    // a minute by default: a node without RBAC for it asks no more often than that).
+    if (published == generation && !publisher_.owner_problem().empty() &&
+        ++rounds_without_owner % 12 == 0 && publisher_.LearnOwner()) {
+      published = 0;  // publish again, now with the owner
     }
     // A registration socket removed by someone else (a kubelet cleaning up) is served again,
     // so the kubelet's plugin watcher finds the driver.

@@ -38,7 +38,7 @@ std::string ResourceSliceName(const std::string& node_name, size_t index) {
 }
 
 std::vector<JsonValue> NodeResourceSlices(const DraInventory& inventory, const std::string& mode,
-                                          int64_t generation) {
+                                          int64_t generation, const std::string& node_uid) {
   std::vector<JsonValue> devices;
   for (const DraGpu& gpu : inventory.gpus) {
     for (int i = 0; i < inventory.shares_per_gpu; ++i) {
@@ -69,6 +69,14 @@ std::vector<JsonValue> NodeResourceSlices(const DraInventory& inventory, const s
              {"generation", generation},
              {"resourceSliceCount", static_cast<int64_t>(count)}}},
            {"devices", std::move(part)}}}});
+    if (!node_uid.empty()) {
+      slices.back()["metadata"]["ownerReferences"] =
+          JsonValue::array({{{"apiVersion", "v1"},
+                             {"kind", "Node"},
+                             {"name", inventory.node_name},
+                             {"uid", node_uid},
+                             {"controller", true}}});
+    }
   }
   return slices;
 }
@@ -104,15 +112,37 @@ absl::StatusOr<std::vector<ResourceSlicePublisher::Existing>> ResourceSlicePubli
   return out;
 }
 
+absl::StatusOr<std::string> ResourceSlicePublisher::NodeUid() {
+  if (!node_uid_.empty()) return node_uid_;
+  absl::StatusOr<kube::HttpResponse> r =
+      api_->Get(absl::StrCat("/api/v1/nodes/", kube::UrlEncode(node_name_)));
+  if (!r.ok()) return r.status();
+  if (r->status != 200) return absl::UnavailableError(HttpError("reading the Node", *r));
+  // A Node object is a few KB to a few tens of KB (images, conditions).
+  absl::StatusOr<JsonValue> node = ParseJson(r->body, {.max_bytes = 1 << 20});
+  if (!node.ok()) {
+    return absl::UnavailableError(absl::StrCat("reading the Node: ", node.status().message()));
+  }
+  const std::string uid = StringAt(*node, {"metadata", "uid"});
+  if (StringAt(*node, {"metadata", "name"}) != node_name_ || uid.empty() || uid.size() > 64) {
+    return absl::UnavailableError("reading the Node: not this node's object, or no UID");
+  }
+  node_uid_ = uid;
+  return node_uid_;
+}
+
 absl::Status ResourceSlicePublisher::Publish(const DraInventory& inventory,
                                              const std::string& mode) {
+  absl::StatusOr<std::string> owner = NodeUid();
+  owner_problem_ = owner.ok() ? "" : std::string(owner.status().message());
   absl::StatusOr<std::vector<Existing>> existing = ListOwn();
   if (!existing.ok()) return existing.status();
   int64_t newest = generation_;
   for (const Existing& e : *existing) newest = std::max(newest, e.generation);
   // A new generation tells the scheduler that slices of older ones are stale.
   const int64_t generation = newest + 1;
-  std::vector<JsonValue> slices = NodeResourceSlices(inventory, mode, generation);
+  std::vector<JsonValue> slices =
+      NodeResourceSlices(inventory, mode, generation, owner.ok() ? *owner : "");
   std::set<std::string> wanted;
   for (JsonValue& slice : slices) {
     const std::string name = StringAt(slice, {"metadata", "name"});

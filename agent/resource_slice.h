@@ -10,7 +10,9 @@
 // ResourceSlicePublisher writes them: creates missing slices, replaces changed ones (PUT with
 // the resourceVersion it read) and deletes this node's slices of the driver that are no longer
 // wanted (fewer GPUs). Call Publish again when the GPUs change; a failed Publish leaves what
-// was there and says why.
+// was there and says why. The slices are owned by the Node object (ownerReferences), so the
+// API server's garbage collector removes them with a deleted node; when the node cannot be read
+// (no RBAC for it) they are published without an owner and owner_problem() says why.
 //
 // Usage:
 //   ResourceSlicePublisher slices(&api, "node-a");
@@ -34,9 +36,10 @@ inline constexpr char kResourceSlicesPath[] = "/apis/resource.k8s.io/v1/resource
 // "<node>-gpu-share.orion.io-<i>".
 std::string ResourceSliceName(const std::string& node_name, size_t index);
 
-// The slices for `inventory`, in order, without metadata.resourceVersion.
+// The slices for `inventory`, in order, without metadata.resourceVersion; owned by the Node
+// of UID `node_uid` unless it is empty.
 std::vector<JsonValue> NodeResourceSlices(const DraInventory& inventory, const std::string& mode,
-                                          int64_t generation);
+                                          int64_t generation, const std::string& node_uid = "");
 
 class ResourceSlicePublisher {
  public:
@@ -47,6 +50,11 @@ class ResourceSlicePublisher {
   // Deletes every slice of this node and driver (the plugin stops for good).
   absl::Status Withdraw();
   int64_t generation() const { return generation_; }
+  // Why the last Publish wrote slices without an owner ("" when they have one).
+  const std::string& owner_problem() const { return owner_problem_; }
+  // Tries to read the Node again after a Publish without an owner; true once its UID is known
+  // (then Publish again to give the slices their owner).
+  bool LearnOwner() { return NodeUid().ok(); }
 
  private:
   struct Existing {
@@ -55,10 +63,14 @@ class ResourceSlicePublisher {
     int64_t generation = 0;
   };
   absl::StatusOr<std::vector<Existing>> ListOwn();
+  // The Node's UID, read once it is known.
+  absl::StatusOr<std::string> NodeUid();
 
   kube::KubeApi* const api_;
   const std::string node_name_;
   int64_t generation_ = 0;
+  std::string node_uid_;
+  std::string owner_problem_;
 };
 
 }  // namespace orion::agent

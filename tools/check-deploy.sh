@@ -120,7 +120,7 @@ step "DRA in the chart (dra.enabled)"
 # Off by default: no DeviceClass, no resource.k8s.io rules, no --dra. On: the two device classes
 # selecting the driver's shares and high devices, the agent's flags and host folders, and RBAC
 # for the claims it reads and the slices it writes.
-if grep -qE "kind: DeviceClass|resource.k8s.io|--dra" "${WORK}/default.yaml"; then
+if grep -qE 'kind: DeviceClass|resource.k8s.io|--dra|resources: \["nodes"\]' "${WORK}/default.yaml"; then
   echo "check-deploy: DRA objects rendered with dra.enabled=false" >&2; exit 1
 fi
 DRA="${WORK}/dra.yaml"
@@ -130,7 +130,8 @@ for want in "kind: DeviceClass" "name: gpu-share.orion.io" "name: gpu-high.orion
             "- --dra-registry-dir=/var/lib/kubelet/plugins_registry" "- --cdi-dir=/var/run/cdi" \
             "path: /var/lib/kubelet/plugins_registry" "mountPath: /var/run/cdi" \
             'resources: ["resourceclaims"]' 'resources: ["resourceslices"]' \
-            'verbs: ["get", "list", "watch", "create", "update", "delete"]'; do
+            'verbs: ["get", "list", "watch", "create", "update", "delete"]' \
+            'resources: ["nodes"]'; do
   grep -qF -- "${want}" "${DRA}" ||
     { echo "check-deploy: dra.enabled=true renders no '${want}'" >&2; exit 1; }
 done

@@ -31,6 +31,7 @@ constexpr char kGpu0[] = "GPU-8f4c2e1a-1111-2222-3333-444455556666";
 constexpr char kGpu1[] = "GPU-0b1c2d3e-7777-8888-9999-aaaabbbbcccc";
 constexpr char kNode[] = "gpu-node-a";
 constexpr char kPod[] = "5d0c7e3a-1b2c-4d5e-8f90-0a1b2c3d4e5f";
+constexpr char kNodeUid[] = "7e57a0de-0000-4000-8000-00000000a0de";
 
 struct Result {
   std::string request, device;
@@ -151,6 +152,7 @@ class DraPluginTest : public ::testing::Test {
     char tmpl[] = "/tmp/orion-dra-XXXXXX";
     dir_ = mkdtemp(tmpl);
     api_ = std::make_unique<kube::CurlKubeApi>(kube::KubeApiConfig{.base_url = server_.base_url()});
+    server_.AddNode(kNode, kNodeUid);
     StartPlugin();
   }
   void TearDown() override {
@@ -407,6 +409,10 @@ TEST_F(DraPluginTest, PublishesResourceSlicesAndFollowsGpuChanges) {
   EXPECT_EQ(slice["spec"]["nodeName"], kNode);
   EXPECT_EQ(slice["spec"]["pool"]["name"], kNode);
   EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 1);
+  // Owned by the Node: the garbage collector removes it with a deleted node.
+  EXPECT_EQ(slice["metadata"]["ownerReferences"],
+            Json::parse(R"([{"apiVersion":"v1","kind":"Node","name":"gpu-node-a",
+                            "uid":"7e57a0de-0000-4000-8000-00000000a0de","controller":true}])"));
   const int64_t generation = slice["spec"]["pool"]["generation"];
   const Json& devices = slice["spec"]["devices"];
   ASSERT_EQ(devices.size(), 10u);  // 2 GPUs x (4 shares + 1 high)
@@ -454,6 +460,8 @@ TEST_F(DraPluginTest, SplitsLargePoolsAndDeletesSlicesNoLongerWanted) {
 
 TEST_F(DraPluginTest, PublicationRetriesAfterApiServerErrors) {
   plugin_.reset();
+  // The Node read and the list fail, then the Node read again: the slices go out without an
+  // owner, and get it once the Node answers.
   server_.FailNext(3, 500);
   StartPlugin();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -461,10 +469,30 @@ TEST_F(DraPluginTest, PublicationRetriesAfterApiServerErrors) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(plugin_->Published());
-  // Three lists answered 500, then a list and a replace of the slice the first plugin wrote.
-  int lists = 0;
-  for (const std::string& r : server_.requests()) lists += r.rfind("GET /apis/resource.k8s.io/v1/resourceslices?", 0) == 0;
-  EXPECT_GE(lists, 5);  // one by the first plugin, three failed, one that worked
+  const std::string name = std::string(kNode) + "-gpu-share.orion.io-0";
+  EXPECT_TRUE(server_.WaitFor([&] {
+    auto it = server_.slices_unlocked().find(name);
+    return it != server_.slices_unlocked().end() &&
+           it->second["metadata"].contains("ownerReferences") &&
+           it->second["metadata"]["ownerReferences"][0]["uid"] == kNodeUid;
+  }));
+  int failed_lists = 0;
+  for (const std::string& r : server_.requests()) {
+    failed_lists += r.rfind("GET /apis/resource.k8s.io/v1/resourceslices?", 0) == 0;
+  }
+  EXPECT_GE(failed_lists, 3);  // the first plugin's, the failed one, the one that worked
+}
+
+TEST_F(DraPluginTest, SlicesWithoutOwnerWhenTheNodeCannotBeRead) {
+  plugin_.reset();
+  TestResourceApiServer bare;  // knows no Node: as without RBAC to read it
+  api_ = std::make_unique<kube::CurlKubeApi>(kube::KubeApiConfig{.base_url = bare.base_url()});
+  StartPlugin();
+  const std::string name = std::string(kNode) + "-gpu-share.orion.io-0";
+  ASSERT_TRUE(bare.WaitFor([&] { return bare.slices_unlocked().count(name) > 0; }));
+  EXPECT_FALSE(bare.slices()[name]["metadata"].contains("ownerReferences"));
+  EXPECT_EQ(bare.slices()[name]["spec"]["devices"].size(), 10u);
+  plugin_.reset();
 }
 
 // Records what reaches orion-server.

@@ -2,8 +2,9 @@
 // HTTP on 127.0.0.1, port 0 (the kernel picks). It keeps ResourceClaims a test put there (GET by
 // namespace and name) and ResourceSlices as a real API server does: POST creates (409 if the
 // name exists), PUT replaces only with the current metadata.resourceVersion (409 otherwise),
-// DELETE removes, and a list honours the spec.nodeName and spec.driver field selectors. Every
-// request line is recorded; FailNext() makes the next requests answer an error.
+// DELETE removes, and a list honours the spec.nodeName and spec.driver field selectors. It
+// answers GET /api/v1/nodes/<name> for the nodes a test added. Every request line is recorded;
+// FailNext() makes the next requests answer an error.
 #pragma once
 
 #include <civetweb.h>
@@ -28,6 +29,7 @@ class TestResourceApiServer {
     ctx_ = mg_start(&callbacks, this, options);
     mg_set_request_handler(ctx_, "/apis/resource.k8s.io/v1/", &TestResourceApiServer::OnRequest,
                            this);
+    mg_set_request_handler(ctx_, "/api/v1/nodes/", &TestResourceApiServer::OnRequest, this);
     mg_server_port ports[1];
     if (mg_get_server_ports(ctx_, 1, ports) > 0) port_ = ports[0].port;
   }
@@ -39,6 +41,10 @@ class TestResourceApiServer {
   void PutClaim(const std::string& ns, const std::string& name, std::string body) {
     std::lock_guard<std::mutex> lock(mu_);
     claims_[ns + "/" + name] = std::move(body);
+  }
+  void AddNode(const std::string& name, const std::string& uid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    nodes_[name] = uid;
   }
   // The next `count` requests get HTTP `status` with `body`.
   void FailNext(int count, int status, std::string body = "{}") {
@@ -109,6 +115,15 @@ class TestResourceApiServer {
              const std::string& body, std::string* reply) {
     static const std::string kNamespaces = "/apis/resource.k8s.io/v1/namespaces/";
     static const std::string kSlices = "/apis/resource.k8s.io/v1/resourceslices";
+    static const std::string kNodes = "/api/v1/nodes/";
+    if (uri.rfind(kNodes, 0) == 0 && method == "GET") {
+      auto it = nodes_.find(uri.substr(kNodes.size()));
+      if (it == nodes_.end()) return *reply = Status(404, "NotFound"), 404;
+      *reply = nlohmann::json{{"kind", "Node"},
+                              {"metadata", {{"name", it->first}, {"uid", it->second}}}}
+                   .dump();
+      return 200;
+    }
     if (uri.rfind(kNamespaces, 0) == 0 && method == "GET") {
       const std::string rest = uri.substr(kNamespaces.size());  // ns/resourceclaims/name
       const size_t a = rest.find("/resourceclaims/");
@@ -174,6 +189,7 @@ class TestResourceApiServer {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::string> claims_;
+  std::map<std::string, std::string> nodes_;  // name -> UID
   std::map<std::string, nlohmann::json> slices_;
   std::vector<std::string> requests_;
   uint64_t version_ = 100;

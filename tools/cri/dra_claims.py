@@ -56,11 +56,16 @@ def dra_claim(node):
         return [s for s in api.resource_slices() if s["spec"]["driver"] == DRIVER and
                 s["spec"]["nodeName"] == k.node] or None
     slices = wait_for("the agent's ResourceSlice in the API server", published, 20, 0.1)
+    owners = [s["metadata"].get("ownerReferences") for s in slices]
+    want_owner = [{"apiVersion": "v1", "kind": "Node", "name": k.node, "uid": api.node_uid,
+                   "controller": True}]
+    if any(o != want_owner for o in owners):
+        raise CheckFailed(f"ResourceSlice owners {owners}, expected the Node {want_owner}")
     devices = [d for s in slices for d in s["spec"]["devices"]]
     highs = [d for d in devices if d["attributes"]["high"]["bool"]]
     shares = [d for d in devices if not d["attributes"]["high"]["bool"]]
     log(f"ResourceSlice {slices[0]['metadata']['name']}: pool {slices[0]['spec']['pool']}, "
-        f"{len(shares)} share devices and {len(highs)} high devices, e.g. "
+        f"owned by Node {k.node}, {len(shares)} share devices and {len(highs)} high devices, e.g. "
         f"{json.dumps(highs[0])}")
     if not highs or not shares:
         raise CheckFailed(f"ResourceSlice devices {[d['name'] for d in devices]}: no high or "

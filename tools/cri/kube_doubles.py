@@ -27,6 +27,7 @@ from common import CheckFailed
 class ApiServer:
     def __init__(self, work, node_name):
         self.node_name = node_name
+        self.node_uid = str(uuid.uuid4())
         self.pods = {}  # uid -> pod object
         self.rv = 100
         self.lock = threading.Lock()
@@ -131,6 +132,9 @@ class ApiServer:
                     outer.requests.append(self.path)
                 if not self._auth():
                     return
+                if self.path == f"/api/v1/nodes/{outer.node_name}":
+                    return self._reply(200, {"kind": "Node", "apiVersion": "v1", "metadata": {
+                        "name": outer.node_name, "uid": outer.node_uid}})
                 if not self.path.startswith("/api/v1/pods"):
                     self.send_response(404)
                     self.send_header("Content-Length", "0")
