@@ -23,6 +23,10 @@ using NvmlInit = int (*)();
 using NvmlShutdown = int (*)();
 using NvmlHandleByUuid = int (*)(const char*, void**);
 using NvmlGetMigMode = int (*)(void*, unsigned int*, unsigned int*);
+struct NvmlMemory {  // nvmlMemory_t: total, free, used
+  unsigned long long total, free, used;
+};
+using NvmlGetMemoryInfo = int (*)(void*, NvmlMemory*);
 constexpr int kNvmlSuccess = 0;
 constexpr int kNvmlErrorNotSupported = 3;
 
@@ -71,6 +75,17 @@ int NvmlMigProbe::MigMode(const std::string& uuid) {
   return current != 0 ? 1 : 0;
 }
 
+uint64_t NvmlMigProbe::MemoryBytes(const std::string& uuid) {
+  if (lib_ == nullptr) return 0;
+  auto by_uuid = reinterpret_cast<NvmlHandleByUuid>(dlsym(lib_, "nvmlDeviceGetHandleByUUID"));
+  auto get_memory = reinterpret_cast<NvmlGetMemoryInfo>(dlsym(lib_, "nvmlDeviceGetMemoryInfo"));
+  if (by_uuid == nullptr || get_memory == nullptr) return 0;
+  void* device = nullptr;
+  if (by_uuid(uuid.c_str(), &device) != kNvmlSuccess) return 0;
+  NvmlMemory memory{};
+  return get_memory(device, &memory) == kNvmlSuccess ? memory.total : 0;
+}
+
 std::vector<Gpu> DiscoverGpus(const std::string& proc_gpus_dir, MigProbe* nvml) {
   std::vector<Gpu> found;
   std::error_code ec;
@@ -87,6 +102,7 @@ std::vector<Gpu> DiscoverGpus(const std::string& proc_gpus_dir, MigProbe* nvml) 
       if (key == "GPU UUID") gpu.uuid = value;
       if (key == "Device Minor") gpu.minor = std::atoi(value.c_str());
       if (key == "Bus Location") gpu.bus_location = value;
+      if (key == "Model") gpu.model = value;
     }
     if (gpu.uuid.rfind("GPU-", 0) == 0) found.push_back(std::move(gpu));
   }
@@ -96,6 +112,7 @@ std::vector<Gpu> DiscoverGpus(const std::string& proc_gpus_dir, MigProbe* nvml) 
   const fs::path capabilities = fs::path(proc_gpus_dir).parent_path() / "capabilities";
   for (Gpu& gpu : found) {
     const int from_nvml = nvml != nullptr ? nvml->MigMode(gpu.uuid) : -1;
+    if (nvml != nullptr) gpu.memory_bytes = nvml->MemoryBytes(gpu.uuid);
     const int instances = gpu.minor >= 0 ? MigInstancesInProc(capabilities, gpu.minor) : -1;
     if (from_nvml == 1) {
       gpu.mig_enabled = true;

@@ -12,6 +12,7 @@
 //   std::vector<std::string> uuids = ShareableGpus(gpus);
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct Gpu {
   std::string uuid;
   int minor = -1;
   std::string bus_location;  // PCI address, e.g. 0000:3b:00.0
+  std::string model;         // "NVIDIA H100 80GB HBM3" (the information file's Model)
+  uint64_t memory_bytes = 0; // total memory by NVML; 0: unknown
   bool mig_enabled = false;
   std::string refusal;  // why the GPU is not shared; empty: shared
   bool Shareable() const { return refusal.empty(); }
@@ -32,6 +35,8 @@ class MigProbe {
   virtual ~MigProbe() = default;
   // 1: MIG enabled, 0: disabled or not MIG-capable, -1: unknown.
   virtual int MigMode(const std::string& uuid) = 0;
+  // The GPU's total memory in bytes (the DRA plugin publishes it); 0: unknown.
+  virtual uint64_t MemoryBytes(const std::string& /*uuid*/) { return 0; }
 };
 
 // NVML through dlopen; -1 for every GPU when the library or the call is unavailable.
@@ -40,6 +45,7 @@ class NvmlMigProbe : public MigProbe {
   NvmlMigProbe();
   ~NvmlMigProbe() override;
   int MigMode(const std::string& uuid) override;
+  uint64_t MemoryBytes(const std::string& uuid) override;
   bool Loaded() const { return lib_ != nullptr; }
 
  private:

@@ -1,6 +1,7 @@
 // orion-agent: one per GPU node. Installs the interposer on the host, serves the kubelet device
-// plugin for orion.io/gpu and orion.io/gpu-high, watches this node's pods and feeds their orion/* annotations to
-// orion-server, and answers /healthz and /readyz. `orion-agent webhook` instead serves the
+// plugin for orion.io/gpu and orion.io/gpu-high (and, with --dra, the DRA kubelet plugin of
+// driver gpu-share.orion.io), watches this node's pods and feeds their orion/* annotations (or
+// their DRA claims' settings) to orion-server, and answers /healthz and /readyz. `orion-agent webhook` instead serves the
 // mutating admission webhook (a Deployment in the chart).
 #include <signal.h>
 
@@ -18,7 +19,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "agent/agent_sync_client.h"
+#include "agent/claim_policy_sink.h"
 #include "agent/device_plugin.h"
+#include "agent/dra_plugin.h"
 #include "agent/gpu_discovery.h"
 #include "agent/http_endpoint.h"
 #include "agent/interposer_install.h"
@@ -62,6 +65,14 @@ constexpr char kUsage[] =
     "  --kube-api-url         API server URL (default: in-cluster)\n"
     "  --kube-token-file, --kube-ca-file   with --kube-api-url\n"
     "  --no-device-plugin, --no-pod-watcher   run parts only\n"
+    "  --dra                  also serve the DRA kubelet plugin of driver gpu-share.orion.io\n"
+    "                         (resource.k8s.io/v1, Kubernetes 1.34): publishes this node's\n"
+    "                         ResourceSlice, prepares claims as CDI specs\n"
+    "  --dra-plugin-dir       its socket and checkpoint\n"
+    "                         (/var/lib/kubelet/plugins/gpu-share.orion.io)\n"
+    "  --dra-registry-dir     the kubelet's plugin registration folder\n"
+    "                         (/var/lib/kubelet/plugins_registry)\n"
+    "  --cdi-dir              where prepared claims' CDI specs go (/var/run/cdi)\n"
     "webhook flags:\n"
     "  --listen-address (0.0.0.0:8443) --tls-cert FILE --tls-key FILE --resource-name\n"
     "  --high-resource-name   what high-priority containers get instead of a share\n"
@@ -82,7 +93,7 @@ bool ParseFlags(int argc, char** argv, int first, Flags* flags) {
     const size_t eq = a.find('=');
     if (eq != std::string::npos) {
       (*flags)[a.substr(0, eq)] = a.substr(eq + 1);
-    } else if (a.rfind("no-", 0) == 0 || a == "help") {
+    } else if (a.rfind("no-", 0) == 0 || a == "help" || a == "dra") {
       (*flags)[a] = "true";
     } else if (i + 1 < argc) {
       (*flags)[a] = argv[++i];
@@ -172,7 +183,8 @@ int RunNodeAgent(const Flags& flags) {
   const std::string node_name = Flag(flags, "node-name", env_node ? env_node : "");
   const bool with_plugin = flags.count("no-device-plugin") == 0;
   const bool with_watcher = flags.count("no-pod-watcher") == 0;
-  if (with_watcher && node_name.empty()) {
+  const bool with_dra = Flag(flags, "dra", "false") == "true";
+  if ((with_watcher || with_dra) && node_name.empty()) {
     std::fprintf(stderr, "orion-agent: --node-name or $NODE_NAME is required\n");
     return 2;
   }
@@ -238,11 +250,15 @@ int RunNodeAgent(const Flags& flags) {
   NvmlMigProbe nvml;
   std::mutex gpus_mu;
   std::string gpus_text;  // last discovery, for /gpus and the log
-  auto current_gpus = [&] {
+  // The node's shared GPUs: --gpus (numbered by their place in it) or those discovered.
+  auto current_gpus = [&]() -> std::vector<Gpu> {
     if (!gpus_flag.empty()) {
-      std::vector<std::string> out;
+      std::vector<Gpu> out;
       for (absl::string_view g : absl::StrSplit(gpus_flag, ',', absl::SkipEmpty())) {
-        out.emplace_back(g.data(), g.size());
+        Gpu gpu;
+        gpu.uuid = std::string(g.data(), g.size());
+        gpu.minor = static_cast<int>(out.size());
+        out.push_back(std::move(gpu));
       }
       return out;
     }
@@ -260,24 +276,37 @@ int RunNodeAgent(const Flags& flags) {
       std::fprintf(stderr, "orion-agent: GPUs:\n%s", text.empty() ? "  (none found)\n" : text.c_str());
       gpus_text = text;
     }
-    return ShareableGpus(gpus);
+    std::vector<Gpu> shared;
+    for (const Gpu& g : gpus) {
+      if (g.Shareable()) shared.push_back(g);
+    }
+    return shared;
+  };
+  auto uuids_of = [](const std::vector<Gpu>& gpus) {
+    std::vector<std::string> out;
+    for (const Gpu& g : gpus) out.push_back(g.uuid);
+    return out;
+  };
+  // DRA devices are named by the GPU's device minor, which stays with the GPU across restarts.
+  auto dra_gpus_of = [](const std::vector<Gpu>& gpus) {
+    std::vector<DraGpu> out;
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      out.push_back({.index = gpus[i].minor >= 0 ? gpus[i].minor : static_cast<int>(i),
+                     .uuid = gpus[i].uuid,
+                     .product = gpus[i].model,
+                     .memory_bytes = gpus[i].memory_bytes});
+    }
+    return out;
   };
   if (with_plugin && installed) {
     plugin = std::make_unique<DevicePlugin>(plugin_config);
-    plugin->SetGpus(current_gpus());
+    plugin->SetGpus(uuids_of(current_gpus()));
     plugin->Start();
   }
 
-  // 3. Pod watcher -> orion-server.
-  std::atomic<bool> stop{false};
+  // The API server: pods for the watcher, claims and ResourceSlices for the DRA plugin.
   std::unique_ptr<kube::KubeApi> api;
-  std::unique_ptr<AgentSyncClient> sink;
-  std::unique_ptr<PodResourcesClient> pod_resources_client;
-  std::unique_ptr<GpuAllocationSink> gpu_sink;
-  std::unique_ptr<PodWatcher> watcher;
-  std::thread watcher_thread;
-  std::thread server_check_thread;
-  if (with_watcher) {
+  if (with_watcher || with_dra) {
     kube::KubeApiConfig api_config;
     if (flags.count("kube-api-url") > 0) {
       api_config.base_url = Flag(flags, "kube-api-url", "");
@@ -293,18 +322,61 @@ int RunNodeAgent(const Flags& flags) {
       api_config = *in_cluster;
     }
     api = std::make_unique<kube::CurlKubeApi>(api_config);
+  }
+
+  // 2b. DRA kubelet plugin: claims of driver gpu-share.orion.io.
+  std::unique_ptr<DraPlugin> dra;
+  if (with_dra && installed) {
+    DraPluginConfig dra_config;
+    dra_config.node_name = node_name;
+    dra_config.plugin_dir = Flag(flags, "dra-plugin-dir", dra_config.plugin_dir);
+    dra_config.registry_dir = Flag(flags, "dra-registry-dir", dra_config.registry_dir);
+    dra_config.cdi_dir = Flag(flags, "cdi-dir", dra_config.cdi_dir);
+    dra_config.shares_per_gpu = plugin_config.shares_per_gpu;
+    dra_config.high_per_gpu = plugin_config.high_per_gpu;
+    dra_config.layout = plugin_config.layout;
+    dra = std::make_unique<DraPlugin>(dra_config, api.get());
+    dra->SetGpus(dra_gpus_of(current_gpus()));
+    if (absl::Status s = dra->Start(); !s.ok()) {
+      std::fprintf(stderr, "orion-agent: DRA plugin: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+
+  // 3. Pod watcher -> orion-server.
+  std::atomic<bool> stop{false};
+  std::unique_ptr<AgentSyncClient> sink;
+  std::unique_ptr<ClaimPolicySink> claim_sink;
+  std::unique_ptr<PodResourcesClient> pod_resources_client;
+  std::unique_ptr<GpuAllocationSink> gpu_sink;
+  std::unique_ptr<PodWatcher> watcher;
+  std::thread watcher_thread;
+  std::thread server_check_thread;
+  if (with_watcher) {
     sink = std::make_unique<AgentSyncClient>(
         Flag(flags, "server-address",
              "unix:" + plugin_config.layout.run_dir + "-agent/agent.sock"));
+    PolicySink* server_sink = sink.get();
+    // Pods of prepared DRA claims get their claims' priority, limits and GPUs.
+    if (dra != nullptr) {
+      claim_sink = std::make_unique<ClaimPolicySink>(sink.get(), [&] { return dra->PodPolicies(); });
+      dra->OnClaimsChanged([&] {
+        if (absl::StatusOr<int> sent = claim_sink->Refresh(); !sent.ok()) {
+          std::fprintf(stderr, "orion-agent: claim settings not sent to orion-server: %s\n",
+                       std::string(sent.status().message()).c_str());
+        }
+      });
+      server_sink = claim_sink.get();
+    }
     // Each pod's policy carries the GPUs the device plugin allocated to it (the kubelet's pod
     // resources API), so the server refuses the pod's registrations on any other GPU.
-    PolicySink* watcher_sink = sink.get();
+    PolicySink* watcher_sink = server_sink;
     const std::string pod_resources = Flag(flags, "pod-resources-socket",
                                            "/var/lib/kubelet/pod-resources/kubelet.sock");
     if (!pod_resources.empty()) {
       pod_resources_client = std::make_unique<PodResourcesClient>(pod_resources);
       gpu_sink = std::make_unique<GpuAllocationSink>(
-          sink.get(), [&] { return pod_resources_client->List(); },
+          server_sink, [&] { return pod_resources_client->List(); },
           std::vector<std::string>{plugin_config.resource_name});
       watcher_sink = gpu_sink.get();
     }
@@ -364,6 +436,7 @@ int RunNodeAgent(const Flags& flags) {
   auto ready = [&]() -> std::string {
     if (!installed) return "interposer not installed";
     if (plugin != nullptr && !plugin->Registered()) return "device plugin not registered";
+    if (dra != nullptr && !dra->Published()) return "DRA ResourceSlices not published";
     if (watcher != nullptr && !watcher->Synced()) return "pods not synced to orion-server";
     return "";
   };
@@ -386,7 +459,12 @@ int RunNodeAgent(const Flags& flags) {
   std::thread rediscover([&] {
     while (!stop) {
       for (int i = 0; i < 300 && !stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (plugin != nullptr && !stop) plugin->SetGpus(current_gpus());
+      if (stop) break;
+      if (plugin != nullptr || dra != nullptr) {
+        const std::vector<Gpu> gpus = current_gpus();
+        if (plugin != nullptr) plugin->SetGpus(uuids_of(gpus));
+        if (dra != nullptr) dra->SetGpus(dra_gpus_of(gpus));
+      }
     }
   });
 
@@ -398,6 +476,10 @@ int RunNodeAgent(const Flags& flags) {
   if (server_check_thread.joinable()) server_check_thread.join();
   if (load_thread.joinable()) load_thread.join();
   rediscover.join();
+  if (dra != nullptr) {
+    dra->OnClaimsChanged(nullptr);
+    dra->Stop();
+  }
   return 0;
 }
 

@@ -109,6 +109,11 @@ v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::st
       gpus.push_back(std::move(gpu));
     }
   }
+  return ContainerAllocationForGpus(gpus, layout);
+}
+
+v1beta1::ContainerAllocateResponse ContainerAllocationForGpus(const std::vector<std::string>& gpus,
+                                                              const ContainerLayout& layout) {
   v1beta1::ContainerAllocateResponse r;
   auto& envs = *r.mutable_envs();
   std::vector<std::string> cdi_names;

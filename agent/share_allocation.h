@@ -85,6 +85,9 @@ inline constexpr double kIdleTolerance = 0.05;
 // board and connect to the socket; MPS shared memory) for one container.
 v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::string>& share_ids,
                                                        const ContainerLayout& layout);
+// The same for a container given whole GPUs by UUID (the DRA plugin's claims: agent/cdi_spec.h).
+v1beta1::ContainerAllocateResponse ContainerAllocationForGpus(const std::vector<std::string>& gpus,
+                                                              const ContainerLayout& layout);
 
 // Turns orion-server's cumulative busy seconds per GPU into idle fractions over the interval
 // between two calls. The first call, a GPU first seen, or a counter that went back (a restarted

@@ -113,8 +113,10 @@ CurlKubeApi::CurlKubeApi(KubeApiConfig config) : config_(std::move(config)) {
 
 namespace {
 
+// `method`: nullptr for GET, or POST with a body; "PUT" (with a body) or "DELETE" otherwise.
 absl::StatusOr<long> Perform(const KubeApiConfig& config, const std::string& path,
-                             const std::string* post_body, Transfer* t, bool streaming) {
+                             const std::string* post_body, Transfer* t, bool streaming,
+                             const char* method = nullptr) {
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
   if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
   t->curl = curl.get();
@@ -140,6 +142,7 @@ absl::StatusOr<long> Perform(const KubeApiConfig& config, const std::string& pat
     curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, post_body->c_str());
     curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDSIZE, static_cast<long>(post_body->size()));
   }
+  if (method != nullptr) curl_easy_setopt(curl.get(), CURLOPT_CUSTOMREQUEST, method);
   if (streaming) {
     curl_easy_setopt(curl.get(), CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(curl.get(), CURLOPT_XFERINFOFUNCTION, OnProgress);
@@ -172,6 +175,20 @@ absl::StatusOr<HttpResponse> CurlKubeApi::Get(const std::string& path) {
 absl::StatusOr<HttpResponse> CurlKubeApi::Post(const std::string& path, const std::string& json) {
   Transfer t;
   absl::StatusOr<long> status = Perform(config_, path, &json, &t, false);
+  if (!status.ok()) return status.status();
+  return HttpResponse{*status, std::move(t.body)};
+}
+
+absl::StatusOr<HttpResponse> CurlKubeApi::Put(const std::string& path, const std::string& json) {
+  Transfer t;
+  absl::StatusOr<long> status = Perform(config_, path, &json, &t, false, "PUT");
+  if (!status.ok()) return status.status();
+  return HttpResponse{*status, std::move(t.body)};
+}
+
+absl::StatusOr<HttpResponse> CurlKubeApi::Delete(const std::string& path) {
+  Transfer t;
+  absl::StatusOr<long> status = Perform(config_, path, nullptr, &t, false, "DELETE");
   if (!status.ok()) return status.status();
   return HttpResponse{*status, std::move(t.body)};
 }

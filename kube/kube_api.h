@@ -1,5 +1,5 @@
-// The few Kubernetes API calls orion makes (the agent lists and watches pods and creates Events;
-// the server reviews ServiceAccount tokens), behind a small interface so tests can point it at a
+// The few Kubernetes API calls orion makes (the agent lists and watches pods, creates Events,
+// reads ResourceClaims and writes its ResourceSlices; the server reviews ServiceAccount tokens), behind a small interface so tests can point it at a
 // plain-HTTP test API server. CurlKubeApi is the
 // real client: in-cluster service-account token (re-read on every request, since bound tokens
 // rotate) and the cluster CA.
@@ -29,6 +29,14 @@ class KubeApi {
   virtual ~KubeApi() = default;
   virtual absl::StatusOr<HttpResponse> Get(const std::string& path) = 0;
   virtual absl::StatusOr<HttpResponse> Post(const std::string& path, const std::string& json) = 0;
+  // Replace and delete (the DRA plugin's ResourceSlices); a client that never writes objects
+  // need not have them.
+  virtual absl::StatusOr<HttpResponse> Put(const std::string& path, const std::string& json) {
+    return absl::UnimplementedError("PUT " + path + ": not supported by this client");
+  }
+  virtual absl::StatusOr<HttpResponse> Delete(const std::string& path) {
+    return absl::UnimplementedError("DELETE " + path + ": not supported by this client");
+  }
   // A streaming GET (watch): on_line gets every complete line; returning false ends the stream.
   // Returns the HTTP status once the server closes the stream, on_line stops it, or *stop is
   // set; the body of a non-200 answer goes to *error_body.
@@ -52,6 +60,8 @@ class CurlKubeApi final : public KubeApi {
   explicit CurlKubeApi(KubeApiConfig config);
   absl::StatusOr<HttpResponse> Get(const std::string& path) override;
   absl::StatusOr<HttpResponse> Post(const std::string& path, const std::string& json) override;
+  absl::StatusOr<HttpResponse> Put(const std::string& path, const std::string& json) override;
+  absl::StatusOr<HttpResponse> Delete(const std::string& path) override;
   absl::StatusOr<long> Stream(const std::string& path,
                               const std::function<bool(std::string_view)>& on_line,
                               const std::atomic<bool>* stop, std::string* error_body) override;

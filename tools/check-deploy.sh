@@ -46,6 +46,7 @@ declare -A VALUE_SETS=(
   [cdi]="--set runtimeClassName=nvidia --set deviceListStrategy=cdi-cri"
   [mps-daemon]="--set runtimeClassName=nvidia --set mps.daemon.enabled=true --set server.mode=mps"
   [high-priority]="--set highPriorityPerGpu=2 --set highResourceName=example.com/gpu-high --set highPriority.namespaces={serving,prod}"
+  [dra]="--set dra.enabled=true"
   [admin-tls]="--set server.adminTls.secretName=orion-admin-tls --set server.adminTls.requireClientCertificates=true --set server.adminAuth.serviceAccounts.readers={monitoring/grafana}"
 )
 for name in "${!VALUE_SETS[@]}"; do
@@ -114,6 +115,32 @@ done
 echo -n "deploy/k8s: "
 node "${ROOT}/tools/validate-manifests.mjs" "${ROOT}"/deploy/k8s/namespace.yaml \
   "${ROOT}"/deploy/k8s/orion-gpu-share.yaml
+
+step "DRA in the chart (dra.enabled)"
+# Off by default: no DeviceClass, no resource.k8s.io rules, no --dra. On: the two device classes
+# selecting the driver's shares and high devices, the agent's flags and host folders, and RBAC
+# for the claims it reads and the slices it writes.
+if grep -qE 'kind: DeviceClass|resource.k8s.io|--dra|resources: \["nodes"\]' "${WORK}/default.yaml"; then
+  echo "check-deploy: DRA objects rendered with dra.enabled=false" >&2; exit 1
+fi
+DRA="${WORK}/dra.yaml"
+for want in "kind: DeviceClass" "name: gpu-share.orion.io" "name: gpu-high.orion.io" \
+            '!device.attributes["gpu-share.orion.io"].high' \
+            "- --dra" "- --dra-plugin-dir=/var/lib/kubelet/plugins/gpu-share.orion.io" \
+            "- --dra-registry-dir=/var/lib/kubelet/plugins_registry" "- --cdi-dir=/var/run/cdi" \
+            "path: /var/lib/kubelet/plugins_registry" "mountPath: /var/run/cdi" \
+            'resources: ["resourceclaims"]' 'resources: ["resourceslices"]' \
+            'verbs: ["get", "list", "watch", "create", "update", "delete"]' \
+            'resources: ["nodes"]'; do
+  grep -qF -- "${want}" "${DRA}" ||
+    { echo "check-deploy: dra.enabled=true renders no '${want}'" >&2; exit 1; }
+done
+[[ "$(grep -c "^kind: DeviceClass" "${DRA}")" == 2 ]] ||
+  { echo "check-deploy: dra.enabled=true must render two DeviceClasses" >&2; exit 1; }
+if "${HELM}" template x "${CHART}" --set dra.enabled=yes >/dev/null 2>&1; then
+  echo "check-deploy: dra.enabled=yes (a string) must fail the schema" >&2; exit 1
+fi
+echo "dra: DeviceClasses gpu-share.orion.io and gpu-high.orion.io, agent flags, mounts, RBAC"
 
 step "admin API auth in the chart"
 # On by default: the server reads tokens from the Secret the chart makes; AgentSync is a socket in

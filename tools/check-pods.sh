@@ -19,6 +19,10 @@
 #      GetPreferredAllocation and Allocate answers after the resource fit the check plays for
 #      the scheduler, run with the runtime's default seccomp profile on the CUDA driver test
 #      double; a pod without orion.io/gpu; a hostile pod (static tools/cri/hostile_pod.cc);
+#      then the DRA path (dra.enabled): the agent's DRA plugin registered as the kubelet's plugin
+#      watcher does, its ResourceSlice, a claim prepared over the DRA v1 gRPC API, the CDI spec
+#      it wrote applied to a pod without annotations by the test kubelet (containerd 1.6 has no
+#      CDI), the pod at orion-server with the claim's priority and limits, the claim unprepared;
 #      last, the node gets the double's second GPU: one high-priority pod per GPU, a third
 #      refused by the fit;
 #   4. assertions, each printing its figure, and a summary of the figures (see
@@ -164,7 +168,8 @@ if grep -q " ${WORK}/" /proc/self/mounts; then
 fi
 rm -rf "${WORK}"
 mkdir -p "${WORK}/containerd" "${WORK}/cni/bin" "${WORK}/cni/conf" "${RUNC_ROOT}" \
-  "${NODE}/run/orion" "${NODE}/var/lib/orion" "${NODE}/var/lib/kubelet/device-plugins"
+  "${NODE}/run/orion" "${NODE}/var/lib/orion" "${NODE}/var/lib/kubelet/device-plugins" \
+  "${NODE}/var/lib/kubelet/plugins_registry"
 
 # --- containerd ---------------------------------------------------------------------------
 step "containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1 {print $3}')"
@@ -267,6 +272,10 @@ print(*[x.getsockname()[1] for x in s])')
   --set hostPaths.runDir="${NODE}/run/orion" --set hostPaths.libDir="${NODE}/var/lib/orion" \
   --set hostPaths.devicePluginDir="${NODE}/var/lib/kubelet/device-plugins" \
   --set hostPaths.podResourcesDir="${NODE}/var/lib/kubelet/pod-resources" \
+  --set dra.enabled=true \
+  --set hostPaths.draPluginDir="${NODE}/var/lib/kubelet/plugins/gpu-share.orion.io" \
+  --set hostPaths.pluginsRegistryDir="${NODE}/var/lib/kubelet/plugins_registry" \
+  --set hostPaths.cdiDir="${NODE}/var/run/cdi" \
   --set 'gpus={GPU-6f72696f-6e2d-7369-6d00-000000000000}' \
   --set server.adminPort="${ADMIN_PORT}" --set server.metricsPort="${METRICS_PORT}" \
   --set agent.healthPort="${HEALTH_PORT}" --set webhook.port="${WEBHOOK_PORT}" > "${WORK}/chart.yaml"

@@ -194,6 +194,9 @@ TEST_F(DiscoverGpusTest, NvmlAnswerWinsOverProc) {
     int MigMode(const std::string& uuid) override {
       return uuid == "GPU-a1a2a3a4-0000-1111-2222-333344445555" ? 1 : 0;
     }
+    uint64_t MemoryBytes(const std::string& uuid) override {
+      return uuid == "GPU-b2b3c4d5-0000-1111-2222-333344445555" ? 150ull << 30 : 0;
+    }
   } nvml;
   fs::create_directories(root_ + "/capabilities/gpu1/mig/gi1");
   std::vector<Gpu> gpus = DiscoverGpus(gpus_, &nvml);
@@ -201,6 +204,10 @@ TEST_F(DiscoverGpusTest, NvmlAnswerWinsOverProc) {
   EXPECT_FALSE(gpus[0].Shareable());
   EXPECT_NE(gpus[0].refusal.find("(NVML)"), std::string::npos);
   EXPECT_TRUE(gpus[1].Shareable());  // NVML says MIG off
+  // What the DRA plugin publishes of each GPU: the driver's model, NVML's memory.
+  EXPECT_EQ(gpus[1].model, "NVIDIA H200");
+  EXPECT_EQ(gpus[1].memory_bytes, 150ull << 30);
+  EXPECT_EQ(gpus[0].memory_bytes, 0u);
 }
 
 }  // namespace

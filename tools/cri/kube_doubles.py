@@ -1,7 +1,10 @@
 """The Kubernetes side the test kubelet (tools/cri/kubelet.py) stands on: a test API server
 (HTTPS, in-cluster style, listing and watching the node's pods as the agent's pod watcher reads
-them, taking Events) and the kubelet's device plugin Registration server (v1beta1: Register,
-then ListAndWatch and Allocate against the plugin's socket)."""
+them, taking Events, serving the ResourceClaims a step puts there and keeping the ResourceSlices
+the agent's DRA plugin writes), the kubelet's device plugin Registration server (v1beta1:
+Register, then ListAndWatch and Allocate against the plugin's socket), and the kubelet's DRA
+side (the plugin watcher's registration calls, then NodePrepareResources and
+NodeUnprepareResources over the DRA v1 gRPC API)."""
 import http.server
 import json
 import os
@@ -9,10 +12,13 @@ import queue
 import ssl
 import subprocess
 import threading
+import time
 import uuid
 from concurrent import futures
 
 import grpc
+
+from common import CheckFailed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -21,12 +27,15 @@ import grpc
 class ApiServer:
     def __init__(self, work, node_name):
         self.node_name = node_name
+        self.node_uid = str(uuid.uuid4())
         self.pods = {}  # uid -> pod object
         self.rv = 100
         self.lock = threading.Lock()
         self.watchers = []  # queues of watch lines
         self.events = []
         self.requests = []
+        self.claims = {}  # (namespace, name) -> ResourceClaim
+        self.slices = {}  # name -> ResourceSlice
         d = os.path.join(work, "apiserver")
         os.makedirs(d, exist_ok=True)
         self.ca = os.path.join(d, "ca.crt")
@@ -52,11 +61,80 @@ class ApiServer:
                     return False
                 return True
 
+            def _reply(self, status, obj):
+                body = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _body(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                return self.rfile.read(n)
+
+            def _resource(self, method):
+                """resource.k8s.io/v1: claims by namespace and name, slices as a real API
+                server keeps them (409 on a stale resourceVersion or an existing name)."""
+                path, _, query = self.path.partition("?")
+                parts = path.split("/")  # ['', 'apis', 'resource.k8s.io', 'v1', ...]
+                body = self._body() if method in ("POST", "PUT") else b""
+                with outer.lock:
+                    outer.requests.append(f"{method} {self.path}")
+                    if len(parts) == 8 and parts[4] == "namespaces" and \
+                            parts[6] == "resourceclaims" and method == "GET":
+                        claim = outer.claims.get((parts[5], parts[7]))
+                        return self._reply(200 if claim else 404,
+                                           claim or {"kind": "Status", "code": 404})
+                    if parts[4:] == ["resourceslices"] and method == "GET":
+                        items = [s for s in outer.slices.values()
+                                 if f"spec.nodeName%3D{s['spec']['nodeName']}%2C" in query]
+                        return self._reply(200, {"kind": "ResourceSliceList", "items": items})
+                    if parts[4:] == ["resourceslices"] and method == "POST":
+                        obj = json.loads(body)
+                        name = obj["metadata"]["name"]
+                        if name in outer.slices:
+                            return self._reply(409, {"kind": "Status", "code": 409})
+                        outer.rv += 1
+                        obj["metadata"]["resourceVersion"] = str(outer.rv)
+                        outer.slices[name] = obj
+                        return self._reply(201, obj)
+                    if len(parts) == 6 and parts[4] == "resourceslices" and parts[5] in outer.slices:
+                        name = parts[5]
+                        if method == "DELETE":
+                            del outer.slices[name]
+                            return self._reply(200, {"kind": "Status", "code": 200})
+                        if method == "PUT":
+                            obj = json.loads(body)
+                            if obj["metadata"].get("resourceVersion") != \
+                                    outer.slices[name]["metadata"]["resourceVersion"]:
+                                return self._reply(409, {"kind": "Status", "code": 409})
+                            outer.rv += 1
+                            obj["metadata"]["resourceVersion"] = str(outer.rv)
+                            outer.slices[name] = obj
+                            return self._reply(200, obj)
+                return self._reply(404, {"kind": "Status", "code": 404})
+
+            def do_PUT(self):
+                if self._auth():
+                    self._resource("PUT")
+
+            def do_DELETE(self):
+                if self._auth():
+                    self._resource("DELETE")
+
             def do_GET(self):
+                if self.path.startswith("/apis/resource.k8s.io/v1/"):
+                    if self._auth():
+                        self._resource("GET")
+                    return
                 with outer.lock:
                     outer.requests.append(self.path)
                 if not self._auth():
                     return
+                if self.path == f"/api/v1/nodes/{outer.node_name}":
+                    return self._reply(200, {"kind": "Node", "apiVersion": "v1", "metadata": {
+                        "name": outer.node_name, "uid": outer.node_uid}})
                 if not self.path.startswith("/api/v1/pods"):
                     self.send_response(404)
                     self.send_header("Content-Length", "0")
@@ -101,6 +179,10 @@ class ApiServer:
                 self.wfile.write(body)
 
             def do_POST(self):
+                if self.path.startswith("/apis/resource.k8s.io/v1/"):
+                    if self._auth():
+                        self._resource("POST")
+                    return
                 n = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(n)
                 with outer.lock:
@@ -134,6 +216,16 @@ class ApiServer:
             self.rv += 1
             pod["metadata"]["resourceVersion"] = str(self.rv)
             self._send("DELETED", pod)
+
+    def put_claim(self, claim):
+        with self.lock:
+            self.rv += 1
+            claim["metadata"]["resourceVersion"] = str(self.rv)
+            self.claims[(claim["metadata"]["namespace"], claim["metadata"]["name"])] = claim
+
+    def resource_slices(self):
+        with self.lock:
+            return json.loads(json.dumps(list(self.slices.values())))
 
     def _send(self, kind, pod):
         line = json.dumps({"type": kind, "object": pod})
@@ -221,3 +313,55 @@ class DevicePlugins:
 
     def stop(self):
         self.server.stop(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Test kubelet's DRA side: the plugin watcher's registration, then the DRA v1 calls.
+
+class DraKubelet:
+    """What the kubelet does with a DRA driver: finds its socket in plugins_registry, calls
+    GetInfo, dials the endpoint it names if it speaks v1.DRAPlugin, tells the plugin with
+    NotifyRegistrationStatus; then NodePrepareResources and NodeUnprepareResources."""
+
+    def __init__(self, mods, registry_dir):
+        self.reg_pb = mods["pluginregistration.v1.api_pb2"]
+        self.reg_rpc = mods["pluginregistration.v1.api_pb2_grpc"]
+        self.pb = mods["dra.v1.api_pb2"]
+        self.rpc = mods["dra.v1.api_pb2_grpc"]
+        self.registry_dir = registry_dir
+        self.stub = None
+        self.info = None
+
+    def register(self, timeout=20):
+        deadline = time.monotonic() + timeout
+        while True:
+            socks = [f for f in os.listdir(self.registry_dir) if f.endswith(".sock")] \
+                if os.path.isdir(self.registry_dir) else []
+            if socks:
+                break
+            if time.monotonic() > deadline:
+                raise CheckFailed(f"no registration socket in {self.registry_dir} within "
+                                       f"{timeout} s")
+            time.sleep(0.1)
+        path = os.path.join(self.registry_dir, sorted(socks)[0])
+        reg = self.reg_rpc.RegistrationStub(grpc.insecure_channel(f"unix://{path}"))
+        info = reg.GetInfo(self.reg_pb.InfoRequest(), timeout=10)
+        ok = info.type == "DRAPlugin" and "v1.DRAPlugin" in info.supported_versions
+        reg.NotifyRegistrationStatus(self.reg_pb.RegistrationStatus(
+            plugin_registered=ok, error="" if ok else "no supported type/version"), timeout=10)
+        if not ok:
+            raise CheckFailed(f"{path}: GetInfo {info} is not a v1 DRA plugin")
+        self.info = info
+        self.stub = self.rpc.DRAPluginStub(grpc.insecure_channel(f"unix://{info.endpoint}"))
+        return path, info
+
+    def _claims(self, claims):
+        return [self.pb.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]
+
+    def prepare(self, claims):
+        return self.stub.NodePrepareResources(
+            self.pb.NodePrepareResourcesRequest(claims=self._claims(claims)), timeout=30)
+
+    def unprepare(self, claims):
+        return self.stub.NodeUnprepareResources(
+            self.pb.NodeUnprepareResourcesRequest(claims=self._claims(claims)), timeout=30)

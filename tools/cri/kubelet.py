@@ -6,9 +6,11 @@ serves the device plugin Registration socket (v1beta1, from
 proto/k8s/deviceplugin/v1beta1/api.proto) and a test API server (HTTPS, in-cluster style) listing
 the pods, admits sharing pods through the chart's webhook, and asserts what the server and the
 containers show. Every figure is printed; any failure raises CheckFailed with what failed.
-Modules beside it: common (helpers), kube_doubles (API server, device plugin registration),
+Modules beside it: common (helpers), kube_doubles (API server, device plugin registration, the
+kubelet's DRA side),
 translate (pod spec -> CRI settings), admission (AdmissionReview, JSON patch), pods (the node's
-pods), observe (orion-ctl, /metrics, timelines, logs), checks, isolation and latency (the steps).
+pods), observe (orion-ctl, /metrics, timelines, logs), checks, isolation, latency and dra_claims (the
+steps).
 
   kubelet.py --cri SOCKET --work DIR --root REPO --build BUILD --rendered CHART.yaml
              --sample-image REF --node-root DIR --run-dir DIR --lib-dir DIR --dp-dir DIR
@@ -31,17 +33,19 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checks  # noqa: E402
+import dra_claims  # noqa: E402
 import isolation  # noqa: E402
 import latency  # noqa: E402
 from common import CheckFailed, log, tail, wait_for  # noqa: E402
-from kube_doubles import ApiServer, DevicePlugins  # noqa: E402
+from kube_doubles import ApiServer, DevicePlugins, DraKubelet  # noqa: E402
 from observe import Ctl  # noqa: E402
 from pods import Node  # noqa: E402
 from translate import chart_objects  # noqa: E402
 
 
 def gen_stubs(root, tmp):
-    """Python stubs for the CRI and device plugin protos, generated into tmp."""
+    """Python stubs for the CRI, device plugin, DRA and plugin registration protos, generated
+    into tmp."""
     from grpc_tools import protoc  # python3-grpc-tools
     import grpc_tools
     well_known = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
@@ -54,6 +58,8 @@ def gen_stubs(root, tmp):
                 'service Health { rpc Check(HealthCheckRequest) returns (HealthCheckResponse); }\n')
     for inc, proto in ((os.path.join(root, "proto/k8s/cri"), "runtime/v1/api.proto"),
                        (os.path.join(root, "proto/k8s"), "deviceplugin/v1beta1/api.proto"),
+                       (os.path.join(root, "proto/k8s"), "dra/v1/api.proto"),
+                       (os.path.join(root, "proto/k8s"), "pluginregistration/v1/api.proto"),
                        (tmp, "health.proto")):
         rc = protoc.main(["protoc", f"-I{inc}", f"-I{well_known}", f"--python_out={tmp}",
                           f"--grpc_python_out={tmp}", os.path.join(inc, proto)])
@@ -64,6 +70,8 @@ def gen_stubs(root, tmp):
     mods = {}
     for name in ("runtime.v1.api_pb2", "runtime.v1.api_pb2_grpc",
                  "deviceplugin.v1beta1.api_pb2", "deviceplugin.v1beta1.api_pb2_grpc",
+                 "dra.v1.api_pb2", "dra.v1.api_pb2_grpc",
+                 "pluginregistration.v1.api_pb2", "pluginregistration.v1.api_pb2_grpc",
                  "health_pb2", "health_pb2_grpc"):
         mods[name] = importlib.import_module(name)
     return mods
@@ -76,6 +84,7 @@ class Kubelet:
         self.rpc = mods["runtime.v1.api_pb2_grpc"]
         self.health_pb = mods["health_pb2"]
         self.health_rpc = mods["health_pb2_grpc"]
+        self.mods = mods
         channel = grpc.insecure_channel(f"unix://{args.cri}")
         self.rt = self.rpc.RuntimeServiceStub(channel)
         self.img = self.rpc.ImageServiceStub(channel)
@@ -280,6 +289,8 @@ def run(args, kubelet, api, plugins):
     tokens = base64.b64decode(secret[0]["data"]["tokens"]).decode().split("\n")
     ctl = Ctl(args.build, args.admin_port, args.work, tokens)
     node = Node(args, kubelet, api, plugins, ctl, chart_objects(docs))
+    node.dra = DraKubelet(kubelet.mods, os.path.join(args.node_root,
+                                                     "var/lib/kubelet/plugins_registry"))
     checks.chart_pods(node, docs, probe)
     checks.sharing_pods(node)
     checks.named_by_server(node)
@@ -291,6 +302,7 @@ def run(args, kubelet, api, plugins):
     checks.agent_restart(node, probe)
     checks.slot_freed(node)
     latency.p99_arms(node)
+    dra_claims.dra_claim(node)
     checks.placement_two_gpus(node, probe)
     return node.figures
 
