@@ -96,7 +96,10 @@ absl::StatusOr<DraClaimConfig> ParseDraClaimConfig(const JsonValue& parameters) 
     return absl::InvalidArgumentError("parameters are not a JSON object");
   }
   DraClaimConfig out;
-  for (const auto& [key, value] : parameters.items()) {
+  for (const auto& item : parameters.items()) {
+    // Named, not a structured binding: a lambda may not capture one before clang 16.
+    const std::string& key = item.key();
+    const JsonValue& value = item.value();
     auto bad = [&](std::string_view why) {
       return absl::InvalidArgumentError(absl::StrCat("parameters.", key, ": ", std::string(why)));
     };
