@@ -59,12 +59,7 @@ class TestDraKubelet {
   absl::StatusOr<drav1::NodePrepareResourcesResponse> Prepare(const std::vector<TestClaim>& claims,
                                                               bool v1beta1 = false) {
     drav1::NodePrepareResourcesRequest request;
-    for (const TestClaim& c : claims) {
-      drav1::Claim* claim = request.add_claims();
-      claim->set_namespace_(c.ns);
-      claim->set_uid(c.uid);
-      claim->set_name(c.name);
-    }
+    AddClaims(claims, request.mutable_claims());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     grpc::Status s;
@@ -85,12 +80,7 @@ class TestDraKubelet {
   absl::StatusOr<drav1::NodeUnprepareResourcesResponse> Unprepare(
       const std::vector<TestClaim>& claims) {
     drav1::NodeUnprepareResourcesRequest request;
-    for (const TestClaim& c : claims) {
-      drav1::Claim* claim = request.add_claims();
-      claim->set_namespace_(c.ns);
-      claim->set_uid(c.uid);
-      claim->set_name(c.name);
-    }
+    AddClaims(claims, request.mutable_claims());
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     drav1::NodeUnprepareResourcesResponse out;
@@ -101,6 +91,16 @@ class TestDraKubelet {
   }
 
  private:
+  static void AddClaims(const std::vector<TestClaim>& claims,
+                        google::protobuf::RepeatedPtrField<drav1::Claim>* out) {
+    for (const TestClaim& c : claims) {
+      drav1::Claim* claim = out->Add();
+      claim->set_namespace_(c.ns);
+      claim->set_uid(c.uid);
+      claim->set_name(c.name);
+    }
+  }
+
   std::shared_ptr<grpc::Channel> channel_;
 };
 
