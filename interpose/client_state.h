@@ -79,9 +79,11 @@ inline void KeepRegistered(Registration* reg, uint64_t now_ns) {
   if (beat < now_ns && now_ns - beat >= kRenewAfterNs) RenewRegistration(reg, now_ns);
 }
 
-// Pushes one event into the registration's ring (a full ring counts a drop, never blocks).
-inline void PushEvent(Registration* reg, const contract::Event& event) {
-  reg->area->ring.TryPush(event);
+// Pushes one event into the registration's ring (a full ring counts a drop, never blocks): its
+// first `bytes` (contract::kEventHeadBytes for an event without a name).
+inline void PushEvent(Registration* reg, const contract::Event& event,
+                      size_t bytes = sizeof(contract::Event)) {
+  reg->area->ring.TryPush(event, bytes);
 }
 
 // What a hook returns when the driver or the entry point is missing.

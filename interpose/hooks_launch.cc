@@ -149,8 +149,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // timing costs one event record more on a launch of tens of microseconds (the completion
   // event of a followed graph is recorded anyway).
   const bool profile = Config().profile || slot.profile.load(std::memory_order_relaxed) != 0;
-  const bool timed = kernel != nullptr &&
-                     (profile || (!Config().no_timing && (info.graph || ShouldSample(launch_index))));
+  const bool sampled = info.graph || ShouldSample(launch_index);
+  const bool timed = kernel != nullptr && (profile || (!Config().no_timing && sampled));
 
   // High-priority work is followed to completion only while the gate may hold somebody for it,
   // and only where it may outlast the grace after its launch.
@@ -224,7 +224,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   e.shared_mem = info.shared_mem;
   e.flags = pending != nullptr && pending->timed ? contract::kTimedLaunch : 0;
   static_assert(offsetof(contract::Event, flags) + sizeof(e.flags) == contract::kEventHeadBytes);
-  reg->area->ring.TryPush(e, contract::kEventHeadBytes);
+  PushEvent(reg, e, contract::kEventHeadBytes);
 
   if (ticket.waited_ns != 0) {
     counters.throttled_ns.fetch_add(ticket.waited_ns, std::memory_order_relaxed);
