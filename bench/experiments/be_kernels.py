@@ -12,7 +12,8 @@ kernel then running to end (length-biased: a kernel of length d is found with we
 d/2 left on average). Its mean is sum(d^2) / (2 sum(d)); the median and p90 come from the same
 weighting. Whatever a policy does on the CPU, a request that finds the trainer running waits at
 least this long, unless the GPU preempts the kernel (a time slice ends) or the request gets SMs
-beside it (MPS). One JSON row per model to be-kernels.jsonl in --out.
+beside it (MPS); and which kernels of 1 ms or more take the time, by name. One JSON row per
+model to be-kernels.jsonl in --out.
 """
 import argparse
 import json
@@ -52,6 +53,21 @@ def summarize(durations_us):
     return row
 
 
+def long_kernels(kernels, steps, at_least_us=1000, top=8):
+    """The kernels of at least at_least_us, by name: how many a step, their mean and their share
+    of the trainer's GPU time, the largest share first (the profiler's kernel rows: ts, dur, grid
+    x3, block x3, correlation, name)."""
+    total = sum(k[1] for k in kernels) or 1
+    by_name = {}
+    for k in kernels:
+        if k[1] >= at_least_us:
+            n, s = by_name.get(k[9], (0, 0.0))
+            by_name[k[9]] = (n + 1, s + k[1])
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]
+    return [{"name": name[:160], "per_step": round(n / steps, 2), "mean_us": round(s / n, 1),
+             "share": round(s / total, 3)} for name, (n, s) in ranked]
+
+
 def table(rows):
     header = ["trainer", "steps", "kernels a step", "kernel p50", "longest",
               *[f">= {t} ms" for t in THRESHOLDS_MS],
@@ -63,9 +79,18 @@ def table(rows):
                     *[f"{r[f'share_ge_{t}ms']:.2f}" for t in THRESHOLDS_MS],
                     f"{r['residual_mean_us']:.0f} us", f"{r['residual_p50_us']:.0f} us",
                     f"{r['residual_p90_us']:.0f} us"])
-    return ("Share of the trainer's GPU time in kernels at least this long, and the wait a "
+    text = ("Share of the trainer's GPU time in kernels at least this long, and the wait a "
             "request finds behind the kernel running when it arrives:\n\n" +
             harness.markdown_table(header, out))
+    for r in rows:
+        if r.get("long_kernels"):
+            text += (f"\n\n{r['model']}: the kernels of 1 ms or more, by their share of its GPU "
+                     "time:\n\n" + harness.markdown_table(
+                         ["kernel", "a step", "mean", "share"],
+                         [[f"`{k['name'][:90]}`", f"{k['per_step']:g}",
+                           f"{k['mean_us'] / 1e3:.2f} ms", f"{k['share']:.3f}"]
+                          for k in r["long_kernels"]]))
+    return text
 
 
 def main(argv=None):
@@ -95,7 +120,8 @@ def main(argv=None):
             sys.exit(f"be-kernels: {model}: the trainer failed:\n{proc.stderr[-2000:]}")
         kernels = json.load(open(summary + ".kernels.json"))["kernels"]
         row = {"model": model, "steps": args.steps, "cpus": args.cpus,
-               **summarize([k[1] for k in kernels])}
+               **summarize([k[1] for k in kernels]),
+               "long_kernels": long_kernels(kernels, args.steps)}
         rows.append(row)
         harness.append_row(os.path.join(out, "be-kernels.jsonl"), row)
         print(json.dumps(row), flush=True)

@@ -175,7 +175,9 @@ def compare_profile(matched):
         return max(0, s["elapsed"] - gap)
     rows = {}
     for name, pick in (("all", lambda s: True), ("idle stream", lambda s: s["clamped"]),
-                       ("queued", lambda s: not s["clamped"])):
+                       ("queued", lambda s: not s["clamped"]),
+                       ("contended", lambda s: s["contended"]),
+                       ("uncontended", lambda s: not s["contended"])):
         m = [(s, a, b) for s, a, b, _ in matched if pick(s) and s["start"]]
         if not m:
             continue
@@ -195,6 +197,85 @@ def compare_profile(matched):
                 if len(m) >= 10 else None),
         }
     return rows
+
+
+class RecentMean:
+    """The server's draw for an untimed launch (server/kernel_profile.h MeasuredMean): the mean
+    of the first four measured samples past the warm-up, then each new one weighing a quarter."""
+    def __init__(self):
+        self.n, self.total, self.recent = 0, 0, 0.0
+
+    def add(self, ns):
+        self.n += 1
+        self.total += ns
+        self.recent = (self.total / self.n if self.n <= 4
+                       else self.recent + (ns - self.recent) / 4)
+
+
+def estimate_window(samples, prof, matched, off):
+    """Where a process's busy seconds over the profiler's window come from, against the
+    profiler's kernel time, in three steps (each kernel's function taken from the samples the
+    window matched, by name):
+      - per_sample: the matched samples' reported durations against the profiler's kernels;
+      - selection: each kernel drawn at the mean of its function's matched uncontended samples,
+        as the profiler measured them (which launches are timed and kept, with no error of
+        their own);
+      - server: the server's own arithmetic (timed launches at their reported duration,
+        untimed ones at the recent mean of the uncontended samples reported before them, the
+        log's samples from before the window included) over the profiler's kernels.
+    Kernels whose name no sample matched are left out of all three (`covered` says how much of
+    the profiler's time is in)."""
+    if not matched or off is None:
+        return None
+    names = {}  # func -> name, from the matches
+    for s, _, _, k in matched:
+        if len(k) > 9:
+            names.setdefault(s["func"], k[9])
+    func_of = {}
+    for func, name in names.items():
+        func_of.setdefault(name, func)
+    kernels = [k for k in prof["kernels"] if len(k) > 9]
+    total = sum(k[1] for k in kernels) * 1e3
+    inside = [k for k in kernels if k[9] in func_of]
+    covered = sum(k[1] for k in inside) * 1e3
+    if not covered:
+        return None
+    timed = {id(k): s for s, _, _, k in matched}
+    # selection: the profiler's durations of each function's kept samples
+    kept = {}
+    for s, a, b, k in matched:
+        if not s["contended"] and not s["warmup"] and len(k) > 9:
+            kept.setdefault(k[9], []).append(b - a)
+    selection = sum(statistics.fmean(kept[k[9]]) if k[9] in kept else k[1] * 1e3 for k in inside)
+    # server: walk samples (by when the launch returned) and kernels (by start) in time order
+    events = [(s["launched"], 0, s) for s in samples
+              if not s["contended"] and not s["warmup"] and s["func"] in names]
+    events += [(int((k[0] + off) * 1e3), 1, k) for k in inside]
+    events.sort(key=lambda e: (e[0], e[1]))
+    means = {}
+    server = 0.0
+    drawn_at_zero = 0
+    for _, kind, x in events:
+        if kind == 0:
+            means.setdefault(x["func"], RecentMean()).add(x["dur"])
+            continue
+        s = timed.get(id(x))
+        if s is not None:
+            server += s["dur"]
+            continue
+        m = means.get(func_of[x[9]])
+        if m is None:
+            drawn_at_zero += 1
+        else:
+            server += m.recent
+    reported = sum(s["dur"] for s, _, _, _ in matched)
+    truth = sum(b - a for _, a, b, _ in matched)
+    return {"kernels": len(kernels), "covered": covered / total if total else None,
+            "per_sample": reported / truth if truth else None,
+            "selection": selection / covered, "server": server / covered,
+            "drawn_before_any_sample": drawn_at_zero,
+            "contended_samples": sum(1 for s, _, _, _ in matched if s["contended"]),
+            "matched": len(matched)}
 
 
 def fmt(v, scale=1.0, digits=2):
@@ -225,11 +306,12 @@ def main(argv=None):
         problems += bad
         rows.append(summarise(path, samples, anchors))
         for prof, name in zip(profiles, args.profile):
-            matched, _ = match_profile(samples, prof)
+            matched, off = match_profile(samples, prof)
             if matched:
                 comparisons.append({"file": os.path.basename(path),
                                     "profile": os.path.basename(name),
-                                    "by_class": compare_profile(matched)})
+                                    "by_class": compare_profile(matched),
+                                    "estimate": estimate_window(samples, prof, matched, off)})
     if args.json:
         for r in rows:
             print(json.dumps(r))
@@ -266,6 +348,14 @@ def main(argv=None):
                   f"{fmt(r['start_event_record_to_return_us_median'])} | "
                   f"{fmt(r['placed_end_minus_profiler_end_us_median'])}"
                   + (f" ({spread[0]:.2f} / {spread[1]:.2f})" if spread else "") + " |")
+        e = c.get("estimate")
+        if e:
+            print(f"\nBusy time over the window against the profiler's kernel time "
+                  f"({e['covered']:.1%} of it covered by the samples' functions, "
+                  f"{e['matched']} samples matched, {e['contended_samples']} of them contended): "
+                  f"per sample {e['per_sample']:.3f}, by the kept samples' own kernels "
+                  f"{e['selection']:.3f}, the server's arithmetic {e['server']:.3f} "
+                  f"({e['drawn_before_any_sample']} kernels drawn before any sample)")
     for line in problems[:20]:
         print("problem:", line, file=sys.stderr)
     if args.check and problems:
