@@ -117,8 +117,10 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       // A timed launch's span comes with its measured time (kKernelTime).
       MeasuredMean* duration = profile_.DurationOf(e.func);
       if ((e.flags & contract::kTimedLaunch) == 0) {
+        const uint64_t drawn = duration != nullptr ? duration->Draw() : 0;
         AddWork(priority, SpanKind::kKernel, e.func, e.stream, at,
-                duration != nullptr ? duration->Draw() : 0, /*measured=*/false, 0, sinks);
+                profile_.ScaleForShape(e.func, LaunchShapeKey(e.grid, e.block), drawn),
+                /*measured=*/false, 0, sinks);
       } else if (duration != nullptr) {
         duration->Await();
       }
@@ -145,7 +147,9 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
         // It may hold another process's time slice: counted at the mean (ending where it was
         // measured to end), where there is one, and teaching nothing.
         MeasuredMean* mean = is_graph ? &graph->second.duration : profile_.DurationOf(e.func);
-        if (const uint64_t drawn = mean != nullptr ? mean->Contended() : 0; drawn != 0) {
+        uint64_t drawn = mean != nullptr ? mean->Contended() : 0;
+        if (!is_graph) drawn = profile_.ScaleForShape(e.func, LaunchShapeKey(e.grid, e.block), drawn);
+        if (drawn != 0) {
           const int64_t end = start + static_cast<int64_t>(e.duration_ns);
           AddWork(priority, kind, e.func, e.stream, end - static_cast<int64_t>(drawn), drawn,
                   /*measured=*/false, graph_kernels, sinks);
@@ -157,6 +161,7 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
         caught_up = graph->second.duration.Measured(e.duration_ns, warmup);
       } else {
         caught_up = profile_.OnDuration(e.func, e.duration_ns, warmup);
+        if (!warmup) profile_.OnShapeDuration(e.func, LaunchShapeKey(e.grid, e.block), e.duration_ns);
       }
       AddBusy(caught_up, sinks);
       AddWork(priority, kind, e.func, e.stream, start, e.duration_ns, measured, graph_kernels,

@@ -68,6 +68,40 @@ double KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {
   return caught_up;
 }
 
+void KernelProfileBook::OnShapeDuration(uint64_t func, uint64_t shape_key, uint64_t ns) {
+  auto it = kernels_.find(func);
+  if (it == kernels_.end()) return;
+  KernelStats& k = it->second;
+  auto shape = std::find_if(k.shapes.begin(), k.shapes.end(),
+                            [shape_key](const ShapeSamples& s) { return s.key == shape_key; });
+  if (shape == k.shapes.end()) {
+    if (k.shapes.size() >= kMaxShapesPerKernel || shapes_ >= kMaxShapes) return;
+    shape = k.shapes.insert(k.shapes.end(), ShapeSamples{shape_key, 0, 0});
+    ++shapes_;
+  }
+  ++shape->samples;
+  shape->sum_ns += ns;
+  ++k.shape_samples;
+  k.shape_sum_ns += ns;
+}
+
+uint64_t KernelProfileBook::ScaleForShape(uint64_t func, uint64_t shape_key,
+                                          uint64_t drawn_ns) const {
+  if (drawn_ns == 0) return 0;
+  auto it = kernels_.find(func);
+  if (it == kernels_.end()) return drawn_ns;
+  const KernelStats& k = it->second;
+  if (k.shapes.size() < 2 || k.shape_sum_ns == 0) return drawn_ns;  // one shape: 1x
+  for (const ShapeSamples& s : k.shapes) {
+    if (s.key != shape_key) continue;
+    // (s.sum_ns / s.samples) / (shape_sum_ns / shape_samples), in doubles (no overflow).
+    const double factor = (static_cast<double>(s.sum_ns) * static_cast<double>(k.shape_samples)) /
+                          (static_cast<double>(k.shape_sum_ns) * static_cast<double>(s.samples));
+    return static_cast<uint64_t>(static_cast<double>(drawn_ns) * factor);
+  }
+  return drawn_ns;
+}
+
 MeasuredMean* KernelProfileBook::DurationOf(uint64_t func) {
   auto it = kernels_.find(func);
   return it == kernels_.end() ? nullptr : &it->second.duration;

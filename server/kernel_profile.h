@@ -122,10 +122,34 @@ struct MeasuredMean {
   }
 };
 
+// A launch's shape (grid and block), as one key. One function runs at many shapes (a
+// convolution kernel over every layer of a network, 10x apart in length), and 1 in 64 of its
+// launches timed holds a few samples of each: its mean alone draws every shape at the mix those
+// few samples happened to be (a ResNet50 trainer's window: the kept samples' own kernels 1.05x
+// the profiler's kernel time, H100).
+inline uint64_t LaunchShapeKey(const uint32_t grid[3], const uint32_t block[3]) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the six dimensions
+  for (const uint32_t* v : {grid, block}) {
+    for (int i = 0; i < 3; ++i) h = (h ^ v[i]) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+// The measured samples of one function at one shape, past its warm-up.
+struct ShapeSamples {
+  uint64_t key = 0;
+  uint64_t samples = 0;
+  uint64_t sum_ns = 0;
+};
+
 struct KernelStats {
   std::string name;
   uint64_t launches = 0;
   MeasuredMean duration;  // measured launches (duration.samples: past the warm-up)
+  // Its shapes' samples (KernelProfileBook::kMaxShapesPerKernel at most): a launch is drawn at
+  // the recent mean scaled by its shape's mean over the function's (ScaleForShape).
+  std::vector<ShapeSamples> shapes;
+  uint64_t shape_samples = 0, shape_sum_ns = 0;  // over `shapes`
   std::vector<uint32_t> recent_us;  // last kRecent measured durations (us), for p99
   size_t recent_next = 0;
   uint32_t max_blocks = 0;
@@ -164,6 +188,17 @@ class KernelProfileBook {
   // A measured launch; `warmup`: one of the kernel's first launches (kept apart, see
   // MeasuredMean). Returns the GPU time of launches drawn at 0 before it (MeasuredMean::Measured).
   double OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false);
+  // Shapes kept per function, and per client in all: beyond them a launch is drawn at its
+  // function's recent mean alone. A tenant's ever-new shapes grow a client by at most 64 KiB.
+  static constexpr size_t kMaxShapesPerKernel = 32;
+  static constexpr size_t kMaxShapes = 2048;
+  // A measured launch of func at shape `shape_key` (LaunchShapeKey), past its warm-up: learns
+  // the shape's mean. Call with OnDuration.
+  void OnShapeDuration(uint64_t func, uint64_t shape_key, uint64_t duration_ns);
+  // `drawn_ns` (a draw at func's recent mean) scaled to the shape: times the shape's mean over
+  // the mean of every shape kept, both over the measured samples. Unchanged where the function
+  // has one shape or the shape is not kept.
+  uint64_t ScaleForShape(uint64_t func, uint64_t shape_key, uint64_t drawn_ns) const;
   // Estimated GPU time of one launch of func (mean measured, else 0).
   uint64_t EstimateNs(uint64_t func) const;
   // The measured durations of func, where the book has room for it (launches draw from them).
@@ -186,6 +221,7 @@ class KernelProfileBook {
 
   std::unordered_map<uint64_t, KernelStats> kernels_;
   uint64_t dropped_events_ = 0;
+  size_t shapes_ = 0;  // ShapeSamples kept over every kernel
   // Classes of names already classified (ClassifyKernelName scans a few dozen patterns): each
   // name is classified once, however often a tenant sends it. Cleared when full.
   std::unordered_map<std::string, KernelClass> class_by_name_;

@@ -222,7 +222,8 @@ def estimate_window(samples, prof, matched, off):
         their own);
       - server: the server's own arithmetic (timed launches at their reported duration,
         untimed ones at the recent mean of the uncontended samples reported before them, the
-        log's samples from before the window included) over the profiler's kernels.
+        log's samples from before the window included) over the profiler's kernels, by function
+        alone and scaled to each launch's shape (grid and block).
     Kernels whose name no sample matched are left out of all three (`covered` says how much of
     the profiler's time is in)."""
     if not matched or off is None:
@@ -247,32 +248,48 @@ def estimate_window(samples, prof, matched, off):
         if not s["contended"] and not s["warmup"] and len(k) > 9:
             kept.setdefault(k[9], []).append(b - a)
     selection = sum(statistics.fmean(kept[k[9]]) if k[9] in kept else k[1] * 1e3 for k in inside)
-    # server: walk samples (by when the launch returned) and kernels (by start) in time order
+    # server: walk samples (by when the launch returned) and kernels (by start) in time order;
+    # by_shape: the same, each untimed launch scaled by its shape's mean over its function's
+    # (server/kernel_profile.h ScaleForShape)
     events = [(s["launched"], 0, s) for s in samples
               if not s["contended"] and not s["warmup"] and s["func"] in names]
     events += [(int((k[0] + off) * 1e3), 1, k) for k in inside]
     events.sort(key=lambda e: (e[0], e[1]))
-    means = {}
-    server = 0.0
+    means, shapes = {}, {}
+    server = by_shape = 0.0
     drawn_at_zero = 0
     for _, kind, x in events:
         if kind == 0:
             means.setdefault(x["func"], RecentMean()).add(x["dur"])
+            per = shapes.setdefault(x["func"], {})
+            n, total_ns = per.get((x["grid"], x["block"]), (0, 0))
+            per[(x["grid"], x["block"])] = (n + 1, total_ns + x["dur"])
             continue
         s = timed.get(id(x))
         if s is not None:
             server += s["dur"]
+            by_shape += s["dur"]
             continue
-        m = means.get(func_of[x[9]])
+        func = func_of[x[9]]
+        m = means.get(func)
         if m is None:
             drawn_at_zero += 1
+            continue
+        server += m.recent
+        per = shapes.get(func, {})
+        mine = per.get((tuple(x[2:5]), tuple(x[5:8])))
+        if len(per) < 2 or mine is None:
+            by_shape += m.recent
         else:
-            server += m.recent
+            n_all = sum(n for n, _ in per.values())
+            ns_all = sum(t for _, t in per.values())
+            by_shape += m.recent * (mine[1] / mine[0]) / (ns_all / n_all)
     reported = sum(s["dur"] for s, _, _, _ in matched)
     truth = sum(b - a for _, a, b, _ in matched)
     return {"kernels": len(kernels), "covered": covered / total if total else None,
             "per_sample": reported / truth if truth else None,
             "selection": selection / covered, "server": server / covered,
+            "server_by_shape": by_shape / covered,
             "drawn_before_any_sample": drawn_at_zero,
             "contended_samples": sum(1 for s, _, _, _ in matched if s["contended"]),
             "matched": len(matched)}
@@ -354,7 +371,8 @@ def main(argv=None):
                   f"({e['covered']:.1%} of it covered by the samples' functions, "
                   f"{e['matched']} samples matched, {e['contended_samples']} of them contended): "
                   f"per sample {e['per_sample']:.3f}, by the kept samples' own kernels "
-                  f"{e['selection']:.3f}, the server's arithmetic {e['server']:.3f} "
+                  f"{e['selection']:.3f}, the server's arithmetic by function {e['server']:.3f} "
+                  f"and by launch shape {e['server_by_shape']:.3f} "
                   f"({e['drawn_before_any_sample']} kernels drawn before any sample)")
     for line in problems[:20]:
         print("problem:", line, file=sys.stderr)

@@ -66,6 +66,36 @@ TEST_F(ClientIngestTest, InferredKernelsQueueBehindMeasuredWorkAtTheWarmDuration
   EXPECT_DOUBLE_EQ(gpu_busy_ns_, ingest_.gpu_busy_ns());
 }
 
+// One kernel function at two shapes (a layer of 10 us, one of 100 us), untimed launches of each:
+// busy time counts each at its own shape's mean, not at the function's mix of samples.
+TEST_F(ClientIngestTest, UntimedLaunchesCountAtTheirShapesMean) {
+  auto launch = [](c::EventKind kind, uint64_t at, uint32_t blocks, uint64_t ns) {
+    c::Event e = At(kind, at);
+    e.grid[0] = blocks;
+    e.grid[1] = e.grid[2] = 1;
+    e.block[0] = 256;
+    e.block[1] = e.block[2] = 1;
+    e.duration_ns = ns;
+    e.flags = kind == c::EventKind::kKernelTime ? c::kOnHostClock : 0;
+    return e;
+  };
+  uint64_t at = 1'000'000;
+  // Three warm-up samples, then one measured sample of each shape.
+  for (int i = 0; i < 3; ++i) {
+    c::Event w = launch(c::EventKind::kKernelTime, at += 200'000, 8, 10'000);
+    w.flags |= c::kWarmupSample;
+    Feed(w);
+  }
+  Feed(launch(c::EventKind::kKernelTime, at += 200'000, 8, 10'000));
+  Feed(launch(c::EventKind::kKernelTime, at += 200'000, 80, 100'000));
+  const double before = ingest_.gpu_busy_ns();
+  // Nine small launches for one big one, as a network's layers might run: the function's mean
+  // (55 us) would count 550 us; their own shapes, 9 x 10 + 100 = 190 us.
+  for (int i = 0; i < 9; ++i) Feed(launch(c::EventKind::kLaunch, at += 200'000, 8, 0));
+  Feed(launch(c::EventKind::kLaunch, at += 200'000, 80, 0));
+  EXPECT_NEAR(ingest_.gpu_busy_ns() - before, 190'000.0, 10.0);
+}
+
 // Launches that reach the server before any launch of their kernel was measured are drawn at 0
 // (their spans have no duration) and counted; the first measurement adds their GPU time at its
 // mean, once, so a short job's busy time is not lost.

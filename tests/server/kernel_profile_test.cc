@@ -109,5 +109,57 @@ TEST(KernelProfileTest, EverNewFunctionsStopAtTheBound) {
   EXPECT_EQ(book.kernels().at(1).duration.samples, 1u);
 }
 
+TEST(KernelProfileTest, DrawsEachShapeAtItsOwnMean) {
+  // One convolution kernel at two layers' shapes, 10 us and 100 us: a draw at the function's
+  // mean alone would give both 55 us; scaled to the shape, each gets its own.
+  KernelProfileBook book;
+  const uint32_t small_grid[3] = {4, 1, 1}, big_grid[3] = {64, 1, 1}, block[3] = {128, 1, 1};
+  const uint64_t small = LaunchShapeKey(small_grid, block), big = LaunchShapeKey(big_grid, block);
+  ASSERT_NE(small, big);
+  book.OnLaunch(7, 4, 128);
+  for (int i = 0; i < 3; ++i) {
+    book.OnDuration(7, 10'000);
+    book.OnShapeDuration(7, small, 10'000);
+    book.OnDuration(7, 100'000);
+    book.OnShapeDuration(7, big, 100'000);
+  }
+  const uint64_t drawn = book.DurationOf(7)->Draw();  // the function's recent mean
+  EXPECT_NEAR(static_cast<double>(book.ScaleForShape(7, small, drawn)),
+              10'000.0 * drawn / 55'000.0, 1.0);
+  EXPECT_NEAR(static_cast<double>(book.ScaleForShape(7, big, drawn)),
+              100'000.0 * drawn / 55'000.0, 1.0);
+  // A shape never measured, and a function with one shape, draw as before.
+  const uint32_t other[3] = {9, 9, 1};
+  EXPECT_EQ(book.ScaleForShape(7, LaunchShapeKey(other, block), drawn), drawn);
+  book.OnLaunch(8, 4, 128);
+  book.OnDuration(8, 30'000);
+  book.OnShapeDuration(8, small, 30'000);
+  EXPECT_EQ(book.ScaleForShape(8, small, 30'000), 30'000u);
+  EXPECT_EQ(book.ScaleForShape(8, small, 0), 0u);
+}
+
+TEST(KernelProfileTest, EverNewShapesStopAtTheBound) {
+  // A tenant can send a new grid in every sample: a function keeps kMaxShapesPerKernel shapes,
+  // a client kMaxShapes, and the samples past them still teach the function's mean.
+  KernelProfileBook book;
+  const uint32_t block[3] = {32, 1, 1};
+  for (uint64_t f = 1; f <= 100; ++f) {
+    book.OnLaunch(f, 1, 32);
+    for (uint32_t g = 1; g <= 40; ++g) {
+      const uint32_t grid[3] = {g, 1, 1};
+      book.OnDuration(f, 1000);
+      book.OnShapeDuration(f, LaunchShapeKey(grid, block), 1000);
+    }
+  }
+  size_t kept = 0;
+  for (const auto& [func, k] : book.kernels()) {
+    EXPECT_LE(k.shapes.size(), KernelProfileBook::kMaxShapesPerKernel);
+    kept += k.shapes.size();
+  }
+  EXPECT_EQ(kept, KernelProfileBook::kMaxShapes);
+  EXPECT_EQ(book.kernels().at(100).duration.samples, 40u);
+  EXPECT_TRUE(book.kernels().at(100).shapes.empty());
+}
+
 }  // namespace
 }  // namespace orion::server
