@@ -26,8 +26,9 @@ per sample, where the kernel really started against the call's return, and how f
 placed the end event from the profiler's kernel end. That tells an anchor error from a wrong
 model of an idle stream.
 """
-import bisect
 import argparse
+import bisect
+import collections
 import glob
 import json
 import os
@@ -39,6 +40,7 @@ ANSWERS = ("what the GPU timing diagnostic (ORION_TIMING_LOG) recorded, per proc
 
 SLACK_NS = 2000  # float milliseconds from cuEventElapsedTime and rounding in the placement
 IDLE_MARGIN_NS = 20000  # interpose/sample_timing.h kIdleMarginNs
+MIN_MATCHED = 20  # samples matched to a profiler window for it to be this process's
 
 
 def read(path):
@@ -123,7 +125,7 @@ def summarise(path, samples, anchors):
     }
 
 
-def match_profile(samples, prof):
+def match_profile(samples, prof, other_offsets=()):
     """The samples launched inside the profiler's window, each with the profiler's kernel for
     it: ([(sample, start_ns, end_ns, kernel)] on the host clock (CLOCK_MONOTONIC), the offset
     in us from the profiler's clock to the host's)."""
@@ -146,24 +148,48 @@ def match_profile(samples, prof):
                 best = (ends[i], k)
         return best, t
 
-    inside = [s for s in samples if s["grid"] and lo <= s["launched"] / 1e3 - off <= hi]
-    # The pushes place the window within a few hundred us: a coarse match moves the offset so
-    # that the launch calls' ends meet the calls' returns, then a close one keeps the matches.
-    deltas = []
-    for s in inside:
-        best, t = nearest(s, off, 300)
-        if best:
-            deltas.append(best[0] - t)
-    if not deltas:
-        return [], None
-    off -= statistics.median(deltas)
-    out = []
-    for s in inside:
-        best, _ = nearest(s, off, 3)
-        if best:
-            k = best[1]
-            out.append((s, int((k[0] + off) * 1e3), int((k[0] + k[1] + off) * 1e3), k))
-    return out, off
+    # The pushes place the window within a few hundred us, or, for a service whose profiler
+    # steps begin before their requests arrive, some ms: a coarse match moves the offset so that
+    # the launch calls' ends meet the calls' returns, then a close one keeps the matches; the
+    # coarse tolerance that keeps the most wins.
+    def matches(o):
+        out = []
+        for s in samples:
+            if s["grid"] and lo - 50_000 <= s["launched"] / 1e3 - o <= hi + 50_000:
+                best, _ = nearest(s, o, 3)
+                if best:
+                    k = best[1]
+                    out.append((s, int((k[0] + o) * 1e3), int((k[0] + k[1] + o) * 1e3), k))
+        return out
+
+    best_out, best_off = [], None
+    for o in other_offsets:  # another process's window: one host clock, one profiler clock
+        out = matches(o)
+        if len(out) > len(best_out):
+            best_out, best_off = out, o
+    for tol_us in (300, 3_000, 30_000):
+        # Every launch of the same grid and block within the tolerance votes for an offset (in
+        # 20 us bins): the true one gathers a vote from nearly every sample, the others scatter.
+        votes = collections.Counter()
+        for s in samples:
+            t = s["launched"] / 1e3 - off
+            if not s["grid"] or not lo - tol_us <= t <= hi + tol_us:
+                continue
+            for i in range(bisect.bisect_left(ends, t - tol_us), bisect.bisect_right(ends, t + tol_us)):
+                k = calls[i][1]
+                if tuple(k[2:5]) == s["grid"] and tuple(k[5:8]) == s["block"]:
+                    votes[round((ends[i] - t) / 20)] += 1
+        candidates = [off - b * 20 for b, _ in votes.most_common(3)]
+        # and the median of each sample's nearest launch (right where the pushes are close)
+        deltas = [b[0] - t for b, t in (nearest(s, off, tol_us) for s in samples
+                                        if s["grid"] and lo <= s["launched"] / 1e3 - off <= hi) if b]
+        if deltas:
+            candidates.append(off - statistics.median(deltas))
+        for o in candidates:
+            out = matches(o)
+            if len(out) > len(best_out):
+                best_out, best_off = out, o
+    return best_out, best_off
 
 
 def compare_profile(matched):
@@ -318,13 +344,19 @@ def main(argv=None):
     rows = []
     profiles = [json.load(open(f)) for f in args.profile]
     comparisons = []
+    logs = []
     for path in files:
         samples, anchors, bad = read(path)
         problems += bad
         rows.append(summarise(path, samples, anchors))
+        logs.append((path, samples))
+    # Each log against each window; the offsets found by one pair are tried by the others.
+    found = [off for _, samples in logs for prof in profiles
+             for off in [match_profile(samples, prof)[1]] if off is not None]
+    for path, samples in logs:
         for prof, name in zip(profiles, args.profile):
-            matched, off = match_profile(samples, prof)
-            if matched:
+            matched, off = match_profile(samples, prof, found)
+            if len(matched) >= MIN_MATCHED:  # fewer: another process's window
                 comparisons.append({"file": os.path.basename(path),
                                     "profile": os.path.basename(name),
                                     "by_class": compare_profile(matched),
