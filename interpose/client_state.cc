@@ -39,6 +39,8 @@ std::atomic<bool> g_process_ready{false};  // InitProcess has returned
 pthread_mutex_t g_register_mutex = PTHREAD_MUTEX_INITIALIZER;
 // Set once any registration failed: the whole process passes through from then on.
 std::atomic<uint32_t> g_pass_through{0};
+// ORION_BENCH_SWITCH's word, mapped read-only (null without it): not 0, calls pass through.
+const std::atomic<uint32_t>* g_bench_switch = nullptr;
 std::atomic<uint32_t> g_note_printed{0};
 // Bumped in a fork child so every thread-local cache of the parent is ignored.
 std::atomic<uint32_t> g_epoch{1};
@@ -108,6 +110,19 @@ void OnForkChild() {
   ResetNvtxAfterFork();
 }
 
+// Maps the benchmark's switch file (kEnvBenchSwitch); a path that cannot be mapped is ignored.
+void MapBenchSwitch(const char* path) {
+  if (path == nullptr || path[0] == '\0') return;
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  const off_t size = lseek(fd, 0, SEEK_END);
+  void* addr = size >= static_cast<off_t>(sizeof(uint32_t))
+                   ? mmap(nullptr, sizeof(uint32_t), PROT_READ, MAP_SHARED, fd, 0)
+                   : MAP_FAILED;
+  close(fd);
+  if (addr != MAP_FAILED) g_bench_switch = static_cast<const std::atomic<uint32_t>*>(addr);
+}
+
 void InitProcess() {
   PinLoadedVersion();
   g_config = ReadEnvConfig(getenv);
@@ -118,6 +133,7 @@ void InitProcess() {
   g_config.gate_spin_cap_ns = GateSpinCapNs(g_config.usable_millicpus);
   g_config.lazy_poll_ns = LazyPollNsFor(g_config, g_config.usable_millicpus);
   StartTimingLog(g_config.timing_log_dir, g_config.start_latency);
+  MapBenchSwitch(getenv(contract::kEnvBenchSwitch));
   pthread_atfork(nullptr, nullptr, OnForkChild);
 }
 
@@ -396,6 +412,9 @@ Registration* CurrentRegistration(CUcontext* ctx_out) {
   *ctx_out = nullptr;
   if (!EnsureProcessInit() || g_config.disabled) return nullptr;
   if (g_pass_through.load(std::memory_order_relaxed) != 0) return nullptr;
+  if (g_bench_switch != nullptr && g_bench_switch->load(std::memory_order_relaxed) != 0) {
+    return nullptr;
+  }
   auto get_ctx = ORION_DRIVER(cuCtxGetCurrent);
   if (get_ctx == nullptr) return nullptr;
   CUcontext ctx = nullptr;

@@ -5,7 +5,8 @@ in every round so that host drift cancels.
   orion_bench.py cpu-tax --bundle DIR [--model resnet50] [--graph] [--nvtx] [--rounds 5]
       [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
-      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N] [--out DIR]
+      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--in-process]]
+      [--out DIR]
   orion_bench.py cpu-tax --table results.jsonl      (re-renders a run's table)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
@@ -27,7 +28,10 @@ every round), driven in blocks of N requests (--train-block steps; torch_models.
 the order alternating every block, --blocks blocks each after one unrecorded block. The host's
 drift, which moves a whole run's service time by tens of percent within minutes, then falls on
 both arms alike; each arm's figures pool its blocks, a Poisson block's arrivals are the same in
-both arms. --control runs the same with neither arm interposed: the spread of its ratios is how
+both arms. --in-process serves both arms from one interposed process (its core alternating
+between rounds), the bare arm's blocks passing the interposer by (ORION_BENCH_SWITCH: the calls
+go straight to the driver, nothing registers or is recorded): no difference between two
+processes or two cores enters the A/B, only the hooks' entry and one check stay in the bare arm. --control runs the same with neither arm interposed: the spread of its ratios is how
 far two identical processes differ, the resolution of the A/B. Writes results.jsonl and
 results.md (medians over the rounds of each round's interposer/bare ratio, with min and max) to
 --out (default $OUT or a temp dir) and prints the table.
@@ -157,6 +161,8 @@ class Bench:
             row["baseline"] = " ".join(self.args.baseline_env)
         if self.args.control:
             row.update(baseline="control", control=True)
+        if self.args.in_process:
+            row["baseline"] = "in-process bypass"
         self.rows.write(json.dumps(row) + "\n")
         self.rows.flush()
         print(json.dumps(row), flush=True)
@@ -205,10 +211,20 @@ class Bench:
     @contextlib.contextmanager
     def arms(self, rnd, argv, priority):
         """Both arms' processes of a round (--interleave), started together and closed however
-        the round ends; the bare arm takes slot 0 in odd rounds and slot 1 in even ones."""
-        arms = {interposer: DrivenArm(self, argv, interposer, priority,
-                                      slot=int(interposer) ^ (rnd % 2 == 0))
-                for interposer in (False, True)}
+        the round ends; the bare arm takes slot 0 in odd rounds and slot 1 in even ones. With
+        --in-process, one interposed process on the round's slot serves both arms, passing the
+        interposer by in the bare arm's blocks."""
+        if self.args.in_process:
+            switch = os.path.join(self.work, "bench-switch")
+            with open(switch, "wb") as f:
+                f.write(b"\0" * 4)
+            one = DrivenArm(self, argv, True, priority, slot=int(rnd % 2 == 0),
+                            extra_env={"ORION_BENCH_SWITCH": switch})
+            arms = {False: SwitchedArm(one, bypass=True), True: SwitchedArm(one, bypass=False)}
+        else:
+            arms = {interposer: DrivenArm(self, argv, interposer, priority,
+                                          slot=int(interposer) ^ (rnd % 2 == 0))
+                    for interposer in (False, True)}
         try:
             for arm in arms.values():
                 arm.wait_ready()
@@ -310,14 +326,16 @@ class Bench:
 class DrivenArm:
     """One arm's long-lived process (torch_models.py --driven), given blocks over its stdin."""
 
-    def __init__(self, bench, argv, interposer, priority, slot):
+    def __init__(self, bench, argv, interposer, priority, slot, extra_env=None):
         self.bench = bench
         self.cmd = bench.command(argv, interposer, priority, slot)
         self.cgroup = CGROUPS[slot] if bench.args.limit == "cgroup" else None
         bench.log.write(f"$ {' '.join(self.cmd)}\n")
         bench.log.flush()
-        self.p = subprocess.Popen(self.cmd, env=bench.env(), stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=bench.log, text=True)
+        self.p = subprocess.Popen(self.cmd, env=dict(bench.env(), **(extra_env or {})),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=bench.log, text=True)
+        self.closed = False
 
     def line(self):
         out = self.p.stdout.readline()
@@ -350,6 +368,9 @@ class DrivenArm:
         return [float(x) for x in fields["lat_ms"].split(",")], float(fields["cpu_ms"])
 
     def close(self):
+        if self.closed:
+            return
+        self.closed = True
         try:
             self.p.stdin.write("quit\n")
             self.p.stdin.close()
@@ -357,6 +378,32 @@ class DrivenArm:
         except (OSError, subprocess.TimeoutExpired):
             self.p.kill()
             self.p.wait()
+
+
+class SwitchedArm:
+    """One arm of --in-process: the one interposed process, its interposer passed by
+    (ORION_BENCH_SWITCH) in the bare arm's blocks."""
+
+    def __init__(self, arm, bypass):
+        self.arm, self.bypass = arm, bypass
+
+    def wait_ready(self):
+        if self.bypass:  # the other arm waits for the shared process
+            self.arm.wait_ready()
+
+    def throttled(self):
+        return self.arm.throttled()
+
+    def block(self, command):
+        word = "1" if self.bypass else "0"
+        self.arm.p.stdin.write(f"bypass {word}\n")
+        self.arm.p.stdin.flush()
+        if (out := self.arm.line()) != f"switched {word}":
+            raise SystemExit(f"{' '.join(self.arm.cmd)}: bypass {word} answered {out!r}")
+        return self.arm.block(command)
+
+    def close(self):
+        self.arm.close()
 
 
 # The closed loop's CPU per request split by thread (schedstat; torch_models.py): the serving
@@ -462,6 +509,10 @@ def main(argv=None):
                    help="--interleave: recorded blocks per arm, round and job")
     p.add_argument("--train-block", type=int, default=4,
                    help="--interleave: training steps per block")
+    p.add_argument("--in-process", action="store_true",
+                   help="--interleave in one interposed process: the bare arm's blocks pass the "
+                        "interposer by (ORION_BENCH_SWITCH), so no two processes' or cores' "
+                        "difference enters the A/B")
     p.add_argument("--control", action="store_true",
                    help="A/A: the interposer arm runs without it too (the A/B's resolution)")
     p.add_argument("--table", help="print the table of a results.jsonl and exit")
@@ -471,6 +522,9 @@ def main(argv=None):
             p.error(f"--baseline-env {kv!r}: expected ORION_NAME=VALUE")
     if args.control and (args.baseline_env or args.baseline_interposer):
         p.error("--control compares no interposer with no interposer: no other baseline")
+    if args.in_process and (not args.interleave or args.control or args.baseline_env
+                            or args.baseline_interposer):
+        p.error("--in-process needs --interleave and compares with the bypass: no other baseline")
     if args.baseline_env and args.baseline_interposer:
         p.error("--baseline-env and --baseline-interposer: one baseline at a time")
     cpus = args.cpus.split(",")

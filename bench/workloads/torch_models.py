@@ -33,6 +33,8 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
       arrivals at RATE from now, latency from the scheduled arrival) or "steps N" (train);
       answers each with "block lat_ms=A,B,.. cpu_ms=C" (every request's or step's latency,
       and the CPU time of all the process's threads per request or step over the block).
+      "bypass 1" / "bypass 0" (under the interposer, with ORION_BENCH_SWITCH set) makes the
+      blocks after it pass the interposer by, or not; answered "switched 1" / "switched 0".
       "quit" or end of input stops it.
 
   --nvtx       each request (serve) or step (train) is an NVTX range, "request" or "step".
@@ -57,6 +59,7 @@ import re
 import resource
 import signal
 import statistics
+import struct
 import sys
 import time
 import urllib.request
@@ -487,6 +490,16 @@ def driven(block):
             continue
         if words[0] == "quit":
             break
+        if words[0] == "bypass" and len(words) == 2 and words[1] in ("0", "1"):
+            # ORION_BENCH_SWITCH's word: 1, this process's CUDA calls pass the interposer by
+            path = os.environ.get("ORION_BENCH_SWITCH")
+            if not path:
+                print("error: bypass needs ORION_BENCH_SWITCH", flush=True)
+                continue
+            with open(path, "r+b") as f:
+                f.write(struct.pack("I", int(words[1])))
+            print(f"switched {words[1]}", flush=True)
+            continue
         cpu0 = time.process_time()
         try:
             lat = block(words)

@@ -378,6 +378,32 @@ TEST_F(InterposeIntegrationTest, BoardOfAnotherContractVersionIsRefusedClearly) 
   EXPECT_EQ(registrar.area(0)->counters.launches.load(), 0u);  // nothing written
 }
 
+TEST_F(InterposeIntegrationTest, BenchSwitchPassesCallsThroughWhileSet) {
+  // ORION_BENCH_SWITCH (cpu-tax --in-process): its word set, the process's launches go straight
+  // to the driver and nothing registers; cleared, they are interposed as usual.
+  const std::string path = dir_ + "/switch";
+  auto write_word = [&path](uint32_t word) {
+    FILE* f = fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(fwrite(&word, sizeof(word), 1, f), 1u);
+    fclose(f);
+  };
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  ASSERT_TRUE(registrar.ok());
+  const std::string env = "ORION_BENCH_SWITCH=" + path + " ORION_SOCKET=" + registrar.socket_path();
+  write_word(1);
+  const ProbeRun bypassed = RunProbe(env);
+  ASSERT_EQ(bypassed.exit_code, 0) << bypassed.err;
+  EXPECT_EQ(bypassed.values.at("done"), "1");
+  EXPECT_TRUE(registrar.requests().empty());
+  write_word(0);
+  const ProbeRun run = RunProbe(env);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_FALSE(registrar.requests().empty());
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_GT(registrar.area(0)->counters.launches.load(), 0u);
+}
+
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {
   const ProbeRun quiet = RunProbe("ORION_QUIET=1 ORION_SOCKET=" + dir_ + "/nobody-listens.sock");
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
