@@ -96,7 +96,9 @@ class Bench:
             self.limit_note = "taskset -c " + " / ".join(cpus)
             self.prefixes = [harness.taskset(c) for c in cpus]
         if args.interleave:
-            self.limit_note += (f" (the arms swap them every round), served in turn in blocks "
+            who = ("one process serving both arms, its core alternating between rounds"
+                   if args.in_process else "the arms swap them every round")
+            self.limit_note += (f" ({who}), served in turn in blocks "
                                 f"of {args.interleave} requests, {args.train_block} steps")
         self.server = None
 

@@ -35,6 +35,8 @@ import os
 import statistics
 import sys
 
+import harness
+
 ANSWERS = ("what the GPU timing diagnostic (ORION_TIMING_LOG) recorded, per process; matched "
            "to torch.profiler's kernels with --profile; --check holds each line to the log's rules")
 
@@ -321,19 +323,38 @@ def estimate_window(samples, prof, matched, off):
             "matched": len(matched)}
 
 
+def estimate_table(rows):
+    """The windows' busy seconds against the profiler, each step of estimate_window beside what
+    the server counted (rows: JSONL of window, role, busy_ratio and the steps where the
+    window's timing log was kept)."""
+    def cell(r, k):
+        return f"{r[k]:.3f}" if r.get(k) is not None else "-"
+    return harness.markdown_table(
+        ["window", "client", "samples matched", "per sample", "kept samples' own kernels",
+         "server's arithmetic by function", "by launch shape", "server's busy seconds"],
+        [[r["window"], r["role"], r.get("matched", "-"), cell(r, "per_sample"),
+          cell(r, "selection"), cell(r, "server_by_function"), cell(r, "server_by_shape"),
+          f"**{r['busy_ratio']:.3f}**"] for r in rows])
+
+
 def fmt(v, scale=1.0, digits=2):
     return "-" if v is None else f"{v / scale:.{digits}f}"
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("paths", nargs="+", help="folders (their timing.*.log) or files")
+    p.add_argument("paths", nargs="*", help="folders (their timing.*.log) or files")
     p.add_argument("--json", action="store_true", help="one JSON line per file")
     p.add_argument("--check", action="store_true", help="exit 1 on a line that breaks the rules")
     p.add_argument("--profile", action="append", default=[],
                    help="a torch.profiler window's kernels (F.kernels.json from torch_models.py "
                         "--profile-out F) to match the samples against; repeatable")
+    p.add_argument("--table", metavar="ROWS_JSONL",
+                   help="render windows' busy seconds and estimate steps (JSONL) and exit")
     args = p.parse_args(argv)
+    if args.table:
+        print(estimate_table(harness.read_rows(args.table, "timing-log")))
+        return
     files = []
     for path in args.paths:
         files += sorted(glob.glob(os.path.join(path, "timing.*.log"))) if os.path.isdir(path) \
