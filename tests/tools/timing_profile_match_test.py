@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """bench/orion_bench.py timing-log --profile on made-up data whose truth is known: a timing log
 (the interposer's format, version 2) and a profiler's kernels and launch calls, on clocks
-offset by a known amount and with the profiler's first guess of that offset 150 us off. The
-matching must find the samples' kernels (grid and block equal, the launch call's end beside
-the call's return), recover where each kernel started against the call's return and how far
-the anchors placed its end, and report the reported duration against the kernel's own."""
+offset by a known amount and with the profiler's first guess of that offset 150 us or 8 ms
+off. The matching must find the samples' kernels (grid and block equal, the launch call's end
+beside the call's return), recover where each kernel started against the call's return and
+how far the anchors placed its end, report the reported duration against the kernel's own,
+and follow the window's busy time from the samples to the server's arithmetic."""
 import json
 import os
 import random
@@ -13,6 +14,23 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(work, kernels, launches, guessed_offset_us):
+    """timing-log --profile on the log in `work` against these kernels, the profiler's offset
+    guessed as given: the matched samples' figures and the window's busy-time estimate."""
+    prof = os.path.join(work, "p.kernels.json")
+    with open(prof, "w") as f:
+        json.dump({"mono_offset_us": guessed_offset_us, "kernels": kernels,
+                   "launches": launches}, f)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"),
+                          "timing-log", "--json", work, "--profile", prof],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
+    match = [r for r in rows if "by_class" in r]
+    assert len(match) == 1, rows
+    return match[0]["by_class"]["all"], match[0]["estimate"]
 
 
 def main():
@@ -41,17 +59,18 @@ def main():
                 *grid, *block))
     with open(os.path.join(work, "timing.1.log"), "w") as f:
         f.writelines(lines)
-    prof = os.path.join(work, "p.kernels.json")
-    with open(prof, "w") as f:
-        json.dump({"mono_offset_us": off + 150, "kernels": kernels, "launches": launches}, f)
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"),
-                          "timing-log", "--json", work, "--profile", prof],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    rows = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
-    match = [r for r in rows if "by_class" in r]
-    assert len(match) == 1, rows
-    every = match[0]["by_class"]["all"]
+    # The profiler's first guess 150 us off, and 8 ms off (a service's profiler steps that
+    # begin before their requests arrive): both must be found.
+    for guess_us in (150, 8_000):
+        every, estimate = run(work, kernels, launches, off + guess_us)
+        assert every["samples"] >= 0.97 * sampled, (guess_us, every["samples"], sampled)
+    # The window's busy time: every sample reports its kernel's own time, so the samples'
+    # step reads 1, all of the profiler's time is covered, and drawing the untimed launches
+    # at the samples' recent means lands near the truth.
+    assert estimate["covered"] == 1.0, estimate
+    assert abs(estimate["per_sample"] - 1.0) < 0.01, estimate
+    assert abs(estimate["server"] - 1.0) < 0.1 and abs(estimate["server_by_shape"] - 1.0) < 0.1, \
+        estimate
     assert every["samples"] >= 0.97 * sampled, (every["samples"], sampled)
     assert abs(every["reported_over_profiler"] - 1.0) < 0.01, every
     assert abs(every["kernel_start_after_return_us_median"] - 1.5) < 0.3, every
