@@ -115,14 +115,16 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       profile_.OnLaunch(e.func, blocks, static_cast<uint32_t>(std::min<uint64_t>(threads64, 4096)));
       ++launch_events_;
       // A timed launch's span comes with its measured time (kKernelTime).
-      MeasuredMean* duration = profile_.DurationOf(e.func);
+      KernelStats* kernel = profile_.StatsOf(e.func);
       if ((e.flags & contract::kTimedLaunch) == 0) {
-        const uint64_t drawn = duration != nullptr ? duration->Draw() : 0;
-        AddWork(priority, SpanKind::kKernel, e.func, e.stream, at,
-                profile_.ScaleForShape(e.func, LaunchShapeKey(e.grid, e.block), drawn),
-                /*measured=*/false, 0, sinks);
-      } else if (duration != nullptr) {
-        duration->Await();
+        const uint64_t drawn =
+            kernel != nullptr
+                ? kernel->ScaledToShape(LaunchShapeKey(e.grid, e.block), kernel->duration.Draw())
+                : 0;
+        AddWork(priority, SpanKind::kKernel, e.func, e.stream, at, drawn, /*measured=*/false, 0,
+                sinks);
+      } else if (kernel != nullptr) {
+        kernel->duration.Await();
       }
       break;
     }
@@ -146,9 +148,14 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       if ((e.flags & contract::kContendedSample) != 0) {
         // It may hold another process's time slice: counted at the mean (ending where it was
         // measured to end), where there is one, and teaching nothing.
-        MeasuredMean* mean = is_graph ? &graph->second.duration : profile_.DurationOf(e.func);
-        uint64_t drawn = mean != nullptr ? mean->Contended() : 0;
-        if (!is_graph) drawn = profile_.ScaleForShape(e.func, LaunchShapeKey(e.grid, e.block), drawn);
+        KernelStats* kernel = is_graph ? nullptr : profile_.StatsOf(e.func);
+        uint64_t drawn = 0;
+        if (is_graph) {
+          drawn = graph->second.duration.Contended();
+        } else if (kernel != nullptr) {
+          drawn = kernel->ScaledToShape(LaunchShapeKey(e.grid, e.block),
+                                        kernel->duration.Contended());
+        }
         if (drawn != 0) {
           const int64_t end = start + static_cast<int64_t>(e.duration_ns);
           AddWork(priority, kind, e.func, e.stream, end - static_cast<int64_t>(drawn), drawn,
@@ -160,8 +167,8 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       if (is_graph) {
         caught_up = graph->second.duration.Measured(e.duration_ns, warmup);
       } else {
-        caught_up = profile_.OnDuration(e.func, e.duration_ns, warmup);
-        if (!warmup) profile_.OnShapeDuration(e.func, LaunchShapeKey(e.grid, e.block), e.duration_ns);
+        caught_up =
+            profile_.OnDuration(e.func, e.duration_ns, warmup, LaunchShapeKey(e.grid, e.block));
       }
       AddBusy(caught_up, sinks);
       AddWork(priority, kind, e.func, e.stream, start, e.duration_ns, measured, graph_kernels,

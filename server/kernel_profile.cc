@@ -52,12 +52,13 @@ void KernelProfileBook::OnName(uint64_t func, const std::string& name) {
   k.kclass = it->second;
 }
 
-double KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {
+double KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup,
+                                     std::optional<uint64_t> shape_key) {
   KernelStats* stats = Stats(func);
   if (stats == nullptr) return 0;
   KernelStats& k = *stats;
   const double caught_up = k.duration.Measured(ns, warmup);
-  if (warmup) return caught_up;  // cold: not in the p99 window either
+  if (warmup) return caught_up;  // cold: not in the p99 window or its shape's mean either
   const uint32_t us = static_cast<uint32_t>(std::min<uint64_t>(ns / 1000, UINT32_MAX));
   if (k.recent_us.size() < kRecent) {
     k.recent_us.push_back(us);
@@ -65,13 +66,11 @@ double KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup) {
     k.recent_us[k.recent_next] = us;
     k.recent_next = (k.recent_next + 1) % kRecent;
   }
+  if (shape_key) AddShapeSample(k, *shape_key, ns);
   return caught_up;
 }
 
-void KernelProfileBook::OnShapeDuration(uint64_t func, uint64_t shape_key, uint64_t ns) {
-  auto it = kernels_.find(func);
-  if (it == kernels_.end()) return;
-  KernelStats& k = it->second;
+void KernelProfileBook::AddShapeSample(KernelStats& k, uint64_t shape_key, uint64_t ns) {
   auto shape = std::find_if(k.shapes.begin(), k.shapes.end(),
                             [shape_key](const ShapeSamples& s) { return s.key == shape_key; });
   if (shape == k.shapes.end()) {
@@ -85,26 +84,21 @@ void KernelProfileBook::OnShapeDuration(uint64_t func, uint64_t shape_key, uint6
   k.shape_sum_ns += ns;
 }
 
-uint64_t KernelProfileBook::ScaleForShape(uint64_t func, uint64_t shape_key,
-                                          uint64_t drawn_ns) const {
-  if (drawn_ns == 0) return 0;
-  auto it = kernels_.find(func);
-  if (it == kernels_.end()) return drawn_ns;
-  const KernelStats& k = it->second;
-  if (k.shapes.size() < 2 || k.shape_sum_ns == 0) return drawn_ns;  // one shape: 1x
-  for (const ShapeSamples& s : k.shapes) {
+uint64_t KernelStats::ScaledToShape(uint64_t shape_key, uint64_t drawn_ns) const {
+  if (drawn_ns == 0 || shapes.size() < 2 || shape_sum_ns == 0) return drawn_ns;  // one shape: 1x
+  for (const ShapeSamples& s : shapes) {
     if (s.key != shape_key) continue;
     // (s.sum_ns / s.samples) / (shape_sum_ns / shape_samples), in doubles (no overflow).
-    const double factor = (static_cast<double>(s.sum_ns) * static_cast<double>(k.shape_samples)) /
-                          (static_cast<double>(k.shape_sum_ns) * static_cast<double>(s.samples));
+    const double factor = (static_cast<double>(s.sum_ns) * static_cast<double>(shape_samples)) /
+                          (static_cast<double>(shape_sum_ns) * static_cast<double>(s.samples));
     return static_cast<uint64_t>(static_cast<double>(drawn_ns) * factor);
   }
   return drawn_ns;
 }
 
-MeasuredMean* KernelProfileBook::DurationOf(uint64_t func) {
+KernelStats* KernelProfileBook::StatsOf(uint64_t func) {
   auto it = kernels_.find(func);
-  return it == kernels_.end() ? nullptr : &it->second.duration;
+  return it == kernels_.end() ? nullptr : &it->second;
 }
 
 double KernelProfileBook::UnreportedNs() {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -147,7 +148,7 @@ struct KernelStats {
   uint64_t launches = 0;
   MeasuredMean duration;  // measured launches (duration.samples: past the warm-up)
   // Its shapes' samples (KernelProfileBook::kMaxShapesPerKernel at most): a launch is drawn at
-  // the recent mean scaled by its shape's mean over the function's (ScaleForShape).
+  // the recent mean scaled by its shape's mean over the function's (ScaledToShape).
   std::vector<ShapeSamples> shapes;
   uint64_t shape_samples = 0, shape_sum_ns = 0;  // over `shapes`
   std::vector<uint32_t> recent_us;  // last kRecent measured durations (us), for p99
@@ -157,6 +158,10 @@ struct KernelStats {
   KernelClass kclass = KernelClass::kUnknown;
 
   uint64_t MeanNs() const { return duration.MeanNs(); }
+  // `drawn_ns` (a draw at the recent mean) scaled to the launch's shape (LaunchShapeKey): times
+  // the shape's mean over the mean of every shape kept, both over the measured samples.
+  // Unchanged where the function has one shape or the shape is not kept.
+  uint64_t ScaledToShape(uint64_t shape_key, uint64_t drawn_ns) const;
   double MeanUs() const { return static_cast<double>(MeanNs()) / 1000.0; }
   double P99Us() const { return Percentile99(recent_us); }
 };
@@ -185,24 +190,19 @@ class KernelProfileBook {
   uint64_t classifications() const { return classifications_; }
   void OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads_per_block);
   void OnName(uint64_t func, const std::string& name);
-  // A measured launch; `warmup`: one of the kernel's first launches (kept apart, see
-  // MeasuredMean). Returns the GPU time of launches drawn at 0 before it (MeasuredMean::Measured).
-  double OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false);
   // Shapes kept per function, and per client in all: beyond them a launch is drawn at its
   // function's recent mean alone. A tenant's ever-new shapes grow a client by at most 64 KiB.
   static constexpr size_t kMaxShapesPerKernel = 32;
   static constexpr size_t kMaxShapes = 2048;
-  // A measured launch of func at shape `shape_key` (LaunchShapeKey), past its warm-up: learns
-  // the shape's mean. Call with OnDuration.
-  void OnShapeDuration(uint64_t func, uint64_t shape_key, uint64_t duration_ns);
-  // `drawn_ns` (a draw at func's recent mean) scaled to the shape: times the shape's mean over
-  // the mean of every shape kept, both over the measured samples. Unchanged where the function
-  // has one shape or the shape is not kept.
-  uint64_t ScaleForShape(uint64_t func, uint64_t shape_key, uint64_t drawn_ns) const;
+  // A measured launch; `warmup`: one of the kernel's first launches (kept apart, see
+  // MeasuredMean). Past the warm-up, `shape_key` (LaunchShapeKey), where given, learns the
+  // shape's mean. Returns the GPU time of launches drawn at 0 before it (MeasuredMean::Measured).
+  double OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false,
+                    std::optional<uint64_t> shape_key = std::nullopt);
   // Estimated GPU time of one launch of func (mean measured, else 0).
   uint64_t EstimateNs(uint64_t func) const;
-  // The measured durations of func, where the book has room for it (launches draw from them).
-  MeasuredMean* DurationOf(uint64_t func);
+  // The stats of func, where the book has room for it (launches draw from its duration).
+  KernelStats* StatsOf(uint64_t func);
   // The GPU time of every kernel's timed launches that never reported (MeasuredMean::UnreportedNs).
   double UnreportedNs();
   const std::string* NameOf(uint64_t func) const;
@@ -218,6 +218,8 @@ class KernelProfileBook {
  private:
   // The stats of func, added if there is room; null when the book is full.
   KernelStats* Stats(uint64_t func);
+  // Counts a measured sample in its shape's mean (bounded by kMaxShapesPerKernel, kMaxShapes).
+  void AddShapeSample(KernelStats& k, uint64_t shape_key, uint64_t ns);
 
   std::unordered_map<uint64_t, KernelStats> kernels_;
   uint64_t dropped_events_ = 0;

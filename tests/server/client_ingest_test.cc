@@ -150,7 +150,7 @@ TEST_F(ClientIngestTest, ContendedSamplesCountAtTheMeanAndTeachNothing) {
   m.duration_ns = 2'000;
   for (int i = 0; i < 4; ++i) Feed(m);
   // The recent mean: (6 + 3 x 2) / 4 us, then a quarter of the way to 2 us: 2.75 us.
-  const uint64_t mean = ingest_.profile().DurationOf(0x100)->RecentNs();
+  const uint64_t mean = ingest_.profile().StatsOf(0x100)->duration.RecentNs();
   EXPECT_EQ(mean, 2'750u);
   const uint64_t profile_mean = ingest_.profile().EstimateNs(0x100);  // the run's: 2.8 us
   const double busy = ingest_.gpu_busy_ns();
@@ -160,7 +160,7 @@ TEST_F(ClientIngestTest, ContendedSamplesCountAtTheMeanAndTeachNothing) {
   waited.duration_ns = 94'000;  // a 2 us kernel and another context's time slice
   Feed(waited);
   EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2'750);
-  EXPECT_EQ(ingest_.profile().DurationOf(0x100)->RecentNs(), mean);  // taught nothing
+  EXPECT_EQ(ingest_.profile().StatsOf(0x100)->duration.RecentNs(), mean);  // taught nothing
   EXPECT_EQ(ingest_.profile().EstimateNs(0x100), profile_mean);
   Feed(At(c::EventKind::kLaunch, 2'200'000));
   EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2 * 2'750);  // still drawn at 2.75 us

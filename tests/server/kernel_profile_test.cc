@@ -118,24 +118,22 @@ TEST(KernelProfileTest, DrawsEachShapeAtItsOwnMean) {
   ASSERT_NE(small, big);
   book.OnLaunch(7, 4, 128);
   for (int i = 0; i < 3; ++i) {
-    book.OnDuration(7, 10'000);
-    book.OnShapeDuration(7, small, 10'000);
-    book.OnDuration(7, 100'000);
-    book.OnShapeDuration(7, big, 100'000);
+    book.OnDuration(7, 10'000, /*warmup=*/false, small);
+    book.OnDuration(7, 100'000, /*warmup=*/false, big);
   }
-  const uint64_t drawn = book.DurationOf(7)->Draw();  // the function's recent mean
-  EXPECT_NEAR(static_cast<double>(book.ScaleForShape(7, small, drawn)),
-              10'000.0 * drawn / 55'000.0, 1.0);
-  EXPECT_NEAR(static_cast<double>(book.ScaleForShape(7, big, drawn)),
-              100'000.0 * drawn / 55'000.0, 1.0);
+  const KernelStats& seven = *book.StatsOf(7);
+  const uint64_t drawn = book.StatsOf(7)->duration.Draw();  // the function's recent mean
+  EXPECT_NEAR(static_cast<double>(seven.ScaledToShape(small, drawn)), 10'000.0 * drawn / 55'000.0,
+              1.0);
+  EXPECT_NEAR(static_cast<double>(seven.ScaledToShape(big, drawn)), 100'000.0 * drawn / 55'000.0,
+              1.0);
   // A shape never measured, and a function with one shape, draw as before.
   const uint32_t other[3] = {9, 9, 1};
-  EXPECT_EQ(book.ScaleForShape(7, LaunchShapeKey(other, block), drawn), drawn);
+  EXPECT_EQ(seven.ScaledToShape(LaunchShapeKey(other, block), drawn), drawn);
   book.OnLaunch(8, 4, 128);
-  book.OnDuration(8, 30'000);
-  book.OnShapeDuration(8, small, 30'000);
-  EXPECT_EQ(book.ScaleForShape(8, small, 30'000), 30'000u);
-  EXPECT_EQ(book.ScaleForShape(8, small, 0), 0u);
+  book.OnDuration(8, 30'000, /*warmup=*/false, small);
+  EXPECT_EQ(book.StatsOf(8)->ScaledToShape(small, 30'000), 30'000u);
+  EXPECT_EQ(book.StatsOf(8)->ScaledToShape(small, 0), 0u);
 }
 
 TEST(KernelProfileTest, EverNewShapesStopAtTheBound) {
@@ -147,8 +145,7 @@ TEST(KernelProfileTest, EverNewShapesStopAtTheBound) {
     book.OnLaunch(f, 1, 32);
     for (uint32_t g = 1; g <= 40; ++g) {
       const uint32_t grid[3] = {g, 1, 1};
-      book.OnDuration(f, 1000);
-      book.OnShapeDuration(f, LaunchShapeKey(grid, block), 1000);
+      book.OnDuration(f, 1000, /*warmup=*/false, LaunchShapeKey(grid, block));
     }
   }
   size_t kept = 0;
