@@ -110,17 +110,17 @@ void OnForkChild() {
   ResetNvtxAfterFork();
 }
 
+void* MapDescriptor(int fd, size_t bytes, bool writable, size_t* mapped_bytes);
+
 // Maps the benchmark's switch file (kEnvBenchSwitch); a path that cannot be mapped is ignored.
 void MapBenchSwitch(const char* path) {
   if (path == nullptr || path[0] == '\0') return;
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
-  const off_t size = lseek(fd, 0, SEEK_END);
-  void* addr = size >= static_cast<off_t>(sizeof(uint32_t))
-                   ? mmap(nullptr, sizeof(uint32_t), PROT_READ, MAP_SHARED, fd, 0)
-                   : MAP_FAILED;
+  size_t mapped = 0;
+  void* addr = MapDescriptor(fd, sizeof(uint32_t), /*writable=*/false, &mapped);
   close(fd);
-  if (addr != MAP_FAILED) g_bench_switch = static_cast<const std::atomic<uint32_t>*>(addr);
+  if (addr != nullptr) g_bench_switch = static_cast<const std::atomic<uint32_t>*>(addr);
 }
 
 void InitProcess() {
