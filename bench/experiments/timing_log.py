@@ -140,14 +140,19 @@ def match_profile(samples, prof, other_offsets=()):
     lo, hi = ends[0] - 100, ends[-1] + 100
     off = prof["mono_offset_us"]  # host-clock us minus profiler us, from the NVTX pushes
 
+    def alike(t, s, tol_us):
+        """The launch calls of the sample's grid and block ending within tol_us of t."""
+        for i in range(bisect.bisect_left(ends, t - tol_us), bisect.bisect_right(ends, t + tol_us)):
+            k = calls[i][1]
+            if tuple(k[2:5]) == s["grid"] and tuple(k[5:8]) == s["block"]:
+                yield ends[i], k
+
     def nearest(s, off, tol_us):
         t = s["launched"] / 1e3 - off
         best = None
-        for i in range(bisect.bisect_left(ends, t - tol_us), bisect.bisect_right(ends, t + tol_us)):
-            k = calls[i][1]
-            if tuple(k[2:5]) == s["grid"] and tuple(k[5:8]) == s["block"] and (
-                    best is None or abs(ends[i] - t) < abs(best[0] - t)):
-                best = (ends[i], k)
+        for end, k in alike(t, s, tol_us):
+            if best is None or abs(end - t) < abs(best[0] - t):
+                best = (end, k)
         return best, t
 
     # The pushes place the window within a few hundred us, or, for a service whose profiler
@@ -177,10 +182,8 @@ def match_profile(samples, prof, other_offsets=()):
             t = s["launched"] / 1e3 - off
             if not s["grid"] or not lo - tol_us <= t <= hi + tol_us:
                 continue
-            for i in range(bisect.bisect_left(ends, t - tol_us), bisect.bisect_right(ends, t + tol_us)):
-                k = calls[i][1]
-                if tuple(k[2:5]) == s["grid"] and tuple(k[5:8]) == s["block"]:
-                    votes[round((ends[i] - t) / 20)] += 1
+            for end, _ in alike(t, s, tol_us):
+                votes[round((end - t) / 20)] += 1
         candidates = [off - b * 20 for b, _ in votes.most_common(3)]
         # and the median of each sample's nearest launch (right where the pushes are close)
         deltas = [b[0] - t for b, t in (nearest(s, off, tol_us) for s in samples
