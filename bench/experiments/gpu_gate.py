@@ -1,0 +1,205 @@
+"""Does a GPU-side gate hold a trainer without a CPU round trip? A probe of the mechanism alone,
+no orion: a spin-kernel service and a spin-kernel trainer (bench/workloads/gate_probe.py) share
+one word of host memory that the trainer's stream waits on (cuStreamWaitValue32).
+
+  orion_bench.py gpu-gate [--rounds 2] [--seconds 8] [--kernels 10] [--kernel-us 100]
+                          [--be-kernel-us 100,500] [--load 0.5] [--out DIR]
+  orion_bench.py gpu-gate --table ROWS.jsonl
+
+Arms, one process pair each, order rotating between rounds: the service alone; the trainer
+alone (plain, and with a wait before every kernel: what the waits cost it); then together:
+`timeslice` (no gate), `gpu-gate` (the service clears the word before a request and sets it when
+the request completes; the trainer waits on it before every kernel), `gpu-gate/4` (a wait every
+4 kernels), and `blocked` (the trainer's stream waits on a word nobody sets: does a context
+blocked on host memory cost the service anything?). The service runs Poisson arrivals at
+--load of its capacity; the trainer's speed is counted inside the service's window. One JSON
+row per arm to gpu-gate.jsonl.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import harness
+
+ANSWERS = ("the GPU-side gate alone: a service's latency and a trainer's speed with the "
+           "trainer's stream waiting on host memory the service flips (no orion)")
+PROBE = os.path.join(harness.BENCH, "workloads", "gate_probe.py")
+STOP = "/tmp/orion-gate-probe.stop"
+WORD = "/dev/shm/orion-gate-probe"
+
+
+def open_word():
+    """Sets the gate's bit from outside (a trainer must never be left waiting at the end)."""
+    if os.path.exists(WORD):
+        fd = os.open(WORD, os.O_WRONLY)
+        os.pwrite(fd, (1).to_bytes(4, "little"), 0)
+        os.close(fd)
+
+
+def probe(role, *args, cpus):
+    return harness.taskset(cpus) + [sys.executable, PROBE, role, *args]
+
+
+def rate_between(marks, start, end):
+    """Kernels per second completed between start and end, from (time, count) marks."""
+    inside = [m for m in marks if start <= m[0] <= end]
+    if len(inside) < 2:
+        return 0.0
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+
+def run_arm(arm, a, cpu):
+    """One arm: returns its row."""
+    if os.path.exists(STOP):
+        os.remove(STOP)
+    open_word()
+    common = ["--cycles-per-us", str(cpu)]
+    service_args = ["--kernels", str(a.kernels), "--kernel-us", str(a.kernel_us),
+                    "--rate", str(a.rate), "--seconds", str(a.seconds), *common]
+    trainer = None
+    if arm["trainer"]:
+        gate, every, kus = arm["trainer"]
+        trainer = subprocess.Popen(
+            probe("trainer", "--gate", gate, "--wait-every", str(every), "--kernel-us", str(kus),
+                  "--stop", STOP, *common, cpus=a.trainer_cpus),
+            stdout=subprocess.PIPE, text=True)
+        time.sleep(4)  # its import and first kernels
+    row = {"arm": arm["name"]}
+    if arm["service"]:
+        out = subprocess.run(probe("service", "--gate", arm["service"], *service_args,
+                                   cpus=a.service_cpus),
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"gpu-gate: {arm['name']}: the service failed:\n{out.stderr[-2000:]}")
+        row.update(json.loads(out.stdout.strip().splitlines()[-1]))
+    else:
+        t0 = time.monotonic()
+        time.sleep(a.seconds)
+        row.update({"start": t0, "end": time.monotonic()})
+    if trainer:
+        open(STOP, "w").close()
+        open_word()
+        text, _ = trainer.communicate(timeout=60)
+        if trainer.returncode != 0:
+            sys.exit(f"gpu-gate: {arm['name']}: the trainer failed")
+        t = json.loads(text.strip().splitlines()[-1])
+        row["trainer_kernels_per_s"] = round(rate_between(t.pop("marks"), row["start"],
+                                                          row["end"]), 1)
+        row["trainer"] = t
+    row.pop("role", None)
+    return row
+
+
+def arms(be_kernel_us):
+    out = [{"name": "service alone", "service": "none", "trainer": None}]
+    for kus in be_kernel_us:
+        out += [
+            {"name": f"trainer alone ({kus:g} us)", "service": None,
+             "trainer": ("none", 1, kus)},
+            {"name": f"trainer alone, wait per kernel ({kus:g} us)", "service": None,
+             "trainer": ("gpu", 1, kus)},
+            {"name": f"timeslice ({kus:g} us)", "service": "none", "trainer": ("none", 1, kus)},
+            {"name": f"gpu-gate ({kus:g} us)", "service": "gpu", "trainer": ("gpu", 1, kus)},
+            {"name": f"gpu-gate/4 ({kus:g} us)", "service": "gpu", "trainer": ("gpu", 4, kus)},
+            {"name": f"blocked ({kus:g} us)", "service": "none",
+             "trainer": ("blocked", 1, kus)},
+        ]
+    return out
+
+
+def summarize(rows):
+    """Each row against its round's service alone and trainer alone (same kernel length)."""
+    alone = {(r["round"], "service"): r for r in rows if r["arm"] == "service alone"}
+    for r in rows:
+        if r["arm"].startswith("trainer alone ("):
+            alone[(r["round"], "trainer", r["trainer"]["kernel_us"])] = r
+    out = []
+    for r in rows:
+        s = alone.get((r["round"], "service"))
+        t = alone.get((r["round"], "trainer", r.get("trainer", {}).get("kernel_us")))
+        cell = dict(r)
+        if s and "p50_ms" in r:
+            cell["p50_x"] = r["p50_ms"] / s["p50_ms"]
+            cell["p99_x"] = r["p99_ms"] / s["p99_ms"]
+        if t and r.get("trainer_kernels_per_s") is not None and t["trainer_kernels_per_s"]:
+            cell["trainer_x"] = r["trainer_kernels_per_s"] / t["trainer_kernels_per_s"]
+            if s and "p50_ms" in r:
+                cell["harvest"] = cell["trainer_x"] / max(1e-9, 1 - s["busy"])
+        out.append(cell)
+    return out
+
+
+def table(rows):
+    cells = summarize(rows)
+    body = []
+    for c in cells:
+        body.append([c["round"], c["arm"],
+                     f"{c['p50_ms']:.2f} ms" if "p50_ms" in c else "-",
+                     f"{c['p99_ms']:.2f} ms" if "p99_ms" in c else "-",
+                     f"{c['p50_x']:.2f}x / {c['p99_x']:.2f}x" if "p50_x" in c else "-",
+                     f"{c['trainer_kernels_per_s']:.0f}/s" if c.get("trainer") else "-",
+                     f"{c['trainer_x']:.2f}x" if "trainer_x" in c else "-",
+                     f"{c['harvest']:.2f}" if "harvest" in c else "-",
+                     f"{c['trainer']['launch_us']:.1f} us" if c.get("trainer", {}).get(
+                         "launch_us") else "-"])
+    text = harness.markdown_table(
+        ["round", "arm", "service p50", "p99", "p50 / p99 vs alone", "trainer kernels",
+         "trainer vs alone", "harvest", "trainer CPU per launch"], body)
+    groups = {}
+    for c in cells:
+        if "p50_x" in c or "trainer_x" in c:
+            groups.setdefault(c["arm"], []).append(c)
+    summary = []
+    for arm, cs in groups.items():
+        def med(key, suffix="x"):
+            vals = [c[key] for c in cs if key in c]
+            return harness.spread(vals, suffix=suffix) if vals else "-"
+        summary.append([arm, len(cs), med("p50_x"), med("p99_x"), med("trainer_x"),
+                        med("harvest", "")])
+    return (text + f"\n\nOver the rounds: median [min, max]\n\n" + harness.markdown_table(
+        ["arm", "rounds", "p50 vs alone", "p99 vs alone", "trainer vs alone", "harvest"],
+        summary))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=8)
+    p.add_argument("--kernels", type=int, default=10)
+    p.add_argument("--kernel-us", type=float, default=100)
+    p.add_argument("--be-kernel-us", default="100,500")
+    p.add_argument("--load", type=float, default=0.5)
+    p.add_argument("--service-cpus", default="0-1")
+    p.add_argument("--trainer-cpus", default="2-3")
+    p.add_argument("--out")
+    p.add_argument("--table", metavar="ROWS_JSONL")
+    a = p.parse_args(argv)
+    if a.table:
+        print(table(harness.read_rows(a.table, "gpu-gate")))
+        return
+    out = a.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="orion-gpu-gate-")
+    os.makedirs(out, exist_ok=True)
+    cal = subprocess.run([sys.executable, PROBE, "calibrate"], capture_output=True, text=True)
+    if cal.returncode != 0:
+        sys.exit(f"gpu-gate: calibration failed:\n{cal.stderr[-2000:]}")
+    cpu = json.loads(cal.stdout)["cycles_per_us"]
+    a.rate = a.load / (a.kernels * a.kernel_us * 1e-6)
+    plan = arms([float(x) for x in a.be_kernel_us.split(",")])
+    rows = []
+    for rnd in range(a.rounds):
+        for arm in harness.rotated(plan, rnd):
+            row = {"round": rnd, "cycles_per_us": round(cpu, 1), "load": a.load,
+                   **run_arm(arm, a, cpu)}
+            rows.append(row)
+            harness.append_row(os.path.join(out, "gpu-gate.jsonl"), row)
+            print(json.dumps(row), flush=True)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

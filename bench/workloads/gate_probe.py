@@ -1,0 +1,192 @@
+"""Two roles of the GPU-side gate probe (bench/experiments/gpu_gate.py): a service and a trainer
+made of spin kernels (torch.cuda._sleep), sharing one word of host memory that the GPU reads.
+
+  gate_probe.py calibrate                      -> {"cycles_per_us": ...}
+  gate_probe.py service --word FILE --gate none|gpu --kernels K --kernel-us U --rate R
+                        --seconds S --cycles-per-us C
+  gate_probe.py trainer --word FILE --gate none|gpu|blocked --kernel-us U --wait-every N
+                        --stop FILE --cycles-per-us C
+
+The word is a file of one page under /dev/shm, mapped by both processes and registered with the
+driver (cuMemHostRegister, device-mapped), so a stream can wait on it (cuStreamWaitValue32,
+"AND 1": the stream goes on once bit 0 is set). The service clears bit 0 before it launches a
+request's kernels (a CPU store, no system call) and sets it when the request has completed; the
+trainer with `--gate gpu` puts a stream wait on the word before every N-th kernel, so what it
+queued stops at the next wait while the service has a request on the GPU and starts again the
+moment the service's request ends, without its CPU thread ever waiting. `blocked`: the trainer
+queues one wait on a word nobody sets and kernels behind it (does a stream waiting on host
+memory cost another process's context anything?). `none`: plain time-slicing.
+
+The service sends Poisson arrivals of K kernels of U us each, latency from the scheduled arrival;
+the trainer reports (time, kernels completed) every 64 kernels. One JSON line on stdout each.
+"""
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import random
+import struct
+import sys
+import time
+
+import torch
+
+PORTABLE, DEVICEMAP = 0x1, 0x2
+WAIT_AND = 0x2
+
+
+def driver():
+    cuda = ctypes.CDLL("libcuda.so.1")
+
+    def fn(*names):
+        for n in names:
+            if hasattr(cuda, n):
+                return getattr(cuda, n)
+        sys.exit(f"gate_probe: libcuda has none of {names}")
+
+    return {"register": fn("cuMemHostRegister_v2", "cuMemHostRegister"),
+            "devptr": fn("cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer"),
+            "wait": fn("cuStreamWaitValue32_v2", "cuStreamWaitValue32")}
+
+
+class Word:
+    """One page of /dev/shm, mapped and registered; bit 0 of its first word is the gate."""
+
+    def __init__(self, path, cu):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.ftruncate(fd, 4096)
+        self.map = mmap.mmap(fd, 4096)
+        os.close(fd)
+        self.buf = (ctypes.c_char * 4096).from_buffer(self.map)
+        addr = ctypes.addressof(self.buf)
+        rc = cu["register"](ctypes.c_void_p(addr), ctypes.c_size_t(4096),
+                            ctypes.c_uint(PORTABLE | DEVICEMAP))
+        if rc not in (0, 712):  # 712: already registered
+            sys.exit(f"gate_probe: cuMemHostRegister: error {rc}")
+        dptr = ctypes.c_uint64()
+        rc = cu["devptr"](ctypes.byref(dptr), ctypes.c_void_p(addr), ctypes.c_uint(0))
+        if rc != 0:
+            sys.exit(f"gate_probe: cuMemHostGetDevicePointer: error {rc}")
+        self.dptr = dptr.value
+        self.cu = cu
+
+    def set(self, value):
+        struct.pack_into("<I", self.map, 0, value)
+
+    def wait_on(self, stream):
+        rc = self.cu["wait"](ctypes.c_void_p(stream), ctypes.c_uint64(self.dptr),
+                             ctypes.c_uint32(1), ctypes.c_uint(WAIT_AND))
+        if rc != 0:
+            sys.exit(f"gate_probe: cuStreamWaitValue32: error {rc}")
+
+
+def calibrate():
+    torch.cuda.init()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)
+    torch.cuda.synchronize()
+    s.record()
+    torch.cuda._sleep(20_000_000)
+    e.record()
+    e.synchronize()
+    return {"cycles_per_us": 20_000_000 / (s.elapsed_time(e) * 1e3)}
+
+
+def service(a):
+    torch.zeros(1, device="cuda")
+    word = Word(a.word, driver()) if a.gate == "gpu" else None
+    if word:
+        word.set(1)
+    cycles = int(a.kernel_us * a.cycles_per_us)
+    for _ in range(20):  # warm-up
+        for _ in range(a.kernels):
+            torch.cuda._sleep(cycles)
+        torch.cuda.synchronize()
+    rng = random.Random(1)
+    lat, busy = [], 0.0
+    start = time.monotonic() + 0.2
+    due = start
+    end = start + a.seconds
+    while due < end:
+        now = time.monotonic()
+        if now < due:
+            time.sleep(due - now)
+        t0 = time.monotonic()
+        if word:
+            word.set(0)  # hold: what the trainer queued stops at its next wait
+        for _ in range(a.kernels):
+            torch.cuda._sleep(cycles)
+        torch.cuda.synchronize()
+        if word:
+            word.set(1)  # release: the trainer's queue runs on at once
+        t1 = time.monotonic()
+        busy += t1 - t0
+        lat.append((t1 - due) * 1e3)
+        due += rng.expovariate(a.rate)
+    lat.sort()
+    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
+    return {"role": "service", "gate": a.gate, "requests": len(lat), "p50_ms": round(q(0.5), 3),
+            "p99_ms": round(q(0.99), 3), "mean_ms": round(sum(lat) / len(lat), 3),
+            "busy": round(busy / (end - start), 3), "start": start, "end": end}
+
+
+def trainer(a):
+    torch.zeros(1, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    cycles = int(a.kernel_us * a.cycles_per_us)
+    if a.gate == "blocked":
+        word = Word(a.word + ".never", driver())
+        word.set(0)
+        word.wait_on(stream)  # never released: everything behind it waits
+        for _ in range(512):
+            torch.cuda._sleep(cycles)
+        while not os.path.exists(a.stop):
+            time.sleep(0.02)
+        word.set(1)  # let the queue drain before the process exits
+        torch.cuda.synchronize()
+        return {"role": "trainer", "gate": a.gate, "kernel_us": a.kernel_us, "marks": []}
+    word = Word(a.word, driver()) if a.gate == "gpu" else None
+    if word:
+        word.set(1)  # open until a service holds it
+    marks, pending, done, launched, launch_ns = [], [], 0, 0, 0
+    while not os.path.exists(a.stop):
+        for _ in range(64):
+            t = time.perf_counter_ns()
+            if word and launched % a.wait_every == 0:
+                word.wait_on(stream)
+            torch.cuda._sleep(cycles)
+            launch_ns += time.perf_counter_ns() - t
+            launched += 1
+        ev = torch.cuda.Event()
+        ev.record()
+        pending.append(ev)
+        while len(pending) > 2:  # 64 to 192 kernels queued
+            pending.pop(0).synchronize()
+            done += 64
+            marks.append((time.monotonic(), done))
+    return {"role": "trainer", "gate": a.gate, "kernel_us": a.kernel_us,
+            "wait_every": a.wait_every, "launched": launched,
+            "launch_us": round(launch_ns / max(launched, 1) / 1e3, 2), "marks": marks}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["calibrate", "service", "trainer"])
+    p.add_argument("--word", default="/dev/shm/orion-gate-probe")
+    p.add_argument("--gate", default="none", choices=["none", "gpu", "blocked"])
+    p.add_argument("--kernels", type=int, default=10)
+    p.add_argument("--kernel-us", type=float, default=100)
+    p.add_argument("--rate", type=float, default=500)
+    p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--wait-every", type=int, default=1)
+    p.add_argument("--stop", default="/tmp/orion-gate-probe.stop")
+    p.add_argument("--cycles-per-us", type=float, default=1800)
+    a = p.parse_args()
+    out = {"calibrate": lambda: calibrate(), "service": lambda: service(a),
+           "trainer": lambda: trainer(a)}[a.role]()
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
