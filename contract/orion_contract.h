@@ -272,7 +272,10 @@ struct alignas(64) GpuState {
   // Active best-effort clients on this GPU. High-priority clients follow their launches to
   // completion only while this is not 0: with nobody to hold back, completions inform nobody.
   std::atomic<uint32_t> be_clients;
-  uint8_t reserved[116];
+  // 1: priority mode holds best-effort work on the GPU (GateArea::Words::gpu_hold) rather than
+  // at the gate on the CPU.
+  std::atomic<uint32_t> gpu_hold;
+  uint8_t reserved[112];
 };
 
 struct alignas(64) BoardHeader {
@@ -332,12 +335,18 @@ struct GateArea {
     // at the gate bumps it and wakes them, so that they follow completions closely only while
     // somebody is held (gate_waiters > 0) and sleep otherwise.
     std::atomic<uint32_t> tracker_seq;
-    uint32_t reserved0;
+    // GpuState::gpu_hold: 0 while best-effort work may run on the GPU, else the hold's epoch.
+    // Best-effort streams wait on the GPU until it is 0 (cuStreamWaitValue32, EQ 0); a
+    // high-priority launch sets it, a best-effort process's hold keeper clears it once the
+    // high-priority clients are idle (interpose/gpu_hold.h). Also a futex word for the keepers.
+    std::atomic<uint32_t> gpu_hold;
     std::atomic<uint64_t> be_outstanding_ns;  // estimated best-effort work in flight
     // Best-effort GPU time admitted during the current HP busy period: the period's identity
     // (sum of the busy HP slots' busy_seq, low 24 bits) << 40 | nanoseconds (40 bits).
     std::atomic<uint64_t> be_period;
-    uint8_t reserved[32];
+    std::atomic<uint32_t> hold_epoch;    // the last epoch a hold took (never 0 in gpu_hold)
+    std::atomic<uint32_t> hold_sleepers; // hold keepers asleep on gpu_hold while it is 0
+    uint8_t reserved[24];
   } words;
   SlotGate slots[kMaxSlots];
 };

@@ -10,6 +10,7 @@
 
 #include "interpose/completion_poller.h"
 #include "interpose/completion_report.h"
+#include "interpose/gpu_hold.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
 #include "interpose/record_pool.h"
@@ -127,6 +128,7 @@ void ResetCompletionTrackerAfterFork() {
   // The poller does not exist in the child and the parent's events are not valid there.
   for (auto& p : g_pool) p = PendingLaunch{};
   ResetTimedSamplesAfterFork();
+  ResetHoldAfterFork();
   g_queues_once = PTHREAD_ONCE_INIT;
   ResetPollerAfterFork();
 }

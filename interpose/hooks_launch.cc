@@ -8,6 +8,7 @@
 #include "interpose/call_log.h"
 #include "interpose/client_state.h"
 #include "interpose/completion_tracker.h"
+#include "interpose/gpu_hold.h"
 #include "interpose/launch_gate.h"
 #include "interpose/nvtx_ranges.h"
 #include "interpose/real_driver.h"
@@ -127,9 +128,13 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   GateTicket ticket;
   // Without a high-priority client on the GPU the gate lets a best-effort launch go uncharged:
-  // asked only where there is one (or the client is paused).
-  if ((gated && HighPriorityPresent(gpu, reg->slot_index)) ||
-      slot.paused.load(std::memory_order_relaxed) != 0) {
+  // asked only where there is one (or the client is paused). With gpu_hold the launch goes at
+  // once, behind a stream wait on the gate's word where one is due (gpu_hold.h).
+  const bool paused = slot.paused.load(std::memory_order_relaxed) != 0;
+  if ((gated && HighPriorityPresent(gpu, reg->slot_index) &&
+       !(!paused && GpuHoldOn(gpu) &&
+         QueueHoldWait(reg, info.stream, info.per_thread_stream, estimate, info.graph))) ||
+      paused) {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
                         BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns);
     // Promoted through the admin API while waiting: this launch is already high priority (the
@@ -184,6 +189,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       ReleaseBudget(*reg->gate, ticket.budget_ns);  // untracked: do not leak the charge
     }
   }
+  // Before the launch: what best-effort clients queued stops at its next stream wait.
+  const bool took_hold = high && GpuHoldOn(gpu) &&
+                         gpu.be_clients.load(std::memory_order_relaxed) != 0 &&
+                         HoldGpu(*reg->gate);
   if (high) {
     // Before the launch: best-effort clients must see the GPU busy as early as possible.
     NoteHighPriorityClass(own_gate, kclass);
@@ -202,6 +211,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   NoteLaunchStream(ctx, info.stream, info.per_thread_stream);
   const CUresult result = launch();
+  if (took_hold) WakeHoldKeepers(*reg->gate);  // after the launch: off the request's path
   if (result != CUDA_SUCCESS) {
     if (pending != nullptr) CompleteNow(pending);
     return result;

@@ -82,6 +82,7 @@ void ToProto(const GpuPolicy& p, orion::v1::PolicyKnobs* out) {
   out->set_hp_stale_ms(static_cast<uint32_t>(p.knobs.hp_stale_ns / 1000000));
   out->set_hp_grace_us(static_cast<uint32_t>(p.knobs.hp_grace_ns / 1000));
   out->set_adapt_budget(p.adapt_budget);
+  out->set_gpu_hold(p.knobs.gpu_hold);
 }
 
 void ToProto(const KernelProfileView& v, orion::v1::KernelProfileResponse* out) {
@@ -155,7 +156,7 @@ ClientFilter FilterFromProto(const orion::v1::ListClientsRequest& r) {
 
 absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyRequest& r) {
   static const char* kFields[] = {"mode",        "be_budget_us", "sm_threshold", "spin_us",
-                                  "hp_stale_ms", "hp_grace_us",  "adapt_budget"};
+                                  "hp_stale_ms", "hp_grace_us",  "adapt_budget", "gpu_hold"};
   std::vector<std::string> fields(r.fields().begin(), r.fields().end());
   if (fields.empty()) fields.assign(std::begin(kFields), std::end(kFields));
   for (const std::string& f : fields) {
@@ -163,7 +164,7 @@ absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyReq
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown field '", f,
           "' (expected mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, "
-          "adapt_budget)"));
+          "adapt_budget, gpu_hold)"));
     }
   }
   auto has = [&](const char* f) {
@@ -190,6 +191,7 @@ absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyReq
   if (has("hp_stale_ms")) c.hp_stale_ms = k.hp_stale_ms();
   if (has("hp_grace_us")) c.hp_grace_us = k.hp_grace_us();
   if (has("adapt_budget")) c.adapt_budget = k.adapt_budget();
+  if (has("gpu_hold")) c.gpu_hold = k.gpu_hold();
   return c;
 }
 

@@ -136,7 +136,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   if (!n.IsMap()) return v.Error("policy", "a map", n);
   ORION_RETURN_IF_ERROR(v.CheckKeys(n, "policy",
                                     {"be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
-                                     "hp_grace_us", "adapt_budget",
+                                     "hp_grace_us", "adapt_budget", "gpu_hold",
                                      "default_latency_target_ms", "high_priority_namespaces",
                                      "min_latency_target_ms", "high_priority_per_gpu"}));
   ORION_RETURN_IF_ERROR(
@@ -150,6 +150,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   ORION_RETURN_IF_ERROR(
       v.Int(n["hp_grace_us"], "policy.hp_grace_us", 0, 100000, &p->hp_grace_us));
   ORION_RETURN_IF_ERROR(v.Bool(n["adapt_budget"], "policy.adapt_budget", &p->adapt_budget));
+  ORION_RETURN_IF_ERROR(v.Bool(n["gpu_hold"], "policy.gpu_hold", &p->gpu_hold));
   uint64_t target_ms = 0;
   ORION_RETURN_IF_ERROR(v.Int(n["default_latency_target_ms"], "policy.default_latency_target_ms",
                               0, 3600000, &target_ms));
@@ -523,6 +524,9 @@ policy:
   adapt_budget: true                   # adapt be_budget_us to the HP latency target, or
                                        # (priority mode, no target, budget not set) to a tenth
                                        # of the HP service's median busy period
+  gpu_hold: false                      # priority mode: best-effort streams wait on the GPU
+                                       # while HP work runs (no CPU round trip to refill);
+                                       # be_budget_us is then their work between two waits
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
   min_latency_target_ms: 5             # a pod's (or orion-run's) lower target is raised to this
   high_priority_per_gpu: 1             # high-priority pods a GPU may hold; more is flagged

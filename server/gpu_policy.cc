@@ -12,6 +12,7 @@ GpuPolicy InitialGpuPolicy(const PolicyConfig& c) {
   p.knobs.spin_ns = c.spin_us * 1000;
   p.knobs.hp_stale_ns = static_cast<uint64_t>(c.hp_stale_ms) * 1000000;
   p.knobs.hp_grace_ns = static_cast<uint64_t>(c.hp_grace_us) * 1000;
+  p.knobs.gpu_hold = c.gpu_hold;
   p.adapt_budget = c.adapt_budget;
   return p;
 }
@@ -49,6 +50,7 @@ bool ApplyPolicyChange(const PolicyChange& c, GpuPolicy* p) {
   if (c.hp_stale_ms) p->knobs.hp_stale_ns = static_cast<uint64_t>(*c.hp_stale_ms) * 1000000;
   if (c.hp_grace_us) p->knobs.hp_grace_ns = static_cast<uint64_t>(*c.hp_grace_us) * 1000;
   if (c.adapt_budget) p->adapt_budget = *c.adapt_budget;
+  if (c.gpu_hold) p->knobs.gpu_hold = *c.gpu_hold;
   // adapt_budget=true without a budget hands the budget back to the server: it starts again
   // from the mode's default and follows the service.
   if (c.adapt_budget && *c.adapt_budget && !c.be_budget_us) {

@@ -44,7 +44,8 @@ void Usage(FILE* out) {
       "  pause ID | resume ID                  hold / release all launches of a client\n"
       "  policy [--gpu N|--all] [KEY=VALUE...] show or set knobs: mode=pass-through|priority|mps,\n"
       "                                        be_budget_us, sm_threshold, spin_us, hp_stale_ms,\n"
-      "                                        hp_grace_us, adapt_budget=true|false;\n"
+      "                                        hp_grace_us, adapt_budget=true|false,\n"
+      "                                        gpu_hold=true|false;\n"
       "                                        prints them as KEY=VALUE\n"
       "  timeline [--gpu N] [--last-ms N | --since MS [--until MS]] [--trace F.json] [--html F.html]\n"
       "                                        who ran when (default: GPU 0, last 1000 ms; times in\n"
@@ -152,11 +153,12 @@ void PrintClientRow(const orion::v1::Client& c) {
 
 // The knobs `policy` takes as KEY=VALUE, in the order it prints them.
 constexpr char kKnobs[] =
-    "mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, adapt_budget";
+    "mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, adapt_budget, "
+    "gpu_hold";
 
 bool IsKnob(const std::string& key) {
   for (const char* k : {"mode", "be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
-                        "hp_grace_us", "adapt_budget"}) {
+                        "hp_grace_us", "adapt_budget", "gpu_hold"}) {
     if (key == k) return true;
   }
   return false;
@@ -168,9 +170,10 @@ void PrintKnobs(const orion::v1::PolicyKnobs& k) {
                      : k.mode() == orion::v1::GATE_MODE_MPS        ? "mps"
                                                                    : "priority";
   std::printf("mode=%s\nbe_budget_us=%llu\nsm_threshold=%u\nspin_us=%u\nhp_stale_ms=%u\n"
-              "hp_grace_us=%u\nadapt_budget=%s\n",
+              "hp_grace_us=%u\nadapt_budget=%s\ngpu_hold=%s\n",
               mode, static_cast<unsigned long long>(k.be_budget_us()), k.sm_threshold(),
-              k.spin_us(), k.hp_stale_ms(), k.hp_grace_us(), k.adapt_budget() ? "true" : "false");
+              k.spin_us(), k.hp_stale_ms(), k.hp_grace_us(), k.adapt_budget() ? "true" : "false",
+              k.gpu_hold() ? "true" : "false");
 }
 
 bool ParseU32(const std::string& s, uint32_t* out) {
@@ -464,11 +467,12 @@ int main(int argc, char** argv) {
         else if (val == "priority") k->set_mode(orion::v1::GATE_MODE_PRIORITY);
         else if (val == "mps") k->set_mode(orion::v1::GATE_MODE_MPS);
         else return bad("mode: expected pass-through, priority or mps, got '" + val + "'");
-      } else if (key == "adapt_budget") {
+      } else if (key == "adapt_budget" || key == "gpu_hold") {
         if (val != "true" && val != "false") {
           return bad(key + ": expected true or false, got '" + val + "'");
         }
-        k->set_adapt_budget(val == "true");
+        if (key == "adapt_budget") k->set_adapt_budget(val == "true");
+        else k->set_gpu_hold(val == "true");
       } else if (!ParseU32(val, &v)) {
         if (!IsKnob(key)) return bad("unknown knob '" + key + "'; the knobs: " + kKnobs);
         return bad(key + ": expected a whole number (0 or more), got '" + val + "'");

@@ -214,6 +214,7 @@ def with_harvest(results):
 # (a list of knob=value), the trainer's MPS SM percentage, the services' latency target as a
 # multiple of their p99 alone (0: none).
 Config = collections.namedtuple("Config", "name alt knobs be_percent target_x")
+BOOL_KNOBS = ("adapt_budget", "gpu_hold")
 
 
 def parse_config(spec, args):
@@ -598,7 +599,8 @@ class Bench:
                 restore = ["mode=priority"]
                 for kv in c.knobs:
                     key = kv.partition("=")[0]
-                    value = self.defaults.get(key, 0)  # orion-ctl leaves zero values out
+                    # orion-ctl's JSON leaves zero and false values out
+                    value = self.defaults.get(key, False if key in BOOL_KNOBS else 0)
                     if key == "mode":  # "GATE_MODE_PASS_THROUGH" -> "pass-through"
                         value = str(value).removeprefix("GATE_MODE_").replace("_", "-")
                     restore.append(f"{key}={str(value).lower()}")

@@ -1,0 +1,208 @@
+// The driver side of holding best-effort work on the GPU (gpu_hold.h): the gate area's word
+// registered with the driver, the stream waits queued on it, and the hold keeper, one thread per
+// GPU in a best-effort process, that opens the word once the high-priority clients are idle.
+#include "interpose/glibc_compat.h"
+
+#include "interpose/gpu_hold.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "interpose/client_state.h"
+#include "interpose/futex.h"
+#include "interpose/real_driver.h"
+#include "interpose/tables.h"
+
+namespace orion::interpose {
+namespace {
+
+// A keeper asleep on an open word looks again at least this often (a renewed registration's new
+// gate area, a high-priority launch whose wake it missed).
+constexpr uint64_t kKeeperIdleLookNs = 100'000'000;
+
+enum : uint32_t { kHoldUnknown = 0, kHoldReady = 1, kHoldUnusable = 2 };
+
+// Per device: the gate area whose word is registered, its device address, whether it can be
+// used, and the registration the keeper follows (the one of the latest held launch).
+struct DeviceHold {
+  std::atomic<contract::GateArea*> gate{nullptr};
+  std::atomic<uint64_t> word_dptr{0};
+  std::atomic<uint32_t> state{kHoldUnknown};
+  std::atomic<Registration*> keeper_reg{nullptr};
+  std::atomic<uint32_t> keeper_started{0};
+};
+DeviceHold g_hold[kMaxDevices];
+pthread_mutex_t g_hold_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+constinit thread_local HoldSpacing t_spacing ORION_INITIAL_EXEC_TLS;
+
+void NoteUnusable(const char* why) {
+  if (Config().quiet) return;
+  char line[256];
+  const int n = snprintf(line, sizeof(line),
+                         "orion: gpu_hold: %s; best-effort launches wait at the gate instead\n",
+                         why);
+  if (n > 0) {
+    ssize_t ignored = write(2, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
+    (void)ignored;
+  }
+}
+
+// Registers the page of `gate` that holds the word (mapped by the GPU: a stream wait reads it
+// there) and finds its device address. Once per gate area; the caller's context is current.
+bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
+  if (h.gate.load(std::memory_order_acquire) == gate) {
+    return h.state.load(std::memory_order_acquire) == kHoldReady;
+  }
+  pthread_mutex_lock(&g_hold_mutex);
+  bool ok = h.gate.load(std::memory_order_acquire) == gate &&
+            h.state.load(std::memory_order_acquire) == kHoldReady;
+  if (!ok && h.gate.load(std::memory_order_acquire) != gate) {
+    auto host_register = ORION_DRIVER(cuMemHostRegister_v2);
+    auto device_pointer = ORION_DRIVER(cuMemHostGetDevicePointer_v2);
+    const long page = sysconf(_SC_PAGESIZE);
+    const uintptr_t word = reinterpret_cast<uintptr_t>(&gate->words.gpu_hold);
+    void* base = reinterpret_cast<void*>(word & ~static_cast<uintptr_t>(page - 1));
+    CUdeviceptr dptr = 0;
+    const char* why = nullptr;
+    if (host_register == nullptr || device_pointer == nullptr ||
+        ORION_DRIVER(cuStreamWaitValue32_v2) == nullptr) {
+      why = "the driver has no host registration or stream wait";
+    } else if (const CUresult r = host_register(base, static_cast<size_t>(page),
+                                                CU_MEMHOSTREGISTER_PORTABLE |
+                                                    CU_MEMHOSTREGISTER_DEVICEMAP);
+               r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
+      why = "the gate's page could not be registered with the driver";
+    } else if (device_pointer(&dptr, reinterpret_cast<void*>(word), 0) != CUDA_SUCCESS) {
+      why = "the gate's page has no device address";
+    }
+    if (why != nullptr) NoteUnusable(why);
+    h.word_dptr.store(dptr, std::memory_order_relaxed);
+    h.state.store(why == nullptr ? kHoldReady : kHoldUnusable, std::memory_order_release);
+    h.gate.store(gate, std::memory_order_release);
+    ok = why == nullptr;
+  }
+  pthread_mutex_unlock(&g_hold_mutex);
+  return ok;
+}
+
+// The keeper's wait while the word is held, as a launch waits at the gate: counted among the
+// gate's waiters (so the high-priority clients' completion trackers follow closely and wake
+// gate_seq), asleep until a completion or the end of their grace.
+void KeepHold(Registration* reg, uint32_t epoch) {
+  contract::GateArea& gate = *reg->gate;
+  auto& words = gate.words;
+  if (words.gate_waiters.fetch_add(1, std::memory_order_seq_cst) == 0) {
+    words.tracker_seq.fetch_add(1, std::memory_order_seq_cst);
+    FutexWakeAll(&words.tracker_seq);
+  }
+  for (;;) {
+    if (words.gpu_hold.load(std::memory_order_acquire) != epoch) break;  // opened or held anew
+    const uint32_t seq = words.gate_seq.load(std::memory_order_acquire);
+    const uint64_t now = MonotonicNs();
+    uint64_t wake_by = 0;
+    if (HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &wake_by)) {
+      OpenGpuHold(gate, epoch);
+      break;
+    }
+    uint64_t timeout = kMaxFutexWaitNs;
+    if (wake_by > now && wake_by - now < timeout) timeout = wake_by - now;
+    FutexWait(&words.gate_seq, seq, timeout);
+  }
+  words.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void* KeeperMain(void* arg) {
+  DeviceHold& h = *static_cast<DeviceHold*>(arg);
+  for (;;) {
+    Registration* reg = h.keeper_reg.load(std::memory_order_acquire);
+    if (reg == nullptr || !reg->StillOwned()) {
+      FutexWaitPrivate(&h.keeper_started, 1, kKeeperIdleLookNs);
+      continue;
+    }
+    contract::GateArea& gate = *reg->gate;
+    const uint32_t epoch = gate.words.gpu_hold.load(std::memory_order_acquire);
+    if (epoch != 0) {
+      KeepHold(reg, epoch);
+      continue;
+    }
+    gate.words.hold_sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (gate.words.gpu_hold.load(std::memory_order_seq_cst) == 0) {
+      FutexWait(&gate.words.gpu_hold, 0, kKeeperIdleLookNs);
+    }
+    gate.words.hold_sleepers.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  return nullptr;
+}
+
+void EnsureKeeper(DeviceHold& h, Registration* reg) {
+  if (h.keeper_reg.load(std::memory_order_relaxed) != reg) {
+    h.keeper_reg.store(reg, std::memory_order_release);
+  }
+  if (h.keeper_started.load(std::memory_order_acquire) != 0 ||
+      h.keeper_started.exchange(1, std::memory_order_acq_rel) != 0) {
+    return;
+  }
+  sigset_t all, old;  // the application's signals must never land on our thread
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t thread;
+  if (pthread_create(&thread, nullptr, KeeperMain, &h) == 0) {
+    pthread_detach(thread);
+  } else {
+    h.keeper_started.store(0, std::memory_order_release);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+
+bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream,
+                   uint64_t estimate_ns, bool graph) {
+  if (reg->device < 0 || reg->device >= kMaxDevices) return false;
+  DeviceHold& h = g_hold[reg->device];
+  if (h.state.load(std::memory_order_relaxed) == kHoldUnusable &&
+      h.gate.load(std::memory_order_relaxed) == reg->gate) {
+    return false;
+  }
+  if (!RegisterWord(h, reg->gate)) return false;
+  EnsureKeeper(h, reg);
+  const uint64_t spacing = reg->gpu->be_budget_ns.load(std::memory_order_relaxed);
+  if (!NeedsHoldWait(t_spacing, reinterpret_cast<uint64_t>(stream), estimate_ns, graph,
+                     spacing)) {
+    return true;
+  }
+  auto wait = per_thread_stream ? ORION_DRIVER(cuStreamWaitValue32_v2_ptsz)
+                                : ORION_DRIVER(cuStreamWaitValue32_v2);
+  if (wait == nullptr) wait = ORION_DRIVER(cuStreamWaitValue32_v2);
+  if (wait(stream, h.word_dptr.load(std::memory_order_relaxed), 0, CU_STREAM_WAIT_VALUE_EQ) !=
+      CUDA_SUCCESS) {
+    t_spacing = HoldSpacing{};  // the next launch tries again
+    return false;
+  }
+  return true;
+}
+
+void WakeHoldKeepers(contract::GateArea& gate) {
+  if (gate.words.hold_sleepers.load(std::memory_order_seq_cst) != 0) {
+    FutexWakeAll(&gate.words.gpu_hold);
+  }
+}
+
+void ResetHoldAfterFork() {
+  pthread_mutex_init(&g_hold_mutex, nullptr);
+  for (DeviceHold& h : g_hold) {  // nothing of the parent's is ours: register anew if used
+    h.gate.store(nullptr, std::memory_order_relaxed);
+    h.word_dptr.store(0, std::memory_order_relaxed);
+    h.state.store(kHoldUnknown, std::memory_order_relaxed);
+    h.keeper_started.store(0, std::memory_order_relaxed);
+    h.keeper_reg.store(nullptr, std::memory_order_relaxed);
+  }
+  t_spacing = HoldSpacing{};
+}
+
+}  // namespace orion::interpose

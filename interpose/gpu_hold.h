@@ -1,0 +1,108 @@
+// Holding best-effort work on the GPU instead of on the CPU (priority mode, knob gpu_hold): a
+// best-effort launch goes to the driver at once, behind a stream wait on the gate area's
+// gpu_hold word (cuStreamWaitValue32: run on once the word is 0). A high-priority launch sets
+// the word (a CPU store: the best-effort kernels already queued stop at their next wait), and a
+// hold keeper thread in each best-effort process clears it as soon as the GPU's high-priority
+// clients are idle by the gate's own rule (HighPriorityBusy: nothing in flight, grace over), so
+// the work the trainer queued meanwhile starts on the GPU with no CPU round trip to refill it.
+//
+// The word holds 0 (open) or the hold's epoch (never 0); a keeper opens only the epoch it saw
+// held, so a hold set again in between stays. The keeper opens whatever the state of the
+// server, the knob or the high-priority clients says nobody is to be protected: a dead server, a
+// high-priority client that died holding it, or a tenant's bogus word never stall best-effort
+// work for longer than the gate itself would.
+//
+// The decision functions are pure over shared memory (tests/interpose/launch_gate_test.cc);
+// QueueHoldWait and the keeper (gpu_hold.cc) talk to the driver.
+//
+// Usage:
+//   high-priority launch:  bool woke = HoldGpu(gate);  launch;  if (woke) WakeHoldKeepers(gate);
+//   best-effort launch:    if (GpuHoldOn(gpu) && QueueHoldWait(reg, stream, ptsz, estimate, graph)) launch;
+#pragma once
+
+#include <stdint.h>
+
+#include <atomic>
+
+#include "interpose/cuda_abi.h"
+#include "interpose/launch_gate.h"
+
+namespace orion::interpose {
+
+struct Registration;
+
+// Priority mode with the gpu_hold knob on.
+inline bool GpuHoldOn(const contract::GpuState& gpu) {
+  return gpu.gpu_hold.load(std::memory_order_relaxed) != 0 &&
+         gpu.mode.load(std::memory_order_relaxed) ==
+             static_cast<uint32_t>(contract::GateMode::kPriority);
+}
+
+// A high-priority launch, before it goes: sets the word unless it is held already (one load on
+// the common path). True when this call took the hold: wake the keepers after the launch.
+inline bool HoldGpu(contract::GateArea& gate) {
+  auto& word = gate.words.gpu_hold;
+  uint32_t seen = word.load(std::memory_order_relaxed);
+  while (seen == 0) {
+    uint32_t epoch = gate.words.hold_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (epoch == 0) epoch = 1;
+    if (word.compare_exchange_weak(seen, epoch, std::memory_order_seq_cst)) return true;
+  }
+  return false;
+}
+
+// Whether the hold may be opened now: the knob is off, the server is gone, no other client is
+// high priority, or none of them is busy. Otherwise *wake_by_ns is when to look again at the
+// latest (the end of their grace), 0 if only a completion can change the answer.
+inline bool HoldMayOpen(const contract::Board& board, const contract::GpuState& gpu,
+                        const contract::GateArea& gate, uint32_t own_slot, uint64_t now_ns,
+                        uint64_t* wake_by_ns) {
+  *wake_by_ns = 0;
+  if (!GpuHoldOn(gpu) || !ServerAlive(board, now_ns) || !HighPriorityPresent(gpu, own_slot)) {
+    return true;
+  }
+  const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
+  if (!hp.busy) return true;
+  *wake_by_ns = hp.grace_ends_ns;
+  return false;
+}
+
+// Opens the hold of `epoch`; false if the word changed (opened, or held again since).
+inline bool OpenGpuHold(contract::GateArea& gate, uint32_t epoch) {
+  return gate.words.gpu_hold.compare_exchange_strong(epoch, 0, std::memory_order_seq_cst);
+}
+
+// Where a thread's best-effort launches put their stream waits: before the first launch on a
+// stream, before every CUDA graph, and once the estimated work queued since the last wait would
+// pass `spacing_ns` (the GPU's be_budget_ns; 0: before every launch). What runs on after the
+// word is set is the kernel running then plus at most that much.
+struct HoldSpacing {
+  uint64_t stream = ~0ull;
+  uint64_t queued_ns = 0;
+};
+
+inline bool NeedsHoldWait(HoldSpacing& s, uint64_t stream, uint64_t estimate_ns, bool graph,
+                          uint64_t spacing_ns) {
+  if (graph || s.stream != stream || s.queued_ns + estimate_ns > spacing_ns) {
+    s.stream = stream;
+    s.queued_ns = graph ? spacing_ns + 1 : estimate_ns;  // nothing rides behind a graph's wait
+    return true;
+  }
+  s.queued_ns += estimate_ns;
+  return false;
+}
+
+// Best-effort launch on `stream` of the registration's GPU, gpu_hold on: queues the stream wait
+// where NeedsHoldWait says so, and starts the process's keeper for the GPU. False where the GPU
+// cannot hold (the word cannot be registered with the driver, no wait-value entry point, or the
+// wait was refused): the caller holds the launch at the gate on the CPU instead.
+bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream,
+                   uint64_t estimate_ns, bool graph);
+
+// Wakes the keepers asleep on an open word (after a launch that took the hold).
+void WakeHoldKeepers(contract::GateArea& gate);
+
+// After fork(): the child has no keeper threads.
+void ResetHoldAfterFork();
+
+}  // namespace orion::interpose
