@@ -26,6 +26,10 @@ inline constexpr uint32_t kDefaultSpinNs = 20'000;          // spin before block
 inline constexpr uint32_t kMaxSpinNs = 1'000'000;
 inline constexpr uint64_t kDefaultHpStaleNs = 1'000'000'000;  // HP work without progress: ignored
 inline constexpr uint64_t kDefaultHpGraceNs = 500'000;      // CPU gaps inside one request
+// Priority mode holds best-effort work on the GPU (interpose/gpu_hold.h): 3 H200 rounds of two
+// CUDA-graph services beside an LM trainer, against the gate on the CPU: p50 1.48x vs 1.71x and
+// 1.41x vs 1.55x, harvest 0.75 vs 0.56 and 0.82 vs 0.61 (docs/benchmarks.md).
+inline constexpr bool kDefaultGpuHold = true;
 
 enum class HighPriorityActivity {
   kIdle,      // nothing in flight (or only stale work) and the grace period over

@@ -38,8 +38,6 @@ struct DeviceHold {
 DeviceHold g_hold[kMaxDevices];
 pthread_mutex_t g_hold_mutex = PTHREAD_MUTEX_INITIALIZER;
 
-constinit thread_local HoldSpacing t_spacing ORION_INITIAL_EXEC_TLS;
-
 void NoteUnusable(const char* why) {
   if (Config().quiet) return;
   char line[256];
@@ -161,8 +159,7 @@ void EnsureKeeper(DeviceHold& h, Registration* reg) {
 
 }  // namespace
 
-bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream,
-                   uint64_t estimate_ns, bool graph) {
+bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream) {
   if (reg->device < 0 || reg->device >= kMaxDevices) return false;
   DeviceHold& h = g_hold[reg->device];
   if (h.state.load(std::memory_order_relaxed) == kHoldUnusable &&
@@ -171,20 +168,11 @@ bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream,
   }
   if (!RegisterWord(h, reg->gate)) return false;
   EnsureKeeper(h, reg);
-  const uint64_t spacing = reg->gpu->be_budget_ns.load(std::memory_order_relaxed);
-  if (!NeedsHoldWait(t_spacing, reinterpret_cast<uint64_t>(stream), estimate_ns, graph,
-                     spacing)) {
-    return true;
-  }
   auto wait = per_thread_stream ? ORION_DRIVER(cuStreamWaitValue32_v2_ptsz)
                                 : ORION_DRIVER(cuStreamWaitValue32_v2);
   if (wait == nullptr) wait = ORION_DRIVER(cuStreamWaitValue32_v2);
-  if (wait(stream, h.word_dptr.load(std::memory_order_relaxed), 0, CU_STREAM_WAIT_VALUE_EQ) !=
-      CUDA_SUCCESS) {
-    t_spacing = HoldSpacing{};  // the next launch tries again
-    return false;
-  }
-  return true;
+  return wait(stream, h.word_dptr.load(std::memory_order_relaxed), 0,
+              CU_STREAM_WAIT_VALUE_EQ) == CUDA_SUCCESS;
 }
 
 void WakeHoldKeepers(contract::GateArea& gate) {
@@ -202,7 +190,6 @@ void ResetHoldAfterFork() {
     h.keeper_started.store(0, std::memory_order_relaxed);
     h.keeper_reg.store(nullptr, std::memory_order_relaxed);
   }
-  t_spacing = HoldSpacing{};
 }
 
 }  // namespace orion::interpose

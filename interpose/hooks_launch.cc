@@ -133,7 +133,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool paused = slot.paused.load(std::memory_order_relaxed) != 0;
   if ((gated && HighPriorityPresent(gpu, reg->slot_index) &&
        !(!paused && GpuHoldOn(gpu) &&
-         QueueHoldWait(reg, info.stream, info.per_thread_stream, estimate, info.graph))) ||
+         QueueHoldWait(reg, info.stream, info.per_thread_stream))) ||
       paused) {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
                         BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns);

@@ -44,7 +44,7 @@ struct GateKnobs {  // defaults: contract/gate_rules.h
   uint32_t spin_ns = contract::kDefaultSpinNs;
   uint64_t hp_stale_ns = contract::kDefaultHpStaleNs;
   uint64_t hp_grace_ns = contract::kDefaultHpGraceNs;
-  bool gpu_hold = false;  // priority mode: hold best-effort work on the GPU
+  bool gpu_hold = contract::kDefaultGpuHold;  // priority mode: hold best-effort work on the GPU
 };
 
 // What the server found in the gate areas that no honest client writes, and put right.

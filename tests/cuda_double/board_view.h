@@ -114,6 +114,12 @@ class BoardView {
     return n;
   }
   uint64_t Epoch() const { return board_ ? board_->header.server_epoch.load() : 0; }
+  // The GPU's hold word (0: open; interpose/gpu_hold.h).
+  uint32_t Hold(uint32_t gpu) const {
+    return gpu < contract::kMaxGpus && gates_[gpu] != nullptr
+               ? gates_[gpu]->words.gpu_hold.load()
+               : 0;
+  }
   uint32_t Waiters(uint32_t gpu) const {
     return gpu < contract::kMaxGpus && gates_[gpu] != nullptr
                ? gates_[gpu]->words.gate_waiters.load()

@@ -59,11 +59,12 @@ inline std::string MakeTestDir(const char* prefix) {
 
 // orion-server's config for a test in `dir` (socket there, ports the kernel picks,
 // priority mode); returns its path.
-inline std::string WriteServerConfig(const std::string& dir) {
+inline std::string WriteServerConfig(const std::string& dir, const std::string& policy = "") {
   const std::string path = dir + "/orion.yaml";
   std::ofstream(path) << "socket_path: " << dir << "/orion.sock\n"
                       << "admin_address: 127.0.0.1:0\nmetrics_address: 127.0.0.1:0\n"
-                      << "mode: priority\n";
+                      << "mode: priority\n"
+                      << (policy.empty() ? "" : "policy: " + policy + "\n");
   return path;
 }
 

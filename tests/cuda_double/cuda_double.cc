@@ -178,9 +178,24 @@ bool RangeOk(DriverState& s, uint64_t address, size_t bytes, Side side) {
   return DeviceRangeValid(s, address, bytes);
 }
 
+// Whether a stream wait's condition holds for `word` (CUstreamWaitValue_flags).
+bool WaitHolds(uint32_t word, uint32_t value, unsigned int flags) {
+  switch (flags & ~static_cast<unsigned int>(CU_STREAM_WAIT_VALUE_FLUSH)) {
+    case CU_STREAM_WAIT_VALUE_GEQ: return static_cast<int32_t>(word - value) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ: return word == value;
+    case CU_STREAM_WAIT_VALUE_AND: return (word & value) != 0;
+    default: return ~(word | value) != 0;  // NOR
+  }
+}
+
+constexpr uint64_t kStreamWaitLimitNs = 10'000'000'000;  // a wait nobody releases: an error
+
 CUresult StreamSync(CUstream hstream) {
   DriverState& s = State();
   uint64_t until = 0;
+  const std::atomic<uint32_t>* word = nullptr;
+  uint32_t value = 0;
+  unsigned int flags = 0;
   {
     Lock lock(s.mu);
     if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -189,8 +204,48 @@ CUresult StreamSync(CUstream hstream) {
     if (r != CUDA_SUCCESS) return r;
     if (stream->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     until = stream->last_end_ns.load(std::memory_order_acquire);
+    word = stream->wait_word;
+    value = stream->wait_value;
+    flags = stream->wait_flags;
+    stream->wait_word = nullptr;
   }
   SleepUntilNs(until);
+  for (const uint64_t start = NowNs();
+       word != nullptr && !WaitHolds(word->load(std::memory_order_acquire), value, flags);) {
+    if (NowNs() - start > kStreamWaitLimitNs) return CUDA_ERROR_LAUNCH_TIMEOUT;
+    SleepUntilNs(NowNs() + 100'000);
+  }
+  return CUDA_SUCCESS;
+}
+
+// The host range registered around [address, address + bytes), or false.
+bool HostRegistered(DriverState& s, uint64_t address, size_t bytes) {
+  auto it = s.host_registered.upper_bound(address);
+  if (it == s.host_registered.begin()) return false;
+  --it;
+  return address >= it->first && address + bytes <= it->first + it->second;
+}
+
+CUresult StreamWaitValue32(CUstream hstream, CUdeviceptr address, uint32_t value,
+                           unsigned int flags) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  Stream* stream = nullptr;
+  const CUresult r = ResolveStream(s, hstream, &stream);
+  if (r != CUDA_SUCCESS) return r;
+  const unsigned int op = flags & ~static_cast<unsigned int>(CU_STREAM_WAIT_VALUE_FLUSH);
+  if (op > CU_STREAM_WAIT_VALUE_NOR || address % 4 != 0 || !HostRegistered(s, address, 4)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (stream->capture != nullptr) return CUDA_SUCCESS;  // memory-op nodes are not simulated
+  ++s.stream_waits;
+  const auto* word = reinterpret_cast<const std::atomic<uint32_t>*>(address);
+  if (!WaitHolds(word->load(std::memory_order_acquire), value, flags)) {
+    stream->wait_word = word;
+    stream->wait_value = value;
+    stream->wait_flags = flags;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -1026,6 +1081,59 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hstream) {
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   s.Remove(stream);  // queued work still completes on the simulated device
   return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (p == nullptr || bytes == 0 || (flags & ~0xFu) != 0) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t base = reinterpret_cast<uint64_t>(p);
+  auto next = s.host_registered.lower_bound(base);
+  if ((next != s.host_registered.end() && next->first < base + bytes) ||
+      orion::cuda_double::HostRegistered(s, base, 1)) {
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  }
+  s.host_registered[base] = bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void* p) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  return s.host_registered.erase(reinterpret_cast<uint64_t>(p)) == 1
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* p, unsigned int flags) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dptr == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!orion::cuda_double::HostRegistered(s, reinterpret_cast<uint64_t>(p), 1)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *dptr = reinterpret_cast<CUdeviceptr>(p);  // one address space, as with unified addressing
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr address, cuuint32_t value,
+                                        unsigned int flags) {
+  return orion::cuda_double::StreamWaitValue32(stream, address, value, flags);
+}
+
+CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr address,
+                                             cuuint32_t value, unsigned int flags) {
+  return orion::cuda_double::StreamWaitValue32(stream, address, value, flags);
+}
+
+// Not a driver entry point: the stream waits this process queued (tests read it by dlsym).
+uint64_t orion_double_stream_waits() {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  return s.stream_waits;
 }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hstream) {

@@ -62,6 +62,12 @@ struct Stream {
   unsigned int flags = 0;
   std::atomic<uint64_t> last_end_ns{0};  // end of the last kernel queued on this stream
   Graph* capture = nullptr;              // non-null while capturing (registry mutex)
+  // The last stream wait on host memory (cuStreamWaitValue32) that did not hold when queued:
+  // a synchronize on the stream returns once it holds (the double's one model of a wait: the
+  // kernels behind it are still timed from their launch).
+  const std::atomic<uint32_t>* wait_word = nullptr;
+  uint32_t wait_value = 0;
+  unsigned int wait_flags = 0;
 };
 
 // CUDA arrays: handles only (the double keeps no texture memory).
@@ -158,6 +164,8 @@ struct DriverState {
   Context* primary[kMaxSimDevices] = {};
   std::map<uint64_t, Allocation> allocations;  // base address -> allocation or VMM mapping
   std::map<uint64_t, size_t> reservations;     // cuMemAddressReserve ranges
+  std::map<uint64_t, size_t> host_registered;  // cuMemHostRegister ranges (device address = host)
+  uint64_t stream_waits = 0;                   // cuStreamWaitValue32 calls that succeeded
 
   template <typename T>
   T* Find(const void* handle) {

@@ -42,7 +42,9 @@ class FaultsTest : public ::testing::Test {
   void SetUp() override {
     dir_ = orion::testing::MakeTestDir("orion-restart");
     ASSERT_FALSE(dir_.empty());
-    config_ = orion::testing::WriteServerConfig(dir_);
+    // These faults are the gate's on the CPU (what a GPU that cannot hold falls back to, and
+    // gpu_hold=false): a held trainer's launches stand still there. The GPU hold has its own.
+    config_ = orion::testing::WriteServerConfig(dir_, "{gpu_hold: false}");
     env_ = orion::testing::ClientEnv(dir_, "4Gi", ORION_INTERPOSE_LIB, ORION_CUDA_DOUBLE_DIR);
   }
   void TearDown() override {
@@ -234,6 +236,63 @@ TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100m
   printf("{\"case\":\"hp-sigkill-mid-kernel\",\"trainer_released_ms\":%.1f}\n",
          released_after * 1e3);
   EXPECT_LE(released_after, 0.500);
+}
+
+// gpu_hold: the trainer's launches go on until its step's synchronize, where its stream waits on
+// the hold word the service took; the service killed, its slot goes and the trainer's keeper
+// opens the word, and the trainer steps again.
+TEST_F(FaultsTest, HighPriorityClientKilledWhileHoldingTheGpuOpensItWithin500ms) {
+  config_ = orion::testing::WriteServerConfig(dir_, "{gpu_hold: true}");
+  StartServer();
+  std::vector<std::string> hp_env = env_, be_env = env_;
+  hp_env.push_back("ORION_PRIORITY=high");
+  be_env.push_back("ORION_PRIORITY=best-effort");
+  service_ = StartProcess({ORION_SAMPLE_INFER, "--rate", "0", "--requests", "100", "--kernels", "1",
+                           "--kernel-us", "400000", "--warmup", "0"},
+                          hp_env, dir_ + "/service.log");
+  ASSERT_GE(WaitForSlot(service_, 10.0), 0) << ReadFile(dir_ + "/server.log");
+  trainer_ =
+      StartProcess({ORION_SAMPLE_TRAIN, "--seconds", "6", "--kernels", "10", "--kernel-us", "1000"},
+                   be_env, dir_ + "/trainer.log");
+  ASSERT_GE(WaitForSlot(trainer_, 10.0), 0) << ReadFile(dir_ + "/trainer.log");
+
+  BoardView board(server_);
+  const c::ClientSlot* be = board.SlotOf(trainer_);
+  ASSERT_NE(be, nullptr);
+  const auto* be_counters = board.CountersOf(trainer_);
+  ASSERT_NE(be_counters, nullptr);
+  const uint32_t gpu = be->gpu.load();
+  // Held on the GPU: the word taken, the trainer's keeper waiting, its launches standing still
+  // behind its synchronize, and never held at the gate on the CPU.
+  uint64_t before = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        before = be_counters->launches.load();
+        usleep(150'000);
+        return board.Hold(gpu) != 0 && board.Waiters(gpu) > 0 && before > 0 &&
+               be_counters->launches.load() == before;
+      },
+      10.0))
+      << "the trainer never stood still behind the hold";
+  EXPECT_EQ(be_counters->throttled_ns.load(), 0u);
+
+  const double killed_at = NowS();
+  kill(service_, SIGKILL);
+  waitpid(service_, nullptr, 0);
+  service_ = -1;
+  double released_after = -1;
+  while (NowS() - killed_at < 2.0) {
+    if (be_counters->launches.load() > before) {
+      released_after = NowS() - killed_at;
+      break;
+    }
+    usleep(1'000);
+  }
+  ASSERT_GE(released_after, 0) << "the trainer stayed held after its holder died";
+  printf("{\"case\":\"hp-sigkill-holding-the-gpu\",\"trainer_released_ms\":%.1f}\n",
+         released_after * 1e3);
+  EXPECT_LE(released_after, 0.500);
+  EXPECT_EQ(board.Hold(gpu), 0u);
 }
 
 }  // namespace

@@ -50,6 +50,11 @@ namespace {
   X(cuStreamDestroy, 4000, cuStreamDestroy_v2, cuStreamDestroy_v2)                          \
   X(cuStreamSynchronize, 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz)               \
   X(cuStreamQuery, 2000, cuStreamQuery, cuStreamQuery_ptsz)                                 \
+  X(cuStreamWaitValue32, 12000, cuStreamWaitValue32_v2, cuStreamWaitValue32_v2_ptsz)        \
+  X(cuMemHostRegister, 6050, cuMemHostRegister_v2, cuMemHostRegister_v2)                    \
+  X(cuMemHostUnregister, 4000, cuMemHostUnregister, cuMemHostUnregister)                    \
+  X(cuMemHostGetDevicePointer, 3020, cuMemHostGetDevicePointer_v2,                          \
+    cuMemHostGetDevicePointer_v2)                                                           \
   X(cuEventCreate, 2000, cuEventCreate, cuEventCreate)                                      \
   X(cuEventRecord, 2000, cuEventRecord, cuEventRecord_ptsz)                                 \
   X(cuEventQuery, 2000, cuEventQuery, cuEventQuery)                                         \

@@ -226,6 +226,64 @@ TEST_F(InterposeIntegrationTest, BestEffortWaitsWhileHighPriorityWorkRuns) {
   EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
 }
 
+// gpu_hold: a best-effort client's launches go at once, each behind a stream wait on the gate's
+// word, which a pretend high-priority client holds for 300 ms; the probe's stream synchronize
+// returns only once the process's hold keeper has opened the word (the high-priority client
+// idle), and nothing was held on the CPU.
+TEST_F(InterposeIntegrationTest, GpuHoldQueuesBestEffortWorkBehindTheWordAndItsKeeperOpensIt) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  c::GpuState& gpu = registrar.board().gpus[0];
+  gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
+  gpu.gpu_hold.store(1);
+  gpu.hp_stale_ns.store(1'000'000'000);
+  c::SlotGate& hp = registrar.gate().slots[200];
+  auto& words = registrar.gate().words;
+  gpu.hp_slot_mask[200 / 64].fetch_or(1ull << (200 % 64));
+  hp.inflight.store(1);
+  hp.last_progress_ns.store(NowNs());
+  words.gpu_hold.store(7);  // held by the high-priority client
+  std::thread hp_done([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    hp.inflight.store(0);
+    words.gate_seq.fetch_add(1);
+    syscall(SYS_futex, &words.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "2");
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  hp_done.join();
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_EQ(registrar.area(0)->counters.throttled_ns.load(), 0u);  // never held on the CPU
+  EXPECT_EQ(CountKind(registrar.Drain(0), c::EventKind::kThrottled), 0);
+  EXPECT_GE(elapsed, std::chrono::milliseconds(250));  // its stream waited for the word
+  // Two launches, cuLaunchKernelEx, cuGetProcAddress's and dlsym's, and the graph replay (its
+  // capture queues none).
+  ASSERT_TRUE(run.values.count("stream_waits")) << run.err;
+  EXPECT_GE(std::stoull(run.values.at("stream_waits")), 6u);
+  EXPECT_EQ(words.gpu_hold.load(), 0u);  // the keeper opened it
+  EXPECT_EQ(words.gate_waiters.load(), 0u);
+  EXPECT_EQ(words.be_outstanding_ns.load(), 0u);  // nothing charged to the CPU gate's budget
+}
+
+// A high-priority client's launch takes the hold while a best-effort client shares the GPU, and
+// nothing opens it while no best-effort process keeps it; with the knob off it never does.
+TEST_F(InterposeIntegrationTest, HighPriorityLaunchesTakeTheGpuHold) {
+  for (const uint32_t knob : {0u, 1u}) {
+    unlink((dir_ + "/orion.sock").c_str());  // the previous turn's registrar's
+    TestRegistrar registrar(dir_, 0, /*honour_priority=*/true);
+    c::GpuState& gpu = registrar.board().gpus[0];
+    gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
+    gpu.be_clients.store(1);
+    gpu.gpu_hold.store(knob);
+    const ProbeRun run =
+        RunProbe("ORION_PRIORITY=high ORION_SOCKET=" + registrar.socket_path(), "2");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(registrar.gate().words.gpu_hold.load() != 0, knob == 1) << "knob " << knob;
+    EXPECT_EQ(run.values.at("stream_waits"), "0");  // high priority never waits on it
+  }
+}
+
 // A paused client's launches wait until it is resumed, and the wait is reported as paused time
 // (kThrottled with kPausedWait), apart from time held at the gate, which a pass-through gate
 // never adds.

@@ -138,6 +138,11 @@ int Run(int launches, bool fork_child, bool bench) {
   // Let the interposer's completion poller observe the last events before exit.
   timespec settle{0, 50'000'000};
   nanosleep(&settle, nullptr);
+  // The driver test double counts the stream waits on host memory this process queued.
+  using StreamWaits = unsigned long long (*)();
+  if (auto waits = reinterpret_cast<StreamWaits>(dlsym(RTLD_DEFAULT, "orion_double_stream_waits"))) {
+    printf("stream_waits=%llu\n", waits());
+  }
   printf("done=1\n");
   fflush(stdout);
   return 0;

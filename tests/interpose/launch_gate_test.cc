@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "interpose/gpu_hold.h"
 #include "interpose/kernel_registry.h"
 
 namespace orion::interpose {
@@ -369,6 +370,66 @@ TEST_F(LaunchGateTest, WaiterWakesWhenGracePeriodEndsWithoutACompletion) {
 }
 
 // NCCL's collectives under their names across versions (mangled or not); nothing else.
+// gpu_hold: a high-priority launch takes the hold once (its epoch, never 0), a keeper opens only
+// the epoch it saw, and the hold may open exactly when the gate would let best-effort work go
+// uncharged by high-priority activity: idle, knob off, server gone, no other HP client.
+TEST_F(LaunchGateTest, GpuHoldIsTakenOnceAndOpenedOnlyForTheEpochSeen) {
+  auto& word = gate_->words.gpu_hold;
+  EXPECT_TRUE(HoldGpu(*gate_));
+  const uint32_t first = word.load();
+  EXPECT_NE(first, 0u);
+  EXPECT_FALSE(HoldGpu(*gate_));  // held already: no new epoch, no wake
+  EXPECT_EQ(word.load(), first);
+  EXPECT_TRUE(OpenGpuHold(*gate_, first));
+  EXPECT_EQ(word.load(), 0u);
+  // Held again between a keeper's look and its open: the new hold stays.
+  EXPECT_TRUE(HoldGpu(*gate_));
+  const uint32_t second = word.load();
+  EXPECT_NE(second, first);
+  EXPECT_FALSE(OpenGpuHold(*gate_, first));
+  EXPECT_EQ(word.load(), second);
+  // The epoch counter wraps past 0 without producing an open-looking hold.
+  EXPECT_TRUE(OpenGpuHold(*gate_, second));
+  gate_->words.hold_epoch.store(0xFFFFFFFFu);
+  EXPECT_TRUE(HoldGpu(*gate_));
+  EXPECT_EQ(word.load(), 1u);
+}
+
+TEST_F(LaunchGateTest, GpuHoldOpensWhenNothingIsLeftToProtect) {
+  gpu().gpu_hold.store(1);
+  gpu().hp_grace_ns.store(500'000);
+  EXPECT_TRUE(GpuHoldOn(gpu()));
+  uint64_t wake_by = 1;
+  // No other high-priority client: open.
+  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(wake_by, 0u);
+  // One with work in flight: held, and only a completion changes that.
+  MarkHighPriority(130, 1, now_);
+  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(wake_by, 0u);
+  // The client itself is never held by its own slot.
+  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 130, now_, &wake_by));
+  // Done 100 us ago: held until its grace ends, and the keeper learns when.
+  MarkHighPriority(130, 0, now_ - 100'000);
+  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(wake_by, now_ + 400'000);
+  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_ + 400'001, &wake_by));
+  // Busy again; the knob off, another mode or a silent server all open it.
+  MarkHighPriority(130, 1, now_);
+  gpu().gpu_hold.store(0);
+  EXPECT_FALSE(GpuHoldOn(gpu()));
+  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  gpu().gpu_hold.store(1);
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
+  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
+  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  const uint64_t later = now_ + kServerHeartbeatTimeoutNs + 1;
+  MarkHighPriority(130, 1, later);  // still progressing: only the server's silence opens it
+  gpu().hp_stale_ns.store(later);
+  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, later, &wake_by));
+}
+
 TEST(KernelClassTest, NamesCollectivesThatTheGateNeverHolds) {
   using contract::IsCommunicationKernelName;
   EXPECT_TRUE(IsCommunicationKernelName("ncclKernel_AllReduce_RING_LL_Sum_float"));
