@@ -308,7 +308,9 @@ struct alignas(64) SlotGate {
   std::atomic<uint32_t> hp_kernel_class;  // class of the last HP launch (a graph in flight
                                           // stays), kernel_class.h encoding (value + 1; 0 unknown)
   std::atomic<uint32_t> busy_seq;         // bumped when a busy period starts
-  uint32_t reserved0;
+  // 1: the client's last launch was a CUDA graph; gpu_hold holds best-effort work on the GPU
+  // only for such clients (interpose/gpu_hold.h says why).
+  std::atomic<uint32_t> launches_graphs;
   std::atomic<uint64_t> busy_start_ns;     // when the current busy period began
   std::atomic<uint64_t> last_progress_ns;  // CLOCK_MONOTONIC of the last launch/completion
   uint8_t reserved[32];

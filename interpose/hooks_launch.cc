@@ -132,7 +132,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // once, behind a stream wait on the gate's word where one is due (gpu_hold.h).
   const bool paused = slot.paused.load(std::memory_order_relaxed) != 0;
   if ((gated && HighPriorityPresent(gpu, reg->slot_index) &&
-       !(!paused && GpuHoldOn(gpu) &&
+       !(!paused && GpuHoldOn(gpu) && HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index) &&
          QueueHoldWait(reg, info.stream, info.per_thread_stream))) ||
       paused) {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
@@ -189,8 +189,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       ReleaseBudget(*reg->gate, ticket.budget_ns);  // untracked: do not leak the charge
     }
   }
-  // Before the launch: what best-effort clients queued stops at its next stream wait.
-  const bool took_hold = high && GpuHoldOn(gpu) &&
+  // Before the launch: what best-effort clients queued stops at its next stream wait (graphs
+  // only, see HoldsOnGpuFor).
+  if (high) NoteHighPriorityGraph(own_gate, info.graph);
+  const bool took_hold = high && info.graph && GpuHoldOn(gpu) &&
                          gpu.be_clients.load(std::memory_order_relaxed) != 0 &&
                          HoldGpu(*reg->gate);
   if (high) {

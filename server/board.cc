@@ -240,6 +240,7 @@ std::optional<uint32_t> NodeBoard::AssignSlot(uint32_t client_id, uint32_t pid, 
     entry.inflight.store(0, std::memory_order_relaxed);
     entry.hp_kernel_class.store(0, std::memory_order_relaxed);
     entry.busy_seq.store(0, std::memory_order_relaxed);
+    entry.launches_graphs.store(0, std::memory_order_relaxed);
     entry.busy_start_ns.store(0, std::memory_order_relaxed);
     entry.last_progress_ns.store(0, std::memory_order_relaxed);
     s.client_id.store(client_id, std::memory_order_relaxed);

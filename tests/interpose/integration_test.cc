@@ -241,7 +241,8 @@ TEST_F(InterposeIntegrationTest, GpuHoldQueuesBestEffortWorkBehindTheWordAndItsK
   gpu.hp_slot_mask[200 / 64].fetch_or(1ull << (200 % 64));
   hp.inflight.store(1);
   hp.last_progress_ns.store(NowNs());
-  words.gpu_hold.store(7);  // held by the high-priority client
+  hp.launches_graphs.store(1);  // a graph service: held on the GPU for it
+  words.gpu_hold.store(7);      // held by the high-priority client
   std::thread hp_done([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     hp.inflight.store(0);
@@ -279,7 +280,9 @@ TEST_F(InterposeIntegrationTest, HighPriorityLaunchesTakeTheGpuHold) {
     const ProbeRun run =
         RunProbe("ORION_PRIORITY=high ORION_SOCKET=" + registrar.socket_path(), "2");
     ASSERT_EQ(run.exit_code, 0) << run.err;
+    // The probe's last launch is a graph replay: it takes the hold, and says it launches graphs.
     EXPECT_EQ(registrar.gate().words.gpu_hold.load() != 0, knob == 1) << "knob " << knob;
+    EXPECT_EQ(registrar.gate().slots[0].launches_graphs.load(), 1u);
     EXPECT_EQ(run.values.at("stream_waits"), "0");  // high priority never waits on it
   }
 }

@@ -430,6 +430,22 @@ TEST_F(LaunchGateTest, GpuHoldOpensWhenNothingIsLeftToProtect) {
   EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, later, &wake_by));
 }
 
+// The hold applies on the GPU only for high-priority clients that launch graphs (not for an
+// eager service, nor for a client's own slot), as each client's last launch says.
+TEST_F(LaunchGateTest, GpuHoldOnlyForHighPriorityClientsLaunchingGraphs) {
+  EXPECT_FALSE(HoldsOnGpuFor(*gate_, gpu(), 3));
+  MarkHighPriority(130, 1, now_);
+  NoteHighPriorityGraph(gate_->slots[130], false);
+  EXPECT_FALSE(HoldsOnGpuFor(*gate_, gpu(), 3));
+  NoteHighPriorityGraph(gate_->slots[130], true);
+  EXPECT_TRUE(HoldsOnGpuFor(*gate_, gpu(), 3));
+  EXPECT_FALSE(HoldsOnGpuFor(*gate_, gpu(), 130));
+  NoteHighPriorityGraph(gate_->slots[130], false);  // an eager launch after the graph
+  EXPECT_FALSE(HoldsOnGpuFor(*gate_, gpu(), 3));
+  gate_->slots[131].launches_graphs.store(1);  // not marked high priority: never read
+  EXPECT_FALSE(HoldsOnGpuFor(*gate_, gpu(), 3));
+}
+
 TEST(KernelClassTest, NamesCollectivesThatTheGateNeverHolds) {
   using contract::IsCommunicationKernelName;
   EXPECT_TRUE(IsCommunicationKernelName("ncclKernel_AllReduce_RING_LL_Sum_float"));
