@@ -239,7 +239,7 @@ TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100m
 }
 
 // gpu_hold: the trainer's launches go on until its step's synchronize, where its stream waits on
-// the hold word the service took; the service killed, its slot goes and the trainer's keeper
+// the hold word the graph service took; the service killed, its slot goes and the trainer's keeper
 // opens the word, and the trainer steps again.
 TEST_F(FaultsTest, HighPriorityClientKilledWhileHoldingTheGpuOpensItWithin500ms) {
   config_ = orion::testing::WriteServerConfig(dir_, "{gpu_hold: true}");
@@ -247,8 +247,9 @@ TEST_F(FaultsTest, HighPriorityClientKilledWhileHoldingTheGpuOpensItWithin500ms)
   std::vector<std::string> hp_env = env_, be_env = env_;
   hp_env.push_back("ORION_PRIORITY=high");
   be_env.push_back("ORION_PRIORITY=best-effort");
+  // A graph service (the hold is on the GPU for those) replaying 400 ms requests back to back.
   service_ = StartProcess({ORION_SAMPLE_INFER, "--rate", "0", "--requests", "100", "--kernels", "1",
-                           "--kernel-us", "400000", "--warmup", "0"},
+                           "--kernel-us", "400000", "--warmup", "0", "--graph"},
                           hp_env, dir_ + "/service.log");
   ASSERT_GE(WaitForSlot(service_, 10.0), 0) << ReadFile(dir_ + "/server.log");
   trainer_ =
