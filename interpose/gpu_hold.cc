@@ -103,7 +103,10 @@ void KeepHold(Registration* reg, uint32_t epoch) {
     const uint32_t seq = words.gate_seq.load(std::memory_order_acquire);
     const uint64_t now = MonotonicNs();
     uint64_t wake_by = 0;
-    if (HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &wake_by)) {
+    // A registration the server took back (an upgrade's new server): its area protects nobody
+    // any more, and streams may still wait on its word.
+    if (!reg->StillOwned() ||
+        HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &wake_by)) {
       OpenGpuHold(gate, epoch);
       break;
     }
@@ -118,12 +121,17 @@ void* KeeperMain(void* arg) {
   DeviceHold& h = *static_cast<DeviceHold*>(arg);
   for (;;) {
     Registration* reg = h.keeper_reg.load(std::memory_order_acquire);
-    if (reg == nullptr || !reg->StillOwned()) {
+    if (reg == nullptr) {
       FutexWaitPrivate(&h.keeper_started, 1, kKeeperIdleLookNs);
       continue;
     }
     contract::GateArea& gate = *reg->gate;
     const uint32_t epoch = gate.words.gpu_hold.load(std::memory_order_acquire);
+    if (!reg->StillOwned()) {  // opened (KeepHold), then wait for a launch on the new one
+      if (epoch != 0) KeepHold(reg, epoch);
+      FutexWaitPrivate(&h.keeper_started, 1, kKeeperIdleLookNs);
+      continue;
+    }
     if (epoch != 0) {
       KeepHold(reg, epoch);
       continue;
