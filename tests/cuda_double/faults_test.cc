@@ -100,6 +100,20 @@ class FaultsTest : public ::testing::Test {
     return -1;
   }
 
+  // Kills the service and waits up to 2 s for the trainer to launch past `before`; the seconds
+  // that took, or -1.
+  double KillServiceUntilTrainerLaunches(const c::ClientArea::Counters* trainer, uint64_t before) {
+    const double killed_at = NowS();
+    kill(service_, SIGKILL);
+    waitpid(service_, nullptr, 0);
+    service_ = -1;
+    while (NowS() - killed_at < 2.0) {
+      if (trainer->launches.load() > before) return NowS() - killed_at;
+      usleep(1'000);
+    }
+    return -1;
+  }
+
   // Runs a service and a trainer, stops the server with `signal`, starts a new one, and checks
   // that both clients register with it by themselves, as they were, and are enforced again.
   void RestartUnderLoad(int signal, const char* label);
@@ -220,21 +234,9 @@ TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100m
   ASSERT_EQ(be_counters->launches.load(), before) << "the trainer was not held";
   ASSERT_GT(board.Waiters(be->gpu.load()), 0u) << "the trainer is not waiting at the gate";
 
-  const double killed_at = NowS();
-  kill(service_, SIGKILL);
-  waitpid(service_, nullptr, 0);
-  service_ = -1;
-  double released_after = -1;
-  while (NowS() - killed_at < 2.0) {
-    if (be_counters->launches.load() > before) {
-      released_after = NowS() - killed_at;
-      break;
-    }
-    usleep(1'000);
-  }
+  const double released_after = KillServiceUntilTrainerLaunches(be_counters, before);
   ASSERT_GE(released_after, 0) << "the trainer stayed held after its holder died";
-  printf("{\"case\":\"hp-sigkill-mid-kernel\",\"trainer_released_ms\":%.1f}\n",
-         released_after * 1e3);
+  printf("{\"case\":\"hp-sigkill-mid-kernel\",\"trainer_released_ms\":%.1f}\n", released_after * 1e3);
   EXPECT_LE(released_after, 0.500);
 }
 
@@ -277,21 +279,9 @@ TEST_F(FaultsTest, HighPriorityClientKilledWhileHoldingTheGpuOpensItWithin500ms)
       << "the trainer never stood still behind the hold";
   EXPECT_EQ(be_counters->throttled_ns.load(), 0u);
 
-  const double killed_at = NowS();
-  kill(service_, SIGKILL);
-  waitpid(service_, nullptr, 0);
-  service_ = -1;
-  double released_after = -1;
-  while (NowS() - killed_at < 2.0) {
-    if (be_counters->launches.load() > before) {
-      released_after = NowS() - killed_at;
-      break;
-    }
-    usleep(1'000);
-  }
+  const double released_after = KillServiceUntilTrainerLaunches(be_counters, before);
   ASSERT_GE(released_after, 0) << "the trainer stayed held after its holder died";
-  printf("{\"case\":\"hp-sigkill-holding-the-gpu\",\"trainer_released_ms\":%.1f}\n",
-         released_after * 1e3);
+  printf("{\"case\":\"hp-sigkill-holding-the-gpu\",\"trainer_released_ms\":%.1f}\n", released_after * 1e3);
   EXPECT_LE(released_after, 0.500);
   EXPECT_EQ(board.Hold(gpu), 0u);
 }

@@ -87,6 +87,23 @@ class InterposeIntegrationTest : public ::testing::Test {
   std::string dir_;
 };
 
+// A pretend high-priority client in slot 200 of the registrar's GPU, busy with work in flight for
+// 300 ms (launching graphs or not); the returned thread ends it and wakes the gate's waiters.
+std::thread PretendBusyHighPriority(TestRegistrar& registrar, bool graphs) {
+  c::SlotGate& hp = registrar.gate().slots[200];
+  registrar.board().gpus[0].hp_slot_mask[200 / 64].fetch_or(1ull << (200 % 64));
+  hp.inflight.store(1);
+  hp.last_progress_ns.store(NowNs());
+  hp.launches_graphs.store(graphs ? 1 : 0);
+  return std::thread([&registrar, &hp] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    hp.inflight.store(0);
+    auto& words = registrar.gate().words;
+    words.gate_seq.fetch_add(1);
+    syscall(SYS_futex, &words.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+  });
+}
+
 int CountKind(const std::vector<c::Event>& events, c::EventKind kind) {
   int n = 0;
   for (const auto& e : events) n += e.kind == kind;
@@ -199,18 +216,8 @@ TEST_F(InterposeIntegrationTest, BestEffortWaitsWhileHighPriorityWorkRuns) {
   gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
   gpu.spin_ns.store(50'000);
   gpu.hp_stale_ns.store(1'000'000'000);
-  // A pretend high-priority client in slot 200, busy for 300 ms.
-  c::SlotGate& hp = registrar.gate().slots[200];
   auto& words = registrar.gate().words;
-  gpu.hp_slot_mask[200 / 64].fetch_or(1ull << (200 % 64));
-  hp.inflight.store(1);
-  hp.last_progress_ns.store(NowNs());
-  std::thread hp_done([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    hp.inflight.store(0);
-    words.gate_seq.fetch_add(1);
-    syscall(SYS_futex, &words.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
-  });
+  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/false);
   const auto start = std::chrono::steady_clock::now();
   const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "2");
   const auto elapsed = std::chrono::steady_clock::now() - start;
@@ -236,19 +243,9 @@ TEST_F(InterposeIntegrationTest, GpuHoldQueuesBestEffortWorkBehindTheWordAndItsK
   gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
   gpu.gpu_hold.store(1);
   gpu.hp_stale_ns.store(1'000'000'000);
-  c::SlotGate& hp = registrar.gate().slots[200];
   auto& words = registrar.gate().words;
-  gpu.hp_slot_mask[200 / 64].fetch_or(1ull << (200 % 64));
-  hp.inflight.store(1);
-  hp.last_progress_ns.store(NowNs());
-  hp.launches_graphs.store(1);  // a graph service: held on the GPU for it
-  words.gpu_hold.store(7);      // held by the high-priority client
-  std::thread hp_done([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    hp.inflight.store(0);
-    words.gate_seq.fetch_add(1);
-    syscall(SYS_futex, &words.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
-  });
+  words.gpu_hold.store(7);  // held by the high-priority client, a graph service
+  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true);
   const auto start = std::chrono::steady_clock::now();
   const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "2");
   const auto elapsed = std::chrono::steady_clock::now() - start;
