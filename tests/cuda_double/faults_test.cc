@@ -100,6 +100,23 @@ class FaultsTest : public ::testing::Test {
     return -1;
   }
 
+  // A high-priority service with a 400 ms kernel (or graph of one) always in flight, and a
+  // best-effort trainer of 1 ms kernels; both registered when it returns.
+  void StartBusyServiceAndTrainer(bool graph) {
+    std::vector<std::string> hp_env = env_, be_env = env_;
+    hp_env.push_back("ORION_PRIORITY=high");
+    be_env.push_back("ORION_PRIORITY=best-effort");
+    std::vector<std::string> service = {ORION_SAMPLE_INFER, "--rate", "0", "--requests", "100",
+                                        "--kernels", "1", "--kernel-us", "400000", "--warmup", "0"};
+    if (graph) service.push_back("--graph");
+    service_ = StartProcess(service, hp_env, dir_ + "/service.log");
+    ASSERT_GE(WaitForSlot(service_, 10.0), 0) << ReadFile(dir_ + "/server.log");
+    trainer_ = StartProcess(
+        {ORION_SAMPLE_TRAIN, "--seconds", "6", "--kernels", "10", "--kernel-us", "1000"}, be_env,
+        dir_ + "/trainer.log");
+    ASSERT_GE(WaitForSlot(trainer_, 10.0), 0) << ReadFile(dir_ + "/trainer.log");
+  }
+
   // Kills the service and waits up to 2 s for the trainer to launch past `before`; the seconds
   // that took, or -1.
   double KillServiceUntilTrainerLaunches(const c::ClientArea::Counters* trainer, uint64_t before) {
@@ -208,18 +225,8 @@ TEST_F(FaultsTest, ServerStoppedForAnUpgradeClientsRegisterWithTheNewOne) {
 
 TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100ms) {
   StartServer();
-  std::vector<std::string> hp_env = env_, be_env = env_;
-  hp_env.push_back("ORION_PRIORITY=high");
-  be_env.push_back("ORION_PRIORITY=best-effort");
   // Back-to-back 400 ms kernels: the service always has one in flight, the trainer waits.
-  service_ = StartProcess({ORION_SAMPLE_INFER, "--rate", "0", "--requests", "100", "--kernels", "1",
-                           "--kernel-us", "400000", "--warmup", "0"},
-                          hp_env, dir_ + "/service.log");
-  ASSERT_GE(WaitForSlot(service_, 10.0), 0) << ReadFile(dir_ + "/server.log");
-  trainer_ =
-      StartProcess({ORION_SAMPLE_TRAIN, "--seconds", "6", "--kernels", "10", "--kernel-us", "1000"},
-                   be_env, dir_ + "/trainer.log");
-  ASSERT_GE(WaitForSlot(trainer_, 10.0), 0) << ReadFile(dir_ + "/trainer.log");
+  StartBusyServiceAndTrainer(/*graph=*/false);
 
   BoardView board(server_);
   const c::ClientSlot* be = board.SlotOf(trainer_);
@@ -246,18 +253,8 @@ TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100m
 TEST_F(FaultsTest, HighPriorityClientKilledWhileHoldingTheGpuOpensItWithin500ms) {
   config_ = orion::testing::WriteServerConfig(dir_, "{gpu_hold: true}");
   StartServer();
-  std::vector<std::string> hp_env = env_, be_env = env_;
-  hp_env.push_back("ORION_PRIORITY=high");
-  be_env.push_back("ORION_PRIORITY=best-effort");
   // A graph service (the hold is on the GPU for those) replaying 400 ms requests back to back.
-  service_ = StartProcess({ORION_SAMPLE_INFER, "--rate", "0", "--requests", "100", "--kernels", "1",
-                           "--kernel-us", "400000", "--warmup", "0", "--graph"},
-                          hp_env, dir_ + "/service.log");
-  ASSERT_GE(WaitForSlot(service_, 10.0), 0) << ReadFile(dir_ + "/server.log");
-  trainer_ =
-      StartProcess({ORION_SAMPLE_TRAIN, "--seconds", "6", "--kernels", "10", "--kernel-us", "1000"},
-                   be_env, dir_ + "/trainer.log");
-  ASSERT_GE(WaitForSlot(trainer_, 10.0), 0) << ReadFile(dir_ + "/trainer.log");
+  StartBusyServiceAndTrainer(/*graph=*/true);
 
   BoardView board(server_);
   const c::ClientSlot* be = board.SlotOf(trainer_);

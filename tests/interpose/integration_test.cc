@@ -84,6 +84,11 @@ class InterposeIntegrationTest : public ::testing::Test {
     return run;
   }
 
+  // The probe (2 launches) beside a pretend high-priority client busy for 300 ms
+  // (PretendBusyHighPriority); *elapsed receives the probe's run time.
+  ProbeRun RunBesideBusyHighPriority(TestRegistrar& registrar, bool graphs,
+                                     std::chrono::steady_clock::duration* elapsed);
+
   std::string dir_;
 };
 
@@ -102,6 +107,16 @@ std::thread PretendBusyHighPriority(TestRegistrar& registrar, bool graphs) {
     words.gate_seq.fetch_add(1);
     syscall(SYS_futex, &words.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
   });
+}
+
+ProbeRun InterposeIntegrationTest::RunBesideBusyHighPriority(
+    TestRegistrar& registrar, bool graphs, std::chrono::steady_clock::duration* elapsed) {
+  std::thread hp_done = PretendBusyHighPriority(registrar, graphs);
+  const auto start = std::chrono::steady_clock::now();
+  ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "2");
+  *elapsed = std::chrono::steady_clock::now() - start;
+  hp_done.join();
+  return run;
 }
 
 int CountKind(const std::vector<c::Event>& events, c::EventKind kind) {
@@ -217,11 +232,8 @@ TEST_F(InterposeIntegrationTest, BestEffortWaitsWhileHighPriorityWorkRuns) {
   gpu.spin_ns.store(50'000);
   gpu.hp_stale_ns.store(1'000'000'000);
   auto& words = registrar.gate().words;
-  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/false);
-  const auto start = std::chrono::steady_clock::now();
-  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "2");
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  hp_done.join();
+  std::chrono::steady_clock::duration elapsed;
+  const ProbeRun run = RunBesideBusyHighPriority(registrar, /*graphs=*/false, &elapsed);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   ASSERT_NE(registrar.area(0), nullptr);
   EXPECT_GE(registrar.area(0)->counters.throttled_ns.load(), 100'000'000u);
@@ -245,11 +257,8 @@ TEST_F(InterposeIntegrationTest, GpuHoldQueuesBestEffortWorkBehindTheWordAndItsK
   gpu.hp_stale_ns.store(1'000'000'000);
   auto& words = registrar.gate().words;
   words.gpu_hold.store(7);  // held by the high-priority client, a graph service
-  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true);
-  const auto start = std::chrono::steady_clock::now();
-  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "2");
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  hp_done.join();
+  std::chrono::steady_clock::duration elapsed;
+  const ProbeRun run = RunBesideBusyHighPriority(registrar, /*graphs=*/true, &elapsed);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   ASSERT_NE(registrar.area(0), nullptr);
   EXPECT_EQ(registrar.area(0)->counters.throttled_ns.load(), 0u);  // never held on the CPU
