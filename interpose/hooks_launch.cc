@@ -127,14 +127,15 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const uint32_t kclass = kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0;
 
   GateTicket ticket;
-  // Without a high-priority client on the GPU the gate lets a best-effort launch go uncharged:
-  // asked only where there is one (or the client is paused). With gpu_hold the launch goes at
-  // once, behind a stream wait on the gate's word where one is due (gpu_hold.h).
+  // Beside a high-priority graph service with gpu_hold, the launch goes at once behind a stream
+  // wait on the gate's word (gpu_hold.h). Otherwise, without a high-priority client on the GPU
+  // the gate lets a best-effort launch go uncharged: asked only where there is one (or the
+  // client is paused).
   const bool paused = slot.paused.load(std::memory_order_relaxed) != 0;
-  if ((gated && HighPriorityPresent(gpu, reg->slot_index) &&
-       !(!paused && GpuHoldOn(gpu) && HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index) &&
-         QueueHoldWait(reg, info.stream, info.per_thread_stream))) ||
-      paused) {
+  const bool held_on_gpu = gated && !paused && GpuHoldOn(gpu) &&
+                           HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index) &&
+                           QueueHoldWait(reg, info.stream, info.per_thread_stream);
+  if (paused || (gated && !held_on_gpu && HighPriorityPresent(gpu, reg->slot_index))) {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
                         BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns);
     // Promoted through the admin API while waiting: this launch is already high priority (the

@@ -524,9 +524,10 @@ policy:
   adapt_budget: true                   # adapt be_budget_us to the HP latency target, or
                                        # (priority mode, no target, budget not set) to a tenth
                                        # of the HP service's median busy period
-  gpu_hold: true                       # priority mode: best-effort launches go at once and
-                                       # their streams wait on the GPU while HP work runs (no
-                                       # CPU round trip to refill); false: held on the CPU
+  gpu_hold: true                       # priority mode, beside HP clients launching CUDA
+                                       # graphs: best-effort launches go at once and wait on
+                                       # the GPU while HP work runs (no CPU round trip to
+                                       # refill); false: held at the gate on the CPU
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
   min_latency_target_ms: 5             # a pod's (or orion-run's) lower target is raised to this
   high_priority_per_gpu: 1             # high-priority pods a GPU may hold; more is flagged
