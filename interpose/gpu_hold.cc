@@ -94,10 +94,7 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
 void KeepHold(Registration* reg, uint32_t epoch) {
   contract::GateArea& gate = *reg->gate;
   auto& words = gate.words;
-  if (words.gate_waiters.fetch_add(1, std::memory_order_seq_cst) == 0) {
-    words.tracker_seq.fetch_add(1, std::memory_order_seq_cst);
-    FutexWakeAll(&words.tracker_seq);
-  }
+  CountGateWaiter(gate);
   for (;;) {
     if (words.gpu_hold.load(std::memory_order_acquire) != epoch) break;  // opened or held anew
     const uint32_t seq = words.gate_seq.load(std::memory_order_acquire);
@@ -110,11 +107,9 @@ void KeepHold(Registration* reg, uint32_t epoch) {
       OpenGpuHold(gate, epoch);
       break;
     }
-    uint64_t timeout = kMaxFutexWaitNs;
-    if (wake_by > now && wake_by - now < timeout) timeout = wake_by - now;
-    FutexWait(&words.gate_seq, seq, timeout);
+    FutexWait(&words.gate_seq, seq, GateSleepNs(now, wake_by));
   }
-  words.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
+  UncountGateWaiter(gate);
 }
 
 void* KeeperMain(void* arg) {

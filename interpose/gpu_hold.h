@@ -61,18 +61,9 @@ inline bool HoldGpu(contract::GateArea& gate) {
 // 1.01x, 1.12x and 1.26x held at the gate on the CPU, which drains what was queued first).
 inline bool HoldsOnGpuFor(const contract::GateArea& gate, const contract::GpuState& gpu,
                           uint32_t own_slot) {
-  for (uint32_t w = 0; w < contract::kMaxSlots / 64; ++w) {
-    uint64_t mask = gpu.hp_slot_mask[w].load(std::memory_order_relaxed);
-    while (mask != 0) {
-      const uint32_t index = w * 64 + static_cast<uint32_t>(__builtin_ctzll(mask));
-      mask &= mask - 1;
-      if (index != own_slot &&
-          gate.slots[index].launches_graphs.load(std::memory_order_relaxed) != 0) {
-        return true;
-      }
-    }
-  }
-  return false;
+  return !ForEachOtherHighPriority(gpu, own_slot, [&gate](uint32_t index) {
+    return gate.slots[index].launches_graphs.load(std::memory_order_relaxed) == 0;
+  });
 }
 
 // A high-priority launch publishes whether it is a graph (a store only when that changes).

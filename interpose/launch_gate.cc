@@ -27,6 +27,13 @@ void OpenGate(contract::GateArea& gate) {
   }
 }
 
+void CountGateWaiter(contract::GateArea& gate) {
+  if (gate.words.gate_waiters.fetch_add(1, std::memory_order_seq_cst) == 0) {
+    gate.words.tracker_seq.fetch_add(1, std::memory_order_seq_cst);
+    FutexWakeAll(&gate.words.tracker_seq);
+  }
+}
+
 GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, uint32_t slot_index,
                       const BestEffortLaunch& launch, uint64_t spin_cap_ns) {
   GateTicket ticket;
@@ -69,10 +76,7 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
     if (!held) {
       // Held from here on: completion trackers of every client on this GPU follow closely now.
       held = true;
-      if (words.gate_waiters.fetch_add(1, std::memory_order_seq_cst) == 0) {
-        words.tracker_seq.fetch_add(1, std::memory_order_seq_cst);
-        FutexWakeAll(&words.tracker_seq);
-      }
+      CountGateWaiter(gate);
     }
     const uint64_t spin_ns =
         std::min<uint64_t>(gpu.spin_ns.load(std::memory_order_relaxed), contract::kMaxSpinNs);
@@ -89,16 +93,14 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
         DecideBestEffort(board, gpu, gate, slot_index, checked, launch, &wake_by);
     if (again == GateDecision::kWait) {
       // At the end of the HP clients' grace period: no completion will wake us then.
-      uint64_t timeout = kMaxFutexWaitNs;
-      if (wake_by > checked && wake_by - checked < timeout) timeout = wake_by - checked;
-      FutexWait(&words.gate_seq, seq, timeout);
+      FutexWait(&words.gate_seq, seq, GateSleepNs(checked, wake_by));
       continue;
     }
     if (again == GateDecision::kGoBudget) ticket.budget_ns = launch.estimate_ns;
     ticket.go_ns = checked;
     break;
   }
-  if (held) words.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
+  if (held) UncountGateWaiter(gate);
   if (start != 0) {
     const uint64_t end = MonotonicNs();
     ticket.go_ns = end;

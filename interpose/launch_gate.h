@@ -45,6 +45,21 @@ struct HighPriorityView {
   uint64_t period = 0;
 };
 
+// Calls fn(slot index) for each client marked high priority on this GPU but `own_slot`, until fn
+// returns false; false when it stopped there.
+template <typename Fn>
+inline bool ForEachOtherHighPriority(const contract::GpuState& gpu, uint32_t own_slot, Fn&& fn) {
+  for (uint32_t w = 0; w < contract::kMaxSlots / 64; ++w) {
+    uint64_t mask = gpu.hp_slot_mask[w].load(std::memory_order_relaxed);
+    while (mask != 0) {
+      const uint32_t index = w * 64 + static_cast<uint32_t>(__builtin_ctzll(mask));
+      mask &= mask - 1;
+      if (index != own_slot && !fn(index)) return false;
+    }
+  }
+  return true;
+}
+
 // Whether another client marked high priority on this GPU is busy, by the contract's rule
 // (HighPriorityActivityOf in contract/gate_rules.h; a server that left hp_stale_ns at 0 gets the
 // default). Slots not in hp_slot_mask, and our own slot, never count.
@@ -56,36 +71,30 @@ inline HighPriorityView HighPriorityBusy(const contract::GateArea& gate,
   const uint64_t grace_ns = gpu.hp_grace_ns.load(std::memory_order_relaxed);
   HighPriorityView view;
   bool in_flight = false;
-  for (uint32_t w = 0; w < contract::kMaxSlots / 64; ++w) {
-    uint64_t mask = gpu.hp_slot_mask[w].load(std::memory_order_relaxed);
-    while (mask != 0) {
-      const uint32_t bit = static_cast<uint32_t>(__builtin_ctzll(mask));
-      mask &= mask - 1;
-      const uint32_t index = w * 64 + bit;
-      if (index == own_slot) continue;
-      const contract::SlotGate& slot = gate.slots[index];
-      uint64_t age = 0;
-      switch (contract::HighPriorityActivityOf(slot, now_ns, stale_ns, grace_ns, &age)) {
-        case contract::HighPriorityActivity::kIdle:
-          continue;
-        case contract::HighPriorityActivity::kInFlight:
-          in_flight = true;
-          break;
-        case contract::HighPriorityActivity::kInGrace:
-          if (const uint64_t ends = now_ns - age + grace_ns; ends > view.grace_ends_ns) {
-            view.grace_ends_ns = ends;
-          }
-          break;
-      }
-      // Several busy HP clients running different classes: nothing complements them all.
-      const uint32_t kclass = slot.hp_kernel_class.load(std::memory_order_relaxed);
-      view.kernel_class = !view.busy || view.kernel_class == kclass
-                              ? kclass
-                              : contract::KernelClassToBoard(contract::KernelClass::kMixed);
-      view.busy = true;
-      view.period += slot.busy_seq.load(std::memory_order_relaxed);
+  ForEachOtherHighPriority(gpu, own_slot, [&](uint32_t index) {
+    const contract::SlotGate& slot = gate.slots[index];
+    uint64_t age = 0;
+    switch (contract::HighPriorityActivityOf(slot, now_ns, stale_ns, grace_ns, &age)) {
+      case contract::HighPriorityActivity::kIdle:
+        return true;
+      case contract::HighPriorityActivity::kInFlight:
+        in_flight = true;
+        break;
+      case contract::HighPriorityActivity::kInGrace:
+        if (const uint64_t ends = now_ns - age + grace_ns; ends > view.grace_ends_ns) {
+          view.grace_ends_ns = ends;
+        }
+        break;
     }
-  }
+    // Several busy HP clients running different classes: nothing complements them all.
+    const uint32_t kclass = slot.hp_kernel_class.load(std::memory_order_relaxed);
+    view.kernel_class = !view.busy || view.kernel_class == kclass
+                            ? kclass
+                            : contract::KernelClassToBoard(contract::KernelClass::kMixed);
+    view.busy = true;
+    view.period += slot.busy_seq.load(std::memory_order_relaxed);
+    return true;
+  });
   if (in_flight) view.grace_ends_ns = 0;
   return view;
 }
@@ -366,5 +375,20 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
 
 // Wakes best-effort threads of every process waiting on this GPU's gate.
 void OpenGate(contract::GateArea& gate);
+
+// A wait held for the high-priority clients (a launch at the gate, a hold keeper) is counted in
+// gate_waiters while it lasts; the 0 -> 1 step wakes the clients' completion trackers through
+// tracker_seq, so they follow completions closely only while somebody waits.
+void CountGateWaiter(contract::GateArea& gate);
+inline void UncountGateWaiter(contract::GateArea& gate) {
+  gate.words.gate_waiters.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+// How long such a wait sleeps on gate_seq before it looks again: until `wake_by_ns` (the end of
+// the high-priority clients' grace) where that is sooner than kMaxFutexWaitNs.
+inline uint64_t GateSleepNs(uint64_t now_ns, uint64_t wake_by_ns) {
+  return wake_by_ns > now_ns && wake_by_ns - now_ns < kMaxFutexWaitNs ? wake_by_ns - now_ns
+                                                                       : kMaxFutexWaitNs;
+}
 
 }  // namespace orion::interpose
