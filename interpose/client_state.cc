@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,6 +435,17 @@ Registration* CurrentRegistration(CUcontext* ctx_out) {
   }
   if (reg == nullptr || !reg->StillOwned()) return nullptr;
   return reg;
+}
+
+bool StartQuietThread(void* (*main)(void*), void* arg) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t thread;
+  const bool started = pthread_create(&thread, nullptr, main, arg) == 0;
+  if (started) pthread_detach(thread);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return started;
 }
 
 }  // namespace orion::interpose

@@ -48,6 +48,10 @@ struct Registration {
 // Parsed once, on the first hooked call.
 const EnvConfig& Config();
 
+// Starts one of the interposer's own background threads, detached and with every signal blocked
+// (the application's signals must never land on it); false if it could not be created.
+bool StartQuietThread(void* (*main)(void*), void* arg);
+
 // Resolves the driver and the configuration (pthread_once). False: pass through.
 bool EnsureProcessInit();
 

@@ -4,8 +4,6 @@
 
 #include "interpose/completion_poller.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -168,13 +166,7 @@ void* PollerMain(void*) {
 void EnsurePoller() {
   if (g_poller_started.load(std::memory_order_acquire) != 0) return;
   if (g_poller_started.exchange(1, std::memory_order_acq_rel) != 0) return;
-  // The application's signals must never land on our thread.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t thread;
-  if (pthread_create(&thread, nullptr, PollerMain, nullptr) == 0) {
-    pthread_detach(thread);
+  if (StartQuietThread(PollerMain, nullptr)) {
     static bool exit_hook = false;  // once per process image (a fork child inherits it)
     if (!exit_hook) {
       exit_hook = true;
@@ -183,7 +175,6 @@ void EnsurePoller() {
   } else {
     g_poller_started.store(0, std::memory_order_release);
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 void WakeLazyPoller() {

@@ -6,16 +6,12 @@
 #include "interpose/gpu_hold.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
-
-#include <algorithm>
 
 #include "interpose/client_state.h"
 #include "interpose/futex.h"
 #include "interpose/real_driver.h"
-#include "interpose/tables.h"
 
 namespace orion::interpose {
 namespace {
@@ -148,16 +144,7 @@ void EnsureKeeper(DeviceHold& h, Registration* reg) {
       h.keeper_started.exchange(1, std::memory_order_acq_rel) != 0) {
     return;
   }
-  sigset_t all, old;  // the application's signals must never land on our thread
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t thread;
-  if (pthread_create(&thread, nullptr, KeeperMain, &h) == 0) {
-    pthread_detach(thread);
-  } else {
-    h.keeper_started.store(0, std::memory_order_release);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!StartQuietThread(KeeperMain, &h)) h.keeper_started.store(0, std::memory_order_release);
 }
 
 }  // namespace
@@ -165,11 +152,7 @@ void EnsureKeeper(DeviceHold& h, Registration* reg) {
 bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream) {
   if (reg->device < 0 || reg->device >= kMaxDevices) return false;
   DeviceHold& h = g_hold[reg->device];
-  if (h.state.load(std::memory_order_relaxed) == kHoldUnusable &&
-      h.gate.load(std::memory_order_relaxed) == reg->gate) {
-    return false;
-  }
-  if (!RegisterWord(h, reg->gate)) return false;
+  if (!RegisterWord(h, reg->gate)) return false;  // a gate that cannot hold answers at once
   EnsureKeeper(h, reg);
   auto wait = per_thread_stream ? ORION_DRIVER(cuStreamWaitValue32_v2_ptsz)
                                 : ORION_DRIVER(cuStreamWaitValue32_v2);

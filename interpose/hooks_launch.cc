@@ -190,13 +190,13 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       ReleaseBudget(*reg->gate, ticket.budget_ns);  // untracked: do not leak the charge
     }
   }
-  // Before the launch: what best-effort clients queued stops at its next stream wait (graphs
-  // only, see HoldsOnGpuFor).
-  if (high) NoteHighPriorityGraph(own_gate, info.graph);
-  const bool took_hold = high && info.graph && GpuHoldOn(gpu) &&
-                         gpu.be_clients.load(std::memory_order_relaxed) != 0 &&
-                         HoldGpu(*reg->gate);
+  bool took_hold = false;
   if (high) {
+    // Before the launch: what best-effort clients queued stops at its next stream wait (graphs
+    // only, see HoldsOnGpuFor).
+    NoteHighPriorityGraph(own_gate, info.graph);
+    took_hold = info.graph && GpuHoldOn(gpu) &&
+                gpu.be_clients.load(std::memory_order_relaxed) != 0 && HoldGpu(*reg->gate);
     // Before the launch: best-effort clients must see the GPU busy as early as possible.
     NoteHighPriorityClass(own_gate, kclass);
     BusyPeriod ended;
