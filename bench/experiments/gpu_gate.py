@@ -57,7 +57,7 @@ def run_arm(arm, a, cpu):
     if os.path.exists(STOP):
         os.remove(STOP)
     open_word()
-    common = ["--cycles-per-us", str(cpu)]
+    common = ["--cycles-per-us", str(cpu), "--word", WORD]
     service_args = ["--kernels", str(a.kernels), "--kernel-us", str(a.kernel_us),
                     "--rate", str(a.rate), "--seconds", str(a.seconds), *common]
     trainer = None

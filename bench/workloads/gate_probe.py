@@ -183,8 +183,7 @@ def main():
     p.add_argument("--stop", default="/tmp/orion-gate-probe.stop")
     p.add_argument("--cycles-per-us", type=float, default=1800)
     a = p.parse_args()
-    out = {"calibrate": lambda: calibrate(), "service": lambda: service(a),
-           "trainer": lambda: trainer(a)}[a.role]()
+    out = calibrate() if a.role == "calibrate" else {"service": service, "trainer": trainer}[a.role](a)
     print(json.dumps(out), flush=True)
 
 
