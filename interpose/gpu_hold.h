@@ -17,7 +17,8 @@
 //
 // Usage:
 //   high-priority launch:  NoteHighPriorityGraph(own, graph);
-//                          bool woke = graph && HoldGpu(gate);  launch;  if (woke) WakeHoldKeepers(gate);
+//                          bool woke = graph && HoldGpu(gate);  launch;
+//                          if (woke) WakeHoldKeepers(gate);
 //   best-effort launch:    if (GpuHoldOn(gpu) && HoldsOnGpuFor(gate, gpu, own) &&
 //                              QueueHoldWait(reg, stream, ptsz)) launch;  else the gate on the CPU
 #pragma once

@@ -183,7 +183,8 @@ def main():
     p.add_argument("--stop", default="/tmp/orion-gate-probe.stop")
     p.add_argument("--cycles-per-us", type=float, default=1800)
     a = p.parse_args()
-    out = calibrate() if a.role == "calibrate" else {"service": service, "trainer": trainer}[a.role](a)
+    roles = {"service": service, "trainer": trainer}
+    out = calibrate() if a.role == "calibrate" else roles[a.role](a)
     print(json.dumps(out), flush=True)
 
 
