@@ -3,17 +3,19 @@ no orion: a spin-kernel service and a spin-kernel trainer (bench/workloads/gate_
 one word of host memory that the trainer's stream waits on (cuStreamWaitValue32).
 
   orion_bench.py gpu-gate [--rounds 2] [--seconds 8] [--kernels 10] [--kernel-us 100]
-                          [--be-kernel-us 100,500] [--load 0.5] [--out DIR]
+                          [--be-kernel-us 100,500] [--arms KIND,...] [--load 0.5] [--out DIR]
   orion_bench.py gpu-gate --table ROWS.jsonl
 
-Arms, one process pair each, order rotating between rounds: the service alone; the trainer
-alone (plain, and with a wait before every kernel: what the waits cost it); then together:
+Arms, one process pair each, order rotating between rounds: the service alone; for each trainer
+kernel length the trainer alone and the arms --arms names: `wait-alone` (the trainer alone with
+a wait before every kernel: what the waits cost it); then together:
 `timeslice` (no gate), `gpu-gate` (the service clears the word before a request and sets it when
 the request completes; the trainer waits on it before every kernel), `gpu-gate/4` (a wait every
 4 kernels), and `blocked` (the trainer's stream waits on a word nobody sets: does a context
 blocked on host memory cost the service anything?). The service runs Poisson arrivals at
---load of its capacity; the trainer's speed is counted inside the service's window. One JSON
-row per arm to gpu-gate.jsonl.
+--load of its capacity and reports what each request waited for the GPU (its time from launch
+to completion less its kernels' span); the trainer's speed is counted inside the service's
+window. One JSON row per arm to gpu-gate.jsonl.
 """
 import argparse
 import json
@@ -83,9 +85,16 @@ def run_arm(arm, a, cpu):
     if trainer:
         open(STOP, "w").close()
         open_word()
-        text, _ = trainer.communicate(timeout=60)
+        try:
+            text, _ = trainer.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            trainer.kill()
+            trainer.communicate()
+            row["error"] = "the trainer did not stop within 60 s"
+            return row
         if trainer.returncode != 0:
-            sys.exit(f"gpu-gate: {arm['name']}: the trainer failed")
+            row["error"] = f"the trainer failed (exit {trainer.returncode})"
+            return row
         t = json.loads(text.strip().splitlines()[-1])
         row["trainer_kernels_per_s"] = round(rate_between(t.pop("marks"), row["start"],
                                                           row["end"]), 1)
@@ -94,20 +103,29 @@ def run_arm(arm, a, cpu):
     return row
 
 
-def arms(be_kernel_us):
+ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked")
+
+
+def arms(be_kernel_us, kinds=ARM_KINDS):
+    """The service alone, and for each trainer kernel length the trainer alone (every ratio's
+    baseline) and the arms of `kinds`."""
     out = [{"name": "service alone", "service": "none", "trainer": None}]
     for kus in be_kernel_us:
-        out += [
-            {"name": f"trainer alone ({kus:g} us)", "service": None,
-             "trainer": ("none", 1, kus)},
-            {"name": f"trainer alone, wait per kernel ({kus:g} us)", "service": None,
-             "trainer": ("gpu", 1, kus)},
-            {"name": f"timeslice ({kus:g} us)", "service": "none", "trainer": ("none", 1, kus)},
-            {"name": f"gpu-gate ({kus:g} us)", "service": "gpu", "trainer": ("gpu", 1, kus)},
-            {"name": f"gpu-gate/4 ({kus:g} us)", "service": "gpu", "trainer": ("gpu", 4, kus)},
-            {"name": f"blocked ({kus:g} us)", "service": "none",
-             "trainer": ("blocked", 1, kus)},
-        ]
+        every = {
+            "wait-alone": {"name": f"trainer alone, wait per kernel ({kus:g} us)",
+                           "service": None, "trainer": ("gpu", 1, kus)},
+            "timeslice": {"name": f"timeslice ({kus:g} us)", "service": "none",
+                          "trainer": ("none", 1, kus)},
+            "gpu-gate": {"name": f"gpu-gate ({kus:g} us)", "service": "gpu",
+                         "trainer": ("gpu", 1, kus)},
+            "gpu-gate/4": {"name": f"gpu-gate/4 ({kus:g} us)", "service": "gpu",
+                           "trainer": ("gpu", 4, kus)},
+            "blocked": {"name": f"blocked ({kus:g} us)", "service": "none",
+                        "trainer": ("blocked", 1, kus)},
+        }
+        out.append({"name": f"trainer alone ({kus:g} us)", "service": None,
+                    "trainer": ("none", 1, kus)})
+        out += [every[k] for k in kinds]
     return out
 
 
@@ -140,6 +158,8 @@ def table(rows):
         body.append([c["round"], c["arm"],
                      f"{c['p50_ms']:.2f} ms" if "p50_ms" in c else "-",
                      f"{c['p99_ms']:.2f} ms" if "p99_ms" in c else "-",
+                     f"{c['wait_p50_us']:.0f} / {c['wait_mean_us']:.0f} us"
+                     if "wait_p50_us" in c else "-",
                      f"{c['p50_x']:.2f}x / {c['p99_x']:.2f}x" if "p50_x" in c else "-",
                      f"{c['trainer_kernels_per_s']:.0f}/s" if c.get("trainer") else "-",
                      f"{c['trainer_x']:.2f}x" if "trainer_x" in c else "-",
@@ -147,7 +167,8 @@ def table(rows):
                      f"{c['trainer']['launch_us']:.1f} us" if c.get("trainer", {}).get(
                          "launch_us") else "-"])
     text = harness.markdown_table(
-        ["round", "arm", "service p50", "p99", "p50 / p99 vs alone", "trainer kernels",
+        ["round", "arm", "service p50", "p99", "waited for the GPU: p50 / mean",
+         "p50 / p99 vs alone", "trainer kernels",
          "trainer vs alone", "harvest", "trainer CPU per launch"], body)
     groups = {}
     for c in cells:
@@ -155,14 +176,14 @@ def table(rows):
             groups.setdefault(c["arm"], []).append(c)
     summary = []
     for arm, cs in groups.items():
-        def med(key, suffix="x"):
+        def med(key, suffix="x", digits=2):
             vals = [c[key] for c in cs if key in c]
-            return harness.spread(vals, suffix=suffix) if vals else "-"
-        summary.append([arm, len(cs), med("p50_x"), med("p99_x"), med("trainer_x"),
-                        med("harvest", "")])
+            return harness.spread(vals, digits, suffix) if vals else "-"
+        summary.append([arm, len(cs), med("p50_x"), med("p99_x"), med("wait_p50_us", " us", 0),
+                        med("trainer_x"), med("harvest", "")])
     return (text + f"\n\nOver the rounds: median [min, max]\n\n" + harness.markdown_table(
-        ["arm", "rounds", "p50 vs alone", "p99 vs alone", "trainer vs alone", "harvest"],
-        summary))
+        ["arm", "rounds", "p50 vs alone", "p99 vs alone", "waited for the GPU, p50",
+         "trainer vs alone", "harvest"], summary))
 
 
 def main(argv=None):
@@ -173,6 +194,8 @@ def main(argv=None):
     p.add_argument("--kernels", type=int, default=10)
     p.add_argument("--kernel-us", type=float, default=100)
     p.add_argument("--be-kernel-us", default="100,500")
+    p.add_argument("--arms", default=",".join(ARM_KINDS),
+                   help=f"which arms beside the alone ones (of {', '.join(ARM_KINDS)})")
     p.add_argument("--load", type=float, default=0.5)
     p.add_argument("--service-cpus", default="0-1")
     p.add_argument("--trainer-cpus", default="2-3")
@@ -189,7 +212,10 @@ def main(argv=None):
         sys.exit(f"gpu-gate: calibration failed:\n{cal.stderr[-2000:]}")
     cpu = json.loads(cal.stdout)["cycles_per_us"]
     a.rate = a.load / (a.kernels * a.kernel_us * 1e-6)
-    plan = arms([float(x) for x in a.be_kernel_us.split(",")])
+    kinds = [k for k in a.arms.split(",") if k]
+    if any(k not in ARM_KINDS for k in kinds):
+        sys.exit(f"gpu-gate: --arms: each of {', '.join(ARM_KINDS)}")
+    plan = arms([float(x) for x in a.be_kernel_us.split(",")], kinds)
     rows = []
     for rnd in range(a.rounds):
         for arm in harness.rotated(plan, rnd):

@@ -17,8 +17,10 @@ moment the service's request ends, without its CPU thread ever waiting. `blocked
 queues one wait on a word nobody sets and kernels behind it (does a stream waiting on host
 memory cost another process's context anything?). `none`: plain time-slicing.
 
-The service sends Poisson arrivals of K kernels of U us each, latency from the scheduled arrival;
-the trainer reports (time, kernels completed) every 64 kernels. One JSON line on stdout each.
+The service sends Poisson arrivals of K kernels of U us each, latency from the scheduled arrival,
+and for each request the time from its launch to its completion less its kernels' own span on
+the GPU (events around them): what it waited for the GPU. The trainer reports (time, kernels
+completed) every 64 kernels. One JSON line on stdout each.
 """
 import argparse
 import ctypes
@@ -104,7 +106,8 @@ def service(a):
             torch.cuda._sleep(cycles)
         torch.cuda.synchronize()
     rng = random.Random(1)
-    lat, busy = [], 0.0
+    lat, busy, waits = [], 0.0, []
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start = time.monotonic() + 0.2
     due = start
     end = start + a.seconds
@@ -115,19 +118,30 @@ def service(a):
         t0 = time.monotonic()
         if word:
             word.set(0)  # hold: what the trainer queued stops at its next wait
+        first.record()
         for _ in range(a.kernels):
             torch.cuda._sleep(cycles)
+        last.record()
         torch.cuda.synchronize()
         if word:
             word.set(1)  # release: the trainer's queue runs on at once
         t1 = time.monotonic()
         busy += t1 - t0
         lat.append((t1 - due) * 1e3)
+        # What the request's own kernels took on the GPU, and the rest of its time from launch
+        # to completion: the wait for the GPU (the trainer's kernel, a context switch) and the
+        # launch and synchronize calls.
+        waits.append((t1 - t0) * 1e3 - first.elapsed_time(last))
         due += rng.expovariate(a.rate)
     lat.sort()
-    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
-    return {"role": "service", "gate": a.gate, "requests": len(lat), "p50_ms": round(q(0.5), 3),
-            "p99_ms": round(q(0.99), 3), "mean_ms": round(sum(lat) / len(lat), 3),
+    waits.sort()
+    q = lambda xs, p: xs[min(len(xs) - 1, int(p * len(xs)))]
+    return {"role": "service", "gate": a.gate, "requests": len(lat),
+            "p50_ms": round(q(lat, 0.5), 3), "p99_ms": round(q(lat, 0.99), 3),
+            "mean_ms": round(sum(lat) / len(lat), 3),
+            "wait_p50_us": round(q(waits, 0.5) * 1e3, 1),
+            "wait_p90_us": round(q(waits, 0.9) * 1e3, 1),
+            "wait_mean_us": round(sum(waits) / len(waits) * 1e3, 1),
             "busy": round(busy / (end - start), 3), "start": start, "end": end}
 
 
