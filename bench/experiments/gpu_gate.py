@@ -11,11 +11,14 @@ kernel length the trainer alone and the arms --arms names: `wait-alone` (the tra
 a wait before every kernel: what the waits cost it); then together:
 `timeslice` (no gate), `gpu-gate` (the service clears the word before a request and sets it when
 the request completes; the trainer waits on it before every kernel), `gpu-gate/4` (a wait every
-4 kernels), and `blocked` (the trainer's stream waits on a word nobody sets: does a context
-blocked on host memory cost the service anything?). The service runs Poisson arrivals at
---load of its capacity and reports what each request waited for the GPU (its time from launch
-to completion less its kernels' span); the trainer's speed is counted inside the service's
-window. One JSON row per arm to gpu-gate.jsonl.
+4 kernels), `blocked` (the trainer's stream waits on a word nobody sets: does a context
+blocked on host memory cost the service anything?), `cpu-gate` (the trainer's thread holds its
+launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
+gpu-gate's variants: `gpu-gate-q2` (at most 2 kernels queued), `gpu-gate-eq`, `-geq`, `-flush`,
+`-64` (the stream wait's other comparisons, the flush flag, the 64-bit wait). The service runs
+Poisson arrivals at --load of its capacity and reports what each request waited for the GPU (its
+time from launch to completion less its kernels' span); the trainer's speed is counted inside
+the service's window. One JSON row per arm to gpu-gate.jsonl.
 """
 import argparse
 import json
@@ -64,10 +67,10 @@ def run_arm(arm, a, cpu):
                     "--rate", str(a.rate), "--seconds", str(a.seconds), *common]
     trainer = None
     if arm["trainer"]:
-        gate, every, kus = arm["trainer"]
+        gate, every, kus, *extra = arm["trainer"]
         trainer = subprocess.Popen(
             probe("trainer", "--gate", gate, "--wait-every", str(every), "--kernel-us", str(kus),
-                  "--stop", STOP, *common, cpus=a.trainer_cpus),
+                  "--stop", STOP, *(extra[0] if extra else []), *common, cpus=a.trainer_cpus),
             stdout=subprocess.PIPE, text=True)
         time.sleep(4)  # its import and first kernels
     row = {"arm": arm["name"]}
@@ -103,7 +106,8 @@ def run_arm(arm, a, cpu):
     return row
 
 
-ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked")
+ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
+             "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64")
 
 
 def arms(be_kernel_us, kinds=ARM_KINDS):
@@ -122,7 +126,16 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
                            "trainer": ("gpu", 4, kus)},
             "blocked": {"name": f"blocked ({kus:g} us)", "service": "none",
                         "trainer": ("blocked", 1, kus)},
+            "cpu-gate": {"name": f"cpu-gate, 2 queued ({kus:g} us)", "service": "gpu",
+                         "trainer": ("cpu", 1, kus, ["--queue", "2"])},
+            "gpu-gate-q2": {"name": f"gpu-gate, 2 queued ({kus:g} us)", "service": "gpu",
+                            "trainer": ("gpu", 1, kus, ["--queue", "2"])},
         }
+        for wait in ("eq", "geq", "flush", "64"):
+            every[f"gpu-gate-{wait}"] = {
+                "name": f"gpu-gate, wait {wait} ({kus:g} us)", "service": "gpu",
+                "trainer": ("gpu", 1, kus, ["--wait", {"flush": "and-flush",
+                                                       "64": "eq64"}.get(wait, wait)])}
         out.append({"name": f"trainer alone ({kus:g} us)", "service": None,
                     "trainer": ("none", 1, kus)})
         out += [every[k] for k in kinds]

@@ -4,8 +4,9 @@ made of spin kernels (torch.cuda._sleep), sharing one word of host memory that t
   gate_probe.py calibrate                      -> {"cycles_per_us": ...}
   gate_probe.py service --word FILE --gate none|gpu --kernels K --kernel-us U --rate R
                         --seconds S --cycles-per-us C
-  gate_probe.py trainer --word FILE --gate none|gpu|blocked --kernel-us U --wait-every N
-                        --stop FILE --cycles-per-us C
+  gate_probe.py trainer --word FILE --gate none|gpu|cpu|blocked --kernel-us U --wait-every N
+                        [--wait and|eq|geq|and-flush|eq64] [--queue Q] --stop FILE
+                        --cycles-per-us C
 
 The word is a file of one page under /dev/shm, mapped by both processes and registered with the
 driver (cuMemHostRegister, device-mapped), so a stream can wait on it (cuStreamWaitValue32,
@@ -15,7 +16,11 @@ trainer with `--gate gpu` puts a stream wait on the word before every N-th kerne
 queued stops at the next wait while the service has a request on the GPU and starts again the
 moment the service's request ends, without its CPU thread ever waiting. `blocked`: the trainer
 queues one wait on a word nobody sets and kernels behind it (does a stream waiting on host
-memory cost another process's context anything?). `none`: plain time-slicing.
+memory cost another process's context anything?). `none`: plain time-slicing. `cpu`: the gate on
+the CPU, for comparison: the trainer's thread spins on the word before every launch, so what it
+has queued drains and its stream goes idle while the service holds the word. `--wait` picks the
+stream wait's comparison (all go on once bit 0 is set; `eq64` is the 64-bit wait), `--queue` how
+many kernels the trainer keeps queued at most (default 192).
 
 The service sends Poisson arrivals of K kernels of U us each, latency from the scheduled arrival,
 and for each request the time from its launch to its completion less its kernels' own span on
@@ -35,7 +40,9 @@ import time
 import torch
 
 PORTABLE, DEVICEMAP = 0x1, 0x2
-WAIT_AND = 0x2
+# cuStreamWaitValue flags, and the value each waits for: all go on once bit 0 of the word is set.
+WAITS = {"and": (0x2, 1), "eq": (0x1, 1), "geq": (0x0, 1), "and-flush": (0x2 | 1 << 30, 1),
+         "eq64": (0x1, 1)}
 
 
 def driver():
@@ -49,7 +56,8 @@ def driver():
 
     return {"register": fn("cuMemHostRegister_v2", "cuMemHostRegister"),
             "devptr": fn("cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer"),
-            "wait": fn("cuStreamWaitValue32_v2", "cuStreamWaitValue32")}
+            "wait": fn("cuStreamWaitValue32_v2", "cuStreamWaitValue32"),
+            "wait64": fn("cuStreamWaitValue64_v2", "cuStreamWaitValue64")}
 
 
 class Word:
@@ -76,9 +84,17 @@ class Word:
     def set(self, value):
         struct.pack_into("<I", self.map, 0, value)
 
-    def wait_on(self, stream):
-        rc = self.cu["wait"](ctypes.c_void_p(stream), ctypes.c_uint64(self.dptr),
-                             ctypes.c_uint32(1), ctypes.c_uint(WAIT_AND))
+    def is_open(self):
+        return struct.unpack_from("<I", self.map, 0)[0] & 1
+
+    def wait_on(self, stream, kind="and"):
+        flags, value = WAITS[kind]
+        if kind == "eq64":
+            rc = self.cu["wait64"](ctypes.c_void_p(stream), ctypes.c_uint64(self.dptr),
+                                   ctypes.c_uint64(value), ctypes.c_uint(flags))
+        else:
+            rc = self.cu["wait"](ctypes.c_void_p(stream), ctypes.c_uint64(self.dptr),
+                                 ctypes.c_uint32(value), ctypes.c_uint(flags))
         if rc != 0:
             sys.exit(f"gate_probe: cuStreamWaitValue32: error {rc}")
 
@@ -160,27 +176,37 @@ def trainer(a):
         word.set(1)  # let the queue drain before the process exits
         torch.cuda.synchronize()
         return {"role": "trainer", "gate": a.gate, "kernel_us": a.kernel_us, "marks": []}
-    word = Word(a.word, driver()) if a.gate == "gpu" else None
+    word = Word(a.word, driver()) if a.gate in ("gpu", "cpu") else None
     if word:
         word.set(1)  # open until a service holds it
     marks, pending, done, launched, launch_ns = [], [], 0, 0, 0
+    queued = []  # with --queue under 64: an event after each kernel
     while not os.path.exists(a.stop):
         for _ in range(64):
+            if a.gate == "cpu":
+                while not word.is_open():
+                    pass
             t = time.perf_counter_ns()
-            if word and launched % a.wait_every == 0:
-                word.wait_on(stream)
+            if a.gate == "gpu" and launched % a.wait_every == 0:
+                word.wait_on(stream, a.wait)
             torch.cuda._sleep(cycles)
             launch_ns += time.perf_counter_ns() - t
             launched += 1
+            if a.queue < 64:
+                ev = torch.cuda.Event()
+                ev.record()
+                queued.append(ev)
+                while len(queued) > a.queue:
+                    queued.pop(0).synchronize()
         ev = torch.cuda.Event()
         ev.record()
         pending.append(ev)
-        while len(pending) > 2:  # 64 to 192 kernels queued
+        while len(pending) > max(1, a.queue // 64 - 1):  # 64 to 192 kernels queued by default
             pending.pop(0).synchronize()
             done += 64
             marks.append((time.monotonic(), done))
     return {"role": "trainer", "gate": a.gate, "kernel_us": a.kernel_us,
-            "wait_every": a.wait_every, "launched": launched,
+            "wait_every": a.wait_every, "wait": a.wait, "queue": a.queue, "launched": launched,
             "launch_us": round(launch_ns / max(launched, 1) / 1e3, 2), "marks": marks}
 
 
@@ -188,7 +214,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("role", choices=["calibrate", "service", "trainer"])
     p.add_argument("--word", default="/dev/shm/orion-gate-probe")
-    p.add_argument("--gate", default="none", choices=["none", "gpu", "blocked"])
+    p.add_argument("--gate", default="none", choices=["none", "gpu", "cpu", "blocked"])
+    p.add_argument("--wait", default="and", choices=sorted(WAITS))
+    p.add_argument("--queue", type=int, default=192)
     p.add_argument("--kernels", type=int, default=10)
     p.add_argument("--kernel-us", type=float, default=100)
     p.add_argument("--rate", type=float, default=500)
