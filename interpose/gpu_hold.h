@@ -1,8 +1,8 @@
-// Holding best-effort work on the GPU instead of on the CPU (priority and mps modes, knob
-// gpu_hold): a best-effort launch goes to the driver at once, behind a stream wait on the gate
-// area's gpu_hold word (cuStreamWaitValue32: run on once the word is 0). A high-priority launch
-// sets the word (a CPU store: the best-effort kernels already queued stop at their next wait), and
-// a hold keeper thread in each best-effort process clears it as soon as the GPU's high-priority
+// Holding best-effort work on the GPU instead of on the CPU (priority mode, knob gpu_hold): a
+// best-effort launch goes to the driver at once, behind a stream wait on the gate area's
+// gpu_hold word (cuStreamWaitValue32: run on once the word is 0). A high-priority launch sets
+// the word (a CPU store: the best-effort kernels already queued stop at their next wait), and a
+// hold keeper thread in each best-effort process clears it as soon as the GPU's high-priority
 // clients are idle by the gate's own rule (HighPriorityBusy: nothing in flight, grace over), so
 // the work the trainer queued meanwhile starts on the GPU with no CPU round trip to refill it.
 //
@@ -34,12 +34,11 @@ namespace orion::interpose {
 
 struct Registration;
 
-// The gpu_hold knob on, in a mode that gates (priority or mps: in mps mode nothing co-runs
-// beside a high-priority CUDA graph either, so the same hold applies).
+// Priority mode with the gpu_hold knob on.
 inline bool GpuHoldOn(const contract::GpuState& gpu) {
   return gpu.gpu_hold.load(std::memory_order_relaxed) != 0 &&
-         gpu.mode.load(std::memory_order_relaxed) !=
-             static_cast<uint32_t>(contract::GateMode::kPassThrough);
+         gpu.mode.load(std::memory_order_relaxed) ==
+             static_cast<uint32_t>(contract::GateMode::kPriority);
 }
 
 // A high-priority launch, before it goes: sets the word unless it is held already (one load on

