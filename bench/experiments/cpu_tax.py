@@ -5,8 +5,8 @@ in every round so that host drift cancels.
   orion_bench.py cpu-tax --bundle DIR [--model resnet50] [--graph] [--nvtx] [--rounds 5]
       [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
-      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--in-process]]
-      [--out DIR]
+      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--in-process
+      [--in-process-env KEY=VALUE ...] [--wrap 'CMD ...']]] [--out DIR]
   orion_bench.py cpu-tax --table results.jsonl      (re-renders a run's table)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
@@ -31,7 +31,10 @@ both arms alike; each arm's figures pool its blocks, a Poisson block's arrivals 
 both arms. --in-process serves both arms from one interposed process (its core alternating
 between rounds), the bare arm's blocks passing the interposer by (ORION_BENCH_SWITCH: the calls
 go straight to the driver, nothing registers or is recorded): no difference between two
-processes or two cores enters the A/B, only the hooks' entry and one check stay in the bare arm. --control runs the same with neither arm interposed: the spread of its ratios is how
+processes or two cores enters the A/B, only the hooks' entry and one check stay in the bare arm.
+--in-process-env sets variables in that process (ORION_NO_TIMING=1: what the timed launches'
+share is), --wrap puts a command before it (a profiler: `perf record -F 4999 -o FILE --`).
+--control runs the same with neither arm interposed: the spread of its ratios is how
 far two identical processes differ, the resolution of the A/B. Writes results.jsonl and
 results.md (medians over the rounds of each round's interposer/bare ratio, with min and max) to
 --out (default $OUT or a temp dir) and prints the table.
@@ -42,6 +45,7 @@ import json
 import os
 import statistics
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -116,8 +120,8 @@ class Bench:
         except (OSError, IndexError, ValueError):
             return float("nan")
 
-    def command(self, argv, interposer, priority, slot=0):
-        prefix = self.prefixes[slot]
+    def command(self, argv, interposer, priority, slot=0, wrap=()):
+        prefix = self.prefixes[slot] + list(wrap)
         lib = os.path.join(self.bundle, "liborion_interpose.so")
         env = []
         if not interposer and self.args.baseline_env:
@@ -164,7 +168,7 @@ class Bench:
         if self.args.control:
             row.update(baseline="control", control=True)
         if self.args.in_process:
-            row["baseline"] = "in-process bypass"
+            row["baseline"] = " ".join(["in-process bypass", *self.args.in_process_env])
         self.rows.write(json.dumps(row) + "\n")
         self.rows.flush()
         print(json.dumps(row), flush=True)
@@ -220,8 +224,10 @@ class Bench:
             switch = os.path.join(self.work, "bench-switch")
             with open(switch, "wb") as f:
                 f.write(b"\0" * 4)
+            env = dict(kv.split("=", 1) for kv in self.args.in_process_env)
             one = DrivenArm(self, argv, True, priority, slot=int(rnd % 2 == 0),
-                            extra_env={"ORION_BENCH_SWITCH": switch})
+                            extra_env={"ORION_BENCH_SWITCH": switch, **env},
+                            wrap=shlex.split(self.args.wrap or ""))
             arms = {False: SwitchedArm(one, bypass=True), True: SwitchedArm(one, bypass=False)}
         else:
             arms = {interposer: DrivenArm(self, argv, interposer, priority,
@@ -328,9 +334,9 @@ class Bench:
 class DrivenArm:
     """One arm's long-lived process (torch_models.py --driven), given blocks over its stdin."""
 
-    def __init__(self, bench, argv, interposer, priority, slot, extra_env=None):
+    def __init__(self, bench, argv, interposer, priority, slot, extra_env=None, wrap=()):
         self.bench = bench
-        self.cmd = bench.command(argv, interposer, priority, slot)
+        self.cmd = bench.command(argv, interposer, priority, slot, wrap)
         self.cgroup = CGROUPS[slot] if bench.args.limit == "cgroup" else None
         bench.log.write(f"$ {' '.join(self.cmd)}\n")
         bench.log.flush()
@@ -515,6 +521,9 @@ def main(argv=None):
                    help="--interleave in one interposed process: the bare arm's blocks pass the "
                         "interposer by (ORION_BENCH_SWITCH), so no two processes' or cores' "
                         "difference enters the A/B")
+    p.add_argument("--in-process-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="--in-process: set in the one process (repeatable; e.g. ORION_NO_TIMING=1)")
+    p.add_argument("--wrap", help="--in-process: a command put before the process (quoted)")
     p.add_argument("--control", action="store_true",
                    help="A/A: the interposer arm runs without it too (the A/B's resolution)")
     p.add_argument("--table", help="print the table of a results.jsonl and exit")
@@ -527,6 +536,11 @@ def main(argv=None):
     if args.in_process and (not args.interleave or args.control or args.baseline_env
                             or args.baseline_interposer):
         p.error("--in-process needs --interleave and compares with the bypass: no other baseline")
+    if (args.in_process_env or args.wrap) and not args.in_process:
+        p.error("--in-process-env and --wrap go with --in-process")
+    for kv in args.in_process_env:
+        if "=" not in kv or not kv.partition("=")[0].startswith("ORION_"):
+            p.error(f"--in-process-env {kv!r}: expected ORION_NAME=VALUE")
     if args.baseline_env and args.baseline_interposer:
         p.error("--baseline-env and --baseline-interposer: one baseline at a time")
     cpus = args.cpus.split(",")
