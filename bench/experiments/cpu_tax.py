@@ -168,7 +168,9 @@ class Bench:
         if self.args.control:
             row.update(baseline="control", control=True)
         if self.args.in_process:
-            row["baseline"] = " ".join(["in-process bypass", *self.args.in_process_env])
+            row["baseline"] = "in-process bypass" + (
+                f" ({' '.join(self.args.in_process_env)} in the process)"
+                if self.args.in_process_env else "")
         self.rows.write(json.dumps(row) + "\n")
         self.rows.flush()
         print(json.dumps(row), flush=True)
