@@ -30,8 +30,9 @@ import time
 
 import harness
 
-ANSWERS = ("the GPU-side gate alone: a service's latency and a trainer's speed with the "
-           "trainer's stream waiting on host memory the service flips (no orion)")
+ANSWERS = ("the GPU-side gate alone: a service's latency, what it waited for the GPU, and a "
+           "trainer's speed with the trainer's stream waiting on host memory the service flips, "
+           "or held on the CPU (no orion)")
 PROBE = os.path.join(harness.BENCH, "workloads", "gate_probe.py")
 STOP = "/tmp/orion-gate-probe.stop"
 WORD = "/dev/shm/orion-gate-probe"
