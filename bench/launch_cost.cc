@@ -13,6 +13,9 @@
 // "paired interposed_ns=.. driver_ns=.. adds_ns=.. ci_low=.. ci_high=.. pairs=.." (medians; the
 // 95% confidence interval of the median difference). Without an interposer both paths are the
 // driver's, so the line is an A/A control: how finely the host resolves a difference.
+// --pollute KB runs the paired figure with the caches cold, as a launch finds them between a
+// framework's own work: before every launch (untimed) it writes KB of memory, and each launch is
+// timed alone; the line then ends "pollute_kb=KB".
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -89,7 +92,13 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-void PrintPaired(const Gpu& gpu, CUstream stream, int pairs) {
+// Writes one byte of every cache line of `buf`: what the next launch finds of its caches.
+void Pollute(std::vector<unsigned char>& buf) {
+  for (size_t i = 0; i < buf.size(); i += 64) buf[i] = static_cast<unsigned char>(buf[i] + 1);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb) {
   const LaunchFn driver = DriverLaunch();
   if (driver == nullptr) {
     fprintf(stderr, "orion-bench-launch: the driver's cuLaunchKernel was not found; no paired line\n");
@@ -97,14 +106,26 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs) {
   }
   unsigned long long zero = 0;
   void* args[] = {&zero};
+  std::vector<unsigned char> dirt(static_cast<size_t>(pollute_kb) * 1024);
+  auto launch = [&](bool through_driver) {
+    ORION_CHECK_CU(through_driver
+                       ? driver(gpu.spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr)
+                       : cuLaunchKernel(gpu.spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
+  };
   auto group_ns = [&](bool through_driver) {
-    const uint64_t t0 = NowNs();
-    for (int i = 0; i < kGroup; ++i) {
-      ORION_CHECK_CU(through_driver
-                         ? driver(gpu.spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr)
-                         : cuLaunchKernel(gpu.spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
+    uint64_t took = 0;
+    if (dirt.empty()) {
+      const uint64_t t0 = NowNs();
+      for (int i = 0; i < kGroup; ++i) launch(through_driver);
+      took = NowNs() - t0;
+    } else {
+      for (int i = 0; i < kGroup; ++i) {
+        Pollute(dirt);
+        const uint64_t t0 = NowNs();
+        launch(through_driver);
+        took += NowNs() - t0;
+      }
     }
-    const uint64_t took = NowNs() - t0;
     ORION_CHECK_CU(cuStreamSynchronize(stream));
     return static_cast<double>(took) / kGroup;
   };
@@ -127,8 +148,10 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs) {
   const double half = 1.96 * std::sqrt(static_cast<double>(n)) / 2;
   const size_t lo = static_cast<size_t>(std::max(0.0, std::floor(n / 2.0 - half)));
   const size_t hi = std::min(n - 1, static_cast<size_t>(std::ceil(n / 2.0 + half)));
-  printf("paired interposed_ns=%.1f driver_ns=%.1f adds_ns=%.1f ci_low=%.1f ci_high=%.1f pairs=%d\n",
+  printf("paired interposed_ns=%.1f driver_ns=%.1f adds_ns=%.1f ci_low=%.1f ci_high=%.1f pairs=%d",
          Median(linked), Median(direct), Median(diffs), sorted[lo], sorted[hi], pairs);
+  if (pollute_kb > 0) printf(" pollute_kb=%lld", static_cast<long long>(pollute_kb));
+  printf("\n");
 }
 
 }  // namespace
@@ -139,9 +162,13 @@ int main(int argc, char** argv) {
   int64_t pairs = 2000;
   flags.AddInt("launches", &launches, "launches per batch (best of 5 batches)");
   flags.AddInt("pairs", &pairs, "pairs of 64-launch groups for the paired line (0: none)");
+  int64_t pollute_kb = 0;
+  flags.AddInt("pollute", &pollute_kb,
+               "KB of memory written before every launch of the paired line (0: caches warm)");
   flags.Parse(argc, argv);
   if (launches <= 0) flags.Usage(1, "--launches must be positive");
   if (pairs < 0 || pairs > 1'000'000) flags.Usage(1, "--pairs wants 0 to 1000000");
+  if (pollute_kb < 0 || pollute_kb > 1'048'576) flags.Usage(1, "--pollute wants 0 to 1048576 KB");
 
   Gpu gpu = orion::samples::OpenGpu();
   CUstream stream;
@@ -192,7 +219,7 @@ int main(int argc, char** argv) {
     printf("%-34s ns_per_call=%.0f%s\n", "clock_gettime(CLOCK_MONOTONIC)",
            static_cast<double>(NowNs() - t0) / 1'000'000, sink == 1 ? " " : "");
   }
-  if (pairs > 0) PrintPaired(gpu, stream, static_cast<int>(pairs));
+  if (pairs > 0) PrintPaired(gpu, stream, static_cast<int>(pairs), pollute_kb);
   for (CUevent& e : events) ORION_CHECK_CU(cuEventDestroy(e));
   ORION_CHECK_CU(cuStreamDestroy(stream));
   orion::samples::CloseGpu(gpu);

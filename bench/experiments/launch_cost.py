@@ -1,7 +1,7 @@
 """The CPU cost of a driver launch on a GPU, with and without the interposer (C level).
 
   orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
-                             [--baseline-interposer LIB] [--out DIR]
+                             [--pollute KB] [--baseline-interposer LIB] [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
@@ -19,7 +19,9 @@ turns --pairs times (bench/launch_cost.cc), so both paths see the same host stat
 the median difference per launch with its 95% interval. In the no-interposer arm both paths are
 the driver's: its figure is the A/A control, the resolution itself. --baseline-interposer adds
 two arms, high priority and best effort under that build of liborion_interpose.so, so that two
-builds are compared on the same host in the same turns.
+builds are compared on the same host in the same turns. --pollute KB runs the paired figure
+with the caches cold: KB of memory written before every launch (untimed), each launch timed
+alone, as a launch finds its caches between a framework's own work.
 """
 import argparse
 import os
@@ -38,19 +40,22 @@ BASELINE_ARMS = ("high priority, baseline", "best effort, baseline")
 
 
 def paired_table(rows):
-    """Per arm: what the interposer's launch adds inside one process, median over runs."""
+    """Per arm (and caches warm or cold): what the interposer's launch adds inside one process,
+    median over runs."""
     out = []
-    for arm in ARMS + BASELINE_ARMS:
-        mine = [r for r in rows if r["arm"] == arm]
-        if not mine:
-            continue
-        halves = [(r["ci_high"] - r["ci_low"]) / 2 for r in mine]
-        out.append([arm, f"{statistics.median(r['driver_ns'] for r in mine):.0f} ns",
-                    harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
-                    f"+-{statistics.median(halves):.0f} ns", str(mine[0]["pairs"]),
-                    str(len(mine))])
+    for kb in sorted({r.get("pollute_kb", 0) for r in rows}):
+        for arm in ARMS + BASELINE_ARMS:
+            mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb]
+            if not mine:
+                continue
+            halves = [(r["ci_high"] - r["ci_low"]) / 2 for r in mine]
+            caches = f"cold ({kb} KB written before each launch)" if kb else "warm"
+            out.append([arm, caches, f"{statistics.median(r['driver_ns'] for r in mine):.0f} ns",
+                        harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
+                        f"+-{statistics.median(halves):.0f} ns", str(mine[0]["pairs"]),
+                        str(len(mine))])
     return harness.markdown_table(
-        ["arm", "driver entry (median)", "interposer adds: median [min, max] over runs",
+        ["arm", "caches", "driver entry (median)", "interposer adds: median [min, max] over runs",
          "95% interval of one run (median)", "pairs a run", "runs"], out)
 
 
@@ -92,6 +97,8 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=12)
     p.add_argument("--launches", type=int, default=5000)
     p.add_argument("--pairs", type=int, default=3000)
+    p.add_argument("--pollute", type=int, default=0, metavar="KB",
+                   help="the paired figure with KB of memory written before every launch")
     p.add_argument("--baseline-interposer", metavar="LIB",
                    help="another build of liborion_interpose.so, as two more arms")
     p.add_argument("--admin-port", type=int, default=50063)
@@ -128,7 +135,8 @@ def main(argv=None):
             for arm in harness.rotated(tuple(wraps), run - 1):
                 text = subprocess.run(
                     harness.taskset(args.cpus) + wraps[arm] + [
-                        bench, "--launches", str(args.launches), "--pairs", str(args.pairs)],
+                        bench, "--launches", str(args.launches), "--pairs", str(args.pairs),
+                        "--pollute", str(args.pollute)],
                     env=env, check=True, capture_output=True, text=True).stdout
                 for m in re.finditer(r"^(.+?)\s+ns_per_(?:launch|call)=(\d+)", text, re.M):
                     row = {"run": run, "arm": arm, "variant": m.group(1).strip(),
@@ -139,8 +147,10 @@ def main(argv=None):
                 if m:
                     fields = dict(kv.split("=") for kv in m.group(1).split())
                     row = {"run": run, "arm": arm, "variant": "paired", "cpus": args.cpus,
-                           **{k: float(v) for k, v in fields.items() if k != "pairs"},
-                           "pairs": int(fields["pairs"])}
+                           **{k: float(v) for k, v in fields.items()
+                              if k not in ("pairs", "pollute_kb")},
+                           "pairs": int(fields["pairs"]),
+                           "pollute_kb": int(fields.get("pollute_kb", 0))}
                     rows.append(row)
                     harness.append_row(rows_path, row)
             print(f"run {run} of {args.runs} done", flush=True)
