@@ -151,11 +151,7 @@ struct alignas(64) EventRing {
   // consumer writes, only when this one says the ring may be full: once per kRingCapacity
   // events, not once per event. The server neither reads nor trusts it.
   std::atomic<uint64_t> tail_seen;
-  // Producers: kernels launched (graph nodes counted), added right after the launch's push, on
-  // the line the push has just written (ClientArea::Counters::launches, a line of its own, cost a
-  // cold launch one more miss). The server reads it for metrics, never for decisions.
-  std::atomic<uint64_t> launches;
-  uint8_t pad0[40];
+  uint8_t pad0[48];
   std::atomic<uint64_t> tail;  // next position to read (consumer)
   std::atomic<uint64_t> dropped;  // events lost because the ring was full
   uint8_t pad1[48];
@@ -239,7 +235,6 @@ struct alignas(64) EventRing {
     head.store(0, std::memory_order_relaxed);
     tail.store(0, std::memory_order_relaxed);
     dropped.store(0, std::memory_order_relaxed);
-    launches.store(0, std::memory_order_relaxed);
     for (auto& entry : entries) entry.words[0].store(0, std::memory_order_relaxed);
   }
 };
@@ -375,8 +370,7 @@ struct ClientArea {
   struct alignas(64) Counters {
     std::atomic<uint64_t> memory_used_bytes;  // bytes currently allocated
     std::atomic<uint64_t> memory_peak_bytes;
-    std::atomic<uint64_t> launches;           // kernels launched, as interposers before
-                                              // EventRing::launches counted them (0 since)
+    std::atomic<uint64_t> launches;           // kernels launched (graph nodes counted)
     std::atomic<uint64_t> throttled_ns;       // time best-effort launches waited
     uint8_t reserved[32];
   } counters;

@@ -220,6 +220,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     return result;
   }
   const uint32_t kernels = info.graph ? (kernel != nullptr ? kernel->aux.load() : 0) : 1;
+  counters.launches.fetch_add(kernels, std::memory_order_relaxed);
 
   // Every field before the name is set; a launch has no name, so only those words are pushed
   // (and the name's bytes are never initialised).
@@ -237,8 +238,6 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   e.flags = pending != nullptr && pending->timed ? contract::kTimedLaunch : 0;
   static_assert(offsetof(contract::Event, flags) + sizeof(e.flags) == contract::kEventHeadBytes);
   PushEvent(reg, e, contract::kEventHeadBytes);
-  // Counted on the ring's head line, which the push has just written.
-  reg->area->ring.launches.fetch_add(kernels, std::memory_order_relaxed);
 
   if (ticket.waited_ns != 0) {
     counters.throttled_ns.fetch_add(ticket.waited_ns, std::memory_order_relaxed);

@@ -540,11 +540,8 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
   // Client-written counters: read, never trusted for decisions.
   v.memory_used_bytes = s.memory_used_bytes.load(std::memory_order_relaxed);
   v.memory_peak_bytes = s.memory_peak_bytes.load(std::memory_order_relaxed);
-  // The ring's count (this interposer), the counters' (interposers before it), or the launch
-  // events read, whichever is largest: a full ring drops events, not counts.
-  v.kernels_launched = std::max({area.ring.launches.load(std::memory_order_relaxed),
-                                 s.launches.load(std::memory_order_relaxed),
-                                 c.ingest.launch_events()});
+  v.kernels_launched =
+      std::max(s.launches.load(std::memory_order_relaxed), c.ingest.launch_events());
   v.throttled_ns = s.throttled_ns.load(std::memory_order_relaxed);
   v.events_dropped = area.ring.dropped.load(std::memory_order_relaxed);
   v.registered_unix_ms = c.registered_unix_ms;

@@ -290,7 +290,7 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   // 7. Metrics carry the pod's namespace and name; the timeline has its kernels.
   const orion::contract::ClientArea* area = state.board().area(client.slot);
   ASSERT_NE(area, nullptr);
-  ASSERT_TRUE(WaitUntil([&] { return area->ring.launches.load() > 20; }, 10));
+  ASSERT_TRUE(WaitUntil([&] { return area->counters.launches.load() > 20; }, 10));
   const std::string metrics = orion::testing::HttpGet(server_->metrics_port(), "/metrics");
   EXPECT_NE(metrics.find(std::string("namespace=\"ml\"")), std::string::npos);
   EXPECT_NE(metrics.find(std::string("pod=\"") + kPodName + "\""), std::string::npos);

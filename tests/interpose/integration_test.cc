@@ -160,8 +160,7 @@ TEST_F(InterposeIntegrationTest, RegistersReportsLaunchesAndEnforcesQuota) {
   EXPECT_EQ(slot.memory_peak_bytes.load(), 32ull << 20);
   // 5 direct + Ex + cuGetProcAddress + dlsym launches and the 3 kernel nodes of the graph
   // replay; the 3 launches during stream capture ran nothing and are not counted.
-  EXPECT_EQ(registrar.area(0)->ring.launches.load(), 8u + 3u);
-  EXPECT_EQ(slot.launches.load(), 0u);  // the ring's head line counts them now
+  EXPECT_EQ(slot.launches.load(), 8u + 3u);
 
   const auto events = registrar.Drain(0);
   EXPECT_EQ(CountKind(events, c::EventKind::kLaunch), 8);
@@ -342,7 +341,7 @@ TEST_F(InterposeIntegrationTest, ForkedChildLeavesTheParentsRegistrationAlone) {
   ASSERT_GE(registrar.requests().size(), 1u);
   // The parent's slot holds the parent's launches only (8 + 3 graph nodes + 1 after the fork).
   ASSERT_NE(registrar.area(0), nullptr);
-  EXPECT_EQ(registrar.area(0)->ring.launches.load(), 12u);
+  EXPECT_EQ(registrar.area(0)->counters.launches.load(), 12u);
   // The parent kept its registration through the child's exit: it closed exactly once, and the
   // child (which may register on its own) did not close the parent's connection early.
   for (int i = 0;
@@ -415,8 +414,8 @@ TEST_F(InterposeIntegrationTest, LaunchesFollowTheCurrentContextAcrossSetPushAnd
   ASSERT_NE(registrar.area(0), nullptr);
   ASSERT_NE(registrar.area(1), nullptr);
   // Slots in registration order: device 0 registered at its first launch, device 1 after.
-  EXPECT_EQ(registrar.area(0)->ring.launches.load(), 400u);
-  EXPECT_EQ(registrar.area(1)->ring.launches.load(), 200u);
+  EXPECT_EQ(registrar.area(0)->counters.launches.load(), 400u);
+  EXPECT_EQ(registrar.area(1)->counters.launches.load(), 200u);
 }
 
 TEST_F(InterposeIntegrationTest, NoServerPassesThroughWithOneStderrLine) {
@@ -443,7 +442,7 @@ TEST_F(InterposeIntegrationTest, BoardOfAnotherContractVersionIsRefusedClearly) 
   EXPECT_EQ(run.values.at("done"), "1");
   EXPECT_NE(run.err.find("does not match this interposer's layout"), std::string::npos) << run.err;
   ASSERT_NE(registrar.area(0), nullptr);
-  EXPECT_EQ(registrar.area(0)->ring.launches.load(), 0u);  // nothing written
+  EXPECT_EQ(registrar.area(0)->counters.launches.load(), 0u);  // nothing written
 }
 
 TEST_F(InterposeIntegrationTest, BenchSwitchPassesCallsThroughWhileSet) {
@@ -469,7 +468,7 @@ TEST_F(InterposeIntegrationTest, BenchSwitchPassesCallsThroughWhileSet) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   ASSERT_FALSE(registrar.requests().empty());
   ASSERT_NE(registrar.area(0), nullptr);
-  EXPECT_GT(registrar.area(0)->ring.launches.load(), 0u);
+  EXPECT_GT(registrar.area(0)->counters.launches.load(), 0u);
 }
 
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
           "inflight=%u throttled_ns=%llu mem_used=%llu mem_peak=%llu names=%zu "
           "kernel_time_ns=%llu",
           s, requests[s].process_name, slot.priority.load(), requests[s].gpu_uuid,
-          static_cast<unsigned long long>(area->ring.launches.load()),
+          static_cast<unsigned long long>(n.launches.load()),
           static_cast<unsigned long long>(t.launch_kernels),
           static_cast<unsigned long long>(area->ring.dropped.load()), gate.inflight.load(),
           static_cast<unsigned long long>(n.throttled_ns.load()),

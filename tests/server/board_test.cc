@@ -285,7 +285,7 @@ TEST(BoardTest, ChildProcessEventsArriveInOrder) {
       while (!area->ring.TryPush(e)) usleep(50);
     }
     area->counters.memory_used_bytes.store(4096);
-    area->ring.launches.store(kEvents);
+    area->counters.launches.store(kEvents);
     _exit(0);
   }
   auto& ring = (*board)->area(*slot)->ring;
@@ -338,34 +338,6 @@ TEST(BoardTest, KilledProducerHoleIsSkippedAfterTimeout) {
   EXPECT_EQ(state.DrainOnce(t0 + 50000000), 0u);     // 50 ms: still waiting
   state.DrainOnce(t0 + 300000000);                   // 300 ms: hole skipped
   EXPECT_EQ(state.DrainOnce(t0 + 300000001), 1u);    // the published event arrives
-}
-
-// A client's kernels launched: the ring's count (this interposer), the counters' (interposers
-// before it) or the launch events read, whichever is largest.
-TEST(BoardTest, KernelsLaunchedTakeTheRingsCountTheOldCounterOrTheEvents) {
-  const std::string dir = testing::MakeTempDir();
-  ServerConfig cfg = testing::TestConfig(dir);
-  auto board = NodeBoard::Create();
-  ASSERT_TRUE(board.ok());
-  NodeState state(cfg, std::move(*board));
-  PeerIdentity peer = IdentifyPid(getpid(), getuid(), getgid(), "/proc");
-  auto a = state.Register(peer, testing::MakeRequest(cfg.gpus[0].c_str(),
-                                                     contract::Priority::kBestEffort));
-  ASSERT_EQ(a.status, contract::RegisterStatus::kOk);
-  contract::ClientArea& area = *state.board().area(a.slot);
-  Event e{};
-  e.kind = EventKind::kLaunch;
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(area.ring.TryPush(e));
-  EXPECT_EQ(state.DrainOnce(MonotonicNs()), 3u);
-  auto launched = [&] {
-    const std::vector<ClientView> clients = state.ListClients(ClientFilter{});
-    return clients.size() == 1 ? clients[0].kernels_launched : ~0ull;
-  };
-  EXPECT_EQ(launched(), 3u);           // the events read
-  area.ring.launches.store(10);        // a graph's nodes, or events a full ring dropped
-  EXPECT_EQ(launched(), 10u);
-  area.counters.launches.store(12);    // an interposer from before the ring's count
-  EXPECT_EQ(launched(), 12u);
 }
 
 TEST(BoardTest, GarbageEventKindsAreCountedNotTrusted) {
