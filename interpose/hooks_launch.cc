@@ -132,10 +132,11 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // the gate lets a best-effort launch go uncharged: asked only where there is one (or the
   // client is paused).
   const bool paused = slot.paused.load(std::memory_order_relaxed) != 0;
-  const bool held_on_gpu = gated && !paused && GpuHoldOn(gpu) &&
+  const bool beside_high = gated && HighPriorityPresent(gpu, reg->slot_index);
+  const bool held_on_gpu = beside_high && !paused && GpuHoldOn(gpu) &&
                            HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index) &&
                            QueueHoldWait(reg, info.stream, info.per_thread_stream);
-  if (paused || (gated && !held_on_gpu && HighPriorityPresent(gpu, reg->slot_index))) {
+  if (paused || (beside_high && !held_on_gpu)) {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
                         BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns);
     // Promoted through the admin API while waiting: this launch is already high priority (the
