@@ -15,6 +15,7 @@
 #include "interpose/real_driver.h"
 #include "interpose/record_pool.h"
 #include "interpose/timed_samples.h"
+#include "interpose/timing_hold.h"
 
 namespace orion::interpose {
 
@@ -129,6 +130,7 @@ void ResetCompletionTrackerAfterFork() {
   for (auto& p : g_pool) p = PendingLaunch{};
   ResetTimedSamplesAfterFork();
   ResetHoldAfterFork();
+  ResetTimingHoldAfterFork();
   g_queues_once = PTHREAD_ONCE_INIT;
   ResetPollerAfterFork();
 }

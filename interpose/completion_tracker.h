@@ -58,6 +58,9 @@ struct PendingLaunch {
   // Another process's work was in flight at the launch or at completion (OtherWorkInFlight):
   // a kContendedSample.
   bool contended = false;
+  // Held on its stream from before the start event until the end event's record
+  // (timing_hold.h): the start event ran right before the kernel.
+  bool held = false;
   // The stream handle names one stream of ctx (not a per-thread default stream), so records
   // with the same (ctx, stream) complete in submission order.
   bool ordered = false;

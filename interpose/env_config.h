@@ -18,17 +18,25 @@
 namespace orion::interpose {
 
 // "1", "true", "yes", "on" (any case) -> true. Null or anything else -> false.
+// `value` is `word` (lower case), case aside.
+inline bool IsWord(const char* value, const char* word) {
+  auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; };
+  size_t i = 0;
+  for (; value[i] != '\0' && word[i] != '\0'; ++i) {
+    if (lower(value[i]) != word[i]) return false;
+  }
+  return value[i] == '\0' && word[i] == '\0';
+}
+
 inline bool ParseFlag(const char* value) {
   if (value == nullptr) return false;
-  auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; };
-  auto equals = [&](const char* word) {
-    size_t i = 0;
-    for (; value[i] != '\0' && word[i] != '\0'; ++i) {
-      if (lower(value[i]) != word[i]) return false;
-    }
-    return value[i] == '\0' && word[i] == '\0';
-  };
-  return equals("1") || equals("true") || equals("yes") || equals("on");
+  return IsWord(value, "1") || IsWord(value, "true") || IsWord(value, "yes") || IsWord(value, "on");
+}
+
+// A flag that is on unless it says 0, false, no or off.
+inline bool ParseFlagOff(const char* value) {
+  if (value == nullptr) return false;
+  return IsWord(value, "0") || IsWord(value, "false") || IsWord(value, "no") || IsWord(value, "off");
 }
 
 // "high" -> kHigh; "best-effort", "besteffort", "be", "low" -> kBestEffort; else kNoValue32.
@@ -184,6 +192,9 @@ struct EnvConfig {
   // what the timeline's own GPU timing costs, by difference (bench/orion_bench.py cpu-tax
   // --baseline-env). Spans are then all inferred and busy seconds stay at 0.
   bool no_timing = false;
+  // ORION_TIMING_HOLD (on unless 0/false/no/off): a timed kernel launch is held on its stream
+  // until its end event is recorded (timing_hold.h).
+  bool timing_hold = true;
   uint32_t requested_priority = contract::kNoValue32;
   uint64_t requested_memory_limit = 0;
   uint64_t requested_latency_target_us = 0;
@@ -222,6 +233,7 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   config.quiet = ParseFlag(getenv_fn(contract::kEnvQuiet));
   config.profile = ParseFlag(getenv_fn("ORION_PROFILE"));
   config.no_timing = ParseFlag(getenv_fn("ORION_NO_TIMING"));
+  config.timing_hold = !ParseFlagOff(getenv_fn("ORION_TIMING_HOLD"));
   config.requested_priority = ParsePriority(getenv_fn(contract::kEnvPriority));
   uint64_t value = 0;
   if (ParseByteSize(getenv_fn(contract::kEnvMemoryLimit), &value)) {

@@ -13,6 +13,7 @@
 #include "interpose/nvtx_ranges.h"
 #include "interpose/real_driver.h"
 #include "interpose/tables.h"
+#include "interpose/timing_hold.h"
 
 namespace orion::interpose {
 namespace {
@@ -167,6 +168,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
                   kernel != nullptr ? kernel->estimate_ns.load(std::memory_order_relaxed) : 0,
                   info.graph);
   PendingLaunch* pending = nullptr;
+  uint32_t hold_ticket = 0;  // timing_hold.h: opened on every path below once the end is recorded
   if (follow || timed || ticket.budget_ns != 0) {
     // Waited for asleep in the driver only where that pays: a graph or a long kernel.
     pending = AcquirePending(ctx, timed,
@@ -181,10 +183,15 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       memcpy(pending->grid, info.grid, sizeof(info.grid));
       memcpy(pending->block, info.block, sizeof(info.block));
       pending->warmup = launch_index < kWarmupLaunches;
+      pending->held = false;
       if (timed) {
         pending->high = high;
         pending->contended =
             OtherWorkInFlight(*reg->gate, gpu, reg->slot_index, high, now);
+        if (!info.graph && !pending->contended) {
+          hold_ticket = HoldForTiming(reg->device, info.stream, info.per_thread_stream);
+          pending->held = hold_ticket != 0;
+        }
         if (!RecordStart(pending, info.stream, info.per_thread_stream)) pending->timed = false;
       }
     } else if (ticket.budget_ns != 0) {
@@ -218,6 +225,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   if (took_hold) WakeHoldKeepers(*reg->gate);  // after the launch: off the request's path
   if (result != CUDA_SUCCESS) {
     if (pending != nullptr) CompleteNow(pending);
+    ReleaseTimingHold(hold_ticket);
     return result;
   }
   const uint32_t kernels = info.graph ? (kernel != nullptr ? kernel->aux.load() : 0) : 1;
@@ -267,6 +275,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   if (pending != nullptr) {
     SubmitPending(pending, info.stream, info.per_thread_stream, MonotonicNs());
   }
+  ReleaseTimingHold(hold_ticket);
   KeepRegistered(reg, now);
   return result;
 }

@@ -17,8 +17,9 @@
 // the launch call returned, 0.3 us after with round 11's build; which change since moved it is
 // not known), and 1.4 us read 0.982x to 1.018x (three windows; 1.45 us: 0.997x;
 // bench/orion_bench.py timeline).
-// Which case applies is read from where the anchors put the start event on the
-// host clock: before the launch call's return, plus kIdleMarginNs for the placement's own error
+// A launch held on its stream until its end event was recorded (timing_hold.h) is a queued one
+// whatever the stream held before it. Otherwise which case applies is read from where the
+// anchors put the start event on the host clock: before the launch call's return, plus kIdleMarginNs for the placement's own error
 // (up to about 15 us seen on an H100 guest), means idle. The duration uses only host intervals and the
 // GPU's own elapsed time, never the placement, whose error once cut an eager service's
 // kernels to nothing.
@@ -47,6 +48,7 @@ struct SampleEvents {
   uint64_t start_recorded_ns = 0;  // host clock: the start event's record call returned
   uint64_t launched_ns = 0;        // host clock: the launch call returned
   bool placed = false;             // the events' host times below are known
+  bool held = false;               // held on its stream from before the start event (timing_hold.h)
   uint64_t start_host_ns = 0;
   uint64_t end_host_ns = 0;
 };
@@ -61,7 +63,7 @@ inline SampleTiming TimeSample(const SampleEvents& e, const StartLatency& latenc
   SampleTiming t;
   t.duration_ns = e.gpu_elapsed_ns;
   if (!e.placed) return t;  // no host clock: the GPU's elapsed time, as measured
-  t.idle_stream = e.start_host_ns < e.launched_ns + kIdleMarginNs;
+  t.idle_stream = !e.held && e.start_host_ns < e.launched_ns + kIdleMarginNs;
   uint64_t before_kernel = latency.queued_ns;
   if (t.idle_stream) {
     before_kernel = (e.launched_ns > e.start_recorded_ns && e.start_recorded_ns != 0

@@ -37,6 +37,7 @@ void ReportTimedSample(PendingLaunch* p, Registration* reg, uint64_t now_ns) {
   events.gpu_elapsed_ns = ns;
   events.start_recorded_ns = p->start_recorded_ns;
   events.launched_ns = p->launched_ns;
+  events.held = p->held;
   events.placed = PlaceOnHostClock(*p, &events.start_host_ns, &events.end_host_ns);
   const SampleTiming timing = TimeSample(events, Config().start_latency);
   ns = timing.duration_ns;

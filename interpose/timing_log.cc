@@ -57,11 +57,12 @@ using ull = unsigned long long;
 
 void LogTimingSample(const TimingSample& s) {
   const SampleEvents& e = s.events;
-  WriteLine("sample\t%#llx\t%llu\t%llu\t%llu\t%llu\t%llu\t%d\t%d\t%llu\t%u,%u,%u\t%u,%u,%u\t%d\n",
+  WriteLine("sample\t%#llx\t%llu\t%llu\t%llu\t%llu\t%llu\t%d\t%d\t%llu\t%u,%u,%u\t%u,%u,%u\t%d\t%d\n",
             ull{s.func}, ull{e.gpu_elapsed_ns}, ull{e.placed ? e.start_host_ns : 0},
             ull{e.placed ? e.end_host_ns : 0}, ull{e.launched_ns}, ull{s.timing.duration_ns},
             s.timing.idle_stream ? 1 : 0, s.warmup ? 1 : 0, ull{e.start_recorded_ns}, s.grid[0],
-            s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2], s.contended ? 1 : 0);
+            s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2], s.contended ? 1 : 0,
+            e.held ? 1 : 0);
 }
 
 void LogAnchor(uint64_t ctx, uint64_t recorded_ns, uint64_t seen_ns, uint64_t chained_ns,

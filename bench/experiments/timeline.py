@@ -2,6 +2,7 @@
 
   orion_bench.py timeline --bundle DIR [--service resnet50|resnet50-graph] [--rate 40]
       [--service-window 300] [--train-window 20] [--warm-seconds 5] [--together] [--out DIR]
+      [--timing-log] [--label TEXT]
   orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
 
 A ResNet50 trainer (batch 64, best effort, an NVTX range "step" per step) and a ResNet50 service
@@ -113,6 +114,7 @@ def main(argv=None):
                    help="both processes under the profiler in the same window")
     p.add_argument("--out")
     p.add_argument("--table")
+    p.add_argument("--label", help="the rows' build column (an A/B: say what this run is)")
     p.add_argument("--timing-log", action="store_true",
                    help="both processes write the GPU timing diagnostic (ORION_TIMING_LOG) to "
                         "OUT/timing; its summary (orion_bench.py timing-log) is printed and "
@@ -194,6 +196,8 @@ def main(argv=None):
                      else "resnet50 (batch 64)")
             row = compare(summary, trace, role, model, beside)
             row["bundle_interposer"] = "liborion_interpose.so"
+            if args.label:
+                row["build"] = args.label
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:

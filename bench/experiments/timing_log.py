@@ -57,7 +57,7 @@ def read(path):
         for n, line in enumerate(f, 2):
             parts = line.rstrip("\n").split("\t")
             try:
-                if parts[0] == "sample" and len(parts) in (9, 12, 13):
+                if parts[0] == "sample" and len(parts) in (9, 12, 13, 14):
                     s = {"func": parts[1]}
                     (s["elapsed"], s["start"], s["end"], s["launched"], s["dur"], s["clamped"],
                      s["warmup"]) = map(int, parts[2:9])
@@ -65,7 +65,8 @@ def read(path):
                     s["recorded"] = int(parts[9]) if long else 0
                     s["grid"] = tuple(map(int, parts[10].split(","))) if long else None
                     s["block"] = tuple(map(int, parts[11].split(","))) if long else None
-                    s["contended"] = int(parts[12]) if len(parts) == 13 else 0
+                    s["contended"] = int(parts[12]) if len(parts) >= 13 else 0
+                    s["held"] = int(parts[13]) if len(parts) >= 14 else 0
                     samples.append(s)
                 elif parts[0] == "anchor" and len(parts) in (6, 7):
                     a = {"ctx": parts[1]}
@@ -89,7 +90,9 @@ def read(path):
             # the record would leave the driver's handover in the kernel's duration.
             bad.append(f"{path}: launched {s['launched']} before its start event was recorded "
                        f"({s['recorded']})")
-        if s["clamped"] != (s["start"] < s["launched"] + IDLE_MARGIN_NS):
+        if s["held"] and s["clamped"]:
+            bad.append(f"{path}: a sample held on its stream was taken as an idle-stream one")
+        if not s["held"] and s["clamped"] != (s["start"] < s["launched"] + IDLE_MARGIN_NS):
             bad.append(f"{path}: idle={s['clamped']} but start {s['start']} vs launched "
                        f"{s['launched']}")
     return samples, anchors, bad
@@ -207,6 +210,8 @@ def compare_profile(matched):
     rows = {}
     for name, pick in (("all", lambda s: True), ("idle stream", lambda s: s["clamped"]),
                        ("queued", lambda s: not s["clamped"]),
+                       ("held on its stream", lambda s: s["held"]),
+                       ("queued, not held", lambda s: not s["clamped"] and not s["held"]),
                        ("contended", lambda s: s["contended"]),
                        ("uncontended", lambda s: not s["contended"])):
         m = [(s, a, b) for s, a, b, _ in matched if pick(s) and s["start"]]

@@ -65,6 +65,24 @@ TEST(TimeSampleTest, QueuedKernelIsTheGpusElapsedTimeLessItsStartLatency) {
   EXPECT_EQ(TimeSample(e, kLatency).duration_ns, 0u);
 }
 
+TEST(TimeSampleTest, HeldLaunchIsQueuedWhereverItsStartEventIsPlaced) {
+  // Held on its stream until its end event was recorded (timing_hold.h): the start event ran
+  // 3 us after the call's return, the kernel 2.4 us after it, for 5 us. Placed within the idle
+  // margin, it would otherwise lose the host gap (9 us) and the idle latency too.
+  SampleEvents e = IdleLaunch();
+  e.held = true;
+  e.start_host_ns = e.launched_ns + 3'000;
+  e.gpu_elapsed_ns = 2'400 + 5'000;
+  e.end_host_ns = e.start_host_ns + e.gpu_elapsed_ns;
+  SampleTiming t = TimeSample(e, kLatency);
+  EXPECT_FALSE(t.idle_stream);
+  EXPECT_EQ(t.duration_ns, 5'000u);
+  EXPECT_EQ(t.start_ns, e.start_host_ns + 2'400);
+  e.held = false;
+  EXPECT_TRUE(TimeSample(e, kLatency).idle_stream);
+  EXPECT_EQ(TimeSample(e, kLatency).duration_ns, 0u);  // the idle rule cuts it to nothing
+}
+
 TEST(TimeSampleTest, NeverNegativeAndUnplacedKeepsTheElapsedTime) {
   SampleEvents e = IdleLaunch();
   e.gpu_elapsed_ns = 4'000;  // less than the handover: a kernel too short to see

@@ -5,7 +5,8 @@
 # per renewal, every line keeps the log's rules (bench/orion_bench.py timing-log --check: no duration
 # longer than the GPU's own time, unclamped samples equal to it), and a process without the
 # variable writes nothing. A profiled process that launches faster than the poller's lazy clock
-# keeps being sampled (it once ran out of timing records after 1,024 launches, for good).
+# keeps being sampled (it once ran out of timing records after 1,024 launches, for good). Timed
+# launches are held on their stream until their end is recorded, unless ORION_TIMING_HOLD=0.
 #   timing_log_test.sh ORION_SERVER ORION_RUN SAMPLE_INFER INTERPOSER CUDA_DOUBLE_DIR
 set -euo pipefail
 SERVER="$1"; RUN="$2"; INFER="$3"; LIB="$4"; DOUBLE="$5"
@@ -34,6 +35,18 @@ r = json.loads(sys.stdin.readline())
 assert r["samples"] >= 90 and r["placed"] >= 80, r
 assert r["reported_ns_sum"] <= r["gpu_ns_sum"] + 2000 * r["placed"], r
 ' || fail "summary: $(python3 "$ROOT/bench/orion_bench.py" timing-log --json "$W/timing")"
+# Timed launches on an idle GPU are held on their stream until their end event is recorded
+# (interpose/timing_hold.h: the log's last column); ORION_TIMING_HOLD=0 holds none.
+held="$(awk -F'\t' '$1 == "sample" && $14 == 1' "$log" | wc -l)"
+[[ "$held" -ge 1 ]] || fail "no timed launch was held on its stream (of $samples)"
+mkdir -p "$W/unheld"
+ORION_TIMING_HOLD=0 ORION_TIMING_LOG="$W/unheld" ORION_PROFILE=1 client --priority high -- \
+  "$INFER" --rate 0 --requests 10 --kernels 3 --kernel-us 300 > "$W/unheld.out" 2>&1 ||
+  fail "the unheld sample failed: $(cat "$W/unheld.out")"
+unheld="$(cat "$W"/unheld/timing.*.log | awk -F'\t' '$1 == "sample" && $14 != 0' | wc -l)"
+[[ "$unheld" == 0 ]] || fail "ORION_TIMING_HOLD=0 still held $unheld launches"
+python3 "$ROOT/bench/orion_bench.py" timing-log --check "$W/unheld" > /dev/null 2> "$W/unheld.err" ||
+  fail "the unheld log breaks its rules: $(cat "$W/unheld.err")"
 mkdir -p "$W/fast"
 ORION_TIMING_LOG="$W/fast" ORION_PROFILE=1 client --priority high -- \
   "$INFER" --rate 0 --requests 100 --warmup 5 --kernels 40 --kernel-us 5 > "$W/fast.out" 2>&1 ||
@@ -42,4 +55,4 @@ fast="$(cat "$W"/fast/timing.*.log | grep -c '^sample' || true)"
 # 3,200 to 4,200 here; how many depends on the poller keeping up (CPU load). The regression this
 # guards against stopped at 1,024 for good.
 [[ "$fast" -ge 1300 ]] || fail "a fast profiled process timed only $fast of 4,200 launches"
-echo "timing log: $samples samples, $anchors anchors; fast process: $fast of 4200 timed; $(tail -n1 "$W/summary.md")"
+echo "timing log: $samples samples ($held held on their stream), $anchors anchors; fast process: $fast of 4200 timed; $(tail -n1 "$W/summary.md")"

@@ -1,0 +1,41 @@
+// A timed kernel launch held on its stream from before its start event until its end event is
+// recorded: a stream wait on a word of this process (cuStreamWaitValue32, GEQ a ticket) that a
+// CPU store opens right after the end event's record. The start event then runs on the GPU right
+// before the kernel, as it does behind queued work, so the sample is the GPU's elapsed time less
+// the queued start latency alone (sample_timing.h). Unheld, on an idle stream, the start event
+// runs as it is recorded, and the sample also holds the launch's handover, taken off as the host
+// time between the record and the launch's return plus a start latency that moved between hosts
+// (1.0 to 1.4 us on H100s: 6% of an eager service's 5 us kernels).
+//
+// Held only where no other client's work is in flight on the GPU (the launch's sample is not
+// contended): a stream waiting on a word leaves the GPU free to switch to another context with
+// work, which would cost a high-priority client the switch. CUDA graph launches are not held (a
+// graph's timing does not need it, and every graph launch is timed). ORION_TIMING_HOLD=0 turns
+// it off. Each thread has a word of its own in one registered page, so one thread's store never
+// opens another's hold early (beyond 1023 threads timing at once they share words, and a hold
+// opened early only reads as an idle-stream sample).
+//
+// Usage (hooks_launch.cc):
+//   uint32_t ticket = HoldForTiming(device, stream, ptsz);  // 0: not held
+//   RecordStart(...); launch; SubmitPending(...);  // or CompleteNow on a failed launch
+//   ReleaseTimingHold(ticket);                       // on every path, after the end's record
+#pragma once
+
+#include <stdint.h>
+
+#include "interpose/cuda_abi.h"
+
+namespace orion::interpose {
+
+// Queues the wait on `stream` (of `device`, its context current); the ticket to release, or 0
+// where the hold is off or impossible (no host registration or stream wait in the driver, the
+// wait refused).
+uint32_t HoldForTiming(int device, CUstream stream, bool per_thread_stream);
+
+// Opens the hold of `ticket` (nothing for 0). Never blocks.
+void ReleaseTimingHold(uint32_t ticket);
+
+// After fork(): the child's page is not registered with any driver.
+void ResetTimingHoldAfterFork();
+
+}  // namespace orion::interpose
