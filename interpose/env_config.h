@@ -193,7 +193,7 @@ struct EnvConfig {
   // --baseline-env). Spans are then all inferred and busy seconds stay at 0.
   bool no_timing = false;
   // ORION_TIMING_HOLD (on unless 0/false/no/off): a timed kernel launch is held on its stream
-  // until its end event is recorded (timing_hold.h).
+  // until its end event is recorded (timing_hold.h); never with CUDA_LAUNCH_BLOCKING=1.
   bool timing_hold = true;
   uint32_t requested_priority = contract::kNoValue32;
   uint64_t requested_memory_limit = 0;
@@ -233,7 +233,9 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   config.quiet = ParseFlag(getenv_fn(contract::kEnvQuiet));
   config.profile = ParseFlag(getenv_fn("ORION_PROFILE"));
   config.no_timing = ParseFlag(getenv_fn("ORION_NO_TIMING"));
-  config.timing_hold = !ParseFlagOff(getenv_fn("ORION_TIMING_HOLD"));
+  // A blocking launch waits for its stream, which the hold keeps waiting for the launch.
+  config.timing_hold = !ParseFlagOff(getenv_fn("ORION_TIMING_HOLD")) &&
+                       !ParseFlag(getenv_fn("CUDA_LAUNCH_BLOCKING"));
   config.requested_priority = ParsePriority(getenv_fn(contract::kEnvPriority));
   uint64_t value = 0;
   if (ParseByteSize(getenv_fn(contract::kEnvMemoryLimit), &value)) {

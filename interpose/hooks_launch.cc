@@ -188,7 +188,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
         pending->high = high;
         pending->contended =
             OtherWorkInFlight(*reg->gate, gpu, reg->slot_index, high, now);
-        if (!info.graph && !pending->contended) {
+        if (!info.graph && !pending->contended && !pending->warmup) {
           hold_ticket = HoldForTiming(reg->device, info.stream, info.per_thread_stream);
           pending->held = hold_ticket != 0;
         }

@@ -7,8 +7,12 @@
 // time between the record and the launch's return plus a start latency that moved between hosts
 // (1.0 to 1.4 us on H100s: 6% of an eager service's 5 us kernels).
 //
-// Held only where no other client's work is in flight on the GPU (the launch's sample is not
-// contended): a stream waiting on a word leaves the GPU free to switch to another context with
+// Never held: a kernel's first launches (the warm-up, where the driver may load its module and
+// wait for the stream), a process with CUDA_LAUNCH_BLOCKING=1 (every launch waits for its
+// stream). A guard thread opens any hold still closed 5 ms after it was queued (a launch call
+// that waited for its own stream anyway), and after three such openings the process stops
+// holding. Held only where no other client's work is in flight on the GPU (the launch's sample
+// is not contended): a stream waiting on a word leaves the GPU free to switch to another context with
 // work, which would cost a high-priority client the switch. CUDA graph launches are not held (a
 // graph's timing does not need it, and every graph launch is timed). ORION_TIMING_HOLD=0 turns
 // it off. Each thread has a word of its own in one registered page, so one thread's store never

@@ -117,6 +117,8 @@ uint64_t KernelDurationNs(const Function* f, void** params, void** extra) {
   return Scaled(ns);
 }
 
+CUresult StreamSync(CUstream hstream);
+
 CUresult Launch(CUfunction hfunc, unsigned int gx, unsigned int gy, unsigned int gz,
                 unsigned int bx, unsigned int by, unsigned int bz, CUstream hstream, void** params,
                 void** extra) {
@@ -146,6 +148,13 @@ CUresult Launch(CUfunction hfunc, unsigned int gx, unsigned int gy, unsigned int
     }
   }
   Enqueue(stream, duration);
+  // ORION_SIM_LAUNCH_SYNCS=1: every launch returns only once its stream is done, as a real
+  // driver's launch does that loads its kernel's module lazily or resizes local memory.
+  static const bool launch_syncs = [] {
+    const char* v = getenv("ORION_SIM_LAUNCH_SYNCS");
+    return v != nullptr && v[0] == '1';
+  }();
+  if (launch_syncs) return StreamSync(hstream);
   return CUDA_SUCCESS;
 }
 

@@ -47,6 +47,17 @@ unheld="$(cat "$W"/unheld/timing.*.log | awk -F'\t' '$1 == "sample" && $14 != 0'
 [[ "$unheld" == 0 ]] || fail "ORION_TIMING_HOLD=0 still held $unheld launches"
 python3 "$ROOT/bench/orion_bench.py" timing-log --check "$W/unheld" > /dev/null 2> "$W/unheld.err" ||
   fail "the unheld log breaks its rules: $(cat "$W/unheld.err")"
+# A driver whose launch waits for its own stream (a lazily loaded module; the double's
+# ORION_SIM_LAUNCH_SYNCS=1) would wait for the hold forever: the guard opens each such hold
+# within 5 to 15 ms, and the process stops holding after three.
+start_ns="$(date +%s%N)"
+ORION_SIM_LAUNCH_SYNCS=1 ORION_PROFILE=1 client --priority high -- \
+  "$INFER" --rate 0 --requests 20 --kernels 3 --kernel-us 50 > "$W/syncs.out" 2>&1 ||
+  fail "a process whose launches wait for their stream failed: $(cat "$W/syncs.out")"
+syncs_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+grep -q "launches waited for their own hold" "$W/syncs.out" ||
+  fail "the guard did not say it stopped holding: $(cat "$W/syncs.out")"
+[[ "$syncs_ms" -lt 8000 ]] || fail "held launches that wait for their stream took $syncs_ms ms"
 mkdir -p "$W/fast"
 ORION_TIMING_LOG="$W/fast" ORION_PROFILE=1 client --priority high -- \
   "$INFER" --rate 0 --requests 100 --warmup 5 --kernels 40 --kernel-us 5 > "$W/fast.out" 2>&1 ||
@@ -55,4 +66,4 @@ fast="$(cat "$W"/fast/timing.*.log | grep -c '^sample' || true)"
 # 3,200 to 4,200 here; how many depends on the poller keeping up (CPU load). The regression this
 # guards against stopped at 1,024 for good.
 [[ "$fast" -ge 1300 ]] || fail "a fast profiled process timed only $fast of 4,200 launches"
-echo "timing log: $samples samples ($held held on their stream), $anchors anchors; fast process: $fast of 4200 timed; $(tail -n1 "$W/summary.md")"
+echo "timing log: $samples samples ($held held on their stream), $anchors anchors; launches waiting for their stream: $syncs_ms ms; fast process: $fast of 4200 timed; $(tail -n1 "$W/summary.md")"
