@@ -61,6 +61,7 @@ struct PendingLaunch {
   // Held on its stream from before the start event until the end event's record
   // (timing_hold.h): the start event ran right before the kernel.
   bool held = false;
+  bool graph = false;  // a CUDA graph launch (`kernel` is its g_graphs record)
   // The stream handle names one stream of ctx (not a per-thread default stream), so records
   // with the same (ctx, stream) complete in submission order.
   bool ordered = false;

@@ -184,6 +184,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       memcpy(pending->block, info.block, sizeof(info.block));
       pending->warmup = launch_index < kWarmupLaunches;
       pending->held = false;
+      pending->graph = info.graph;
       if (timed) {
         pending->high = high;
         pending->contended =

@@ -50,6 +50,9 @@ struct KernelRecord {
   std::atomic<uint32_t> aux;  // graphs: kernel nodes counted at instantiation
   std::atomic<uint32_t> kclass;  // contract::KernelClass (board encoding) from the kernel's name
   std::atomic<uint32_t> communication;  // 1: a collective (contract::IsCommunicationKernelName)
+  // Graphs: the mean of the uncontended samples timed behind queued work (0: none yet), for
+  // the ones timed on an idle stream (sample_timing.h IdleGraphDuration).
+  std::atomic<uint64_t> queued_ns;
 
   // The launch's index among the kernel's launches, for ShouldSample: a load and a store, not a
   // locked add (about 20 ns on the launch path). Threads launching one kernel at once may read
@@ -74,6 +77,12 @@ struct KernelRecord {
     const uint64_t next = BlendEstimate(old, duration_ns == 0 ? 1 : duration_ns, old == 0);
     // A lost race only drops one sample from the average.
     estimate_ns.compare_exchange_strong(old, next, std::memory_order_relaxed);
+  }
+  void AddQueuedSample(uint64_t duration_ns) {
+    uint64_t old = queued_ns.load(std::memory_order_relaxed);
+    queued_ns.compare_exchange_strong(
+        old, BlendEstimate(old, duration_ns == 0 ? 1 : duration_ns, old == 0),
+        std::memory_order_relaxed);
   }
 };
 

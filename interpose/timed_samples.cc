@@ -39,7 +39,19 @@ void ReportTimedSample(PendingLaunch* p, Registration* reg, uint64_t now_ns) {
   events.launched_ns = p->launched_ns;
   events.held = p->held;
   events.placed = PlaceOnHostClock(*p, &events.start_host_ns, &events.end_host_ns);
-  const SampleTiming timing = TimeSample(events, Config().start_latency);
+  SampleTiming timing = TimeSample(events, Config().start_latency);
+  if (p->graph && p->kernel != nullptr && events.placed) {
+    if (!timing.idle_stream && !p->contended && !p->warmup) {
+      p->kernel->AddQueuedSample(timing.duration_ns);
+    } else if (timing.idle_stream) {
+      timing.duration_ns = IdleGraphDuration(
+          events, timing, Config().start_latency,
+          p->kernel->queued_ns.load(std::memory_order_relaxed));
+      timing.start_ns = events.end_host_ns > timing.duration_ns
+                            ? events.end_host_ns - timing.duration_ns
+                            : 0;
+    }
+  }
   ns = timing.duration_ns;
   if (events.placed) {
     e.cpu_ns = timing.start_ns;

@@ -46,9 +46,11 @@ void StartTimingLog(const char* dir, const StartLatency& latency) {
   const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   g_fd.store(fd, std::memory_order_release);
-  WriteLine("# orion-timing-log 2 pid=%d kernel_start_ns=%llu queued_start_ns=%llu\n", pid,
-            static_cast<unsigned long long>(latency.idle_ns),
-            static_cast<unsigned long long>(latency.queued_ns));
+  WriteLine("# orion-timing-log 2 pid=%d kernel_start_ns=%llu queued_start_ns=%llu "
+            "held_start_ns=%llu\n",
+            pid, static_cast<unsigned long long>(latency.idle_ns),
+            static_cast<unsigned long long>(latency.queued_ns),
+            static_cast<unsigned long long>(latency.held_ns));
 }
 
 bool TimingLogActive() { return g_fd.load(std::memory_order_relaxed) >= 0; }

@@ -5,7 +5,7 @@
 // the completion poller and the anchor renewal, never from the launch path.
 //
 // Lines, tab-separated, after a header "# orion-timing-log 2 pid=<pid> kernel_start_ns=<n>
-// queued_start_ns=<n>" (the start latencies taken off, sample_timing.h):
+// queued_start_ns=<n> held_start_ns=<n>" (the start latencies taken off, sample_timing.h):
 //   sample  func  gpu_elapsed_ns  start_host_ns  end_host_ns  launched_ns  duration_ns  clamped
 //           warmup  start_recorded_ns  grid  block  contended  held
 //     gpu_elapsed: cuEventElapsedTime(start, end); start/end_host: the events on the host clock

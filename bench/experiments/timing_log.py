@@ -54,6 +54,7 @@ def read(path):
         # The queued start latency the samples were reported with (logs before it: none).
         fields = dict(f.split("=", 1) for f in header.split() if "=" in f)
         queued_start = int(fields.get("queued_start_ns", 0))
+        held_start = int(fields.get("held_start_ns", queued_start))
         for n, line in enumerate(f, 2):
             parts = line.rstrip("\n").split("\t")
             try:
@@ -82,9 +83,11 @@ def read(path):
             continue  # not placed on the host clock: the GPU's elapsed time was reported
         if s["dur"] > s["elapsed"] + SLACK_NS:
             bad.append(f"{path}: a sample's duration {s['dur']} exceeds its GPU time {s['elapsed']}")
-        if not s["clamped"] and abs(s["dur"] - max(0, s["elapsed"] - queued_start)) > SLACK_NS:
+        latency = held_start if s["held"] else queued_start
+        if not s["clamped"] and abs(s["dur"] - max(0, s["elapsed"] - latency)) > SLACK_NS:
             bad.append(f"{path}: a queued-stream sample's duration {s['dur']} is not its GPU time "
-                       f"{s['elapsed']} less the queued start latency {queued_start}")
+                       f"{s['elapsed']} less the {'held' if s['held'] else 'queued'} start "
+                       f"latency {latency}")
         if s["recorded"] and s["launched"] < s["recorded"]:
             # The launch returns after its start event was recorded; a launch time taken before
             # the record would leave the driver's handover in the kernel's duration.

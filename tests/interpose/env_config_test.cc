@@ -106,18 +106,28 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_FALSE(config.no_timing);
   EXPECT_EQ(config.start_latency.idle_ns, kDefaultKernelStartNs);
   EXPECT_EQ(config.start_latency.queued_ns, kDefaultQueuedStartNs);
+  EXPECT_EQ(config.start_latency.held_ns, kDefaultHeldStartNs);
+  EXPECT_TRUE(config.timing_hold);  // on unless said otherwise
   EXPECT_EQ(config.lazy_poll_ns, kDefaultLazyPollNs);
 
   env = {{"ORION_DISABLE", "1"}, {"ORION_SOCKET", "/tmp/x.sock"}, {"ORION_MEMORY_LIMIT", "lots"},
          {"ORION_LOG_DIR", "/tmp/orion-logs"}, {"ORION_KERNEL_START_NS", "0"},
          {"ORION_QUEUED_START_NS", "500000"},  // past the 100 us bound: the default stays
-         {"ORION_NO_TIMING", "1"}, {"ORION_LAZY_POLL_MS", "100"}};
+         {"ORION_NO_TIMING", "1"}, {"ORION_LAZY_POLL_MS", "100"},
+         {"ORION_HELD_START_NS", "2600"}, {"ORION_TIMING_HOLD", "off"}};
   config = ReadEnvConfig(get);
   EXPECT_TRUE(config.no_timing);
+  EXPECT_EQ(config.start_latency.held_ns, 2'600u);
+  EXPECT_FALSE(config.timing_hold);
   EXPECT_EQ(config.lazy_poll_ns, 100'000'000u);
   EXPECT_EQ(config.start_latency.idle_ns, 0u);
   EXPECT_EQ(config.start_latency.queued_ns, kDefaultQueuedStartNs);
   EXPECT_TRUE(config.disabled);
+  // A blocking launch waits for its own stream: never held. A word that is not "off" keeps it.
+  env = {{"CUDA_LAUNCH_BLOCKING", "1"}};
+  EXPECT_FALSE(ReadEnvConfig(get).timing_hold);
+  env = {{"ORION_TIMING_HOLD", "maybe"}};
+  EXPECT_TRUE(ReadEnvConfig(get).timing_hold);
   EXPECT_EQ(config.requested_priority, contract::kNoValue32);
   EXPECT_EQ(config.requested_memory_limit, 0u);
   EXPECT_STREQ(config.socket_path, "/tmp/x.sock");

@@ -9,7 +9,7 @@
 namespace orion::interpose {
 namespace {
 
-constexpr StartLatency kLatency{.idle_ns = 1'000, .queued_ns = 2'400};
+constexpr StartLatency kLatency{.idle_ns = 1'000, .queued_ns = 2'400, .held_ns = 2'600};
 
 // An eager service's launch on an idle stream, as seen on an H100: the start event ran at once,
 // the launch call returned 9 us after the start event's record, the kernel ran 3 us, 1 us of
@@ -67,20 +67,43 @@ TEST(TimeSampleTest, QueuedKernelIsTheGpusElapsedTimeLessItsStartLatency) {
 
 TEST(TimeSampleTest, HeldLaunchIsQueuedWhereverItsStartEventIsPlaced) {
   // Held on its stream until its end event was recorded (timing_hold.h): the start event ran
-  // 3 us after the call's return, the kernel 2.4 us after it, for 5 us. Placed within the idle
-  // margin, it would otherwise lose the host gap (9 us) and the idle latency too.
+  // 3 us after the call's return, the kernel 2.6 us after it (the held latency, not the queued
+  // one), for 5 us. Placed within the idle margin, it would otherwise lose the host gap (9 us)
+  // and the idle latency too.
   SampleEvents e = IdleLaunch();
   e.held = true;
   e.start_host_ns = e.launched_ns + 3'000;
-  e.gpu_elapsed_ns = 2'400 + 5'000;
+  e.gpu_elapsed_ns = 2'600 + 5'000;
   e.end_host_ns = e.start_host_ns + e.gpu_elapsed_ns;
   SampleTiming t = TimeSample(e, kLatency);
   EXPECT_FALSE(t.idle_stream);
   EXPECT_EQ(t.duration_ns, 5'000u);
-  EXPECT_EQ(t.start_ns, e.start_host_ns + 2'400);
+  EXPECT_EQ(t.start_ns, e.start_host_ns + 2'600);
   e.held = false;
   EXPECT_TRUE(TimeSample(e, kLatency).idle_stream);
   EXPECT_EQ(TimeSample(e, kLatency).duration_ns, 0u);  // the idle rule cuts it to nothing
+}
+
+TEST(TimeSampleTest, IdleGraphTakesItsQueuedMeanWithinWhatTheEventsAllow) {
+  // A graph launch on an idle stream: the call took 65 us, the start event ran at its record,
+  // the graph's first kernel 20 us into the call, and it ran 1 ms.
+  SampleEvents e = IdleLaunch();
+  e.launched_ns = e.start_recorded_ns + 65'000;
+  e.gpu_elapsed_ns = 20'000 + 1'000'000;
+  e.end_host_ns = e.start_host_ns + e.gpu_elapsed_ns;
+  const SampleTiming t = TimeSample(e, kLatency);
+  ASSERT_TRUE(t.idle_stream);
+  EXPECT_EQ(t.duration_ns, 1'020'000u - 65'000 - 1'000);  // the idle rule: 4.6% short
+  EXPECT_EQ(IdleGraphDuration(e, t, kLatency, 0), t.duration_ns);  // no queued sample yet
+  EXPECT_EQ(IdleGraphDuration(e, t, kLatency, 1'000'000), 1'000'000u);
+  // Kept within the events: not past the elapsed time less the queued latency, not under the
+  // idle rule's duration.
+  EXPECT_EQ(IdleGraphDuration(e, t, kLatency, 1'100'000), 1'020'000u - 2'400);
+  EXPECT_EQ(IdleGraphDuration(e, t, kLatency, 900'000), t.duration_ns);
+  // A queued sample is left as it is.
+  SampleTiming queued = t;
+  queued.idle_stream = false;
+  EXPECT_EQ(IdleGraphDuration(e, queued, kLatency, 1'000'000), t.duration_ns);
 }
 
 TEST(TimeSampleTest, NeverNegativeAndUnplacedKeepsTheElapsedTime) {
