@@ -25,6 +25,16 @@ SampleEvents IdleLaunch() {
   return e;
 }
 
+// The same launch with its start event run `after_return_ns` after the call's return and
+// `gpu_elapsed_ns` between its events.
+SampleEvents StartedAfterReturn(uint64_t after_return_ns, uint64_t gpu_elapsed_ns) {
+  SampleEvents e = IdleLaunch();
+  e.start_host_ns = e.launched_ns + after_return_ns;
+  e.gpu_elapsed_ns = gpu_elapsed_ns;
+  e.end_host_ns = e.start_host_ns + e.gpu_elapsed_ns;
+  return e;
+}
+
 TEST(TimeSampleTest, IdleStreamTakesOffTheHandoverNotThePlacement) {
   SampleEvents e = IdleLaunch();
   SampleTiming t = TimeSample(e, kLatency);
@@ -44,12 +54,9 @@ TEST(TimeSampleTest, IdleStreamTakesOffTheHandoverNotThePlacement) {
 }
 
 TEST(TimeSampleTest, QueuedKernelIsTheGpusElapsedTimeLessItsStartLatency) {
-  SampleEvents e = IdleLaunch();
   // The start event ran 200 us after the call's return: the previous kernel on the stream. The
   // kernel started 2.4 us after the event and ran 40 us.
-  e.start_host_ns = e.launched_ns + 200'000;
-  e.gpu_elapsed_ns = 2'400 + 40'000;
-  e.end_host_ns = e.start_host_ns + e.gpu_elapsed_ns;
+  SampleEvents e = StartedAfterReturn(200'000, 2'400 + 40'000);
   SampleTiming t = TimeSample(e, kLatency);
   EXPECT_FALSE(t.idle_stream);
   EXPECT_EQ(t.duration_ns, 40'000u);
@@ -70,11 +77,8 @@ TEST(TimeSampleTest, HeldLaunchIsQueuedWhereverItsStartEventIsPlaced) {
   // 3 us after the call's return, the kernel 2.6 us after it (the held latency, not the queued
   // one), for 5 us. Placed within the idle margin, it would otherwise lose the host gap (9 us)
   // and the idle latency too.
-  SampleEvents e = IdleLaunch();
+  SampleEvents e = StartedAfterReturn(3'000, 2'600 + 5'000);
   e.held = true;
-  e.start_host_ns = e.launched_ns + 3'000;
-  e.gpu_elapsed_ns = 2'600 + 5'000;
-  e.end_host_ns = e.start_host_ns + e.gpu_elapsed_ns;
   SampleTiming t = TimeSample(e, kLatency);
   EXPECT_FALSE(t.idle_stream);
   EXPECT_EQ(t.duration_ns, 5'000u);
