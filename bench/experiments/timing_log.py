@@ -1,6 +1,8 @@
 """Summarises the GPU timing diagnostic (ORION_TIMING_LOG=DIR, interpose/timing_log.h).
 
   orion_bench.py timing-log DIR_OR_FILES... [--json] [--check] [--profile SUMMARY.kernels.json]
+  orion_bench.py timing-log DIR_OR_FILES... --split-by-call US [--json]
+  orion_bench.py timing-log --table ROWS.jsonl [--split-by-call US]   (re-renders rows)
 
 For each process's timing.<pid>.log: how many timed launches were taken to run on an idle
 stream (the start event ran before the kernel was handed over; the log's "clamped" column),
@@ -30,6 +32,7 @@ import argparse
 import bisect
 import collections
 import glob
+import gzip
 import json
 import os
 import statistics
@@ -47,7 +50,7 @@ MIN_MATCHED = 20  # samples matched to a profiler window for it to be this proce
 
 def read(path):
     samples, anchors, bad = [], [], []
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         header = f.readline()
         if not header.startswith(("# orion-timing-log 1 ", "# orion-timing-log 2 ")):
             bad.append(f"{path}: header {header.strip()!r}")
@@ -348,6 +351,40 @@ def estimate_table(rows):
           f"**{r['busy_ratio']:.3f}**"] for r in rows])
 
 
+def split_by_call(samples, call_ns, min_samples=100):
+    """Per function with at least `min_samples` samples past the warm-up: the median span of its
+    uncontended queued samples and of its idle ones (elapsed time less the queued latency),
+    for launches whose call (start event's record to the call's return) took at most
+    `call_ns` and for the longer ones. A profiler (CUPTI) slows the launch call several
+    times over, so this tells its window from the rest in a log that has no window marks."""
+    by_func = collections.defaultdict(list)
+    for s in samples:
+        if not s["warmup"] and s["recorded"]:
+            by_func[s["func"]].append(s)
+    rows = []
+    for func, ss in sorted(by_func.items(), key=lambda kv: -len(kv[1])):
+        if len(ss) < min_samples:
+            continue
+        for name, pick in (("short", lambda s: s["launched"] - s["recorded"] <= call_ns),
+                           ("long", lambda s: s["launched"] - s["recorded"] > call_ns)):
+            part = [s for s in ss if pick(s)]
+            queued = [s["dur"] for s in part if not s["clamped"] and not s["contended"]]
+            idle = [s["elapsed"] for s in part if s["clamped"]]
+            rows.append({"func": func, "call": name, "samples": len(part),
+                         "queued": len(queued), "queued_span_us_median": med(queued) and med(queued) / 1e3,
+                         "idle": len(idle), "idle_elapsed_us_median": med(idle) and med(idle) / 1e3})
+    return rows
+
+
+def split_table(rows):
+    return harness.markdown_table(
+        ["file", "function", "launch call", "samples", "queued, uncontended",
+         "their span (median us)", "idle", "their elapsed (median us)"],
+        [[r["file"], r["func"], f"{'<=' if r['call'] == 'short' else '>'} {r['call_us']:g} us",
+          r["samples"], r["queued"], fmt(r["queued_span_us_median"], 1, 1), r["idle"],
+          fmt(r["idle_elapsed_us_median"], 1, 1)] for r in rows])
+
+
 def fmt(v, scale=1.0, digits=2):
     return "-" if v is None else f"{v / scale:.{digits}f}"
 
@@ -360,11 +397,16 @@ def main(argv=None):
     p.add_argument("--profile", action="append", default=[],
                    help="a torch.profiler window's kernels (F.kernels.json from torch_models.py "
                         "--profile-out F) to match the samples against; repeatable")
+    p.add_argument("--split-by-call", type=float, metavar="US",
+                   help="per function of 100 samples or more: median spans of launches whose "
+                        "call took at most US microseconds and of the longer ones (a profiler "
+                        "slows the call: its window against the rest)")
     p.add_argument("--table", metavar="ROWS_JSONL",
                    help="render windows' busy seconds and estimate steps (JSONL) and exit")
     args = p.parse_args(argv)
     if args.table:
-        print(estimate_table(harness.read_rows(args.table, "timing-log")))
+        rows = harness.read_rows(args.table, "timing-log")
+        print(split_table(rows) if args.split_by_call is not None else estimate_table(rows))
         return
     files = []
     for path in args.paths:
@@ -382,6 +424,17 @@ def main(argv=None):
         problems += bad
         rows.append(summarise(path, samples, anchors))
         logs.append((path, samples))
+    if args.split_by_call is not None:
+        split = [dict(r, file=os.path.basename(path)) for path, samples in logs
+                 for r in split_by_call(samples, args.split_by_call * 1e3)]
+        for r in split:
+            r["call_us"] = args.split_by_call
+        if args.json:
+            for r in split:
+                print(json.dumps(r))
+        else:
+            print(split_table(split))
+        sys.exit(1 if args.check and problems else 0)
     # Each log against each window; the offsets found by one pair are tried by the others.
     found = [off for _, samples in logs for prof in profiles
              for off in [match_profile(samples, prof)[1]] if off is not None]
