@@ -63,6 +63,15 @@ ORION_TIMING_LOG="$W/fast" ORION_PROFILE=1 client --priority high -- \
   "$INFER" --rate 0 --requests 100 --warmup 5 --kernels 40 --kernel-us 5 > "$W/fast.out" 2>&1 ||
   fail "the fast sample failed: $(cat "$W/fast.out")"
 fast="$(cat "$W"/fast/timing.*.log | grep -c '^sample' || true)"
+# The spans split by launch call: a function's samples all land in one of the two rows, and
+# the double's kernels (5 us) read about that.
+python3 "$ROOT/bench/orion_bench.py" timing-log --split-by-call 100 --json "$W/fast" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin]
+short = [r for r in rows if r["call"] == "short" and r["queued"] > 0]
+assert short, rows
+assert all(2 <= r["queued_span_us_median"] <= 50 for r in short), short
+' || fail "timing-log --split-by-call: $(python3 "$ROOT/bench/orion_bench.py" timing-log --split-by-call 100 --json "$W/fast")"
 # 3,200 to 4,200 here; how many depends on the poller keeping up (CPU load). The regression this
 # guards against stopped at 1,024 for good.
 [[ "$fast" -ge 1300 ]] || fail "a fast profiled process timed only $fast of 4,200 launches"
