@@ -189,8 +189,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
         pending->high = high;
         pending->contended =
             OtherWorkInFlight(*reg->gate, gpu, reg->slot_index, high, now);
-        if (!info.graph && !pending->contended && !pending->warmup) {
-          hold_ticket = HoldForTiming(reg->device, info.stream, info.per_thread_stream);
+        if (!info.graph && !pending->contended && !pending->warmup &&
+            kernel->LaunchedOn(reg->device)) {
+          hold_ticket = HoldForTiming(info.stream, info.per_thread_stream);
           pending->held = hold_ticket != 0;
         }
         if (!RecordStart(pending, info.stream, info.per_thread_stream)) pending->timed = false;
@@ -229,6 +230,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     ReleaseTimingHold(hold_ticket);
     return result;
   }
+  if (kernel != nullptr && !info.graph) kernel->NoteLaunchedOn(reg->device);
   const uint32_t kernels = info.graph ? (kernel != nullptr ? kernel->aux.load() : 0) : 1;
   counters.launches.fetch_add(kernels, std::memory_order_relaxed);
 
@@ -354,6 +356,7 @@ void RememberGraph(CUresult result, CUgraphExec* exec, CUgraph graph) {
                     std::memory_order_relaxed);
   record->kclass.store(contract::KernelClassToBoard(contract::KernelClass::kMixed),
                        std::memory_order_relaxed);
+  record->queued_ns.store(0, std::memory_order_relaxed);  // an earlier exec's, at this address
 }
 
 CUresult CaptureBegun(CUresult result) {

@@ -53,6 +53,9 @@ struct KernelRecord {
   // Graphs: the mean of the uncontended samples timed behind queued work (0: none yet), for
   // the ones timed on an idle stream (sample_timing.h IdleGraphDuration).
   std::atomic<uint64_t> queued_ns;
+  // Bit d: launched on device d before (its first launch on a GPU may load its module there
+  // and wait for its stream: never held for timing, timing_hold.h).
+  std::atomic<uint64_t> devices;
 
   // The launch's index among the kernel's launches, for ShouldSample: a load and a store, not a
   // locked add (about 20 ns on the launch path). Threads launching one kernel at once may read
@@ -77,6 +80,17 @@ struct KernelRecord {
     const uint64_t next = BlendEstimate(old, duration_ns == 0 ? 1 : duration_ns, old == 0);
     // A lost race only drops one sample from the average.
     estimate_ns.compare_exchange_strong(old, next, std::memory_order_relaxed);
+  }
+  bool LaunchedOn(int device) const {
+    return device >= 0 && device < 64 &&
+           (devices.load(std::memory_order_relaxed) >> device & 1) != 0;
+  }
+  void NoteLaunchedOn(int device) {
+    if (device < 0 || device >= 64) return;
+    const uint64_t bit = uint64_t{1} << device;
+    if ((devices.load(std::memory_order_relaxed) & bit) == 0) {
+      devices.fetch_or(bit, std::memory_order_relaxed);
+    }
   }
   void AddQueuedSample(uint64_t duration_ns) {
     uint64_t old = queued_ns.load(std::memory_order_relaxed);
@@ -134,6 +148,8 @@ class KernelRegistry {
       r.aux.store(0, std::memory_order_relaxed);
       r.kclass.store(0, std::memory_order_relaxed);
       r.communication.store(0, std::memory_order_relaxed);
+      r.queued_ns.store(0, std::memory_order_relaxed);
+      r.devices.store(0, std::memory_order_relaxed);
     }
   }
 

@@ -5,14 +5,14 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
-#include <time.h>
-
-#include <algorithm>
 #include <atomic>
 
 #include "interpose/client_state.h"
+#include "interpose/futex.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
 
@@ -21,34 +21,41 @@ namespace {
 
 constexpr size_t kPageBytes = 4096;
 constexpr uint32_t kWords = kPageBytes / sizeof(uint32_t);
+constexpr uint32_t kNoWord = UINT32_MAX;
 
-// The words the GPU reads (one registered page) and each word's last ticket handed out.
-alignas(kPageBytes) std::atomic<uint32_t> g_words[kWords];
+// The words the GPU reads: one page of the process, mapped here (not forked: a child starts
+// with none and maps its own) and registered with the driver. Null until the first hold.
+std::atomic<std::atomic<uint32_t>*> g_page{nullptr};
+// Each word's last ticket handed out, and who owns it: a thread claims a word at its first
+// hold and gives it back when it exits, so no two threads share one. No word left: no hold.
 std::atomic<uint32_t> g_tickets[kWords];
-std::atomic<uint32_t> g_threads{0};
-thread_local uint32_t t_word = kWords;  // kWords: not yet chosen
+std::atomic<uint64_t> g_claimed[kWords / 64];
+pthread_key_t g_word_key;
+pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+thread_local uint32_t t_word = kNoWord;
 
-// The guard: a hold still closed this long after it was queued is opened by the guard thread,
-// which looks every kGuardLookNs while holds are in use. A launch call that waits for its own
-// stream (a kernel's first launch loading its module, a local memory resize, a blocking launch)
-// would otherwise wait for the hold forever; after kGuardOpensToStop such openings the process
-// stops holding.
+// The guard: a hold still closed kGuardOpenAfterNs after it was queued is opened by the guard
+// thread, which looks every kGuardLookNs while holds are taken and sleeps otherwise. A launch
+// call that waits for its own stream (a kernel's first launch on a GPU loading its module, a
+// local memory resize) would otherwise wait for the hold forever; after kGuardOpensToStop such
+// openings the process stops holding and the guard ends. A thread preempted for 5 ms inside its
+// hold counts too.
 constexpr uint64_t kGuardOpenAfterNs = 5'000'000;
-constexpr uint64_t kGuardLookNs = 10'000'000;
+constexpr uint64_t kGuardLookNs = 20'000'000;
 constexpr uint32_t kGuardOpensToStop = 3;
-std::atomic<uint64_t> g_held_since[kWords];  // 0: open
-std::atomic<uint32_t> g_held_ticket[kWords];
+// Per word, the hold outstanding: its ticket (low 32 bits) and when it was queued in
+// microseconds of the monotonic clock (high 32 bits, compared modulo 2^32); 0 when open. The
+// guard and the owner each clear it with a compare-and-swap from the value they saw, so neither
+// clears the other's next hold.
+std::atomic<uint64_t> g_outstanding[kWords];
 std::atomic<uint32_t> g_guard_started{0};
 std::atomic<uint32_t> g_guard_opened{0};
+std::atomic<uint32_t> g_guard_parked{0};  // futex word: 1 while the guard sleeps for a hold
+std::atomic<uint64_t> g_last_hold_ns{0};
 
-enum : uint32_t { kUnknown = 0, kReady = 1, kUnusable = 2 };
-std::atomic<uint32_t> g_page_state{kUnknown};
-// Per device: the page's device address in that device's contexts (0: not known yet).
-std::atomic<uint64_t> g_dptr[kMaxDevices];
-std::atomic<uint32_t> g_device_state[kMaxDevices];
 pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 
-void NoteUnusable(const char* why) {
+void Note(const char* why) {
   if (Config().quiet) return;
   char line[200];
   const int n = snprintf(line, sizeof(line),
@@ -59,44 +66,40 @@ void NoteUnusable(const char* why) {
   }
 }
 
-// The page's device address for `device`, registering the page once per process; 0 if the
-// driver cannot map it.
-uint64_t WordsOnDevice(int device) {
-  const uint32_t state = g_device_state[device].load(std::memory_order_acquire);
-  if (state == kReady) return g_dptr[device].load(std::memory_order_relaxed);
-  if (state == kUnusable) return 0;
-  pthread_mutex_lock(&g_mutex);
-  const char* why = nullptr;
-  if (g_page_state.load(std::memory_order_relaxed) == kUnknown) {
-    auto host_register = ORION_DRIVER(cuMemHostRegister_v2);
-    if (host_register == nullptr || ORION_DRIVER(cuStreamWaitValue32_v2) == nullptr ||
-        ORION_DRIVER(cuMemHostGetDevicePointer_v2) == nullptr) {
-      why = "the driver has no host registration or stream wait";
-    } else if (const CUresult r = host_register(
-                   g_words, kPageBytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-               r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
-      why = "the page could not be registered with the driver";
-    }
-    g_page_state.store(why == nullptr ? kReady : kUnusable, std::memory_order_relaxed);
-  } else if (g_page_state.load(std::memory_order_relaxed) == kUnusable) {
-    why = "";  // said once already
-  }
-  CUdeviceptr dptr = 0;
-  if (why == nullptr &&
-      ORION_DRIVER(cuMemHostGetDevicePointer_v2)(&dptr, g_words, 0) != CUDA_SUCCESS) {
-    why = "the page has no device address";
-  }
-  if (why != nullptr && why[0] != '\0') NoteUnusable(why);
-  g_dptr[device].store(dptr, std::memory_order_relaxed);
-  g_device_state[device].store(why == nullptr ? kReady : kUnusable, std::memory_order_release);
-  pthread_mutex_unlock(&g_mutex);
-  return why == nullptr ? dptr : 0;
+bool Stopped() { return g_guard_opened.load(std::memory_order_relaxed) >= kGuardOpensToStop; }
+
+void GiveBackWord(void* value) {
+  const uint32_t w = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(value)) - 1;
+  if (w < kWords) g_claimed[w / 64].fetch_and(~(1ull << (w % 64)), std::memory_order_release);
 }
 
-// Opens `ticket` on word `w`; never moves the word back (a thread sharing it may have opened a
-// later ticket).
-void Open(uint32_t w, uint32_t ticket) {
-  std::atomic<uint32_t>& word = g_words[w];
+void MakeKey() {
+  if (pthread_key_create(&g_word_key, GiveBackWord) != 0) g_word_key = static_cast<pthread_key_t>(-1);
+}
+
+// This thread's word, claimed at its first hold; kNoWord when all are taken.
+uint32_t OwnWord() {
+  if (t_word != kNoWord) return t_word;
+  pthread_once(&g_key_once, MakeKey);
+  if (g_word_key == static_cast<pthread_key_t>(-1)) return kNoWord;
+  for (uint32_t block = 0; block < kWords / 64; ++block) {
+    uint64_t seen = g_claimed[block].load(std::memory_order_relaxed);
+    while (seen != ~0ull) {
+      const int bit = __builtin_ctzll(~seen);
+      if (g_claimed[block].compare_exchange_weak(seen, seen | (1ull << bit),
+                                                 std::memory_order_acquire)) {
+        t_word = block * 64 + static_cast<uint32_t>(bit);
+        pthread_setspecific(g_word_key, reinterpret_cast<void*>(uintptr_t{t_word} + 1));
+        return t_word;
+      }
+    }
+  }
+  return kNoWord;
+}
+
+// Opens `ticket` on word `w`; never moves the word back.
+void Open(std::atomic<uint32_t>* page, uint32_t w, uint32_t ticket) {
+  std::atomic<uint32_t>& word = page[w];
   uint32_t seen = word.load(std::memory_order_relaxed);
   while (static_cast<int32_t>(ticket - seen) > 0 &&
          !word.compare_exchange_weak(seen, ticket, std::memory_order_release,
@@ -105,18 +108,31 @@ void Open(uint32_t w, uint32_t ticket) {
 }
 
 void* GuardMain(void*) {
-  for (;;) {
+  while (!Stopped()) {
+    const uint64_t now = MonotonicNs();
+    if (now - g_last_hold_ns.load(std::memory_order_relaxed) > 10 * kGuardLookNs) {
+      // No hold for a while: sleep until the next one wakes us (or look again in a second).
+      g_guard_parked.store(1, std::memory_order_seq_cst);
+      if (now - g_last_hold_ns.load(std::memory_order_seq_cst) > 10 * kGuardLookNs) {
+        FutexWaitPrivate(&g_guard_parked, 1, 1'000'000'000);
+      }
+      g_guard_parked.store(0, std::memory_order_relaxed);
+      continue;
+    }
     timespec ts{0, static_cast<long>(kGuardLookNs)};
     nanosleep(&ts, nullptr);
-    const uint64_t now = MonotonicNs();
-    const uint32_t words = std::min<uint32_t>(g_threads.load(std::memory_order_relaxed), kWords);
-    for (uint32_t w = 0; w < words; ++w) {
-      const uint64_t since = g_held_since[w].load(std::memory_order_acquire);
-      if (since == 0 || now < since + kGuardOpenAfterNs) continue;
-      Open(w, g_held_ticket[w].load(std::memory_order_relaxed));
-      g_held_since[w].store(0, std::memory_order_relaxed);
+    std::atomic<uint32_t>* page = g_page.load(std::memory_order_acquire);
+    if (page == nullptr) continue;
+    const uint32_t now_us = static_cast<uint32_t>(MonotonicNs() / 1000);
+    for (uint32_t w = 0; w < kWords; ++w) {
+      uint64_t seen = g_outstanding[w].load(std::memory_order_acquire);
+      if (seen == 0) continue;
+      const uint32_t since_us = static_cast<uint32_t>(seen >> 32);
+      if (now_us - since_us < kGuardOpenAfterNs / 1000) continue;
+      if (!g_outstanding[w].compare_exchange_strong(seen, 0, std::memory_order_acq_rel)) continue;
+      Open(page, w, static_cast<uint32_t>(seen));
       if (g_guard_opened.fetch_add(1, std::memory_order_relaxed) + 1 == kGuardOpensToStop) {
-        NoteUnusable("launches waited for their own hold");
+        Note("launches waited for their own hold");
       }
     }
   }
@@ -131,25 +147,74 @@ void EnsureGuard() {
   if (!StartQuietThread(GuardMain, nullptr)) g_guard_started.store(0, std::memory_order_release);
 }
 
-}  // namespace
+// The page, mapped on first use; null if it cannot be.
+std::atomic<uint32_t>* Page() {
+  std::atomic<uint32_t>* page = g_page.load(std::memory_order_acquire);
+  if (page != nullptr) return page;
+  pthread_mutex_lock(&g_mutex);
+  page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr) {
+    void* p = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
+      madvise(p, kPageBytes, MADV_DONTFORK);  // a fork child must not write a copy of it
+      page = static_cast<std::atomic<uint32_t>*>(p);
+      g_page.store(page, std::memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_mutex);
+  return page;
+}
 
-uint32_t HoldForTiming(int device, CUstream stream, bool per_thread_stream) {
-  if (!Config().timing_hold || device < 0 || device >= kMaxDevices ||
-      g_guard_opened.load(std::memory_order_relaxed) >= kGuardOpensToStop) {
+// The page's device address in the current context, registering the page with the driver
+// where it is not (a first use, or a context reset since, which drops host registrations); 0
+// if the driver cannot map it. One lookup a held launch: registrations die with contexts.
+uint64_t DeviceAddress(std::atomic<uint32_t>* page) {
+  auto device_pointer = ORION_DRIVER(cuMemHostGetDevicePointer_v2);
+  auto host_register = ORION_DRIVER(cuMemHostRegister_v2);
+  if (device_pointer == nullptr || host_register == nullptr ||
+      ORION_DRIVER(cuStreamWaitValue32_v2) == nullptr) {
     return 0;
   }
-  const uint64_t base = WordsOnDevice(device);
+  CUdeviceptr dptr = 0;
+  if (device_pointer(&dptr, page, 0) == CUDA_SUCCESS) return dptr;
+  const CUresult r = host_register(page, kPageBytes,
+                                   CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+  if ((r != CUDA_SUCCESS && r != CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) ||
+      device_pointer(&dptr, page, 0) != CUDA_SUCCESS) {
+    static std::atomic<uint32_t> said{0};
+    if (said.exchange(1, std::memory_order_relaxed) == 0) {
+      Note("the driver cannot map a page of the process for a stream wait");
+    }
+    return 0;
+  }
+  return dptr;
+}
+
+}  // namespace
+
+uint32_t HoldForTiming(CUstream stream, bool per_thread_stream) {
+  if (!Config().timing_hold || Stopped()) return 0;
+  std::atomic<uint32_t>* page = Page();
+  const uint32_t w = OwnWord();
+  if (page == nullptr || w == kNoWord) return 0;
+  const uint64_t base = DeviceAddress(page);
   if (base == 0) return 0;
   EnsureGuard();
   if (g_guard_started.load(std::memory_order_relaxed) == 0) return 0;  // no guard, no hold
-  if (t_word == kWords) t_word = g_threads.fetch_add(1, std::memory_order_relaxed) % kWords;
-  const uint32_t w = t_word;
   uint32_t ticket = g_tickets[w].fetch_add(1, std::memory_order_relaxed) + 1;
   // The word's tickets run on through 2^32; the wait compares them modulo it (GEQ), so 0 is only
   // skipped as this file's "not held".
   if (ticket == 0) ticket = g_tickets[w].fetch_add(1, std::memory_order_relaxed) + 1;
-  g_held_ticket[w].store(ticket, std::memory_order_relaxed);
-  g_held_since[w].store(MonotonicNs(), std::memory_order_release);
+  const uint64_t now = MonotonicNs();
+  g_outstanding[w].store((static_cast<uint64_t>(static_cast<uint32_t>(now / 1000)) << 32) | ticket,
+                         std::memory_order_release);
+  if (now - g_last_hold_ns.load(std::memory_order_relaxed) > kGuardLookNs) {
+    g_last_hold_ns.store(now, std::memory_order_seq_cst);
+    if (g_guard_parked.load(std::memory_order_seq_cst) != 0) {
+      g_guard_parked.store(0, std::memory_order_relaxed);
+      FutexWakeOnePrivate(&g_guard_parked);
+    }
+  }
   auto wait = per_thread_stream ? ORION_DRIVER(cuStreamWaitValue32_v2_ptsz)
                                 : ORION_DRIVER(cuStreamWaitValue32_v2);
   if (wait == nullptr) wait = ORION_DRIVER(cuStreamWaitValue32_v2);
@@ -162,21 +227,26 @@ uint32_t HoldForTiming(int device, CUstream stream, bool per_thread_stream) {
 }
 
 void ReleaseTimingHold(uint32_t ticket) {
-  if (ticket == 0) return;
-  const uint32_t w = t_word % kWords;
-  g_held_since[w].store(0, std::memory_order_relaxed);
-  Open(w, ticket);
+  if (ticket == 0 || t_word == kNoWord) return;
+  std::atomic<uint32_t>* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr) return;
+  const uint32_t w = t_word;
+  // Clears the record of this hold unless the guard opened it already.
+  uint64_t seen = g_outstanding[w].load(std::memory_order_relaxed);
+  if (static_cast<uint32_t>(seen) == ticket) {
+    g_outstanding[w].compare_exchange_strong(seen, 0, std::memory_order_acq_rel);
+  }
+  Open(page, w, ticket);
 }
 
 void ResetTimingHoldAfterFork() {
+  // The child has no copy of the page (MADV_DONTFORK), no guard thread and one thread, whose
+  // word stays claimed.
   pthread_mutex_init(&g_mutex, nullptr);
-  g_guard_started.store(0, std::memory_order_relaxed);  // the child has no guard thread
-  for (auto& since : g_held_since) since.store(0, std::memory_order_relaxed);
-  g_page_state.store(kUnknown, std::memory_order_relaxed);
-  for (int d = 0; d < kMaxDevices; ++d) {
-    g_dptr[d].store(0, std::memory_order_relaxed);
-    g_device_state[d].store(kUnknown, std::memory_order_relaxed);
-  }
+  g_page.store(nullptr, std::memory_order_relaxed);
+  g_guard_started.store(0, std::memory_order_relaxed);
+  g_guard_parked.store(0, std::memory_order_relaxed);
+  for (auto& outstanding : g_outstanding) outstanding.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace orion::interpose

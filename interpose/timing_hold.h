@@ -7,20 +7,20 @@
 // time between the record and the launch's return plus a start latency that moved between hosts
 // (1.0 to 1.4 us on H100s: 6% of an eager service's 5 us kernels).
 //
-// Never held: a kernel's first launches (the warm-up, where the driver may load its module and
-// wait for the stream), a process with CUDA_LAUNCH_BLOCKING=1 (every launch waits for its
-// stream). A guard thread opens any hold still closed 5 ms after it was queued (a launch call
-// that waited for its own stream anyway), and after three such openings the process stops
-// holding. Held only where no other client's work is in flight on the GPU (the launch's sample
+// Never held: a kernel's first launches and its first launch on each GPU (the driver may load
+// its module there and wait for the stream), a process with CUDA_LAUNCH_BLOCKING=1 (every
+// launch waits for its stream). A guard thread opens any hold still closed 5 ms after it was
+// queued (a launch call that waited for its own stream anyway: the hold then costs 5 to 25 ms
+// once), and after three such openings the process stops holding. Held only where no other client's work is in flight on the GPU (the launch's sample
 // is not contended): a stream waiting on a word leaves the GPU free to switch to another context with
 // work, which would cost a high-priority client the switch. CUDA graph launches are not held (a
 // graph's timing does not need it, and every graph launch is timed). ORION_TIMING_HOLD=0 turns
-// it off. Each thread has a word of its own in one registered page, so one thread's store never
-// opens another's hold early (beyond 1023 threads timing at once they share words, and a hold
-// opened early only reads as an idle-stream sample).
+// it off. Each thread has a word of its own in one registered page of the process (claimed at
+// its first hold, given back when it exits; a 1025th thread holding at once is not held), so one
+// thread's store never opens another's hold. The page is not forked: a child maps its own.
 //
 // Usage (hooks_launch.cc):
-//   uint32_t ticket = HoldForTiming(device, stream, ptsz);  // 0: not held
+//   uint32_t ticket = HoldForTiming(stream, ptsz);  // 0: not held
 //   RecordStart(...); launch; SubmitPending(...);  // or CompleteNow on a failed launch
 //   ReleaseTimingHold(ticket);                       // on every path, after the end's record
 #pragma once
@@ -31,10 +31,10 @@
 
 namespace orion::interpose {
 
-// Queues the wait on `stream` (of `device`, its context current); the ticket to release, or 0
-// where the hold is off or impossible (no host registration or stream wait in the driver, the
-// wait refused).
-uint32_t HoldForTiming(int device, CUstream stream, bool per_thread_stream);
+// Queues the wait on `stream` (its context current); the ticket to release, or 0 where the hold
+// is off or impossible (no host registration or stream wait in the driver, the wait refused,
+// 1024 threads holding already).
+uint32_t HoldForTiming(CUstream stream, bool per_thread_stream);
 
 // Opens the hold of `ticket` (nothing for 0). Never blocks.
 void ReleaseTimingHold(uint32_t ticket);

@@ -359,7 +359,7 @@ def split_by_call(samples, call_ns, min_samples=100):
     times over, so this tells its window from the rest in a log that has no window marks."""
     by_func = collections.defaultdict(list)
     for s in samples:
-        if not s["warmup"] and s["recorded"]:
+        if not s["warmup"] and s["recorded"] and s["start"]:  # placed: dur is the kernel's
             by_func[s["func"]].append(s)
     rows = []
     for func, ss in sorted(by_func.items(), key=lambda kv: -len(kv[1])):
@@ -410,8 +410,9 @@ def main(argv=None):
         return
     files = []
     for path in args.paths:
-        files += sorted(glob.glob(os.path.join(path, "timing.*.log"))) if os.path.isdir(path) \
-            else [path]
+        files += sorted(glob.glob(os.path.join(path, "timing.*.log")) +
+                        glob.glob(os.path.join(path, "timing.*.log.gz"))) \
+            if os.path.isdir(path) else [path]
     if not files:
         sys.exit(f"timing-log: no timing.*.log in {', '.join(args.paths)}")
     problems = []
@@ -434,7 +435,9 @@ def main(argv=None):
                 print(json.dumps(r))
         else:
             print(split_table(split))
-        sys.exit(1 if args.check and problems else 0)
+        if args.check and problems:
+            sys.exit("\n".join(problems))
+        return
     # Each log against each window; the offsets found by one pair are tried by the others.
     found = [off for _, samples in logs for prof in profiles
              for off in [match_profile(samples, prof)[1]] if off is not None]
