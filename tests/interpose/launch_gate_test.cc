@@ -507,6 +507,31 @@ TEST(KernelRegistryTest, NameOnceSamplingAndEstimate) {
   for (int layer : by_layer) EXPECT_GT(layer, 150);
 }
 
+// Which GPUs a kernel was launched on (a first launch on a GPU is never held for timing), and a
+// graph's queued mean apart from its estimate; Clear forgets both.
+TEST(KernelRegistryTest, DevicesLaunchedOnAndQueuedMean) {
+  auto registry = std::make_unique<KernelRegistry<64>>();
+  KernelRecord* k = registry->FindOrInsert(0x2000);
+  ASSERT_NE(k, nullptr);
+  EXPECT_FALSE(k->LaunchedOn(0));
+  k->NoteLaunchedOn(0);
+  k->NoteLaunchedOn(63);
+  k->NoteLaunchedOn(64);  // out of range: ignored
+  k->NoteLaunchedOn(-1);
+  EXPECT_TRUE(k->LaunchedOn(0));
+  EXPECT_FALSE(k->LaunchedOn(1));
+  EXPECT_TRUE(k->LaunchedOn(63));
+  EXPECT_FALSE(k->LaunchedOn(64));
+  k->AddQueuedSample(1'000'000);
+  k->AddQueuedSample(1'400'000);
+  EXPECT_EQ(k->queued_ns.load(), 1'100'000u);  // the first, then a quarter of the next
+  EXPECT_EQ(k->estimate_ns.load(), 0u);         // the gate's estimate is apart
+  registry->Clear();
+  k = registry->FindOrInsert(0x2000);
+  EXPECT_FALSE(k->LaunchedOn(0));
+  EXPECT_EQ(k->queued_ns.load(), 0u);
+}
+
 TEST(KernelRegistryTest, ConcurrentInsertsAgreeAndFullTableDegrades) {
   auto registry = std::make_unique<KernelRegistry<64>>();
   std::vector<std::thread> threads;
