@@ -25,6 +25,8 @@ __asm__(".symver pthread_detach,pthread_detach@" ORION_GLIBC_BASE);
 __asm__(".symver pthread_sigmask,pthread_sigmask@" ORION_GLIBC_BASE);
 __asm__(".symver pthread_mutex_trylock,pthread_mutex_trylock@" ORION_GLIBC_BASE);
 __asm__(".symver pthread_atfork,pthread_atfork@" ORION_GLIBC_BASE);
+__asm__(".symver pthread_key_create,pthread_key_create@" ORION_GLIBC_BASE);
+__asm__(".symver pthread_setspecific,pthread_setspecific@" ORION_GLIBC_BASE);
 #endif
 
 // Thread-local words the launch path touches on every call: initial-exec, so an access is an

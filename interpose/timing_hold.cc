@@ -32,7 +32,7 @@ std::atomic<uint32_t> g_tickets[kWords];
 std::atomic<uint64_t> g_claimed[kWords / 64];
 pthread_key_t g_word_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
-thread_local uint32_t t_word = kNoWord;
+constinit thread_local uint32_t t_word = kNoWord;
 
 // The guard: a hold still closed kGuardOpenAfterNs after it was queued is opened by the guard
 // thread, which looks every kGuardLookNs while holds are taken and sleeps otherwise. A launch
