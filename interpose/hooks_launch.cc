@@ -189,8 +189,11 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
         pending->high = high;
         pending->contended =
             OtherWorkInFlight(*reg->gate, gpu, reg->slot_index, high, now);
+        // Not while a stream of the process captures a graph: registering the hold's page then
+        // could invalidate a capture in the global mode.
         if (!info.graph && !pending->contended && !pending->warmup &&
-            kernel->LaunchedOn(reg->device)) {
+            kernel->LaunchedOn(reg->device) &&
+            g_open_captures.load(std::memory_order_relaxed) == 0) {
           hold_ticket = HoldForTiming(info.stream, info.per_thread_stream);
           pending->held = hold_ticket != 0;
         }

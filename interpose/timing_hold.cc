@@ -22,6 +22,7 @@ namespace {
 constexpr size_t kPageBytes = 4096;
 constexpr uint32_t kWords = kPageBytes / sizeof(uint32_t);
 constexpr uint32_t kNoWord = UINT32_MAX;
+constexpr uint32_t kGivenBack = UINT32_MAX - 1;  // the thread is exiting: no more holds
 
 // The words the GPU reads: one page of the process, mapped here (not forked: a child starts
 // with none and maps its own) and registered with the driver. Null until the first hold.
@@ -32,16 +33,18 @@ std::atomic<uint32_t> g_tickets[kWords];
 std::atomic<uint64_t> g_claimed[kWords / 64];
 pthread_key_t g_word_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
-constinit thread_local uint32_t t_word = kNoWord;
+constinit thread_local uint32_t t_word ORION_INITIAL_EXEC_TLS = kNoWord;
 
 // The guard: a hold still closed kGuardOpenAfterNs after it was queued is opened by the guard
-// thread, which looks every kGuardLookNs while holds are taken and sleeps otherwise. A launch
-// call that waits for its own stream (a kernel's first launch on a GPU loading its module, a
-// local memory resize) would otherwise wait for the hold forever; after kGuardOpensToStop such
-// openings the process stops holding and the guard ends. A thread preempted for 5 ms inside its
-// hold counts too.
-constexpr uint64_t kGuardOpenAfterNs = 5'000'000;
+// thread, which looks every kGuardLookNs while holds are taken and sleeps after
+// kGuardIdlePasses looks that found none. A launch call that waits for its own stream (a
+// kernel's first launch on a GPU loading its module, a local memory resize) would otherwise
+// wait for the hold forever; after kGuardOpensToStop such openings the process stops holding
+// (the guard stays, and opens whatever is still outstanding at once). A thread preempted for
+// 5 ms inside its hold counts too.
+constexpr uint32_t kGuardOpenAfterUs = 5'000;
 constexpr uint64_t kGuardLookNs = 20'000'000;
+constexpr uint32_t kGuardIdlePasses = 10;
 constexpr uint32_t kGuardOpensToStop = 3;
 // Per word, the hold outstanding: its ticket (low 32 bits) and when it was queued in
 // microseconds of the monotonic clock (high 32 bits, compared modulo 2^32); 0 when open. The
@@ -50,8 +53,10 @@ constexpr uint32_t kGuardOpensToStop = 3;
 std::atomic<uint64_t> g_outstanding[kWords];
 std::atomic<uint32_t> g_guard_started{0};
 std::atomic<uint32_t> g_guard_opened{0};
-std::atomic<uint32_t> g_guard_parked{0};  // futex word: 1 while the guard sleeps for a hold
-std::atomic<uint64_t> g_last_hold_ns{0};
+// Futex word: 1 while the guard sleeps. It raises it, then looks at every hold (seq_cst); a
+// hold stores its record, then reads it (seq_cst): either the guard sees the hold or the hold
+// sees the guard asleep and wakes it.
+std::atomic<uint32_t> g_guard_parked{0};
 
 pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -70,6 +75,7 @@ bool Stopped() { return g_guard_opened.load(std::memory_order_relaxed) >= kGuard
 
 void GiveBackWord(void* value) {
   const uint32_t w = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(value)) - 1;
+  t_word = kGivenBack;  // a launch from a later key destructor must not use it
   if (w < kWords) g_claimed[w / 64].fetch_and(~(1ull << (w % 64)), std::memory_order_release);
 }
 
@@ -79,6 +85,7 @@ void MakeKey() {
 
 // This thread's word, claimed at its first hold; kNoWord when all are taken.
 uint32_t OwnWord() {
+  if (t_word == kGivenBack) return kNoWord;
   if (t_word != kNoWord) return t_word;
   pthread_once(&g_key_once, MakeKey);
   if (g_word_key == static_cast<pthread_key_t>(-1)) return kNoWord;
@@ -107,34 +114,52 @@ void Open(std::atomic<uint32_t>* page, uint32_t w, uint32_t ticket) {
   }
 }
 
-void* GuardMain(void*) {
-  while (!Stopped()) {
-    const uint64_t now = MonotonicNs();
-    if (now - g_last_hold_ns.load(std::memory_order_relaxed) > 10 * kGuardLookNs) {
-      // No hold for a while: sleep until the next one wakes us (or look again in a second).
-      g_guard_parked.store(1, std::memory_order_seq_cst);
-      if (now - g_last_hold_ns.load(std::memory_order_seq_cst) > 10 * kGuardLookNs) {
-        FutexWaitPrivate(&g_guard_parked, 1, 1'000'000'000);
-      }
-      g_guard_parked.store(0, std::memory_order_relaxed);
+// One look at every hold: opens those older than kGuardOpenAfterUs (all of them once holding
+// has stopped). True if any was outstanding.
+bool GuardPass(std::atomic<uint32_t>* page) {
+  const uint32_t now_us = static_cast<uint32_t>(MonotonicNs() / 1000);
+  bool any = false;
+  for (uint32_t w = 0; w < kWords; ++w) {
+    uint64_t seen = g_outstanding[w].load(std::memory_order_seq_cst);
+    if (seen == 0) continue;
+    any = true;
+    const uint32_t since_us = static_cast<uint32_t>(seen >> 32);
+    // Signed: a hold queued after now_us was read is young, not 71 minutes old.
+    if (static_cast<int32_t>(now_us - since_us) < static_cast<int32_t>(kGuardOpenAfterUs) &&
+        !Stopped()) {
       continue;
     }
+    if (page == nullptr ||
+        !g_outstanding[w].compare_exchange_strong(seen, 0, std::memory_order_acq_rel)) {
+      continue;
+    }
+    Open(page, w, static_cast<uint32_t>(seen));
+    if (g_guard_opened.fetch_add(1, std::memory_order_relaxed) + 1 == kGuardOpensToStop) {
+      Note("launches waited for their own hold");
+    }
+  }
+  return any;
+}
+
+void* GuardMain(void*) {
+  uint32_t idle_passes = 0;
+  for (;;) {
     timespec ts{0, static_cast<long>(kGuardLookNs)};
     nanosleep(&ts, nullptr);
     std::atomic<uint32_t>* page = g_page.load(std::memory_order_acquire);
-    if (page == nullptr) continue;
-    const uint32_t now_us = static_cast<uint32_t>(MonotonicNs() / 1000);
-    for (uint32_t w = 0; w < kWords; ++w) {
-      uint64_t seen = g_outstanding[w].load(std::memory_order_acquire);
-      if (seen == 0) continue;
-      const uint32_t since_us = static_cast<uint32_t>(seen >> 32);
-      if (now_us - since_us < kGuardOpenAfterNs / 1000) continue;
-      if (!g_outstanding[w].compare_exchange_strong(seen, 0, std::memory_order_acq_rel)) continue;
-      Open(page, w, static_cast<uint32_t>(seen));
-      if (g_guard_opened.fetch_add(1, std::memory_order_relaxed) + 1 == kGuardOpensToStop) {
-        Note("launches waited for their own hold");
-      }
+    if (GuardPass(page)) {
+      idle_passes = 0;
+      continue;
     }
+    if (++idle_passes < kGuardIdlePasses) continue;
+    // Nothing held for a while: sleep until a hold wakes us. Raised first, then every hold
+    // looked at again, so a hold queued meanwhile is either seen here or wakes us.
+    g_guard_parked.store(1, std::memory_order_seq_cst);
+    if (!GuardPass(g_page.load(std::memory_order_acquire))) {
+      FutexWaitPrivate(&g_guard_parked, 1, kNoFutexTimeout);
+    }
+    g_guard_parked.store(0, std::memory_order_relaxed);
+    idle_passes = 0;
   }
   return nullptr;
 }
@@ -205,15 +230,11 @@ uint32_t HoldForTiming(CUstream stream, bool per_thread_stream) {
   // The word's tickets run on through 2^32; the wait compares them modulo it (GEQ), so 0 is only
   // skipped as this file's "not held".
   if (ticket == 0) ticket = g_tickets[w].fetch_add(1, std::memory_order_relaxed) + 1;
-  const uint64_t now = MonotonicNs();
-  g_outstanding[w].store((static_cast<uint64_t>(static_cast<uint32_t>(now / 1000)) << 32) | ticket,
-                         std::memory_order_release);
-  if (now - g_last_hold_ns.load(std::memory_order_relaxed) > kGuardLookNs) {
-    g_last_hold_ns.store(now, std::memory_order_seq_cst);
-    if (g_guard_parked.load(std::memory_order_seq_cst) != 0) {
-      g_guard_parked.store(0, std::memory_order_relaxed);
-      FutexWakeOnePrivate(&g_guard_parked);
-    }
+  const uint32_t now_us = static_cast<uint32_t>(MonotonicNs() / 1000);
+  g_outstanding[w].store((static_cast<uint64_t>(now_us) << 32) | ticket, std::memory_order_seq_cst);
+  if (g_guard_parked.load(std::memory_order_seq_cst) != 0) {
+    g_guard_parked.store(0, std::memory_order_relaxed);
+    FutexWakeOnePrivate(&g_guard_parked);
   }
   auto wait = per_thread_stream ? ORION_DRIVER(cuStreamWaitValue32_v2_ptsz)
                                 : ORION_DRIVER(cuStreamWaitValue32_v2);
@@ -227,7 +248,7 @@ uint32_t HoldForTiming(CUstream stream, bool per_thread_stream) {
 }
 
 void ReleaseTimingHold(uint32_t ticket) {
-  if (ticket == 0 || t_word == kNoWord) return;
+  if (ticket == 0 || t_word >= kWords) return;
   std::atomic<uint32_t>* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr) return;
   const uint32_t w = t_word;
@@ -240,13 +261,16 @@ void ReleaseTimingHold(uint32_t ticket) {
 }
 
 void ResetTimingHoldAfterFork() {
-  // The child has no copy of the page (MADV_DONTFORK), no guard thread and one thread, whose
-  // word stays claimed.
+  // The child has no copy of the page (MADV_DONTFORK: it maps a new one, all 0), no guard
+  // thread and one thread, which keeps its word; tickets start again with the page.
   pthread_mutex_init(&g_mutex, nullptr);
   g_page.store(nullptr, std::memory_order_relaxed);
   g_guard_started.store(0, std::memory_order_relaxed);
   g_guard_parked.store(0, std::memory_order_relaxed);
   for (auto& outstanding : g_outstanding) outstanding.store(0, std::memory_order_relaxed);
+  for (auto& tickets : g_tickets) tickets.store(0, std::memory_order_relaxed);
+  for (auto& claimed : g_claimed) claimed.store(0, std::memory_order_relaxed);
+  if (t_word < kWords) g_claimed[t_word / 64].store(1ull << (t_word % 64), std::memory_order_relaxed);
 }
 
 }  // namespace orion::interpose

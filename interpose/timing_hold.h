@@ -9,9 +9,10 @@
 //
 // Never held: a kernel's first launches and its first launch on each GPU (the driver may load
 // its module there and wait for the stream), a process with CUDA_LAUNCH_BLOCKING=1 (every
-// launch waits for its stream). A guard thread opens any hold still closed 5 ms after it was
+// launch waits for its stream), any launch while a stream of the process captures a graph. A guard thread opens any hold still closed 5 ms after it was
 // queued (a launch call that waited for its own stream anyway: the hold then costs 5 to 25 ms
-// once), and after three such openings the process stops holding. Held only where no other client's work is in flight on the GPU (the launch's sample
+// once; the guard sleeps while nothing is held), and after three such openings the process
+// stops holding. Held only where no other client's work is in flight on the GPU (the launch's sample
 // is not contended): a stream waiting on a word leaves the GPU free to switch to another context with
 // work, which would cost a high-priority client the switch. CUDA graph launches are not held (a
 // graph's timing does not need it, and every graph launch is timed). ORION_TIMING_HOLD=0 turns

@@ -148,13 +148,16 @@ CUresult Launch(CUfunction hfunc, unsigned int gx, unsigned int gy, unsigned int
     }
   }
   Enqueue(stream, duration);
-  // ORION_SIM_LAUNCH_SYNCS=1: every launch returns only once its stream is done, as a real
+  // ORION_SIM_LAUNCH_SYNCS=N: every Nth launch returns only once its stream is done, as a real
   // driver's launch does that loads its kernel's module lazily or resizes local memory.
-  static const bool launch_syncs = [] {
+  static const uint64_t launch_syncs = [] {
     const char* v = getenv("ORION_SIM_LAUNCH_SYNCS");
-    return v != nullptr && v[0] == '1';
+    return v != nullptr ? strtoull(v, nullptr, 10) : 0ull;
   }();
-  if (launch_syncs) return StreamSync(hstream);
+  static std::atomic<uint64_t> launches{0};
+  if (launch_syncs != 0 && (launches.fetch_add(1) + 1) % launch_syncs == 0) {
+    return StreamSync(hstream);
+  }
   return CUDA_SUCCESS;
 }
 

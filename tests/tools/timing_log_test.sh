@@ -58,6 +58,16 @@ syncs_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 grep -q "launches waited for their own hold" "$W/syncs.out" ||
   fail "the guard did not say it stopped holding: $(cat "$W/syncs.out")"
 [[ "$syncs_ms" -lt 8000 ]] || fail "held launches that wait for their stream took $syncs_ms ms"
+# Requests 0.5 s apart whose third launch waits for its stream: the guard went to sleep in
+# between (nothing held for 0.2 s), and the request's first held launch must wake it.
+start_ns="$(date +%s%N)"
+ORION_SIM_LAUNCH_SYNCS=3 ORION_PROFILE=1 client --priority high -- \
+  "$INFER" --rate 2 --warmup 0 --requests 8 --kernels 3 --kernel-us 50 > "$W/parked.out" 2>&1 ||
+  fail "a process whose launches wait for their stream after a pause failed: $(cat "$W/parked.out")"
+parked_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+grep -q "launches waited for their own hold" "$W/parked.out" ||
+  fail "the guard did not open holds queued while it slept: $(cat "$W/parked.out")"
+[[ "$parked_ms" -lt 9000 ]] || fail "holds queued while the guard slept took $parked_ms ms"
 mkdir -p "$W/fast"
 ORION_TIMING_LOG="$W/fast" ORION_PROFILE=1 client --priority high -- \
   "$INFER" --rate 0 --requests 100 --warmup 5 --kernels 40 --kernel-us 5 > "$W/fast.out" 2>&1 ||
@@ -75,4 +85,4 @@ assert all(2 <= r["queued_span_us_median"] <= 50 for r in short), short
 # 3,200 to 4,200 here; how many depends on the poller keeping up (CPU load). The regression this
 # guards against stopped at 1,024 for good.
 [[ "$fast" -ge 1300 ]] || fail "a fast profiled process timed only $fast of 4,200 launches"
-echo "timing log: $samples samples ($held held on their stream), $anchors anchors; launches waiting for their stream: $syncs_ms ms; fast process: $fast of 4200 timed; $(tail -n1 "$W/summary.md")"
+echo "timing log: $samples samples ($held held on their stream), $anchors anchors; launches waiting for their stream: $syncs_ms ms, after pauses $parked_ms ms; fast process: $fast of 4200 timed; $(tail -n1 "$W/summary.md")"
