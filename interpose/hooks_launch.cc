@@ -233,7 +233,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     ReleaseTimingHold(hold_ticket);
     return result;
   }
-  if (kernel != nullptr && !info.graph) kernel->NoteLaunchedOn(reg->device);
+  // Timed launches only (a kernel's first ones are): what the hold asks, off the launch path.
+  if (timed && !info.graph) kernel->NoteLaunchedOn(reg->device);
   const uint32_t kernels = info.graph ? (kernel != nullptr ? kernel->aux.load() : 0) : 1;
   counters.launches.fetch_add(kernels, std::memory_order_relaxed);
 

@@ -51,10 +51,10 @@ struct KernelRecord {
   std::atomic<uint32_t> kclass;  // contract::KernelClass (board encoding) from the kernel's name
   std::atomic<uint32_t> communication;  // 1: a collective (contract::IsCommunicationKernelName)
   // Graphs: the mean of the uncontended samples timed behind queued work (0: none yet), for
-  // the ones timed on an idle stream (sample_timing.h IdleGraphDuration).
+  // the ones timed on an idle stream (sample_timing.h IdleGraphTiming).
   std::atomic<uint64_t> queued_ns;
-  // Bit d: launched on device d before (its first launch on a GPU may load its module there
-  // and wait for its stream: never held for timing, timing_hold.h).
+  // Bit d: a timed launch of it went out on device d before (its first launch on a GPU may load
+  // its module there and wait for its stream: never held for timing, timing_hold.h).
   std::atomic<uint64_t> devices;
 
   // The launch's index among the kernel's launches, for ShouldSample: a load and a store, not a

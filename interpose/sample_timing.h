@@ -21,9 +21,10 @@
 // whatever the stream held before it, its kernel's start latency after the event that of a
 // stream released from a wait (`StartLatency::held_ns`: 2.5 us; measured against torch.profiler,
 // an eager service's held samples read 0.999x its kernels with 2.4 us on an H100 host and with
-// 2.6 us on an H200 host, 1.058x and 0.972x the other way round). Otherwise which case applies is read from where the
-// anchors put the start event on the host clock: before the launch call's return, plus kIdleMarginNs for the placement's own error
-// (up to about 15 us seen on an H100 guest), means idle. The duration uses only host intervals and the
+// 2.6 us on an H200 host, 1.058x and 0.972x the other way round). Otherwise which case applies
+// is read from where the anchors put the start event on the host clock: before the launch
+// call's return, plus kIdleMarginNs for the placement's own error (up to about 15 us seen on an
+// H100 guest), means idle. The duration uses only host intervals and the
 // GPU's own elapsed time, never the placement, whose error once cut an eager service's
 // kernels to nothing.
 //
@@ -32,6 +33,8 @@
 #pragma once
 
 #include <stdint.h>
+
+#include <algorithm>
 
 namespace orion::interpose {
 
@@ -64,6 +67,11 @@ struct SampleTiming {
   bool idle_stream = false;
 };
 
+// The end event is the kernel's end in every case; its span ends there.
+inline uint64_t StartBeforeEnd(const SampleEvents& e, uint64_t duration_ns) {
+  return e.end_host_ns > duration_ns ? e.end_host_ns - duration_ns : 0;
+}
+
 inline SampleTiming TimeSample(const SampleEvents& e, const StartLatency& latency) {
   SampleTiming t;
   t.duration_ns = e.gpu_elapsed_ns;
@@ -77,8 +85,7 @@ inline SampleTiming TimeSample(const SampleEvents& e, const StartLatency& latenc
                     latency.idle_ns;
   }
   t.duration_ns = e.gpu_elapsed_ns > before_kernel ? e.gpu_elapsed_ns - before_kernel : 0;
-  // The end event is the kernel's end in both cases; the span ends there.
-  t.start_ns = e.end_host_ns > t.duration_ns ? e.end_host_ns - t.duration_ns : 0;
+  t.start_ns = StartBeforeEnd(e, t.duration_ns);
   return t;
 }
 
@@ -89,14 +96,16 @@ inline SampleTiming TimeSample(const SampleEvents& e, const StartLatency& latenc
 // profiler's kernels on an H100 and an H200 host). Where the graph has been timed behind queued
 // work (no handover in its time), the mean of those samples is taken instead, kept within what
 // the events allow: at least the idle rule's duration, at most the GPU's elapsed time less the
-// queued start latency. `queued_mean_ns` 0: none yet, the idle rule's duration.
-inline uint64_t IdleGraphDuration(const SampleEvents& e, const SampleTiming& t,
-                                  const StartLatency& latency, uint64_t queued_mean_ns) {
-  if (!t.idle_stream || queued_mean_ns == 0) return t.duration_ns;
+// queued start latency. `queued_mean_ns` 0: none yet, the idle rule's duration. The span's
+// start moves with the duration.
+inline SampleTiming IdleGraphTiming(const SampleEvents& e, SampleTiming t,
+                                    const StartLatency& latency, uint64_t queued_mean_ns) {
+  if (!t.idle_stream || queued_mean_ns == 0) return t;
   const uint64_t most =
       e.gpu_elapsed_ns > latency.queued_ns ? e.gpu_elapsed_ns - latency.queued_ns : 0;
-  if (queued_mean_ns < t.duration_ns) return t.duration_ns;
-  return queued_mean_ns < most ? queued_mean_ns : (most > t.duration_ns ? most : t.duration_ns);
+  t.duration_ns = std::clamp(queued_mean_ns, t.duration_ns, std::max(t.duration_ns, most));
+  t.start_ns = StartBeforeEnd(e, t.duration_ns);
+  return t;
 }
 
 }  // namespace orion::interpose

@@ -43,13 +43,9 @@ void ReportTimedSample(PendingLaunch* p, Registration* reg, uint64_t now_ns) {
   if (p->graph && p->kernel != nullptr && events.placed) {
     if (!timing.idle_stream && !p->contended && !p->warmup) {
       p->kernel->AddQueuedSample(timing.duration_ns);
-    } else if (timing.idle_stream) {
-      timing.duration_ns = IdleGraphDuration(
-          events, timing, Config().start_latency,
-          p->kernel->queued_ns.load(std::memory_order_relaxed));
-      timing.start_ns = events.end_host_ns > timing.duration_ns
-                            ? events.end_host_ns - timing.duration_ns
-                            : 0;
+    } else {
+      timing = IdleGraphTiming(events, timing, Config().start_latency,
+                               p->kernel->queued_ns.load(std::memory_order_relaxed));
     }
   }
   ns = timing.duration_ns;

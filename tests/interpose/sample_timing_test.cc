@@ -98,16 +98,17 @@ TEST(TimeSampleTest, IdleGraphTakesItsQueuedMeanWithinWhatTheEventsAllow) {
   const SampleTiming t = TimeSample(e, kLatency);
   ASSERT_TRUE(t.idle_stream);
   EXPECT_EQ(t.duration_ns, 1'020'000u - 65'000 - 1'000);  // the idle rule: 4.6% short
-  EXPECT_EQ(IdleGraphDuration(e, t, kLatency, 0), t.duration_ns);  // no queued sample yet
-  EXPECT_EQ(IdleGraphDuration(e, t, kLatency, 1'000'000), 1'000'000u);
+  EXPECT_EQ(IdleGraphTiming(e, t, kLatency, 0).duration_ns, t.duration_ns);  // no queued sample yet
+  EXPECT_EQ(IdleGraphTiming(e, t, kLatency, 1'000'000).duration_ns, 1'000'000u);
+  EXPECT_EQ(IdleGraphTiming(e, t, kLatency, 1'000'000).start_ns, e.end_host_ns - 1'000'000);
   // Kept within the events: not past the elapsed time less the queued latency, not under the
   // idle rule's duration.
-  EXPECT_EQ(IdleGraphDuration(e, t, kLatency, 1'100'000), 1'020'000u - 2'400);
-  EXPECT_EQ(IdleGraphDuration(e, t, kLatency, 900'000), t.duration_ns);
+  EXPECT_EQ(IdleGraphTiming(e, t, kLatency, 1'100'000).duration_ns, 1'020'000u - 2'400);
+  EXPECT_EQ(IdleGraphTiming(e, t, kLatency, 900'000).duration_ns, t.duration_ns);
   // A queued sample is left as it is.
   SampleTiming queued = t;
   queued.idle_stream = false;
-  EXPECT_EQ(IdleGraphDuration(e, queued, kLatency, 1'000'000), t.duration_ns);
+  EXPECT_EQ(IdleGraphTiming(e, queued, kLatency, 1'000'000).duration_ns, t.duration_ns);
 }
 
 TEST(TimeSampleTest, NeverNegativeAndUnplacedKeepsTheElapsedTime) {
