@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,13 +64,7 @@ constinit thread_local CachedRegistration t_cached ORION_INITIAL_EXEC_TLS;
 
 void Note(const char* what) {
   if (g_config.quiet || g_note_printed.exchange(1) != 0) return;
-  char line[512];
-  const int n =
-      snprintf(line, sizeof(line), "orion: %s; passing CUDA calls through unchanged\n", what);
-  if (n > 0) {
-    ssize_t ignored = write(2, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
-    (void)ignored;
-  }
+  WriteStderrLine("orion: %s; passing CUDA calls through unchanged\n", what);
 }
 
 void FailOpen(const char* what) {
@@ -435,6 +430,18 @@ Registration* CurrentRegistration(CUcontext* ctx_out) {
   }
   if (reg == nullptr || !reg->StillOwned()) return nullptr;
   return reg;
+}
+
+void WriteStderrLine(const char* format, ...) {
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  const int n = vsnprintf(line, sizeof(line), format, args);
+  va_end(args);
+  if (n > 0) {
+    ssize_t ignored = write(2, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
+    (void)ignored;
+  }
 }
 
 bool StartQuietThread(void* (*main)(void*), void* arg) {

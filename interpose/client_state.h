@@ -48,6 +48,10 @@ struct Registration {
 // Parsed once, on the first hooked call.
 const EnvConfig& Config();
 
+// Writes one line to stderr, printf-style, cut at 511 bytes (a failed write loses the line;
+// callers check ORION_QUIET).
+__attribute__((format(printf, 1, 2))) void WriteStderrLine(const char* format, ...);
+
 // Starts one of the interposer's own background threads, detached and with every signal blocked
 // (the application's signals must never land on it); false if it could not be created.
 bool StartQuietThread(void* (*main)(void*), void* arg);

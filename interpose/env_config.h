@@ -17,7 +17,6 @@
 
 namespace orion::interpose {
 
-// "1", "true", "yes", "on" (any case) -> true. Null or anything else -> false.
 // `value` is `word` (lower case), case aside.
 inline bool IsWord(const char* value, const char* word) {
   auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; };
@@ -28,6 +27,7 @@ inline bool IsWord(const char* value, const char* word) {
   return value[i] == '\0' && word[i] == '\0';
 }
 
+// "1", "true", "yes", "on" (any case) -> true. Null or anything else -> false.
 inline bool ParseFlag(const char* value) {
   if (value == nullptr) return false;
   return IsWord(value, "1") || IsWord(value, "true") || IsWord(value, "yes") || IsWord(value, "on");

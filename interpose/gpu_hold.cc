@@ -6,7 +6,6 @@
 #include "interpose/gpu_hold.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <unistd.h>
 
 #include "interpose/client_state.h"
@@ -36,14 +35,7 @@ pthread_mutex_t g_hold_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 void NoteUnusable(const char* why) {
   if (Config().quiet) return;
-  char line[256];
-  const int n = snprintf(line, sizeof(line),
-                         "orion: gpu_hold: %s; best-effort launches wait at the gate instead\n",
-                         why);
-  if (n > 0) {
-    ssize_t ignored = write(2, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
-    (void)ignored;
-  }
+  WriteStderrLine("orion: gpu_hold: %s; best-effort launches wait at the gate instead\n", why);
 }
 
 // Registers the page of `gate` that holds the word (mapped by the GPU: a stream wait reads it

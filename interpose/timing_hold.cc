@@ -4,10 +4,8 @@
 #include "interpose/timing_hold.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <atomic>
 
@@ -62,13 +60,7 @@ pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 void Note(const char* why) {
   if (Config().quiet) return;
-  char line[200];
-  const int n = snprintf(line, sizeof(line),
-                         "orion: timed launches are not held on their stream: %s\n", why);
-  if (n > 0) {
-    ssize_t ignored = write(2, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
-    (void)ignored;
-  }
+  WriteStderrLine("orion: timed launches are not held on their stream: %s\n", why);
 }
 
 bool Stopped() { return g_guard_opened.load(std::memory_order_relaxed) >= kGuardOpensToStop; }
