@@ -353,7 +353,7 @@ def estimate_table(rows):
 
 def split_by_call(samples, call_ns, min_samples=100):
     """Per function with at least `min_samples` samples past the warm-up: the median span of its
-    uncontended queued samples and of its idle ones (elapsed time less the queued latency),
+    uncontended queued samples and the median elapsed time of its idle ones,
     for launches whose call (start event's record to the call's return) took at most
     `call_ns` and for the longer ones. A profiler (CUPTI) slows the launch call several
     times over, so this tells its window from the rest in a log that has no window marks."""
@@ -370,9 +370,11 @@ def split_by_call(samples, call_ns, min_samples=100):
             part = [s for s in ss if pick(s)]
             queued = [s["dur"] for s in part if not s["clamped"] and not s["contended"]]
             idle = [s["elapsed"] for s in part if s["clamped"]]
+            def us(values):
+                return med(values) / 1e3 if values else None
             rows.append({"func": func, "call": name, "samples": len(part),
-                         "queued": len(queued), "queued_span_us_median": med(queued) and med(queued) / 1e3,
-                         "idle": len(idle), "idle_elapsed_us_median": med(idle) and med(idle) / 1e3})
+                         "queued": len(queued), "queued_span_us_median": us(queued),
+                         "idle": len(idle), "idle_elapsed_us_median": us(idle)})
     return rows
 
 
