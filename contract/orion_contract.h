@@ -613,11 +613,17 @@ inline constexpr const char* kEnvNvtxDepth = "ORION_NVTX_DEPTH";
 // with work queued (interpose/sample_timing.h).
 inline constexpr const char* kEnvKernelStartNs = "ORION_KERNEL_START_NS";
 inline constexpr const char* kEnvQueuedStartNs = "ORION_QUEUED_START_NS";
-// A file for benchmarks (bench/experiments/cpu_tax.py --in-process): while its first word is not
-// 0, the process's CUDA calls go straight to the driver, as with no interposer loaded, so one
-// process can serve interposed and bypassed blocks in turn. Grants nothing a process could not
-// do without it (it may always skip a library it loaded itself).
+// A file for benchmarks (bench/experiments/cpu_tax.py --in-process): its first word says what the
+// process's next CUDA calls do (BenchSwitch), so one process can serve two arms in turn, block by
+// block. Grants nothing a process could not do without it (it may always skip a library it
+// loaded itself, or set ORION_NO_TIMING).
 inline constexpr const char* kEnvBenchSwitch = "ORION_BENCH_SWITCH";
+enum class BenchSwitch : uint32_t {
+  kInterposed = 0,    // as usual
+  kPassThrough = 1,   // straight to the driver, as with no interposer loaded
+  kNoTimingHold = 2,  // interposed, timed launches never held on their stream (timing_hold.h)
+  kNoTiming = 3,      // interposed, no launch timed on the GPU (ORION_NO_TIMING's arm)
+};
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";
 // The NVTX loader (in the application) loads its tool from here: the interposer itself.

@@ -41,7 +41,7 @@ std::atomic<bool> g_process_ready{false};  // InitProcess has returned
 pthread_mutex_t g_register_mutex = PTHREAD_MUTEX_INITIALIZER;
 // Set once any registration failed: the whole process passes through from then on.
 std::atomic<uint32_t> g_pass_through{0};
-// ORION_BENCH_SWITCH's word, mapped read-only (null without it): not 0, calls pass through.
+// ORION_BENCH_SWITCH's word (contract::BenchSwitch), mapped read-only (null without it).
 const std::atomic<uint32_t>* g_bench_switch = nullptr;
 std::atomic<uint32_t> g_note_printed{0};
 // Bumped in a fork child so every thread-local cache of the parent is ignored.
@@ -404,11 +404,17 @@ bool EnsureProcessInit() {
   return g_driver_ok;
 }
 
+contract::BenchSwitch CurrentBenchSwitch() {
+  return g_bench_switch == nullptr
+             ? contract::BenchSwitch::kInterposed
+             : static_cast<contract::BenchSwitch>(g_bench_switch->load(std::memory_order_relaxed));
+}
+
 Registration* CurrentRegistration(CUcontext* ctx_out) {
   *ctx_out = nullptr;
   if (!EnsureProcessInit() || g_config.disabled) return nullptr;
   if (g_pass_through.load(std::memory_order_relaxed) != 0) return nullptr;
-  if (g_bench_switch != nullptr && g_bench_switch->load(std::memory_order_relaxed) != 0) {
+  if (g_bench_switch != nullptr && CurrentBenchSwitch() == contract::BenchSwitch::kPassThrough) {
     return nullptr;
   }
   auto get_ctx = ORION_DRIVER(cuCtxGetCurrent);

@@ -59,6 +59,9 @@ bool StartQuietThread(void* (*main)(void*), void* arg);
 // Resolves the driver and the configuration (pthread_once). False: pass through.
 bool EnsureProcessInit();
 
+// ORION_BENCH_SWITCH's word now (kInterposed without the variable): benchmarks only.
+contract::BenchSwitch CurrentBenchSwitch();
+
 // Registration for the calling thread's current context, registering the device on first use.
 // Null when the process passes through (disabled, no server, no context, ...). *ctx_out receives
 // the current context (may be null).

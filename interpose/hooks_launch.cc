@@ -158,7 +158,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // event of a followed graph is recorded anyway).
   const bool profile = Config().profile || slot.profile.load(std::memory_order_relaxed) != 0;
   const bool sampled = info.graph || ShouldSample(launch_index);
-  const bool timed = kernel != nullptr && (profile || (!Config().no_timing && sampled));
+  const bool timed =
+      kernel != nullptr &&
+      (profile || (sampled && !Config().no_timing &&
+                   CurrentBenchSwitch() != contract::BenchSwitch::kNoTiming));
 
   // High-priority work is followed to completion only while the gate may hold somebody for it,
   // and only where it may outlast the grace after its launch.
@@ -193,7 +196,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
         // could invalidate a capture in the global mode.
         if (!info.graph && !pending->contended && !pending->warmup &&
             kernel->LaunchedOn(reg->device) &&
-            g_open_captures.load(std::memory_order_relaxed) == 0) {
+            g_open_captures.load(std::memory_order_relaxed) == 0 &&
+            CurrentBenchSwitch() != contract::BenchSwitch::kNoTimingHold) {
           hold_ticket = HoldForTiming(info.stream, info.per_thread_stream);
           pending->held = hold_ticket != 0;
         }

@@ -6,7 +6,8 @@ in every round so that host drift cancels.
       [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
       [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--in-process
-      [--in-process-env KEY=VALUE ...] [--wrap 'CMD ...']]] [--out DIR]
+      [--in-process-baseline bypass|no-hold|no-timing] [--in-process-env KEY=VALUE ...]
+      [--wrap 'CMD ...']]] [--out DIR]
   orion_bench.py cpu-tax --table results.jsonl      (re-renders a run's table)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
@@ -32,6 +33,9 @@ both arms. --in-process serves both arms from one interposed process (its core a
 between rounds), the bare arm's blocks passing the interposer by (ORION_BENCH_SWITCH: the calls
 go straight to the driver, nothing registers or is recorded): no difference between two
 processes or two cores enters the A/B, only the hooks' entry and one check stay in the bare arm.
+--in-process-baseline makes the baseline arm's blocks something else than the bypass: no-hold
+(interposed, no timed launch held on its stream) or no-timing (interposed, no launch timed), so
+one process resolves what the timing hold or the timed launches cost against this build.
 --in-process-env sets variables in that process (ORION_NO_TIMING=1: what the timed launches'
 share is), --wrap puts a command before it (a profiler: `perf record -F 4999 -o FILE --`).
 --control runs the same with neither arm interposed: the spread of its ratios is how
@@ -168,7 +172,7 @@ class Bench:
         if self.args.control:
             row.update(baseline="control", control=True)
         if self.args.in_process:
-            row["baseline"] = "in-process bypass" + (
+            row["baseline"] = IN_PROCESS_BASELINES[self.args.in_process_baseline][1] + (
                 f" ({' '.join(self.args.in_process_env)} in the process)"
                 if self.args.in_process_env else "")
         self.rows.write(json.dumps(row) + "\n")
@@ -230,7 +234,8 @@ class Bench:
             one = DrivenArm(self, argv, True, priority, slot=int(rnd % 2 == 0),
                             extra_env={"ORION_BENCH_SWITCH": switch, **env},
                             wrap=shlex.split(self.args.wrap or ""))
-            arms = {False: SwitchedArm(one, bypass=True), True: SwitchedArm(one, bypass=False)}
+            word = IN_PROCESS_BASELINES[self.args.in_process_baseline][0]
+            arms = {False: SwitchedArm(one, word), True: SwitchedArm(one, 0)}
         else:
             arms = {interposer: DrivenArm(self, argv, interposer, priority,
                                           slot=int(interposer) ^ (rnd % 2 == 0))
@@ -390,26 +395,34 @@ class DrivenArm:
             self.p.wait()
 
 
-class SwitchedArm:
-    """One arm of --in-process: the one interposed process, its interposer passed by
-    (ORION_BENCH_SWITCH) in the bare arm's blocks."""
+# --in-process-baseline: ORION_BENCH_SWITCH's word in the baseline arm's blocks
+# (contract::BenchSwitch) and the rows' name for that arm.
+IN_PROCESS_BASELINES = {
+    "bypass": (1, "in-process bypass"),
+    "no-hold": (2, "in-process, no timed launch held"),
+    "no-timing": (3, "in-process, no launch timed"),
+}
 
-    def __init__(self, arm, bypass):
-        self.arm, self.bypass = arm, bypass
+
+class SwitchedArm:
+    """One arm of --in-process: the one interposed process with ORION_BENCH_SWITCH's word set to
+    `word` for this arm's blocks (0: interposed as usual)."""
+
+    def __init__(self, arm, word):
+        self.arm, self.word = arm, word
 
     def wait_ready(self):
-        if self.bypass:  # the other arm waits for the shared process
+        if self.word != 0:  # the other arm waits for the shared process
             self.arm.wait_ready()
 
     def throttled(self):
         return self.arm.throttled()
 
     def block(self, command):
-        word = "1" if self.bypass else "0"
-        self.arm.p.stdin.write(f"bypass {word}\n")
+        self.arm.p.stdin.write(f"switch {self.word}\n")
         self.arm.p.stdin.flush()
-        if (out := self.arm.line()) != f"switched {word}":
-            raise SystemExit(f"{' '.join(self.arm.cmd)}: bypass {word} answered {out!r}")
+        if (out := self.arm.line()) != f"switched {self.word}":
+            raise SystemExit(f"{' '.join(self.arm.cmd)}: switch {self.word} answered {out!r}")
         return self.arm.block(command)
 
     def close(self):
@@ -523,6 +536,9 @@ def main(argv=None):
                    help="--interleave in one interposed process: the bare arm's blocks pass the "
                         "interposer by (ORION_BENCH_SWITCH), so no two processes' or cores' "
                         "difference enters the A/B")
+    p.add_argument("--in-process-baseline", choices=sorted(IN_PROCESS_BASELINES),
+                   default="bypass",
+                   help="--in-process: what the baseline arm's blocks are (see above)")
     p.add_argument("--in-process-env", action="append", default=[], metavar="KEY=VALUE",
                    help="--in-process: set in the one process (repeatable; e.g. ORION_NO_TIMING=1)")
     p.add_argument("--wrap", help="--in-process: a command put before the process (quoted)")
@@ -538,8 +554,9 @@ def main(argv=None):
     if args.in_process and (not args.interleave or args.control or args.baseline_env
                             or args.baseline_interposer):
         p.error("--in-process needs --interleave and compares with the bypass: no other baseline")
-    if (args.in_process_env or args.wrap) and not args.in_process:
-        p.error("--in-process-env and --wrap go with --in-process")
+    if (args.in_process_env or args.wrap or args.in_process_baseline != "bypass") and \
+            not args.in_process:
+        p.error("--in-process-baseline, --in-process-env and --wrap go with --in-process")
     for kv in args.in_process_env:
         if "=" not in kv or not kv.partition("=")[0].startswith("ORION_"):
             p.error(f"--in-process-env {kv!r}: expected ORION_NAME=VALUE")

@@ -34,8 +34,9 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
       arrivals at RATE from now, latency from the scheduled arrival) or "steps N" (train);
       answers each with "block lat_ms=A,B,.. cpu_ms=C" (every request's or step's latency,
       and the CPU time of all the process's threads per request or step over the block).
-      "bypass 1" / "bypass 0" (under the interposer, with ORION_BENCH_SWITCH set) makes the
-      blocks after it pass the interposer by, or not; answered "switched 1" / "switched 0".
+      "switch W" (under the interposer, with ORION_BENCH_SWITCH set) writes W (0 to 3) to the
+      switch's word: the blocks after it are interposed as usual (0), pass the interposer by (1),
+      hold no timed launch (2) or time none (3) (contract::BenchSwitch); answered "switched W".
       "quit" or end of input stops it.
 
   --nvtx       each request (serve) or step (train) is an NVTX range, "request" or "step".
@@ -494,11 +495,11 @@ def driven(block):
             continue
         if words[0] == "quit":
             break
-        if words[0] == "bypass" and len(words) == 2 and words[1] in ("0", "1"):
-            # ORION_BENCH_SWITCH's word: 1, this process's CUDA calls pass the interposer by
+        if words[0] == "switch" and len(words) == 2 and words[1] in ("0", "1", "2", "3"):
+            # ORION_BENCH_SWITCH's word: what this process's next CUDA calls do
             path = os.environ.get("ORION_BENCH_SWITCH")
             if not path:
-                print("error: bypass needs ORION_BENCH_SWITCH", flush=True)
+                print("error: switch needs ORION_BENCH_SWITCH", flush=True)
                 continue
             with open(path, "r+b") as f:
                 f.write(struct.pack("I", int(words[1])))

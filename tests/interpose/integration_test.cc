@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -447,30 +448,67 @@ TEST_F(InterposeIntegrationTest, BoardOfAnotherContractVersionIsRefusedClearly) 
   EXPECT_EQ(registrar.area(0)->counters.launches.load(), 0u);  // nothing written
 }
 
+// Writes ORION_BENCH_SWITCH's word (contract::BenchSwitch) to the file at `path`.
+void WriteSwitchWord(const std::string& path, c::BenchSwitch word) {
+  FILE* f = fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  const uint32_t value = static_cast<uint32_t>(word);
+  ASSERT_EQ(fwrite(&value, sizeof(value), 1, f), 1u);
+  fclose(f);
+}
+
+// Launch events of a run that were timed on the GPU (kTimedLaunch).
+int TimedLaunches(const std::vector<c::Event>& events) {
+  int timed = 0;
+  for (const c::Event& e : events) {
+    timed += e.kind == c::EventKind::kLaunch && (e.flags & c::kTimedLaunch) != 0;
+  }
+  return timed;
+}
+
 TEST_F(InterposeIntegrationTest, BenchSwitchPassesCallsThroughWhileSet) {
   // ORION_BENCH_SWITCH (cpu-tax --in-process): its word set, the process's launches go straight
   // to the driver and nothing registers; cleared, they are interposed as usual.
   const std::string path = dir_ + "/switch";
-  auto write_word = [&path](uint32_t word) {
-    FILE* f = fopen(path.c_str(), "wb");
-    ASSERT_NE(f, nullptr);
-    ASSERT_EQ(fwrite(&word, sizeof(word), 1, f), 1u);
-    fclose(f);
-  };
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   ASSERT_TRUE(registrar.ok());
   const std::string env = "ORION_BENCH_SWITCH=" + path + " ORION_SOCKET=" + registrar.socket_path();
-  write_word(1);
+  WriteSwitchWord(path, c::BenchSwitch::kPassThrough);
   const ProbeRun bypassed = RunProbe(env);
   ASSERT_EQ(bypassed.exit_code, 0) << bypassed.err;
   EXPECT_EQ(bypassed.values.at("done"), "1");
   EXPECT_TRUE(registrar.requests().empty());
-  write_word(0);
+  WriteSwitchWord(path, c::BenchSwitch::kInterposed);
   const ProbeRun run = RunProbe(env);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   ASSERT_FALSE(registrar.requests().empty());
   ASSERT_NE(registrar.area(0), nullptr);
   EXPECT_GT(registrar.area(0)->counters.launches.load(), 0u);
+}
+
+TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingRecordsLaunchesButTimesNone) {
+  // Word 3 (cpu-tax --in-process-baseline no-timing): launches are interposed and recorded, and
+  // none is timed, not even a kernel's first ones (always timed otherwise, as word 0 shows).
+  const std::string path = dir_ + "/switch";
+  for (const c::BenchSwitch word : {c::BenchSwitch::kNoTiming, c::BenchSwitch::kInterposed}) {
+    WriteSwitchWord(path, word);
+    const std::string dir = dir_ + "/word" + std::to_string(static_cast<uint32_t>(word));
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+    TestRegistrar registrar(dir, 0, /*honour_priority=*/false);
+    ASSERT_TRUE(registrar.ok());
+    const ProbeRun run =
+        RunProbe("ORION_BENCH_SWITCH=" + path + " ORION_SOCKET=" + registrar.socket_path());
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    ASSERT_NE(registrar.area(0), nullptr);
+    const auto events = registrar.Drain(0);
+    EXPECT_GT(CountKind(events, c::EventKind::kLaunch), 0);
+    if (word == c::BenchSwitch::kNoTiming) {
+      EXPECT_EQ(TimedLaunches(events), 0);
+      EXPECT_EQ(CountKind(events, c::EventKind::kKernelTime), 0);
+    } else {
+      EXPECT_GT(TimedLaunches(events), 0);
+    }
+  }
 }
 
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {

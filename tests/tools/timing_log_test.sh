@@ -47,6 +47,16 @@ unheld="$(cat "$W"/unheld/timing.*.log | awk -F'\t' '$1 == "sample" && $14 != 0'
 [[ "$unheld" == 0 ]] || fail "ORION_TIMING_HOLD=0 still held $unheld launches"
 python3 "$ROOT/bench/orion_bench.py" timing-log --check "$W/unheld" > /dev/null 2> "$W/unheld.err" ||
   fail "the unheld log breaks its rules: $(cat "$W/unheld.err")"
+# The same through ORION_BENCH_SWITCH's word 2 (cpu-tax --in-process-baseline no-hold).
+mkdir -p "$W/switched"
+printf '\x02\x00\x00\x00' > "$W/switch"
+ORION_BENCH_SWITCH="$W/switch" ORION_TIMING_LOG="$W/switched" ORION_PROFILE=1 client \
+  --priority high -- "$INFER" --rate 0 --requests 10 --kernels 3 --kernel-us 300 \
+  > "$W/switched.out" 2>&1 || fail "the switched sample failed: $(cat "$W/switched.out")"
+switched="$(cat "$W"/switched/timing.*.log | awk -F'\t' '$1 == "sample"' | wc -l)"
+switched_held="$(cat "$W"/switched/timing.*.log | awk -F'\t' '$1 == "sample" && $14 != 0' | wc -l)"
+[[ "$switched" -ge 10 && "$switched_held" == 0 ]] ||
+  fail "switch word 2: $switched timed launches, $switched_held held (expected >= 10, none held)"
 # A driver whose launch waits for its own stream (a lazily loaded module; the double's
 # ORION_SIM_LAUNCH_SYNCS=1) would wait for the hold forever: the guard opens each such hold
 # within 5 to 15 ms, and the process stops holding after three.
