@@ -102,7 +102,8 @@ inline constexpr uint32_t kOnHostClock = 2u;  // kKernelTime/kRange: GPU times o
 inline constexpr uint32_t kWarmupSample = 4u; // kKernelTime of one of a kernel's first launches
 inline constexpr uint32_t kPausedWait = 8u;   // kThrottled: the wait was the client's pause
 // kKernelTime: on a time-sliced GPU, another process's work was in flight when the timed launch
-// went out or when it was found complete; its elapsed time may hold the other's time slice.
+// went out or when it was found complete, and its start event ran on an idle stream (or was not
+// placed): its elapsed time may hold the other's time slice (interpose/sample_timing.h).
 inline constexpr uint32_t kContendedSample = 16u;
 
 enum class MemoryKind : uint32_t {

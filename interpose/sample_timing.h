@@ -89,6 +89,20 @@ inline SampleTiming TimeSample(const SampleEvents& e, const StartLatency& latenc
   return t;
 }
 
+// Whether a timed launch that another process's work was in flight around (OtherWorkInFlight,
+// at the launch or when found complete) is reported contended (kContendedSample: the server
+// counts it at the recent mean and learns nothing from it): only where the other process's time
+// slice can sit inside the measurement, between the start event and the kernel: on an idle
+// stream (the kernel is handed over after its start event ran, and the GPU may run the other
+// context first), or where the events could not be placed. Behind the process's own queued
+// work, or released from a hold, the kernel follows its start event at once: there, a trainer's
+// 312 contended samples beside a graph service read 1.007x the profiler's kernels and a
+// service's 96 beside a trainer 1.012x (H100), while the server, drawing them at the mean of
+// the others (a different mix of shapes), read that trainer's busy seconds 1.050x.
+inline bool ReportedContended(bool contended, const SampleEvents& e, const SampleTiming& t) {
+  return contended && (!e.placed || t.idle_stream);
+}
+
 // A CUDA graph launched on an idle stream: the driver hands its kernels over while the launch
 // call runs (a ResNet50 graph's call takes about 65 us on an H100 host), so its first kernel
 // starts anywhere between the start event and the call's return, and the idle rule, which takes

@@ -65,8 +65,9 @@ void ReportTimedSample(PendingLaunch* p, Registration* reg, uint64_t now_ns) {
     LogTimingSample(logged);
   }
   if (p->warmup) e.flags |= contract::kWarmupSample;
-  if (p->contended) e.flags |= contract::kContendedSample;
-  // A contended sample does not teach the gate's estimate either.
+  if (ReportedContended(p->contended, events, timing)) e.flags |= contract::kContendedSample;
+  // No sample taken beside another process's work teaches the gate's estimate (its kernels'
+  // time alone).
   if (p->kernel != nullptr && !p->contended) p->kernel->AddSample(ns);
   e.func = p->func;
   e.stream = p->stream;

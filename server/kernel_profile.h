@@ -51,9 +51,10 @@ const char* KernelClassName(KernelClass c);  // "comp", "mem", "unknown"
 // never came (the process ended with them in flight) are counted too, and caught up at the
 // mean when the client leaves (Unreported).
 //
-// A measurement taken while another process's work was in flight on a time-sliced GPU
-// (kContendedSample) may hold the other's time slice (an eager service's 2 us kernel measured 94
-// us beside a trainer): it counts at the recent mean and moves no mean (Contended).
+// A measurement taken on an idle stream while another process's work was in flight on a
+// time-sliced GPU (kContendedSample) may hold the other's time slice (an eager service's 2 us
+// kernel measured 94 us beside a trainer): it counts at the recent mean and moves no mean
+// (Contended). Behind the client's own queued work the measurement is the kernel's, and counts.
 //
 // Busy time draws at a recent mean (each new measurement a quarter of it once four are in), not
 // the mean of the whole run (the kernel's profile): a kernel's time moves with what shares the

@@ -254,16 +254,24 @@ class RecentMean:
                        else self.recent + (ns - self.recent) / 4)
 
 
+def reported_contended(s):
+    """What the interposer reports contended (interpose/sample_timing.h ReportedContended):
+    another process's work was in flight, and the start event ran on an idle stream or was not
+    placed. The server counts those at the recent mean and learns nothing from them."""
+    return bool(s["contended"]) and (bool(s["clamped"]) or s["start"] == 0)
+
+
 def estimate_window(samples, prof, matched, off):
     """Where a process's busy seconds over the profiler's window come from, against the
     profiler's kernel time, in three steps (each kernel's function taken from the samples the
     window matched, by name):
       - per_sample: the matched samples' reported durations against the profiler's kernels;
-      - selection: each kernel drawn at the mean of its function's matched uncontended samples,
+      - selection: each kernel drawn at the mean of its function's matched samples that are not
+        reported contended (reported_contended),
         as the profiler measured them (which launches are timed and kept, with no error of
         their own);
       - server: the server's own arithmetic (timed launches at their reported duration,
-        untimed ones at the recent mean of the uncontended samples reported before them, the
+        untimed ones at the recent mean of the samples not reported contended before them, the
         log's samples from before the window included) over the profiler's kernels, by function
         alone and scaled to each launch's shape (grid and block).
     Kernels whose name no sample matched are left out of all three (`covered` says how much of
@@ -287,14 +295,14 @@ def estimate_window(samples, prof, matched, off):
     # selection: the profiler's durations of each function's kept samples
     kept = {}
     for s, a, b, k in matched:
-        if not s["contended"] and not s["warmup"] and len(k) > 9:
+        if not reported_contended(s) and not s["warmup"] and len(k) > 9:
             kept.setdefault(k[9], []).append(b - a)
     selection = sum(statistics.fmean(kept[k[9]]) if k[9] in kept else k[1] * 1e3 for k in inside)
     # server: walk samples (by when the launch returned) and kernels (by start) in time order;
     # by_shape: the same, each untimed launch scaled by its shape's mean over its function's
     # (server/kernel_profile.h ScaleForShape)
     events = [(s["launched"], 0, s) for s in samples
-              if not s["contended"] and not s["warmup"] and s["func"] in names]
+              if not reported_contended(s) and not s["warmup"] and s["func"] in names]
     events += [(int((k[0] + off) * 1e3), 1, k) for k in inside]
     events.sort(key=lambda e: (e[0], e[1]))
     means, shapes = {}, {}
@@ -333,7 +341,7 @@ def estimate_window(samples, prof, matched, off):
             "selection": selection / covered, "server": server / covered,
             "server_by_shape": by_shape / covered,
             "drawn_before_any_sample": drawn_at_zero,
-            "contended_samples": sum(1 for s, _, _, _ in matched if s["contended"]),
+            "contended_samples": sum(1 for s, _, _, _ in matched if reported_contended(s)),
             "matched": len(matched)}
 
 
@@ -491,7 +499,7 @@ def main(argv=None):
         if e:
             print(f"\nBusy time over the window against the profiler's kernel time "
                   f"({e['covered']:.1%} of it covered by the samples' functions, "
-                  f"{e['matched']} samples matched, {e['contended_samples']} of them contended): "
+                  f"{e['matched']} samples matched, {e['contended_samples']} of them reported contended): "
                   f"per sample {e['per_sample']:.3f}, by the kept samples' own kernels "
                   f"{e['selection']:.3f}, the server's arithmetic by function {e['server']:.3f} "
                   f"and by launch shape {e['server_by_shape']:.3f} "

@@ -126,6 +126,26 @@ TEST(TimeSampleTest, NeverNegativeAndUnplacedKeepsTheElapsedTime) {
   EXPECT_EQ(TimeSample(e, kLatency).duration_ns, e.gpu_elapsed_ns - 1'000);
 }
 
+TEST(TimeSampleTest, ContendedOnlyWhereAnotherSliceCanSitInsideTheMeasurement) {
+  // Another process's work in flight: an idle stream's sample may hold its time slice between
+  // the start event and the kernel, and so may one whose events were not placed.
+  const SampleEvents idle = IdleLaunch();
+  EXPECT_TRUE(ReportedContended(true, idle, TimeSample(idle, kLatency)));
+  SampleEvents unplaced = idle;
+  unplaced.placed = false;
+  EXPECT_TRUE(ReportedContended(true, unplaced, TimeSample(unplaced, kLatency)));
+  // Behind the process's own work, or released from a hold, the kernel follows its start event:
+  // the measurement is its own.
+  const SampleEvents queued = StartedAfterReturn(200'000, 2'400 + 40'000);
+  EXPECT_FALSE(ReportedContended(true, queued, TimeSample(queued, kLatency)));
+  SampleEvents held = StartedAfterReturn(3'000, 2'600 + 5'000);
+  held.held = true;
+  EXPECT_FALSE(ReportedContended(true, held, TimeSample(held, kLatency)));
+  // Nothing else in flight: never contended.
+  EXPECT_FALSE(ReportedContended(false, idle, TimeSample(idle, kLatency)));
+  EXPECT_FALSE(ReportedContended(false, unplaced, TimeSample(unplaced, kLatency)));
+}
+
 TEST(GpuClockRateTest, LearnsTheDriftAndIgnoresWhatNoClockDoes) {
   double rate = 1.0;
   // 22 us a second: the host clock ran fast against an H100's.
