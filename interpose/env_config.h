@@ -11,8 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <utility>
+
 #include "contract/gate_rules.h"
 #include "contract/orion_contract.h"
+#include "interpose/kernel_registry.h"
 #include "interpose/sample_timing.h"
 
 namespace orion::interpose {
@@ -188,13 +191,18 @@ struct EnvConfig {
   bool disabled = false;  // ORION_DISABLE: pure pass-through
   bool quiet = false;     // ORION_QUIET: no stderr notes
   bool profile = false;   // ORION_PROFILE: time every launch on the GPU
-  // ORION_NO_TIMING: time no launch on the GPU unless profiling (the sampled 1 in 64 included):
+  // ORION_NO_TIMING: time no launch on the GPU unless profiling (the sampled ones included):
   // what the timeline's own GPU timing costs, by difference (bench/orion_bench.py cpu-tax
   // --baseline-env). Spans are then all inferred and busy seconds stay at 0.
   bool no_timing = false;
   // ORION_TIMING_HOLD (on unless 0/false/no/off): a timed kernel launch is held on its stream
   // until its end event is recorded (timing_hold.h); never with CUDA_LAUNCH_BLOCKING=1.
   bool timing_hold = true;
+  // ORION_SAMPLE_EVERY, ORION_SAMPLE_EVERY_HIGH: past a kernel's first launches, 1 in this many
+  // of a best-effort and of a high-priority client's launches are timed on the GPU (a power of
+  // two from 1 to 4096; kernel_registry.h).
+  uint32_t sample_every = kSampleEveryBestEffort;
+  uint32_t sample_every_high = kSampleEveryHigh;
   uint32_t requested_priority = contract::kNoValue32;
   uint64_t requested_memory_limit = 0;
   uint64_t requested_latency_target_us = 0;
@@ -266,6 +274,13 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   }
   if (ParseUnsigned(getenv_fn("ORION_HELD_START_NS"), &value) && value <= 100'000) {
     config.start_latency.held_ns = value;
+  }
+  for (auto [name, every] : {std::pair{"ORION_SAMPLE_EVERY", &config.sample_every},
+                             std::pair{"ORION_SAMPLE_EVERY_HIGH", &config.sample_every_high}}) {
+    if (ParseUnsigned(getenv_fn(name), &value) && value >= 1 && value <= 4096 &&
+        (value & (value - 1)) == 0) {
+      *every = static_cast<uint32_t>(value);
+    }
   }
   if (ParseUnsigned(getenv_fn(contract::kEnvLazyPollMs), &value) && value >= 1 && value <= 1000) {
     config.lazy_poll_ns = value * 1'000'000;

@@ -133,6 +133,19 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_STREQ(config.socket_path, "/tmp/x.sock");
   EXPECT_STREQ(config.log_dir, "/tmp/orion-logs");
 
+  // Sampling: 1 in 64 of either priority's launches; a power of two up to 4096 replaces either,
+  // anything else keeps the default.
+  EXPECT_EQ(config.sample_every, 64u);
+  EXPECT_EQ(config.sample_every_high, 64u);
+  env = {{"ORION_SAMPLE_EVERY", "16"}, {"ORION_SAMPLE_EVERY_HIGH", "1"}};
+  EXPECT_EQ(ReadEnvConfig(get).sample_every, 16u);
+  EXPECT_EQ(ReadEnvConfig(get).sample_every_high, 1u);
+  for (const char* bad : {"0", "48", "8192", "x"}) {
+    env = {{"ORION_SAMPLE_EVERY", bad}, {"ORION_SAMPLE_EVERY_HIGH", bad}};
+    EXPECT_EQ(ReadEnvConfig(get).sample_every, kSampleEveryBestEffort) << bad;
+    EXPECT_EQ(ReadEnvConfig(get).sample_every_high, kSampleEveryHigh) << bad;
+  }
+
   // A lazy period of 0 or past a second (or not a number) keeps the default.
   for (const char* bad : {"0", "1001", "50ms", "-5"}) {
     env = {{"ORION_LAZY_POLL_MS", bad}};

@@ -505,6 +505,12 @@ TEST(KernelRegistryTest, NameOnceSamplingAndEstimate) {
   EXPECT_GT(sampled, 800);
   EXPECT_LT(sampled, 1200);
   for (int layer : by_layer) EXPECT_GT(layer, 150);
+  // 1 in 256 (ORION_SAMPLE_EVERY_HIGH=256): a quarter of those, the warm-up launches still all.
+  int fewer = 0;
+  for (uint64_t i = 3; i < 64'003; ++i) fewer += ShouldSample(i, 256);
+  EXPECT_GT(fewer, 180);
+  EXPECT_LT(fewer, 320);
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_TRUE(ShouldSample(i, 256));
 }
 
 // Which GPUs a kernel was launched on (a first launch on a GPU is never held for timing), and a
