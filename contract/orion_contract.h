@@ -162,8 +162,8 @@ struct alignas(64) EventRing {
   Entry entries[kRingCapacity];
 
   // Producer: publishes the first `bytes` of `e` (sizeof(Event), or kEventHeadBytes for an event
-  // without a name); *claimed (where given) gets the position it took.
-  bool TryPush(const Event& e, size_t bytes = sizeof(Event), uint64_t* claimed = nullptr) {
+  // without a name).
+  bool TryPush(const Event& e, size_t bytes = sizeof(Event)) {
     uint64_t pos = head.load(std::memory_order_relaxed);
     for (;;) {
       if (pos - tail_seen.load(std::memory_order_acquire) >= kRingCapacity) {
@@ -188,7 +188,6 @@ struct alignas(64) EventRing {
       slot.words[i + 1].store(word, std::memory_order_relaxed);
     }
     slot.words[0].store(pos + 1, std::memory_order_release);
-    if (claimed != nullptr) *claimed = pos;
     return true;
   }
 

@@ -40,17 +40,6 @@ struct Registration {
   uint32_t generation = 0;
   uint32_t client_id = 0;
   uint64_t server_epoch = 0;  // of the board this registration's slot is on
-  // The ring position the next event will most likely claim (PrefetchLaunchRecord): one past
-  // the last one this process pushed. A registration assigned anew starts it at 0.
-  struct NextPush {
-    std::atomic<uint64_t> pos{0};
-    NextPush() = default;
-    NextPush(const NextPush&) {}
-    NextPush& operator=(const NextPush&) {
-      pos.store(0, std::memory_order_relaxed);
-      return *this;
-    }
-  } next_push;
 
   // False once the server reassigned the slot (server restart): stop writing into it.
   bool StillOwned() const { return slot->generation.load(std::memory_order_relaxed) == generation; }
@@ -105,29 +94,7 @@ inline void KeepRegistered(Registration* reg, uint64_t now_ns) {
 // first `bytes` (contract::kEventHeadBytes for an event without a name).
 inline void PushEvent(Registration* reg, const contract::Event& event,
                       size_t bytes = sizeof(contract::Event)) {
-  uint64_t pos = 0;
-  if (reg->area->ring.TryPush(event, bytes, &pos)) {
-    reg->next_push.pos.store(pos + 1, std::memory_order_relaxed);
-  }
-}
-
-// Before a launch's driver call: asks for the shared lines its record writes after the call
-// (the ring's head, the entry the launch event will most likely take, the launch counter) and
-// the heartbeat it reads, so that where the application's own work has pushed them out of the
-// caches their misses overlap the driver's microseconds instead of following them. With the
-// caches cold these lines were about two thirds of a launch's cost (docs/benchmarks.md, launch
-// cost). A prefetch never faults and changes nothing but the caches.
-inline void PrefetchLaunchRecord(const Registration* reg) {
-  contract::EventRing& ring = reg->area->ring;
-  __builtin_prefetch(&ring.head, 1, 3);
-  const auto& entry =
-      ring.entries[reg->next_push.pos.load(std::memory_order_relaxed) & (contract::kRingCapacity - 1)];
-  // A launch event's sequence word and ten payload words: 88 bytes, on at most three lines.
-  __builtin_prefetch(&entry.words[0], 1, 3);
-  __builtin_prefetch(&entry.words[5], 1, 3);
-  __builtin_prefetch(&entry.words[10], 1, 3);
-  __builtin_prefetch(&reg->area->counters.launches, 1, 3);
-  __builtin_prefetch(&reg->board->header.server_heartbeat_ns, 0, 3);
+  reg->area->ring.TryPush(event, bytes);
 }
 
 // What a hook returns when the driver or the entry point is missing.

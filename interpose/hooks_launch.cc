@@ -105,7 +105,6 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const contract::GpuState& gpu = *reg->gpu;
   contract::SlotGate& own_gate = *reg->own_gate;
   contract::ClientArea::Counters& counters = reg->area->counters;
-  PrefetchLaunchRecord(reg);
 
   KernelRecord* kernel = info.graph ? g_graphs.Find(info.func) : g_kernels.FindOrInsert(info.func);
   if (!info.graph && kernel != nullptr && kernel->ClaimNameReport()) {
