@@ -1,7 +1,7 @@
 """The CPU cost of a driver launch on a GPU, with and without the interposer (C level).
 
   orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
-                             [--pollute KB] [--baseline-interposer LIB] [--out DIR]
+                             [--pollute KB] [--baseline-interposer LIB] [--timed] [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
@@ -21,7 +21,10 @@ the driver's: its figure is the A/A control, the resolution itself. --baseline-i
 two arms, high priority and best effort under that build of liborion_interpose.so, so that two
 builds are compared on the same host in the same turns. --pollute KB runs the paired figure
 with the caches cold: KB of memory written before every launch (untimed), each launch timed
-alone, as a launch finds its caches between a framework's own work.
+alone, as a launch finds its caches between a framework's own work. --timed adds two arms,
+high priority with every launch timed on the GPU (ORION_SAMPLE_EVERY_HIGH=1), held on its stream
+and not (ORION_TIMING_HOLD=0): less the high-priority arm, what one timed launch costs the CPU
+of the launching thread (its two event records, the hold's stream wait), past 1 in 64.
 """
 import argparse
 import os
@@ -37,6 +40,7 @@ ANSWERS = ("what a driver launch costs on the CPU with and without the interpose
            "(orion-bench-launch, ns per launch, arms taking turns)")
 ARMS = ("no interposer", "high priority", "best effort")
 BASELINE_ARMS = ("high priority, baseline", "best effort, baseline")
+TIMED_ARMS = ("high priority, every launch timed", "high priority, every launch timed, not held")
 
 
 def paired_table(rows):
@@ -44,7 +48,7 @@ def paired_table(rows):
     median over runs."""
     out = []
     for kb in sorted({r.get("pollute_kb", 0) for r in rows}):
-        for arm in ARMS + BASELINE_ARMS:
+        for arm in ARMS + BASELINE_ARMS + TIMED_ARMS:
             mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb]
             if not mine:
                 continue
@@ -101,6 +105,8 @@ def main(argv=None):
                    help="the paired figure with KB of memory written before every launch")
     p.add_argument("--baseline-interposer", metavar="LIB",
                    help="another build of liborion_interpose.so, as two more arms")
+    p.add_argument("--timed", action="store_true",
+                   help="two more arms: high priority with every launch timed, held and not")
     p.add_argument("--admin-port", type=int, default=50063)
     p.add_argument("--out")
     p.add_argument("--table", metavar="ROWS_JSONL")
@@ -129,6 +135,10 @@ def main(argv=None):
         lib = os.path.abspath(args.baseline_interposer)
         wraps[BASELINE_ARMS[0]] = harness.orion_run(b, "high", interposer=lib)
         wraps[BASELINE_ARMS[1]] = harness.orion_run(b, "best-effort", interposer=lib)
+    if args.timed:
+        every = ["env", "ORION_SAMPLE_EVERY_HIGH=1"]
+        wraps[TIMED_ARMS[0]] = every + harness.orion_run(b, "high")
+        wraps[TIMED_ARMS[1]] = every + ["ORION_TIMING_HOLD=0"] + harness.orion_run(b, "high")
     rows = []
     try:
         for run in range(1, args.runs + 1):
