@@ -624,7 +624,7 @@ enum class BenchSwitch : uint32_t {
   kPassThrough = 1,   // straight to the driver, as with no interposer loaded
   kNoTimingHold = 2,  // interposed, timed launches never held on their stream (timing_hold.h)
   kNoTiming = 3,      // interposed, no launch timed on the GPU (ORION_NO_TIMING's arm)
-};
+};                    // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";
 // The NVTX loader (in the application) loads its tool from here: the interposer itself.
