@@ -1,6 +1,6 @@
 """Summarises the GPU timing diagnostic (ORION_TIMING_LOG=DIR, interpose/timing_log.h).
 
-  orion_bench.py timing-log DIR_OR_FILES... [--json] [--check] [--profile SUMMARY.kernels.json]
+  orion_bench.py timing-log DIR_OR_FILES... [--json] [--check] [--profile SUMMARY.kernels.json[.gz]]
   orion_bench.py timing-log DIR_OR_FILES... --split-by-call US [--json]
   orion_bench.py timing-log --table ROWS.jsonl [--split-by-call US]   (re-renders rows)
 
@@ -427,7 +427,8 @@ def main(argv=None):
         sys.exit(f"timing-log: no timing.*.log in {', '.join(args.paths)}")
     problems = []
     rows = []
-    profiles = [json.load(open(f)) for f in args.profile]
+    profiles = [json.load(gzip.open(f, "rt") if f.endswith(".gz") else open(f))
+                for f in args.profile]
     comparisons = []
     logs = []
     for path in files:
