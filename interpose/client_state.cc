@@ -414,9 +414,7 @@ Registration* CurrentRegistration(CUcontext* ctx_out) {
   *ctx_out = nullptr;
   if (!EnsureProcessInit() || g_config.disabled) return nullptr;
   if (g_pass_through.load(std::memory_order_relaxed) != 0) return nullptr;
-  if (g_bench_switch != nullptr && CurrentBenchSwitch() == contract::BenchSwitch::kPassThrough) {
-    return nullptr;
-  }
+  if (CurrentBenchSwitch() == contract::BenchSwitch::kPassThrough) return nullptr;
   auto get_ctx = ORION_DRIVER(cuCtxGetCurrent);
   if (get_ctx == nullptr) return nullptr;
   CUcontext ctx = nullptr;

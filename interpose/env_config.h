@@ -201,8 +201,8 @@ struct EnvConfig {
   // ORION_SAMPLE_EVERY, ORION_SAMPLE_EVERY_HIGH: past a kernel's first launches, 1 in this many
   // of a best-effort and of a high-priority client's launches are timed on the GPU (a power of
   // two from 1 to 4096; kernel_registry.h).
-  uint32_t sample_every = kSampleEveryBestEffort;
-  uint32_t sample_every_high = kSampleEveryHigh;
+  uint32_t sample_every = kDefaultSampleEvery;
+  uint32_t sample_every_high = kDefaultSampleEvery;
   uint32_t requested_priority = contract::kNoValue32;
   uint64_t requested_memory_limit = 0;
   uint64_t requested_latency_target_us = 0;

@@ -33,9 +33,8 @@ inline constexpr uint64_t kWarmupLaunches = 3;
 // timing none, 8 rounds each, H100), but at 1 in 256 its busy seconds read 1.056x the
 // profiler's kernel time at 120 requests/s, against 1.014x and 1.025x at 1 in 64
 // (docs/benchmarks.md). ORION_SAMPLE_EVERY and ORION_SAMPLE_EVERY_HIGH choose (env_config.h).
-inline constexpr uint32_t kSampleEveryBestEffort = 64;
-inline constexpr uint32_t kSampleEveryHigh = 64;
-inline bool ShouldSample(uint64_t launch_index, uint64_t every = kSampleEveryBestEffort) {
+inline constexpr uint32_t kDefaultSampleEvery = 64;
+inline bool ShouldSample(uint64_t launch_index, uint64_t every = kDefaultSampleEvery) {
   if (launch_index < kWarmupLaunches) return true;
   uint64_t z = launch_index + 0x9E3779B97F4A7C15ull;  // splitmix64 finaliser
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

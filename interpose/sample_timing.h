@@ -98,7 +98,7 @@ inline SampleTiming TimeSample(const SampleEvents& e, const StartLatency& latenc
 // work, or released from a hold, the kernel follows its start event at once: there, a trainer's
 // 312 contended samples beside a graph service read 1.007x the profiler's kernels and a
 // service's 96 beside a trainer 1.012x (H100), while the server, drawing them at the mean of
-// the others (a different mix of shapes), read that trainer's busy seconds 1.050x.
+// the others (a different mix of kernels), read that trainer's busy seconds 1.050x.
 inline bool ReportedContended(bool contended, const SampleEvents& e, const SampleTiming& t) {
   return contended && (!e.placed || t.idle_stream);
 }

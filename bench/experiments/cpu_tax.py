@@ -553,7 +553,8 @@ def main(argv=None):
         p.error("--control compares no interposer with no interposer: no other baseline")
     if args.in_process and (not args.interleave or args.control or args.baseline_env
                             or args.baseline_interposer):
-        p.error("--in-process needs --interleave and compares with the bypass: no other baseline")
+        p.error("--in-process needs --interleave, and its baseline is --in-process-baseline: "
+                "not --baseline-env, --baseline-interposer or --control")
     if (args.in_process_env or args.wrap or args.in_process_baseline != "bypass") and \
             not args.in_process:
         p.error("--in-process-baseline, --in-process-env and --wrap go with --in-process")

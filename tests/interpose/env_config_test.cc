@@ -142,8 +142,8 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_EQ(ReadEnvConfig(get).sample_every_high, 1u);
   for (const char* bad : {"0", "48", "8192", "x"}) {
     env = {{"ORION_SAMPLE_EVERY", bad}, {"ORION_SAMPLE_EVERY_HIGH", bad}};
-    EXPECT_EQ(ReadEnvConfig(get).sample_every, kSampleEveryBestEffort) << bad;
-    EXPECT_EQ(ReadEnvConfig(get).sample_every_high, kSampleEveryHigh) << bad;
+    EXPECT_EQ(ReadEnvConfig(get).sample_every, kDefaultSampleEvery) << bad;
+    EXPECT_EQ(ReadEnvConfig(get).sample_every_high, kDefaultSampleEvery) << bad;
   }
 
   // A lazy period of 0 or past a second (or not a number) keeps the default.

@@ -39,24 +39,26 @@ assert r["reported_ns_sum"] <= r["gpu_ns_sum"] + 2000 * r["placed"], r
 # (interpose/timing_hold.h: the log's last column); ORION_TIMING_HOLD=0 holds none.
 held="$(awk -F'\t' '$1 == "sample" && $14 == 1' "$log" | wc -l)"
 [[ "$held" -ge 1 ]] || fail "no timed launch was held on its stream (of $samples)"
-mkdir -p "$W/unheld"
-ORION_TIMING_HOLD=0 ORION_TIMING_LOG="$W/unheld" ORION_PROFILE=1 client --priority high -- \
-  "$INFER" --rate 0 --requests 10 --kernels 3 --kernel-us 300 > "$W/unheld.out" 2>&1 ||
-  fail "the unheld sample failed: $(cat "$W/unheld.out")"
-unheld="$(cat "$W"/unheld/timing.*.log | awk -F'\t' '$1 == "sample" && $14 != 0' | wc -l)"
-[[ "$unheld" == 0 ]] || fail "ORION_TIMING_HOLD=0 still held $unheld launches"
-python3 "$ROOT/bench/orion_bench.py" timing-log --check "$W/unheld" > /dev/null 2> "$W/unheld.err" ||
-  fail "the unheld log breaks its rules: $(cat "$W/unheld.err")"
+# expect_none_held RUN NAME=VALUE...: the sample profiled with those variables, its log in $W/RUN:
+# at least 10 launches timed, none held, and the log within its rules.
+expect_none_held() {
+  local run="$1"; shift
+  mkdir -p "$W/$run"
+  (export "$@"; ORION_TIMING_LOG="$W/$run" ORION_PROFILE=1 client --priority high -- \
+    "$INFER" --rate 0 --requests 10 --kernels 3 --kernel-us 300) > "$W/$run.out" 2>&1 ||
+    fail "$run: the sample failed: $(cat "$W/$run.out")"
+  local timed held
+  timed="$(cat "$W/$run"/timing.*.log | awk -F'\t' '$1 == "sample"' | wc -l)"
+  held="$(cat "$W/$run"/timing.*.log | awk -F'\t' '$1 == "sample" && $14 != 0' | wc -l)"
+  [[ "$timed" -ge 10 && "$held" == 0 ]] ||
+    fail "$run ($*): $timed timed launches, $held held (expected >= 10, none held)"
+  python3 "$ROOT/bench/orion_bench.py" timing-log --check "$W/$run" > /dev/null 2> "$W/$run.err" ||
+    fail "$run: the log breaks its rules: $(cat "$W/$run.err")"
+}
+expect_none_held unheld ORION_TIMING_HOLD=0
 # The same through ORION_BENCH_SWITCH's word 2 (cpu-tax --in-process-baseline no-hold).
-mkdir -p "$W/switched"
 printf '\x02\x00\x00\x00' > "$W/switch"
-ORION_BENCH_SWITCH="$W/switch" ORION_TIMING_LOG="$W/switched" ORION_PROFILE=1 client \
-  --priority high -- "$INFER" --rate 0 --requests 10 --kernels 3 --kernel-us 300 \
-  > "$W/switched.out" 2>&1 || fail "the switched sample failed: $(cat "$W/switched.out")"
-switched="$(cat "$W"/switched/timing.*.log | awk -F'\t' '$1 == "sample"' | wc -l)"
-switched_held="$(cat "$W"/switched/timing.*.log | awk -F'\t' '$1 == "sample" && $14 != 0' | wc -l)"
-[[ "$switched" -ge 10 && "$switched_held" == 0 ]] ||
-  fail "switch word 2: $switched timed launches, $switched_held held (expected >= 10, none held)"
+expect_none_held switched ORION_BENCH_SWITCH="$W/switch"
 # A driver whose launch waits for its own stream (a lazily loaded module; the double's
 # ORION_SIM_LAUNCH_SYNCS=1) would wait for the hold forever: the guard opens each such hold
 # within 5 to 15 ms, and the process stops holding after three.
