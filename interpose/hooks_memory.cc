@@ -33,16 +33,18 @@ void PushMemoryEvent(Registration* reg, EventKind kind, uint64_t address, uint64
   PushEvent(reg, e);
 }
 
-// Reserves `bytes` in the pod's quota (the quota area every process of the pod draws from,
-// against the limit the server put on our read-only slot) and counts them in the client's own
-// counters; on refusal reports kAllocDenied.
+// Reserves `bytes` in the client's own counters and in the pod's quota (the quota area every
+// process of the pod draws from), each against the limit the server put on our read-only slot;
+// on refusal reports kAllocDenied. The own count is held to the limit too: any process of the
+// pod may write over the pod's counter, and rewritten to small values while this process
+// allocates it alone let it hold 7 chunks of 16 MiB under a 64 MiB limit (pod_quota_test).
 bool Reserve(Registration* reg, uint64_t bytes, MemoryKind kind) {
   const uint64_t limit = reg->slot->memory_limit_bytes.load(std::memory_order_relaxed);
-  contract::QuotaArea::Counters& pod = reg->quota->counters;
-  if (TryReserve(pod.used_bytes, pod.peak_bytes, limit, bytes)) {
-    contract::ClientArea::Counters& own = reg->area->counters;
-    TryReserve(own.memory_used_bytes, own.memory_peak_bytes, 0, bytes);
-    return true;
+  contract::ClientArea::Counters& own = reg->area->counters;
+  if (TryReserve(own.memory_used_bytes, own.memory_peak_bytes, limit, bytes)) {
+    contract::QuotaArea::Counters& pod = reg->quota->counters;
+    if (TryReserve(pod.used_bytes, pod.peak_bytes, limit, bytes)) return true;
+    Unreserve(own.memory_used_bytes, bytes);
   }
   PushMemoryEvent(reg, EventKind::kAllocDenied, 0, bytes, kind, nullptr);
   return false;
