@@ -253,16 +253,19 @@ class Bench:
         arm. block_command(i) is the command of block i; block -1, unrecorded, brings the
         clocks up."""
         lat = {False: [], True: []}
-        cpu = {False: [], True: []}
+        # Per arm, each per-request figure of the block answers (cpu_ms, the thread split and
+        # the phases) summed over the requests of its blocks.
+        sums = {False: {}, True: {}}
         throttled = {False: [0, 0.0], True: [0, 0.0]}  # periods, ms (cgroup only)
         for i in range(-1, self.args.blocks):
             for interposer in ([False, True] if i % 2 else [True, False]):
                 before = arms[interposer].throttled()
-                ms, cpu_ms = arms[interposer].block(block_command(max(i, 0)))
+                ms, figures = arms[interposer].block(block_command(max(i, 0)))
                 after = arms[interposer].throttled()
                 if i >= 0:
                     lat[interposer] += ms
-                    cpu[interposer].append(cpu_ms * len(ms))
+                    for k, v in figures.items():
+                        sums[interposer][k] = sums[interposer].get(k, 0.0) + v * len(ms)
                     if before and after:
                         throttled[interposer][0] += after[0] - before[0]
                         throttled[interposer][1] += (after[1] - before[1]) / 1e3
@@ -270,7 +273,8 @@ class Bench:
             ms = sorted(lat[interposer])
             row = dict(round=rnd, role=role, interposer=interposer, blocks=self.args.blocks,
                        block=len(ms) // self.args.blocks, n=len(ms),
-                       cpu_ms=sum(cpu[interposer]) / len(ms), mean_ms=sum(ms) / len(ms))
+                       mean_ms=sum(ms) / len(ms),
+                       **{k: v / len(ms) for k, v in sums[interposer].items()})
             if self.args.limit == "cgroup":  # the quota's stalls over the recorded blocks
                 row.update(nr_throttled=throttled[interposer][0],
                            throttled_ms=round(throttled[interposer][1], 3))
@@ -380,7 +384,8 @@ class DrivenArm:
         if not out.startswith("block "):
             raise SystemExit(f"{' '.join(self.cmd)}: {command!r} answered {out!r}")
         fields = dict(kv.split("=", 1) for kv in out.split()[1:])
-        return [float(x) for x in fields["lat_ms"].split(",")], float(fields["cpu_ms"])
+        return ([float(x) for x in fields.pop("lat_ms").split(",")],
+                {k: float(v) for k, v in fields.items()})
 
     def close(self):
         if self.closed:
@@ -432,9 +437,12 @@ class SwitchedArm:
 # The closed loop's CPU per request split by thread (schedstat; torch_models.py): the serving
 # thread, the interposer's threads, the rest, and the serving thread's wait for its core.
 THREAD_SPLIT = ("main_cpu_ms", "orion_cpu_ms", "other_cpu_ms", "main_wait_ms")
+# --interleave's requests split in time: the forward pass's launches on the CPU, then the wait
+# for the GPU (torch_models.py --driven).
+PHASES = ("launch_ms", "sync_ms")
 
 METRICS = {
-    "service-closed": ["svc_p50_ms", "svc_p99_ms", "cpu_ms", *THREAD_SPLIT],
+    "service-closed": ["svc_p50_ms", "svc_p99_ms", "cpu_ms", *THREAD_SPLIT, *PHASES],
     "service-poisson": ["p50_ms", "p99_ms", "cpu_ms"],
     "trainer": ["step_p50_ms", "step_p99_ms", "cpu_ms"],
 }

@@ -1,13 +1,15 @@
 """The timeline against torch.profiler on a GPU: NVTX steps and per-pod busy seconds.
 
-  orion_bench.py timeline --bundle DIR [--service resnet50|resnet50-graph] [--rate 40]
+  orion_bench.py timeline --bundle DIR [--service resnet50|resnet50-graph|bert8|bert8-graph]
+      [--rate 40]
       [--service-window 300] [--train-window 20] [--warm-seconds 5] [--together] [--out DIR]
       [--timing-log] [--label TEXT]
   orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
 
 A ResNet50 trainer (batch 64, best effort, an NVTX range "step" per step) and a ResNet50 service
 (batch 4, high priority, an NVTX range "request" per request, Poisson arrivals at --rate; eager,
-or a CUDA graph with resnet50-graph) run under orion-run beside each other, orion-server in
+or a CUDA graph with resnet50-graph; bert8: a BERT-base-sized fp16 encoder at 8 x 128 tokens
+instead) run under orion-run beside each other, orion-server in
 priority mode. Each in turn runs a window under torch.profiler while the other goes on (the
 service's window: --service-window requests back to back; the trainer's: --train-window steps).
 For each window the server's timeline is exported (orion-ctl timeline --since/--until --trace)
@@ -102,7 +104,7 @@ def compare(summary, trace, role, model, beside):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle")
-    p.add_argument("--service", default="resnet50", choices=["resnet50", "resnet50-graph"])
+    p.add_argument("--service", default="resnet50", choices=["resnet50", "resnet50-graph", "bert8", "bert8-graph"])
     p.add_argument("--rate", type=float, default=40)
     p.add_argument("--service-window", type=int, default=300)
     p.add_argument("--train-window", type=int, default=20)
@@ -168,7 +170,7 @@ def main(argv=None):
     rows = []
     try:
         graph = args.service.endswith("-graph")
-        svc = client("service", ["serve", "resnet50", "--rate", str(args.rate), "--requests",
+        svc = client("service", ["serve", args.service.removesuffix("-graph"), "--rate", str(args.rate), "--requests",
                                  "1000000", "--profile", str(args.service_window)]
                      + (["--graph"] if graph else [])
                      + (["--profile-at-arrivals"] if args.together else []))

@@ -32,8 +32,12 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
       (bench/orion_bench.py cpu-tax --interleave). After warm-up prints "ready", then reads stdin:
       "closed N" (serve: N requests back to back), "poisson N RATE SEED" (serve: N Poisson
       arrivals at RATE from now, latency from the scheduled arrival) or "steps N" (train);
-      answers each with "block lat_ms=A,B,.. cpu_ms=C" (every request's or step's latency,
-      and the CPU time of all the process's threads per request or step over the block).
+      answers each with "block lat_ms=A,B,.. cpu_ms=C main_cpu_ms=.. orion_cpu_ms=..
+      other_cpu_ms=.. main_wait_ms=.." (every request's or step's latency, the CPU time of all
+      the process's threads per request or step over the block, and that split by thread as
+      the closed loop's result splits it), requests adding "launch_ms=.. sync_ms=.." (the
+      mean time of the forward pass's launches on the CPU, and of the wait for the GPU after
+      them).
       "switch W" (under the interposer, with ORION_BENCH_SWITCH set) writes W (0 to 3) to the
       switch's word: the blocks after it are interposed as usual (0), pass the interposer by (1),
       hold no timed launch (2) or time none (3) (contract::BenchSwitch); answered "switched W".
@@ -367,7 +371,16 @@ def serve(args):
                 stream.synchronize()
         maybe_profile(args, one_request, wait=args.profile_when is None)
         if args.driven:
-            return driven(serve_block(one_request))
+            phases = []  # (launch s, sync s) of each request of the block being served
+
+            def one_request_in_phases():
+                with nvtx_range(args, "request"):
+                    began = time.perf_counter()
+                    run()
+                    launched = time.perf_counter()
+                    stream.synchronize()
+                    phases.append((launched - began, time.perf_counter() - launched))
+            return driven(serve_block(one_request_in_phases), phases)
         if args.rate <= 0:
             # Closed loop: one second to bring the clocks up, then at least --seconds and 200
             # requests
@@ -484,9 +497,10 @@ def serve_block(one_request):
     return block
 
 
-def driven(block):
+def driven(block, phases=None):
     """--driven: blocks of work on stdin's commands, one answer line each (see the module's
-    help). The collector is off: a pause inside one arm's block is not the interposer's."""
+    help). The collector is off: a pause inside one arm's block is not the interposer's.
+    `phases` (serve) collects each request's (launch, sync) seconds over a block."""
     no_collector_pauses()
     print("ready", flush=True)
     for line in sys.stdin:
@@ -505,6 +519,9 @@ def driven(block):
                 f.write(struct.pack("I", int(words[1])))
             print(f"switched {words[1]}", flush=True)
             continue
+        if phases is not None:
+            phases.clear()
+        threads0 = thread_schedstat()
         cpu0 = time.process_time()
         try:
             lat = block(words)
@@ -514,8 +531,14 @@ def driven(block):
             print(f"error: cannot run {line.strip()!r}", flush=True)
             continue
         cpu_ms = (time.process_time() - cpu0) / len(lat) * 1e3
+        # Where the block's time went: by thread (schedstat), and for requests the forward
+        # pass's launches on the CPU against the wait for the GPU after them.
+        split = schedstat_split(threads0, thread_schedstat(), len(lat))
+        if phases:
+            split += (f" launch_ms={sum(p[0] for p in phases) / len(phases) * 1e3:.4f}"
+                      f" sync_ms={sum(p[1] for p in phases) / len(phases) * 1e3:.4f}")
         print("block lat_ms=" + ",".join(f"{x * 1e3:.4f}" for x in lat) +
-              f" cpu_ms={cpu_ms:.4f}", flush=True)
+              f" cpu_ms={cpu_ms:.4f} {split}", flush=True)
 
 
 def train(args):

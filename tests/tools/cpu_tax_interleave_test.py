@@ -8,7 +8,8 @@ stand-in orion-run (drops its options and marks the process interposed in its en
 a stand-in model that speaks the --driven protocol and makes each request 10% slower when
 marked. The real torch_models.py is loaded with a stub `torch` module for its protocol loop.
 Checked: the arms take turns block by block and swap cores every round; a 10% slower arm reads
-about 1.10 in the table, an A/A control about 1.00; a model that answers with an error stops the
+about 1.10 in the table, an A/A control about 1.00; the block answers' other figures (the CPU
+split by thread, the requests' launch and sync phases) are pooled per arm and tabled; a model that answers with an error stops the
 run with a message naming the command and the answer; the protocol loop answers every command,
 refuses a malformed one by name and stops at quit."""
 import contextlib
@@ -43,7 +44,9 @@ for line in sys.stdin:
         t = time.perf_counter()
         time.sleep(0.004 * (1.10 if arm == "i" else 1.0))
         lat.append((time.perf_counter() - t) * 1e3)
-    print("block lat_ms=" + ",".join(f"{x:.4f}" for x in lat) + " cpu_ms=0.0100", flush=True)
+    sync = 0.5 if arm == "i" else 0.25
+    print("block lat_ms=" + ",".join(f"{x:.4f}" for x in lat) + " cpu_ms=0.0100" +
+          f" orion_cpu_ms=0.0020 launch_ms=1.0000 sync_ms={sync:.4f}", flush=True)
 '''
 
 FAKE_SERVER = """#!/bin/sh
@@ -111,6 +114,13 @@ def check_bench(work):
         fail(f"a 10% slower arm read {ratio:.3f}")
     if "interposer / bare" not in table or "served in turn in blocks of 3" not in table:
         fail(f"table:\n{table}")
+    # The block answers' other figures are pooled per arm, and the requests' phases tabled.
+    closed = [r for r in rows if r["role"] == "service-closed"]
+    if any(abs(r["launch_ms"] - 1.0) > 1e-9 or abs(r["orion_cpu_ms"] - 0.002) > 1e-9 or
+           abs(r["sync_ms"] - (0.5 if r["interposer"] else 0.25)) > 1e-9 for r in closed):
+        fail(f"pooled block figures: {closed}")
+    if "| sync_ms | 0.250 | 0.500 | 2.000 [2.000, 2.000] |" not in table:
+        fail(f"the phases are not in the table:\n{table}")
     lines = open(log).read().split("\n")
     starts = [l for l in lines if l.startswith("start ")]
     # Round 1: bare on core 0, interposed on core 1; round 2 swapped.
@@ -155,16 +165,19 @@ def check_protocol():
     import torch_models
     calls = []
 
+    phases = []
+
     def one_request():
         calls.append(1)
         time.sleep(0.001)
+        phases.append((0.002, 0.001))
     commands = "closed 3\npoisson 4 500 7\nbogus\nclosed x\n\nquit\nclosed 2\n"
     out = io.StringIO()
     old = sys.stdin
     sys.stdin = io.StringIO(commands)
     try:
         with contextlib.redirect_stdout(out):
-            torch_models.driven(torch_models.serve_block(one_request))
+            torch_models.driven(torch_models.serve_block(one_request), phases)
     finally:
         sys.stdin = old
         import gc
@@ -177,6 +190,12 @@ def check_protocol():
         fail(f"latencies per block: {lines[1:3]}")
     if min(float(x) for x in closed["lat_ms"].split(",")) < 1.0:
         fail(f"a request shorter than its work: {lines[1]}")
+    # Each answer splits its CPU by thread, and its requests' phases are their means (ms).
+    for answer in (closed, poisson):
+        if not {"cpu_ms", "main_cpu_ms", "orion_cpu_ms", "main_wait_ms"} <= answer.keys():
+            fail(f"no thread split: {answer}")
+    if closed["launch_ms"] != "2.0000" or closed["sync_ms"] != "1.0000":
+        fail(f"phases of the block: {lines[1]}")
     if lines[3] != "error: cannot run 'bogus'" or lines[4] != "error: cannot run 'closed x'":
         fail(f"malformed commands: {lines[3:]}")
     if len(calls) != 7:
