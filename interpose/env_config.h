@@ -202,7 +202,7 @@ struct EnvConfig {
   // of a best-effort and of a high-priority client's launches are timed on the GPU (a power of
   // two from 1 to 4096; kernel_registry.h).
   uint32_t sample_every = kDefaultSampleEvery;
-  uint32_t sample_every_high = kDefaultSampleEvery;
+  uint32_t sample_every_high = kDefaultSampleEveryHigh;
   uint32_t requested_priority = contract::kNoValue32;
   uint64_t requested_memory_limit = 0;
   uint64_t requested_latency_target_us = 0;

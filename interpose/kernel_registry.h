@@ -26,16 +26,28 @@ inline constexpr uint64_t kDefaultKernelEstimateNs = 50'000;
 // by a hash of the launch's index: a fixed stride would keep timing the same layer of a model
 // that launches a kernel a few times per step, and the durations it learns (and the busy time
 // counted from them) would be that layer's.
+//
+// A rate sparser than 1 in 64 learns first: 1 in 8 of a kernel's first 256 launches, so every
+// kernel and each of its shapes has measured samples early, however rarely a request launches
+// it. Without them, an eager ResNet50 service timed 1 in 256 read 1.056x the profiler's kernel
+// time at 120 requests/s (a kernel launched once a request had a measured sample only every 256
+// requests, and was drawn at its cold warm-up samples until then); with them, 0.996x and 0.998x
+// at 120 and 40 requests/s (H100, docs/benchmarks.md).
+//
+// High-priority clients are timed 1 in 256 by default, best-effort ones 1 in 64. Each timed
+// launch costs the launching thread two event records and a stream wait (about 3 us, against
+// 0.2 us for an untimed launch), and a high-priority service's time is what a user measures;
+// a best-effort trainer's samples also teach the gate its kernels' lengths, and a trainer timed
+// more often read no closer (ORION_SAMPLE_EVERY=16). ORION_SAMPLE_EVERY and
+// ORION_SAMPLE_EVERY_HIGH choose (env_config.h).
 inline constexpr uint64_t kWarmupLaunches = 3;
-// 1 in 64 of a client's launches are timed, of either priority. Fewer cost a high-priority
-// client less and measure it worse: an eager ResNet50 service on one core spent 1.9% of its
-// service time on its timed launches at 1 in 64 and 1.1% at 1 in 256 (against the same process
-// timing none, 8 rounds each, H100), but at 1 in 256 its busy seconds read 1.056x the
-// profiler's kernel time at 120 requests/s, against 1.014x and 1.025x at 1 in 64
-// (docs/benchmarks.md). ORION_SAMPLE_EVERY and ORION_SAMPLE_EVERY_HIGH choose (env_config.h).
+inline constexpr uint64_t kLearningLaunches = 256;
+inline constexpr uint64_t kLearningEvery = 8;
 inline constexpr uint32_t kDefaultSampleEvery = 64;
+inline constexpr uint32_t kDefaultSampleEveryHigh = 256;
 inline bool ShouldSample(uint64_t launch_index, uint64_t every = kDefaultSampleEvery) {
   if (launch_index < kWarmupLaunches) return true;
+  if (launch_index < kLearningLaunches && every > kDefaultSampleEvery) every = kLearningEvery;
   uint64_t z = launch_index + 0x9E3779B97F4A7C15ull;  // splitmix64 finaliser
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;

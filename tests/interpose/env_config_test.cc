@@ -133,17 +133,17 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_STREQ(config.socket_path, "/tmp/x.sock");
   EXPECT_STREQ(config.log_dir, "/tmp/orion-logs");
 
-  // Sampling: 1 in 64 of either priority's launches; a power of two up to 4096 replaces either,
-  // anything else keeps the default.
+  // Sampling: 1 in 64 of a best-effort client's launches and 1 in 256 of a high-priority one's;
+  // a power of two up to 4096 replaces either, anything else keeps the default.
   EXPECT_EQ(config.sample_every, 64u);
-  EXPECT_EQ(config.sample_every_high, 64u);
+  EXPECT_EQ(config.sample_every_high, 256u);
   env = {{"ORION_SAMPLE_EVERY", "16"}, {"ORION_SAMPLE_EVERY_HIGH", "1"}};
   EXPECT_EQ(ReadEnvConfig(get).sample_every, 16u);
   EXPECT_EQ(ReadEnvConfig(get).sample_every_high, 1u);
   for (const char* bad : {"0", "48", "8192", "x"}) {
     env = {{"ORION_SAMPLE_EVERY", bad}, {"ORION_SAMPLE_EVERY_HIGH", bad}};
     EXPECT_EQ(ReadEnvConfig(get).sample_every, kDefaultSampleEvery) << bad;
-    EXPECT_EQ(ReadEnvConfig(get).sample_every_high, kDefaultSampleEvery) << bad;
+    EXPECT_EQ(ReadEnvConfig(get).sample_every_high, kDefaultSampleEveryHigh) << bad;
   }
 
   // A lazy period of 0 or past a second (or not a number) keeps the default.

@@ -493,11 +493,34 @@ TEST(KernelRegistryTest, NameOnceSamplingAndEstimate) {
   EXPECT_EQ(a->EstimateNs(), 175'000u);
 
   for (uint64_t i = 0; i < 3; ++i) EXPECT_TRUE(ShouldSample(i));
+  // Learning: at a rate sparser than 1 in 64, about 1 in 8 of the next launches up to the
+  // 256th, each layer of a kernel launched 4 times a step among them; 1 in 64 and denser rates
+  // stay as they are.
+  for (uint64_t every : {128u, 256u, 4096u}) {
+    int learnt = 0;
+    int learnt_by_layer[4] = {};
+    for (uint64_t i = 3; i < kLearningLaunches; ++i) {
+      if (!ShouldSample(i, every)) continue;
+      ++learnt;
+      ++learnt_by_layer[i % 4];
+    }
+    EXPECT_GT(learnt, 18) << every;
+    EXPECT_LT(learnt, 48) << every;
+    for (int layer : learnt_by_layer) EXPECT_GT(layer, 1) << every;
+  }
+  int dense = 0;
+  int at_64 = 0;
+  for (uint64_t i = 3; i < kLearningLaunches; ++i) {
+    dense += ShouldSample(i, 2);
+    at_64 += ShouldSample(i, 64);
+  }
+  EXPECT_GT(dense, 90);
+  EXPECT_LT(at_64, 14);
   // About 1 in 64 afterwards, spread over every phase of a cycle: a kernel that a model launches
   // 4 times per step (4 layers) gets samples of each layer, not always of the same one.
   int sampled = 0;
   int by_layer[4] = {};
-  for (uint64_t i = 3; i < 64'003; ++i) {
+  for (uint64_t i = kLearningLaunches; i < 64'256; ++i) {
     if (!ShouldSample(i)) continue;
     ++sampled;
     ++by_layer[i % 4];
@@ -507,7 +530,7 @@ TEST(KernelRegistryTest, NameOnceSamplingAndEstimate) {
   for (int layer : by_layer) EXPECT_GT(layer, 150);
   // 1 in 256 (ORION_SAMPLE_EVERY_HIGH=256): a quarter of those, the warm-up launches still all.
   int fewer = 0;
-  for (uint64_t i = 3; i < 64'003; ++i) fewer += ShouldSample(i, 256);
+  for (uint64_t i = kLearningLaunches; i < 64'256; ++i) fewer += ShouldSample(i, 256);
   EXPECT_GT(fewer, 180);
   EXPECT_LT(fewer, 320);
   for (uint64_t i = 0; i < 3; ++i) EXPECT_TRUE(ShouldSample(i, 256));
