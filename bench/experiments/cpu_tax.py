@@ -8,7 +8,8 @@ in every round so that host drift cancels.
       [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--in-process
       [--in-process-baseline bypass|no-hold|no-timing] [--in-process-env KEY=VALUE ...]
       [--wrap 'CMD ...']]] [--out DIR]
-  orion_bench.py cpu-tax --table results.jsonl      (re-renders a run's table)
+  orion_bench.py cpu-tax --table results.jsonl ...  (re-renders a run's table; several runs of
+                                                   one A/B pool their rounds)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
 cpu.max "100000 100000" (one CPU of quota, any core), as a pod with a 1-CPU limit is run.
@@ -448,8 +449,14 @@ METRICS = {
 }
 
 
-def render(path):
-    rows = read_rows(path, "cpu-tax", lenient=True)  # a run cut short: its last line
+def render(paths):
+    """The tables of one or more runs' results.jsonl; several runs of one A/B pool their rounds
+    (numbered on from the run before)."""
+    rows = []
+    for path in [paths] if isinstance(paths, str) else paths:
+        offset = max((r["round"] for r in rows), default=0)
+        for r in read_rows(path, "cpu-tax", lenient=True):  # a run cut short: its last line
+            rows.append(dict(r, round=r["round"] + offset))
     lines = []
     # One table per limit and baseline (an out dir may hold an A/B and its A/A control).
     for limit, base in sorted({(r["limit"], r.get("baseline", "")) for r in rows}):
@@ -552,7 +559,9 @@ def main(argv=None):
     p.add_argument("--wrap", help="--in-process: a command put before the process (quoted)")
     p.add_argument("--control", action="store_true",
                    help="A/A: the interposer arm runs without it too (the A/B's resolution)")
-    p.add_argument("--table", help="print the table of a results.jsonl and exit")
+    p.add_argument("--table", nargs="+", metavar="RESULTS_JSONL",
+                   help="print the table of a results.jsonl and exit; several runs of one A/B "
+                        "pool their rounds")
     args = p.parse_args(argv)
     for kv in args.baseline_env:
         if "=" not in kv or not kv.partition("=")[0].startswith("ORION_"):
@@ -576,8 +585,9 @@ def main(argv=None):
         p.error(f"--cpus {args.cpus!r}: expected two different core numbers, e.g. 2,3")
     if args.table:
         table = render(args.table)
-        with open(os.path.join(os.path.dirname(args.table) or ".", "results.md"), "w") as f:
-            f.write(table + "\n")
+        if len(args.table) == 1:  # a run's own table, beside its rows
+            with open(os.path.join(os.path.dirname(args.table[0]) or ".", "results.md"), "w") as f:
+                f.write(table + "\n")
         print(table)
         return
     if not args.bundle:

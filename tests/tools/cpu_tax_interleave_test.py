@@ -9,7 +9,7 @@ a stand-in model that speaks the --driven protocol and makes each request 10% sl
 marked. The real torch_models.py is loaded with a stub `torch` module for its protocol loop.
 Checked: the arms take turns block by block and swap cores every round; a 10% slower arm reads
 about 1.10 in the table, an A/A control about 1.00; the block answers' other figures (the CPU
-split by thread, the requests' launch and sync phases) are pooled per arm and tabled; a model that answers with an error stops the
+split by thread, the requests' launch and sync phases) are pooled per arm and tabled, and two runs' tables pool their rounds; a model that answers with an error stops the
 run with a message naming the command and the answer; the protocol loop answers every command,
 refuses a malformed one by name and stops at quit."""
 import contextlib
@@ -121,6 +121,12 @@ def check_bench(work):
         fail(f"pooled block figures: {closed}")
     if "| sync_ms | 0.250 | 0.500 | 2.000 [2.000, 2.000] |" not in table:
         fail(f"the phases are not in the table:\n{table}")
+    # Two runs of one A/B pool their rounds in one table.
+    from experiments import cpu_tax
+    ab = os.path.join(work, "ab", "results.jsonl")
+    pooled = cpu_tax.render([ab, ab])
+    if "4 rounds" not in pooled or "2 rounds" not in table:
+        fail(f"two runs of 2 rounds did not pool into 4:\n{pooled}")
     lines = open(log).read().split("\n")
     starts = [l for l in lines if l.startswith("start ")]
     # Round 1: bare on core 0, interposed on core 1; round 2 swapped.
