@@ -31,7 +31,7 @@ ANSWERS = ("keeps the docs' result tables equal to what their JSONL in docs/data
 BLOCK = re.compile(r"(<!-- generated: (?P<cmd>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)",
                    re.S)
 COMMAND = re.compile(r"^python3 bench/orion_bench\.py (?P<experiment>[a-z][a-z-]*) "
-                     r"--table (?P<data>docs/data/[\w./-]+\.jsonl)"
+                     r"--table (?P<data>docs/data/[\w./-]+\.jsonl( docs/data/[\w./-]+\.jsonl)*)"
                      r"(?P<options>( --[a-z][a-z-]*( [\w.,=-]+)?)*)$")
 DEFAULT = ("docs/benchmarks.md", "README.md")
 
@@ -42,20 +42,29 @@ def render(command, where):
         sys.exit(f"tables: {where}: '{command}' is not 'python3 bench/orion_bench.py EXPERIMENT "
                  f"--table docs/data/FILE.jsonl [--OPTION [VALUE]]...'; mend the marker, then run: "
                  f"python3 bench/orion_bench.py tables")
-    data = os.path.join(harness.ROOT, m["data"])
-    if not os.path.isfile(data):
-        sys.exit(f"tables: {where}: {m['data']} does not exist; restore it or point the marker at "
-                 f"the table's data, then run: python3 bench/orion_bench.py tables")
+    names = m["data"].split()  # several runs of one A/B where the experiment pools them
+    for name in names:
+        if not os.path.isfile(os.path.join(harness.ROOT, name)):
+            sys.exit(f"tables: {where}: {name} does not exist; restore it or point the marker at "
+                     f"the table's data, then run: python3 bench/orion_bench.py tables")
     with tempfile.TemporaryDirectory() as tmp:
-        copy = os.path.join(tmp, os.path.basename(data))
-        shutil.copyfile(data, copy)
+        # Copies, each in a folder of its own: whatever the experiment writes beside its data
+        # stays out of docs/data.
+        copies = []
+        for i, name in enumerate(names):
+            os.makedirs(os.path.join(tmp, str(i)))
+            copies.append(os.path.join(tmp, str(i), os.path.basename(name)))
+            shutil.copyfile(os.path.join(harness.ROOT, name), copies[-1])
         options = m["options"].split()
-        out = subprocess.run(harness.experiment_command(m["experiment"], "--table", copy,
+        out = subprocess.run(harness.experiment_command(m["experiment"], "--table", *copies,
                                                         *options),
                              capture_output=True, text=True, cwd=tmp)
     if out.returncode != 0:
-        # The data file's own name in the message, not the copy's.
-        sys.exit(f"tables: {where}: '{command}' failed:\n" + out.stderr.replace(copy, m["data"]))
+        # The data files' own names in the message, not the copies'.
+        err = out.stderr
+        for copy, name in zip(copies, names):
+            err = err.replace(copy, name)
+        sys.exit(f"tables: {where}: '{command}' failed:\n" + err)
     return out.stdout.strip("\n") + "\n"
 
 

@@ -3,6 +3,7 @@
 it answers; an experiment that does not exist exits 2 naming it and the ones that do; a JSONL
 row that does not parse stops with its file and line and the command to run once it is mended;
 a generated table out of date fails with its file and the command that renders it again."""
+import json
 import os
 import shutil
 import subprocess
@@ -82,9 +83,31 @@ def main():
         r = run("tables", "--check", doc)
         check(r.returncode != 0 and "docs/data/none.jsonl does not exist" in r.stderr,
               f"a marker without data must say so: {r.stderr!r}")
+
+        # Several runs of one A/B in one marker: cpu-tax pools their rounds, and a missing one
+        # is named.
+        run_rows = next((os.path.join(d, f) for d, _, fs in os.walk(data) for f in fs
+                         if f.startswith("in-process-h100-this-tree-against-bypass")), None)
+        check(run_rows is not None, "docs/data holds no cpu-tax run to pool")
+        one = os.path.relpath(run_rows, ROOT)
+        rounds = len({json.loads(l)["round"] for l in open(run_rows) if l.strip()})
+        pooled = run("cpu-tax", "--table", run_rows, run_rows).stdout.strip("\n")
+        check(f"{2 * rounds} rounds" in pooled, f"two runs of {rounds} rounds: {pooled[:300]!r}")
+        with open(doc, "w") as f:
+            f.write(f"<!-- generated: python3 bench/orion_bench.py cpu-tax --table {one} {one} -->"
+                    f"\n{pooled}\n<!-- end generated -->\n")
+        r = run("tables", "--check", doc)
+        check(r.returncode == 0, f"a pooled table equal to its data fails: {r.stdout}{r.stderr}")
+        with open(doc, "w") as f:
+            f.write(f"<!-- generated: python3 bench/orion_bench.py cpu-tax --table {one} "
+                    f"docs/data/none.jsonl -->\n{pooled}\n<!-- end generated -->\n")
+        r = run("tables", "--check", doc)
+        check(r.returncode != 0 and "docs/data/none.jsonl does not exist" in r.stderr,
+              f"a pooled marker with a missing run must say so: {r.stderr!r}")
     finally:
         shutil.rmtree(work)
-    print(f"ok: {len(modules)} experiments listed; unknown experiment, bad row, stale table")
+    print(f"ok: {len(modules)} experiments listed; unknown experiment, bad row, stale table, "
+          "pooled runs")
 
 
 if __name__ == "__main__":
