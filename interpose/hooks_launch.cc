@@ -150,13 +150,13 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // and the launch event take it (a tracked record reads the clock again after the launch).
   const uint64_t now = ticket.go_ns != 0 ? ticket.go_ns : MonotonicNs();
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;
-  // Sampled launches (1 in 64 by default, for each priority its own: kernel_registry.h) are
-  // timed on the GPU in every mode: they teach the gate the kernels' durations and give the
-  // timeline measured spans. Profiling times every launch, and every
-  // CUDA graph launch is timed: a graph is often a whole request, 1 in 64 of them left a window
-  // of 250 requests with 4 samples (busy seconds 0.96x to 1.20x the profiler's, H100), and its
-  // timing costs one event record more on a launch of tens of microseconds (the completion
-  // event of a followed graph is recorded anyway).
+  // Sampled launches (1 in 64 of a best-effort client's and 1 in 256 of a high-priority
+  // client's by default: kernel_registry.h) are timed on the GPU in every mode: they teach the
+  // gate the kernels' durations and give the timeline measured spans. Profiling times every
+  // launch, and every CUDA graph launch is timed: a graph is often a whole request, 1 in 64 of
+  // them left a window of 250 requests with 4 samples (busy seconds 0.96x to 1.20x the
+  // profiler's, H100), and its timing costs one event record more on a launch of tens of
+  // microseconds (the completion event of a followed graph is recorded anyway).
   const bool profile = Config().profile || slot.profile.load(std::memory_order_relaxed) != 0;
   const bool sampled =
       info.graph ||
