@@ -8,8 +8,9 @@ in every round so that host drift cancels.
       [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--in-process
       [--in-process-baseline bypass|no-hold|no-timing] [--in-process-env KEY=VALUE ...]
       [--wrap 'CMD ...']]] [--out DIR]
-  orion_bench.py cpu-tax --table results.jsonl ...  (re-renders a run's table; several runs of
-                                                   one A/B pool their rounds)
+  orion_bench.py cpu-tax --table results.jsonl ... [--interval]  (re-renders a run's table;
+      several runs of one A/B pool their rounds; --interval adds the bootstrap 95% interval of
+      each median ratio)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
 cpu.max "100000 100000" (one CPU of quota, any core), as a pod with a 1-CPU limit is run.
@@ -48,6 +49,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import statistics
 import resource
 import shlex
@@ -449,9 +451,19 @@ METRICS = {
 }
 
 
-def render(paths):
+def median_interval(ratios, resamples=4000, seed=1):
+    """The bootstrap 95% interval of the median of `ratios` (seeded: a table renders the same
+    every time), as "[low, high]"."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                     for _ in range(resamples))
+    return f"[{medians[int(0.025 * resamples)]:.3f}, {medians[int(0.975 * resamples) - 1]:.3f}]"
+
+
+def render(paths, interval=False):
     """The tables of one or more runs' results.jsonl; several runs of one A/B pool their rounds
-    (numbered on from the run before)."""
+    (numbered on from the run before). `interval` adds the bootstrap 95% interval of each
+    figure's median ratio."""
     rows = []
     for path in [paths] if isinstance(paths, str) else paths:
         offset = max((r["round"] for r in rows), default=0)
@@ -469,8 +481,10 @@ def render(paths):
             a, b = ("bare", "second bare process")
             against = ", A/A control: neither process interposed"
         lines += [f"**One CPU ({note}), {max(r['round'] for r in sub)} rounds{against}**", "",
-                  f"| job | figure | {a}, median | {b}, median | {b} / {a}: median [min, max] |",
-                  "|---|---|---|---|---|"]
+                  f"| job | figure | {a}, median | {b}, median | {b} / {a}: median [min, max] |"
+                  + (" 95% interval of the median (bootstrap) |" if interval else ""),
+                  "|---|---|---|---|---|" + ("---|" if interval else "")]
+        first = len(lines)
         for role, metrics in METRICS.items():
             by_round = {}
             for r in sub:
@@ -488,7 +502,8 @@ def render(paths):
                 ratios = [w / b for w, b in zip(withi, bare) if b > 0]
                 lines.append(f"| {role} ({model}) | {m} | {statistics.median(bare):.3f} | "
                              f"{statistics.median(withi):.3f} | "
-                             f"{harness.spread(ratios, 3, '')} |")
+                             f"{harness.spread(ratios, 3, '')} |"
+                             + (f" {median_interval(ratios)} |" if interval and ratios else ""))
             # What the OS saw of each run (sequential runs): context switches of the whole
             # process, and the CPU orion-server used meanwhile.
             for m, label in (("nivcsw", "involuntary context switches"),
@@ -507,6 +522,8 @@ def render(paths):
                 lines.append(f"| {role} ({model}) | throttled by the quota, all rounds | "
                              f"{sums[0]:.1f} ms ({periods[0]} periods) | {sums[1]:.1f} ms "
                              f"({periods[1]} periods) | - |")
+        if interval:  # rows without an interval get an empty cell
+            lines[first:] = [l if l.count("|") == 7 else l + " - |" for l in lines[first:]]
         lines.append("")
     return "\n".join(lines)
 
@@ -559,6 +576,8 @@ def main(argv=None):
     p.add_argument("--wrap", help="--in-process: a command put before the process (quoted)")
     p.add_argument("--control", action="store_true",
                    help="A/A: the interposer arm runs without it too (the A/B's resolution)")
+    p.add_argument("--interval", action="store_true",
+                   help="with --table: add the bootstrap 95%% interval of each median ratio")
     p.add_argument("--table", nargs="+", metavar="RESULTS_JSONL",
                    help="print the table of a results.jsonl and exit; several runs of one A/B "
                         "pool their rounds")
@@ -584,7 +603,7 @@ def main(argv=None):
     if len(cpus) != 2 or not all(c.isdigit() for c in cpus) or cpus[0] == cpus[1]:
         p.error(f"--cpus {args.cpus!r}: expected two different core numbers, e.g. 2,3")
     if args.table:
-        table = render(args.table)
+        table = render(args.table, args.interval)
         if len(args.table) == 1:  # a run's own table, beside its rows
             with open(os.path.join(os.path.dirname(args.table[0]) or ".", "results.md"), "w") as f:
                 f.write(table + "\n")

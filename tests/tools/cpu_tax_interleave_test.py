@@ -127,6 +127,11 @@ def check_bench(work):
     pooled = cpu_tax.render([ab, ab])
     if "4 rounds" not in pooled or "2 rounds" not in table:
         fail(f"two runs of 2 rounds did not pool into 4:\n{pooled}")
+    # --interval: each figure's bootstrap interval of the median ratio, around its median.
+    rows_ci = [l for l in cpu_tax.render([ab, ab], interval=True).splitlines()
+               if l.startswith("| service-closed") and "| sync_ms |" in l]
+    if len(rows_ci) != 1 or not rows_ci[0].endswith("| [2.000, 2.000] |"):
+        fail(f"no interval of the median: {rows_ci}")
     lines = open(log).read().split("\n")
     starts = [l for l in lines if l.startswith("start ")]
     # Round 1: bare on core 0, interposed on core 1; round 2 swapped.
