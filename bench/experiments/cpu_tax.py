@@ -342,7 +342,7 @@ class Bench:
                 self.main_in_sequence()
         finally:
             self.server.stop()
-        print(render(os.path.join(self.out, "results.jsonl")))
+        print(render([os.path.join(self.out, "results.jsonl")]))
 
 
 class DrivenArm:
@@ -465,7 +465,7 @@ def render(paths, interval=False):
     (numbered on from the run before). `interval` adds the bootstrap 95% interval of each
     figure's median ratio."""
     rows = []
-    for path in [paths] if isinstance(paths, str) else paths:
+    for path in paths:
         offset = max((r["round"] for r in rows), default=0)
         for r in read_rows(path, "cpu-tax", lenient=True):  # a run cut short: its last line
             rows.append(dict(r, round=r["round"] + offset))
@@ -484,7 +484,11 @@ def render(paths, interval=False):
                   f"| job | figure | {a}, median | {b}, median | {b} / {a}: median [min, max] |"
                   + (" 95% interval of the median (bootstrap) |" if interval else ""),
                   "|---|---|---|---|---|" + ("---|" if interval else "")]
-        first = len(lines)
+
+        def cell(ratios):  # the interval's column, where there is one
+            if not interval:
+                return ""
+            return f" {median_interval(ratios)} |" if ratios else " - |"
         for role, metrics in METRICS.items():
             by_round = {}
             for r in sub:
@@ -502,8 +506,7 @@ def render(paths, interval=False):
                 ratios = [w / b for w, b in zip(withi, bare) if b > 0]
                 lines.append(f"| {role} ({model}) | {m} | {statistics.median(bare):.3f} | "
                              f"{statistics.median(withi):.3f} | "
-                             f"{harness.spread(ratios, 3, '')} |"
-                             + (f" {median_interval(ratios)} |" if interval and ratios else ""))
+                             f"{harness.spread(ratios, 3, '')} |" + cell(ratios))
             # What the OS saw of each run (sequential runs): context switches of the whole
             # process, and the CPU orion-server used meanwhile.
             for m, label in (("nivcsw", "involuntary context switches"),
@@ -515,15 +518,14 @@ def render(paths, interval=False):
                     ratios = [w / b for w, b in zip(withi, bare) if b > 0]
                     lines.append(f"| {role} ({model}) | {label} | {statistics.median(bare):.0f} | "
                                  f"{statistics.median(withi):.0f} | "
-                                 f"{harness.spread(ratios, 3, '') if ratios else '-'} |")
+                                 f"{harness.spread(ratios, 3, '') if ratios else '-'} |"
+                                 + cell([]))
             if "throttled_ms" in pairs[0][False]:  # a cgroup's quota stalls, summed
                 sums = [sum(p[i]["throttled_ms"] for p in pairs) for i in (False, True)]
                 periods = [sum(p[i]["nr_throttled"] for p in pairs) for i in (False, True)]
                 lines.append(f"| {role} ({model}) | throttled by the quota, all rounds | "
                              f"{sums[0]:.1f} ms ({periods[0]} periods) | {sums[1]:.1f} ms "
-                             f"({periods[1]} periods) | - |")
-        if interval:  # rows without an interval get an empty cell
-            lines[first:] = [l if l.count("|") == 7 else l + " - |" for l in lines[first:]]
+                             f"({periods[1]} periods) | - |" + cell([]))
         lines.append("")
     return "\n".join(lines)
 
@@ -614,4 +616,4 @@ def main(argv=None):
     bench = Bench(args)
     bench.main()
     with open(os.path.join(bench.out, "results.md"), "w") as f:
-        f.write(render(os.path.join(bench.out, "results.jsonl")) + "\n")
+        f.write(render([os.path.join(bench.out, "results.jsonl")]) + "\n")

@@ -104,7 +104,8 @@ def compare(summary, trace, role, model, beside):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle")
-    p.add_argument("--service", default="resnet50", choices=["resnet50", "resnet50-graph", "bert8", "bert8-graph"])
+    p.add_argument("--service", default="resnet50",
+                   choices=["resnet50", "resnet50-graph", "bert8", "bert8-graph"])
     p.add_argument("--rate", type=float, default=40)
     p.add_argument("--service-window", type=int, default=300)
     p.add_argument("--train-window", type=int, default=20)
@@ -170,8 +171,9 @@ def main(argv=None):
     rows = []
     try:
         graph = args.service.endswith("-graph")
-        svc = client("service", ["serve", args.service.removesuffix("-graph"), "--rate", str(args.rate), "--requests",
-                                 "1000000", "--profile", str(args.service_window)]
+        svc = client("service", ["serve", args.service.removesuffix("-graph"), "--rate",
+                                 str(args.rate), "--requests", "1000000",
+                                 "--profile", str(args.service_window)]
                      + (["--graph"] if graph else [])
                      + (["--profile-at-arrivals"] if args.together else []))
         trainer = client("trainer", ["train", "resnet50", "--profile", str(args.train_window)])

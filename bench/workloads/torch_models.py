@@ -365,22 +365,20 @@ def serve(args):
         for _ in range(10):
             run()
         stream.synchronize()
+        # --driven: (launch s, sync s) of each request of the block being served
+        phases = [] if args.driven else None
+
         def one_request():
             with nvtx_range(args, "request"):
+                began = time.perf_counter()
                 run()
+                launched = time.perf_counter()
                 stream.synchronize()
+                if phases is not None:
+                    phases.append((launched - began, time.perf_counter() - launched))
         maybe_profile(args, one_request, wait=args.profile_when is None)
         if args.driven:
-            phases = []  # (launch s, sync s) of each request of the block being served
-
-            def one_request_in_phases():
-                with nvtx_range(args, "request"):
-                    began = time.perf_counter()
-                    run()
-                    launched = time.perf_counter()
-                    stream.synchronize()
-                    phases.append((launched - began, time.perf_counter() - launched))
-            return driven(serve_block(one_request_in_phases), phases)
+            return driven(serve_block(one_request), phases)
         if args.rate <= 0:
             # Closed loop: one second to bring the clocks up, then at least --seconds and 200
             # requests
