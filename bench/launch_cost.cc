@@ -15,13 +15,17 @@
 // driver's, so the line is an A/A control: how finely the host resolves a difference.
 // --pollute KB runs the paired figure with the caches cold, as a launch finds them between a
 // framework's own work: before every launch (untimed) it writes KB of memory, and each launch is
-// timed alone; the line then ends "pollute_kb=KB".
+// timed alone; the line then ends "pollute_kb=KB". --kernels N launches N distinct kernels in
+// turn (orion_spin loaded N times under N names), as a framework's forward pass launches its own
+// kernels once each: the interposer then finds each kernel's record as cold as the kernel's turn
+// is far; the line then ends "kernels=N".
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -40,6 +44,7 @@ struct Extras {
 
 constexpr int kGroup = 64;
 constexpr int kEvents = 1024;
+constexpr size_t kSteadyLaunches = 1024;
 
 double NsPerLaunch(const Gpu& gpu, CUstream stream, CUevent* events, int launches, Extras x) {
   unsigned long long zero = 0;
@@ -98,7 +103,8 @@ void Pollute(std::vector<unsigned char>& buf) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
-void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb) {
+void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb,
+                 const std::vector<CUfunction>& kernels) {
   const LaunchFn driver = DriverLaunch();
   if (driver == nullptr) {
     fprintf(stderr, "orion-bench-launch: the driver's cuLaunchKernel was not found; no paired line\n");
@@ -107,10 +113,12 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb)
   unsigned long long zero = 0;
   void* args[] = {&zero};
   std::vector<unsigned char> dirt(static_cast<size_t>(pollute_kb) * 1024);
+  size_t turn = 0;  // the next kernel of `kernels`, in turn across groups and both paths
   auto launch = [&](bool through_driver) {
+    CUfunction f = kernels[turn++ % kernels.size()];
     ORION_CHECK_CU(through_driver
-                       ? driver(gpu.spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr)
-                       : cuLaunchKernel(gpu.spin, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
+                       ? driver(f, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr)
+                       : cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
   };
   auto group_ns = [&](bool through_driver) {
     uint64_t took = 0;
@@ -129,6 +137,13 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb)
     ORION_CHECK_CU(cuStreamSynchronize(stream));
     return static_cast<double>(took) / kGroup;
   };
+  // First each kernel is launched as often as a service that has run for minutes launched it
+  // (kSteadyLaunches), so the pairs see the interposer's steady state and not a new kernel's
+  // first launches (which it times more often, to learn them).
+  for (size_t i = 0; i < kernels.size() * kSteadyLaunches; i += kGroup) {
+    for (int j = 0; j < kGroup; ++j) launch(false);
+    ORION_CHECK_CU(cuStreamSynchronize(stream));
+  }
   std::vector<double> linked, direct, diffs;
   for (int p = 0; p < pairs; ++p) {
     const bool driver_first = (p & 1) != 0;
@@ -151,6 +166,7 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb)
   printf("paired interposed_ns=%.1f driver_ns=%.1f adds_ns=%.1f ci_low=%.1f ci_high=%.1f pairs=%d",
          Median(linked), Median(direct), Median(diffs), sorted[lo], sorted[hi], pairs);
   if (pollute_kb > 0) printf(" pollute_kb=%lld", static_cast<long long>(pollute_kb));
+  if (kernels.size() > 1) printf(" kernels=%zu", kernels.size());
   printf("\n");
 }
 
@@ -165,10 +181,14 @@ int main(int argc, char** argv) {
   int64_t pollute_kb = 0;
   flags.AddInt("pollute", &pollute_kb,
                "KB of memory written before every launch of the paired line (0: caches warm)");
+  int64_t kernel_count = 1;
+  flags.AddInt("kernels", &kernel_count,
+               "distinct kernels the paired line launches in turn (1: the same one each time)");
   flags.Parse(argc, argv);
   if (launches <= 0) flags.Usage(1, "--launches must be positive");
   if (pairs < 0 || pairs > 1'000'000) flags.Usage(1, "--pairs wants 0 to 1000000");
   if (pollute_kb < 0 || pollute_kb > 1'048'576) flags.Usage(1, "--pollute wants 0 to 1048576 KB");
+  if (kernel_count < 1 || kernel_count > 4096) flags.Usage(1, "--kernels wants 1 to 4096");
 
   Gpu gpu = orion::samples::OpenGpu();
   CUstream stream;
@@ -219,7 +239,13 @@ int main(int argc, char** argv) {
     printf("%-34s ns_per_call=%.0f%s\n", "clock_gettime(CLOCK_MONOTONIC)",
            static_cast<double>(NowNs() - t0) / 1'000'000, sink == 1 ? " " : "");
   }
-  if (pairs > 0) PrintPaired(gpu, stream, static_cast<int>(pairs), pollute_kb);
+  std::vector<CUmodule> modules(static_cast<size_t>(kernel_count) - 1);
+  std::vector<CUfunction> kernels{gpu.spin};
+  for (size_t i = 0; i < modules.size(); ++i) {
+    kernels.push_back(orion::samples::SpinNamed(gpu, "k" + std::to_string(i) + "_", &modules[i]));
+  }
+  if (pairs > 0) PrintPaired(gpu, stream, static_cast<int>(pairs), pollute_kb, kernels);
+  for (CUmodule m : modules) ORION_CHECK_CU(cuModuleUnload(m));
   for (CUevent& e : events) ORION_CHECK_CU(cuEventDestroy(e));
   ORION_CHECK_CU(cuStreamDestroy(stream));
   orion::samples::CloseGpu(gpu);

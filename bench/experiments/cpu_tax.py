@@ -7,7 +7,7 @@ in every round so that host drift cancels.
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
       [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--in-process
       [--in-process-baseline bypass|no-hold|no-timing] [--in-process-env KEY=VALUE ...]
-      [--wrap 'CMD ...']]] [--out DIR]
+      [--wrap 'CMD ...'] [--cpu-samples]]] [--out DIR]
   orion_bench.py cpu-tax --table results.jsonl ... [--interval]  (re-renders a run's table;
       several runs of one A/B pool their rounds; --interval adds the bootstrap 95% interval of
       each median ratio)
@@ -40,6 +40,8 @@ processes or two cores enters the A/B, only the hooks' entry and one check stay 
 one process resolves what the timing hold or the timed launches cost against this build.
 --in-process-env sets variables in that process (ORION_NO_TIMING=1: what the timed launches'
 share is), --wrap puts a command before it (a profiler: `perf record -F 4999 -o FILE --`).
+--cpu-samples splits each arm's serving-thread CPU by shared object inside that process
+(cpu-samples.jsonl in --out; bench/experiments/cpu_samples.py renders it).
 --control runs the same with neither arm interposed: the spread of its ratios is how
 far two identical processes differ, the resolution of the A/B. Writes results.jsonl and
 results.md (medians over the rounds of each round's interposer/bare ratio, with min and max) to
@@ -58,6 +60,7 @@ import sys
 import tempfile
 import time
 import harness
+from experiments import cpu_samples
 from harness import MODELS, parse_result, quantile, read_rows
 
 ANSWERS = ("what the interposer costs a job on one CPU (taskset or a cgroup cpu.max): "
@@ -229,15 +232,21 @@ class Bench:
         the round ends; the bare arm takes slot 0 in odd rounds and slot 1 in even ones. With
         --in-process, one interposed process on the round's slot serves both arms, passing the
         interposer by in the bare arm's blocks."""
+        samples = None
         if self.args.in_process:
             switch = os.path.join(self.work, "bench-switch")
-            with open(switch, "wb") as f:
-                f.write(b"\0" * 4)
-            env = dict(kv.split("=", 1) for kv in self.args.in_process_env)
-            one = DrivenArm(self, argv, True, priority, slot=int(rnd % 2 == 0),
-                            extra_env={"ORION_BENCH_SWITCH": switch, **env},
-                            wrap=shlex.split(self.args.wrap or ""))
             word = IN_PROCESS_BASELINES[self.args.in_process_baseline][0]
+            with open(switch, "wb") as f:  # startup sampled under its own word (cpu_samples.py)
+                f.write((cpu_samples.STARTUP_WORD if self.args.cpu_samples else 0)
+                        .to_bytes(4, "little"))
+            env = dict(kv.split("=", 1) for kv in self.args.in_process_env)
+            wrap = shlex.split(self.args.wrap or "")
+            if self.args.cpu_samples:
+                samples = os.path.join(self.work, f"cpu-samples-{rnd}")
+                wrap = ["env", "LD_PRELOAD=" + os.path.join(self.bundle, "liborion_cpu_sampler.so"),
+                        "ORION_CPU_SAMPLES=" + samples] + wrap
+            one = DrivenArm(self, argv, True, priority, slot=int(rnd % 2 == 0),
+                            extra_env={"ORION_BENCH_SWITCH": switch, **env}, wrap=wrap)
             arms = {False: SwitchedArm(one, word), True: SwitchedArm(one, 0)}
         else:
             arms = {interposer: DrivenArm(self, argv, interposer, priority,
@@ -250,6 +259,10 @@ class Bench:
         finally:
             for arm in arms.values():
                 arm.close()
+            if samples:  # the process has exited: its sampler wrote its file
+                cpu_samples.collect(samples, rnd, {word: "baseline", 0: "interposed"},
+                                    (self.args.blocks + 1) * self.args.interleave,
+                                    os.path.join(self.out, "cpu-samples.jsonl"))
 
     def interleaved(self, rnd, arms, role, block_command, rate=None):
         """One job of a round with both arms served in turn: their pooled figures, one row per
@@ -576,6 +589,9 @@ def main(argv=None):
     p.add_argument("--in-process-env", action="append", default=[], metavar="KEY=VALUE",
                    help="--in-process: set in the one process (repeatable; e.g. ORION_NO_TIMING=1)")
     p.add_argument("--wrap", help="--in-process: a command put before the process (quoted)")
+    p.add_argument("--cpu-samples", action="store_true",
+                   help="--in-process: sample the serving thread's CPU by object in each arm "
+                        "(cpu-samples.jsonl; bench/experiments/cpu_samples.py)")
     p.add_argument("--control", action="store_true",
                    help="A/A: the interposer arm runs without it too (the A/B's resolution)")
     p.add_argument("--interval", action="store_true",
@@ -593,9 +609,10 @@ def main(argv=None):
                             or args.baseline_interposer):
         p.error("--in-process needs --interleave, and its baseline is --in-process-baseline: "
                 "not --baseline-env, --baseline-interposer or --control")
-    if (args.in_process_env or args.wrap or args.in_process_baseline != "bypass") and \
-            not args.in_process:
-        p.error("--in-process-baseline, --in-process-env and --wrap go with --in-process")
+    if (args.in_process_env or args.wrap or args.cpu_samples
+            or args.in_process_baseline != "bypass") and not args.in_process:
+        p.error("--in-process-baseline, --in-process-env, --wrap and --cpu-samples go with "
+                "--in-process")
     for kv in args.in_process_env:
         if "=" not in kv or not kv.partition("=")[0].startswith("ORION_"):
             p.error(f"--in-process-env {kv!r}: expected ORION_NAME=VALUE")

@@ -1,7 +1,8 @@
 """The CPU cost of a driver launch on a GPU, with and without the interposer (C level).
 
   orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
-                             [--pollute KB] [--baseline-interposer LIB] [--timed] [--out DIR]
+                             [--pollute KB] [--kernels N] [--baseline-interposer LIB] [--timed]
+                             [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
@@ -21,7 +22,9 @@ the driver's: its figure is the A/A control, the resolution itself. --baseline-i
 two arms, high priority and best effort under that build of liborion_interpose.so, so that two
 builds are compared on the same host in the same turns. --pollute KB runs the paired figure
 with the caches cold: KB of memory written before every launch (untimed), each launch timed
-alone, as a launch finds its caches between a framework's own work. --timed adds two arms,
+alone, as a launch finds its caches between a framework's own work. --kernels N launches N
+distinct kernels in turn, as a framework's forward pass launches each of its kernels once, so
+the interposer finds each kernel's record as cold as that. --timed adds two arms,
 high priority with every launch timed on the GPU (ORION_SAMPLE_EVERY_HIGH=1), held on its stream
 and not (ORION_TIMING_HOLD=0): less the high-priority arm, what one timed launch costs the CPU
 of the launching thread (its two event records, the hold's stream wait), past 1 in 64.
@@ -47,13 +50,17 @@ def paired_table(rows):
     """Per arm (and caches warm or cold): what the interposer's launch adds inside one process,
     median over runs."""
     out = []
-    for kb in sorted({r.get("pollute_kb", 0) for r in rows}):
+    shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
+    for kb, kernels in shapes:
         for arm in ARMS + BASELINE_ARMS + TIMED_ARMS:
-            mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb]
+            mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb
+                    and r.get("kernels", 1) == kernels]
             if not mine:
                 continue
             halves = [(r["ci_high"] - r["ci_low"]) / 2 for r in mine]
             caches = f"cold ({kb} KB written before each launch)" if kb else "warm"
+            if kernels > 1:
+                caches += f", {kernels} kernels in turn"
             out.append([arm, caches, f"{statistics.median(r['driver_ns'] for r in mine):.0f} ns",
                         harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
                         f"+-{statistics.median(halves):.0f} ns", str(mine[0]["pairs"]),
@@ -103,6 +110,8 @@ def main(argv=None):
     p.add_argument("--pairs", type=int, default=3000)
     p.add_argument("--pollute", type=int, default=0, metavar="KB",
                    help="the paired figure with KB of memory written before every launch")
+    p.add_argument("--kernels", type=int, default=1, metavar="N",
+                   help="the paired figure launching N distinct kernels in turn")
     p.add_argument("--baseline-interposer", metavar="LIB",
                    help="another build of liborion_interpose.so, as two more arms")
     p.add_argument("--timed", action="store_true",
@@ -146,7 +155,7 @@ def main(argv=None):
                 text = subprocess.run(
                     harness.taskset(args.cpus) + wraps[arm] + [
                         bench, "--launches", str(args.launches), "--pairs", str(args.pairs),
-                        "--pollute", str(args.pollute)],
+                        "--pollute", str(args.pollute), "--kernels", str(args.kernels)],
                     env=env, check=True, capture_output=True, text=True).stdout
                 for m in re.finditer(r"^(.+?)\s+ns_per_(?:launch|call)=(\d+)", text, re.M):
                     row = {"run": run, "arm": arm, "variant": m.group(1).strip(),
@@ -158,9 +167,10 @@ def main(argv=None):
                     fields = dict(kv.split("=") for kv in m.group(1).split())
                     row = {"run": run, "arm": arm, "variant": "paired", "cpus": args.cpus,
                            **{k: float(v) for k, v in fields.items()
-                              if k not in ("pairs", "pollute_kb")},
+                              if k not in ("pairs", "pollute_kb", "kernels")},
                            "pairs": int(fields["pairs"]),
-                           "pollute_kb": int(fields.get("pollute_kb", 0))}
+                           "pollute_kb": int(fields.get("pollute_kb", 0)),
+                           "kernels": int(fields.get("kernels", 1))}
                     rows.append(row)
                     harness.append_row(rows_path, row)
             print(f"run {run} of {args.runs} done", flush=True)
