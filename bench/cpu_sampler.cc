@@ -12,7 +12,9 @@
 //    "cpu_ms": 3248.0, "period_us": 1000}
 // A sample is its leaf function's: time in a library the interposer calls (the clock in the
 // vDSO, the driver) reads as that library's. The symbol is the nearest dynamic symbol at or below
-// the address (dladdr), "?" where there is none. Without ORION_CPU_SAMPLES it does nothing.
+// the address (dladdr); where there is none (a hidden function), "?+0xOFFSET" in the object,
+// which addr2line -f -e OBJECT OFFSET names (cpu-samples --resolve does). Without
+// ORION_CPU_SAMPLES it does nothing.
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -162,7 +164,14 @@ __attribute__((destructor)) void WriteSamples() {
     std::string object = "?", symbol = "?";
     if (key.second != 0 && dladdr(reinterpret_cast<void*>(key.second), &info) != 0) {
       if (info.dli_fname != nullptr && *info.dli_fname != '\0') object = Basename(info.dli_fname);
-      if (info.dli_sname != nullptr) symbol = info.dli_sname;
+      if (info.dli_sname != nullptr) {
+        symbol = info.dli_sname;
+      } else if (info.dli_fbase != nullptr) {  // a hidden function: its offset, for addr2line
+        char offset[32];
+        snprintf(offset, sizeof(offset), "?+0x%lx",
+                 static_cast<unsigned long>(key.second - reinterpret_cast<uintptr_t>(info.dli_fbase)));
+        symbol = offset;
+      }
     }
     Weight& w = by_symbol[{key.first, object, symbol}];
     w.samples += weight.samples;

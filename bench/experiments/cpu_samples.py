@@ -1,7 +1,7 @@
 """Where the serving thread's CPU goes in each arm of an in-process A/B, by shared object.
 
   orion_bench.py cpu-tax ... --in-process --cpu-samples      (records docs rows: cpu-samples.jsonl)
-  orion_bench.py cpu-samples --table ROWS.jsonl [ROWS.jsonl ...] [--symbols N]
+  orion_bench.py cpu-samples --table ROWS.jsonl [ROWS.jsonl ...] [--symbols N [--resolve LIB]]
 
 cpu-tax --cpu-samples preloads liborion_cpu_sampler.so (bench/cpu_sampler.cc, in the bundle) into
 the one process that serves both arms: a CPU-time timer of its serving thread records the
@@ -16,22 +16,25 @@ is the vDSO's, a driver call it makes is the driver's. What the interposer costs
 The table pools the rounds' samples per arm: CPU per request (the arm's CPU in that object over
 the requests it served, the unrecorded first block included) and the interposed arm's excess,
 with the median and range of the per-round excess. --symbols N adds the interposed arm's N
-heaviest symbols of liborion_interpose.so.
+heaviest symbols of liborion_interpose.so; --resolve LIB names its hidden functions from that
+build of it.
 """
 import argparse
 import glob
 import json
 import os
 import statistics
+import subprocess
 
 import harness
 
 ANSWERS = ("where the serving thread's CPU goes in each arm of an in-process A/B, by shared "
            "object (rows of cpu-tax --cpu-samples)")
 
-# The switch word the process starts with under --cpu-samples: its startup (model load, warm-up)
-# is sampled under it and left out; the interposer treats an unknown word as interposed.
-STARTUP_WORD = 0xFFFFFFFF
+# The switch word the process starts and ends with under --cpu-samples: its startup (model load,
+# warm-up) and its teardown are sampled under it and left out; the interposer treats an unknown
+# word as interposed.
+UNSAMPLED_WORD = 0xFFFFFFFF
 
 
 def collect(prefix, rnd, words, requests, rows_path):
@@ -44,7 +47,7 @@ def collect(prefix, rnd, words, requests, rows_path):
             s = json.loads(line)
             arm = words.get(s["switch"])
             if arm is None:
-                continue  # startup, or a word no arm of this run sets
+                continue  # startup or teardown, or a word no arm of this run sets
             row = {"round": rnd, "arm": arm, "object": s["object"], "symbol": s["symbol"],
                    "samples": s["samples"], "cpu_ms": s["cpu_ms"], "requests": requests}
             rows.append(row)
@@ -65,7 +68,18 @@ def per_request(rows, arm, key):
     return {k: v / total for k, v in cpu.items()}
 
 
-def render(paths, symbols=0):
+def resolved(symbol, library):
+    """A hidden function's "?+0xOFFSET" named by addr2line from `library` (the build of the
+    interposer that was sampled), as "name (hidden)"; anything else as it is."""
+    if not library or not symbol.startswith("?+0x"):
+        return symbol
+    r = subprocess.run(["addr2line", "-f", "-C", "-e", library, symbol[2:]],
+                       capture_output=True, text=True)
+    name = r.stdout.splitlines()[0] if r.returncode == 0 and r.stdout else "??"
+    return symbol if name == "??" else f"{name.split('(')[0]} (hidden)"
+
+
+def render(paths, symbols=0, resolve=None):
     rows = []
     for path in paths:
         offset = max((r["round"] for r in rows), default=0)
@@ -99,8 +113,11 @@ def render(paths, symbols=0):
                      f"{1e3 * (cell(mine) - cell(base)):+.1f} | "
                      f"{statistics.median(excess):+.1f} [{min(excess):+.1f}, {max(excess):+.1f}] |")
     if symbols:
-        syms = per_request([r for r in rows if r["object"] == "liborion_interpose.so"], mine,
-                           "symbol")
+        syms = {}
+        for name, ms in per_request([r for r in rows if r["object"] == "liborion_interpose.so"],
+                                    mine, "symbol").items():
+            name = resolved(name, resolve)
+            syms[name] = syms.get(name, 0.0) + ms
         lines += ["", f"| {mine}: symbol of liborion_interpose.so | us/request |", "|---|---|"]
         for name, ms in sorted(syms.items(), key=lambda kv: -kv[1])[:symbols]:
             lines.append(f"| `{name}` | {1e3 * ms:.2f} |")
@@ -114,5 +131,7 @@ def main(argv=None):
                    help="cpu-samples.jsonl of one or more cpu-tax --cpu-samples runs (pooled)")
     p.add_argument("--symbols", type=int, default=0, metavar="N",
                    help="also the interposed arm's N heaviest symbols of the interposer")
+    p.add_argument("--resolve", metavar="LIB",
+                   help="name the interposer's hidden functions from this build of it (addr2line)")
     args = p.parse_args(argv)
-    print(render(args.table, args.symbols))
+    print(render(args.table, args.symbols, args.resolve))

@@ -237,7 +237,7 @@ class Bench:
             switch = os.path.join(self.work, "bench-switch")
             word = IN_PROCESS_BASELINES[self.args.in_process_baseline][0]
             with open(switch, "wb") as f:  # startup sampled under its own word (cpu_samples.py)
-                f.write((cpu_samples.STARTUP_WORD if self.args.cpu_samples else 0)
+                f.write((cpu_samples.UNSAMPLED_WORD if self.args.cpu_samples else 0)
                         .to_bytes(4, "little"))
             env = dict(kv.split("=", 1) for kv in self.args.in_process_env)
             wrap = shlex.split(self.args.wrap or "")
@@ -257,6 +257,9 @@ class Bench:
                 arm.wait_ready()
             yield arms
         finally:
+            if samples:  # the process's teardown is neither arm's
+                with open(switch, "r+b") as f:
+                    f.write(cpu_samples.UNSAMPLED_WORD.to_bytes(4, "little"))
             for arm in arms.values():
                 arm.close()
             if samples:  # the process has exited: its sampler wrote its file

@@ -54,7 +54,7 @@ def check(cond, what):
 def run(lib, work, env_extra):
     switch = os.path.join(work, "switch")
     with open(switch, "wb") as f:
-        f.write(cpu_samples.STARTUP_WORD.to_bytes(4, "little"))
+        f.write(cpu_samples.UNSAMPLED_WORD.to_bytes(4, "little"))
     env = dict(os.environ, LD_PRELOAD=lib, ORION_BENCH_SWITCH=switch, **env_extra)
     return subprocess.run([sys.executable, "-c", CHILD, switch], env=env, capture_output=True,
                           text=True, timeout=60)
