@@ -12,8 +12,10 @@
 //    "cpu_ms": 3248.0, "period_us": 1000}
 // A sample is its leaf function's: time in a library the interposer calls (the clock in the
 // vDSO, the driver) reads as that library's. The symbol is the nearest dynamic symbol at or below
-// the address (dladdr); where there is none (a hidden function), "?+0xOFFSET" in the object,
-// which addr2line -f -e OBJECT OFFSET names (cpu-samples --resolve does). Without
+// the address (dladdr); where there is none (a hidden function), "?@0xOFFSET" in the object,
+// which addr2line -f -e OBJECT OFFSET names (cpu-samples --resolve does). In the object that
+// ORION_CPU_SAMPLE_DETAIL names (a basename: liborion_interpose.so), every symbol carries its
+// sample's offset too ("cuLaunchKernel@0x1234"): a profile by source line, in place. Without
 // ORION_CPU_SAMPLES it does nothing.
 #include <dlfcn.h>
 #include <errno.h>
@@ -158,19 +160,22 @@ __attribute__((destructor)) void WriteSamples() {
     ++w.samples;
     w.cpu_us += g_samples[i].cpu_us;
   }
+  const char* detail = getenv("ORION_CPU_SAMPLE_DETAIL");
   std::map<std::tuple<uint32_t, std::string, std::string>, Weight> by_symbol;
   for (const auto& [key, weight] : by_ip) {
     Dl_info info{};
     std::string object = "?", symbol = "?";
     if (key.second != 0 && dladdr(reinterpret_cast<void*>(key.second), &info) != 0) {
       if (info.dli_fname != nullptr && *info.dli_fname != '\0') object = Basename(info.dli_fname);
+      const unsigned long offset =
+          static_cast<unsigned long>(key.second - reinterpret_cast<uintptr_t>(info.dli_fbase));
+      char at[32];
+      snprintf(at, sizeof(at), "@0x%lx", offset);
       if (info.dli_sname != nullptr) {
         symbol = info.dli_sname;
+        if (detail != nullptr && object == detail) symbol += at;
       } else if (info.dli_fbase != nullptr) {  // a hidden function: its offset, for addr2line
-        char offset[32];
-        snprintf(offset, sizeof(offset), "?+0x%lx",
-                 static_cast<unsigned long>(key.second - reinterpret_cast<uintptr_t>(info.dli_fbase)));
-        symbol = offset;
+        symbol = std::string("?") + at;
       }
     }
     Weight& w = by_symbol[{key.first, object, symbol}];

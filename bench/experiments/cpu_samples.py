@@ -1,7 +1,8 @@
 """Where the serving thread's CPU goes in each arm of an in-process A/B, by shared object.
 
   orion_bench.py cpu-tax ... --in-process --cpu-samples      (records docs rows: cpu-samples.jsonl)
-  orion_bench.py cpu-samples --table ROWS.jsonl [ROWS.jsonl ...] [--symbols N [--resolve LIB]]
+  orion_bench.py cpu-samples --table ROWS.jsonl [ROWS.jsonl ...] [--symbols N] [--lines N]
+                             [--resolve LIB]
 
 cpu-tax --cpu-samples preloads liborion_cpu_sampler.so (bench/cpu_sampler.cc, in the bundle) into
 the one process that serves both arms: a CPU-time timer of its serving thread records the
@@ -16,13 +17,15 @@ is the vDSO's, a driver call it makes is the driver's. What the interposer costs
 The table pools the rounds' samples per arm: CPU per request (the arm's CPU in that object over
 the requests it served, the unrecorded first block included) and the interposed arm's excess,
 with the median and range of the per-round excess. --symbols N adds the interposed arm's N
-heaviest symbols of liborion_interpose.so; --resolve LIB names its hidden functions from that
-build of it.
+heaviest functions of liborion_interpose.so; --lines N its heaviest source lines (cpu-tax
+--cpu-samples samples the interposer by address); --resolve LIB names hidden functions and
+lines from the build that was sampled (its debug info).
 """
 import argparse
 import glob
 import json
 import os
+import re
 import statistics
 import subprocess
 
@@ -68,18 +71,42 @@ def per_request(rows, arm, key):
     return {k: v / total for k, v in cpu.items()}
 
 
-def resolved(symbol, library):
-    """A hidden function's "?+0xOFFSET" named by addr2line from `library` (the build of the
-    interposer that was sampled), as "name (hidden)"; anything else as it is."""
-    if not library or not symbol.startswith("?+0x"):
-        return symbol
-    r = subprocess.run(["addr2line", "-f", "-C", "-e", library, symbol[2:]],
-                       capture_output=True, text=True)
-    name = r.stdout.splitlines()[0] if r.returncode == 0 and r.stdout else "??"
-    return symbol if name == "??" else f"{name.split('(')[0]} (hidden)"
+def function(frame):
+    """A demangled frame's function without its parameter list (and const)."""
+    return re.sub(r"\((?:[^()]|\([^()]*\))*\)( const)?$", "", frame)
 
 
-def render(paths, symbols=0, resolve=None):
+def locate(library, offsets):
+    """{offset: (function, innermost "file:line")} of `library` (addr2line, inlined frames
+    unwound); offsets it cannot place are left out."""
+    if not library or not offsets:
+        return {}
+    r = subprocess.run(["addr2line", "-a", "-f", "-C", "-i", "-e", library,
+                        *[hex(o) for o in offsets]], capture_output=True, text=True)
+    found, group = {}, None
+    for line in r.stdout.splitlines() + ["0x"]:
+        if line.startswith("0x"):
+            if group and len(group[1]) >= 2 and group[1][0] != "??":
+                frames = group[1]
+                where = frames[1].split(" (")[0]
+                found[group[0]] = (function(frames[-2]),
+                                   f"{os.path.basename(where.split(':')[0])}:"
+                                   f"{where.rsplit(':', 1)[-1]} ({function(frames[0])})")
+            group = (int(line, 16), []) if len(line) > 2 else None
+        elif group is not None:
+            group[1].append(line)
+    return found
+
+
+def split_symbol(symbol):
+    """("cuLaunchKernel", 0x1234) from "cuLaunchKernel@0x1234", (symbol, None) without one."""
+    if symbol.startswith("?+0x"):  # the first sampled runs' spelling of a hidden function
+        return "?", int(symbol[4:], 16)
+    name, at, offset = symbol.partition("@0x")
+    return name, int(offset, 16) if at else None
+
+
+def render(paths, symbols=0, resolve=None, lines_shown=0):
     rows = []
     for path in paths:
         offset = max((r["round"] for r in rows), default=0)
@@ -112,15 +139,29 @@ def render(paths, symbols=0, resolve=None):
         lines.append(f"| {o} | {1e3 * cell(base):.1f} | {1e3 * cell(mine):.1f} | "
                      f"{1e3 * (cell(mine) - cell(base)):+.1f} | "
                      f"{statistics.median(excess):+.1f} [{min(excess):+.1f}, {max(excess):+.1f}] |")
-    if symbols:
-        syms = {}
-        for name, ms in per_request([r for r in rows if r["object"] == "liborion_interpose.so"],
-                                    mine, "symbol").items():
-            name = resolved(name, resolve)
-            syms[name] = syms.get(name, 0.0) + ms
-        lines += ["", f"| {mine}: symbol of liborion_interpose.so | us/request |", "|---|---|"]
-        for name, ms in sorted(syms.items(), key=lambda kv: -kv[1])[:symbols]:
-            lines.append(f"| `{name}` | {1e3 * ms:.2f} |")
+    if symbols or lines_shown:
+        mine_rows = [r for r in rows if r["object"] == "liborion_interpose.so"]
+        cpu = per_request(mine_rows, mine, "symbol")
+        places = locate(resolve, [o for o in map(lambda k: split_symbol(k)[1], cpu) if o])
+        functions, source = {}, {}
+        for symbol, ms in cpu.items():
+            name, offset = split_symbol(symbol)
+            place = places.get(offset)
+            if place and name == "?":
+                name = f"{place[0]} (hidden)"
+            functions[name] = functions.get(name, 0.0) + ms
+            line = place[1] if place else symbol
+            source[line] = source.get(line, 0.0) + ms
+        if symbols:
+            lines += ["", f"| {mine}: function of liborion_interpose.so | us/request |",
+                      "|---|---|"]
+            for name, ms in sorted(functions.items(), key=lambda kv: -kv[1])[:symbols]:
+                lines.append(f"| `{name}` | {1e3 * ms:.2f} |")
+        if lines_shown:
+            lines += ["", f"| {mine}: source line of liborion_interpose.so (innermost function) "
+                          f"| us/request |", "|---|---|"]
+            for name, ms in sorted(source.items(), key=lambda kv: -kv[1])[:lines_shown]:
+                lines.append(f"| `{name}` | {1e3 * ms:.2f} |")
     return "\n".join(lines)
 
 
@@ -132,6 +173,11 @@ def main(argv=None):
     p.add_argument("--symbols", type=int, default=0, metavar="N",
                    help="also the interposed arm's N heaviest symbols of the interposer")
     p.add_argument("--resolve", metavar="LIB",
-                   help="name the interposer's hidden functions from this build of it (addr2line)")
+                   help="name the interposer's hidden functions and lines from this build of it "
+                        "(addr2line; the build sampled, with its debug info)")
+    p.add_argument("--lines", type=int, default=0, metavar="N",
+                   help="also the interposed arm's N heaviest source lines of the interposer "
+                        "(rows sampled with ORION_CPU_SAMPLE_DETAIL=liborion_interpose.so; "
+                        "needs --resolve)")
     args = p.parse_args(argv)
-    print(render(args.table, args.symbols, args.resolve))
+    print(render(args.table, args.symbols, args.resolve, args.lines))

@@ -244,7 +244,8 @@ class Bench:
             if self.args.cpu_samples:
                 samples = os.path.join(self.work, f"cpu-samples-{rnd}")
                 wrap = ["env", "LD_PRELOAD=" + os.path.join(self.bundle, "liborion_cpu_sampler.so"),
-                        "ORION_CPU_SAMPLES=" + samples] + wrap
+                        "ORION_CPU_SAMPLES=" + samples,
+                        "ORION_CPU_SAMPLE_DETAIL=liborion_interpose.so"] + wrap
             one = DrivenArm(self, argv, True, priority, slot=int(rnd % 2 == 0),
                             extra_env={"ORION_BENCH_SWITCH": switch, **env}, wrap=wrap)
             arms = {False: SwitchedArm(one, word), True: SwitchedArm(one, 0)}

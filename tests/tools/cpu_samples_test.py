@@ -5,7 +5,8 @@ turn under a switch file, as cpu-tax --in-process does: the baseline arm runs a 
 the other spends most of its CPU in libc (ctypes.memset over a large buffer), and startup is
 sampled under the startup word. Checked: each arm's sampled CPU is near what it spent; libc's
 share is large in the memset arm and small in the loop arm; startup is left out; the table
-shows libc's excess. Without ORION_CPU_SAMPLES the sampler writes nothing; a bad
+shows libc's excess; a hidden function's offset is named with its source line. Without
+ORION_CPU_SAMPLES the sampler writes nothing; a bad
 ORION_CPU_SAMPLE_US is refused with a message and samples nothing.
 Usage: cpu_samples_test.py LIBORION_CPU_SAMPLER_SO"""
 import glob
@@ -87,6 +88,20 @@ def main():
     check(len(libc_rows) == 1 and "| +" in libc_rows[0],
           f"the table shows libc's excess in the memset arm: {libc_rows}")
     check(table.splitlines()[-1].startswith("| all |"), "the table ends with the total")
+
+    # A hidden function's offset is named from the build's debug info, and both spellings of a
+    # sampled symbol split into name and offset.
+    nm = subprocess.run(["nm", "-C", lib], capture_output=True, text=True).stdout
+    at = [line.split()[0] for line in nm.splitlines() if line.endswith("::StartSampling()")]
+    check(len(at) == 1, f"nm finds the sampler's StartSampling ({at})")
+    if at:
+        offset = int(at[0], 16) + 4
+        place = cpu_samples.locate(lib, [offset]).get(offset)
+        check(place is not None and "StartSampling" in place[0] and "cpu_sampler.cc:" in place[1],
+              f"locate names StartSampling and its line ({place})")
+    check(cpu_samples.split_symbol("cuLaunchKernel@0x1f0") == ("cuLaunchKernel", 0x1f0) and
+          cpu_samples.split_symbol("?+0x10") == ("?", 0x10) and
+          cpu_samples.split_symbol("memset") == ("memset", None), "split_symbol")
 
     # Without the variable: nothing written. A bad period: refused, nothing written.
     quiet = os.path.join(work, "quiet")
