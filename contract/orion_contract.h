@@ -624,6 +624,9 @@ enum class BenchSwitch : uint32_t {
   kPassThrough = 1,   // straight to the driver, as with no interposer loaded
   kNoTimingHold = 2,  // interposed, timed launches never held on their stream (timing_hold.h)
   kNoTiming = 3,      // interposed, no launch timed on the GPU (ORION_NO_TIMING's arm)
+  // Interposed, launches neither counted nor pushed to the event ring: what recording them
+  // costs (the server then sees none of them; a diagnostic arm only).
+  kNoLaunchRecords = 4,
 };                    // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";

@@ -243,24 +243,28 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // Timed launches only (a kernel's first ones are): what the hold asks, off the launch path.
   if (timed && !info.graph) kernel->NoteLaunchedOn(reg->device);
   const uint32_t kernels = info.graph ? (kernel != nullptr ? kernel->aux.load() : 0) : 1;
-  counters.launches.fetch_add(kernels, std::memory_order_relaxed);
-
-  // Every field before the name is set; a launch has no name, so only those words are pushed
-  // (and the name's bytes are never initialised).
-  contract::Event e;
-  e.kind = info.graph ? contract::EventKind::kGraphLaunch : contract::EventKind::kLaunch;
-  e.aux = info.graph ? kernels : 0;
-  e.cpu_ns = now;
-  e.func = info.func;
-  e.stream = reinterpret_cast<uint64_t>(info.stream);
-  e.bytes = 0;
-  e.duration_ns = 0;
-  memcpy(e.grid, info.grid, sizeof(e.grid));
-  memcpy(e.block, info.block, sizeof(e.block));
-  e.shared_mem = info.shared_mem;
-  e.flags = pending != nullptr && pending->timed ? contract::kTimedLaunch : 0;
-  static_assert(offsetof(contract::Event, flags) + sizeof(e.flags) == contract::kEventHeadBytes);
-  PushEvent(reg, e, contract::kEventHeadBytes);
+  // The launch's record for the server: counted, and its event pushed (a benchmark's arm may
+  // leave both out to see what they cost: contract::BenchSwitch::kNoLaunchRecords).
+  if (CurrentBenchSwitch() != contract::BenchSwitch::kNoLaunchRecords) {
+    counters.launches.fetch_add(kernels, std::memory_order_relaxed);
+    // Every field before the name is set; a launch has no name, so only those words are pushed
+    // (and the name's bytes are never initialised).
+    contract::Event e;
+    e.kind = info.graph ? contract::EventKind::kGraphLaunch : contract::EventKind::kLaunch;
+    e.aux = info.graph ? kernels : 0;
+    e.cpu_ns = now;
+    e.func = info.func;
+    e.stream = reinterpret_cast<uint64_t>(info.stream);
+    e.bytes = 0;
+    e.duration_ns = 0;
+    memcpy(e.grid, info.grid, sizeof(e.grid));
+    memcpy(e.block, info.block, sizeof(e.block));
+    e.shared_mem = info.shared_mem;
+    e.flags = pending != nullptr && pending->timed ? contract::kTimedLaunch : 0;
+    static_assert(offsetof(contract::Event, flags) + sizeof(e.flags) ==
+                  contract::kEventHeadBytes);
+    PushEvent(reg, e, contract::kEventHeadBytes);
+  }
 
   if (ticket.waited_ns != 0) {
     counters.throttled_ns.fetch_add(ticket.waited_ns, std::memory_order_relaxed);

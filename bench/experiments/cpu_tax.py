@@ -6,7 +6,8 @@ in every round so that host drift cancels.
       [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
       [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--in-process
-      [--in-process-baseline bypass|no-hold|no-timing] [--in-process-env KEY=VALUE ...]
+      [--in-process-baseline bypass|no-hold|no-timing|no-launch-records]
+      [--in-process-env KEY=VALUE ...]
       [--wrap 'CMD ...'] [--cpu-samples]]] [--out DIR]
   orion_bench.py cpu-tax --table results.jsonl ... [--interval]  (re-renders a run's table;
       several runs of one A/B pool their rounds; --interval adds the bootstrap 95% interval of
@@ -36,8 +37,10 @@ between rounds), the bare arm's blocks passing the interposer by (ORION_BENCH_SW
 go straight to the driver, nothing registers or is recorded): no difference between two
 processes or two cores enters the A/B, only the hooks' entry and one check stay in the bare arm.
 --in-process-baseline makes the baseline arm's blocks something else than the bypass: no-hold
-(interposed, no timed launch held on its stream) or no-timing (interposed, no launch timed), so
-one process resolves what the timing hold or the timed launches cost against this build.
+(interposed, no timed launch held on its stream), no-timing (interposed, no launch timed) or
+no-launch-records (interposed, no launch counted or pushed to the event ring), so one process
+resolves what the timing hold, the timed launches or the launch records cost against this
+build.
 --in-process-env sets variables in that process (ORION_NO_TIMING=1: what the timed launches'
 share is), --wrap puts a command before it (a profiler: `perf record -F 4999 -o FILE --`).
 --cpu-samples splits each arm's serving-thread CPU by shared object inside that process
@@ -426,6 +429,7 @@ IN_PROCESS_BASELINES = {
     "bypass": (1, "in-process bypass"),
     "no-hold": (2, "in-process, no timed launch held"),
     "no-timing": (3, "in-process, no launch timed"),
+    "no-launch-records": (4, "in-process, no launch recorded"),
 }
 
 

@@ -511,6 +511,32 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingRecordsLaunchesButTimesNone)
   }
 }
 
+TEST_F(InterposeIntegrationTest, BenchSwitchNoLaunchRecordsCountsAndPushesNoLaunch) {
+  // Word 4 (cpu-tax --in-process-baseline no-launch-records): launches are interposed, and none
+  // is counted or pushed to the ring; the process's other events (memory) still are.
+  const std::string path = dir_ + "/switch";
+  for (const c::BenchSwitch word : {c::BenchSwitch::kNoLaunchRecords, c::BenchSwitch::kInterposed}) {
+    WriteSwitchWord(path, word);
+    const std::string dir = dir_ + "/records" + std::to_string(static_cast<uint32_t>(word));
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+    TestRegistrar registrar(dir, 0, /*honour_priority=*/false);
+    ASSERT_TRUE(registrar.ok());
+    const ProbeRun run =
+        RunProbe("ORION_BENCH_SWITCH=" + path + " ORION_SOCKET=" + registrar.socket_path());
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    ASSERT_NE(registrar.area(0), nullptr);
+    const auto events = registrar.Drain(0);
+    EXPECT_GT(CountKind(events, c::EventKind::kMemAlloc), 0);
+    if (word == c::BenchSwitch::kNoLaunchRecords) {
+      EXPECT_EQ(CountKind(events, c::EventKind::kLaunch), 0);
+      EXPECT_EQ(registrar.area(0)->counters.launches.load(), 0u);
+    } else {
+      EXPECT_GT(CountKind(events, c::EventKind::kLaunch), 0);
+      EXPECT_GT(registrar.area(0)->counters.launches.load(), 0u);
+    }
+  }
+}
+
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {
   const ProbeRun quiet = RunProbe("ORION_QUIET=1 ORION_SOCKET=" + dir_ + "/nobody-listens.sock");
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
