@@ -372,11 +372,55 @@ struct ClientArea {
     std::atomic<uint64_t> memory_used_bytes;  // bytes currently allocated
     std::atomic<uint64_t> memory_peak_bytes;
     std::atomic<uint64_t> launches;           // kernels launched (graph nodes counted)
-    std::atomic<uint64_t> throttled_ns;       // time best-effort launches waited
-    uint8_t reserved[32];
+    std::atomic<uint64_t> throttled_ns;       // time launches waited (finished waits)
+    // A wait in progress at the gate (or paused) since then, 0: none published. One waiting
+    // thread at a time publishes its wait; it moves the wait into throttled_ns when it ends,
+    // with wait_seq odd meanwhile (a sequence lock: HeldNs reads both words consistently).
+    std::atomic<uint64_t> waiting_since_ns;
+    std::atomic<uint32_t> wait_seq;
+    uint8_t reserved[20];
   } counters;
   EventRing ring;
 };
+
+static_assert(sizeof(ClientArea::Counters) == 64);
+
+// A client's held time so that a reader sees a wait before it ends: the waiting thread
+// publishes its start (PublishWaitStart, true if it is the one published) and, when the wait
+// ends, adds it to throttled_ns (EndWait; the published one under the sequence lock, so that no
+// reader counts it twice). HeldNs is the reader's: the finished waits plus the one in progress
+// at now_ns. Every word is the client's to write: the server shows what it reads (its metric
+// never goes back) and decides nothing on it.
+inline bool PublishWaitStart(ClientArea::Counters& c, uint64_t start_ns) {
+  uint64_t none = 0;
+  return start_ns != 0 &&
+         c.waiting_since_ns.compare_exchange_strong(none, start_ns, std::memory_order_relaxed);
+}
+inline void EndWait(ClientArea::Counters& c, uint64_t waited_ns, bool published) {
+  if (!published) {
+    c.throttled_ns.fetch_add(waited_ns, std::memory_order_relaxed);
+    return;
+  }
+  const uint32_t seq = c.wait_seq.load(std::memory_order_relaxed);
+  c.wait_seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  c.throttled_ns.fetch_add(waited_ns, std::memory_order_relaxed);
+  c.waiting_since_ns.store(0, std::memory_order_relaxed);
+  c.wait_seq.store(seq + 2, std::memory_order_release);
+}
+inline uint64_t HeldNs(const ClientArea::Counters& c, uint64_t now_ns) {
+  uint64_t done = 0;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const uint32_t before = c.wait_seq.load(std::memory_order_acquire);
+    done = c.throttled_ns.load(std::memory_order_relaxed);
+    const uint64_t since = c.waiting_since_ns.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if ((before & 1) == 0 && c.wait_seq.load(std::memory_order_relaxed) == before) {
+      return done + (since != 0 && since <= now_ns ? now_ns - since : 0);
+    }
+  }
+  return done;  // a wait ending meanwhile (or a sequence kept odd): the finished waits only
+}
 
 // The memory a pod holds, counted by every process of the pod against its limit (the board's
 // ClientSlot::memory_limit_bytes, the same for each of the pod's slots). Mapped read-write by the

@@ -139,7 +139,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
                            QueueHoldWait(reg, info.stream, info.per_thread_stream);
   if (paused || (beside_high && !held_on_gpu)) {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
-                        BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns);
+                        BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns,
+                        &counters);
     // Promoted through the admin API while waiting: this launch is already high priority (the
     // wait ends on the promotion), so it is tracked and makes best-effort clients wait.
     high = is_high();
@@ -266,8 +267,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     PushEvent(reg, e, contract::kEventHeadBytes);
   }
 
-  if (ticket.waited_ns != 0) {
-    counters.throttled_ns.fetch_add(ticket.waited_ns, std::memory_order_relaxed);
+  if (ticket.waited_ns != 0 || ticket.wait_published) {
+    contract::EndWait(counters, ticket.waited_ns, ticket.wait_published);
     // The wait as up to two spans ending when the launch went out: the pause first (a resumed
     // client may still meet the gate), then the time held at the gate.
     const uint64_t paused = ticket.paused_ns < ticket.waited_ns ? ticket.paused_ns

@@ -35,18 +35,25 @@ void CountGateWaiter(contract::GateArea& gate) {
 }
 
 GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, uint32_t slot_index,
-                      const BestEffortLaunch& launch, uint64_t spin_cap_ns) {
+                      const BestEffortLaunch& launch, uint64_t spin_cap_ns,
+                      contract::ClientArea::Counters* counters) {
   GateTicket ticket;
   const contract::ClientSlot& slot = board.slots[slot_index];
   auto& words = gate.words;
   uint64_t start = 0;
+  // The wait starts: published, so that the client's held seconds show it before it ends.
+  auto begin = [&](uint64_t now) {
+    if (start != 0) return;
+    start = now;
+    if (counters != nullptr) ticket.wait_published = contract::PublishWaitStart(*counters, now);
+  };
   uint64_t paused_since = 0;  // paused now, since then
   bool held = false;  // counted in gate_waiters
   for (;;) {
     // Paused: hold every launch, high priority included, until the server resumes us.
     if (slot.paused.load(std::memory_order_acquire) != 0) {
       const uint64_t now = MonotonicNs();
-      if (start == 0) start = now;
+      begin(now);
       if (paused_since == 0) paused_since = now;
       if (!ServerAlive(board, now)) break;  // a dead server cannot resume us: fail open
       const uint32_t seq = slot.wake_seq.load(std::memory_order_acquire);
@@ -72,7 +79,7 @@ GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, ui
       ticket.go_ns = now;
       break;
     }
-    if (start == 0) start = now;
+    begin(now);
     if (!held) {
       // Held from here on: completion trackers of every client on this GPU follow closely now.
       held = true;

@@ -362,6 +362,7 @@ struct GateTicket {
   uint64_t waited_ns = 0;  // time held at the gate (0 if it went at once), paused time included
   uint64_t paused_ns = 0;  // of which the client was paused
   uint64_t go_ns = 0;      // the clock when the gate let the launch go; 0 where it read none
+  bool wait_published = false;  // the wait is the client's published one: end it with EndWait
 };
 
 // Blocks the calling thread until the launch may go: while the slot is paused, and for a
@@ -370,8 +371,11 @@ struct GateTicket {
 // spins up to gpu.spin_ns (at most spin_cap_ns: 0 in a process with less than two CPUs, see
 // cpu_limits.h), then futex-waits on gate_seq (or the slot's wake_seq when paused) at most
 // kMaxFutexWaitNs at a time, or until the high-priority clients' grace period ends.
+// With `counters`, a wait publishes its start there (contract::PublishWaitStart) unless another
+// thread's wait is published: the caller then ends it with contract::EndWait.
 GateTicket WaitAtGate(const contract::Board& board, contract::GateArea& gate, uint32_t slot_index,
-                      const BestEffortLaunch& launch, uint64_t spin_cap_ns = contract::kMaxSpinNs);
+                      const BestEffortLaunch& launch, uint64_t spin_cap_ns = contract::kMaxSpinNs,
+                      contract::ClientArea::Counters* counters = nullptr);
 
 // Wakes best-effort threads of every process waiting on this GPU's gate.
 void OpenGate(contract::GateArea& gate);

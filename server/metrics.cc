@@ -96,7 +96,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                 "Kernels launched by a client (graph nodes counted)",
                                 MetricType::Counter);
   MetricFamily throttled = Family("orion_client_throttled_seconds_total",
-                                  "Time a client's launches waited at the priority gate",
+                                  "Time a client's launches waited at the priority gate or paused, a wait in "
+                                  "progress included",
                                   MetricType::Counter);
   MetricFamily mem_used = Family("orion_client_memory_used_bytes",
                                  "GPU memory allocated by a client", MetricType::Gauge);

@@ -542,7 +542,9 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
   v.memory_peak_bytes = s.memory_peak_bytes.load(std::memory_order_relaxed);
   v.kernels_launched =
       std::max(s.launches.load(std::memory_order_relaxed), c.ingest.launch_events());
-  v.throttled_ns = s.throttled_ns.load(std::memory_order_relaxed);
+  // Finished waits and the one in progress (contract::HeldNs), never less than shown before.
+  c.held_shown_ns = std::max(c.held_shown_ns, contract::HeldNs(s, MonotonicNs()));
+  v.throttled_ns = c.held_shown_ns;
   v.events_dropped = area.ring.dropped.load(std::memory_order_relaxed);
   v.registered_unix_ms = c.registered_unix_ms;
   v.usable_millicpus = c.usable_millicpus;

@@ -183,6 +183,9 @@ class NodeState {
     uint32_t ring_strikes = 0;     // passes that found the ring's indices written over
     bool quarantined = false;      // its events are dropped unread (ring_strikes reached the cap)
     uint64_t quarantined_events = 0;
+    // The held time last shown (ViewOf): the metric is a counter, and a wait in progress read
+    // just after it ended could show a few microseconds more than the finished wait.
+    mutable uint64_t held_shown_ns = 0;
   };
   // Drains up to `max` of the client's events under mu_; returns how many it consumed. Never
   // more than a ring's worth a pass, whatever the tenant writes into the indices.

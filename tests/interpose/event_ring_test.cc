@@ -127,5 +127,55 @@ TEST(EventRingTest, HeadOnlyPushCarriesEveryFieldButTheName) {
   EXPECT_EQ(std::memcmp(&out, &launch, kEventHeadBytes), 0);
 }
 
+// A client's held time while a wait is in progress (PublishWaitStart, EndWait,
+// HeldNs): the published wait counts from its start, moves into the finished waits when it ends
+// and is never counted twice; an unpublished wait counts when it ends.
+TEST(HeldTimeTest, AWaitInProgressShowsAndMovesIntoTheFinishedWaits) {
+  ClientArea::Counters c{};
+  EXPECT_EQ(HeldNs(c, 1'000), 0u);
+  ASSERT_TRUE(PublishWaitStart(c, 100));
+  EXPECT_FALSE(PublishWaitStart(c, 120));  // one published wait at a time
+  EXPECT_EQ(HeldNs(c, 150), 50u);
+  EXPECT_EQ(HeldNs(c, 90), 0u);  // a start after now: nothing in progress yet
+  EndWait(c, 30, /*published=*/false);  // another thread's unpublished wait
+  EXPECT_EQ(HeldNs(c, 150), 80u);
+  EndWait(c, 60, /*published=*/true);  // the published wait, ended at 160
+  EXPECT_EQ(c.waiting_since_ns.load(), 0u);
+  EXPECT_EQ(c.wait_seq.load() % 2, 0u);
+  EXPECT_EQ(HeldNs(c, 10'000), 90u);
+  EXPECT_TRUE(PublishWaitStart(c, 200));  // free again
+  // A sequence left odd (a writer stopped in the middle, or a tenant): the finished waits only.
+  c.wait_seq.store(7);
+  EXPECT_EQ(HeldNs(c, 10'000), 90u);
+  ClientArea::Counters fresh{};
+  EXPECT_FALSE(PublishWaitStart(fresh, 0));  // 0 is "none": never published
+}
+
+TEST(HeldTimeTest, AReaderNeverCountsAWaitTwiceWhileWaitsEnd) {
+  // Wait i starts at i + 1 and lasts 1 ns. Read at a far `now`, a published wait in progress
+  // shows finished (i) + now - (i + 1) = now - 1 whatever i is; a finished one shows at most
+  // the number of waits. Counted twice, it would read now exactly.
+  ClientArea::Counters c{};
+  constexpr uint64_t kNow = uint64_t{1} << 40;
+  constexpr uint64_t kWaits = 200'000;
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (uint64_t i = 0; i < kWaits; ++i) {
+      const bool published = PublishWaitStart(c, i + 1);
+      EndWait(c, 1, published);
+    }
+    done.store(true);
+  });
+  uint64_t reads = 0, bad = 0;
+  while (!done.load()) {
+    const uint64_t v = HeldNs(c, kNow);
+    ++reads;
+    if (v != kNow - 1 && v > kWaits) ++bad;
+  }
+  writer.join();
+  EXPECT_EQ(bad, 0u) << "of " << reads << " reads";
+  EXPECT_EQ(HeldNs(c, kNow), kWaits);
+}
+
 }  // namespace
 }  // namespace orion::contract

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "tests/http_get.h"
@@ -127,6 +128,46 @@ TEST_F(MetricsTest, DepartedClientsEventsStayAccountedFor) {
                            "orion_events_dropped_total{node=\"test-node\"} 5"}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "\n" << text;
   }
+}
+
+// The value of the one series of `family` in an exposition whose labels contain `match`.
+double SeriesValue(const std::string& text, const std::string& family, const std::string& match) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(family + "{", 0) == 0 && line.find(match) != std::string::npos) {
+      return std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return -1;
+}
+
+TEST_F(MetricsTest, HeldSecondsShowAWaitInProgressAndNeverGoBack) {
+  contract::RegisterReply be{};
+  testing::ClientMaps maps;
+  const int fd = testing::RegisterClient(
+      cfg_.socket_path,
+      testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kBestEffort), &be, &maps);
+  ASSERT_GE(fd, 0);
+  ASSERT_NE(maps.area, nullptr);
+  auto held = [&] {
+    return SeriesValue(orion::testing::HttpGet(server_->metrics_port(), "/metrics"),
+                       "orion_client_throttled_seconds_total", "priority=\"best-effort\"");
+  };
+  auto& counters = maps.area->counters;
+  counters.throttled_ns.store(1'000'000'000);  // 1 s of finished waits
+  EXPECT_DOUBLE_EQ(held(), 1.0);
+  // A wait in progress for 2 s: shown before it ends, and growing.
+  ASSERT_TRUE(contract::PublishWaitStart(counters, server::MonotonicNs() - 2'000'000'000));
+  const double during = held();
+  EXPECT_GE(during, 3.0);
+  EXPECT_LT(during, 3.5);
+  usleep(50'000);
+  EXPECT_GT(held(), during);
+  // The client takes its published start back without adding it (a tenant may): the counter
+  // does not go back.
+  counters.waiting_since_ns.store(0);
+  EXPECT_GE(held(), during);
+  close(fd);
 }
 
 TEST_F(MetricsTest, ScrapeWith256ClientsIsFast) {
