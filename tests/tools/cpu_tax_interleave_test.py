@@ -9,7 +9,9 @@ a stand-in model that speaks the --driven protocol and makes each request 10% sl
 marked. The real torch_models.py is loaded with a stub `torch` module for its protocol loop.
 Checked: the arms take turns block by block and swap cores every round; a 10% slower arm reads
 about 1.10 in the table, an A/A control about 1.00; the block answers' other figures (the CPU
-split by thread, the requests' launch and sync phases) are pooled per arm and tabled, and two runs' tables pool their rounds; a model that answers with an error stops the
+split by thread, the requests' launch and sync phases) are pooled per arm and tabled, and two runs' tables pool their rounds; with
+--in-process one process a round serves both arms by the switch's word, and --cpu-samples folds
+its samples per arm with the teardown in neither; a model that answers with an error stops the
 run with a message naming the command and the answer; the protocol loop answers every command,
 refuses a malformed one by name and stops at quit."""
 import contextlib
@@ -26,15 +28,27 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "workloads"))
 
 FAKE_MODEL = r'''
-import os, sys, time
+import json, os, struct, sys, time
 arm = "i" if os.environ.get("FAKE_INTERPOSED") else "b"
+switch = os.environ.get("ORION_BENCH_SWITCH")
+def word():
+    with open(switch, "rb") as f:
+        return struct.unpack("I", f.read(4))[0]
 log = open(os.environ["FAKE_LOG"], "a")
 log.write(f"start {arm} {sorted(os.sched_getaffinity(0))}\n"); log.flush()
 print("ready", flush=True)
+served = {}  # --cpu-samples: the CPU ms each switch word served, as the sampler would count it
 for line in sys.stdin:
     w = line.split()
     if w[0] == "quit":
         break
+    if w[0] == "switch":  # --in-process: the word decides the arm, as the interposer does
+        with open(switch, "r+b") as f:
+            f.write(struct.pack("I", int(w[1])))
+        print(f"switched {w[1]}", flush=True)
+        continue
+    if switch:
+        arm = "b" if word() == 1 else "i"
     if os.environ.get("FAKE_FAIL"):
         print("error: cannot run it", flush=True)
         continue
@@ -45,8 +59,16 @@ for line in sys.stdin:
         time.sleep(0.004 * (1.10 if arm == "i" else 1.0))
         lat.append((time.perf_counter() - t) * 1e3)
     sync = 0.5 if arm == "i" else 0.25
+    if switch:
+        served[word()] = served.get(word(), 0.0) + sum(lat)
     print("block lat_ms=" + ",".join(f"{x:.4f}" for x in lat) + " cpu_ms=0.0100" +
           f" orion_cpu_ms=0.0020 launch_ms=1.0000 sync_ms={sync:.4f}", flush=True)
+if os.environ.get("ORION_CPU_SAMPLES"):  # the teardown under the word the switch ends on
+    served[word()] = served.get(word(), 0.0) + 1000.0
+    with open(os.environ["ORION_CPU_SAMPLES"] + f".{os.getpid()}.jsonl", "w") as f:
+        for w, ms in served.items():
+            f.write(json.dumps({"switch": w, "object": "model.so", "symbol": "serve",
+                                "samples": 1, "cpu_ms": ms, "period_us": 1000}) + "\n")
 '''
 
 FAKE_SERVER = """#!/bin/sh
@@ -158,6 +180,22 @@ def check_bench(work):
         fail(f"A/A control read {ratio:.3f}")
     if "A/A control" not in table or any(l.startswith("start i") for l in open(log)):
         fail(f"control arm interposed, or the table does not say A/A:\n{table}")
+
+    # --in-process: one process serves both arms by the switch's word; --cpu-samples folds its
+    # samples per arm, the teardown (under the word the run ends on) in neither.
+    open(log, "w").close()
+    rows, table = run_bench(work, "inproc", ["--in-process", "--cpu-samples"])
+    if sum(1 for l in open(log) if l.startswith("start ")) != 2:
+        fail(f"--in-process did not run one process a round: {open(log).read()}")
+    ratio = median_ratio(rows, "service-closed", "svc_p50_ms")
+    if not 1.04 < ratio < 1.16:
+        fail(f"in one process, the 10% slower arm read {ratio:.3f}")
+    samples = [json.loads(l) for l in open(os.path.join(work, "inproc", "cpu-samples.jsonl"))]
+    arms = {r["arm"] for r in samples}
+    if arms != {"baseline", "interposed"} or any(r["cpu_ms"] >= 1000 for r in samples):
+        fail(f"samples by arm, teardown left out: {samples}")
+    if {r["requests"] for r in samples} != {(4 + 1) * 3}:
+        fail(f"requests per arm and round: {samples}")
 
     os.environ["FAKE_FAIL"] = "1"
     try:
