@@ -486,55 +486,50 @@ TEST_F(InterposeIntegrationTest, BenchSwitchPassesCallsThroughWhileSet) {
   EXPECT_GT(registrar.area(0)->counters.launches.load(), 0u);
 }
 
-TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingRecordsLaunchesButTimesNone) {
-  // Word 3 (cpu-tax --in-process-baseline no-timing): launches are interposed and recorded, and
-  // none is timed, not even a kernel's first ones (always timed otherwise, as word 0 shows).
-  const std::string path = dir_ + "/switch";
-  for (const c::BenchSwitch word : {c::BenchSwitch::kNoTiming, c::BenchSwitch::kInterposed}) {
+// What the probe pushed and counted, run with ORION_BENCH_SWITCH's word set to `word` and
+// registered with a test registrar of its own.
+struct SwitchedRun {
+  std::vector<c::Event> events;
+  uint64_t launches_counted = 0;
+};
+
+TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingAndNoLaunchRecords) {
+  auto run_under = [&](c::BenchSwitch word) {
+    SwitchedRun out;
+    const std::string path = dir_ + "/switch";
     WriteSwitchWord(path, word);
     const std::string dir = dir_ + "/word" + std::to_string(static_cast<uint32_t>(word));
-    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+    EXPECT_EQ(mkdir(dir.c_str(), 0700), 0);
     TestRegistrar registrar(dir, 0, /*honour_priority=*/false);
-    ASSERT_TRUE(registrar.ok());
+    EXPECT_TRUE(registrar.ok());
     const ProbeRun run =
         RunProbe("ORION_BENCH_SWITCH=" + path + " ORION_SOCKET=" + registrar.socket_path());
-    ASSERT_EQ(run.exit_code, 0) << run.err;
-    ASSERT_NE(registrar.area(0), nullptr);
-    const auto events = registrar.Drain(0);
-    EXPECT_GT(CountKind(events, c::EventKind::kLaunch), 0);
-    if (word == c::BenchSwitch::kNoTiming) {
-      EXPECT_EQ(TimedLaunches(events), 0);
-      EXPECT_EQ(CountKind(events, c::EventKind::kKernelTime), 0);
-    } else {
-      EXPECT_GT(TimedLaunches(events), 0);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    if (registrar.area(0) == nullptr) {
+      ADD_FAILURE() << "the probe did not register";
+      return out;
     }
-  }
-}
-
-TEST_F(InterposeIntegrationTest, BenchSwitchNoLaunchRecordsCountsAndPushesNoLaunch) {
-  // Word 4 (cpu-tax --in-process-baseline no-launch-records): launches are interposed, and none
-  // is counted or pushed to the ring; the process's other events (memory) still are.
-  const std::string path = dir_ + "/switch";
-  for (const c::BenchSwitch word : {c::BenchSwitch::kNoLaunchRecords, c::BenchSwitch::kInterposed}) {
-    WriteSwitchWord(path, word);
-    const std::string dir = dir_ + "/records" + std::to_string(static_cast<uint32_t>(word));
-    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
-    TestRegistrar registrar(dir, 0, /*honour_priority=*/false);
-    ASSERT_TRUE(registrar.ok());
-    const ProbeRun run =
-        RunProbe("ORION_BENCH_SWITCH=" + path + " ORION_SOCKET=" + registrar.socket_path());
-    ASSERT_EQ(run.exit_code, 0) << run.err;
-    ASSERT_NE(registrar.area(0), nullptr);
-    const auto events = registrar.Drain(0);
-    EXPECT_GT(CountKind(events, c::EventKind::kMemAlloc), 0);
-    if (word == c::BenchSwitch::kNoLaunchRecords) {
-      EXPECT_EQ(CountKind(events, c::EventKind::kLaunch), 0);
-      EXPECT_EQ(registrar.area(0)->counters.launches.load(), 0u);
-    } else {
-      EXPECT_GT(CountKind(events, c::EventKind::kLaunch), 0);
-      EXPECT_GT(registrar.area(0)->counters.launches.load(), 0u);
-    }
-  }
+    out.events = registrar.Drain(0);
+    out.launches_counted = registrar.area(0)->counters.launches.load();
+    return out;
+  };
+  // Word 0: launches recorded and counted, a kernel's first ones timed.
+  const SwitchedRun usual = run_under(c::BenchSwitch::kInterposed);
+  EXPECT_GT(CountKind(usual.events, c::EventKind::kLaunch), 0);
+  EXPECT_GT(usual.launches_counted, 0u);
+  EXPECT_GT(TimedLaunches(usual.events), 0);
+  // Word 3 (cpu-tax --in-process-baseline no-timing): launches interposed and recorded, and none
+  // is timed, not even a kernel's first ones.
+  const SwitchedRun untimed = run_under(c::BenchSwitch::kNoTiming);
+  EXPECT_GT(CountKind(untimed.events, c::EventKind::kLaunch), 0);
+  EXPECT_EQ(TimedLaunches(untimed.events), 0);
+  EXPECT_EQ(CountKind(untimed.events, c::EventKind::kKernelTime), 0);
+  // Word 4 (no-launch-records): launches interposed, none counted or pushed to the ring; the
+  // process's other events (memory) still are.
+  const SwitchedRun unrecorded = run_under(c::BenchSwitch::kNoLaunchRecords);
+  EXPECT_EQ(CountKind(unrecorded.events, c::EventKind::kLaunch), 0);
+  EXPECT_EQ(unrecorded.launches_counted, 0u);
+  EXPECT_GT(CountKind(unrecorded.events, c::EventKind::kMemAlloc), 0);
 }
 
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {
