@@ -373,12 +373,10 @@ struct ClientArea {
     std::atomic<uint64_t> memory_peak_bytes;
     std::atomic<uint64_t> launches;           // kernels launched (graph nodes counted)
     std::atomic<uint64_t> throttled_ns;       // time launches waited (finished waits)
-    // A wait in progress at the gate (or paused) since then, 0: none published. One waiting
-    // thread at a time publishes its wait; it moves the wait into throttled_ns when it ends,
-    // with wait_seq odd meanwhile (a sequence lock: HeldNs reads both words consistently).
+    // A wait in progress at the gate (or paused) since then; 0: none published; kWaitEnding
+    // while its thread moves it into throttled_ns. One waiting thread at a time publishes.
     std::atomic<uint64_t> waiting_since_ns;
-    std::atomic<uint32_t> wait_seq;
-    uint8_t reserved[20];
+    uint8_t reserved[24];
   } counters;
   EventRing ring;
 };
@@ -387,13 +385,16 @@ static_assert(sizeof(ClientArea::Counters) == 64);
 
 // A client's held time so that a reader sees a wait before it ends: the waiting thread
 // publishes its start (PublishWaitStart, true if it is the one published) and, when the wait
-// ends, adds it to throttled_ns (EndWait; the published one under the sequence lock, so that no
-// reader counts it twice). HeldNs is the reader's: the finished waits plus the one in progress
-// at now_ns. Every word is the client's to write: the server shows what it reads (its metric
-// never goes back) and decides nothing on it.
+// ends, adds it to throttled_ns (EndWait). The published one is first marked kWaitEnding and
+// cleared only after the add (release): a reader that finds the add (HeldNs reads throttled_ns
+// with acquire, then the start) finds the mark or what came after it, never the start, so no
+// wait is counted twice; a reader between the two may miss the wait for that moment. Every
+// word is the client's to write: the server shows what it reads (its metric never goes back)
+// and decides nothing on it.
+inline constexpr uint64_t kWaitEnding = UINT64_MAX;
 inline bool PublishWaitStart(ClientArea::Counters& c, uint64_t start_ns) {
   uint64_t none = 0;
-  return start_ns != 0 &&
+  return start_ns != 0 && start_ns != kWaitEnding &&
          c.waiting_since_ns.compare_exchange_strong(none, start_ns, std::memory_order_relaxed);
 }
 inline void EndWait(ClientArea::Counters& c, uint64_t waited_ns, bool published) {
@@ -401,25 +402,15 @@ inline void EndWait(ClientArea::Counters& c, uint64_t waited_ns, bool published)
     c.throttled_ns.fetch_add(waited_ns, std::memory_order_relaxed);
     return;
   }
-  const uint32_t seq = c.wait_seq.load(std::memory_order_relaxed);
-  c.wait_seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  c.throttled_ns.fetch_add(waited_ns, std::memory_order_relaxed);
-  c.waiting_since_ns.store(0, std::memory_order_relaxed);
-  c.wait_seq.store(seq + 2, std::memory_order_release);
+  c.waiting_since_ns.store(kWaitEnding, std::memory_order_relaxed);
+  c.throttled_ns.fetch_add(waited_ns, std::memory_order_release);
+  c.waiting_since_ns.store(0, std::memory_order_release);
 }
 inline uint64_t HeldNs(const ClientArea::Counters& c, uint64_t now_ns) {
-  uint64_t done = 0;
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    const uint32_t before = c.wait_seq.load(std::memory_order_acquire);
-    done = c.throttled_ns.load(std::memory_order_relaxed);
-    const uint64_t since = c.waiting_since_ns.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if ((before & 1) == 0 && c.wait_seq.load(std::memory_order_relaxed) == before) {
-      return done + (since != 0 && since <= now_ns ? now_ns - since : 0);
-    }
-  }
-  return done;  // a wait ending meanwhile (or a sequence kept odd): the finished waits only
+  const uint64_t done = c.throttled_ns.load(std::memory_order_acquire);
+  const uint64_t since = c.waiting_since_ns.load(std::memory_order_relaxed);
+  const bool waiting = since != 0 && since != kWaitEnding && since <= now_ns;
+  return done + (waiting ? now_ns - since : 0);
 }
 
 // The memory a pod holds, counted by every process of the pod against its limit (the board's
