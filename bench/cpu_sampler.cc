@@ -3,9 +3,9 @@
 // samples the thread that loaded it (the main thread) every ORION_CPU_SAMPLE_US microseconds of
 // that thread's CPU time (default 1000): a CPU-time timer of the thread, whose signal records the
 // instruction it interrupted, the thread's CPU time since the sample before (its weight: a
-// CPU-time timer fires on the kernel's tick, so the period is at least a tick) and, where ORION_BENCH_SWITCH names the benchmark's switch file
-// (contract::BenchSwitch), the switch's word then, so that one process serving two arms in turn
-// gives each arm its own profile. No hardware counter is needed (hosts without a PMU for a
+// CPU-time timer fires on the kernel's tick, so the period is at least a tick) and, where
+// ORION_BENCH_SWITCH names the benchmark's switch file (contract::BenchSwitch), the switch's
+// word then, so that one process serving two arms in turn gives each arm its own profile. No hardware counter is needed (hosts without a PMU for a
 // process have none). At exit it writes ORION_CPU_SAMPLES.<pid>.jsonl, one line per switch word,
 // object and symbol:
 //   {"switch": 0, "object": "liborion_interpose.so", "symbol": "cuLaunchKernel", "samples": 812,

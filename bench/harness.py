@@ -206,6 +206,16 @@ def append_row(path, row):
         f.write(json.dumps(row) + "\n")
 
 
+def read_runs(paths, tool, lenient=False):
+    """The rows of several runs of one experiment, pooled: each run's rounds numbered on from
+    the run before (read_rows for each file)."""
+    rows = []
+    for path in paths:
+        offset = max((r["round"] for r in rows), default=0)
+        rows += [dict(r, round=r["round"] + offset) for r in read_rows(path, tool, lenient)]
+    return rows
+
+
 def read_rows(path, tool, lenient=False, check=None, rerun=None):
     """The rows of a JSONL file (one JSON object a line; blank lines skipped). A line that does
     not parse stops with `TOOL: PATH:LINE: why` and what to run once it is mended; `lenient` (a

@@ -41,8 +41,6 @@ std::atomic<bool> g_process_ready{false};  // InitProcess has returned
 pthread_mutex_t g_register_mutex = PTHREAD_MUTEX_INITIALIZER;
 // Set once any registration failed: the whole process passes through from then on.
 std::atomic<uint32_t> g_pass_through{0};
-// ORION_BENCH_SWITCH's word (contract::BenchSwitch), mapped read-only (null without it).
-const std::atomic<uint32_t>* g_bench_switch = nullptr;
 std::atomic<uint32_t> g_note_printed{0};
 // Bumped in a fork child so every thread-local cache of the parent is ignored.
 std::atomic<uint32_t> g_epoch{1};
@@ -357,6 +355,8 @@ Registration* RegisterDevice(int device) {
 
 }  // namespace
 
+const std::atomic<uint32_t>* g_bench_switch = nullptr;  // client_state.h
+
 const EnvConfig& Config() { return g_config; }
 
 void RenewRegistration(Registration* reg, uint64_t now_ns) {
@@ -402,12 +402,6 @@ bool EnsureProcessInit() {
   pthread_once(&g_process_once, InitProcess);
   g_process_ready.store(true, std::memory_order_release);
   return g_driver_ok;
-}
-
-contract::BenchSwitch CurrentBenchSwitch() {
-  return g_bench_switch == nullptr
-             ? contract::BenchSwitch::kInterposed
-             : static_cast<contract::BenchSwitch>(g_bench_switch->load(std::memory_order_relaxed));
 }
 
 Registration* CurrentRegistration(CUcontext* ctx_out) {

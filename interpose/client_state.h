@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+#include <atomic>
+
 #include "contract/orion_contract.h"
 #include "interpose/cuda_abi.h"
 #include "interpose/env_config.h"
@@ -59,8 +61,17 @@ bool StartQuietThread(void* (*main)(void*), void* arg);
 // Resolves the driver and the configuration (pthread_once). False: pass through.
 bool EnsureProcessInit();
 
+// ORION_BENCH_SWITCH's word (contract::BenchSwitch), mapped read-only at start (null without
+// it). Hidden and declared here: the launch path asks it on every launch, inline.
+__attribute__((visibility("hidden"))) extern const std::atomic<uint32_t>* g_bench_switch;
+
 // ORION_BENCH_SWITCH's word now (kInterposed without the variable): benchmarks only.
-contract::BenchSwitch CurrentBenchSwitch();
+inline contract::BenchSwitch CurrentBenchSwitch() {
+  const std::atomic<uint32_t>* word = g_bench_switch;
+  return word == nullptr ? contract::BenchSwitch::kInterposed
+                         : static_cast<contract::BenchSwitch>(
+                               word->load(std::memory_order_relaxed));
+}
 
 // Registration for the calling thread's current context, registering the device on first use.
 // Null when the process passes through (disabled, no server, no context, ...). *ctx_out receives

@@ -95,10 +95,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   MetricFamily kernels = Family("orion_client_kernels_launched_total",
                                 "Kernels launched by a client (graph nodes counted)",
                                 MetricType::Counter);
-  MetricFamily throttled = Family("orion_client_throttled_seconds_total",
-                                  "Time a client's launches waited at the priority gate or paused, a wait in "
-                                  "progress included",
-                                  MetricType::Counter);
+  MetricFamily throttled = Family(
+      "orion_client_throttled_seconds_total",
+      "Time a client's launches waited at the priority gate or paused, a wait in progress included",
+      MetricType::Counter);
   MetricFamily mem_used = Family("orion_client_memory_used_bytes",
                                  "GPU memory allocated by a client", MetricType::Gauge);
   MetricFamily mem_limit = Family("orion_client_memory_limit_bytes",

@@ -66,7 +66,7 @@ def per_request(rows, arm, key):
         if r["arm"] != arm:
             continue
         cpu[r[key]] = cpu.get(r[key], 0.0) + r["cpu_ms"]
-        requests[(r["round"])] = r["requests"]
+        requests[r["round"]] = r["requests"]
     total = sum(requests.values()) or 1
     return {k: v / total for k, v in cpu.items()}
 
@@ -107,11 +107,7 @@ def split_symbol(symbol):
 
 
 def render(paths, symbols=0, resolve=None, lines_shown=0):
-    rows = []
-    for path in paths:
-        offset = max((r["round"] for r in rows), default=0)
-        for r in harness.read_rows(path, "cpu-samples"):
-            rows.append(dict(r, round=r["round"] + offset))
+    rows = harness.read_runs(paths, "cpu-samples")
     arms = sorted({r["arm"] for r in rows}, key=lambda a: a != "baseline")
     if len(arms) != 2 or arms[0] != "baseline":
         raise SystemExit(f"cpu-samples: rows of two arms, 'baseline' and another, wanted; "
@@ -142,7 +138,7 @@ def render(paths, symbols=0, resolve=None, lines_shown=0):
     if symbols or lines_shown:
         mine_rows = [r for r in rows if r["object"] == "liborion_interpose.so"]
         cpu = per_request(mine_rows, mine, "symbol")
-        places = locate(resolve, [o for o in map(lambda k: split_symbol(k)[1], cpu) if o])
+        places = locate(resolve, [o for _, o in map(split_symbol, cpu) if o])
         functions, source = {}, {}
         for symbol, ms in cpu.items():
             name, offset = split_symbol(symbol)

@@ -64,7 +64,7 @@ import tempfile
 import time
 import harness
 from experiments import cpu_samples
-from harness import MODELS, parse_result, quantile, read_rows
+from harness import MODELS, parse_result, quantile
 
 ANSWERS = ("what the interposer costs a job on one CPU (taskset or a cgroup cpu.max): "
            "an eager or graph service and a trainer, bare against interposed")
@@ -485,11 +485,7 @@ def render(paths, interval=False):
     """The tables of one or more runs' results.jsonl; several runs of one A/B pool their rounds
     (numbered on from the run before). `interval` adds the bootstrap 95% interval of each
     figure's median ratio."""
-    rows = []
-    for path in paths:
-        offset = max((r["round"] for r in rows), default=0)
-        for r in read_rows(path, "cpu-tax", lenient=True):  # a run cut short: its last line
-            rows.append(dict(r, round=r["round"] + offset))
+    rows = harness.read_runs(paths, "cpu-tax", lenient=True)  # a run cut short: its last line
     lines = []
     # One table per limit and baseline (an out dir may hold an A/B and its A/A control).
     for limit, base in sorted({(r["limit"], r.get("baseline", "")) for r in rows}):
