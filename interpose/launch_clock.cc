@@ -24,19 +24,16 @@ std::atomic<uint64_t> g_rate_q32{0};
 TickAnchor g_rate_from;
 std::atomic<bool> g_measuring{false};
 
-// A counter reading beside the kernel's clock: the counter read before and after it, the anchor
-// at their middle. An interrupted pair (over 2 us apart) anchors at the later reading.
-TickAnchor ReadAnchor() {
+// A counter reading beside the kernel's clock (AnchorFromReadings).
+bool ReadAnchor(TickAnchor* anchor) {
 #if defined(__x86_64__)
   const uint64_t before = __rdtsc();
   const uint64_t ns = MonotonicNs();
   const uint64_t after = __rdtsc();
-  const uint64_t rate = g_rate_q32.load(std::memory_order_relaxed);
-  const uint64_t spread = after - before;
-  const bool tight = rate != 0 && ((spread * rate) >> 32) < 2'000;
-  return TickAnchor{tight ? before + spread / 2 : after, ns};
+  return AnchorFromReadings(before, ns, after, g_rate_q32.load(std::memory_order_relaxed), anchor);
 #else
-  return TickAnchor{0, MonotonicNs()};
+  *anchor = TickAnchor{0, MonotonicNs()};
+  return false;
 #endif
 }
 
@@ -121,10 +118,14 @@ bool LaunchClockExtrapolates() {
 
 uint64_t AnchorLaunchClock() {
   if (g_counter_state.load(std::memory_order_relaxed) != kOn) return MonotonicNs();
-  const TickAnchor now = ReadAnchor();
-  MeasureRate(now);
-  t_launch_clock.Anchor(now, LaunchClockExtrapolates() ? g_rate_q32.load(std::memory_order_relaxed)
-                                                       : 0);
+  TickAnchor now;
+  // An interrupted pair anchors nothing: the thread's next reading reads the kernel's clock
+  // again.
+  const bool tight = ReadAnchor(&now);
+  if (tight) MeasureRate(now);
+  t_launch_clock.Anchor(now, tight && LaunchClockExtrapolates()
+                                 ? g_rate_q32.load(std::memory_order_relaxed)
+                                 : 0);
   return now.ns;
 }
 

@@ -56,6 +56,18 @@ inline uint64_t NsPerTickQ32(TickAnchor from, TickAnchor to) {
   return static_cast<uint64_t>(q);
 }
 
+// The anchor of a kernel reading `ns` taken between counter readings `before` and `after`: at
+// their middle. False where they lie over 2 us apart at `rate` (10,000 ticks before the first
+// rate): the thread was interrupted in between, and the pair may be microseconds apart (such a
+// pair read 17 us off for an anchor's whole reach on an H100 host).
+inline bool AnchorFromReadings(uint64_t before, uint64_t ns, uint64_t after, uint64_t rate,
+                               TickAnchor* anchor) {
+  const uint64_t spread = after - before;
+  *anchor = TickAnchor{before + spread / 2, ns};
+  if (after < before) return false;
+  return rate != 0 ? ((spread * rate) >> 32) < 2'000 : spread < 10'000;
+}
+
 // One thread's anchor and the rate it extrapolates with.
 struct ThreadClock {
   uint64_t base_ticks = 0;

@@ -44,6 +44,20 @@ TEST(LaunchClockTest, ExtrapolatesOnlyWithinItsAnchorsReach) {
   EXPECT_FALSE(clock.Extrapolate(1'000'001, &ns)) << "no rate: the kernel's clock";
 }
 
+TEST(LaunchClockTest, AnInterruptedPairAnchorsNothing) {
+  TickAnchor anchor;
+  const uint64_t rate = kOneQ32 / 3;  // 3 GHz
+  ASSERT_TRUE(AnchorFromReadings(1'000'000, 55, 1'000'090, rate, &anchor));
+  EXPECT_EQ(anchor.ticks, 1'000'045u);
+  EXPECT_EQ(anchor.ns, 55u);
+  // 17 us between the kernel's reading and the counter's after it.
+  EXPECT_FALSE(AnchorFromReadings(1'000'000, 55, 1'000'000 + 51'000, rate, &anchor));
+  EXPECT_FALSE(AnchorFromReadings(1'000'000, 55, 999'000, rate, &anchor)) << "went back";
+  // Before the first rate: in ticks.
+  EXPECT_TRUE(AnchorFromReadings(0, 55, 9'999, 0, &anchor));
+  EXPECT_FALSE(AnchorFromReadings(0, 55, 10'000, 0, &anchor));
+}
+
 constexpr char kInvariantCpu[] =
     "processor\t: 0\nvendor_id\t: GenuineIntel\n"
     "flags\t\t: fpu vme tsc msr constant_tsc rep_good nopl nonstop_tsc cpuid tsc_known_freq\n"
