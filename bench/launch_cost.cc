@@ -18,7 +18,7 @@
 // timed alone; the line then ends "pollute_kb=KB". --kernels N launches N distinct kernels in
 // turn (orion_spin loaded N times under N names), as a framework's forward pass launches its own
 // kernels once each: the interposer then finds each kernel's record as cold as the kernel's turn
-// is far; the line then ends "kernels=N". Last, the interposer's launch clock: its cost and error.
+// is far; the line then ends "kernels=N".
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -29,7 +29,6 @@
 #include <thread>
 #include <vector>
 
-#include "interpose/launch_clock.h"
 #include "samples/sample_common.h"
 
 namespace {
@@ -42,42 +41,6 @@ struct Extras {
   bool capturing = false;  // cuStreamIsCapturing before the launch
   bool event = false;      // cuEventRecord after the launch
 };
-
-// The interposer's launch clock (interpose/launch_clock.h), as this host lets it run: a reading's
-// cost, and how far its readings lie from the kernel's clock read around them over 0.5 s once its
-// first rate is measured (only readings whose two kernel readings lie within 200 ns; the error
-// is the reading against their middle). Prints "launch clock ns_per_call=.." and
-// "launch-clock-error extrapolates=0|1 p50_ns=.. p99_ns=.. max_ns=.. readings=..".
-void PrintLaunchClock() {
-  using namespace orion::interpose;
-  InitLaunchClock(true);
-  const uint64_t warm_until = MonotonicNs() + 2 * kFirstCalibrationNs;
-  while (MonotonicNs() < warm_until) LaunchClockNs();
-  uint64_t sink = 0;
-  const uint64_t t0 = NowNs();
-  for (int i = 0; i < 1'000'000; ++i) sink += LaunchClockNs();
-  printf("%-34s ns_per_call=%.0f%s\n", "launch clock",
-         static_cast<double>(NowNs() - t0) / 1'000'000, sink == 1 ? " " : "");
-  std::vector<int64_t> errors;
-  const uint64_t until = MonotonicNs() + 500'000'000;
-  while (MonotonicNs() < until) {
-    const uint64_t before = MonotonicNs();
-    const uint64_t ns = LaunchClockNs();
-    const uint64_t after = MonotonicNs();
-    if (after - before > 200) continue;
-    errors.push_back(std::llabs(static_cast<int64_t>(ns - (before + (after - before) / 2))));
-    // Spread over the anchors' reach: a reading every ~5 us, as an eager framework launches.
-    for (const uint64_t next = after + 5'000; MonotonicNs() < next;) {
-    }
-  }
-  std::sort(errors.begin(), errors.end());
-  auto at = [&errors](double q) {
-    return errors.empty() ? 0 : errors[static_cast<size_t>(q * static_cast<double>(errors.size() - 1))];
-  };
-  printf("launch-clock-error extrapolates=%d p50_ns=%lld p99_ns=%lld max_ns=%lld readings=%zu\n",
-         LaunchClockExtrapolates() ? 1 : 0, static_cast<long long>(at(0.5)),
-         static_cast<long long>(at(0.99)), static_cast<long long>(at(1.0)), errors.size());
-}
 
 constexpr int kGroup = 64;
 constexpr int kEvents = 1024;
@@ -276,7 +239,6 @@ int main(int argc, char** argv) {
     printf("%-34s ns_per_call=%.0f%s\n", "clock_gettime(CLOCK_MONOTONIC)",
            static_cast<double>(NowNs() - t0) / 1'000'000, sink == 1 ? " " : "");
   }
-  PrintLaunchClock();
   std::vector<CUmodule> modules(static_cast<size_t>(kernel_count) - 1);
   std::vector<CUfunction> kernels{gpu.spin};
   for (size_t i = 0; i < modules.size(); ++i) {

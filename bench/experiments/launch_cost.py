@@ -70,28 +70,12 @@ def paired_table(rows):
          "95% interval of one run (median)", "pairs a run", "runs"], out)
 
 
-def clock_table(rows):
-    """The launch clock against the kernel's, per run of the bench (every arm runs it)."""
-    on = [r for r in rows if r["extrapolates"]]
-    out = [[f"{len(on)} of {len(rows)}",
-            harness.spread([r["p50_ns"] for r in on], digits=0, suffix=" ns") if on else "-",
-            harness.spread([r["p99_ns"] for r in on], digits=0, suffix=" ns") if on else "-",
-            f"{max(r['max_ns'] for r in on)} ns" if on else "-",
-            str(sum(r["readings"] for r in rows))]]
-    return harness.markdown_table(
-        ["runs extrapolating the counter", "error p50: median [min, max]", "error p99",
-         "error max", "readings"], out)
-
-
 def table(rows):
     """Per variant: the no-interposer cost and each interposed arm's paired difference; then the
     paired figure."""
     paired = [r for r in rows if r["variant"] == "paired"]
-    clock = [r for r in rows if r["variant"] == "launch clock error"]
-    rows = [r for r in rows if r["variant"] not in ("paired", "launch clock error")]
+    rows = [r for r in rows if r["variant"] != "paired"]
     text = paired_table(paired) if paired else ""
-    if clock:
-        text += ("\n\n" if text else "") + clock_table(clock)
     if not rows:
         return text
     return table_of_variants(rows) + ("\n\n" + text if text else "")
@@ -176,13 +160,6 @@ def main(argv=None):
                 for m in re.finditer(r"^(.+?)\s+ns_per_(?:launch|call)=(\d+)", text, re.M):
                     row = {"run": run, "arm": arm, "variant": m.group(1).strip(),
                            "ns": int(m.group(2)), "cpus": args.cpus}
-                    rows.append(row)
-                    harness.append_row(rows_path, row)
-                m = re.search(r"^launch-clock-error (.+)$", text, re.M)
-                if m:
-                    row = {"run": run, "arm": arm, "variant": "launch clock error",
-                           "cpus": args.cpus,
-                           **{k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}}
                     rows.append(row)
                     harness.append_row(rows_path, row)
                 m = re.search(r"^paired (.+)$", text, re.M)
