@@ -241,17 +241,21 @@ def compare_profile(matched):
     return rows
 
 
+SERVER_RECENT_WEIGHT = 4  # server/kernel_profile.h MeasuredMean::kRecentWeight
+
+
 class RecentMean:
     """The server's draw for an untimed launch (server/kernel_profile.h MeasuredMean): the mean
-    of the first four measured samples past the warm-up, then each new one weighing a quarter."""
-    def __init__(self):
-        self.n, self.total, self.recent = 0, 0, 0.0
+    of the first `weight` measured samples past the warm-up, then each new one weighing
+    1/`weight`; weight 0: the mean of all of them (a replay's alternative)."""
+    def __init__(self, weight=SERVER_RECENT_WEIGHT):
+        self.weight, self.n, self.total, self.recent = weight, 0, 0, 0.0
 
     def add(self, ns):
         self.n += 1
         self.total += ns
-        self.recent = (self.total / self.n if self.n <= 4
-                       else self.recent + (ns - self.recent) / 4)
+        self.recent = (self.total / self.n if self.weight == 0 or self.n <= self.weight
+                       else self.recent + (ns - self.recent) / self.weight)
 
 
 def reported_contended(s):
@@ -261,7 +265,7 @@ def reported_contended(s):
     return bool(s["contended"]) and (bool(s["clamped"]) or s["start"] == 0)
 
 
-def estimate_window(samples, prof, matched, off):
+def estimate_window(samples, prof, matched, off, weight=SERVER_RECENT_WEIGHT):
     """Where a process's busy seconds over the profiler's window come from, against the
     profiler's kernel time, in three steps (each kernel's function taken from the samples the
     window matched, by name):
@@ -273,7 +277,8 @@ def estimate_window(samples, prof, matched, off):
       - server: the server's own arithmetic (timed launches at their reported duration,
         untimed ones at the recent mean of the samples not reported contended before them, the
         log's samples from before the window included) over the profiler's kernels, by function
-        alone and scaled to each launch's shape (grid and block).
+        alone and scaled to each launch's shape (grid and block), at the server's recency
+        weight or another (`weight`, RecentMean).
     Kernels whose name no sample matched are left out of all three (`covered` says how much of
     the profiler's time is in)."""
     if not matched or off is None:
@@ -310,7 +315,7 @@ def estimate_window(samples, prof, matched, off):
     drawn_at_zero = 0
     for _, kind, x in events:
         if kind == 0:
-            means.setdefault(x["func"], RecentMean()).add(x["dur"])
+            means.setdefault(x["func"], RecentMean(weight)).add(x["dur"])
             per = shapes.setdefault(x["func"], {})
             n, total_ns = per.get((x["grid"], x["block"]), (0, 0))
             per[(x["grid"], x["block"])] = (n + 1, total_ns + x["dur"])
@@ -411,6 +416,9 @@ def main(argv=None):
                    help="per function of 100 samples or more: median spans of launches whose "
                         "call took at most US microseconds and of the longer ones (a profiler "
                         "slows the call: its window against the rest)")
+    p.add_argument("--replay-weights", metavar="W,W,...",
+                   help="also replay the server's arithmetic with these recency weights (a new "
+                        "sample weighs 1/W; 0: the mean of all samples), e.g. 4,8,16,0")
     p.add_argument("--table", metavar="ROWS_JSONL",
                    help="render windows' busy seconds and estimate steps (JSONL) and exit")
     args = p.parse_args(argv)
@@ -449,6 +457,7 @@ def main(argv=None):
         if args.check and problems:
             sys.exit("\n".join(problems))
         return
+    weights = [int(w) for w in args.replay_weights.split(",")] if args.replay_weights else []
     # Each log against each window; the offsets found by one pair are tried by the others.
     found = [off for _, samples in logs for prof in profiles
              for off in [match_profile(samples, prof)[1]] if off is not None]
@@ -459,7 +468,9 @@ def main(argv=None):
                 comparisons.append({"file": os.path.basename(path),
                                     "profile": os.path.basename(name),
                                     "by_class": compare_profile(matched),
-                                    "estimate": estimate_window(samples, prof, matched, off)})
+                                    "estimate": estimate_window(samples, prof, matched, off),
+                                    "replays": {w: estimate_window(samples, prof, matched, off, w)
+                                                for w in weights}})
     if args.json:
         for r in rows:
             print(json.dumps(r))
@@ -505,6 +516,10 @@ def main(argv=None):
                   f"{e['selection']:.3f}, the server's arithmetic by function {e['server']:.3f} "
                   f"and by launch shape {e['server_by_shape']:.3f} "
                   f"({e['drawn_before_any_sample']} kernels drawn before any sample)")
+        for w, r in c.get("replays", {}).items():
+            if r:
+                print(f"- recency weight {w if w else 'none (mean of all)'}: by function "
+                      f"{r['server']:.3f}, by launch shape {r['server_by_shape']:.3f}")
     for line in problems[:20]:
         print("problem:", line, file=sys.stderr)
     if args.check and problems:

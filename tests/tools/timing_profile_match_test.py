@@ -16,7 +16,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run(work, kernels, launches, guessed_offset_us):
+def run(work, kernels, launches, guessed_offset_us, extra=()):
     """timing-log --profile on the log in `work` against these kernels, the profiler's offset
     guessed as given: the matched samples' figures and the window's busy-time estimate."""
     prof = os.path.join(work, "p.kernels.json")
@@ -24,13 +24,13 @@ def run(work, kernels, launches, guessed_offset_us):
         json.dump({"mono_offset_us": guessed_offset_us, "kernels": kernels,
                    "launches": launches}, f)
     out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"),
-                          "timing-log", "--json", work, "--profile", prof],
+                          "timing-log", "--json", work, "--profile", prof, *extra],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     rows = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
     match = [r for r in rows if "by_class" in r]
     assert len(match) == 1, rows
-    return match[0]["by_class"]["all"], match[0]["estimate"]
+    return match[0]["by_class"]["all"], match[0]["estimate"], match[0]["replays"]
 
 
 def main():
@@ -62,7 +62,7 @@ def main():
     # The profiler's first guess 150 us off, and 8 ms off (a service's profiler steps that
     # begin before their requests arrive): both must be found.
     for guess_us in (150, 8_000):
-        every, estimate = run(work, kernels, launches, off + guess_us)
+        every, estimate, _ = run(work, kernels, launches, off + guess_us)
         assert every["samples"] >= 0.97 * sampled, (guess_us, every["samples"], sampled)
     # The window's busy time: every sample reports its kernel's own time, so the samples'
     # step reads 1, all of the profiler's time is covered, and drawing the untimed launches
@@ -71,6 +71,12 @@ def main():
     assert abs(estimate["per_sample"] - 1.0) < 0.01, estimate
     assert abs(estimate["server"] - 1.0) < 0.1 and abs(estimate["server_by_shape"] - 1.0) < 0.1, \
         estimate
+    # Replayed at the server's own recency weight the arithmetic is the server's; at the mean
+    # of all samples it is another draw, near the truth too.
+    _, _, replays = run(work, kernels, launches, off + 150, ("--replay-weights", "4,0"))
+    assert replays["4"]["server"] == estimate["server"], (replays, estimate)
+    assert abs(replays["0"]["server"] - 1.0) < 0.1 and replays["0"]["server"] != estimate["server"], \
+        replays
     assert every["samples"] >= 0.97 * sampled, (every["samples"], sampled)
     assert abs(every["reported_over_profiler"] - 1.0) < 0.01, every
     assert abs(every["kernel_start_after_return_us_median"] - 1.5) < 0.3, every
