@@ -5,9 +5,9 @@
 // instruction it interrupted, the thread's CPU time since the sample before (its weight: a
 // CPU-time timer fires on the kernel's tick, so the period is at least a tick) and, where
 // ORION_BENCH_SWITCH names the benchmark's switch file (contract::BenchSwitch), the switch's
-// word then, so that one process serving two arms in turn gives each arm its own profile. No hardware counter is needed (hosts without a PMU for a
-// process have none). At exit it writes ORION_CPU_SAMPLES.<pid>.jsonl, one line per switch word,
-// object and symbol:
+// word then, so that one process serving two arms in turn gives each arm its own profile. No
+// hardware counter is needed (hosts without a PMU for a process have none). At exit it writes
+// ORION_CPU_SAMPLES.<pid>.jsonl, one line per switch word, object and symbol:
 //   {"switch": 0, "object": "liborion_interpose.so", "symbol": "cuLaunchKernel", "samples": 812,
 //    "cpu_ms": 3248.0, "period_us": 1000}
 // A sample is its leaf function's: time in a library the interposer calls (the clock in the
