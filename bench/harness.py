@@ -8,6 +8,7 @@ pinning, rounds in rotating order, JSONL rows and median [min, max] summaries.
   server.stop()
   rows = harness.read_rows(path, "priority")     # a bad line stops: EXPERIMENT: PATH:LINE: why
 """
+import gzip
 import json
 import os
 import statistics
@@ -221,9 +222,10 @@ def read_rows(path, tool, lenient=False, check=None, rerun=None):
     not parse stops with `TOOL: PATH:LINE: why` and what to run once it is mended; `lenient` (a
     run's own results, whose last line is half written when the run was cut short) leaves it out
     with a note instead. `check(row)` returns what is wrong with a parsed row, or None. `rerun`
-    is the command named in that message (default: the experiment's --table on the file)."""
+    is the command named in that message (default: the experiment's --table on the file). A
+    path ending in .gz is read through gzip (large rows kept compressed in docs/data)."""
     try:
-        f = open(path)
+        f = gzip.open(path, "rt") if path.endswith(".gz") else open(path)
     except OSError as e:
         sys.exit(f"{tool}: {path}: cannot read ({e.strerror})")
     rows = []

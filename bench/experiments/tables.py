@@ -4,7 +4,7 @@
 
 A table in a Markdown file is generated when it stands between
 
-  <!-- generated: python3 bench/orion_bench.py EXPERIMENT --table docs/data/FILE.jsonl -->
+  <!-- generated: python3 bench/orion_bench.py EXPERIMENT --table docs/data/FILE.jsonl[.gz] -->
   ...
   <!-- end generated -->
 
@@ -31,7 +31,8 @@ ANSWERS = ("keeps the docs' result tables equal to what their JSONL in docs/data
 BLOCK = re.compile(r"(<!-- generated: (?P<cmd>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)",
                    re.S)
 COMMAND = re.compile(r"^python3 bench/orion_bench\.py (?P<experiment>[a-z][a-z-]*) "
-                     r"--table (?P<data>docs/data/[\w./-]+\.jsonl( docs/data/[\w./-]+\.jsonl)*)"
+                     r"--table (?P<data>docs/data/[\w./-]+\.jsonl(?:\.gz)?"
+                     r"( docs/data/[\w./-]+\.jsonl(?:\.gz)?)*)"
                      r"(?P<options>( --[a-z][a-z-]*( [\w.,=-]+)?)*)$")
 DEFAULT = ("docs/benchmarks.md", "README.md")
 
@@ -40,7 +41,7 @@ def render(command, where):
     m = COMMAND.match(command)
     if not m:
         sys.exit(f"tables: {where}: '{command}' is not 'python3 bench/orion_bench.py EXPERIMENT "
-                 f"--table docs/data/FILE.jsonl [--OPTION [VALUE]]...'; mend the marker, then run: "
+                 f"--table docs/data/FILE.jsonl[.gz] [--OPTION [VALUE]]...'; mend the marker, then run: "
                  f"python3 bench/orion_bench.py tables")
     names = m["data"].split()  # several runs of one A/B where the experiment pools them
     for name in names:
