@@ -29,7 +29,8 @@ CUDA graph instead of the eager model.
 --interleave N serves the two arms in turn instead: per round and job, one long-lived process
 of each arm (on cores 2 and 3, --cpus, or in two cgroups of one CPU each; the arms swap them
 every round), driven in blocks of N requests (--train-block steps; torch_models.py --driven),
-the order alternating every block, --blocks blocks each after one unrecorded block. The host's
+the order alternating every block, --blocks blocks each after unrecorded ones (40 requests or
+steps, at least one block). The host's
 drift, which moves a whole run's service time by tens of percent within minutes, then falls on
 both arms alike; each arm's figures pool its blocks, a Poisson block's arrivals are the same in
 both arms. --in-process serves both arms from one interposed process (its core alternating
@@ -268,19 +269,26 @@ class Bench:
                 arm.close()
             if samples:  # the process has exited: its sampler wrote its file
                 cpu_samples.collect(samples, rnd, {word: "baseline", 0: "interposed"},
-                                    (self.args.blocks + 1) * self.args.interleave,
+                                    (self.args.blocks + self.unrecorded_blocks())
+                                    * self.args.interleave,
                                     os.path.join(self.out, "cpu-samples.jsonl"))
+
+    def unrecorded_blocks(self):
+        """Blocks each arm serves before its recorded ones: at least WARM_UP_REQUESTS requests
+        (steps), so that short blocks do not record the interposer's first launches of each
+        kernel (timed more often, to learn them) or a cold model."""
+        return max(1, -(-WARM_UP_REQUESTS // self.args.interleave))
 
     def interleaved(self, rnd, arms, role, block_command, rate=None):
         """One job of a round with both arms served in turn: their pooled figures, one row per
-        arm. block_command(i) is the command of block i; block -1, unrecorded, brings the
-        clocks up."""
+        arm. block_command(i) is the command of block i; the unrecorded blocks before block 0
+        (unrecorded_blocks) bring the clocks up."""
         lat = {False: [], True: []}
         # Per arm, each per-request figure of the block answers (cpu_ms, the thread split and
         # the phases) summed over the requests of its blocks.
         sums = {False: {}, True: {}}
         throttled = {False: [0, 0.0], True: [0, 0.0]}  # periods, ms (cgroup only)
-        for i in range(-1, self.args.blocks):
+        for i in range(-self.unrecorded_blocks(), self.args.blocks):
             for interposer in ([False, True] if i % 2 else [True, False]):
                 before = arms[interposer].throttled()
                 ms, figures = arms[interposer].block(block_command(max(i, 0)))
@@ -422,6 +430,9 @@ class DrivenArm:
             self.p.kill()
             self.p.wait()
 
+
+# --interleave: requests (steps) each arm serves unrecorded before its blocks
+WARM_UP_REQUESTS = 40
 
 # --in-process-baseline: ORION_BENCH_SWITCH's word in the baseline arm's blocks
 # (contract::BenchSwitch) and the rows' name for that arm.
