@@ -5,7 +5,7 @@ in every round so that host drift cancels.
   orion_bench.py cpu-tax --bundle DIR [--model resnet50] [--graph] [--nvtx] [--rounds 5]
       [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
-      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--in-process
+      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--warm-up 300] [--in-process
       [--in-process-baseline bypass|no-hold|no-timing|no-launch-records]
       [--in-process-env KEY=VALUE ...]
       [--wrap 'CMD ...'] [--cpu-samples]]] [--out DIR]
@@ -29,8 +29,9 @@ CUDA graph instead of the eager model.
 --interleave N serves the two arms in turn instead: per round and job, one long-lived process
 of each arm (on cores 2 and 3, --cpus, or in two cgroups of one CPU each; the arms swap them
 every round), driven in blocks of N requests (--train-block steps; torch_models.py --driven),
-the order alternating every block, --blocks blocks each after unrecorded ones (40 requests or
-steps, at least one block). The host's
+the order alternating every block, --blocks blocks each after unrecorded ones (--warm-up
+requests or steps, default 300, at least one block: past the interposer's learning of each
+kernel, 1 in 8 of its first 256 launches timed). The host's
 drift, which moves a whole run's service time by tens of percent within minutes, then falls on
 both arms alike; each arm's figures pool its blocks, a Poisson block's arrivals are the same in
 both arms. --in-process serves both arms from one interposed process (its core alternating
@@ -117,7 +118,8 @@ class Bench:
             who = ("one process serving both arms, its core alternating between rounds"
                    if args.in_process else "the arms swap them every round")
             self.limit_note += (f" ({who}), served in turn in blocks "
-                                f"of {args.interleave} requests, {args.train_block} steps")
+                                f"of {args.interleave} requests, {args.train_block} steps"
+                                f", after {args.warm_up} unrecorded")
         self.server = None
 
     def start_server(self):
@@ -274,10 +276,12 @@ class Bench:
                                     os.path.join(self.out, "cpu-samples.jsonl"))
 
     def unrecorded_blocks(self):
-        """Blocks each arm serves before its recorded ones: at least WARM_UP_REQUESTS requests
-        (steps), so that short blocks do not record the interposer's first launches of each
-        kernel (timed more often, to learn them) or a cold model."""
-        return max(1, -(-WARM_UP_REQUESTS // self.args.interleave))
+        """Blocks each arm serves before its recorded ones: at least --warm-up requests (steps),
+        so that the recorded blocks see neither a cold model nor the interposer's learning (a
+        kernel's first 256 launches are timed 1 in 8 instead of 1 in 256: kernel_registry.h;
+        a kernel launched once a request learns for 256 requests), which a service that runs
+        for hours leaves behind in its first seconds."""
+        return max(1, -(-self.args.warm_up // self.args.interleave))
 
     def interleaved(self, rnd, arms, role, block_command, rate=None):
         """One job of a round with both arms served in turn: their pooled figures, one row per
@@ -430,9 +434,6 @@ class DrivenArm:
             self.p.kill()
             self.p.wait()
 
-
-# --interleave: requests (steps) each arm serves unrecorded before its blocks
-WARM_UP_REQUESTS = 40
 
 # --in-process-baseline: ORION_BENCH_SWITCH's word in the baseline arm's blocks
 # (contract::BenchSwitch) and the rows' name for that arm.
@@ -590,6 +591,8 @@ def main(argv=None):
                         "costs): the table's 'bare' column is then that arm")
     p.add_argument("--interleave", type=int, default=0, metavar="N",
                    help="serve both arms in turn, in blocks of N requests or steps (see above)")
+    p.add_argument("--warm-up", type=int, default=300, metavar="N",
+                   help="--interleave: requests (steps) each arm serves unrecorded first")
     p.add_argument("--blocks", type=int, default=20,
                    help="--interleave: recorded blocks per arm, round and job")
     p.add_argument("--train-block", type=int, default=4,
@@ -620,6 +623,8 @@ def main(argv=None):
             p.error(f"--baseline-env {kv!r}: expected ORION_NAME=VALUE")
     if args.control and (args.baseline_env or args.baseline_interposer):
         p.error("--control compares no interposer with no interposer: no other baseline")
+    if args.warm_up < 0:
+        p.error("--warm-up wants 0 or more requests")
     if args.in_process and (not args.interleave or args.control or args.baseline_env
                             or args.baseline_interposer):
         p.error("--in-process needs --interleave, and its baseline is --in-process-baseline: "

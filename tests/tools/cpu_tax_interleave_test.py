@@ -101,7 +101,7 @@ def run_bench(work, name, extra):
     from experiments import cpu_tax
     cpu_tax.MODELS = os.path.join(work, "fake_model.py")
     out = os.path.join(work, name)
-    argv = ["--bundle", os.path.join(work, "bundle"), "--interleave", "3",
+    argv = ["--bundle", os.path.join(work, "bundle"), "--interleave", "3", "--warm-up", "12",
             "--blocks", "4", "--rounds", "2", "--jobs", "service-closed,service-poisson",
             "--cpus", "0,1", "--out", out] + extra
     with contextlib.redirect_stdout(io.StringIO()):
@@ -194,8 +194,8 @@ def check_bench(work):
     arms = {r["arm"] for r in samples}
     if arms != {"baseline", "interposed"} or any(r["cpu_ms"] >= 1000 for r in samples):
         fail(f"samples by arm, teardown left out: {samples}")
-    # 4 recorded blocks of 3 after 14 unrecorded ones (the 40 warm-up requests, in blocks of 3)
-    if {r["requests"] for r in samples} != {(4 + 14) * 3}:
+    # 4 recorded blocks of 3 after 4 unrecorded ones (--warm-up 12, in blocks of 3)
+    if {r["requests"] for r in samples} != {(4 + 4) * 3}:
         fail(f"requests per arm and round: {samples}")
 
     os.environ["FAKE_FAIL"] = "1"
