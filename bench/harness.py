@@ -11,6 +11,7 @@ pinning, rounds in rotating order, JSONL rows and median [min, max] summaries.
 import gzip
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -190,6 +191,16 @@ def spread(values, digits=2, suffix="x"):
     if not xs:
         return "-"
     return f"{statistics.median(xs):.{digits}f}{suffix} [{xs[0]:.{digits}f}, {xs[-1]:.{digits}f}]"
+
+
+def median_interval(values, resamples=4000, seed=1, digits=3):
+    """The bootstrap 95% interval of the median of `values` (seeded: a table renders the same
+    every time), as "[low, high]"."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values)))
+                     for _ in range(resamples))
+    low, high = medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def markdown_table(header, rows):

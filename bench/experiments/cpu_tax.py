@@ -56,7 +56,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import statistics
 import resource
 import shlex
@@ -484,15 +483,6 @@ METRICS = {
 }
 
 
-def median_interval(ratios, resamples=4000, seed=1):
-    """The bootstrap 95% interval of the median of `ratios` (seeded: a table renders the same
-    every time), as "[low, high]"."""
-    rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
-                     for _ in range(resamples))
-    return f"[{medians[int(0.025 * resamples)]:.3f}, {medians[int(0.975 * resamples) - 1]:.3f}]"
-
-
 def render(paths, interval=False):
     """The tables of one or more runs' results.jsonl; several runs of one A/B pool their rounds
     (numbered on from the run before). `interval` adds the bootstrap 95% interval of each
@@ -517,7 +507,7 @@ def render(paths, interval=False):
         def cell(ratios):  # the interval's column, where there is one
             if not interval:
                 return ""
-            return f" {median_interval(ratios)} |" if ratios else " - |"
+            return f" {harness.median_interval(ratios)} |" if ratios else " - |"
         for role, metrics in METRICS.items():
             by_round = {}
             for r in sub:
