@@ -364,6 +364,25 @@ def estimate_table(rows):
           f"**{r['busy_ratio']:.3f}**"] for r in rows])
 
 
+def replay_table(rows):
+    """The server's arithmetic replayed at several recency weights (rows: window, weight (0: the
+    mean of every sample before), server, selection, per_sample), a window a line."""
+    weights = sorted({r["weight"] for r in rows}, key=lambda w: (w == 0, w))
+    windows = list(dict.fromkeys(r["window"] for r in rows))
+    at = {(r["window"], r["weight"]): r for r in rows}
+    def name(w):
+        if w == 0:
+            return "mean of all before"
+        return f"weight {w}" + (" (server)" if w == SERVER_RECENT_WEIGHT else "")
+    out = []
+    for win in windows:
+        first = next(r for r in rows if r["window"] == win)
+        out.append([win, first["matched"], f"{first['per_sample']:.3f}",
+                    f"{first['selection']:.3f}"] + [f"{at[(win, w)]['server']:.3f}" if (win, w) in at else "-" for w in weights])
+    return harness.markdown_table(["window", "samples matched", "per sample",
+                                   "kept samples' own kernels"] + [name(w) for w in weights], out)
+
+
 def split_by_call(samples, call_ns, min_samples=100):
     """Per function with at least `min_samples` samples past the warm-up: the median span of its
     uncontended queued samples and the median elapsed time of its idle ones,
@@ -424,7 +443,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.table:
         rows = harness.read_rows(args.table, "timing-log")
-        print(split_table(rows) if args.split_by_call is not None else estimate_table(rows))
+        if args.split_by_call is not None:
+            print(split_table(rows))
+        else:
+            print(replay_table(rows) if rows and "weight" in rows[0] else estimate_table(rows))
         return
     files = []
     for path in args.paths:
