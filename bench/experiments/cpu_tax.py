@@ -5,7 +5,8 @@ in every round so that host drift cancels.
   orion_bench.py cpu-tax --bundle DIR [--model resnet50] [--graph] [--nvtx] [--rounds 5]
       [--limit taskset|cgroup] [--requests 1000] [--load 0.5] [--train-model resnet50]
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
-      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...] [--interleave N [--warm-up 300] [--in-process
+      [--baseline-interposer LIB | --baseline-env KEY=VALUE ...]
+      [--interleave N [--warm-up 300] [--in-process
       [--in-process-baseline bypass|no-hold|no-timing|no-launch-records]
       [--in-process-env KEY=VALUE ...]
       [--wrap 'CMD ...'] [--cpu-samples]]] [--out DIR]

@@ -2,6 +2,8 @@
 
   orion_bench.py timing-log DIR_OR_FILES... [--json] [--check] [--profile SUMMARY.kernels.json[.gz]]
   orion_bench.py timing-log DIR_OR_FILES... --split-by-call US [--json]
+  orion_bench.py timing-log DIR_OR_FILES... --profile F --replay-weights W,W,...
+      [--replay-out ROWS.jsonl --label WINDOW]
   orion_bench.py timing-log --table ROWS.jsonl [--split-by-call US]   (re-renders rows)
 
 For each process's timing.<pid>.log: how many timed launches were taken to run on an idle
@@ -378,7 +380,9 @@ def replay_table(rows):
     for win in windows:
         first = next(r for r in rows if r["window"] == win)
         out.append([win, first["matched"], f"{first['per_sample']:.3f}",
-                    f"{first['selection']:.3f}"] + [f"{at[(win, w)]['server']:.3f}" if (win, w) in at else "-" for w in weights])
+                    f"{first['selection']:.3f}"]
+                   + [f"{at[(win, w)]['server']:.3f}" if (win, w) in at else "-"
+                      for w in weights])
     return harness.markdown_table(["window", "samples matched", "per sample",
                                    "kept samples' own kernels"] + [name(w) for w in weights], out)
 
@@ -438,9 +442,20 @@ def main(argv=None):
     p.add_argument("--replay-weights", metavar="W,W,...",
                    help="also replay the server's arithmetic with these recency weights (a new "
                         "sample weighs 1/W; 0: the mean of all samples), e.g. 4,8,16,0")
+    p.add_argument("--replay-out", metavar="ROWS_JSONL",
+                   help="with --replay-weights: append one row per window and weight to this file "
+                        "(rendered by --table)")
+    p.add_argument("--label", help="with --replay-out: the rows' window (default: the log's name)")
     p.add_argument("--table", metavar="ROWS_JSONL",
                    help="render windows' busy seconds and estimate steps (JSONL) and exit")
     args = p.parse_args(argv)
+    weights = args.replay_weights.split(",") if args.replay_weights else []
+    if not all(w.isdigit() for w in weights):
+        p.error(f"--replay-weights {args.replay_weights!r}: expected whole numbers >= 0, "
+                f"e.g. 4,8,16,0")
+    weights = [int(w) for w in weights]
+    if args.replay_out and not weights:
+        p.error("--replay-out goes with --replay-weights")
     if args.table:
         rows = harness.read_rows(args.table, "timing-log")
         if args.split_by_call is not None:
@@ -479,7 +494,6 @@ def main(argv=None):
         if args.check and problems:
             sys.exit("\n".join(problems))
         return
-    weights = [int(w) for w in args.replay_weights.split(",")] if args.replay_weights else []
     # Each log against each window; the offsets found by one pair are tried by the others.
     found = [off for _, samples in logs for prof in profiles
              for off in [match_profile(samples, prof)[1]] if off is not None]
@@ -493,6 +507,14 @@ def main(argv=None):
                                     "estimate": estimate_window(samples, prof, matched, off),
                                     "replays": {w: estimate_window(samples, prof, matched, off, w)
                                                 for w in weights}})
+    if args.replay_out:
+        for c in comparisons:
+            for w, r in c["replays"].items():
+                if r:
+                    harness.append_row(args.replay_out, {
+                        "window": args.label or c["file"], "weight": w,
+                        **{k: r[k] for k in ("server", "server_by_shape", "selection",
+                                             "per_sample", "matched")}})
     if args.json:
         for r in rows:
             print(json.dumps(r))

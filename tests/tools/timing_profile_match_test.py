@@ -77,6 +77,17 @@ def main():
     assert replays["4"]["server"] == estimate["server"], (replays, estimate)
     assert abs(replays["0"]["server"] - 1.0) < 0.1 and replays["0"]["server"] != estimate["server"], \
         replays
+    # --replay-out keeps a row per window and weight, which --table renders a window a line.
+    rows_path = os.path.join(work, "replays.jsonl")
+    run(work, kernels, launches, off + 150,
+        ("--replay-weights", "4,0", "--replay-out", rows_path, "--label", "w1"))
+    kept = [json.loads(l) for l in open(rows_path)]
+    assert [(r["window"], r["weight"]) for r in kept] == [("w1", 4), ("w1", 0)], kept
+    assert kept[0]["server"] == estimate["server"], (kept, estimate)
+    table = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"),
+                            "timing-log", "--table", rows_path],
+                           capture_output=True, text=True, check=True).stdout
+    assert "| weight 4 (server) | mean of all before |" in table and "| w1 | " in table, table
     assert every["samples"] >= 0.97 * sampled, (every["samples"], sampled)
     assert abs(every["reported_over_profiler"] - 1.0) < 0.01, every
     assert abs(every["kernel_start_after_return_us_median"] - 1.5) < 0.3, every
