@@ -119,7 +119,8 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       if ((e.flags & contract::kTimedLaunch) == 0) {
         const uint64_t drawn =
             kernel != nullptr
-                ? kernel->ScaledToShape(LaunchShapeKey(e.grid, e.block), kernel->duration.Draw())
+                ? profile_.pace().Scale(kernel->ScaledToShape(LaunchShapeKey(e.grid, e.block),
+                                                              kernel->duration.Draw()))
                 : 0;
         AddWork(priority, SpanKind::kKernel, e.func, e.stream, at, drawn, /*measured=*/false, 0,
                 sinks);
@@ -151,10 +152,10 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
         KernelStats* kernel = is_graph ? nullptr : profile_.StatsOf(e.func);
         uint64_t drawn = 0;
         if (is_graph) {
-          drawn = graph->second.duration.Contended();
+          drawn = profile_.pace().Scale(graph->second.duration.Contended());
         } else if (kernel != nullptr) {
-          drawn = kernel->ScaledToShape(LaunchShapeKey(e.grid, e.block),
-                                        kernel->duration.Contended());
+          drawn = profile_.pace().Scale(kernel->ScaledToShape(LaunchShapeKey(e.grid, e.block),
+                                                              kernel->duration.Contended()));
         }
         if (drawn != 0) {
           const int64_t end = start + static_cast<int64_t>(e.duration_ns);
@@ -165,6 +166,7 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       }
       double caught_up = 0;  // launches counted at 0 before this first measurement
       if (is_graph) {
+        if (!warmup) profile_.NotePace(e.duration_ns, graph->second.duration);
         caught_up = graph->second.duration.Measured(e.duration_ns, warmup);
       } else {
         caught_up =
@@ -181,7 +183,8 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       if (graph != nullptr) graph->kernels = e.aux;
       if ((e.flags & contract::kTimedLaunch) == 0) {
         AddWork(priority, SpanKind::kGraph, e.func, e.stream, at,
-                graph != nullptr ? graph->duration.Draw() : 0, /*measured=*/false, e.aux, sinks);
+                graph != nullptr ? profile_.pace().Scale(graph->duration.Draw()) : 0,
+                /*measured=*/false, e.aux, sinks);
       } else if (graph != nullptr) {
         graph->duration.Await();
       }

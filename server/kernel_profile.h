@@ -44,56 +44,46 @@ const char* KernelClassName(KernelClass c);  // "comp", "mem", "unknown"
 // Mean GPU time of a kernel or graph from its measured launches. A kernel's first launches run
 // cold (warm-up samples): they count only until a later launch has been measured.
 //
-// Untimed launches are drawn at the mean. Before any launch is measured (the first samples reach
-// the server milliseconds after the launches behind them) they are drawn at 0 and counted; the
-// first measurement catches their GPU time up at its mean, so a job's busy time does not lose
-// its first milliseconds of work (a short job: all of it). Timed launches whose measurement
-// never came (the process ended with them in flight) are counted too, and caught up at the
-// mean when the client leaves (Unreported).
+// Untimed launches are drawn at the mean (times the client's pace, ClientPace: the caller
+// scales). Before any launch is measured (the first samples reach the server milliseconds after
+// the launches behind them) they are drawn at 0 and counted; the first measurement catches their
+// GPU time up at its mean, so a job's busy time does not lose its first milliseconds of work (a
+// short job: all of it). Timed launches whose measurement never came (the process ended with
+// them in flight) are counted too, and caught up at the mean when the client leaves
+// (Unreported).
 //
 // A measurement taken on an idle stream while another process's work was in flight on a
 // time-sliced GPU (kContendedSample) may hold the other's time slice (an eager service's 2 us
-// kernel measured 94 us beside a trainer): it counts at the recent mean and moves no mean
-// (Contended). Behind the client's own queued work the measurement is the kernel's, and counts.
+// kernel measured 94 us beside a trainer): it counts at the mean and moves no mean (Contended).
+// Behind the client's own queued work the measurement is the kernel's, and counts.
 //
-// Busy time draws at a recent mean (each new measurement a quarter of it once four are in), not
-// the mean of the whole run (the kernel's profile): a kernel's time moves with what shares the
-// GPU. An eager ResNet50 service beside a trainer ran its kernels 26% longer than when the
-// trainer was held (H100, 1 in 64 launches timed); drawn at the run's mean, a window of the
-// second kind came out 1.08x to 1.14x the profiler's kernel time.
+// The mean is the whole run's: a kernel timed 1 in 256 gets a sample every few seconds, and a
+// mean over its last few (each new one weighing a quarter, the server's draw before) read an
+// eager service's busy seconds 1.04x to 1.045x the profiler's in three windows of four where
+// the run's mean read 0.99x to 1.03x (timing-log --replay-weights, docs/benchmarks.md). What
+// moves every kernel's time together, what shares the GPU, is the client's pace.
 struct MeasuredMean {
-  static constexpr uint64_t kRecentWeight = 4;  // a new measurement weighs 1/kRecentWeight
   uint64_t samples = 0, sum_ns = 0;
-  double recent_ns = 0;  // recency-weighted mean of the measured (past warm-up) samples
   uint64_t warmup_samples = 0, warmup_sum_ns = 0;
   uint64_t drawn_unmeasured = 0;  // launches drawn at 0, before any measurement
   uint64_t awaited = 0;           // timed launches whose measurement has not arrived
   void Add(uint64_t ns, bool warmup) {
     (warmup ? warmup_samples : samples) += 1;
     (warmup ? warmup_sum_ns : sum_ns) += ns;
-    if (warmup) return;
-    recent_ns = samples <= kRecentWeight
-                    ? static_cast<double>(sum_ns) / static_cast<double>(samples)
-                    : recent_ns + (static_cast<double>(ns) - recent_ns) / kRecentWeight;
   }
   uint64_t MeanNs() const {
     if (samples != 0) return sum_ns / samples;
     return warmup_samples != 0 ? warmup_sum_ns / warmup_samples : 0;
   }
-  // What an untimed launch is drawn at: the recent mean (the run's mean where there is none,
-  // e.g. a duration loaded from a saved profile).
-  uint64_t RecentNs() const {
-    return recent_ns > 0 ? static_cast<uint64_t>(recent_ns) : MeanNs();
-  }
-  // An untimed launch's GPU time: the recent mean, or 0 (counted) while nothing is measured.
+  // An untimed launch's GPU time: the mean, or 0 (counted) while nothing is measured.
   uint64_t Draw() {
-    const uint64_t mean = RecentNs();
+    const uint64_t mean = MeanNs();
     if (mean == 0) ++drawn_unmeasured;
     return mean;
   }
   // After Add: the GPU time of the launches drawn at 0 before, at the mean now (once).
   double CatchUpNs() {
-    const uint64_t mean = RecentNs();
+    const uint64_t mean = MeanNs();
     if (mean == 0 || drawn_unmeasured == 0) return 0;
     const double ns = static_cast<double>(drawn_unmeasured) * static_cast<double>(mean);
     drawn_unmeasured = 0;
@@ -109,18 +99,52 @@ struct MeasuredMean {
     return CatchUpNs();
   }
   // A timed launch whose measurement may hold another process's time slice (kContendedSample):
-  // it counts at the recent mean and teaches nothing. Returns 0 while nothing is measured (the
-  // caller then takes the measurement as it is).
+  // it counts at the mean and teaches nothing. Returns 0 while nothing is measured (the caller
+  // then takes the measurement as it is).
   uint64_t Contended() {
-    const uint64_t mean = RecentNs();
+    const uint64_t mean = MeanNs();
     if (mean != 0 && awaited != 0) --awaited;
     return mean;
   }
   // The GPU time of the awaited launches that never reported, at the mean (once).
   double UnreportedNs() {
-    const double ns = static_cast<double>(awaited) * static_cast<double>(RecentNs());
+    const double ns = static_cast<double>(awaited) * static_cast<double>(MeanNs());
     awaited = 0;
     return ns;
+  }
+};
+
+// A client's recent pace: over its last samples (a new one weighs 1/kWeight), the GPU time they
+// measured against what their kernels' means (scaled to their shapes) said just before them.
+// Untimed launches are drawn at their mean times the pace. A kernel's time moves with what shares
+// the GPU: an eager ResNet50 service ran its kernels 26% longer beside a running trainer than
+// beside a held one (H100), and drawn at the run's mean a window of the second kind read 1.08x
+// to 1.14x. One kernel's samples are seconds apart; the client's, over all its kernels, come
+// about once a request, so the pace follows such a change within a fraction of a second.
+// A kernel counts from its kMinSamples-th sample on (before, its mean is too young to say what
+// the GPU's pace is). A ratio of sums, so long kernels weigh by their time, as in busy seconds.
+// It starts at 1 (the first sample's mean on both sides), so a young client's first samples
+// move it by 1/kWeight each, like any later one: a pace takes kWeight samples to move 63% of
+// the way to a new one (an eager service at 120 requests a second: about a third of a second).
+struct ClientPace {
+  static constexpr uint64_t kWeight = 32;
+  static constexpr uint64_t kMinSamples = 4;
+  // A sample off by more than this factor from its mean moves the pace as if it were this far
+  // (a tenant's samples are hostile, and one wild one must not scale every draw).
+  static constexpr double kMaxRatio = 4.0;
+  uint64_t samples = 0;
+  double measured_ns = 0, expected_ns = 0;
+  void Add(uint64_t ns, uint64_t expected) {
+    if (expected == 0) return;
+    const double e = static_cast<double>(expected);
+    const double m = std::clamp(static_cast<double>(ns), e / kMaxRatio, e * kMaxRatio);
+    if (samples++ == 0) measured_ns = expected_ns = e;
+    measured_ns += (m - measured_ns) / static_cast<double>(kWeight);
+    expected_ns += (e - expected_ns) / static_cast<double>(kWeight);
+  }
+  double Factor() const { return expected_ns > 0 ? measured_ns / expected_ns : 1.0; }
+  uint64_t Scale(uint64_t ns) const {
+    return static_cast<uint64_t>(static_cast<double>(ns) * Factor());
   }
 };
 
@@ -200,6 +224,12 @@ class KernelProfileBook {
   // shape's mean. Returns the GPU time of launches drawn at 0 before it (MeasuredMean::Measured).
   double OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false,
                     std::optional<uint64_t> shape_key = std::nullopt);
+  // A graph's measurement past its warm-up, against its mean before it, for the client's pace
+  // (kernels' own go through OnDuration).
+  void NotePace(uint64_t measured_ns, const MeasuredMean& before) {
+    if (before.samples >= ClientPace::kMinSamples) pace_.Add(measured_ns, before.MeanNs());
+  }
+  const ClientPace& pace() const { return pace_; }
   // Estimated GPU time of one launch of func (mean measured, else 0).
   uint64_t EstimateNs(uint64_t func) const;
   // The stats of func, where the book has room for it (launches draw from its duration).
@@ -223,6 +253,7 @@ class KernelProfileBook {
   void AddShapeSample(KernelStats& k, uint64_t shape_key, uint64_t ns);
 
   std::unordered_map<uint64_t, KernelStats> kernels_;
+  ClientPace pace_;
   uint64_t dropped_events_ = 0;
   size_t shapes_ = 0;  // ShapeSamples kept over every kernel
   // Classes of names already classified (ClassifyKernelName scans a few dozen patterns): each

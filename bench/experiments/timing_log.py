@@ -243,14 +243,17 @@ def compare_profile(matched):
     return rows
 
 
-SERVER_RECENT_WEIGHT = 4  # server/kernel_profile.h MeasuredMean::kRecentWeight
+# The server's draw for an untimed launch: the kernel's mean times the client's pace over 32
+# samples (server/kernel_profile.h MeasuredMean, ClientPace::kWeight). Until 2026-11-27 it was
+# a recent mean of the kernel's own samples, each new one weighing a quarter (weight 4).
+SERVER_ESTIMATOR = "p32"
 
 
 class RecentMean:
-    """The server's draw for an untimed launch (server/kernel_profile.h MeasuredMean): the mean
-    of the first `weight` measured samples past the warm-up, then each new one weighing
-    1/`weight`; weight 0: the mean of all of them (a replay's alternative)."""
-    def __init__(self, weight=SERVER_RECENT_WEIGHT):
+    """A kernel's mean for a replay: the mean of the first `weight` measured samples past the
+    warm-up, then each new one weighing 1/`weight`; weight 0: the mean of all of them (what the
+    server keeps, server/kernel_profile.h MeasuredMean)."""
+    def __init__(self, weight=0):
         self.weight, self.n, self.total, self.recent = weight, 0, 0, 0.0
 
     def add(self, ns):
@@ -260,14 +263,49 @@ class RecentMean:
                        else self.recent + (ns - self.recent) / self.weight)
 
 
+class ClientPace:
+    """The client's recent pace (server/kernel_profile.h ClientPace): over its recent samples,
+    what they measured against what their kernels' means said before them (a new sample weighs
+    1/`weight` in both sums, starting from 1), counted only for kernels with `min_samples`
+    samples already, a sample clamped to within `max_ratio` of its mean."""
+    min_samples, max_ratio = 4, 4.0
+
+    def __init__(self, weight):
+        self.weight, self.n, self.measured, self.expected = weight, 0, 0.0, 0.0
+
+    def add(self, ns, expected_ns):
+        if expected_ns <= 0:
+            return
+        ns = min(max(ns, expected_ns / self.max_ratio), expected_ns * self.max_ratio)
+        if self.n == 0:
+            self.measured = self.expected = expected_ns
+        self.n += 1
+        self.measured += (ns - self.measured) / self.weight
+        self.expected += (expected_ns - self.expected) / self.weight
+
+    def factor(self):
+        return self.measured / self.expected if self.expected > 0 else 1.0
+
+
+def scaled(mean, per, shape):
+    """`mean` scaled to `shape` by its samples' mean over the function's (ScaledToShape); per:
+    shape -> (samples, sum)."""
+    mine = per.get(shape)
+    if len(per) < 2 or mine is None:
+        return mean
+    n_all = sum(n for n, _ in per.values())
+    ns_all = sum(t for _, t in per.values())
+    return mean * (mine[1] / mine[0]) / (ns_all / n_all)
+
+
 def reported_contended(s):
     """What the interposer reports contended (interpose/sample_timing.h ReportedContended):
     another process's work was in flight, and the start event ran on an idle stream or was not
-    placed. The server counts those at the recent mean and learns nothing from them."""
+    placed. The server counts those at the mean and learns nothing from them."""
     return bool(s["contended"]) and (bool(s["clamped"]) or s["start"] == 0)
 
 
-def estimate_window(samples, prof, matched, off, weight=SERVER_RECENT_WEIGHT):
+def estimate_window(samples, prof, matched, off, weight=SERVER_ESTIMATOR):
     """Where a process's busy seconds over the profiler's window come from, against the
     profiler's kernel time, in three steps (each kernel's function taken from the samples the
     window matched, by name):
@@ -277,10 +315,11 @@ def estimate_window(samples, prof, matched, off, weight=SERVER_RECENT_WEIGHT):
         as the profiler measured them (which launches are timed and kept, with no error of
         their own);
       - server: the server's own arithmetic (timed launches at their reported duration,
-        untimed ones at the recent mean of the samples not reported contended before them, the
-        log's samples from before the window included) over the profiler's kernels, by function
-        alone and scaled to each launch's shape (grid and block), at the server's recency
-        weight or another (`weight`, RecentMean).
+        untimed ones at the mean of the samples not reported contended before them, the log's
+        samples from before the window included) over the profiler's kernels, by function alone
+        and scaled to each launch's shape (grid and block). `weight` picks the mean: "p<N>" the
+        function's mean times the client's pace over N samples (ClientPace; the server's is
+        SERVER_ESTIMATOR), a number the function's own recent mean (RecentMean).
     Kernels whose name no sample matched are left out of all three (`covered` says how much of
     the profiler's time is in)."""
     if not matched or off is None:
@@ -312,12 +351,17 @@ def estimate_window(samples, prof, matched, off, weight=SERVER_RECENT_WEIGHT):
               if not reported_contended(s) and not s["warmup"] and s["func"] in names]
     events += [(int((k[0] + off) * 1e3), 1, k) for k in inside]
     events.sort(key=lambda e: (e[0], e[1]))
+    pace = ClientPace(int(str(weight)[1:])) if str(weight).startswith("p") else None
     means, shapes = {}, {}
     server = by_shape = 0.0
     drawn_at_zero = 0
     for _, kind, x in events:
         if kind == 0:
-            means.setdefault(x["func"], RecentMean(weight)).add(x["dur"])
+            m = means.setdefault(x["func"], RecentMean(0 if pace else weight))
+            if pace is not None and m.n >= pace.min_samples:
+                pace.add(x["dur"], scaled(m.recent, shapes.get(x["func"], {}),
+                                          (x["grid"], x["block"])))
+            m.add(x["dur"])
             per = shapes.setdefault(x["func"], {})
             n, total_ns = per.get((x["grid"], x["block"]), (0, 0))
             per[(x["grid"], x["block"])] = (n + 1, total_ns + x["dur"])
@@ -332,15 +376,10 @@ def estimate_window(samples, prof, matched, off, weight=SERVER_RECENT_WEIGHT):
         if m is None:
             drawn_at_zero += 1
             continue
-        server += m.recent
-        per = shapes.get(func, {})
-        mine = per.get((tuple(x[2:5]), tuple(x[5:8])))
-        if len(per) < 2 or mine is None:
-            by_shape += m.recent
-        else:
-            n_all = sum(n for n, _ in per.values())
-            ns_all = sum(t for _, t in per.values())
-            by_shape += m.recent * (mine[1] / mine[0]) / (ns_all / n_all)
+        factor = pace.factor() if pace is not None else 1.0
+        server += m.recent * factor
+        by_shape += scaled(m.recent, shapes.get(func, {}),
+                           (tuple(x[2:5]), tuple(x[5:8]))) * factor
     reported = sum(s["dur"] for s, _, _, _ in matched)
     truth = sum(b - a for _, a, b, _ in matched)
     return {"kernels": len(kernels), "covered": covered / total if total else None,
@@ -367,15 +406,22 @@ def estimate_table(rows):
 
 
 def replay_table(rows):
-    """The server's arithmetic replayed at several recency weights (rows: window, weight (0: the
-    mean of every sample before), server, selection, per_sample), a window a line."""
-    weights = sorted({r["weight"] for r in rows}, key=lambda w: (w == 0, w))
+    """The server's arithmetic replayed with several means (rows: window, weight (a number: the
+    function's recent mean at that weight, 0: the mean of every sample before; "p<N>": that
+    mean times the client's pace over N samples), server, selection, per_sample), a window a
+    line."""
+    def order(w):
+        return (1, int(w[1:])) if isinstance(w, str) else (0, w == 0, w)
+    weights = sorted({r["weight"] for r in rows}, key=order)
     windows = list(dict.fromkeys(r["window"] for r in rows))
     at = {(r["window"], r["weight"]): r for r in rows}
     def name(w):
+        if isinstance(w, str):
+            return (f"mean x client's pace over {w[1:]}"
+                    + (" (server)" if w == SERVER_ESTIMATOR else ""))
         if w == 0:
             return "mean of all before"
-        return f"weight {w}" + (" (server)" if w == SERVER_RECENT_WEIGHT else "")
+        return f"weight {w}" + (" (server until 2026-11-27)" if w == 4 else "")
     out = []
     for win in windows:
         first = next(r for r in rows if r["window"] == win)
@@ -450,10 +496,11 @@ def main(argv=None):
                    help="render windows' busy seconds and estimate steps (JSONL) and exit")
     args = p.parse_args(argv)
     weights = args.replay_weights.split(",") if args.replay_weights else []
-    if not all(w.isdigit() for w in weights):
-        p.error(f"--replay-weights {args.replay_weights!r}: expected whole numbers >= 0, "
-                f"e.g. 4,8,16,0")
-    weights = [int(w) for w in weights]
+    if not all(w.isdigit() or (w[:1] == "p" and w[1:].isdigit() and int(w[1:]) > 0)
+               for w in weights):
+        p.error(f"--replay-weights {args.replay_weights!r}: expected whole numbers >= 0 or "
+                f"p<N> (the client's pace over N samples), e.g. 4,8,16,0,p32")
+    weights = [w if w.startswith("p") else int(w) for w in weights]
     if args.replay_out and not weights:
         p.error("--replay-out goes with --replay-weights")
     if args.table:

@@ -134,8 +134,8 @@ TEST_F(ClientIngestTest, TimedLaunchesThatNeverReportedCountWhenTheClientLeaves)
 }
 
 // A measurement taken while another process's work was in flight (kContendedSample) counts at
-// the kernel's recent mean, ending where it was measured to end, and moves neither the mean nor
-// the profile; before any measurement it is taken as it is.
+// the kernel's mean times the client's pace, ending where it was measured to end, and moves
+// neither; before any measurement it is taken as it is.
 TEST_F(ClientIngestTest, ContendedSamplesCountAtTheMeanAndTeachNothing) {
   c::Event timed = At(c::EventKind::kLaunch, 900'000);
   timed.flags = c::kTimedLaunch;
@@ -149,31 +149,34 @@ TEST_F(ClientIngestTest, ContendedSamplesCountAtTheMeanAndTeachNothing) {
   m.flags = c::kOnHostClock;
   m.duration_ns = 2'000;
   for (int i = 0; i < 4; ++i) Feed(m);
-  // The recent mean: (6 + 3 x 2) / 4 us, then a quarter of the way to 2 us: 2.75 us.
-  const uint64_t mean = ingest_.profile().StatsOf(0x100)->duration.RecentNs();
-  EXPECT_EQ(mean, 2'750u);
-  const uint64_t profile_mean = ingest_.profile().EstimateNs(0x100);  // the run's: 2.8 us
+  // The run's mean: (6 + 4 x 2) / 5 us. The fifth sample is the first with four before it: it
+  // measured 2 us where the mean said 3 us, and moves the pace a 32nd of the way from 1 (3 us
+  // against 3 us) to 2/3: 2.96875 / 3.
+  EXPECT_EQ(ingest_.profile().EstimateNs(0x100), 2'800u);
+  EXPECT_DOUBLE_EQ(ingest_.profile().pace().Factor(), 2'968.75 / 3'000);
+  const uint64_t drawn = ingest_.profile().pace().Scale(2'800);
+  EXPECT_EQ(drawn, 2'770u);
   const double busy = ingest_.gpu_busy_ns();
   Feed(timed);
   c::Event waited = At(c::EventKind::kKernelTime, 2'000'000);
   waited.flags = c::kOnHostClock | c::kContendedSample;
   waited.duration_ns = 94'000;  // a 2 us kernel and another context's time slice
   Feed(waited);
-  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2'750);
-  EXPECT_EQ(ingest_.profile().StatsOf(0x100)->duration.RecentNs(), mean);  // taught nothing
-  EXPECT_EQ(ingest_.profile().EstimateNs(0x100), profile_mean);
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + drawn);
+  EXPECT_EQ(ingest_.profile().EstimateNs(0x100), 2'800u);  // taught nothing
+  EXPECT_DOUBLE_EQ(ingest_.profile().pace().Factor(), 2'968.75 / 3'000);
   Feed(At(c::EventKind::kLaunch, 2'200'000));
-  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2 * 2'750);  // still drawn at 2.75 us
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2 * drawn);  // an untimed launch alike
   const std::vector<Span> spans = Spans();
   ASSERT_GE(spans.size(), 2u);
   const Span& s = spans[spans.size() - 2];  // the contended one: inferred, ending at its end
   EXPECT_FALSE(s.measured);
-  EXPECT_EQ(s.duration_ns, 2'750u);
-  EXPECT_EQ(s.start_unix_ns, 2'000'000 + 94'000 - 2'750);
+  EXPECT_EQ(s.duration_ns, drawn);
+  EXPECT_EQ(s.start_unix_ns, 2'000'000 + 94'000 - static_cast<int64_t>(drawn));
   // It reported: nothing is left awaited when the client leaves.
   IngestSinks sinks{timeline_, gpu_busy_ns_, names_, known_};
   ingest_.Leave(sinks);
-  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2 * 2'750);
+  EXPECT_DOUBLE_EQ(ingest_.gpu_busy_ns(), busy + 2 * drawn);
 }
 
 // A launch's wait arrives as a paused part and a held part, each ending where it ended: two

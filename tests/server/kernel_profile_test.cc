@@ -56,21 +56,54 @@ TEST(KernelProfileTest, P99OfRecentSamples) {
   EXPECT_EQ(book.kernels().at(0x5).P99Us(), 100.0);  // last 32 samples: 69..100 us
 }
 
-// Busy time draws untimed launches at a recent mean; the profile keeps the run's mean.
-TEST(MeasuredMeanTest, DrawsFollowTheKernelsRecentTimes) {
+// Untimed launches draw at the run's mean; warm-up samples count only until a measured one.
+TEST(MeasuredMeanTest, DrawsAtTheRunsMean) {
   MeasuredMean m;
-  for (int i = 0; i < 20; ++i) m.Add(7'000, /*warmup=*/false);  // beside a trainer
-  EXPECT_EQ(m.Draw(), 7'000u);
-  for (int i = 0; i < 10; ++i) m.Add(5'000, /*warmup=*/false);  // the trainer held
-  // A tenth sample in: within 6% of the new time; the run's mean still a third of the way.
-  EXPECT_NEAR(static_cast<double>(m.Draw()), 5'000.0, 300.0);
-  EXPECT_EQ(m.MeanNs(), (20u * 7'000 + 10u * 5'000) / 30);
-  // The first measurements are a plain mean; warm-up samples do not move the recent mean.
-  MeasuredMean first;
-  first.Add(4'000, false);
-  first.Add(2'000, false);
-  first.Add(50'000, /*warmup=*/true);
-  EXPECT_EQ(first.RecentNs(), 3'000u);
+  m.Add(50'000, /*warmup=*/true);
+  EXPECT_EQ(m.Draw(), 50'000u);
+  for (int i = 0; i < 20; ++i) m.Add(7'000, /*warmup=*/false);
+  for (int i = 0; i < 10; ++i) m.Add(5'000, /*warmup=*/false);
+  EXPECT_EQ(m.Draw(), (20u * 7'000 + 10u * 5'000) / 30);
+  EXPECT_EQ(m.MeanNs(), m.Draw());
+}
+
+// Two kernels, 10 us and 100 us, alternate. Steady, the pace stays 1 and draws are the means.
+// When something slows every kernel by 26% (a trainer let run beside a service), the pace
+// follows within kWeight samples or so, and the draws (mean times pace) with it, though each
+// kernel's mean has moved only part of the way.
+TEST(ClientPaceTest, DrawsFollowAChangeEveryKernelShares) {
+  KernelProfileBook book;
+  auto feed = [&book](double scale, int rounds) {
+    for (int i = 0; i < rounds; ++i) {
+      book.OnDuration(1, static_cast<uint64_t>(10'000 * scale));
+      book.OnDuration(2, static_cast<uint64_t>(100'000 * scale));
+    }
+  };
+  auto draw = [&book](uint64_t func) {
+    return static_cast<double>(book.pace().Scale(book.StatsOf(func)->duration.Draw()));
+  };
+  feed(1.0, 80);
+  EXPECT_DOUBLE_EQ(book.pace().Factor(), 1.0);
+  EXPECT_DOUBLE_EQ(draw(1), 10'000);
+  feed(1.26, 48);  // 96 samples: three kWeights
+  EXPECT_LT(book.EstimateNs(2), 113'000u);  // the run's mean: not half the way yet
+  EXPECT_NEAR(draw(1), 12'600, 12'600 * 0.03);
+  EXPECT_NEAR(draw(2), 126'000, 126'000 * 0.03);
+  feed(1.0, 48);  // held again: back down
+  EXPECT_NEAR(draw(2), 100'000, 100'000 * 0.03);
+}
+
+TEST(ClientPaceTest, NeedsAKernelsFourthSampleAndBoundsAWildOne) {
+  KernelProfileBook book;
+  for (uint64_t i = 0; i < ClientPace::kMinSamples; ++i) book.OnDuration(1, 10'000);
+  EXPECT_EQ(book.pace().samples, 0u);  // a young mean says nothing yet
+  book.OnDuration(1, 10'000);
+  EXPECT_EQ(book.pace().samples, 1u);
+  book.OnDuration(1, 10'000, /*warmup=*/true);  // a cold launch: not the GPU's pace
+  EXPECT_EQ(book.pace().samples, 1u);
+  // A tenant reports a kernel a thousand times its mean: the pace moves as if it were 4x.
+  book.OnDuration(1, 10'000'000);
+  EXPECT_NEAR(book.pace().Factor(), 1.0 + 3.0 / ClientPace::kWeight, 0.01);
 }
 
 TEST(OrionCsvTest, RejectsBadFilesWithLineAndColumn) {
@@ -122,7 +155,7 @@ TEST(KernelProfileTest, DrawsEachShapeAtItsOwnMean) {
     book.OnDuration(7, 100'000, /*warmup=*/false, big);
   }
   const KernelStats& seven = *book.StatsOf(7);
-  const uint64_t drawn = book.StatsOf(7)->duration.Draw();  // the function's recent mean
+  const uint64_t drawn = book.StatsOf(7)->duration.Draw();  // the function's mean
   EXPECT_NEAR(static_cast<double>(seven.ScaledToShape(small, drawn)), 10'000.0 * drawn / 55'000.0,
               1.0);
   EXPECT_NEAR(static_cast<double>(seven.ScaledToShape(big, drawn)), 100'000.0 * drawn / 55'000.0,

@@ -71,23 +71,32 @@ def main():
     assert abs(estimate["per_sample"] - 1.0) < 0.01, estimate
     assert abs(estimate["server"] - 1.0) < 0.1 and abs(estimate["server_by_shape"] - 1.0) < 0.1, \
         estimate
-    # Replayed at the server's own recency weight the arithmetic is the server's; at the mean
-    # of all samples it is another draw, near the truth too.
-    _, _, replays = run(work, kernels, launches, off + 150, ("--replay-weights", "4,0"))
-    assert replays["4"]["server"] == estimate["server"], (replays, estimate)
-    assert abs(replays["0"]["server"] - 1.0) < 0.1 and replays["0"]["server"] != estimate["server"], \
-        replays
+    # Replayed with the server's own estimator (the mean times the client's pace over 32
+    # samples) the arithmetic is the server's; the old recent mean (weight 4) and the plain mean
+    # of all samples are other draws, near the truth too.
+    _, _, replays = run(work, kernels, launches, off + 150, ("--replay-weights", "p32,4,0"))
+    assert replays["p32"]["server"] == estimate["server"], (replays, estimate)
+    for other in ("4", "0"):
+        assert abs(replays[other]["server"] - 1.0) < 0.1, replays
+    assert replays["4"]["server"] != estimate["server"], replays
     # --replay-out keeps a row per window and weight, which --table renders a window a line.
     rows_path = os.path.join(work, "replays.jsonl")
     run(work, kernels, launches, off + 150,
-        ("--replay-weights", "4,0", "--replay-out", rows_path, "--label", "w1"))
+        ("--replay-weights", "4,0,p32", "--replay-out", rows_path, "--label", "w1"))
     kept = [json.loads(l) for l in open(rows_path)]
-    assert [(r["window"], r["weight"]) for r in kept] == [("w1", 4), ("w1", 0)], kept
-    assert kept[0]["server"] == estimate["server"], (kept, estimate)
+    assert [(r["window"], r["weight"]) for r in kept] == [("w1", 4), ("w1", 0), ("w1", "p32")], \
+        kept
+    assert kept[2]["server"] == estimate["server"], (kept, estimate)
     table = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"),
                             "timing-log", "--table", rows_path],
                            capture_output=True, text=True, check=True).stdout
-    assert "| weight 4 (server) | mean of all before |" in table and "| w1 | " in table, table
+    assert ("| weight 4 (server until 2026-11-27) | mean of all before | "
+            "mean x client's pace over 32 (server) |") in table and "| w1 | " in table, table
+    # A pace over no samples is refused with a message.
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"),
+                          "timing-log", work, "--replay-weights", "p0"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "p<N>" in bad.stderr, bad.stderr
     assert every["samples"] >= 0.97 * sampled, (every["samples"], sampled)
     assert abs(every["reported_over_profiler"] - 1.0) < 0.01, every
     assert abs(every["kernel_start_after_return_us_median"] - 1.5) < 0.3, every
