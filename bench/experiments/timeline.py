@@ -3,7 +3,7 @@
   orion_bench.py timeline --bundle DIR [--service resnet50|resnet50-graph|bert8|bert8-graph]
       [--rate 40]
       [--service-window 300] [--train-window 20] [--warm-seconds 5] [--together] [--out DIR]
-      [--timing-log] [--label TEXT]
+      [--timing-log] [--label TEXT] [--trainer-joins]
   orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
 
 A ResNet50 trainer (batch 64, best effort, an NVTX range "step" per step) and a ResNet50 service
@@ -24,6 +24,10 @@ and compared with what the profiler recorded in the same process:
     profiler's kernel durations.
 --together profiles both processes in the same window instead: both start their windows at once,
 the service's requests keeping their Poisson arrivals (torch_models.py --profile-at-arrivals).
+--trainer-joins (with --together) keeps the trainer paused (orion-ctl pause) until the windows
+start: the service learns its kernels' times alone through the warm-up, then the trainer joins,
+a change every kernel of the service shares, which the server's draw for untimed launches must
+follow within the window.
 Writes results.jsonl (one line per window) and results.md to --out (default $OUT or a temp dir).
 """
 import argparse
@@ -101,6 +105,19 @@ def compare(summary, trace, role, model, beside):
     }
 
 
+def best_effort_client(server, timeout_s=30):
+    """The id of the one best-effort client (the trainer) in `orion-ctl clients`, once it has
+    registered (its first CUDA call)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in server.ctl("clients").splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 5 and cols[0].isdigit() and cols[5] == "best-effort":
+                return cols[0]
+        time.sleep(0.2)
+    raise SystemExit("--trainer-joins: no best-effort client registered")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle")
@@ -122,7 +139,12 @@ def main(argv=None):
                    help="both processes write the GPU timing diagnostic (ORION_TIMING_LOG) to "
                         "OUT/timing; its summary (orion_bench.py timing-log) is printed and "
                         "kept as OUT/timing.md")
+    p.add_argument("--trainer-joins", action="store_true",
+                   help="with --together: the trainer paused through the warm-up, resumed as "
+                        "the windows start")
     args = p.parse_args(argv)
+    if args.trainer_joins and not args.together:
+        p.error("--trainer-joins goes with --together")
     if args.table:
         print(render_table(read_rows(args.table, "timeline")))
         return
@@ -179,8 +201,13 @@ def main(argv=None):
         trainer = client("trainer", ["train", "resnet50", "--profile", str(args.train_window)])
         wait_for(svc, "serving", "service")
         wait_for(trainer, "ready", "trainer")
+        trainer_id = best_effort_client(server) if args.trainer_joins else None
+        if trainer_id is not None:
+            log.write(server.ctl("pause", trainer_id))
         time.sleep(args.warm_seconds)
         windows = (("service", svc, args.service_window), ("trainer", trainer, args.train_window))
+        if trainer_id is not None:
+            log.write(server.ctl("resume", trainer_id))
         if args.together:
             for role, _, _ in windows:
                 open(os.path.join(work, f"{role}.go"), "w").close()
@@ -196,6 +223,8 @@ def main(argv=None):
             beside = "ResNet50 training" if role == "service" else f"{args.service} service at {args.rate:g}/s"
             if args.together:
                 beside += ", both profiled"
+            if args.trainer_joins:
+                beside += ", the trainer joining as the window starts"
             model = (f"{args.service} at {args.rate:g}/s" if role == "service"
                      else "resnet50 (batch 64)")
             row = compare(summary, trace, role, model, beside)
