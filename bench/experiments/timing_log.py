@@ -244,7 +244,7 @@ def compare_profile(matched):
 
 
 # The server's draw for an untimed launch: the kernel's mean times the client's pace over 32
-# samples (server/kernel_profile.h MeasuredMean, ClientPace::kWeight). Until 2026-11-27 it was
+# samples (server/kernel_profile.h MeasuredMean, ClientPace::kWeight). Until 2026-11-26 it was
 # a recent mean of the kernel's own samples, each new one weighing a quarter (weight 4).
 SERVER_ESTIMATOR = "p32"
 
@@ -406,10 +406,10 @@ def estimate_table(rows):
 
 
 def replay_table(rows):
-    """The server's arithmetic replayed with several means (rows: window, weight (a number: the
-    function's recent mean at that weight, 0: the mean of every sample before; "p<N>": that
-    mean times the client's pace over N samples), server, selection, per_sample), a window a
-    line."""
+    """The server's arithmetic, scaled to each launch's shape as the server does, replayed with
+    several means (rows: window, weight (a number: the function's recent mean at that weight,
+    0: the mean of every sample before; "p<N>": that mean times the client's pace over N
+    samples), server_by_shape, selection, per_sample), a window a line."""
     def order(w):
         return (1, int(w[1:])) if isinstance(w, str) else (0, w == 0, w)
     weights = sorted({r["weight"] for r in rows}, key=order)
@@ -421,13 +421,13 @@ def replay_table(rows):
                     + (" (server)" if w == SERVER_ESTIMATOR else ""))
         if w == 0:
             return "mean of all before"
-        return f"weight {w}" + (" (server until 2026-11-27)" if w == 4 else "")
+        return f"weight {w}" + (" (server until 2026-11-26)" if w == 4 else "")
     out = []
     for win in windows:
         first = next(r for r in rows if r["window"] == win)
         out.append([win, first["matched"], f"{first['per_sample']:.3f}",
                     f"{first['selection']:.3f}"]
-                   + [f"{at[(win, w)]['server']:.3f}" if (win, w) in at else "-"
+                   + [f"{at[(win, w)]['server_by_shape']:.3f}" if (win, w) in at else "-"
                       for w in weights])
     return harness.markdown_table(["window", "samples matched", "per sample",
                                    "kept samples' own kernels"] + [name(w) for w in weights], out)

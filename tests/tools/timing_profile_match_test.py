@@ -90,7 +90,7 @@ def main():
     table = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"),
                             "timing-log", "--table", rows_path],
                            capture_output=True, text=True, check=True).stdout
-    assert ("| weight 4 (server until 2026-11-27) | mean of all before | "
+    assert ("| weight 4 (server until 2026-11-26) | mean of all before | "
             "mean x client's pace over 32 (server) |") in table and "| w1 | " in table, table
     # A pace over no samples is refused with a message.
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"),
