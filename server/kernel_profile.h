@@ -121,8 +121,8 @@ struct MeasuredMean {
 // beside a held one (H100), and drawn at the run's mean a window of the second kind read 1.08x
 // to 1.14x. One kernel's samples are seconds apart; the client's, over all its kernels, come
 // about once a request, so the pace follows such a change within a fraction of a second.
-// A kernel counts from its kMinSamples-th sample on (before, its mean is too young to say what
-// the GPU's pace is). A ratio of sums, so long kernels weigh by their time, as in busy seconds.
+// A kernel counts once kMinSamples of its samples are in (before, its mean is too young to say
+// what the GPU's pace is). A ratio of sums, so long kernels weigh by their time, as in busy seconds.
 // It starts at 1 (the first sample's mean on both sides), so a young client's first samples
 // move it by 1/kWeight each, like any later one: a pace takes kWeight samples to move 63% of
 // the way to a new one (an eager service at 120 requests a second: about a third of a second).

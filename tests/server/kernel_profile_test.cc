@@ -93,7 +93,7 @@ TEST(ClientPaceTest, DrawsFollowAChangeEveryKernelShares) {
   EXPECT_NEAR(draw(2), 100'000, 100'000 * 0.03);
 }
 
-TEST(ClientPaceTest, NeedsAKernelsFourthSampleAndBoundsAWildOne) {
+TEST(ClientPaceTest, CountsAKernelPastItsFourthSampleAndBoundsAWildOne) {
   KernelProfileBook book;
   for (uint64_t i = 0; i < ClientPace::kMinSamples; ++i) book.OnDuration(1, 10'000);
   EXPECT_EQ(book.pace().samples, 0u);  // a young mean says nothing yet
