@@ -91,7 +91,7 @@ inline SampleTiming TimeSample(const SampleEvents& e, const StartLatency& latenc
 
 // Whether a timed launch that another process's work was in flight around (OtherWorkInFlight,
 // at the launch or when found complete) is reported contended (kContendedSample: the server
-// counts it at the recent mean and learns nothing from it): only where the other process's time
+// counts it at the mean and learns nothing from it): only where the other process's time
 // slice can sit inside the measurement, between the start event and the kernel: on an idle
 // stream (the kernel is handed over after its start event ran, and the GPU may run the other
 // context first), or where the events could not be placed. Behind the process's own queued

@@ -81,8 +81,8 @@ void ClientIngest::AddStep(const Event& e, Priority priority, IngestSinks& sinks
 }
 
 void ClientIngest::Leave(IngestSinks& sinks) {
-  double ns = profile_.UnreportedNs();
-  for (auto& [exec, graph] : graphs_) ns += graph.duration.UnreportedNs();
+  double ns = profile_.UnreportedNs();  // scaled by the client's pace, as a draw is
+  for (auto& [exec, graph] : graphs_) ns += profile_.pace().Scaled(graph.duration.UnreportedNs());
   AddBusy(ns, sinks);
 }
 
@@ -167,7 +167,8 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       double caught_up = 0;  // launches counted at 0 before this first measurement
       if (is_graph) {
         if (!warmup) profile_.NotePace(e.duration_ns, graph->second.duration);
-        caught_up = graph->second.duration.Measured(e.duration_ns, warmup);
+        caught_up =
+            profile_.pace().Scaled(graph->second.duration.Measured(e.duration_ns, warmup));
       } else {
         caught_up =
             profile_.OnDuration(e.func, e.duration_ns, warmup, LaunchShapeKey(e.grid, e.block));

@@ -58,11 +58,11 @@ double KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup,
   if (stats == nullptr) return 0;
   KernelStats& k = *stats;
   if (!warmup && k.duration.samples >= ClientPace::kMinSamples) {
-    // What its mean, at its shape, said before this sample (the shape's samples not yet in).
+    // What its mean, at its shape, said before this sample (the sample not yet in).
     pace_.Add(ns, shape_key ? k.ScaledToShape(*shape_key, k.duration.MeanNs())
                             : k.duration.MeanNs());
   }
-  const double caught_up = k.duration.Measured(ns, warmup);
+  const double caught_up = pace_.Scaled(k.duration.Measured(ns, warmup));
   if (warmup) return caught_up;  // cold: not in the p99 window or its shape's mean either
   const uint32_t us = static_cast<uint32_t>(std::min<uint64_t>(ns / 1000, UINT32_MAX));
   if (k.recent_us.size() < kRecent) {
@@ -96,7 +96,7 @@ uint64_t KernelStats::ScaledToShape(uint64_t shape_key, uint64_t drawn_ns) const
     // (s.sum_ns / s.samples) / (shape_sum_ns / shape_samples), in doubles (no overflow).
     const double factor = (static_cast<double>(s.sum_ns) * static_cast<double>(shape_samples)) /
                           (static_cast<double>(shape_sum_ns) * static_cast<double>(s.samples));
-    return static_cast<uint64_t>(static_cast<double>(drawn_ns) * factor);
+    return SaturatingNs(static_cast<double>(drawn_ns) * factor);
   }
   return drawn_ns;
 }
@@ -109,7 +109,7 @@ KernelStats* KernelProfileBook::StatsOf(uint64_t func) {
 double KernelProfileBook::UnreportedNs() {
   double ns = 0;
   for (auto& [func, k] : kernels_) ns += k.duration.UnreportedNs();
-  return ns;
+  return pace_.Scaled(ns);
 }
 
 uint64_t KernelProfileBook::EstimateNs(uint64_t func) const {

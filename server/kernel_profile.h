@@ -59,9 +59,11 @@ const char* KernelClassName(KernelClass c);  // "comp", "mem", "unknown"
 //
 // The mean is the whole run's: a kernel timed 1 in 256 gets a sample every few seconds, and a
 // mean over its last few (each new one weighing a quarter, the server's draw before) read an
-// eager service's busy seconds 1.04x to 1.045x the profiler's in three windows of four where
-// the run's mean read 0.99x to 1.03x (timing-log --replay-weights, docs/benchmarks.md). What
-// moves every kernel's time together, what shares the GPU, is the client's pace.
+// eager service's busy seconds 1.035x to 1.044x the profiler's in three windows of four where
+// the run's mean read 0.989x to 1.021x (timing-log --replay-weights, docs/benchmarks.md). What
+// moves every kernel's time together, what shares the GPU, is the client's pace. The caller
+// scales every draw by it: untimed and contended launches, and the ones caught up or never
+// reported (ClientPace::Scale, Scaled).
 struct MeasuredMean {
   uint64_t samples = 0, sum_ns = 0;
   uint64_t warmup_samples = 0, warmup_sum_ns = 0;
@@ -114,6 +116,13 @@ struct MeasuredMean {
   }
 };
 
+// `ns` as a whole number of nanoseconds, at most UINT64_MAX (a double past it converts to
+// nothing defined).
+inline uint64_t SaturatingNs(double ns) {
+  if (!(ns > 0)) return 0;
+  return ns >= 18446744073709549568.0 ? UINT64_MAX : static_cast<uint64_t>(ns);
+}
+
 // A client's recent pace: over its last samples (a new one weighs 1/kWeight), the GPU time they
 // measured against what their kernels' means (scaled to their shapes) said just before them.
 // Untimed launches are drawn at their mean times the pace. A kernel's time moves with what shares
@@ -121,8 +130,9 @@ struct MeasuredMean {
 // beside a held one (H100), and drawn at the run's mean a window of the second kind read 1.08x
 // to 1.14x. One kernel's samples are seconds apart; the client's, over all its kernels, come
 // about once a request, so the pace follows such a change within a fraction of a second.
-// A kernel counts once kMinSamples of its samples are in (before, its mean is too young to say
-// what the GPU's pace is). A ratio of sums, so long kernels weigh by their time, as in busy seconds.
+// A sample counts once kMinSamples of its kernel's samples are in (before, the mean is too young
+// to say what the GPU's pace is). A ratio of sums, so long kernels weigh by their time, as in
+// busy seconds.
 // It starts at 1 (the first sample's mean on both sides), so a young client's first samples
 // move it by 1/kWeight each, like any later one: a pace takes kWeight samples to move 63% of
 // the way to a new one (an eager service at 120 requests a second: about a third of a second).
@@ -142,10 +152,10 @@ struct ClientPace {
     measured_ns += (m - measured_ns) / static_cast<double>(kWeight);
     expected_ns += (e - expected_ns) / static_cast<double>(kWeight);
   }
+  // Between 1/kMaxRatio and kMaxRatio: both sums start at one value and move by clamped steps.
   double Factor() const { return expected_ns > 0 ? measured_ns / expected_ns : 1.0; }
-  uint64_t Scale(uint64_t ns) const {
-    return static_cast<uint64_t>(static_cast<double>(ns) * Factor());
-  }
+  double Scaled(double ns) const { return ns * Factor(); }
+  uint64_t Scale(uint64_t ns) const { return SaturatingNs(static_cast<double>(ns) * Factor()); }
 };
 
 // A launch's shape (grid and block), as one key. One function runs at many shapes (a
@@ -173,7 +183,7 @@ struct KernelStats {
   uint64_t launches = 0;
   MeasuredMean duration;  // measured launches (duration.samples: past the warm-up)
   // Its shapes' samples (KernelProfileBook::kMaxShapesPerKernel at most): a launch is drawn at
-  // the recent mean scaled by its shape's mean over the function's (ScaledToShape).
+  // the mean scaled by its shape's mean over the function's (ScaledToShape).
   std::vector<ShapeSamples> shapes;
   uint64_t shape_samples = 0, shape_sum_ns = 0;  // over `shapes`
   std::vector<uint32_t> recent_us;  // last kRecent measured durations (us), for p99
@@ -183,8 +193,8 @@ struct KernelStats {
   KernelClass kclass = KernelClass::kUnknown;
 
   uint64_t MeanNs() const { return duration.MeanNs(); }
-  // `drawn_ns` (a draw at the recent mean) scaled to the launch's shape (LaunchShapeKey): times
-  // the shape's mean over the mean of every shape kept, both over the measured samples.
+  // `drawn_ns` (a draw at the mean) scaled to the launch's shape (LaunchShapeKey): times the
+  // shape's mean over the mean of every shape kept, both over the measured samples.
   // Unchanged where the function has one shape or the shape is not kept.
   uint64_t ScaledToShape(uint64_t shape_key, uint64_t drawn_ns) const;
   double MeanUs() const { return static_cast<double>(MeanNs()) / 1000.0; }
@@ -216,12 +226,13 @@ class KernelProfileBook {
   void OnLaunch(uint64_t func, uint32_t blocks, uint32_t threads_per_block);
   void OnName(uint64_t func, const std::string& name);
   // Shapes kept per function, and per client in all: beyond them a launch is drawn at its
-  // function's recent mean alone. A tenant's ever-new shapes grow a client by at most 64 KiB.
+  // function's mean alone. A tenant's ever-new shapes grow a client by at most 64 KiB.
   static constexpr size_t kMaxShapesPerKernel = 32;
   static constexpr size_t kMaxShapes = 2048;
   // A measured launch; `warmup`: one of the kernel's first launches (kept apart, see
   // MeasuredMean). Past the warm-up, `shape_key` (LaunchShapeKey), where given, learns the
-  // shape's mean. Returns the GPU time of launches drawn at 0 before it (MeasuredMean::Measured).
+  // shape's mean. Returns the GPU time of launches drawn at 0 before it (MeasuredMean::Measured),
+  // times the client's pace.
   double OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false,
                     std::optional<uint64_t> shape_key = std::nullopt);
   // A graph's measurement past its warm-up, against its mean before it, for the client's pace
@@ -234,7 +245,8 @@ class KernelProfileBook {
   uint64_t EstimateNs(uint64_t func) const;
   // The stats of func, where the book has room for it (launches draw from its duration).
   KernelStats* StatsOf(uint64_t func);
-  // The GPU time of every kernel's timed launches that never reported (MeasuredMean::UnreportedNs).
+  // The GPU time of every kernel's timed launches that never reported (MeasuredMean::UnreportedNs),
+  // times the client's pace.
   double UnreportedNs();
   const std::string* NameOf(uint64_t func) const;
   const std::unordered_map<uint64_t, KernelStats>& kernels() const { return kernels_; }

@@ -24,10 +24,10 @@ and compared with what the profiler recorded in the same process:
     profiler's kernel durations.
 --together profiles both processes in the same window instead: both start their windows at once,
 the service's requests keeping their Poisson arrivals (torch_models.py --profile-at-arrivals).
---trainer-joins (with --together) keeps the trainer paused (orion-ctl pause) until the windows
-start: the service learns its kernels' times alone through the warm-up, then the trainer joins,
-a change every kernel of the service shares, which the server's draw for untimed launches must
-follow within the window.
+--trainer-joins (with --together) pauses the trainer (orion-ctl pause) once it is ready (its
+model built, its warm-up steps run) until the windows start: through the warm-up the service
+runs without it, then the trainer joins, a change every kernel of the service shares, which the
+server's draw for untimed launches must follow within the window.
 Writes results.jsonl (one line per window) and results.md to --out (default $OUT or a temp dir).
 """
 import argparse
@@ -106,14 +106,17 @@ def compare(summary, trace, role, model, beside):
 
 
 def best_effort_client(server, timeout_s=30):
-    """The id of the one best-effort client (the trainer) in `orion-ctl clients`, once it has
-    registered (its first CUDA call)."""
+    """The id of the one live best-effort client (the trainer) in `orion-ctl --json clients`,
+    once it has registered (its first CUDA call)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for line in server.ctl("clients").splitlines()[1:]:
-            cols = line.split()
-            if len(cols) > 5 and cols[0].isdigit() and cols[5] == "best-effort":
-                return cols[0]
+        clients = json.loads(server.ctl("--json", "clients") or "{}").get("clients", [])
+        found = [c for c in clients if c.get("priority") == "PRIORITY_BEST_EFFORT"
+                 and not c.get("exited")]
+        if len(found) > 1:
+            raise SystemExit(f"--trainer-joins: {len(found)} best-effort clients, expected one")
+        if found:
+            return str(found[0]["client_id"])
         time.sleep(0.2)
     raise SystemExit("--trainer-joins: no best-effort client registered")
 

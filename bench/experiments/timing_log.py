@@ -346,9 +346,11 @@ def estimate_window(samples, prof, matched, off, weight=SERVER_ESTIMATOR):
     selection = sum(statistics.fmean(kept[k[9]]) if k[9] in kept else k[1] * 1e3 for k in inside)
     # server: walk samples (by when the launch returned) and kernels (by start) in time order;
     # by_shape: the same, each untimed launch scaled by its shape's mean over its function's
-    # (server/kernel_profile.h ScaleForShape)
+    # (server/kernel_profile.h ScaledToShape)
+    # every sample teaches its function's mean and the client's pace, as in the server; only
+    # the matched functions' kernels are drawn
     events = [(s["launched"], 0, s) for s in samples
-              if not reported_contended(s) and not s["warmup"] and s["func"] in names]
+              if not reported_contended(s) and not s["warmup"]]
     events += [(int((k[0] + off) * 1e3), 1, k) for k in inside]
     events.sort(key=lambda e: (e[0], e[1]))
     pace = ClientPace(int(str(weight)[1:])) if str(weight).startswith("p") else None

@@ -66,7 +66,7 @@ def main():
         assert every["samples"] >= 0.97 * sampled, (guess_us, every["samples"], sampled)
     # The window's busy time: every sample reports its kernel's own time, so the samples'
     # step reads 1, all of the profiler's time is covered, and drawing the untimed launches
-    # at the samples' recent means lands near the truth.
+    # at the samples' means times the client's pace lands near the truth.
     assert estimate["covered"] == 1.0, estimate
     assert abs(estimate["per_sample"] - 1.0) < 0.01, estimate
     assert abs(estimate["server"] - 1.0) < 0.1 and abs(estimate["server_by_shape"] - 1.0) < 0.1, \
