@@ -166,9 +166,8 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       }
       double caught_up = 0;  // launches counted at 0 before this first measurement
       if (is_graph) {
-        if (!warmup) profile_.NotePace(e.duration_ns, graph->second.duration);
-        caught_up =
-            profile_.pace().Scaled(graph->second.duration.Measured(e.duration_ns, warmup));
+        MeasuredMean& mean = graph->second.duration;
+        caught_up = profile_.Measure(mean, e.duration_ns, warmup, mean.MeanNs());
       } else {
         caught_up =
             profile_.OnDuration(e.func, e.duration_ns, warmup, LaunchShapeKey(e.grid, e.block));

@@ -57,12 +57,9 @@ double KernelProfileBook::OnDuration(uint64_t func, uint64_t ns, bool warmup,
   KernelStats* stats = Stats(func);
   if (stats == nullptr) return 0;
   KernelStats& k = *stats;
-  if (!warmup && k.duration.samples >= ClientPace::kMinSamples) {
-    // What its mean, at its shape, said before this sample (the sample not yet in).
-    pace_.Add(ns, shape_key ? k.ScaledToShape(*shape_key, k.duration.MeanNs())
-                            : k.duration.MeanNs());
-  }
-  const double caught_up = pace_.Scaled(k.duration.Measured(ns, warmup));
+  const uint64_t mean = k.duration.MeanNs();  // at its shape: the sample not yet in
+  const double caught_up =
+      Measure(k.duration, ns, warmup, shape_key ? k.ScaledToShape(*shape_key, mean) : mean);
   if (warmup) return caught_up;  // cold: not in the p99 window or its shape's mean either
   const uint32_t us = static_cast<uint32_t>(std::min<uint64_t>(ns / 1000, UINT32_MAX));
   if (k.recent_us.size() < kRecent) {

@@ -235,10 +235,13 @@ class KernelProfileBook {
   // times the client's pace.
   double OnDuration(uint64_t func, uint64_t duration_ns, bool warmup = false,
                     std::optional<uint64_t> shape_key = std::nullopt);
-  // A graph's measurement past its warm-up, against its mean before it, for the client's pace
-  // (kernels' own go through OnDuration).
-  void NotePace(uint64_t measured_ns, const MeasuredMean& before) {
-    if (before.samples >= ClientPace::kMinSamples) pace_.Add(measured_ns, before.MeanNs());
+  // One measurement of a kernel or a graph (`mean`, a graph's kept by the caller): past the
+  // warm-up, once kMinSamples are in, it moves the client's pace against `expected_ns` (what
+  // `mean` said before it, at the launch's shape); then it is added. Returns the GPU time of the
+  // launches drawn at 0 before it (MeasuredMean::Measured), times the pace.
+  double Measure(MeasuredMean& mean, uint64_t ns, bool warmup, uint64_t expected_ns) {
+    if (!warmup && mean.samples >= ClientPace::kMinSamples) pace_.Add(ns, expected_ns);
+    return pace_.Scaled(mean.Measured(ns, warmup));
   }
   const ClientPace& pace() const { return pace_; }
   // Estimated GPU time of one launch of func (mean measured, else 0).

@@ -488,8 +488,10 @@ def main(argv=None):
                         "call took at most US microseconds and of the longer ones (a profiler "
                         "slows the call: its window against the rest)")
     p.add_argument("--replay-weights", metavar="W,W,...",
-                   help="also replay the server's arithmetic with these recency weights (a new "
-                        "sample weighs 1/W; 0: the mean of all samples), e.g. 4,8,16,0")
+                   help="also replay the server's arithmetic with these means: a number W, the "
+                        "function's recent mean (a new sample weighs 1/W; 0: the mean of all "
+                        "samples); p<N>, the mean of all times the client's pace over N samples "
+                        "(the server's: p32), e.g. 4,0,p32")
     p.add_argument("--replay-out", metavar="ROWS_JSONL",
                    help="with --replay-weights: append one row per window and weight to this file "
                         "(rendered by --table)")
