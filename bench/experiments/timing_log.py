@@ -471,6 +471,40 @@ def split_table(rows):
           fmt(r["idle_elapsed_us_median"], 1, 1)] for r in rows])
 
 
+def split_by_name(matched, prefixes):
+    """The held samples of a window split by the profiler's name of their kernel: those that
+    start with one of `prefixes` and the others. Per group: the reported time against the
+    profiler's, and what the GPU's elapsed time holds beyond the profiler's kernel (the start
+    latency after the hold that the interposer takes off as one constant, ORION_HELD_START_NS)."""
+    groups = {"named": [], "other": []}
+    for s, a, b, k in matched:
+        if s["held"] and s["start"]:
+            name = str(k[9]) if len(k) > 9 else ""
+            groups["named" if name.startswith(prefixes) else "other"].append((s, b - a))
+    rows = []
+    for group, m in groups.items():
+        if not m:
+            continue
+        over = [s["elapsed"] - d for s, d in m]
+        rows.append({"kernels": ",".join(prefixes) if group == "named" else "the others",
+                     "samples": len(m),
+                     "profiler_us_mean": sum(d for _, d in m) / len(m) / 1e3,
+                     "reported_over_profiler": sum(s["dur"] for s, _ in m) / sum(d for _, d in m),
+                     "over_ns_median": med(over), "over_ns_mean": statistics.mean(over),
+                     "over_ns_p90": statistics.quantiles(over, n=10)[8] if len(over) >= 10 else None})
+    return rows
+
+
+def name_split_table(rows):
+    return harness.markdown_table(
+        ["window", "kernels (profiler's name begins)", "held samples", "profiler kernel (mean us)",
+         "reported / profiler", "elapsed beyond the profiler's kernel: median / mean / p90 (us)"],
+        [[r["window"], r["kernels"], r["samples"], fmt(r["profiler_us_mean"]),
+          fmt(r["reported_over_profiler"], 1, 3),
+          f"{fmt(r['over_ns_median'], 1e3)} / {fmt(r['over_ns_mean'], 1e3)} / "
+          f"{fmt(r['over_ns_p90'], 1e3)}"] for r in rows])
+
+
 def fmt(v, scale=1.0, digits=2):
     return "-" if v is None else f"{v / scale:.{digits}f}"
 
@@ -496,6 +530,10 @@ def main(argv=None):
                    help="with --replay-weights: append one row per window and weight to this file "
                         "(rendered by --table)")
     p.add_argument("--label", help="with --replay-out: the rows' window (default: the log's name)")
+    p.add_argument("--split-by-name", metavar="PREFIX,PREFIX",
+                   help="with --profile: the held samples split by whether the profiler's name of "
+                        "their kernel begins with one of these (e.g. nvjet,cudnn_generated), as "
+                        "JSON lines with --json (rendered by --table)")
     p.add_argument("--table", metavar="ROWS_JSONL",
                    help="render windows' busy seconds and estimate steps (JSONL) and exit")
     args = p.parse_args(argv)
@@ -511,6 +549,8 @@ def main(argv=None):
         rows = harness.read_rows(args.table, "timing-log")
         if args.split_by_call is not None:
             print(split_table(rows))
+        elif rows and "kernels" in rows[0]:
+            print(name_split_table(rows))
         else:
             print(replay_table(rows) if rows and "weight" in rows[0] else estimate_table(rows))
         return
@@ -551,6 +591,11 @@ def main(argv=None):
     for path, samples in logs:
         for prof, name in zip(profiles, args.profile):
             matched, off = match_profile(samples, prof, found)
+            if len(matched) >= MIN_MATCHED and args.split_by_name:
+                for r in split_by_name(matched, tuple(args.split_by_name.split(","))):
+                    r["window"] = args.label or os.path.basename(path)
+                    print(json.dumps(r) if args.json else r)
+                continue
             if len(matched) >= MIN_MATCHED:  # fewer: another process's window
                 comparisons.append({"file": os.path.basename(path),
                                     "profile": os.path.basename(name),
@@ -558,6 +603,8 @@ def main(argv=None):
                                     "estimate": estimate_window(samples, prof, matched, off),
                                     "replays": {w: estimate_window(samples, prof, matched, off, w)
                                                 for w in weights}})
+    if args.split_by_name:
+        return
     if args.replay_out:
         for c in comparisons:
             for w, r in c["replays"].items():

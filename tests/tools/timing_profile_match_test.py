@@ -33,6 +33,56 @@ def run(work, kernels, launches, guessed_offset_us, extra=()):
     return match[0]["by_class"]["all"], match[0]["estimate"], match[0]["replays"]
 
 
+def check_split_by_name():
+    """--split-by-name: held samples whose kernel's name begins with a prefix and the others,
+    each group's elapsed time beyond the profiler's kernel as made (3.0 and 2.5 us), and the
+    rows --table renders."""
+    rng = random.Random(11)
+    work = tempfile.mkdtemp(prefix="timing-split-")
+    mono0, torch0 = 7_000_000_000_000, 1_700_000_000_000_000.0
+    off = mono0 / 1e3 - torch0
+    lines, kernels, launches = ["# orion-timing-log 2 pid=2 held_start_ns=2500\n"], [], []
+    t = mono0
+    for i in range(1000):
+        t += rng.randint(8_000, 30_000)
+        gemm = i % 2 == 0
+        grid, block = (rng.randint(1, 64), 1, 1), (128 if gemm else 256, 1, 1)
+        recorded, returned = t - 3_000, t
+        start, dur = returned + 4_000, rng.randint(3_000, 8_000)
+        end = start + dur
+        launches.append([(returned - 2_500) / 1e3 - off, 2.5, i])
+        kernels.append([start / 1e3 - off, dur / 1e3, *grid, *block, i,
+                        "nvjet_sm90_tst" if gemm else "void k<float>(float*)"])
+        if i % 5 == 0:
+            elapsed = dur + (3_000 if gemm else 2_500)  # beyond the kernel: its start latency
+            lines.append("sample\t0x%d\t%d\t%d\t%d\t%d\t%d\t0\t0\t%d\t%d,%d,%d\t%d,%d,%d\t0\t1\n" % (
+                2 if gemm else 1, elapsed, end - dur, end, returned, elapsed - 2_500, recorded,
+                *grid, *block))
+    with open(os.path.join(work, "timing.2.log"), "w") as f:
+        f.writelines(lines)
+    prof = os.path.join(work, "p.kernels.json")
+    with open(prof, "w") as f:
+        json.dump({"mono_offset_us": off + 150, "kernels": kernels, "launches": launches}, f)
+    bench = [sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"), "timing-log"]
+    out = subprocess.run(bench + [work, "--profile", prof, "--split-by-name", "nvjet,cudnn",
+                                  "--json", "--label", "w2"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {r["kernels"]: r for r in map(json.loads, out.splitlines())}
+    named, other = rows["nvjet,cudnn"], rows["the others"]
+    assert named["samples"] == other["samples"] == 100, rows
+    # (the profiler's times are microseconds in floats near 1.7e15: a tenth of a us is their grain)
+    assert abs(named["over_ns_median"] - 3_000) < 150 and abs(other["over_ns_median"] - 2_500) < 150, \
+        rows
+    assert named["reported_over_profiler"] > 1.05 and abs(other["reported_over_profiler"] - 1) < 0.01, \
+        rows
+    rows_path = os.path.join(work, "split.jsonl")
+    with open(rows_path, "w") as f:
+        f.write(out)
+    table = subprocess.run(bench + ["--table", rows_path], capture_output=True, text=True,
+                           check=True).stdout
+    assert "| w2 | nvjet,cudnn | 100 |" in table and "| w2 | the others | 100 |" in table, table
+
+
 def main():
     rng = random.Random(7)
     work = tempfile.mkdtemp(prefix="timing-match-")
@@ -101,6 +151,7 @@ def main():
     assert abs(every["reported_over_profiler"] - 1.0) < 0.01, every
     assert abs(every["kernel_start_after_return_us_median"] - 1.5) < 0.3, every
     assert abs(every["placed_end_minus_profiler_end_us_median"] + 2.0) < 0.3, every
+    check_split_by_name()
     print(f"matched {every['samples']} of {sampled} samples; start after return "
           f"{every['kernel_start_after_return_us_median']:.2f} us, placed end "
           f"{every['placed_end_minus_profiler_end_us_median']:.2f} us")
