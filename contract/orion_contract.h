@@ -371,7 +371,9 @@ struct ClientArea {
   struct alignas(64) Counters {
     std::atomic<uint64_t> memory_used_bytes;  // bytes currently allocated
     std::atomic<uint64_t> memory_peak_bytes;
-    std::atomic<uint64_t> launches;           // kernels launched (graph nodes counted)
+    // kernels launched (graph nodes counted); each thread adds its launches in batches, at once
+    // while the gate holds it (interpose/client_state.h, CountLaunch)
+    std::atomic<uint64_t> launches;
     std::atomic<uint64_t> throttled_ns;       // time launches waited (finished waits)
     // A wait in progress at the gate (or paused) since then; 0: none published; kWaitEnding
     // while its thread moves it into throttled_ns. One waiting thread at a time publishes.

@@ -97,6 +97,7 @@ void OnForkChild() {
     g_state[i].store(kUnregistered, std::memory_order_relaxed);
   }
   g_epoch.fetch_add(1, std::memory_order_relaxed);
+  t_launch_tally = LaunchTally{};  // the parent's registration's, now reset
   ResetTablesAfterFork();
   ResetCompletionTrackerAfterFork();
   ResetCallLogAfterFork();
@@ -117,6 +118,22 @@ void MapBenchSwitch(const char* path) {
   if (addr != nullptr) g_bench_switch = static_cast<const std::atomic<uint32_t>*>(addr);
 }
 
+// A thread's launch tally left short of a batch is added when the thread exits (the key's
+// destructor) and, for the thread that ends the process, at exit: a process's count is exact
+// once it is gone (threads still running when the process exits excepted).
+pthread_key_t g_tally_key;
+bool g_tally_key_made = false;
+
+void AddLaunchTallyNow(void*) {
+  LaunchTally& t = t_launch_tally;
+  if (t.reg != nullptr && t.kernels != 0 && t.reg->area != nullptr) {
+    t.reg->area->counters.launches.fetch_add(t.kernels, std::memory_order_relaxed);
+  }
+  t = LaunchTally{};
+}
+
+void AddLaunchTallyAtExit() { AddLaunchTallyNow(nullptr); }
+
 void InitProcess() {
   PinLoadedVersion();
   g_config = ReadEnvConfig(getenv);
@@ -129,6 +146,8 @@ void InitProcess() {
   StartTimingLog(g_config.timing_log_dir, g_config.start_latency);
   MapBenchSwitch(getenv(contract::kEnvBenchSwitch));
   pthread_atfork(nullptr, nullptr, OnForkChild);
+  g_tally_key_made = pthread_key_create(&g_tally_key, AddLaunchTallyNow) == 0;
+  atexit(AddLaunchTallyAtExit);
 }
 
 Registration* Live(int device) { return &g_registrations[device][g_live[device].load()]; }
@@ -356,6 +375,13 @@ Registration* RegisterDevice(int device) {
 }  // namespace
 
 const std::atomic<uint32_t>* g_bench_switch = nullptr;  // client_state.h
+
+constinit thread_local LaunchTally t_launch_tally ORION_INITIAL_EXEC_TLS;
+
+void WatchLaunchTally() {
+  // Any value but null: the destructor runs at the thread's exit.
+  if (g_tally_key_made) pthread_setspecific(g_tally_key, &t_launch_tally);
+}
 
 const EnvConfig& Config() { return g_config; }
 

@@ -249,7 +249,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // The launch's record for the server: counted, and its event pushed (a benchmark's arm may
   // leave both out to see what they cost: contract::BenchSwitch::kNoLaunchRecords).
   if (CurrentBenchSwitch() != contract::BenchSwitch::kNoLaunchRecords) {
-    counters.launches.fetch_add(kernels, std::memory_order_relaxed);
+    CountLaunch(reg, kernels, now, paused || beside_high);
     // Every field before the name is set; a launch has no name, so only those words are pushed
     // (and the name's bytes are never initialised).
     contract::Event e;

@@ -72,12 +72,41 @@ def paired_table(rows):
          "pairs a run", "runs"], out)
 
 
+def against_baseline_table(rows):
+    """With --baseline-interposer: per arm, this build's addition less the baseline build's in
+    the same run (the two builds met the same host state), median over runs; "" without."""
+    out = []
+    shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
+    for kb, kernels in shapes:
+        for arm, base in zip(ARMS[1:], BASELINE_ARMS):
+            by_run = {}
+            for r in rows:
+                if r.get("pollute_kb", 0) == kb and r.get("kernels", 1) == kernels:
+                    by_run.setdefault(r["run"], {})[r["arm"]] = r["adds_ns"]
+            diffs = [a[arm] - a[base] for a in by_run.values() if arm in a and base in a]
+            if not diffs:
+                continue
+            caches = f"cold ({kb} KB written before each launch)" if kb else "warm"
+            if kernels > 1:
+                caches += f", {kernels} kernels in turn"
+            out.append([arm, caches, harness.spread(diffs, digits=0, suffix=" ns"),
+                        harness.median_interval(diffs, digits=0) + " ns", str(len(diffs))])
+    if not out:
+        return ""
+    return harness.markdown_table(
+        ["arm", "caches", "this build less the baseline, same run: median [min, max]",
+         "95% interval of the median (bootstrap)", "runs"], out)
+
+
 def table(rows):
     """Per variant: the no-interposer cost and each interposed arm's paired difference; then the
-    paired figure."""
+    paired figure, and this build against the baseline build where one ran."""
     paired = [r for r in rows if r["variant"] == "paired"]
     rows = [r for r in rows if r["variant"] != "paired"]
     text = paired_table(paired) if paired else ""
+    against = against_baseline_table(paired)
+    if against:
+        text += "\n\n" + against
     if not rows:
         return text
     return table_of_variants(rows) + ("\n\n" + text if text else "")
