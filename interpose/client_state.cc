@@ -119,20 +119,19 @@ void MapBenchSwitch(const char* path) {
 }
 
 // A thread's launch tally left short of a batch is added when the thread exits (the key's
-// destructor) and, for the thread that ends the process, at exit: a process's count is exact
-// once it is gone (threads still running when the process exits excepted).
+// destructor) and, for the thread that ends the process, when the library is unloaded: a
+// process's count is exact once it is gone (threads still running at its exit excepted).
 pthread_key_t g_tally_key;
 bool g_tally_key_made = false;
 
 void AddLaunchTallyNow(void*) {
   LaunchTally& t = t_launch_tally;
-  if (t.reg != nullptr && t.kernels != 0 && t.reg->area != nullptr) {
-    t.reg->area->counters.launches.fetch_add(t.kernels, std::memory_order_relaxed);
-  }
+  AddLaunchTally(t.reg, t.kernels);
   t = LaunchTally{};
 }
 
-void AddLaunchTallyAtExit() { AddLaunchTallyNow(nullptr); }
+// The library's destructor runs after the application's atexit handlers, which may launch.
+__attribute__((destructor)) void AddLaunchTallyAtExit() { AddLaunchTallyNow(nullptr); }
 
 void InitProcess() {
   PinLoadedVersion();
@@ -147,7 +146,6 @@ void InitProcess() {
   MapBenchSwitch(getenv(contract::kEnvBenchSwitch));
   pthread_atfork(nullptr, nullptr, OnForkChild);
   g_tally_key_made = pthread_key_create(&g_tally_key, AddLaunchTallyNow) == 0;
-  atexit(AddLaunchTallyAtExit);
 }
 
 Registration* Live(int device) { return &g_registrations[device][g_live[device].load()]; }

@@ -111,9 +111,10 @@ inline void KeepRegistered(Registration* reg, uint64_t now_ns) {
 // after kLaunchTallyNs without one (a thread that waited, e.g. in a synchronize, shows its
 // progress at its next launch), and when it launches on another registration. So the counter
 // stands still exactly while a held client launches nothing, and lags a running one by at most
-// 31 kernels (a thread's last tally is added when it exits, and at the process's exit); the
-// server shows the larger of it and the launch events it has read. The forking thread's tally
-// is dropped in a fork child.
+// 31 kernels (a thread's last tally is added when it exits, and the exiting thread's when the
+// library is unloaded at the process's exit; threads still running then leave up to 31 each
+// out); the server shows the larger of it and the launch events it has read. A registration
+// renewed for a new server takes the tally on; the forking thread's is dropped in a fork child.
 inline constexpr uint64_t kLaunchTallyKernels = 32;
 inline constexpr uint64_t kLaunchTallyNs = 1'000'000;
 struct LaunchTally {
@@ -127,20 +128,28 @@ __attribute__((visibility("hidden"))) extern constinit thread_local LaunchTally 
 // At a thread's first counted launch: its tally is added when it exits.
 void WatchLaunchTally();
 
+inline void AddLaunchTally(Registration* reg, uint64_t kernels) {
+  if (reg != nullptr && kernels != 0 && reg->area != nullptr) {
+    reg->area->counters.launches.fetch_add(kernels, std::memory_order_relaxed);
+  }
+}
+
 inline void CountLaunch(Registration* reg, uint64_t kernels, uint64_t now_ns, bool gated) {
   LaunchTally& t = t_launch_tally;
   if (t.reg != reg) {
     if (t.reg == nullptr) {
       WatchLaunchTally();
-    } else if (t.kernels != 0 && t.reg->area != nullptr) {
-      t.reg->area->counters.launches.fetch_add(t.kernels, std::memory_order_relaxed);
+    } else if (t.reg->device != reg->device) {
+      AddLaunchTally(t.reg, t.kernels);  // another GPU's
+      t.kernels = 0;
     }
+    // The same GPU's registration renewed (a new server): the tally goes on in the new one,
+    // whose counters were carried from the old (CarryClientCounters).
     t.reg = reg;
-    t.kernels = 0;
   }
   t.kernels += kernels;
   if (t.kernels >= kLaunchTallyKernels || gated || now_ns - t.added_ns >= kLaunchTallyNs) {
-    reg->area->counters.launches.fetch_add(t.kernels, std::memory_order_relaxed);
+    AddLaunchTally(reg, t.kernels);
     t.kernels = 0;
     t.added_ns = now_ns;
   }

@@ -78,11 +78,17 @@ def against_baseline_table(rows):
     out = []
     shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
     for kb, kernels in shapes:
+        mine = [r for r in rows if r.get("pollute_kb", 0) == kb and r.get("kernels", 1) == kernels]
+        if not any(r["arm"] in BASELINE_ARMS for r in mine):
+            continue
+        by_run = {}
+        for r in mine:
+            arms = by_run.setdefault(r["run"], {})
+            if r["arm"] in arms:  # two invocations' rows in one file: runs would mix
+                sys.exit(f"launch-cost: run {r['run']} has two rows of {r['arm']!r}; "
+                         "keep each invocation's rows in a file of its own")
+            arms[r["arm"]] = r["adds_ns"]
         for arm, base in zip(ARMS[1:], BASELINE_ARMS):
-            by_run = {}
-            for r in rows:
-                if r.get("pollute_kb", 0) == kb and r.get("kernels", 1) == kernels:
-                    by_run.setdefault(r["run"], {})[r["arm"]] = r["adds_ns"]
             diffs = [a[arm] - a[base] for a in by_run.values() if arm in a and base in a]
             if not diffs:
                 continue

@@ -22,7 +22,10 @@ constexpr uint64_t kT0 = 5'000'000'000;  // ns: any time after the first millise
 struct Client {
   std::unique_ptr<contract::ClientArea> area = std::make_unique<contract::ClientArea>();
   Registration reg;
-  Client() { reg.area = area.get(); }
+  explicit Client(int device = 0) {
+    reg.device = device;
+    reg.area = area.get();
+  }
   uint64_t counted() const { return area->counters.launches.load(); }
 };
 
@@ -61,8 +64,8 @@ TEST_F(LaunchTallyTest, AddsAtOnceWhereTheGateAppliesOrAfterAQuietMillisecond) {
   EXPECT_EQ(c.counted(), 5u) << "the first launch after a quiet millisecond shows the progress";
 }
 
-TEST_F(LaunchTallyTest, ChangingRegistrationAddsTheTallyToTheOldOne) {
-  Client a, b;
+TEST_F(LaunchTallyTest, LaunchingOnAnotherGpuAddsTheTallyToTheFirstOnesCounter) {
+  Client a(0), b(1);
   CountLaunch(&a.reg, 1, kT0, false);
   CountLaunch(&a.reg, 1, kT0 + 1'000, false);
   CountLaunch(&a.reg, 1, kT0 + 2'000, false);
@@ -73,6 +76,19 @@ TEST_F(LaunchTallyTest, ChangingRegistrationAddsTheTallyToTheOldOne) {
   CountLaunch(&b.reg, 1, kT0 + 4'000, true);
   EXPECT_EQ(b.counted(), 2u);
   EXPECT_EQ(t_watched, 1);
+}
+
+// A renewal (a new server) gives the same GPU a new registration whose counters were carried
+// from the old one: the tally goes on in the new one, where the new server reads it.
+TEST_F(LaunchTallyTest, ARenewedRegistrationTakesTheTallyOn) {
+  Client old_reg(0), renewed(0);
+  CountLaunch(&old_reg.reg, 1, kT0, false);
+  CountLaunch(&old_reg.reg, 1, kT0 + 1'000, false);
+  CountLaunch(&old_reg.reg, 1, kT0 + 2'000, false);
+  renewed.area->counters.launches.store(old_reg.counted());  // carried at the renewal
+  CountLaunch(&renewed.reg, 1, kT0 + 3'000, /*gated=*/true);
+  EXPECT_EQ(old_reg.counted(), 1u) << "nothing is added to the registration left behind";
+  EXPECT_EQ(renewed.counted(), 4u);
 }
 
 TEST_F(LaunchTallyTest, EachThreadKeepsItsOwnTally) {

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <set>
@@ -130,7 +131,9 @@ int main(int argc, char** argv) {
           "inflight=%u throttled_ns=%llu mem_used=%llu mem_peak=%llu names=%zu "
           "kernel_time_ns=%llu",
           s, requests[s].process_name, slot.priority.load(), requests[s].gpu_uuid,
-          static_cast<unsigned long long>(n.launches.load()),
+          // The counter lags each thread still running at exit by up to 31 kernels
+          // (interpose/client_state.h, CountLaunch); the events hold those.
+          static_cast<unsigned long long>(std::max<uint64_t>(n.launches.load(), t.launch_kernels)),
           static_cast<unsigned long long>(t.launch_kernels),
           static_cast<unsigned long long>(area->ring.dropped.load()), gate.inflight.load(),
           static_cast<unsigned long long>(n.throttled_ns.load()),
