@@ -105,7 +105,7 @@ inline void KeepRegistered(Registration* reg, uint64_t now_ns) {
 // batches: each thread adds its launches to its registration's counter once it holds
 // kLaunchTallyKernels of them, instead of a locked add on the shared counter's line at every
 // launch (one of the launch path's two locked instructions; in the same turns on H100 hosts,
-// every median of eight comparisons lower, by 0 to 78 ns a launch, docs/benchmarks.md). A
+// nine medians of ten comparisons lower, by up to 78 ns a launch, docs/benchmarks.md). A
 // thread's tally is added at once where the launch met the gate
 // (a best-effort launch beside high-priority work, or a paused client's), at its first launch
 // after kLaunchTallyNs without one (a thread that waited, e.g. in a synchronize, shows its
