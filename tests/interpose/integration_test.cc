@@ -421,6 +421,19 @@ TEST_F(InterposeIntegrationTest, LaunchesFollowTheCurrentContextAcrossSetPushAnd
   EXPECT_EQ(registrar.area(1)->counters.launches.load(), 200u);
 }
 
+// The launch counter is added to in per-thread batches: a thread that exits before the process
+// and the main thread at the process's exit still leave an exact count (5 + 7 + 3 launches,
+// fewer than a batch each).
+TEST_F(InterposeIntegrationTest, LaunchCountIsExactAfterThreadsAndTheProcessExit) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  ASSERT_TRUE(registrar.ok());
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "0 threads");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.values.count("done"), 1u) << run.err;
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_EQ(registrar.area(0)->counters.launches.load(), 15u);
+}
+
 TEST_F(InterposeIntegrationTest, NoServerPassesThroughWithOneStderrLine) {
   const ProbeRun run = RunProbe("ORION_SOCKET=" + dir_ + "/nobody-listens.sock");
   ASSERT_EQ(run.exit_code, 0) << run.err;

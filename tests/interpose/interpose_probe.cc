@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <thread>
 #include <vector>
 
 #include "samples/spin_kernel.h"
@@ -296,6 +297,43 @@ int RunContexts() {
   return 0;
 }
 
+
+// Launches from a thread that exits before the process does, and from the main thread: each
+// thread's launch tally (interpose/client_state.h, CountLaunch) reaches the counter, at the
+// thread's exit and at the process's.
+int RunThreads() {
+  CUcontext ctx;
+  CUfunction spin;
+  CUdevice device;
+  CUmodule module;
+  PROBE_CHECK(cuInit(0));
+  PROBE_CHECK(cuDeviceGet(&device, 0));
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&ctx, device));
+  PROBE_CHECK(cuCtxSetCurrent(ctx));
+  PROBE_CHECK(cuModuleLoadData(&module, orion::samples::kSpinKernelPtx));
+  PROBE_CHECK(cuModuleGetFunction(&spin, module, orion::samples::kSpinKernelName));
+  unsigned long long ns = 0;
+  void* args[] = {&ns};
+  auto launch = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      PROBE_CHECK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
+    }
+    return 0;
+  };
+  launch(5);
+  int thread_result = -1;
+  std::thread other([&] {
+    if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return;
+    thread_result = launch(7);
+  });
+  other.join();
+  if (thread_result != 0) return 1;
+  launch(3);
+  PROBE_CHECK(cuCtxSynchronize());
+  printf("done=1\n");
+  fflush(stdout);
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -304,5 +342,6 @@ int main(int argc, char** argv) {
   const bool bench = argc > 2 && strcmp(argv[2], "bench") == 0;
   if (argc > 2 && strcmp(argv[2], "escapes") == 0) return RunEscapes();
   if (argc > 2 && strcmp(argv[2], "contexts") == 0) return RunContexts();
+  if (argc > 2 && strcmp(argv[2], "threads") == 0) return RunThreads();
   return Run(launches, fork_child, bench);
 }
