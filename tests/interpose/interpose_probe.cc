@@ -40,18 +40,24 @@ bool FromInterposer(void* fn) {
          strstr(info.dli_fname, "orion_interpose") != nullptr;
 }
 
-int Run(int launches, bool fork_child, bool bench) {
+// Device `d`'s primary context made current, and the spin kernel loaded in it.
+int LoadSpinKernel(int d, CUcontext* ctx, CUfunction* spin) {
   CUdevice device;
-  CUcontext context;
   CUmodule module;
+  PROBE_CHECK(cuDeviceGet(&device, d));
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(ctx, device));
+  PROBE_CHECK(cuCtxSetCurrent(*ctx));
+  PROBE_CHECK(cuModuleLoadData(&module, orion::samples::kSpinKernelPtx));
+  PROBE_CHECK(cuModuleGetFunction(spin, module, orion::samples::kSpinKernelName));
+  return 0;
+}
+
+int Run(int launches, bool fork_child, bool bench) {
+  CUcontext context;
   CUfunction spin;
   CUstream stream;
   PROBE_CHECK(cuInit(0));
-  PROBE_CHECK(cuDeviceGet(&device, 0));
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  PROBE_CHECK(cuCtxSetCurrent(context));
-  PROBE_CHECK(cuModuleLoadData(&module, orion::samples::kSpinKernelPtx));
-  PROBE_CHECK(cuModuleGetFunction(&spin, module, orion::samples::kSpinKernelName));
+  if (LoadSpinKernel(0, &context, &spin) != 0) return 1;
   PROBE_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 
   unsigned long long ns = 100'000;
@@ -268,13 +274,7 @@ int RunContexts() {
   CUfunction spin[2];
   PROBE_CHECK(cuInit(0));
   for (int d = 0; d < 2; ++d) {
-    CUdevice device;
-    CUmodule module;
-    PROBE_CHECK(cuDeviceGet(&device, d));
-    PROBE_CHECK(cuDevicePrimaryCtxRetain(&ctx[d], device));
-    PROBE_CHECK(cuCtxSetCurrent(ctx[d]));
-    PROBE_CHECK(cuModuleLoadData(&module, orion::samples::kSpinKernelPtx));
-    PROBE_CHECK(cuModuleGetFunction(&spin[d], module, orion::samples::kSpinKernelName));
+    if (LoadSpinKernel(d, &ctx[d], &spin[d]) != 0) return 1;
   }
   unsigned long long ns = 0;
   void* args[] = {&ns};
@@ -304,14 +304,8 @@ int RunContexts() {
 int RunThreads() {
   CUcontext ctx;
   CUfunction spin;
-  CUdevice device;
-  CUmodule module;
   PROBE_CHECK(cuInit(0));
-  PROBE_CHECK(cuDeviceGet(&device, 0));
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&ctx, device));
-  PROBE_CHECK(cuCtxSetCurrent(ctx));
-  PROBE_CHECK(cuModuleLoadData(&module, orion::samples::kSpinKernelPtx));
-  PROBE_CHECK(cuModuleGetFunction(&spin, module, orion::samples::kSpinKernelName));
+  if (LoadSpinKernel(0, &ctx, &spin) != 0) return 1;
   unsigned long long ns = 0;
   void* args[] = {&ns};
   auto launch = [&](int n) {
