@@ -113,7 +113,7 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
       const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(blocks64, UINT32_MAX));
       const uint64_t threads64 = static_cast<uint64_t>(e.block[0]) * e.block[1] * e.block[2];
       profile_.OnLaunch(e.func, blocks, static_cast<uint32_t>(std::min<uint64_t>(threads64, 4096)));
-      ++launch_events_;
+      ++launched_kernels_;
       // A timed launch's span comes with its measured time (kKernelTime).
       KernelStats* kernel = profile_.StatsOf(e.func);
       if ((e.flags & contract::kTimedLaunch) == 0) {
@@ -179,6 +179,7 @@ void ClientIngest::Consume(const Event& e, Priority priority, IngestSinks& sinks
     }
     case EventKind::kGraphLaunch: {
       ++graph_launches_;
+      launched_kernels_ += std::min<uint64_t>(e.aux, UINT64_MAX - launched_kernels_);
       GraphStats* graph = Graph(e.func);
       if (graph != nullptr) graph->kernels = e.aux;
       if ((e.flags & contract::kTimedLaunch) == 0) {

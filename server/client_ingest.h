@@ -88,7 +88,9 @@ class ClientIngest {
 
   KernelProfileBook& profile() { return profile_; }
   const KernelProfileBook& profile() const { return profile_; }
-  uint64_t launch_events() const { return launch_events_; }
+  // Kernels in the launch events read: one a kernel launch, a graph's kernel nodes a replay
+  // (saturating: a replay's count is the client's word).
+  uint64_t launched_kernels() const { return launched_kernels_; }
   uint64_t graph_launches() const { return graph_launches_; }
   uint64_t copy_bytes() const { return copy_bytes_; }
   uint64_t alloc_denied() const { return alloc_denied_; }
@@ -137,7 +139,7 @@ class ClientIngest {
   KernelProfileBook profile_;
   std::unordered_map<uint64_t, GraphStats> graphs_;
   StreamClock streams_;
-  uint64_t launch_events_ = 0, graph_launches_ = 0, copy_bytes_ = 0, alloc_denied_ = 0;
+  uint64_t launched_kernels_ = 0, graph_launches_ = 0, copy_bytes_ = 0, alloc_denied_ = 0;
   uint64_t malformed_events_ = 0;
   uint64_t graph_dropped_events_ = 0;
   double gpu_busy_ns_ = 0;

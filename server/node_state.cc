@@ -541,7 +541,7 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
   v.memory_used_bytes = s.memory_used_bytes.load(std::memory_order_relaxed);
   v.memory_peak_bytes = s.memory_peak_bytes.load(std::memory_order_relaxed);
   v.kernels_launched =
-      std::max(s.launches.load(std::memory_order_relaxed), c.ingest.launch_events());
+      std::max(s.launches.load(std::memory_order_relaxed), c.ingest.launched_kernels());
   // Finished waits and the one in progress (contract::HeldNs), never less than shown before.
   c.held_shown_ns = std::max(c.held_shown_ns, contract::HeldNs(s, MonotonicNs()));
   v.throttled_ns = c.held_shown_ns;

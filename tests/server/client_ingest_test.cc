@@ -222,6 +222,7 @@ TEST_F(ClientIngestTest, GraphReplaysAtTheirMeasuredMean) {
     EXPECT_EQ(s.bytes, 160u);
   }
   EXPECT_EQ(ingest_.graph_launches(), 2u);
+  EXPECT_EQ(ingest_.launched_kernels(), 2u * 160);  // each replay's kernel nodes
   EXPECT_TRUE(ingest_.profile().kernels().empty());  // graphs are not kernels
 }
 
