@@ -46,6 +46,13 @@ BASELINE_ARMS = ("high priority, baseline", "best effort, baseline")
 TIMED_ARMS = ("high priority, every launch timed", "high priority, every launch timed, not held")
 
 
+def caches_label(kb, kernels):
+    """How a paired figure found its caches: warm, or cold after KB written; the kernels taken
+    in turn."""
+    label = f"cold ({kb} KB written before each launch)" if kb else "warm"
+    return label + (f", {kernels} kernels in turn" if kernels > 1 else "")
+
+
 def paired_table(rows):
     """Per arm (and caches warm or cold): what the interposer's launch adds inside one process,
     median over runs."""
@@ -58,10 +65,7 @@ def paired_table(rows):
             if not mine:
                 continue
             halves = [(r["ci_high"] - r["ci_low"]) / 2 for r in mine]
-            caches = f"cold ({kb} KB written before each launch)" if kb else "warm"
-            if kernels > 1:
-                caches += f", {kernels} kernels in turn"
-            out.append([arm, caches, f"{statistics.median(r['driver_ns'] for r in mine):.0f} ns",
+            out.append([arm, caches_label(kb, kernels), f"{statistics.median(r['driver_ns'] for r in mine):.0f} ns",
                         harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
                         harness.median_interval([r["adds_ns"] for r in mine], digits=0) + " ns",
                         f"+-{statistics.median(halves):.0f} ns", str(mine[0]["pairs"]),
@@ -92,10 +96,7 @@ def against_baseline_table(rows):
             diffs = [a[arm] - a[base] for a in by_run.values() if arm in a and base in a]
             if not diffs:
                 continue
-            caches = f"cold ({kb} KB written before each launch)" if kb else "warm"
-            if kernels > 1:
-                caches += f", {kernels} kernels in turn"
-            out.append([arm, caches, harness.spread(diffs, digits=0, suffix=" ns"),
+            out.append([arm, caches_label(kb, kernels), harness.spread(diffs, digits=0, suffix=" ns"),
                         harness.median_interval(diffs, digits=0) + " ns", str(len(diffs))])
     if not out:
         return ""
