@@ -532,8 +532,8 @@ def main(argv=None):
     p.add_argument("--label", help="with --replay-out: the rows' window (default: the log's name)")
     p.add_argument("--split-by-name", metavar="PREFIX,PREFIX",
                    help="with --profile: the held samples split by whether the profiler's name of "
-                        "their kernel begins with one of these (e.g. nvjet,cudnn_generated), as "
-                        "JSON lines with --json (rendered by --table)")
+                        "their kernel begins with one of these (e.g. nvjet,cudnn_generated): a "
+                        "table, or JSON lines with --json (rendered by --table)")
     p.add_argument("--table", metavar="ROWS_JSONL",
                    help="render windows' busy seconds and estimate steps (JSONL) and exit")
     args = p.parse_args(argv)
@@ -588,13 +588,13 @@ def main(argv=None):
     # Each log against each window; the offsets found by one pair are tried by the others.
     found = [off for _, samples in logs for prof in profiles
              for off in [match_profile(samples, prof)[1]] if off is not None]
+    name_rows = []  # --split-by-name
     for path, samples in logs:
         for prof, name in zip(profiles, args.profile):
             matched, off = match_profile(samples, prof, found)
             if len(matched) >= MIN_MATCHED and args.split_by_name:
                 for r in split_by_name(matched, tuple(args.split_by_name.split(","))):
-                    r["window"] = args.label or os.path.basename(path)
-                    print(json.dumps(r) if args.json else r)
+                    name_rows.append(dict(r, window=args.label or os.path.basename(path)))
                 continue
             if len(matched) >= MIN_MATCHED:  # fewer: another process's window
                 comparisons.append({"file": os.path.basename(path),
@@ -604,6 +604,7 @@ def main(argv=None):
                                     "replays": {w: estimate_window(samples, prof, matched, off, w)
                                                 for w in weights}})
     if args.split_by_name:
+        print("\n".join(map(json.dumps, name_rows)) if args.json else name_split_table(name_rows))
         return
     if args.replay_out:
         for c in comparisons:
