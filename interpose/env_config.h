@@ -212,9 +212,9 @@ struct EnvConfig {
   // ORION_NVTX_DEPTH: NVTX nesting levels reported as ranges (0: none); deeper ones are only
   // counted so that push and pop stay paired.
   uint32_t nvtx_depth = 2;
-  // ORION_KERNEL_START_NS, ORION_QUEUED_START_NS, ORION_HELD_START_NS: what a timed kernel on
-  // an idle, a queued or a held stream starts later than an event (sample_timing.h; each at
-  // most 100 us).
+  // ORION_KERNEL_START_NS, ORION_QUEUED_START_NS, ORION_HELD_START_NS,
+  // ORION_HELD_COMPUTE_START_NS: what a timed kernel on an idle, a queued or a held stream (a
+  // compute kernel's apart) starts later than an event (sample_timing.h; each at most 100 us).
   StartLatency start_latency;
   uint64_t lazy_poll_ns = kDefaultLazyPollNs;  // ORION_LAZY_POLL_MS
   bool lazy_poll_set = false;                   // ORION_LAZY_POLL_MS was given (and valid)
@@ -274,6 +274,9 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   }
   if (ParseUnsigned(getenv_fn("ORION_HELD_START_NS"), &value) && value <= 100'000) {
     config.start_latency.held_ns = value;
+  }
+  if (ParseUnsigned(getenv_fn("ORION_HELD_COMPUTE_START_NS"), &value) && value <= 100'000) {
+    config.start_latency.held_compute_ns = value;
   }
   for (auto [name, every] : {std::pair{"ORION_SAMPLE_EVERY", &config.sample_every},
                              std::pair{"ORION_SAMPLE_EVERY_HIGH", &config.sample_every_high}}) {

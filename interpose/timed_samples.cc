@@ -38,6 +38,9 @@ void ReportTimedSample(PendingLaunch* p, Registration* reg, uint64_t now_ns) {
   events.start_recorded_ns = p->start_recorded_ns;
   events.launched_ns = p->launched_ns;
   events.held = p->held;
+  events.compute = !p->graph && p->kernel != nullptr &&
+                   p->kernel->kclass.load(std::memory_order_relaxed) ==
+                       contract::KernelClassToBoard(contract::KernelClass::kCompute);
   events.placed = PlaceOnHostClock(*p, &events.start_host_ns, &events.end_host_ns);
   SampleTiming timing = TimeSample(events, Config().start_latency);
   if (p->graph && p->kernel != nullptr && events.placed) {

@@ -47,10 +47,11 @@ void StartTimingLog(const char* dir, const StartLatency& latency) {
   if (fd < 0) return;
   g_fd.store(fd, std::memory_order_release);
   WriteLine("# orion-timing-log 2 pid=%d kernel_start_ns=%llu queued_start_ns=%llu "
-            "held_start_ns=%llu\n",
+            "held_start_ns=%llu held_compute_start_ns=%llu\n",
             pid, static_cast<unsigned long long>(latency.idle_ns),
             static_cast<unsigned long long>(latency.queued_ns),
-            static_cast<unsigned long long>(latency.held_ns));
+            static_cast<unsigned long long>(latency.held_ns),
+            static_cast<unsigned long long>(latency.held_compute_ns));
 }
 
 bool TimingLogActive() { return g_fd.load(std::memory_order_relaxed) >= 0; }
@@ -59,12 +60,12 @@ using ull = unsigned long long;
 
 void LogTimingSample(const TimingSample& s) {
   const SampleEvents& e = s.events;
-  WriteLine("sample\t%#llx\t%llu\t%llu\t%llu\t%llu\t%llu\t%d\t%d\t%llu\t%u,%u,%u\t%u,%u,%u\t%d\t%d\n",
+  WriteLine("sample\t%#llx\t%llu\t%llu\t%llu\t%llu\t%llu\t%d\t%d\t%llu\t%u,%u,%u\t%u,%u,%u\t%d\t%d\t%d\n",
             ull{s.func}, ull{e.gpu_elapsed_ns}, ull{e.placed ? e.start_host_ns : 0},
             ull{e.placed ? e.end_host_ns : 0}, ull{e.launched_ns}, ull{s.timing.duration_ns},
             s.timing.idle_stream ? 1 : 0, s.warmup ? 1 : 0, ull{e.start_recorded_ns}, s.grid[0],
             s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2], s.contended ? 1 : 0,
-            e.held ? 1 : 0);
+            e.held ? 1 : 0, e.compute ? 1 : 0);
 }
 
 void LogAnchor(uint64_t ctx, uint64_t recorded_ns, uint64_t seen_ns, uint64_t chained_ns,

@@ -5,9 +5,10 @@
 // the completion poller and the anchor renewal, never from the launch path.
 //
 // Lines, tab-separated, after a header "# orion-timing-log 2 pid=<pid> kernel_start_ns=<n>
-// queued_start_ns=<n> held_start_ns=<n>" (the start latencies taken off, sample_timing.h):
+// queued_start_ns=<n> held_start_ns=<n> held_compute_start_ns=<n>" (the start latencies taken
+// off, sample_timing.h):
 //   sample  func  gpu_elapsed_ns  start_host_ns  end_host_ns  launched_ns  duration_ns  clamped
-//           warmup  start_recorded_ns  grid  block  contended  held
+//           warmup  start_recorded_ns  grid  block  contended  held  compute
 //     gpu_elapsed: cuEventElapsedTime(start, end); start/end_host: the events on the host clock
 //     (0 if they could not be placed); launched: when the launch call returned; duration: what
 //     the sample reports; clamped: 1 where the stream was taken to be idle (the start event ran
@@ -17,7 +18,8 @@
 //     match a profiler's kernels); contended: 1 where another process's work was in flight
 //     (a kContendedSample: the server counts it at the kernel's mean, it teaches nothing);
 //     held: 1 where the launch was held on its stream until its end event was recorded
-//     (timing_hold.h: a queued sample whatever the stream held).
+//     (timing_hold.h: a queued sample whatever the stream held); compute: 1 for a compute
+//     kernel's sample (a held one has its own start latency).
 //   anchor  ctx  recorded_ns  seen_ns  chained_ns  host_ns  rate_ppm
 //     recorded: the record call's return; seen: the first query that found it done (0: it was
 //     waited for); chained: where the previous anchor put it (0: none); host: where it was

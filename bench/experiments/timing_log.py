@@ -37,6 +37,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -60,10 +61,11 @@ def read(path):
         fields = dict(f.split("=", 1) for f in header.split() if "=" in f)
         queued_start = int(fields.get("queued_start_ns", 0))
         held_start = int(fields.get("held_start_ns", queued_start))
+        held_compute_start = int(fields.get("held_compute_start_ns", held_start))
         for n, line in enumerate(f, 2):
             parts = line.rstrip("\n").split("\t")
             try:
-                if parts[0] == "sample" and len(parts) in (9, 12, 13, 14):
+                if parts[0] == "sample" and len(parts) in (9, 12, 13, 14, 15):
                     s = {"func": parts[1]}
                     (s["elapsed"], s["start"], s["end"], s["launched"], s["dur"], s["clamped"],
                      s["warmup"]) = map(int, parts[2:9])
@@ -73,6 +75,8 @@ def read(path):
                     s["block"] = tuple(map(int, parts[11].split(","))) if long else None
                     s["contended"] = int(parts[12]) if len(parts) >= 13 else 0
                     s["held"] = int(parts[13]) if len(parts) >= 14 else 0
+                    s["compute"] = int(parts[14]) if len(parts) >= 15 else 0
+                    s["held_start"] = held_start
                     samples.append(s)
                 elif parts[0] == "anchor" and len(parts) in (6, 7):
                     a = {"ctx": parts[1]}
@@ -88,7 +92,8 @@ def read(path):
             continue  # not placed on the host clock: the GPU's elapsed time was reported
         if s["dur"] > s["elapsed"] + SLACK_NS:
             bad.append(f"{path}: a sample's duration {s['dur']} exceeds its GPU time {s['elapsed']}")
-        latency = held_start if s["held"] else queued_start
+        latency = (queued_start if not s["held"] else
+                   held_compute_start if s["compute"] else held_start)
         if not s["clamped"] and abs(s["dur"] - max(0, s["elapsed"] - latency)) > SLACK_NS:
             bad.append(f"{path}: a queued-stream sample's duration {s['dur']} is not its GPU time "
                        f"{s['elapsed']} less the {'held' if s['held'] else 'queued'} start "
@@ -471,23 +476,20 @@ def split_table(rows):
           fmt(r["idle_elapsed_us_median"], 1, 1)] for r in rows])
 
 
-def split_by_name(matched, prefixes):
-    """The held samples of a window split by the profiler's name of their kernel: those that
-    start with one of `prefixes` and the others. Per group: the reported time against the
-    profiler's, and what the GPU's elapsed time holds beyond the profiler's kernel (the start
-    latency after the hold that the interposer takes off as one constant, ORION_HELD_START_NS)."""
-    groups = {"named": [], "other": []}
+def split_held(matched, group_of):
+    """The held samples of a window grouped by `group_of` (the profiler's name of their kernel
+    to a group's label, in the order the labels first come). Per group: the reported time
+    against the profiler's, and what the GPU's elapsed time holds beyond the profiler's kernel
+    (the start latency after the hold that the interposer takes off: ORION_HELD_START_NS, and
+    ORION_HELD_COMPUTE_START_NS for a compute kernel's)."""
+    groups = {}
     for s, a, b, k in matched:
         if s["held"] and s["start"]:
-            name = str(k[9]) if len(k) > 9 else ""
-            groups["named" if name.startswith(prefixes) else "other"].append((s, b - a))
+            groups.setdefault(group_of(str(k[9]) if len(k) > 9 else ""), []).append((s, b - a))
     rows = []
     for group, m in groups.items():
-        if not m:
-            continue
         over = [s["elapsed"] - d for s, d in m]
-        rows.append({"kernels": ",".join(prefixes) if group == "named" else "the others",
-                     "samples": len(m),
+        rows.append({"kernels": group, "samples": len(m),
                      "profiler_us_mean": sum(d for _, d in m) / len(m) / 1e3,
                      "reported_over_profiler": sum(s["dur"] for s, _ in m) / sum(d for _, d in m),
                      "over_ns_median": med(over), "over_ns_mean": statistics.mean(over),
@@ -495,9 +497,65 @@ def split_by_name(matched, prefixes):
     return rows
 
 
+def split_by_name(matched, prefixes):
+    """split_held: the kernels whose name starts with one of `prefixes`, then the others."""
+    rows = split_held(matched, lambda name: ",".join(prefixes) if name.startswith(prefixes)
+                      else "the others")
+    return sorted(rows, key=lambda r: r["kernels"] == "the others")
+
+
+def kernel_class_patterns():
+    """The words that make a kernel's name compute or memory (contract/kernel_class.h, the
+    interposer's own ClassifyKernelName, read from its source)."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "contract", "kernel_class.h")) as f:
+        text = f.read()
+    def words(array):
+        body = re.search(array + r"\[\] = \{(.*?)\};", text, re.S).group(1)
+        return re.findall(r'"([^"]*)"', body)
+    return words("kCompute"), words("kMemory")
+
+
+def kernel_class(name, patterns):
+    low = name.lower()
+    for label, words in zip(("compute", "memory"), patterns):
+        if any(w.lower() in low for w in words):
+            return label
+    return "unknown"
+
+
+def held_by_class(matched, compute_ns):
+    """split_held by the interposer's class of each kernel, then the window's held samples
+    against the profiler's kernels with each compute start latency in `compute_ns` taken off
+    the compute kernels' GPU time and the log's held start latency off the others'."""
+    patterns = kernel_class_patterns()
+    rows = split_held(matched, lambda name: kernel_class(name, patterns))
+    held = [(s, b - a, kernel_class(str(k[9]) if len(k) > 9 else "", patterns))
+            for s, a, b, k in matched if s["held"] and s["start"]]
+    profiler = sum(d for _, d, _ in held)
+    for ns in compute_ns:
+        reported = sum(s["elapsed"] - (ns if c == "compute" else s["held_start"])
+                       for s, _, c in held)
+        rows.append({"held_compute_ns": ns, "samples": len(held),
+                     "reported_over_profiler": reported / profiler if profiler else None})
+    return rows
+
+
+def what_if_table(rows):
+    """held_by_class's last rows: per window, the held samples against the profiler at each
+    compute start latency."""
+    windows = list(dict.fromkeys(r["window"] for r in rows))
+    latencies = sorted({r["held_compute_ns"] for r in rows})
+    at = {(r["window"], r["held_compute_ns"]): r for r in rows}
+    return harness.markdown_table(
+        ["window", "held samples"] + [f"compute kernels' start {ns / 1e3:g} us" for ns in latencies],
+        [[w, at[(w, latencies[0])]["samples"]]
+         + [fmt(at[(w, ns)]["reported_over_profiler"], 1, 3) for ns in latencies]
+         for w in windows])
+
+
 def name_split_table(rows):
     return harness.markdown_table(
-        ["window", "kernels (profiler's name begins)", "held samples", "profiler kernel (mean us)",
+        ["window", "kernels (by the profiler's name)", "held samples", "profiler kernel (mean us)",
          "reported / profiler", "elapsed beyond the profiler's kernel: median / mean / p90 (us)"],
         [[r["window"], r["kernels"], r["samples"], fmt(r["profiler_us_mean"]),
           fmt(r["reported_over_profiler"], 1, 3),
@@ -530,6 +588,11 @@ def main(argv=None):
                    help="with --replay-weights: append one row per window and weight to this file "
                         "(rendered by --table)")
     p.add_argument("--label", help="with --replay-out: the rows' window (default: the log's name)")
+    p.add_argument("--held-by-class", metavar="NS,NS",
+                   help="with --profile: the held samples split by the interposer's class of "
+                        "their kernel's name (compute, memory, unknown), then against the "
+                        "profiler with each of these start latencies taken off the compute "
+                        "kernels' (ORION_HELD_COMPUTE_START_NS) and the log's off the others'")
     p.add_argument("--split-by-name", metavar="PREFIX,PREFIX",
                    help="with --profile: the held samples split by whether the profiler's name of "
                         "their kernel begins with one of these (e.g. nvjet,cudnn_generated): a "
@@ -543,14 +606,23 @@ def main(argv=None):
         p.error(f"--replay-weights {args.replay_weights!r}: expected whole numbers >= 0 or "
                 f"p<N> (the client's pace over N samples), e.g. 4,8,16,0,p32")
     weights = [w if w.startswith("p") else int(w) for w in weights]
+    compute_ns = args.held_by_class.split(",") if args.held_by_class else []
+    if not all(ns.isdigit() for ns in compute_ns):
+        p.error(f"--held-by-class {args.held_by_class!r}: expected nanoseconds, e.g. 2500,2750")
+    compute_ns = [int(ns) for ns in compute_ns]
+    if args.held_by_class and args.split_by_name:
+        p.error("--held-by-class and --split-by-name split the same samples: one at a time")
     if args.replay_out and not weights:
         p.error("--replay-out goes with --replay-weights")
     if args.table:
         rows = harness.read_rows(args.table, "timing-log")
         if args.split_by_call is not None:
             print(split_table(rows))
-        elif rows and "kernels" in rows[0]:
-            print(name_split_table(rows))
+        elif rows and ("kernels" in rows[0] or "held_compute_ns" in rows[0]):
+            groups = [r for r in rows if "kernels" in r]
+            what_if = [r for r in rows if "held_compute_ns" in r]
+            print("\n\n".join(([name_split_table(groups)] if groups else []) +
+                              ([what_if_table(what_if)] if what_if else [])))
         else:
             print(replay_table(rows) if rows and "weight" in rows[0] else estimate_table(rows))
         return
@@ -592,9 +664,11 @@ def main(argv=None):
     for path, samples in logs:
         for prof, name in zip(profiles, args.profile):
             matched, off = match_profile(samples, prof, found)
-            if len(matched) >= MIN_MATCHED and args.split_by_name:
-                for r in split_by_name(matched, tuple(args.split_by_name.split(","))):
-                    name_rows.append(dict(r, window=args.label or os.path.basename(path)))
+            if len(matched) >= MIN_MATCHED and (args.split_by_name or args.held_by_class):
+                rows_of = (split_by_name(matched, tuple(args.split_by_name.split(",")))
+                           if args.split_by_name else held_by_class(matched, compute_ns))
+                name_rows += [dict(r, window=args.label or os.path.basename(path))
+                              for r in rows_of]
                 continue
             if len(matched) >= MIN_MATCHED:  # fewer: another process's window
                 comparisons.append({"file": os.path.basename(path),
@@ -603,8 +677,11 @@ def main(argv=None):
                                     "estimate": estimate_window(samples, prof, matched, off),
                                     "replays": {w: estimate_window(samples, prof, matched, off, w)
                                                 for w in weights}})
-    if args.split_by_name:
-        print("\n".join(map(json.dumps, name_rows)) if args.json else name_split_table(name_rows))
+    if args.split_by_name or args.held_by_class:
+        groups = [r for r in name_rows if "kernels" in r]
+        what_if = [r for r in name_rows if "held_compute_ns" in r]
+        print("\n".join(map(json.dumps, name_rows)) if args.json else "\n\n".join(
+            [name_split_table(groups)] + ([what_if_table(what_if)] if what_if else [])))
         return
     if args.replay_out:
         for c in comparisons:

@@ -107,6 +107,7 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_EQ(config.start_latency.idle_ns, kDefaultKernelStartNs);
   EXPECT_EQ(config.start_latency.queued_ns, kDefaultQueuedStartNs);
   EXPECT_EQ(config.start_latency.held_ns, kDefaultHeldStartNs);
+  EXPECT_EQ(config.start_latency.held_compute_ns, kDefaultHeldComputeStartNs);
   EXPECT_TRUE(config.timing_hold);  // on unless said otherwise
   EXPECT_EQ(config.lazy_poll_ns, kDefaultLazyPollNs);
 
@@ -114,10 +115,12 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
          {"ORION_LOG_DIR", "/tmp/orion-logs"}, {"ORION_KERNEL_START_NS", "0"},
          {"ORION_QUEUED_START_NS", "500000"},  // past the 100 us bound: the default stays
          {"ORION_NO_TIMING", "1"}, {"ORION_LAZY_POLL_MS", "100"},
-         {"ORION_HELD_START_NS", "2600"}, {"ORION_TIMING_HOLD", "off"}};
+         {"ORION_HELD_START_NS", "2600"}, {"ORION_HELD_COMPUTE_START_NS", "2900"},
+         {"ORION_TIMING_HOLD", "off"}};
   config = ReadEnvConfig(get);
   EXPECT_TRUE(config.no_timing);
   EXPECT_EQ(config.start_latency.held_ns, 2'600u);
+  EXPECT_EQ(config.start_latency.held_compute_ns, 2'900u);
   EXPECT_FALSE(config.timing_hold);
   EXPECT_EQ(config.lazy_poll_ns, 100'000'000u);
   EXPECT_EQ(config.start_latency.idle_ns, 0u);

@@ -9,7 +9,8 @@
 namespace orion::interpose {
 namespace {
 
-constexpr StartLatency kLatency{.idle_ns = 1'000, .queued_ns = 2'400, .held_ns = 2'600};
+constexpr StartLatency kLatency{
+    .idle_ns = 1'000, .queued_ns = 2'400, .held_ns = 2'600, .held_compute_ns = 2'900};
 
 // An eager service's launch on an idle stream, as seen on an H100: the start event ran at once,
 // the launch call returned 9 us after the start event's record, the kernel ran 3 us, 1 us of
@@ -86,6 +87,24 @@ TEST(TimeSampleTest, HeldLaunchIsQueuedWhereverItsStartEventIsPlaced) {
   e.held = false;
   EXPECT_TRUE(TimeSample(e, kLatency).idle_stream);
   EXPECT_EQ(TimeSample(e, kLatency).duration_ns, 0u);  // the idle rule cuts it to nothing
+}
+
+TEST(TimeSampleTest, HeldComputeKernelLosesItsOwnStartLatency) {
+  // A held GEMM starts 2.9 us after its start event (the compute kernels' latency), a held
+  // elementwise kernel 2.6 us after it: each loses its own, and only a held sample does.
+  SampleEvents e = StartedAfterReturn(3'000, 2'900 + 7'000);
+  e.held = true;
+  e.compute = true;
+  SampleTiming t = TimeSample(e, kLatency);
+  EXPECT_EQ(t.duration_ns, 7'000u);
+  EXPECT_EQ(t.start_ns, e.start_host_ns + 2'900);
+  e.compute = false;
+  EXPECT_EQ(TimeSample(e, kLatency).duration_ns, 7'300u);
+  // Queued behind the stream's own work (not held): the queued latency, whatever the class.
+  SampleEvents queued = StartedAfterReturn(40'000, 2'400 + 7'000);
+  queued.compute = true;
+  EXPECT_FALSE(TimeSample(queued, kLatency).idle_stream);
+  EXPECT_EQ(TimeSample(queued, kLatency).duration_ns, 7'000u);
 }
 
 TEST(TimeSampleTest, IdleGraphTakesItsQueuedMeanWithinWhatTheEventsAllow) {
