@@ -4,6 +4,8 @@
   orion_bench.py timing-log DIR_OR_FILES... --split-by-call US [--json]
   orion_bench.py timing-log DIR_OR_FILES... --profile F --replay-weights W,W,...
       [--replay-out ROWS.jsonl --label WINDOW]
+  orion_bench.py timing-log DIR_OR_FILES... --profile F (--split-by-name P,P | --held-by-class NS,NS)
+      [--json --label WINDOW]
   orion_bench.py timing-log --table ROWS.jsonl [--split-by-call US]   (re-renders rows)
 
 For each process's timing.<pid>.log: how many timed launches were taken to run on an idle
