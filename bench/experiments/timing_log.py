@@ -1,6 +1,6 @@
 """Summarises the GPU timing diagnostic (ORION_TIMING_LOG=DIR, interpose/timing_log.h).
 
-  orion_bench.py timing-log DIR_OR_FILES... [--json] [--check] [--profile SUMMARY.kernels.json[.gz]]
+  orion_bench.py timing-log DIR_OR_FILES... [--json] [--check] [--profile SUMMARY.kernels.json[.gz|.xz]]
   orion_bench.py timing-log DIR_OR_FILES... --split-by-call US [--json]
   orion_bench.py timing-log DIR_OR_FILES... --profile F --replay-weights W,W,...
       [--replay-out ROWS.jsonl --label WINDOW]
@@ -38,6 +38,7 @@ import collections
 import glob
 import gzip
 import json
+import lzma
 import os
 import re
 import statistics
@@ -53,9 +54,16 @@ IDLE_MARGIN_NS = 20000  # interpose/sample_timing.h kIdleMarginNs
 MIN_MATCHED = 20  # samples matched to a profiler window for it to be this process's
 
 
+def open_text(path):
+    """A log or a profile, plain or kept compressed in docs/data (.gz, .xz)."""
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt")
+    return lzma.open(path, "rt") if path.endswith(".xz") else open(path)
+
+
 def read(path):
     samples, anchors, bad = [], [], []
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+    with open_text(path) as f:
         header = f.readline()
         if not header.startswith(("# orion-timing-log 1 ", "# orion-timing-log 2 ")):
             bad.append(f"{path}: header {header.strip()!r}")
@@ -637,8 +645,10 @@ def main(argv=None):
         sys.exit(f"timing-log: no timing.*.log in {', '.join(args.paths)}")
     problems = []
     rows = []
-    profiles = [json.load(gzip.open(f, "rt") if f.endswith(".gz") else open(f))
-                for f in args.profile]
+    profiles = []
+    for path in args.profile:
+        with open_text(path) as f:
+            profiles.append(json.load(f))
     comparisons = []
     logs = []
     for path in files:
