@@ -8,8 +8,9 @@ CPU before each, the GPU idle before each kernel) and a queued one (the same ker
 back) run registered high priority with every launch the pool of timing events allows timed
 (ORION_PROFILE=1) and the timing diagnostic on; prints for each the ratio busy seconds / true
 kernel time, then the timing log's summary. The double starts a kernel inside the launch call,
-with no start latency beyond an event's: ORION_KERNEL_START_NS=0 and ORION_QUEUED_START_NS=0
-here (interpose/sample_timing.h; the defaults were measured on an H100).
+with no start latency beyond an event's: ORION_KERNEL_START_NS, ORION_QUEUED_START_NS,
+ORION_HELD_START_NS and ORION_HELD_COMPUTE_START_NS are 0 here (interpose/sample_timing.h; the
+defaults were measured on H100 and H200 hosts).
 """
 import argparse
 import os
@@ -73,6 +74,7 @@ def main(argv=None):
             env = dict(os.environ, ORION_SIM_DIR=work, ORION_SIM_MEMORY="4Gi",
                        LD_LIBRARY_PATH=paths["double"], ORION_SOCKET=server.socket,
                        ORION_PROFILE="1", ORION_KERNEL_START_NS="0", ORION_QUEUED_START_NS="0",
+                       ORION_HELD_START_NS="0", ORION_HELD_COMPUTE_START_NS="0",
                        ORION_TIMING_LOG=tdir)
             r = subprocess.run([paths["run"], "--interposer", paths["lib"], "--priority", "high",
                                 "--", paths["infer"], "--rate", "0", "--requests", "200",

@@ -85,7 +85,8 @@ def read(path):
                     s["block"] = tuple(map(int, parts[11].split(","))) if long else None
                     s["contended"] = int(parts[12]) if len(parts) >= 13 else 0
                     s["held"] = int(parts[13]) if len(parts) >= 14 else 0
-                    s["compute"] = int(parts[14]) if len(parts) >= 15 else 0
+                    # The interposer's word on the kernel's class (None: a log before it)
+                    s["compute"] = int(parts[14]) if len(parts) >= 15 else None
                     s["held_start"] = held_start
                     samples.append(s)
                 elif parts[0] == "anchor" and len(parts) in (6, 7):
@@ -496,15 +497,17 @@ def split_held(matched, group_of):
     for s, a, b, k in matched:
         if s["held"] and s["start"]:
             groups.setdefault(group_of(str(k[9]) if len(k) > 9 else ""), []).append((s, b - a))
-    rows = []
-    for group, m in groups.items():
-        over = [s["elapsed"] - d for s, d in m]
-        rows.append({"kernels": group, "samples": len(m),
-                     "profiler_us_mean": sum(d for _, d in m) / len(m) / 1e3,
-                     "reported_over_profiler": sum(s["dur"] for s, _ in m) / sum(d for _, d in m),
-                     "over_ns_median": med(over), "over_ns_mean": statistics.mean(over),
-                     "over_ns_p90": statistics.quantiles(over, n=10)[8] if len(over) >= 10 else None})
-    return rows
+    return [split_group(group, m) for group, m in groups.items()]
+
+
+def split_group(group, m):
+    """One group's row of split_held: `m` its (sample, profiler's kernel time) pairs."""
+    over = [s["elapsed"] - d for s, d in m]
+    return {"kernels": group, "samples": len(m),
+            "profiler_us_mean": sum(d for _, d in m) / len(m) / 1e3,
+            "reported_over_profiler": sum(s["dur"] for s, _ in m) / sum(d for _, d in m),
+            "over_ns_median": med(over), "over_ns_mean": statistics.mean(over),
+            "over_ns_p90": statistics.quantiles(over, n=10)[8] if len(over) >= 10 else None}
 
 
 def split_by_name(matched, prefixes):
@@ -520,8 +523,10 @@ def kernel_class_patterns():
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "contract", "kernel_class.h")) as f:
         text = f.read()
     def words(array):
-        body = re.search(array + r"\[\] = \{(.*?)\};", text, re.S).group(1)
-        return re.findall(r'"([^"]*)"', body)
+        found = re.search(array + r"\[\]\s*=?\s*\{(.*?)\}", text, re.S)
+        if not found:
+            sys.exit(f"timing-log: no {array}[] word list in contract/kernel_class.h")
+        return re.findall(r'"([^"]*)"', found.group(1))
     return words("kCompute"), words("kMemory")
 
 
@@ -533,17 +538,28 @@ def kernel_class(name, patterns):
     return "unknown"
 
 
+CLASS_ORDER = ("compute", "memory", "unknown")
+
+
 def held_by_class(matched, compute_ns):
-    """split_held by the interposer's class of each kernel, then the window's held samples
-    against the profiler's kernels with each compute start latency in `compute_ns` taken off
-    the compute kernels' GPU time and the log's held start latency off the others'."""
+    """The held samples by the interposer's class of each kernel (the log's compute column
+    where it has one, the kernel's name for the rest), then all of them against the profiler's
+    kernels with each compute start latency in `compute_ns` taken off the compute kernels' GPU
+    time and the log's held start latency off the others'."""
     patterns = kernel_class_patterns()
-    rows = split_held(matched, lambda name: kernel_class(name, patterns))
-    held = [(s, b - a, kernel_class(str(k[9]) if len(k) > 9 else "", patterns))
-            for s, a, b, k in matched if s["held"] and s["start"]]
+    def class_of(s, k):
+        by_name = kernel_class(str(k[9]) if len(k) > 9 else "", patterns)
+        if s["compute"] is None:
+            return by_name
+        return "compute" if s["compute"] else ("unknown" if by_name == "compute" else by_name)
+    held = [(s, b - a, class_of(s, k)) for s, a, b, k in matched if s["held"] and s["start"]]
+    groups = {}
+    for s, d, c in held:
+        groups.setdefault(c, []).append((s, d))
+    rows = [split_group(c, groups[c]) for c in CLASS_ORDER if c in groups]
     profiler = sum(d for _, d, _ in held)
     for ns in compute_ns:
-        reported = sum(s["elapsed"] - (ns if c == "compute" else s["held_start"])
+        reported = sum(max(0, s["elapsed"] - (ns if c == "compute" else s["held_start"]))
                        for s, _, c in held)
         rows.append({"held_compute_ns": ns, "samples": len(held),
                      "reported_over_profiler": reported / profiler if profiler else None})
@@ -556,11 +572,13 @@ def what_if_table(rows):
     windows = list(dict.fromkeys(r["window"] for r in rows))
     latencies = sorted({r["held_compute_ns"] for r in rows})
     at = {(r["window"], r["held_compute_ns"]): r for r in rows}
+    def cell(w, ns):
+        r = at.get((w, ns))
+        return fmt(r["reported_over_profiler"], 1, 3) if r else "-"
     return harness.markdown_table(
         ["window", "held samples"] + [f"compute kernels' start {ns / 1e3:g} us" for ns in latencies],
-        [[w, at[(w, latencies[0])]["samples"]]
-         + [fmt(at[(w, ns)]["reported_over_profiler"], 1, 3) for ns in latencies]
-         for w in windows])
+        [[w, next(r["samples"] for r in rows if r["window"] == w)]
+         + [cell(w, ns) for ns in latencies] for w in windows])
 
 
 def name_split_table(rows):
@@ -622,6 +640,8 @@ def main(argv=None):
     compute_ns = [int(ns) for ns in compute_ns]
     if args.held_by_class and args.split_by_name:
         p.error("--held-by-class and --split-by-name split the same samples: one at a time")
+    if (args.held_by_class or args.split_by_name) and not args.profile:
+        p.error("--held-by-class and --split-by-name set samples against a profile: give --profile")
     if args.replay_out and not weights:
         p.error("--replay-out goes with --replay-weights")
     if args.table:

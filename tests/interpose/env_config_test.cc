@@ -131,6 +131,11 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
   EXPECT_FALSE(ReadEnvConfig(get).timing_hold);
   env = {{"ORION_TIMING_HOLD", "maybe"}};
   EXPECT_TRUE(ReadEnvConfig(get).timing_hold);
+  // Past the 100 us bound, or not a number: the compute kernels' default stays.
+  env = {{"ORION_HELD_COMPUTE_START_NS", "200000"}};
+  EXPECT_EQ(ReadEnvConfig(get).start_latency.held_compute_ns, kDefaultHeldComputeStartNs);
+  env = {{"ORION_HELD_COMPUTE_START_NS", "2.9us"}};
+  EXPECT_EQ(ReadEnvConfig(get).start_latency.held_compute_ns, kDefaultHeldComputeStartNs);
   EXPECT_EQ(config.requested_priority, contract::kNoValue32);
   EXPECT_EQ(config.requested_memory_limit, 0u);
   EXPECT_STREQ(config.socket_path, "/tmp/x.sock");

@@ -103,6 +103,30 @@ def check_split_by_name():
     assert "| w2 | compute | 100 |" in table and "compute kernels' start 3 us" in table, table
 
 
+def check_compute_column():
+    """--check holds a held sample to its class's start latency: a compute kernel's (the log's
+    last column) to the header's held_compute_start_ns, the others to held_start_ns; a log
+    whose header leaves the compute latency out is held to held_start_ns and breaks the rule."""
+    bench = [sys.executable, os.path.join(ROOT, "bench", "orion_bench.py"), "timing-log", "--check"]
+    def write(header):
+        work = tempfile.mkdtemp(prefix="timing-compute-")
+        lines, t = [header], 9_000_000_000
+        for i in range(40):
+            t += 50_000
+            compute = i % 2
+            elapsed = 20_000 + (8_000 if compute else 2_500)
+            lines.append("sample\t0x%d\t%d\t%d\t%d\t%d\t%d\t0\t0\t%d\t1,1,1\t128,1,1\t0\t1\t%d\n" % (
+                1 + compute, elapsed, t + 5_000, t + 5_000 + elapsed, t, 20_000, t - 3_000, compute))
+        with open(os.path.join(work, "timing.3.log"), "w") as f:
+            f.writelines(lines)
+        return subprocess.run(bench + [work], capture_output=True, text=True)
+    ok = write("# orion-timing-log 2 pid=3 queued_start_ns=2400 held_start_ns=2500 "
+               "held_compute_start_ns=8000\n")
+    assert ok.returncode == 0, ok.stderr
+    bad = write("# orion-timing-log 2 pid=3 queued_start_ns=2400 held_start_ns=2500\n")
+    assert bad.returncode != 0 and "held start latency 2500" in bad.stderr, bad.stderr
+
+
 def main():
     rng = random.Random(7)
     work = tempfile.mkdtemp(prefix="timing-match-")
@@ -172,6 +196,7 @@ def main():
     assert abs(every["kernel_start_after_return_us_median"] - 1.5) < 0.3, every
     assert abs(every["placed_end_minus_profiler_end_us_median"] + 2.0) < 0.3, every
     check_split_by_name()
+    check_compute_column()
     print(f"matched {every['samples']} of {sampled} samples; start after return "
           f"{every['kernel_start_after_return_us_median']:.2f} us, placed end "
           f"{every['placed_end_minus_profiler_end_us_median']:.2f} us")
