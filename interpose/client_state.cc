@@ -30,11 +30,13 @@
 extern "C" char* program_invocation_short_name;
 
 namespace orion::interpose {
+
+EnvConfig g_config;
+
 namespace {
 
 enum RegistrationState : uint32_t { kUnregistered = 0, kActive = 1, kFailed = 2 };
 
-EnvConfig g_config;
 bool g_driver_ok = false;
 pthread_once_t g_process_once = PTHREAD_ONCE_INIT;
 std::atomic<bool> g_process_ready{false};  // InitProcess has returned
@@ -381,7 +383,6 @@ void WatchLaunchTally() {
   if (g_tally_key_made) pthread_setspecific(g_tally_key, &t_launch_tally);
 }
 
-const EnvConfig& Config() { return g_config; }
 
 void RenewRegistration(Registration* reg, uint64_t now_ns) {
   const int device = reg->device;

@@ -47,8 +47,10 @@ struct Registration {
   bool StillOwned() const { return slot->generation.load(std::memory_order_relaxed) == generation; }
 };
 
-// Parsed once, on the first hooked call.
-const EnvConfig& Config();
+// Parsed once, on the first hooked call. Hidden and declared here: the launch path reads it on
+// every launch, inline.
+__attribute__((visibility("hidden"))) extern EnvConfig g_config;
+inline const EnvConfig& Config() { return g_config; }
 
 // Writes one line to stderr, printf-style, cut at 511 bytes (a failed write loses the line;
 // callers check ORION_QUIET).

@@ -17,6 +17,9 @@
 #include "interpose/nvtx_ranges.h"
 
 namespace orion::interpose {
+
+constinit thread_local ThreadStream t_stream ORION_INITIAL_EXEC_TLS;
+
 namespace {
 
 constexpr uint32_t kMaxTracked = 8;     // push/pop levels with state; deeper ones only counted
@@ -38,16 +41,6 @@ struct ThreadRanges {
 };
 constinit thread_local ThreadRanges t_ranges;
 
-// The thread's last launch stream, written on every launch (NoteLaunchStream): a few words of
-// initial-exec TLS, read without a __tls_get_addr call.
-struct ThreadStream {
-  CUcontext ctx = nullptr;
-  CUstream stream = nullptr;
-  bool per_thread_stream = false;
-  bool has_stream = false;
-  uint32_t waiting = 0;  // tracked ranges with wants_start
-};
-constinit thread_local ThreadStream t_stream ORION_INITIAL_EXEC_TLS;
 
 // nvtxRangeStart/End ranges may end on another thread: a small process-wide table.
 struct StartedRange {
@@ -247,13 +240,8 @@ void ReportRange(Registration* reg, const char* name, uint32_t depth, uint64_t c
   PushEvent(reg, e);
 }
 
-void NoteLaunchStream(CUcontext ctx, CUstream stream, bool per_thread_stream) {
+void StartWaitingRanges(CUcontext ctx, CUstream stream, bool per_thread_stream) {
   ThreadStream& ts = t_stream;
-  ts.ctx = ctx;
-  ts.stream = stream;
-  ts.per_thread_stream = per_thread_stream;
-  ts.has_stream = true;
-  if (ts.waiting == 0) return;
   ThreadRanges& t = t_ranges;
   const uint32_t tracked = t.depth < kMaxTracked ? t.depth : kMaxTracked;
   for (uint32_t i = 0; i < tracked; ++i) {

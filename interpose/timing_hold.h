@@ -40,8 +40,13 @@ namespace orion::interpose {
 // 1024 threads holding already).
 uint32_t HoldForTiming(CUstream stream, bool per_thread_stream);
 
-// Opens the hold of `ticket` (nothing for 0). Never blocks.
-void ReleaseTimingHold(uint32_t ticket);
+// Opens the hold of `ticket` (not 0). Never blocks.
+void OpenTimingHold(uint32_t ticket);
+
+// Opens the hold of `ticket` (nothing for 0, inline: most launches hold nothing).
+inline void ReleaseTimingHold(uint32_t ticket) {
+  if (ticket != 0) OpenTimingHold(ticket);
+}
 
 // After fork(): the child's page is not registered with any driver.
 void ResetTimingHoldAfterFork();
