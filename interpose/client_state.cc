@@ -383,7 +383,6 @@ void WatchLaunchTally() {
   if (g_tally_key_made) pthread_setspecific(g_tally_key, &t_launch_tally);
 }
 
-
 void RenewRegistration(Registration* reg, uint64_t now_ns) {
   const int device = reg->device;
   if (device < 0 || device >= kMaxDevices) return;

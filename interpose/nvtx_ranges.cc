@@ -41,7 +41,6 @@ struct ThreadRanges {
 };
 constinit thread_local ThreadRanges t_ranges;
 
-
 // nvtxRangeStart/End ranges may end on another thread: a small process-wide table.
 struct StartedRange {
   std::atomic<uint32_t> state{0};  // kFree, kBusy (being filled or closed), kOpen
