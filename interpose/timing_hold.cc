@@ -240,7 +240,7 @@ uint32_t HoldForTiming(CUstream stream, bool per_thread_stream) {
 }
 
 void OpenTimingHold(uint32_t ticket) {
-  if (ticket == 0 || t_word >= kWords) return;
+  if (t_word >= kWords) return;
   std::atomic<uint32_t>* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr) return;
   const uint32_t w = t_word;

@@ -42,18 +42,18 @@ def inclusive(annotated, pattern):
 def count(paths, lib, priority, launches, work):
     """(instructions a launch, launches) of `lib` at `priority`: one callgrind run."""
     out = os.path.join(work, f"callgrind.{priority}.out")
-    log = open(os.path.join(work, "server.log"), "a")
-    server = harness.Server(paths["build"], work, log, program=paths["server"]).start()
-    try:
-        env = dict(os.environ, LD_LIBRARY_PATH=paths["double"], ORION_SOCKET=server.socket)
-        r = subprocess.run([paths["run"], "--interposer", lib, "--priority", priority, "--",
-                            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                            paths["bench"], "--launches", str(launches), "--pairs", "0"],
-                           env=env, capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"launch-instructions: {priority}: exit {r.returncode}\n{r.stderr[-2000:]}")
-    finally:
-        server.stop()
+    with open(os.path.join(work, "server.log"), "a") as log:
+        server = harness.Server(paths["build"], work, log, program=paths["server"]).start()
+        try:
+            env = dict(os.environ, LD_LIBRARY_PATH=paths["double"], ORION_SOCKET=server.socket)
+            r = subprocess.run([paths["run"], "--interposer", lib, "--priority", priority, "--",
+                                "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                                paths["bench"], "--launches", str(launches), "--pairs", "0"],
+                               env=env, capture_output=True, text=True)
+        finally:
+            server.stop()
+    if r.returncode != 0:
+        sys.exit(f"launch-instructions: {priority}: exit {r.returncode}\n{r.stderr[-2000:]}")
     annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
                                capture_output=True, text=True, check=True).stdout
     hook = inclusive(annotated, r"interpose/hooks_launch\.cc:cuLaunchKernel \[")

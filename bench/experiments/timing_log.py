@@ -581,6 +581,14 @@ def what_if_table(rows):
          + [cell(w, ns) for ns in latencies] for w in windows])
 
 
+def held_split_tables(rows):
+    """--split-by-name's and --held-by-class's rows: the groups' table, then the what-if one."""
+    groups = [r for r in rows if "kernels" in r]
+    what_if = [r for r in rows if "held_compute_ns" in r]
+    return "\n\n".join(([name_split_table(groups)] if groups else []) +
+                       ([what_if_table(what_if)] if what_if else []))
+
+
 def name_split_table(rows):
     return harness.markdown_table(
         ["window", "kernels (by the profiler's name)", "held samples", "profiler kernel (mean us)",
@@ -649,10 +657,7 @@ def main(argv=None):
         if args.split_by_call is not None:
             print(split_table(rows))
         elif rows and ("kernels" in rows[0] or "held_compute_ns" in rows[0]):
-            groups = [r for r in rows if "kernels" in r]
-            what_if = [r for r in rows if "held_compute_ns" in r]
-            print("\n\n".join(([name_split_table(groups)] if groups else []) +
-                              ([what_if_table(what_if)] if what_if else [])))
+            print(held_split_tables(rows))
         else:
             print(replay_table(rows) if rows and "weight" in rows[0] else estimate_table(rows))
         return
@@ -692,7 +697,7 @@ def main(argv=None):
     # Each log against each window; the offsets found by one pair are tried by the others.
     found = [off for _, samples in logs for prof in profiles
              for off in [match_profile(samples, prof)[1]] if off is not None]
-    name_rows = []  # --split-by-name
+    name_rows = []  # --split-by-name, --held-by-class
     for path, samples in logs:
         for prof, name in zip(profiles, args.profile):
             matched, off = match_profile(samples, prof, found)
@@ -710,10 +715,7 @@ def main(argv=None):
                                     "replays": {w: estimate_window(samples, prof, matched, off, w)
                                                 for w in weights}})
     if args.split_by_name or args.held_by_class:
-        groups = [r for r in name_rows if "kernels" in r]
-        what_if = [r for r in name_rows if "held_compute_ns" in r]
-        print("\n".join(map(json.dumps, name_rows)) if args.json else "\n\n".join(
-            [name_split_table(groups)] + ([what_if_table(what_if)] if what_if else [])))
+        print("\n".join(map(json.dumps, name_rows)) if args.json else held_split_tables(name_rows))
         return
     if args.replay_out:
         for c in comparisons:

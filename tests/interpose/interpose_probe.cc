@@ -297,7 +297,6 @@ int RunContexts() {
   return 0;
 }
 
-
 // Launches from a thread that exits before the process does, and from the main thread: each
 // thread's launch tally (interpose/client_state.h, CountLaunch) reaches the counter, at the
 // thread's exit and at the process's.
@@ -328,6 +327,7 @@ int RunThreads() {
   fflush(stdout);
   return 0;
 }
+
 }  // namespace
 
 int main(int argc, char** argv) {
