@@ -193,6 +193,14 @@ struct alignas(64) EventRing {
     return true;
   }
 
+  // Producer: the entry the next push will claim unless another thread claims it first. A
+  // producer may prefetch its first words for writing (interpose/client_state.h): the consumer
+  // read them since the ring last came round, so the push's stores would otherwise each wait for
+  // the line to come back from the consumer's core.
+  const Entry& NextEntry() const {
+    return entries[head.load(std::memory_order_relaxed) & (kRingCapacity - 1)];
+  }
+
   // Consumer: pops the next published event into *out. Returns false if the next entry is not
   // (yet) published. The payload is copied out before tail moves, so the producer cannot
   // overwrite it while it is read.
@@ -666,6 +674,7 @@ enum class BenchSwitch : uint32_t {
   // Interposed, launches neither counted nor pushed to the event ring: what recording them
   // costs (the server then sees none of them; a diagnostic arm only).
   kNoLaunchRecords = 4,
+  kNoRingPrefetch = 5,  // interposed, the ring's next entry not prefetched for writing
 };                    // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";

@@ -11,6 +11,7 @@ mkdir -p "$DEST/lib"
 cp "$BUILD/server/orion-server" "$BUILD/agent/orion-agent" "$BUILD/tools/orion-ctl" "$BUILD/tools/orion-run" \
    "$BUILD/interpose/liborion_interpose.so" "$BUILD"/samples/orion-sample-* "$DEST/"
 [[ -x "$BUILD/bench/orion-bench-launch" ]] && cp "$BUILD/bench/orion-bench-launch" "$DEST/"
+[[ -x "$BUILD/bench/orion-bench-ring" ]] && cp "$BUILD/bench/orion-bench-ring" "$DEST/"
 [[ -e "$BUILD/bench/liborion_cpu_sampler.so" ]] && cp "$BUILD/bench/liborion_cpu_sampler.so" "$DEST/"
 for bin in "$DEST/orion-server" "$DEST/orion-agent" "$DEST/orion-ctl"; do
   ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do

@@ -7,7 +7,7 @@ in every round so that host drift cancels.
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
       [--baseline-interposer LIB | --baseline-env KEY=VALUE ...]
       [--interleave N [--warm-up 300] [--in-process
-      [--in-process-baseline bypass|no-hold|no-timing|no-launch-records]
+      [--in-process-baseline bypass|no-hold|no-timing|no-launch-records|no-ring-prefetch]
       [--in-process-env KEY=VALUE ...]
       [--wrap 'CMD ...'] [--cpu-samples]]] [--out DIR]
   orion_bench.py cpu-tax --table results.jsonl ... [--interval]  (re-renders a run's table;
@@ -40,10 +40,11 @@ between rounds), the bare arm's blocks passing the interposer by (ORION_BENCH_SW
 go straight to the driver, nothing registers or is recorded): no difference between two
 processes or two cores enters the A/B, only the hooks' entry and one check stay in the bare arm.
 --in-process-baseline makes the baseline arm's blocks something else than the bypass: no-hold
-(interposed, no timed launch held on its stream), no-timing (interposed, no launch timed) or
-no-launch-records (interposed, no launch counted or pushed to the event ring), so one process
-resolves what the timing hold, the timed launches or the launch records cost against this
-build.
+(interposed, no timed launch held on its stream), no-timing (interposed, no launch timed),
+no-launch-records (interposed, no launch counted or pushed to the event ring) or
+no-ring-prefetch (interposed, the ring's next entry not prefetched for writing), so one process
+resolves what the timing hold, the timed launches, the launch records or the prefetch cost or
+save against this build.
 --in-process-env sets variables in that process (ORION_NO_TIMING=1: what the timed launches'
 share is), --wrap puts a command before it (a profiler: `perf record -F 4999 -o FILE --`).
 --cpu-samples splits each arm's serving-thread CPU by shared object inside that process
@@ -442,6 +443,7 @@ IN_PROCESS_BASELINES = {
     "no-hold": (2, "in-process, no timed launch held"),
     "no-timing": (3, "in-process, no launch timed"),
     "no-launch-records": (4, "in-process, no launch recorded"),
+    "no-ring-prefetch": (5, "in-process, the ring's next entry not prefetched"),
 }
 
 

@@ -127,6 +127,23 @@ TEST(EventRingTest, HeadOnlyPushCarriesEveryFieldButTheName) {
   EXPECT_EQ(std::memcmp(&out, &launch, kEventHeadBytes), 0);
 }
 
+// NextEntry, which the interposer prefetches for writing after each push, is the entry the next
+// push writes, around the ring's end too.
+TEST(EventRingTest, NextEntryIsWhereTheNextPushWrites) {
+  auto ring = std::make_unique<EventRing>();
+  ring->Reset();
+  Event e{};
+  e.kind = EventKind::kLaunch;
+  Event out{};
+  for (uint32_t i = 0; i < kRingCapacity + 3; ++i) {
+    const EventRing::Entry* next = &ring->NextEntry();
+    EXPECT_EQ(next, &ring->entries[i % kRingCapacity]) << "push " << i;
+    ASSERT_TRUE(ring->TryPush(e, kEventHeadBytes));
+    EXPECT_EQ(next->words[0].load(), i + 1u) << "push " << i << " published elsewhere";
+    ASSERT_TRUE(ring->TryPop(&out));
+  }
+}
+
 // A client's held time while a wait is in progress (PublishWaitStart, EndWait, HeldNs): the
 // published wait counts from its start, moves into the finished waits when it ends and is never
 // counted twice; an unpublished wait counts when it ends.
