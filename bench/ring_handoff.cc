@@ -65,8 +65,12 @@ constexpr int kBlock = 256;
 int main(int argc, char** argv) {
   int pushes = 60000, producer_cpu = 0, consumer_cpu = 1;
   double gap_us = 4.0;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "orion-bench-ring: %s needs a value\n", argv[i]);
+      return 2;
+    }
     if (flag == "--pushes") pushes = std::atoi(argv[i + 1]);
     else if (flag == "--gap-us") gap_us = std::atof(argv[i + 1]);
     else if (flag == "--producer-cpu") producer_cpu = std::atoi(argv[i + 1]);

@@ -1,6 +1,6 @@
-"""Instructions the interposer's own launch path executes, counted by valgrind's callgrind on
-the CUDA driver test double (CPU only, no GPU; the count repeats within a few instructions:
-what a launch does moves only with the time between launches).
+"""Instructions the interposer adds to a launch, counted by valgrind's callgrind on the CUDA driver
+test double (CPU only, no GPU; the count repeats within a few instructions: what a launch does
+moves only with the time between launches).
 
   orion_bench.py launch-instructions [BUILD] [--interposer LIB]... [--launches 4000]
                                      [--label L] [--out ROWS.jsonl]
@@ -8,12 +8,19 @@ what a launch does moves only with the time between launches).
 
 For each interposer library (default: BUILD's; several compare builds) and each priority (high,
 best effort: alone on the GPU, so never held), BUILD's orion-bench-launch runs registered with
-BUILD's orion-server, under callgrind. A row's figure is the instructions of the hook's
-cuLaunchKernel, inclusive, less those of the double's own cuLaunchKernel and cuCtxGetCurrent
-(the driver's work, which a real driver does instead), per launch. The clock the interposer
-reads is a system call under callgrind, not the vDSO, so its count is not a host's. Not a time:
-a host's caches and branch predictors decide what an instruction costs (launch-cost measures the
-time on a GPU host), but instructions the path no longer runs cost nothing anywhere.
+BUILD's orion-server under callgrind twice, with --launches N and 2N, and once more each without
+any interposer. A row's figure is the whole process's instructions per launch between the two
+runs (the slope: start-up and registration cancel out), less the same slope without the
+interposer. So it holds everything the interposer makes the process do for a launch, wherever
+the compiler put it (inlined header code included) and on any thread (the completion poller's
+share of the timed launches), and the double's work for the interposer's own driver calls: its
+cuCtxGetCurrent (a locked map lookup, where a real driver reads a thread-local) and the timed
+launches' event records. Rows of the earlier method (the hook's own lines only, inclusive, less
+the double's launch and cuCtxGetCurrent; it left out code inlined from headers) say so in the
+table's method column. The clock the interposer reads is a system call under callgrind, not the
+vDSO, so its count is not a host's. Not a time: a host's caches and branch predictors decide
+what an instruction costs (launch-cost measures the time on a GPU host), but instructions the
+path no longer runs cost nothing anywhere.
 """
 import argparse
 import os
@@ -25,53 +32,53 @@ import tempfile
 
 import harness
 
-ANSWERS = ("instructions per launch of the interposer's own path, by callgrind on the CUDA test "
-           "double (CPU only): builds compared exactly")
+ANSWERS = ("instructions the interposer adds to a launch, whole process, by callgrind on the CUDA "
+           "test double (CPU only): builds compared exactly")
 
 PRIORITIES = ("high", "best-effort")
 
 
-def inclusive(annotated, pattern):
-    """The inclusive instruction count of the function whose line matches `pattern`."""
-    for line in annotated.splitlines():
-        if re.search(pattern, line):
-            return int(line.split()[0].replace(",", ""))
-    return None
-
-
-def count(paths, lib, priority, launches, work):
-    """(instructions a launch, launches) of `lib` at `priority`: one callgrind run."""
-    out = os.path.join(work, f"callgrind.{priority}.out")
-    with open(os.path.join(work, "server.log"), "a") as log:
-        server = harness.Server(paths["build"], work, log, program=paths["server"]).start()
-        try:
-            env = dict(os.environ, LD_LIBRARY_PATH=paths["double"], ORION_SOCKET=server.socket)
-            r = subprocess.run([paths["run"], "--interposer", lib, "--priority", priority, "--",
-                                "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                                paths["bench"], "--launches", str(launches), "--pairs", "0"],
-                               env=env, capture_output=True, text=True)
-        finally:
-            server.stop()
-    if r.returncode != 0:
-        sys.exit(f"launch-instructions: {priority}: exit {r.returncode}\n{r.stderr[-2000:]}")
-    annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
-                               capture_output=True, text=True, check=True).stdout
-    hook = inclusive(annotated, r"interpose/hooks_launch\.cc:cuLaunchKernel \[")
-    driver = inclusive(annotated, r"cuda_double\.cc:cuLaunchKernel \[")
-    ctx = inclusive(annotated, r"cuda_double\.cc:cuCtxGetCurrent \[")
-    calls = re.search(r"=> \S*hooks_launch\.cc:cuLaunchKernel \(([\d,]+)x\)", annotated)
-    if None in (hook, driver, ctx) or calls is None:
-        sys.exit(f"launch-instructions: {priority}: the hook, the double's launch or its "
-                 f"cuCtxGetCurrent is missing from {out} (was the process registered?)")
-    n = int(calls.group(1).replace(",", ""))
-    return (hook - driver - ctx) / n, n
+def slope(paths, lib, priority, launches, work):
+    """Whole-process instructions per launch between runs of `launches` and 2 x `launches` (each
+    run makes 5 batches a variant, 6 variants), with `lib` preloaded at `priority`, or with no
+    interposer where `lib` is None."""
+    counts = []
+    for n in (launches, 2 * launches):
+        out = os.path.join(work, f"callgrind.{priority}.{n}.out")
+        bench = [paths["bench"], "--launches", str(n), "--pairs", "0"]
+        grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        with open(os.path.join(work, "server.log"), "a") as log:
+            server = harness.Server(paths["build"], work, log, program=paths["server"]).start()
+            try:
+                env = dict(os.environ, LD_LIBRARY_PATH=paths["double"],
+                           ORION_SOCKET=server.socket)
+                command = grind + bench if lib is None else \
+                    [paths["run"], "--interposer", lib, "--priority", priority, "--"] + grind + bench
+                r = subprocess.run(command, env=env, capture_output=True, text=True)
+            finally:
+                server.stop()
+        if r.returncode != 0:
+            sys.exit(f"launch-instructions: {priority}: exit {r.returncode}\n{r.stderr[-2000:]}")
+        annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
+                                   capture_output=True, text=True, check=True).stdout
+        total = re.search(r"^\s*([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", annotated, re.M)
+        calls = re.search(r"=> \S*cuda_double\.cc:cuLaunchKernel \(([\d,]+)x\)", annotated)
+        hooked = re.search(r"=> \S*hooks_launch\.cc:cuLaunchKernel \(([\d,]+)x\)", annotated)
+        if total is None or calls is None or (lib is not None and hooked is None):
+            sys.exit(f"launch-instructions: {priority}: no program total, no launch of the double "
+                     f"or no launch through the hook in {out} (was the process registered?)")
+        counts.append((int(total.group(1).replace(",", "")), int(calls.group(1).replace(",", ""))))
+    (t1, n1), (t2, n2) = counts
+    return (t2 - t1) / (n2 - n1), n2 - n1
 
 
 def table(rows):
     return harness.markdown_table(
-        ["build", "interposer", "priority", "launches", "instructions a launch"],
-        [[r["label"], r["interposer"], r["priority"], r["launches"], f"{r['instructions']:.1f}"]
-         for r in rows])
+        ["build", "interposer", "priority", "method", "launches", "instructions a launch"],
+        [[r["label"], r["interposer"], r["priority"],
+          "whole process, over no interposer" if r.get("method") == "slope"
+          else "the hook's own lines (inlined headers left out)",
+          r["launches"], f"{r['instructions']:.1f}"] for r in rows])
 
 
 def main(argv=None):
@@ -101,16 +108,18 @@ def main(argv=None):
     if missing:
         sys.exit(f"launch-instructions: missing {', '.join(missing)} (cmake --build {b})")
     rows = []
-    for lib in libs:
-        for priority in PRIORITIES:
-            with tempfile.TemporaryDirectory(prefix="orion-instructions-") as work:
-                per_launch, n = count(paths, os.path.abspath(lib), priority, args.launches, work)
-            shown = os.path.relpath(os.path.abspath(lib), harness.ROOT)
-            row = {"label": args.label or os.path.basename(b),
-                   "interposer": os.path.abspath(lib) if shown.startswith("..") else shown,
-                   "priority": priority, "launches": n, "instructions": per_launch}
-            rows.append(row)
-            if args.out:
-                harness.append_row(args.out, row)
+    with tempfile.TemporaryDirectory(prefix="orion-instructions-") as work:
+        bare = slope(paths, None, "bare", args.launches, work)[0]  # the bench and the double
+        for lib in libs:
+            for priority in PRIORITIES:
+                per_launch, n = slope(paths, os.path.abspath(lib), priority, args.launches, work)
+                shown = os.path.relpath(os.path.abspath(lib), harness.ROOT)
+                row = {"label": args.label or os.path.basename(b),
+                       "interposer": os.path.abspath(lib) if shown.startswith("..") else shown,
+                       "priority": priority, "launches": n, "method": "slope",
+                       "instructions": per_launch - bare}
+                rows.append(row)
+                if args.out:
+                    harness.append_row(args.out, row)
     print(table(rows))
     return 0

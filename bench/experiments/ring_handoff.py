@@ -5,7 +5,7 @@ prefetched for writing (CPU only: orion-bench-ring, bench/ring_handoff.cc).
   orion_bench.py ring-handoff [--bundle .bundle | --build build] [--rounds 5]
                               [--producer-cpu 2] [--consumer-cpus 3,8] [--gap-us 4]
                               [--label L] [--out ROWS.jsonl]
-  orion_bench.py ring-handoff --table ROWS.jsonl
+  orion_bench.py ring-handoff --table ROWS.jsonl...
 
 Each round runs orion-bench-ring once per consumer CPU (one process a run, its three arms
 taking turns in blocks of 256 pushes). A row is one arm of one run: the push and the next locked
@@ -67,10 +67,11 @@ def main(argv=None):
                    help="comma-separated CPUs for the reader, one run each a round")
     p.add_argument("--label", default=platform.node())
     p.add_argument("--out", help="append the rows to this JSONL file")
-    p.add_argument("--table", help="print the table of a rows file and exit")
+    p.add_argument("--table", nargs="+", metavar="ROWS_JSONL",
+                   help="print the table of rows files (machines side by side) and exit")
     args = p.parse_args(argv)
     if args.table:
-        print(table(harness.read_rows(args.table, "ring-handoff")))
+        print(table([r for path in args.table for r in harness.read_rows(path, "ring-handoff")]))
         return 0
     binary = (os.path.join(args.bundle, "orion-bench-ring") if args.bundle
               else os.path.join(args.build, "bench/orion-bench-ring"))
