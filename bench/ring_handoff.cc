@@ -8,7 +8,8 @@
 // (an application's reference count, the driver's lock), which waits for the push's stores: a
 // store to a line the consumer read waits for that line to come back. Three arms take turns in
 // blocks of 256 pushes: no push (the timer's own cost), push, push with the next entry
-// prefetched for writing (interpose/client_state.h, PrefetchNextEntry). One JSON line per arm:
+// prefetched for writing (EventRing::PrefetchNextEntry, as the interposer does). One JSON line
+// per arm:
 //   orion-bench-ring [--pushes 60000] [--gap-us 4] [--producer-cpu 0] [--consumer-cpu 1]
 #include <pthread.h>
 #include <sched.h>
@@ -44,16 +45,6 @@ bool Pin(int cpu) {
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
-}
-
-// The same lines as PrefetchNextEntry (interpose/client_state.h), which needs the interposer's
-// globals; this bench runs where PREFETCHW exists (checked in main).
-void PrefetchNext(const EventRing& ring) {
-  const char* entry = reinterpret_cast<const char*>(&ring.NextEntry());
-  constexpr size_t kLast = sizeof(uint64_t) + orion::contract::kEventHeadBytes - 1;
-  asm volatile("prefetchw %0" : : "m"(entry[0]));
-  asm volatile("prefetchw %0" : : "m"(entry[64]));
-  asm volatile("prefetchw %0" : : "m"(entry[kLast]));
 }
 
 const char* const kArms[] = {"no push", "push", "push, next entry prefetched"};
@@ -126,7 +117,7 @@ int main(int argc, char** argv) {
     const uint64_t a = __rdtsc();
     _mm_lfence();
     if (arm != 0) ring->TryPush(ev, orion::contract::kEventHeadBytes);
-    if (arm == 2) PrefetchNext(*ring);
+    if (arm == 2) ring->PrefetchNextEntry();
     refcount.fetch_add(1, std::memory_order_acq_rel);  // the next locked instruction
     _mm_lfence();
     ticks[arm].push_back(static_cast<uint32_t>(__rdtsc() - a));

@@ -160,35 +160,15 @@ inline void CountLaunch(Registration* reg, uint64_t kernels, uint64_t now_ns, bo
 // Whether the CPU prefetches for writing (x86: PRFCHW; every arm64 CPU), read once at start.
 __attribute__((visibility("hidden"))) extern bool g_prefetch_ring;
 
-// Fetches the lines of the ring's next entry that a launch writes (its sequence word and
-// contract::kEventHeadBytes: at most three lines) for writing, without waiting. The server read
-// them when the ring last came round, so the next push's stores would wait for them, and the
-// first locked instruction after that push (the application's next reference count, the
-// driver's next lock) would wait for those stores. Prefetched here, they arrive while the
-// application runs up to its next launch.
-inline void PrefetchNextEntry(const contract::EventRing& ring) {
-  const char* entry = reinterpret_cast<const char*>(&ring.NextEntry());
-  constexpr size_t kLast = sizeof(uint64_t) + contract::kEventHeadBytes - 1;
-#if defined(__x86_64__)
-  asm volatile("prefetchw %0" : : "m"(entry[0]));
-  asm volatile("prefetchw %0" : : "m"(entry[64]));
-  asm volatile("prefetchw %0" : : "m"(entry[kLast]));
-#else
-  __builtin_prefetch(entry, 1, 3);
-  __builtin_prefetch(entry + 64, 1, 3);
-  __builtin_prefetch(entry + kLast, 1, 3);
-#endif
-}
-
 // Pushes one event into the registration's ring (a full ring counts a drop, never blocks): its
 // first `bytes` (contract::kEventHeadBytes for an event without a name). Then prefetches the
-// next entry (PrefetchNextEntry).
+// next entry for writing (contract::EventRing::PrefetchNextEntry).
 inline void PushEvent(Registration* reg, const contract::Event& event,
                       size_t bytes = sizeof(contract::Event)) {
   contract::EventRing& ring = reg->area->ring;
   ring.TryPush(event, bytes);
   if (g_prefetch_ring && CurrentBenchSwitch() != contract::BenchSwitch::kNoRingPrefetch) {
-    PrefetchNextEntry(ring);
+    ring.PrefetchNextEntry();
   }
 }
 
