@@ -7,10 +7,12 @@
 // server does. The producer times each push together with the next locked instruction after it
 // (an application's reference count, the driver's lock), which waits for the push's stores: a
 // store to a line the consumer read waits for that line to come back. Three arms take turns in
-// blocks of 256 pushes: no push (the timer's own cost), push, push with the next entry
+// blocks of 256 pushes: no push (the timer's and the locked instruction's own cost), push, push
+// with the next entry
 // prefetched for writing (EventRing::PrefetchNextEntry, as the interposer does). One JSON line
 // per arm:
 //   orion-bench-ring [--pushes 60000] [--gap-us 4] [--producer-cpu 0] [--consumer-cpu 1]
+#include <cpuid.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -50,6 +52,7 @@ bool Pin(int cpu) {
 const char* const kArms[] = {"no push", "push", "push, next entry prefetched"};
 constexpr int kArmCount = 3;
 constexpr int kBlock = 256;
+constexpr int kNoPrefetchExit = 77;  // nothing measured: the CPU cannot prefetch for writing
 
 }  // namespace
 
@@ -76,16 +79,25 @@ int main(int argc, char** argv) {
                  kBlock * kArmCount);
     return 2;
   }
-  if (!__builtin_cpu_supports("prfchw")) {
-    std::fprintf(stderr, "orion-bench-ring: this CPU has no PREFETCHW\n");
-    return 2;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_PRFCHW) == 0) {
+    std::fprintf(stderr, "orion-bench-ring: this CPU has no PREFETCHW (nothing to compare)\n");
+    return kNoPrefetchExit;
   }
   auto* ring = static_cast<EventRing*>(std::aligned_alloc(64, sizeof(EventRing)));
   std::memset(static_cast<void*>(ring), 0, sizeof(EventRing));
+  if (!Pin(producer_cpu)) {
+    std::fprintf(stderr, "orion-bench-ring: cannot run on CPU %d (--producer-cpu)\n", producer_cpu);
+    return 2;
+  }
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> consumed{0};
+  std::atomic<int> consumer_state{0};  // 1: pinned and reading, 2: could not be pinned
   std::thread consumer([&] {
-    if (!Pin(consumer_cpu)) std::fprintf(stderr, "orion-bench-ring: cannot pin the consumer\n");
+    if (!Pin(consumer_cpu)) {
+      consumer_state.store(2);
+      return;
+    }
+    consumer_state.store(1);
     uint64_t pos = 0;
     Event e;
     while (!stop.load(std::memory_order_relaxed)) {
@@ -93,12 +105,16 @@ int main(int argc, char** argv) {
         ++pos;
         ring->tail.store(pos, std::memory_order_release);
       }
-      consumed.store(pos, std::memory_order_relaxed);
       timespec ms{0, 1'000'000};
       nanosleep(&ms, nullptr);
     }
   });
-  if (!Pin(producer_cpu)) std::fprintf(stderr, "orion-bench-ring: cannot pin the producer\n");
+  while (consumer_state.load() == 0) std::this_thread::yield();
+  if (consumer_state.load() == 2) {
+    consumer.join();
+    std::fprintf(stderr, "orion-bench-ring: cannot run on CPU %d (--consumer-cpu)\n", consumer_cpu);
+    return 2;
+  }
 
   std::vector<uint64_t> work(8192);  // 64 KiB: the application's own data between launches
   for (size_t i = 0; i < work.size(); ++i) work[i] = i;

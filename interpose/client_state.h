@@ -7,7 +7,7 @@
 //   CUcontext ctx;
 //   Registration* reg = CurrentRegistration(&ctx);
 //   if (reg == nullptr) return real(...);  // pass-through
-//   reg->area->ring.TryPush(event);
+//   PushEvent(reg, event);                   // into the registration's event ring
 #pragma once
 
 #include <stdint.h>
@@ -157,7 +157,8 @@ inline void CountLaunch(Registration* reg, uint64_t kernels, uint64_t now_ns, bo
   }
 }
 
-// Whether the CPU prefetches for writing (x86: PRFCHW; every arm64 CPU), read once at start.
+// Whether the ring's next entry is prefetched for writing (x86: where CPUID has PRFCHW;
+// elsewhere always, the compiler's store prefetch being only a hint), set once at start.
 __attribute__((visibility("hidden"))) extern bool g_prefetch_ring;
 
 // Pushes one event into the registration's ring (a full ring counts a drop, never blocks): its
@@ -166,8 +167,9 @@ __attribute__((visibility("hidden"))) extern bool g_prefetch_ring;
 inline void PushEvent(Registration* reg, const contract::Event& event,
                       size_t bytes = sizeof(contract::Event)) {
   contract::EventRing& ring = reg->area->ring;
-  ring.TryPush(event, bytes);
-  if (g_prefetch_ring && CurrentBenchSwitch() != contract::BenchSwitch::kNoRingPrefetch) {
+  // Not after a drop: the next entry of a full ring is the one the server is about to read.
+  if (ring.TryPush(event, bytes) && g_prefetch_ring &&
+      CurrentBenchSwitch() != contract::BenchSwitch::kNoRingPrefetch) {
     ring.PrefetchNextEntry();
   }
 }

@@ -1,6 +1,7 @@
 """Instructions the interposer adds to a launch, counted by valgrind's callgrind on the CUDA driver
-test double (CPU only, no GPU; the count repeats within a few instructions: what a launch does
-moves only with the time between launches).
+test double (CPU only, no GPU). Two counts of one build differ by up to about 30 instructions:
+the timed launches' share, the completion poller's and the bench's own polled variant depend on
+the time a run takes under callgrind, which the interposer lengthens.
 
   orion_bench.py launch-instructions [BUILD] [--interposer LIB]... [--launches 4000]
                                      [--label L] [--out ROWS.jsonl]
@@ -18,7 +19,8 @@ cuCtxGetCurrent (a locked map lookup, where a real driver reads a thread-local) 
 launches' event records. Rows of the earlier method (the hook's own lines only, inclusive, less
 the double's launch and cuCtxGetCurrent; it left out code inlined from headers) say so in the
 table's method column. The clock the interposer reads is a system call under callgrind, not the
-vDSO, so its count is not a host's. Not a time: a host's caches and branch predictors decide
+vDSO, so its count is not a host's; and callgrind's CPU reports no PREFETCHW, so the ring's
+prefetch (contract::EventRing::PrefetchNextEntry) is left out, its check counted. Not a time: a host's caches and branch predictors decide
 what an instruction costs (launch-cost measures the time on a GPU host), but instructions the
 path no longer runs cost nothing anywhere.
 """

@@ -10,7 +10,8 @@ prefetched for writing (CPU only: orion-bench-ring, bench/ring_handoff.cc).
 Each round runs orion-bench-ring once per consumer CPU (one process a run, its three arms
 taking turns in blocks of 256 pushes). A row is one arm of one run: the push and the next locked
 instruction after it, in ns (p50, p90, p99, mean), and the mean over the run's no-push arm (the
-timer's own cost). The table gives, per consumer CPU, the median over rounds of that excess for
+timer's and the locked instruction's own cost; a mean, so one interrupt in an arm moves it by
+about a nanosecond). The table gives, per consumer CPU, the median over rounds of that excess for
 the push alone and with the prefetch, and their difference with its bootstrap interval.
 """
 import argparse
@@ -88,7 +89,9 @@ def main(argv=None):
                                 "--producer-cpu", str(args.producer_cpu),
                                 "--consumer-cpu", str(cpu)], capture_output=True, text=True)
             if r.returncode != 0:
-                sys.exit(f"ring-handoff: {binary} exit {r.returncode}: {r.stderr.strip()}")
+                sys.exit(f"ring-handoff: {binary} exit {r.returncode}: {r.stderr.strip()}"
+                         + (" (--producer-cpu and --consumer-cpus name CPUs this process may "
+                            "use)" if r.returncode == 2 else ""))
             for line in r.stdout.splitlines():
                 row = dict(json.loads(line), round=rnd, label=args.label)
                 rows.append(row)

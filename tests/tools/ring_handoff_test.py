@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """bench/orion_bench.py ring-handoff with BUILD's orion-bench-ring (CPU only): two rounds write
-three arms each (no push, push, push with the next entry prefetched), nothing is dropped (the
-reader keeps up), a push with its locked instruction costs more at the median than the locked
-instruction alone, --table renders the rounds of two files side by side, and malformed options
-are refused with what to give instead.
+three arms each (no push, push, push with the next entry prefetched), nothing is dropped though
+the pushes go round the ring (the reader keeps up), a push with its locked instruction costs
+more at the median than the locked instruction alone, --table renders the rounds of two files
+side by side, and malformed options and a CPU that cannot be used are refused with what to give
+instead. Skipped (exit 77) on a CPU without PREFETCHW.
   ring_handoff_test.py BUILD"""
 import json
 import os
@@ -28,13 +29,19 @@ def run(*args):
 
 def main():
     build = os.path.abspath(sys.argv[1])
+    binary = os.path.join(build, "bench", "orion-bench-ring")
+    probe = subprocess.run([binary, "--pushes", "768", "--gap-us", "0"], capture_output=True,
+                           text=True)
+    if probe.returncode == 77:
+        print(f"SKIP: {probe.stderr.strip()}")
+        sys.exit(77)
     cpus = sorted(os.sched_getaffinity(0))
     producer, reader = cpus[0], cpus[-1]
     with tempfile.TemporaryDirectory() as tmp:
         tables = []
         for label in ("first", "second"):
             out = os.path.join(tmp, f"{label}.jsonl")
-            r = run("--build", build, "--rounds", "2", "--pushes", "3000",
+            r = run("--build", build, "--rounds", "2", "--pushes", "6000",
                     "--producer-cpu", str(producer), "--consumer-cpus", str(reader),
                     "--label", label, "--out", out)
             check(r.returncode == 0, f"ring-handoff exit {r.returncode}: {r.stderr}")
@@ -57,9 +64,10 @@ def main():
         r = run("--build", build, "--consumer-cpus", "one,two")
         check(r.returncode != 0 and "CPUs separated by commas" in r.stderr,
               f"a malformed --consumer-cpus is refused: {r.stderr}")
-        r = subprocess.run([os.path.join(build, "bench", "orion-bench-ring"), "--gap-us", "-1"],
-                           capture_output=True, text=True)
+        r = subprocess.run([binary, "--gap-us", "-1"], capture_output=True, text=True)
         check(r.returncode == 2 and "--gap-us" in r.stderr, f"a negative gap: {r.stderr}")
+        r = subprocess.run([binary, "--consumer-cpu", "100000"], capture_output=True, text=True)
+        check(r.returncode == 2 and "--consumer-cpu" in r.stderr, f"an unusable CPU: {r.stderr}")
     print("ring-handoff: OK")
 
 
