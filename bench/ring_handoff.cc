@@ -84,7 +84,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "orion-bench-ring: this CPU has no PREFETCHW (nothing to compare)\n");
     return kNoPrefetchExit;
   }
-  auto* ring = static_cast<EventRing*>(std::aligned_alloc(64, sizeof(EventRing)));
+  std::unique_ptr<EventRing, void (*)(void*)> owner(
+      static_cast<EventRing*>(std::aligned_alloc(64, sizeof(EventRing))), std::free);
+  EventRing* ring = owner.get();
   std::memset(static_cast<void*>(ring), 0, sizeof(EventRing));
   if (!Pin(producer_cpu)) {
     std::fprintf(stderr, "orion-bench-ring: cannot run on CPU %d (--producer-cpu)\n", producer_cpu);
@@ -165,6 +167,5 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(ring->dropped.load()),
                 static_cast<unsigned long long>(sink & 1));
   }
-  std::free(ring);
   return 0;
 }

@@ -63,6 +63,7 @@ TARGETS=(
   pod_gpus_test            # orion-agent's pod resources client against a test kubelet
   trace_export_test        # timeline exports: Chrome trace JSON, merge, HTML page
   orion-server orion-ctl   # OrionCtlAdminTokens runs both
+  orion-bench-ring         # the event ring pushed and drained at once (RingHandoffArmsTakeTurns)
 )
 build_args=()
 for t in "${TARGETS[@]}"; do build_args+=(--target "$t"); done
