@@ -20,9 +20,9 @@ launches' event records. Rows of the earlier method (the hook's own lines only, 
 the double's launch and cuCtxGetCurrent; it left out code inlined from headers) say so in the
 table's method column. The clock the interposer reads is a system call under callgrind, not the
 vDSO, so its count is not a host's; and callgrind's CPU reports no PREFETCHW, so the ring's
-prefetch (contract::EventRing::PrefetchNextEntry) is left out, its check counted. Not a time: a host's caches and branch predictors decide
-what an instruction costs (launch-cost measures the time on a GPU host), but instructions the
-path no longer runs cost nothing anywhere.
+prefetch (contract::EventRing::PrefetchNextEntry) is left out, its check counted. Not a time:
+a host's caches and branch predictors decide what an instruction costs (launch-cost measures
+the time on a GPU host), but instructions the path no longer runs cost nothing anywhere.
 """
 import argparse
 import os
