@@ -18,7 +18,9 @@
 // timed alone; the line then ends "pollute_kb=KB". --kernels N launches N distinct kernels in
 // turn (orion_spin loaded N times under N names), as a framework's forward pass launches its own
 // kernels once each: the interposer then finds each kernel's record as cold as the kernel's turn
-// is far; the line then ends "kernels=N".
+// is far; the line then ends "kernels=N". --no-polled leaves out the variant with a polling
+// thread, whose work grows with the run's time rather than its launches (launch-instructions
+// counts instructions per launch).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -184,6 +186,9 @@ int main(int argc, char** argv) {
   int64_t kernel_count = 1;
   flags.AddInt("kernels", &kernel_count,
                "distinct kernels the paired line launches in turn (1: the same one each time)");
+  bool no_polled = false;
+  flags.AddBool("no-polled", &no_polled,
+                "leave out the variant with a second thread polling events every 20 us");
   flags.Parse(argc, argv);
   if (launches <= 0) flags.Usage(1, "--launches must be positive");
   if (pairs < 0 || pairs > 1'000'000) flags.Usage(1, "--pairs wants 0 to 1000000");
@@ -213,19 +218,21 @@ int main(int argc, char** argv) {
     printf("%-34s ns_per_launch=%.0f\n", row.name, NsPerLaunch(gpu, stream, events, n, row.extras));
   }
   // The same with a second thread querying the events every 20 us, as a completion poller does.
-  std::atomic<bool> stop{false};
-  std::thread poller([&] {
-    ORION_CHECK_CU(cuCtxSetCurrent(gpu.context));
-    while (!stop.load(std::memory_order_relaxed)) {
-      for (int i = 0; i < 64; ++i) (void)cuEventQuery(events[i]);
-      const timespec ts{0, 20'000};
-      nanosleep(&ts, nullptr);
-    }
-  });
-  printf("%-34s ns_per_launch=%.0f\n", "launch+event, 64 queried per 20us",
-         NsPerLaunch(gpu, stream, events, n, {.event = true}));
-  stop.store(true);
-  poller.join();
+  if (!no_polled) {
+    std::atomic<bool> stop{false};
+    std::thread poller([&] {
+      ORION_CHECK_CU(cuCtxSetCurrent(gpu.context));
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int i = 0; i < 64; ++i) (void)cuEventQuery(events[i]);
+        const timespec ts{0, 20'000};
+        nanosleep(&ts, nullptr);
+      }
+    });
+    printf("%-34s ns_per_launch=%.0f\n", "launch+event, 64 queried per 20us",
+           NsPerLaunch(gpu, stream, events, n, {.event = true}));
+    stop.store(true);
+    poller.join();
+  }
   // What one reading of the clock the interposer stamps events with costs on this host (a vDSO
   // call where the clock source allows it, a system call where it does not).
   {

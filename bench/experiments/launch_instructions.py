@@ -1,7 +1,8 @@
 """Instructions the interposer adds to a launch, counted by valgrind's callgrind on the CUDA driver
-test double (CPU only, no GPU). Two counts of one build differ by up to about 30 instructions:
-the timed launches' share, the completion poller's and the bench's own polled variant depend on
-the time a run takes under callgrind, which the interposer lengthens.
+test double (CPU only, no GPU). orion-bench-launch runs without its polled variant (a thread
+querying events every 20 us does work by the run's time, not by its launches); the timed
+launches' share and the completion poller's still depend a little on the time a run takes under
+callgrind.
 
   orion_bench.py launch-instructions [BUILD] [--interposer LIB]... [--launches 4000]
                                      [--label L] [--out ROWS.jsonl]
@@ -42,12 +43,13 @@ PRIORITIES = ("high", "best-effort")
 
 def slope(paths, lib, priority, launches, work):
     """Whole-process instructions per launch between runs of `launches` and 2 x `launches` (each
-    run makes 5 batches a variant, 6 variants), with `lib` preloaded at `priority`, or with no
+    run makes 5 batches a variant, 5 variants: the polled one, whose work follows the run's time,
+    left out), with `lib` preloaded at `priority`, or with no
     interposer where `lib` is None."""
     counts = []
     for n in (launches, 2 * launches):
         out = os.path.join(work, f"callgrind.{priority}.{n}.out")
-        bench = [paths["bench"], "--launches", str(n), "--pairs", "0"]
+        bench = [paths["bench"], "--launches", str(n), "--pairs", "0", "--no-polled"]
         grind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
         with open(os.path.join(work, "server.log"), "a") as log:
             server = harness.Server(paths["build"], work, log, program=paths["server"]).start()
@@ -68,7 +70,9 @@ def slope(paths, lib, priority, launches, work):
         hooked = re.search(r"=> \S*hooks_launch\.cc:cuLaunchKernel \(([\d,]+)x\)", annotated)
         if total is None or calls is None or (lib is not None and hooked is None):
             sys.exit(f"launch-instructions: {priority}: no program total, no launch of the double "
-                     f"or no launch through the hook in {out} (was the process registered?)")
+                     f"or no launch through the hook in {out} (was the process registered? are the "
+                     f"library's sources where its debug information says? callgrind_annotate "
+                     f"shows the calls only from sources it can read)")
         counts.append((int(total.group(1).replace(",", "")), int(calls.group(1).replace(",", ""))))
     (t1, n1), (t2, n2) = counts
     return (t2 - t1) / (n2 - n1), n2 - n1
@@ -90,7 +94,7 @@ def main(argv=None):
     p.add_argument("--interposer", action="append", default=[],
                    help="a liborion_interpose.so to count (repeatable; default: BUILD's)")
     p.add_argument("--launches", type=int, default=4000, help="launches a batch (5 batches a "
-                   "variant, 6 variants: orion-bench-launch)")
+                   "variant, 5 variants: orion-bench-launch --no-polled)")
     p.add_argument("--label", default="", help="the build's name in the rows")
     p.add_argument("--out", help="append the rows to this JSONL file")
     p.add_argument("--table", help="print the table of a rows file and exit")
