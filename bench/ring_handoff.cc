@@ -8,11 +8,9 @@
 // (an application's reference count, the driver's lock), which waits for the push's stores: a
 // store to a line the consumer read waits for that line to come back. Three arms take turns in
 // blocks of 256 pushes: no push (the timer's and the locked instruction's own cost), push, push
-// with the next entry
-// prefetched for writing (EventRing::PrefetchNextEntry, as the interposer does). One JSON line
-// per arm:
+// with the next entry prefetched for writing (EventRing::PrefetchNextEntry, as the interposer
+// does). One JSON line per arm:
 //   orion-bench-ring [--pushes 60000] [--gap-us 4] [--producer-cpu 0] [--consumer-cpu 1]
-#include <cpuid.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -79,8 +77,7 @@ int main(int argc, char** argv) {
                  kBlock * kArmCount);
     return 2;
   }
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) == 0 || (ecx & bit_PRFCHW) == 0) {
+  if (!EventRing::CanPrefetchNextEntry()) {
     std::fprintf(stderr, "orion-bench-ring: this CPU has no PREFETCHW (nothing to compare)\n");
     return kNoPrefetchExit;
   }

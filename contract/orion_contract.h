@@ -34,6 +34,9 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include <atomic>
 #include <cstddef>
@@ -204,8 +207,7 @@ struct alignas(64) EventRing {
   // would each wait for the line to come back from the consumer's core, and the first locked
   // instruction after that push (the application's next reference count, the driver's next
   // lock) would wait for those stores. Prefetched, they arrive while the producer runs up to its
-  // next push. x86: only where CPUID has PRFCHW (elsewhere PREFETCHW is not promised to be a
-  // hint); the caller checks (interpose/client_state.h).
+  // next push. Only where CanPrefetchNextEntry() (the caller asks once).
   void PrefetchNextEntry() const {
     const char* entry = reinterpret_cast<const char*>(&NextEntry());
     constexpr size_t kLast = sizeof(uint64_t) + kEventHeadBytes - 1;
@@ -217,6 +219,18 @@ struct alignas(64) EventRing {
     __builtin_prefetch(entry, 1, 3);
     __builtin_prefetch(entry + 64, 1, 3);
     __builtin_prefetch(entry + kLast, 1, 3);
+#endif
+  }
+
+  // Whether this CPU may run PrefetchNextEntry: on x86 where CPUID has PRFCHW (elsewhere
+  // PREFETCHW is not promised to be a hint); elsewhere always (the compiler's store prefetch is
+  // one).
+  static bool CanPrefetchNextEntry() {
+#if defined(__x86_64__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_PRFCHW) != 0;
+#else
+    return true;
 #endif
   }
 

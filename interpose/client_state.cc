@@ -16,9 +16,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #include "interpose/call_log.h"
 #include "interpose/cpu_limits.h"
@@ -139,20 +136,9 @@ void AddLaunchTallyNow(void*) {
 // The library's destructor runs after the application's atexit handlers, which may launch.
 __attribute__((destructor)) void AddLaunchTallyAtExit() { AddLaunchTallyNow(nullptr); }
 
-// PREFETCHW is only a hint where the CPU has it; elsewhere its encoding is not promised to be
-// one, so it is used only where CPUID says so.
-bool CpuPrefetchesForWrite() {
-#if defined(__x86_64__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_PRFCHW) != 0;
-#else
-  return true;
-#endif
-}
-
 void InitProcess() {
   PinLoadedVersion();
-  g_prefetch_ring = CpuPrefetchesForWrite();
+  g_prefetch_ring = contract::EventRing::CanPrefetchNextEntry();
   g_config = ReadEnvConfig(getenv);
   g_driver_ok = EnsureDriverResolved();
   // Disabled or no driver: the hooks only forward (or report CUDA_ERROR_NOT_INITIALIZED).

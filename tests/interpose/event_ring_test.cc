@@ -3,9 +3,6 @@
 // in each producer's order, or is counted as dropped; nothing else. Also run under
 // ThreadSanitizer (tools/sanitize.sh thread).
 #include <gtest/gtest.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #include <atomic>
 #include <cstdio>
@@ -135,13 +132,7 @@ TEST(EventRingTest, HeadOnlyPushCarriesEveryFieldButTheName) {
 TEST(EventRingTest, NextEntryIsWhereTheNextPushWrites) {
   auto ring = std::make_unique<EventRing>();
   ring->Reset();
-#if defined(__x86_64__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool prefetch =
-      __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_PRFCHW) != 0;
-#else
-  const bool prefetch = true;
-#endif
+  const bool prefetch = EventRing::CanPrefetchNextEntry();
   Event e{};
   e.kind = EventKind::kLaunch;
   Event out{};
