@@ -7,8 +7,7 @@ in every round so that host drift cancels.
       [--train-steps 60] [--jobs service-closed,service-poisson,trainer]
       [--baseline-interposer LIB | --baseline-env KEY=VALUE ...]
       [--interleave N [--warm-up 300] [--in-process
-      [--in-process-baseline bypass|no-hold|no-timing|no-launch-records|no-ring-prefetch]
-      [--in-process-env KEY=VALUE ...]
+      [--in-process-baseline NAME[,NAME...]] [--in-process-env KEY=VALUE ...]
       [--wrap 'CMD ...'] [--cpu-samples]]] [--out DIR]
   orion_bench.py cpu-tax --table results.jsonl ... [--interval]  (re-renders a run's table;
       several runs of one A/B pool their rounds; --interval adds the bootstrap 95% interval of
@@ -44,7 +43,12 @@ processes or two cores enters the A/B, only the hooks' entry and one check stay 
 no-launch-records (interposed, no launch counted or pushed to the event ring) or
 no-ring-prefetch (interposed, the ring's next entry not prefetched for writing), so one process
 resolves what the timing hold, the timed launches, the launch records or the prefetch cost or
-save against this build.
+save against this build. Several names (bypass,no-timing,...) make several baseline arms that
+take turns with the interposed one in the same process, block by block, the order rotating
+every block: one run then splits the interposer's cost with every share measured over the same
+rounds, and the table has one A/B per baseline (the interposed arm's figures in each). Each arm
+serves --warm-up requests unrecorded; the interposer's learning counts the requests of all its
+interposed arms.
 --in-process-env sets variables in that process (ORION_NO_TIMING=1: what the timed launches'
 share is), --wrap puts a command before it (a profiler: `perf record -F 4999 -o FILE --`).
 --cpu-samples splits each arm's serving-thread CPU by shared object inside that process
@@ -116,7 +120,9 @@ class Bench:
             self.limit_note = "taskset -c " + " / ".join(cpus)
             self.prefixes = [harness.taskset(c) for c in cpus]
         if args.interleave:
-            who = ("one process serving both arms, its core alternating between rounds"
+            arms = ("both arms" if len(args.in_process_baseline) == 1
+                    else f"all {len(args.in_process_baseline) + 1} arms")
+            who = (f"one process serving {arms}, its core alternating between rounds"
                    if args.in_process else "the arms swap them every round")
             self.limit_note += (f" ({who}), served in turn in blocks "
                                 f"of {args.interleave} requests, {args.train_block} steps"
@@ -173,7 +179,9 @@ class Bench:
         return self.args.model + ("-graph" if self.args.graph else "") + \
             (" +nvtx" if self.args.nvtx else "")
 
-    def record(self, row):
+    def record(self, row, baseline=None):
+        """Writes one row; `baseline` names the A/B it belongs to (several --in-process
+        baselines: the interposed arm's row is written once for each)."""
         row.update(limit=self.args.limit, limit_note=self.limit_note, time=time.time(),
                    server_cpus=self.args.server_cpus)
         if not self.args.interleave and getattr(self, "last_os", None):
@@ -185,7 +193,7 @@ class Bench:
         if self.args.control:
             row.update(baseline="control", control=True)
         if self.args.in_process:
-            row["baseline"] = IN_PROCESS_BASELINES[self.args.in_process_baseline][1] + (
+            row["baseline"] = IN_PROCESS_BASELINES[baseline or self.args.in_process_baseline[0]][1] + (
                 f" ({' '.join(self.args.in_process_env)} in the process)"
                 if self.args.in_process_env else "")
         self.rows.write(json.dumps(row) + "\n")
@@ -237,12 +245,12 @@ class Bench:
     def arms(self, rnd, argv, priority):
         """Both arms' processes of a round (--interleave), started together and closed however
         the round ends; the bare arm takes slot 0 in odd rounds and slot 1 in even ones. With
-        --in-process, one interposed process on the round's slot serves both arms, passing the
-        interposer by in the bare arm's blocks."""
+        --in-process, one interposed process on the round's slot serves every arm: the
+        interposed one (key True) and each baseline (keyed by its name), by the switch's word."""
         samples = None
         if self.args.in_process:
             switch = os.path.join(self.work, "bench-switch")
-            word = IN_PROCESS_BASELINES[self.args.in_process_baseline][0]
+            word = IN_PROCESS_BASELINES[self.args.in_process_baseline[0]][0]
             with open(switch, "wb") as f:  # startup sampled under its own word (cpu_samples.py)
                 f.write((cpu_samples.UNSAMPLED_WORD if self.args.cpu_samples else 0)
                         .to_bytes(4, "little"))
@@ -255,7 +263,12 @@ class Bench:
                         "ORION_CPU_SAMPLE_DETAIL=liborion_interpose.so"] + wrap
             one = DrivenArm(self, argv, True, priority, slot=int(rnd % 2 == 0),
                             extra_env={"ORION_BENCH_SWITCH": switch, **env}, wrap=wrap)
-            arms = {False: SwitchedArm(one, word), True: SwitchedArm(one, 0)}
+            arms = {True: SwitchedArm(one, 0)}
+            if len(self.args.in_process_baseline) == 1:  # the one baseline is the bare arm
+                arms[False] = SwitchedArm(one, word)
+            else:
+                arms.update((name, SwitchedArm(one, IN_PROCESS_BASELINES[name][0]))
+                            for name in self.args.in_process_baseline)
         else:
             arms = {interposer: DrivenArm(self, argv, interposer, priority,
                                           slot=int(interposer) ^ (rnd % 2 == 0))
@@ -285,16 +298,19 @@ class Bench:
         return max(1, -(-self.args.warm_up // self.args.interleave))
 
     def interleaved(self, rnd, arms, role, block_command, rate=None):
-        """One job of a round with both arms served in turn: their pooled figures, one row per
-        arm. block_command(i) is the command of block i; the unrecorded blocks before block 0
-        (unrecorded_blocks) bring the clocks up."""
-        lat = {False: [], True: []}
+        """One job of a round with its arms served in turn: their pooled figures, one row per
+        arm (the interposed arm's once per baseline). block_command(i) is the command of block
+        i; the unrecorded blocks before block 0 (unrecorded_blocks) bring the clocks up. The
+        order rotates every block (two arms: it alternates)."""
+        keys = [True] + [k for k in arms if k is not True]
+        lat = {k: [] for k in keys}
         # Per arm, each per-request figure of the block answers (cpu_ms, the thread split and
         # the phases) summed over the requests of its blocks.
-        sums = {False: {}, True: {}}
-        throttled = {False: [0, 0.0], True: [0, 0.0]}  # periods, ms (cgroup only)
+        sums = {k: {} for k in keys}
+        throttled = {k: [0, 0.0] for k in keys}  # periods, ms (cgroup only)
         for i in range(-self.unrecorded_blocks(), self.args.blocks):
-            for interposer in ([False, True] if i % 2 else [True, False]):
+            turn = i % len(keys)
+            for interposer in keys[turn:] + keys[:turn]:
                 before = arms[interposer].throttled()
                 ms, figures = arms[interposer].block(block_command(max(i, 0)))
                 after = arms[interposer].throttled()
@@ -305,15 +321,15 @@ class Bench:
                     if before and after:
                         throttled[interposer][0] += after[0] - before[0]
                         throttled[interposer][1] += (after[1] - before[1]) / 1e3
-        for interposer in (False, True):
-            ms = sorted(lat[interposer])
-            row = dict(round=rnd, role=role, interposer=interposer, blocks=self.args.blocks,
+        for key in keys:
+            ms = sorted(lat[key])
+            row = dict(round=rnd, role=role, interposer=key is True, blocks=self.args.blocks,
                        block=len(ms) // self.args.blocks, n=len(ms),
                        mean_ms=sum(ms) / len(ms),
-                       **{k: v / len(ms) for k, v in sums[interposer].items()})
+                       **{k: v / len(ms) for k, v in sums[key].items()})
             if self.args.limit == "cgroup":  # the quota's stalls over the recorded blocks
-                row.update(nr_throttled=throttled[interposer][0],
-                           throttled_ms=round(throttled[interposer][1], 3))
+                row.update(nr_throttled=throttled[key][0],
+                           throttled_ms=round(throttled[key][1], 3))
             if role == "trainer":
                 row.update(model=self.args.train_model + (" +nvtx" if self.args.nvtx else ""),
                            step_p50_ms=quantile(ms, 0.5), step_p99_ms=quantile(ms, 0.99),
@@ -324,8 +340,14 @@ class Bench:
             else:
                 row.update(model=self.model_label(), rate=rate, p50_ms=quantile(ms, 0.5),
                            p99_ms=quantile(ms, 0.99))
-            self.record(row)
-        return {i: sum(lat[i]) / len(lat[i]) for i in (False, True)}
+            if isinstance(key, str):  # one of several baselines
+                self.record(row, key)
+            elif key is False or len(keys) == 2:
+                self.record(row)
+            else:  # the interposed arm, in each baseline's A/B
+                for name in keys[1:]:
+                    self.record(dict(row), name)
+        return {k: sum(lat[k]) / len(lat[k]) for k in keys}
 
     def main_interleaved(self):
         n, jobs = self.args.interleave, self.args.jobs.split(",")
@@ -338,7 +360,8 @@ class Bench:
             with self.arms(rnd, serve, "high") as arms:
                 mean = self.interleaved(rnd, arms, "service-closed", lambda i: f"closed {n}")
                 if rate is None:
-                    rate = self.args.load * 1e3 / mean[False]  # of the bare arm, round 1
+                    # of the (first) baseline arm, round 1
+                    rate = self.args.load * 1e3 / mean[[k for k in mean if k is not True][0]]
                 if "service-poisson" in jobs:
                     self.interleaved(rnd, arms, "service-poisson",
                                      lambda i: f"poisson {n} {rate:.2f} {rnd * 1000 + i}", rate)
@@ -455,7 +478,7 @@ class SwitchedArm:
         self.arm, self.word = arm, word
 
     def wait_ready(self):
-        if self.word != 0:  # the other arm waits for the shared process
+        if self.word == 0:  # the interposed arm waits for the shared process, the others not
             self.arm.wait_ready()
 
     def throttled(self):
@@ -594,9 +617,10 @@ def main(argv=None):
                    help="--interleave in one interposed process: the bare arm's blocks pass the "
                         "interposer by (ORION_BENCH_SWITCH), so no two processes' or cores' "
                         "difference enters the A/B")
-    p.add_argument("--in-process-baseline", choices=sorted(IN_PROCESS_BASELINES),
-                   default="bypass",
-                   help="--in-process: what the baseline arm's blocks are (see above)")
+    p.add_argument("--in-process-baseline", default="bypass", metavar="NAME[,NAME...]",
+                   help="--in-process: what the baseline arm's blocks are, one of "
+                        f"{', '.join(sorted(IN_PROCESS_BASELINES))}; several, comma-separated: "
+                        "several baseline arms in turn (see above)")
     p.add_argument("--in-process-env", action="append", default=[], metavar="KEY=VALUE",
                    help="--in-process: set in the one process (repeatable; e.g. ORION_NO_TIMING=1)")
     p.add_argument("--wrap", help="--in-process: a command put before the process (quoted)")
@@ -622,8 +646,17 @@ def main(argv=None):
                             or args.baseline_interposer):
         p.error("--in-process needs --interleave, and its baseline is --in-process-baseline: "
                 "not --baseline-env, --baseline-interposer or --control")
+    names = args.in_process_baseline.split(",")
+    for name in names:
+        if name not in IN_PROCESS_BASELINES:
+            p.error(f"--in-process-baseline {args.in_process_baseline!r}: {name!r} is none of "
+                    f"{', '.join(sorted(IN_PROCESS_BASELINES))}")
+    if len(set(names)) != len(names):
+        p.error(f"--in-process-baseline {args.in_process_baseline!r}: a name given twice")
+    if len(names) > 1 and args.cpu_samples:
+        p.error("--cpu-samples folds its samples into two arms: one --in-process-baseline")
     if (args.in_process_env or args.wrap or args.cpu_samples
-            or args.in_process_baseline != "bypass") and not args.in_process:
+            or names != ["bypass"]) and not args.in_process:
         p.error("--in-process-baseline, --in-process-env, --wrap and --cpu-samples go with "
                 "--in-process")
     for kv in args.in_process_env:
@@ -631,6 +664,7 @@ def main(argv=None):
             p.error(f"--in-process-env {kv!r}: expected ORION_NAME=VALUE")
     if args.baseline_env and args.baseline_interposer:
         p.error("--baseline-env and --baseline-interposer: one baseline at a time")
+    args.in_process_baseline = names
     cpus = args.cpus.split(",")
     if len(cpus) != 2 or not all(c.isdigit() for c in cpus) or cpus[0] == cpus[1]:
         p.error(f"--cpus {args.cpus!r}: expected two different core numbers, e.g. 2,3")

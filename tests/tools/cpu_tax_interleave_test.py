@@ -11,7 +11,9 @@ Checked: the arms take turns block by block and swap cores every round; a 10% sl
 about 1.10 in the table, an A/A control about 1.00; the block answers' other figures (the CPU
 split by thread, the requests' launch and sync phases) are pooled per arm and tabled, and two runs' tables pool their rounds; with
 --in-process one process a round serves both arms by the switch's word, and --cpu-samples folds
-its samples per arm with the teardown in neither; a model that answers with an error stops the
+its samples per arm with the teardown in neither, and with several baselines (bypass and
+no-timing) three arms take turns in one process, the order rotating, each baseline with its own
+A/B; a model that answers with an error stops the
 run with a message naming the command and the answer; the protocol loop answers every command,
 refuses a malformed one by name and stops at quit."""
 import contextlib
@@ -52,7 +54,7 @@ for line in sys.stdin:
     if os.environ.get("FAKE_FAIL"):
         print("error: cannot run it", flush=True)
         continue
-    log.write(f"{arm} {line.strip()}\n"); log.flush()
+    log.write(f"{arm} {line.strip()}" + (f" w{word()}" if switch else "") + "\n"); log.flush()
     lat = []
     for _ in range(int(w[1])):
         t = time.perf_counter()
@@ -200,6 +202,44 @@ def check_bench(work):
     # 4 recorded blocks of 3 after 4 unrecorded ones (--warm-up 12, in blocks of 3)
     if {r["requests"] for r in samples} != {(4 + 4) * 3}:
         fail(f"requests per arm and round: {samples}")
+
+    # Several in-process baselines: the bypass (word 1, the fake's bare arm) and no-timing (word
+    # 3, which the fake serves as slowly as the interposed arm) take turns with the interposed
+    # arm in one process; each baseline has its A/B, the interposed rows written for each.
+    open(log, "w").close()
+    rows, table = run_bench(work, "multi", ["--in-process",
+                                            "--in-process-baseline", "bypass,no-timing"])
+    if sum(1 for l in open(log) if l.startswith("start ")) != 2:
+        fail(f"several baselines did not run one process a round: {open(log).read()}")
+    for name, lo, hi in (("in-process bypass", 1.04, 1.16),
+                         ("in-process, no launch timed", 0.90, 1.10)):
+        sub = [r for r in rows if r["baseline"] == name]
+        if len(sub) != 8:  # 2 rounds x 2 jobs x (interposed, this baseline)
+            fail(f"{name}: {len(sub)} rows: {rows}")
+        ratio = median_ratio(sub, "service-closed", "svc_p50_ms")
+        if not lo < ratio < hi:
+            fail(f"{name}: the A/B read {ratio:.3f}, expected {lo} to {hi}")
+        if f"against {name}" not in table:
+            fail(f"no table for {name}:\n{table}")
+    words = [l.split()[-1] for l in open(log) if l[:2] in ("b ", "i ")]
+    turns = [words[k:k + 3] for k in range(0, len(words), 3)]
+    if any(sorted(t) != ["w0", "w1", "w3"] for t in turns):
+        fail(f"the three arms did not take turns: {words}")
+    if turns[0] == turns[1] or turns[1] == turns[2]:
+        fail(f"the order did not rotate: {turns[:3]}")
+    from experiments import cpu_tax
+    for bad, why in ((["--in-process", "--in-process-baseline", "bypass,nothing"], "none of"),
+                     (["--in-process", "--in-process-baseline", "bypass,bypass"], "twice"),
+                     (["--in-process", "--in-process-baseline", "bypass,no-timing",
+                       "--cpu-samples"], "one --in-process-baseline")):
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                cpu_tax.main(["--bundle", work, "--interleave", "3"] + bad)
+            fail(f"{bad} was accepted")
+        except SystemExit:
+            if why not in err.getvalue():
+                fail(f"{bad}: unclear error {err.getvalue()!r}")
 
     os.environ["FAKE_FAIL"] = "1"
     try:
