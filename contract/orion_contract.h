@@ -708,7 +708,12 @@ enum class BenchSwitch : uint32_t {
   // costs (the server then sees none of them; a diagnostic arm only).
   kNoLaunchRecords = 4,
   kNoRingPrefetch = 5,  // interposed, the ring's next entry not prefetched for writing
-};                    // any other word: as kInterposed
+  // Diagnostic arms that cut a launch's path short (the server sees a client that launches
+  // nothing): the launch goes to the driver once the registration is found, or once the kernel's
+  // record is found and the slot's words are read (before the gate and the clock).
+  kAfterRegistration = 6,
+  kBeforeClock = 7,
+};  // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";
 // The NVTX loader (in the application) loads its tool from here: the interposer itself.

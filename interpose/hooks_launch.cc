@@ -101,6 +101,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
   if (reg == nullptr) return CallLogActive() ? LoggedLaunch(info, launch) : launch();
+  // Benchmarks only (contract::BenchSwitch): kInterposed unless ORION_BENCH_SWITCH is set.
+  const contract::BenchSwitch bench = CurrentBenchSwitch();
+  if (bench == contract::BenchSwitch::kAfterRegistration) return launch();
   const contract::ClientSlot& slot = *reg->slot;
   const contract::GpuState& gpu = *reg->gpu;
   contract::SlotGate& own_gate = *reg->own_gate;
@@ -126,6 +129,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const uint64_t blocks = static_cast<uint64_t>(info.grid[0]) * info.grid[1] * info.grid[2];
   const uint64_t estimate = kernel != nullptr ? kernel->EstimateNs() : kDefaultKernelEstimateNs;
   const uint32_t kclass = kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0;
+  if (bench == contract::BenchSwitch::kBeforeClock) return launch();
 
   GateTicket ticket;
   // Beside a high-priority graph service with gpu_hold, the launch goes at once behind a stream
@@ -166,8 +170,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       ShouldSample(launch_index, high ? Config().sample_every_high : Config().sample_every);
   const bool timed =
       kernel != nullptr &&
-      (profile || (sampled && !Config().no_timing &&
-                   CurrentBenchSwitch() != contract::BenchSwitch::kNoTiming));
+      (profile || (sampled && !Config().no_timing && bench != contract::BenchSwitch::kNoTiming));
 
   // High-priority work is followed to completion only while the gate may hold somebody for it,
   // and only where it may outlast the grace after its launch.
@@ -203,7 +206,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
         if (!info.graph && !pending->contended && !pending->warmup &&
             kernel->LaunchedOn(reg->device) &&
             g_open_captures.load(std::memory_order_relaxed) == 0 &&
-            CurrentBenchSwitch() != contract::BenchSwitch::kNoTimingHold) {
+            bench != contract::BenchSwitch::kNoTimingHold) {
           hold_ticket = HoldForTiming(info.stream, info.per_thread_stream);
           pending->held = hold_ticket != 0;
         }
@@ -248,7 +251,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const uint32_t kernels = info.graph ? (kernel != nullptr ? kernel->aux.load() : 0) : 1;
   // The launch's record for the server: counted, and its event pushed (a benchmark's arm may
   // leave both out to see what they cost: contract::BenchSwitch::kNoLaunchRecords).
-  if (CurrentBenchSwitch() != contract::BenchSwitch::kNoLaunchRecords) {
+  if (bench != contract::BenchSwitch::kNoLaunchRecords) {
     CountLaunch(reg, kernels, now, paused || beside_high);
     // Every field before the name is set; a launch has no name, so only those words are pushed
     // (and the name's bytes are never initialised).

@@ -43,7 +43,9 @@ processes or two cores enters the A/B, only the hooks' entry and one check stay 
 no-launch-records (interposed, no launch counted or pushed to the event ring) or
 no-ring-prefetch (interposed, the ring's next entry not prefetched for writing), so one process
 resolves what the timing hold, the timed launches, the launch records or the prefetch cost or
-save against this build. Several names (bypass,no-timing,...) make several baseline arms that
+save against this build; after-registration and before-clock cut each launch's path short (to
+the driver once the registration is found; once the kernel's record is found and the slot's
+words read, before the clock): diagnostic arms that split the path itself. Several names (bypass,no-timing,...) make several baseline arms that
 take turns with the interposed one in the same process, block by block, the order rotating
 every block: one run then splits the interposer's cost with every share measured over the same
 rounds, and the table has one A/B per baseline (the interposed arm's figures in each). Each arm
@@ -467,6 +469,8 @@ IN_PROCESS_BASELINES = {
     "no-timing": (3, "in-process, no launch timed"),
     "no-launch-records": (4, "in-process, no launch recorded"),
     "no-ring-prefetch": (5, "in-process, the ring's next entry not prefetched"),
+    "after-registration": (6, "in-process, launches cut short after the registration"),
+    "before-clock": (7, "in-process, launches cut short before the clock"),
 }
 
 

@@ -38,10 +38,11 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
       the closed loop's result splits it), requests adding "launch_ms=.. sync_ms=.." (the
       mean time of the forward pass's launches on the CPU, and of the wait for the GPU after
       them).
-      "switch W" (under the interposer, with ORION_BENCH_SWITCH set) writes W (0 to 5) to the
-      switch's word: the blocks after it are interposed as usual (0), pass the interposer by (1),
-      hold no timed launch (2), time none (3), record no launch (4) or leave the ring's next
-      entry unprefetched (5) (contract::BenchSwitch); answered "switched W".
+      "switch W" (under the interposer, with ORION_BENCH_SWITCH set) writes W (a 32-bit word)
+      to the switch's word: the blocks after it are interposed as usual (0), pass the
+      interposer by (1), hold no timed launch (2), time none (3), record no launch (4), leave
+      the ring's next entry unprefetched (5), or cut each launch's path short after the
+      registration (6) or before the clock (7) (contract::BenchSwitch); answered "switched W".
       "quit" or end of input stops it.
 
   --nvtx       each request (serve) or step (train) is an NVTX range, "request" or "step".
@@ -508,7 +509,9 @@ def driven(block, phases=None):
             continue
         if words[0] == "quit":
             break
-        if words[0] == "switch" and len(words) == 2 and words[1] in ("0", "1", "2", "3", "4", "5"):
+        # Any 32-bit word: the interposer takes one it does not know as 0.
+        if words[0] == "switch" and len(words) == 2 and words[1].isdigit() \
+                and int(words[1]) < 2 ** 32:
             # ORION_BENCH_SWITCH's word: what this process's next CUDA calls do
             path = os.environ.get("ORION_BENCH_SWITCH")
             if not path:

@@ -506,7 +506,7 @@ struct SwitchedRun {
   uint64_t launches_counted = 0;
 };
 
-TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingAndNoLaunchRecords) {
+TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingNoLaunchRecordsAndCutShort) {
   auto run_under = [&](c::BenchSwitch word) {
     SwitchedRun out;
     const std::string path = dir_ + "/switch";
@@ -543,6 +543,19 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingAndNoLaunchRecords) {
   EXPECT_EQ(CountKind(unrecorded.events, c::EventKind::kLaunch), 0);
   EXPECT_EQ(unrecorded.launches_counted, 0u);
   EXPECT_GT(CountKind(unrecorded.events, c::EventKind::kMemAlloc), 0);
+  // Words 6 and 7 (after-registration, before-clock): the process is registered and its
+  // launches reach the driver (the probe exits 0), and its path ends before any launch is
+  // counted, timed or pushed; word 7 still learns the kernels' names (their record is found).
+  const SwitchedRun registered = run_under(c::BenchSwitch::kAfterRegistration);
+  EXPECT_EQ(CountKind(registered.events, c::EventKind::kLaunch), 0);
+  EXPECT_EQ(CountKind(registered.events, c::EventKind::kKernelName), 0);
+  EXPECT_EQ(registered.launches_counted, 0u);
+  EXPECT_GT(CountKind(registered.events, c::EventKind::kMemAlloc), 0);
+  const SwitchedRun before_clock = run_under(c::BenchSwitch::kBeforeClock);
+  EXPECT_EQ(CountKind(before_clock.events, c::EventKind::kLaunch), 0);
+  EXPECT_EQ(TimedLaunches(before_clock.events), 0);
+  EXPECT_EQ(before_clock.launches_counted, 0u);
+  EXPECT_GT(CountKind(before_clock.events, c::EventKind::kKernelName), 0);
 }
 
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {
