@@ -713,6 +713,11 @@ enum class BenchSwitch : uint32_t {
   // record is found and the slot's words are read (before the gate and the clock).
   kAfterRegistration = 6,
   kBeforeClock = 7,
+  // Diagnostic arms that leave one part out: the launch takes its thread's previous clock
+  // reading instead of reading the clock, or a high-priority launch publishes nothing to its
+  // gate entry (busy state, kernel class, graph flag).
+  kNoClock = 8,
+  kNoHighPriorityNotes = 9,
 };  // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";

@@ -63,6 +63,13 @@ void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
   PushEvent(reg, e);
 }
 
+// contract::BenchSwitch::kNoClock (a diagnostic arm): the thread's first reading, then the same.
+uint64_t PreviousReading() {
+  static constinit thread_local uint64_t last ORION_INITIAL_EXEC_TLS = 0;
+  if (last == 0) last = MonotonicNs();
+  return last;
+}
+
 // Stream captures begun and not yet ended in this process (the capture hooks below). While it is
 // 0 no stream can be capturing, a stream that joins a capture through an event included, so a
 // launch skips the driver query (about 140 ns on an H100 host). A capture the hooks miss would
@@ -155,7 +162,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // driver call; the busy period and the launch event take it (a tracked record reads the clock
   // again after the launch). A reading extrapolated from the time-stamp counter cost as much in
   // place (its counter read alone 46 ns a launch, H200; docs/benchmarks.md).
-  const uint64_t now = ticket.go_ns != 0 ? ticket.go_ns : MonotonicNs();
+  const uint64_t now = ticket.go_ns != 0                            ? ticket.go_ns
+                       : bench != contract::BenchSwitch::kNoClock ? MonotonicNs()
+                                                                  : PreviousReading();
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;
   // Sampled launches (1 in 64 of a best-effort client's and 1 in 256 of a high-priority
   // client's by default: kernel_registry.h) are timed on the GPU in every mode: they teach the
@@ -217,7 +226,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     }
   }
   bool took_hold = false;
-  if (high) {
+  if (high && bench != contract::BenchSwitch::kNoHighPriorityNotes) {
     // Before the launch: what best-effort clients queued stops at its next stream wait (graphs
     // only, see HoldsOnGpuFor).
     NoteHighPriorityGraph(own_gate, info.graph);

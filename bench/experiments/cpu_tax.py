@@ -45,7 +45,8 @@ no-ring-prefetch (interposed, the ring's next entry not prefetched for writing),
 resolves what the timing hold, the timed launches, the launch records or the prefetch cost or
 save against this build; after-registration and before-clock cut each launch's path short (to
 the driver once the registration is found; once the kernel's record is found and the slot's
-words read, before the clock): diagnostic arms that split the path itself. Several names (bypass,no-timing,...) make several baseline arms that
+words read, before the clock), no-clock keeps the thread's first clock reading and no-hp-notes
+publishes nothing to the high-priority gate entry: diagnostic arms that split the path itself. Several names (bypass,no-timing,...) make several baseline arms that
 take turns with the interposed one in the same process, block by block, the order rotating
 every block: one run then splits the interposer's cost with every share measured over the same
 rounds, and the table has one A/B per baseline (the interposed arm's figures in each). Each arm
@@ -471,6 +472,8 @@ IN_PROCESS_BASELINES = {
     "no-ring-prefetch": (5, "in-process, the ring's next entry not prefetched"),
     "after-registration": (6, "in-process, launches cut short after the registration"),
     "before-clock": (7, "in-process, launches cut short before the clock"),
+    "no-clock": (8, "in-process, no clock read (the thread's first reading kept)"),
+    "no-hp-notes": (9, "in-process, nothing published to the high-priority gate entry"),
 }
 
 

@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -556,6 +557,23 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingNoLaunchRecordsAndCutShort) 
   EXPECT_EQ(TimedLaunches(before_clock.events), 0);
   EXPECT_EQ(before_clock.launches_counted, 0u);
   EXPECT_GT(CountKind(before_clock.events, c::EventKind::kKernelName), 0);
+  // Word 8 (no-clock): launches recorded, every one of the probe's thread with one time stamp;
+  // word 0's are not all one.
+  auto launch_stamps = [](const SwitchedRun& run) {
+    std::set<uint64_t> stamps;
+    for (const c::Event& e : run.events) {
+      if (e.kind == c::EventKind::kLaunch) stamps.insert(e.cpu_ns);
+    }
+    return stamps;
+  };
+  const SwitchedRun unclocked = run_under(c::BenchSwitch::kNoClock);
+  EXPECT_GT(CountKind(unclocked.events, c::EventKind::kLaunch), 1);
+  EXPECT_EQ(launch_stamps(unclocked).size(), 1u);
+  EXPECT_GT(launch_stamps(usual).size(), 1u);
+  // Word 9 (no-hp-notes): launches recorded and counted as usual.
+  const SwitchedRun unnoted = run_under(c::BenchSwitch::kNoHighPriorityNotes);
+  EXPECT_GT(CountKind(unnoted.events, c::EventKind::kLaunch), 0);
+  EXPECT_GT(unnoted.launches_counted, 0u);
 }
 
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {
