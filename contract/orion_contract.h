@@ -718,9 +718,6 @@ enum class BenchSwitch : uint32_t {
   // gate entry (busy state, kernel class, graph flag).
   kNoClock = 8,
   kNoHighPriorityNotes = 9,
-  // Interposed, a launch stamped by the kernel's clock instead of the launch clock (the
-  // time-stamp counter extrapolated between the kernel's readings: interpose/launch_clock.h).
-  kKernelClock = 10,
 };  // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";

@@ -19,7 +19,6 @@
 
 #include "interpose/call_log.h"
 #include "interpose/cpu_limits.h"
-#include "interpose/launch_clock.h"
 #include "interpose/memory_quota.h"
 #include "interpose/completion_tracker.h"
 #include "interpose/nvtx_ranges.h"
@@ -147,7 +146,6 @@ void InitProcess() {
   g_config.usable_millicpus = ProcessMilliCpus();
   g_config.gate_spin_cap_ns = GateSpinCapNs(g_config.usable_millicpus);
   g_config.lazy_poll_ns = LazyPollNsFor(g_config, g_config.usable_millicpus);
-  InitLaunchClock(g_config.tsc_clock);
   StartTimingLog(g_config.timing_log_dir, g_config.start_latency);
   MapBenchSwitch(getenv(contract::kEnvBenchSwitch));
   pthread_atfork(nullptr, nullptr, OnForkChild);

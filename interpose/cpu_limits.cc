@@ -10,7 +10,9 @@
 #include "contract/gate_rules.h"
 
 namespace orion::interpose {
+namespace {
 
+// A small file's text, NUL-terminated; false if it cannot be read.
 bool ReadSmallFile(const char* path, char* buf, size_t size) {
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -24,6 +26,8 @@ bool ReadSmallFile(const char* path, char* buf, size_t size) {
   buf[used] = '\0';
   return used > 0;
 }
+
+}  // namespace
 
 uint64_t GateSpinCapNs(uint32_t usable_millicpus) {
   return usable_millicpus < 2000 ? 0 : contract::kMaxSpinNs;

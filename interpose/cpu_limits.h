@@ -20,9 +20,6 @@ namespace orion::interpose {
 
 inline constexpr uint32_t kUnlimitedMilliCpus = UINT32_MAX;
 
-// A small file's text (its first size - 1 bytes), NUL-terminated; false if it cannot be read.
-bool ReadSmallFile(const char* path, char* buf, size_t size);
-
 // Thousandths of a CPU from a quota and a period (microseconds), rounded up; 0 quota or period:
 // no limit.
 inline uint32_t MilliCpusOf(uint64_t quota_us, uint64_t period_us) {

@@ -198,9 +198,6 @@ struct EnvConfig {
   // ORION_TIMING_HOLD (on unless 0/false/no/off): a timed kernel launch is held on its stream
   // until its end event is recorded (timing_hold.h); never with CUDA_LAUNCH_BLOCKING=1.
   bool timing_hold = true;
-  // ORION_TSC_CLOCK (on unless 0/false/no/off): a launch's time stamp is extrapolated from the
-  // CPU's time-stamp counter where it ticks steadily (launch_clock.h).
-  bool tsc_clock = true;
   // ORION_SAMPLE_EVERY, ORION_SAMPLE_EVERY_HIGH: past a kernel's first launches, 1 in this many
   // of a best-effort and of a high-priority client's launches are timed on the GPU (a power of
   // two from 1 to 4096; kernel_registry.h).
@@ -248,7 +245,6 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   // A blocking launch waits for its stream, which the hold keeps waiting for the launch.
   config.timing_hold = !ParseFlagOff(getenv_fn("ORION_TIMING_HOLD")) &&
                        !ParseFlag(getenv_fn("CUDA_LAUNCH_BLOCKING"));
-  config.tsc_clock = !ParseFlagOff(getenv_fn("ORION_TSC_CLOCK"));
   config.requested_priority = ParsePriority(getenv_fn(contract::kEnvPriority));
   uint64_t value = 0;
   if (ParseByteSize(getenv_fn(contract::kEnvMemoryLimit), &value)) {

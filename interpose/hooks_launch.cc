@@ -9,7 +9,6 @@
 #include "interpose/client_state.h"
 #include "interpose/completion_tracker.h"
 #include "interpose/gpu_hold.h"
-#include "interpose/launch_clock.h"
 #include "interpose/launch_gate.h"
 #include "interpose/nvtx_ranges.h"
 #include "interpose/real_driver.h"
@@ -158,14 +157,14 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     high = is_high();
   }
 
-  // The launch's one time stamp: the gate's where it read the clock, else the launch clock's
-  // (launch_clock.h: the kernel's clock waits in place for the loads before it). It stamps the
-  // launch before the driver call; the busy period and the launch event take it (a tracked
-  // record reads the kernel's clock after the launch).
-  const uint64_t now = ticket.go_ns != 0                              ? ticket.go_ns
-                       : bench == contract::BenchSwitch::kKernelClock ? MonotonicNs()
-                       : bench == contract::BenchSwitch::kNoClock     ? PreviousReading()
-                                                                      : LaunchClockNs();
+  // The launch's one clock reading (a reading costs 30 to 40 ns in a loop on an H100 host, about
+  // 50 ns in place): the gate's where it read one, else now. It stamps the launch before the
+  // driver call; the busy period and the launch event take it (a tracked record reads the clock
+  // again after the launch). A reading extrapolated from the time-stamp counter cost as much in
+  // place (its counter read alone 46 ns a launch, H200; docs/benchmarks.md).
+  const uint64_t now = ticket.go_ns != 0                            ? ticket.go_ns
+                       : bench != contract::BenchSwitch::kNoClock ? MonotonicNs()
+                                                                  : PreviousReading();
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;
   // Sampled launches (1 in 64 of a best-effort client's and 1 in 256 of a high-priority
   // client's by default: kernel_registry.h) are timed on the GPU in every mode: they teach the

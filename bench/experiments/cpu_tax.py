@@ -46,9 +46,7 @@ resolves what the timing hold, the timed launches, the launch records or the pre
 save against this build; after-registration and before-clock cut each launch's path short (to
 the driver once the registration is found; once the kernel's record is found and the slot's
 words read, before the clock), no-clock keeps the thread's first clock reading and no-hp-notes
-publishes nothing to the high-priority gate entry: diagnostic arms that split the path itself;
-kernel-clock stamps each launch with the kernel's clock instead of the launch clock (the
-time-stamp counter extrapolated between the kernel's readings). Several names (bypass,no-timing,...) make several baseline arms that
+publishes nothing to the high-priority gate entry: diagnostic arms that split the path itself. Several names (bypass,no-timing,...) make several baseline arms that
 take turns with the interposed one in the same process, block by block, the order rotating
 every block: one run then splits the interposer's cost with every share measured over the same
 rounds, and the table has one A/B per baseline (the interposed arm's figures in each). Each arm
@@ -476,7 +474,6 @@ IN_PROCESS_BASELINES = {
     "before-clock": (7, "in-process, launches cut short before the clock"),
     "no-clock": (8, "in-process, no clock read (the thread's first reading kept)"),
     "no-hp-notes": (9, "in-process, nothing published to the high-priority gate entry"),
-    "kernel-clock": (10, "in-process, launches stamped by the kernel's clock"),
 }
 
 

@@ -42,9 +42,8 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
       to the switch's word: the blocks after it are interposed as usual (0), pass the
       interposer by (1), hold no timed launch (2), time none (3), record no launch (4), leave
       the ring's next entry unprefetched (5), cut each launch's path short after the
-      registration (6) or before the clock (7), read no clock (8), publish nothing to the
-      high-priority gate entry (9) or stamp launches with the kernel's clock (10)
-      (contract::BenchSwitch); answered "switched W".
+      registration (6) or before the clock (7), read no clock (8) or publish nothing to the
+      high-priority gate entry (9) (contract::BenchSwitch); answered "switched W".
       "quit" or end of input stops it.
 
   --nvtx       each request (serve) or step (train) is an NVTX range, "request" or "step".
