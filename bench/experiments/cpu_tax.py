@@ -12,6 +12,8 @@ in every round so that host drift cancels.
   orion_bench.py cpu-tax --table results.jsonl ... [--interval]  (re-renders a run's table;
       several runs of one A/B pool their rounds; --interval adds the bootstrap 95% interval of
       each median ratio)
+  orion_bench.py cpu-tax --split results.jsonl ...  (runs of several --in-process baselines:
+      one table, each run's arms side by side)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
 cpu.max "100000 100000" (one CPU of quota, any core), as a pod with a 1-CPU limit is run.
@@ -582,6 +584,34 @@ def render(paths, interval=False):
     return "\n".join(lines)
 
 
+def render_split(paths):
+    """One table for runs of several --in-process baselines (each file one run, not pooled): per
+    run and baseline arm, the closed loop's CPU per request and service time of this build over
+    that arm's (median over rounds [min, max], bootstrap 95% interval of the median), so the
+    arms' shares of the interposer's cost sit side by side."""
+    lines = ["| run | this build against | CPU per request: median [min, max] | 95% interval "
+             "| service time: median [min, max] | 95% interval | rounds |",
+             "|---|---|---|---|---|---|---|"]
+    for path in paths:
+        rows = [r for r in harness.read_runs([path], "cpu-tax", lenient=True)
+                if r["role"] == "service-closed"]
+        run = os.path.basename(path).removesuffix(".jsonl")
+        for base in sorted({r.get("baseline", "") for r in rows},
+                           key=lambda b: (b != "in-process bypass", b)):
+            by_round = {}
+            for r in rows:
+                if r.get("baseline", "") == base:
+                    by_round.setdefault(r["round"], {})[r["interposer"]] = r
+            pairs = [v for v in by_round.values() if True in v and False in v]
+            cells = []
+            for m in ("cpu_ms", "svc_p50_ms"):
+                ratios = [p[True][m] / p[False][m] for p in pairs if p[False][m] > 0]
+                cells += [harness.spread(ratios, 3, ""), harness.median_interval(ratios)]
+            arm = base.removeprefix("in-process, ").removeprefix("in-process ") or "bare"
+            lines.append(f"| {run} | {arm} | {' | '.join(cells)} | {len(pairs)} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle")
@@ -638,6 +668,9 @@ def main(argv=None):
                    help="A/A: the interposer arm runs without it too (the A/B's resolution)")
     p.add_argument("--interval", action="store_true",
                    help="with --table: add the bootstrap 95%% interval of each median ratio")
+    p.add_argument("--split", nargs="+", metavar="RESULTS_JSONL",
+                   help="print one table of runs with several --in-process baselines: each "
+                        "run's arms side by side (CPU per request, service time) and exit")
     p.add_argument("--table", nargs="+", metavar="RESULTS_JSONL",
                    help="print the table of a results.jsonl and exit; several runs of one A/B "
                         "pool their rounds")
@@ -675,6 +708,9 @@ def main(argv=None):
     cpus = args.cpus.split(",")
     if len(cpus) != 2 or not all(c.isdigit() for c in cpus) or cpus[0] == cpus[1]:
         p.error(f"--cpus {args.cpus!r}: expected two different core numbers, e.g. 2,3")
+    if args.split:
+        print(render_split(args.split))
+        return
     if args.table:
         table = render(args.table, args.interval)
         if len(args.table) == 1:  # a run's own table, beside its rows

@@ -13,7 +13,7 @@ split by thread, the requests' launch and sync phases) are pooled per arm and ta
 --in-process one process a round serves both arms by the switch's word, and --cpu-samples folds
 its samples per arm with the teardown in neither, and with several baselines (bypass and
 no-timing) three arms take turns in one process, the order rotating, each baseline with its own
-A/B; a model that answers with an error stops the
+A/B, which --split puts side by side; a model that answers with an error stops the
 run with a message naming the command and the answer; the protocol loop answers every command,
 refuses a malformed one by name and stops at quit."""
 import contextlib
@@ -207,6 +207,7 @@ def check_bench(work):
     # 3, which the fake serves as slowly as the interposed arm) take turns with the interposed
     # arm in one process; each baseline has its A/B, the interposed rows written for each.
     open(log, "w").close()
+    from experiments import cpu_tax
     rows, table = run_bench(work, "multi", ["--in-process",
                                             "--in-process-baseline", "bypass,no-timing"])
     if sum(1 for l in open(log) if l.startswith("start ")) != 2:
@@ -221,13 +222,18 @@ def check_bench(work):
             fail(f"{name}: the A/B read {ratio:.3f}, expected {lo} to {hi}")
         if f"against {name}" not in table:
             fail(f"no table for {name}:\n{table}")
+    # --split: the run's arms side by side, one row each (the fake's CPU is a constant: its
+    # service time column).
+    split = cpu_tax.render_split([os.path.join(work, "multi", "results.jsonl")]).splitlines()
+    by_arm = {l.split("|")[2].strip(): float(l.split("|")[5].split()[0]) for l in split[2:]}
+    if set(by_arm) != {"bypass", "no launch timed"} or not 1.04 < by_arm["bypass"] < 1.16:
+        fail(f"--split:\n" + "\n".join(split))
     words = [l.split()[-1] for l in open(log) if l[:2] in ("b ", "i ")]
     turns = [words[k:k + 3] for k in range(0, len(words), 3)]
     if any(sorted(t) != ["w0", "w1", "w3"] for t in turns):
         fail(f"the three arms did not take turns: {words}")
     if turns[0] == turns[1] or turns[1] == turns[2]:
         fail(f"the order did not rotate: {turns[:3]}")
-    from experiments import cpu_tax
     for bad, why in ((["--in-process", "--in-process-baseline", "bypass,nothing"], "none of"),
                      (["--in-process", "--in-process-baseline", "bypass,bypass"], "twice"),
                      (["--in-process", "--in-process-baseline", "bypass,no-timing",
