@@ -12,8 +12,8 @@ in every round so that host drift cancels.
   orion_bench.py cpu-tax --table results.jsonl ... [--interval]  (re-renders a run's table;
       several runs of one A/B pool their rounds; --interval adds the bootstrap 95% interval of
       each median ratio)
-  orion_bench.py cpu-tax --split results.jsonl ...  (runs of several --in-process baselines:
-      one table, each run's arms side by side)
+  orion_bench.py cpu-tax --table results.jsonl ... --split  (runs of several --in-process
+      baselines: one table, each run's arms side by side, not pooled)
 
 --limit taskset pins each job to one core (a cpuset); --limit cgroup runs it in a cgroup v2 with
 cpu.max "100000 100000" (one CPU of quota, any core), as a pod with a 1-CPU limit is run.
@@ -668,9 +668,9 @@ def main(argv=None):
                    help="A/A: the interposer arm runs without it too (the A/B's resolution)")
     p.add_argument("--interval", action="store_true",
                    help="with --table: add the bootstrap 95%% interval of each median ratio")
-    p.add_argument("--split", nargs="+", metavar="RESULTS_JSONL",
-                   help="print one table of runs with several --in-process baselines: each "
-                        "run's arms side by side (CPU per request, service time) and exit")
+    p.add_argument("--split", action="store_true",
+                   help="with --table: runs of several --in-process baselines in one table, "
+                        "each run's arms side by side (CPU per request, service time)")
     p.add_argument("--table", nargs="+", metavar="RESULTS_JSONL",
                    help="print the table of a results.jsonl and exit; several runs of one A/B "
                         "pool their rounds")
@@ -708,8 +708,10 @@ def main(argv=None):
     cpus = args.cpus.split(",")
     if len(cpus) != 2 or not all(c.isdigit() for c in cpus) or cpus[0] == cpus[1]:
         p.error(f"--cpus {args.cpus!r}: expected two different core numbers, e.g. 2,3")
+    if args.split and not args.table:
+        p.error("--split goes with --table")
     if args.split:
-        print(render_split(args.split))
+        print(render_split(args.table))
         return
     if args.table:
         table = render(args.table, args.interval)

@@ -237,7 +237,8 @@ def check_bench(work):
     for bad, why in ((["--in-process", "--in-process-baseline", "bypass,nothing"], "none of"),
                      (["--in-process", "--in-process-baseline", "bypass,bypass"], "twice"),
                      (["--in-process", "--in-process-baseline", "bypass,no-timing",
-                       "--cpu-samples"], "one --in-process-baseline")):
+                       "--cpu-samples"], "one --in-process-baseline"),
+                     (["--split"], "--split goes with --table")):
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
