@@ -713,9 +713,10 @@ enum class BenchSwitch : uint32_t {
   // record is found and the slot's words are read (before the gate and the clock).
   kAfterRegistration = 6,
   kBeforeClock = 7,
-  // Diagnostic arms that leave one part out: the launch takes its thread's previous clock
-  // reading instead of reading the clock, or a high-priority launch publishes nothing to its
-  // gate entry (busy state, kernel class, graph flag).
+  // Diagnostic arms that leave one part out: the launch takes its thread's first clock reading
+  // instead of reading the clock (what reads the launch's time then stands still too: its busy
+  // period, the launch tally's timer, the heartbeat check), or a high-priority launch publishes
+  // nothing to its gate entry (busy state, kernel class, graph flag) and is not followed.
   kNoClock = 8,
   kNoHighPriorityNotes = 9,
 };  // any other word: as kInterposed

@@ -184,7 +184,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // High-priority work is followed to completion only while the gate may hold somebody for it,
   // and only where it may outlast the grace after its launch.
   const bool follow =
-      high && FollowHighPriorityLaunch(
+      high && bench != contract::BenchSwitch::kNoHighPriorityNotes &&
+      FollowHighPriorityLaunch(
                   gpu, *reg->gate, g_hp_queue_end_ns[reg->device], [now] { return now; },
                   kernel != nullptr ? kernel->estimate_ns.load(std::memory_order_relaxed) : 0,
                   info.graph);

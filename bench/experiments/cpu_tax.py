@@ -19,7 +19,8 @@ in every round so that host drift cancels.
 cpu.max "100000 100000" (one CPU of quota, any core), as a pod with a 1-CPU limit is run.
 Per round and for both (bare, interposer), in alternating order:
   service-closed   closed loop: service time and CPU per request (torch_models.py serve --rate 0)
-  service-poisson  Poisson arrivals at --load of the bare closed-loop capacity of round 1
+  service-poisson  Poisson arrivals at --load of the bare closed-loop capacity of round 1 (with
+                   several --in-process baselines: of the first one named)
                    (measured on one CPU): p50/p99 latency from the scheduled arrival, CPU/request
   trainer          --train-steps steps of training: step time p50/p99, CPU per step
 The service runs high priority, the trainer best effort; neither has the other beside it, so the
@@ -47,10 +48,13 @@ no-ring-prefetch (interposed, the ring's next entry not prefetched for writing),
 resolves what the timing hold, the timed launches, the launch records or the prefetch cost or
 save against this build; after-registration and before-clock cut each launch's path short (to
 the driver once the registration is found; once the kernel's record is found and the slot's
-words read, before the clock), no-clock keeps the thread's first clock reading and no-hp-notes
-publishes nothing to the high-priority gate entry: diagnostic arms that split the path itself. Several names (bypass,no-timing,...) make several baseline arms that
-take turns with the interposed one in the same process, block by block, the order rotating
-every block: one run then splits the interposer's cost with every share measured over the same
+words read, before the clock), no-clock keeps the thread's first clock reading (what reads the
+launch's time stands still too: its busy period, the launch tally's timer, the heartbeat
+check) and no-hp-notes publishes nothing to the high-priority gate entry and follows no launch:
+diagnostic arms that split the path itself. Several names (bypass,no-timing,...) make several
+baseline arms that take turns with the interposed one in the same process, block by block, the
+order rotating every block (a cycle: each arm takes each place equally often where --blocks is
+a multiple of the arms' number, not each place after each other arm): one run then splits the interposer's cost with every share measured over the same
 rounds, and the table has one A/B per baseline (the interposed arm's figures in each). Each arm
 serves --warm-up requests unrecorded; the interposer's learning counts the requests of all its
 interposed arms.
@@ -198,7 +202,8 @@ class Bench:
         if self.args.control:
             row.update(baseline="control", control=True)
         if self.args.in_process:
-            row["baseline"] = IN_PROCESS_BASELINES[baseline or self.args.in_process_baseline[0]][1] + (
+            name = baseline or self.args.in_process_baseline[0]
+            row["baseline"] = IN_PROCESS_BASELINES[name][1] + (
                 f" ({' '.join(self.args.in_process_env)} in the process)"
                 if self.args.in_process_env else "")
         self.rows.write(json.dumps(row) + "\n")
@@ -597,12 +602,14 @@ def render_split(paths):
                 if r["role"] == "service-closed"]
         run = os.path.basename(path).removesuffix(".jsonl")
         for base in sorted({r.get("baseline", "") for r in rows},
-                           key=lambda b: (b != "in-process bypass", b)):
+                           key=lambda b: (not b.startswith("in-process bypass"), b)):
             by_round = {}
             for r in rows:
                 if r.get("baseline", "") == base:
                     by_round.setdefault(r["round"], {})[r["interposer"]] = r
             pairs = [v for v in by_round.values() if True in v and False in v]
+            if not pairs:  # a run cut short before this arm's first round ended
+                continue
             cells = []
             for m in ("cpu_ms", "svc_p50_ms"):
                 ratios = [p[True][m] / p[False][m] for p in pairs if p[False][m] > 0]

@@ -511,7 +511,8 @@ def driven(block, phases=None):
         if words[0] == "quit":
             break
         # Any 32-bit word: the interposer takes one it does not know as 0.
-        if words[0] == "switch" and len(words) == 2 and words[1].isdigit() \
+        if words[0] == "switch" and len(words) == 2 and words[1].isascii() \
+                and words[1].isdigit() \
                 and int(words[1]) < 2 ** 32:
             # ORION_BENCH_SWITCH's word: what this process's next CUDA calls do
             path = os.environ.get("ORION_BENCH_SWITCH")

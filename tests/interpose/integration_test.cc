@@ -570,10 +570,34 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingNoLaunchRecordsAndCutShort) 
   EXPECT_GT(CountKind(unclocked.events, c::EventKind::kLaunch), 1);
   EXPECT_EQ(launch_stamps(unclocked).size(), 1u);
   EXPECT_GT(launch_stamps(usual).size(), 1u);
-  // Word 9 (no-hp-notes): launches recorded and counted as usual.
-  const SwitchedRun unnoted = run_under(c::BenchSwitch::kNoHighPriorityNotes);
-  EXPECT_GT(CountKind(unnoted.events, c::EventKind::kLaunch), 0);
-  EXPECT_GT(unnoted.launches_counted, 0u);
+}
+
+// Word 9 (no-hp-notes) on a high-priority probe: nothing reaches its gate entry, where word 0
+// stamps the busy period and the progress of every launch.
+TEST_F(InterposeIntegrationTest, BenchSwitchNoHighPriorityNotesLeavesTheGateEntry) {
+  for (const c::BenchSwitch word : {c::BenchSwitch::kInterposed,
+                                    c::BenchSwitch::kNoHighPriorityNotes}) {
+    const std::string dir = dir_ + "/notes" + std::to_string(static_cast<uint32_t>(word));
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+    const std::string path = dir + "/switch";
+    WriteSwitchWord(path, word);
+    TestRegistrar registrar(dir, 0, /*honour_priority=*/true);
+    ASSERT_TRUE(registrar.ok());
+    const ProbeRun run = RunProbe("ORION_PRIORITY=high ORION_BENCH_SWITCH=" + path +
+                                  " ORION_SOCKET=" + registrar.socket_path());
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    ASSERT_NE(registrar.area(0), nullptr);
+    EXPECT_GT(CountKind(registrar.Drain(0), c::EventKind::kLaunch), 0);
+    const c::SlotGate& entry = registrar.gate().slots[0];
+    if (word == c::BenchSwitch::kInterposed) {
+      EXPECT_NE(entry.last_progress_ns.load(), 0u);
+      EXPECT_NE(entry.busy_start_ns.load(), 0u);
+    } else {
+      EXPECT_EQ(entry.last_progress_ns.load(), 0u);
+      EXPECT_EQ(entry.busy_start_ns.load(), 0u);
+      EXPECT_EQ(entry.hp_kernel_class.load(), 0u);
+    }
+  }
 }
 
 TEST_F(InterposeIntegrationTest, QuietAndDisabled) {
