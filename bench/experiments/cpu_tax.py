@@ -53,8 +53,8 @@ launch's time stands still too: its busy period, the launch tally's timer, the h
 check) and no-hp-notes publishes nothing to the high-priority gate entry and follows no launch:
 diagnostic arms that split the path itself. Several names (bypass,no-timing,...) make several
 baseline arms that take turns with the interposed one in the same process, block by block, the
-order rotating every block (a cycle: each arm takes each place equally often where --blocks is
-a multiple of the arms' number, not each place after each other arm): one run then splits the interposer's cost with every share measured over the same
+order changing every block (the rows of a Williams square: over each square of blocks every arm
+takes every place and follows every other arm equally often): one run then splits the interposer's cost with every share measured over the same
 rounds, and the table has one A/B per baseline (the interposed arm's figures in each). Each arm
 serves --warm-up requests unrecorded; the interposer's learning counts the requests of all its
 interposed arms.
@@ -311,7 +311,7 @@ class Bench:
         """One job of a round with its arms served in turn: their pooled figures, one row per
         arm (the interposed arm's once per baseline). block_command(i) is the command of block
         i; the unrecorded blocks before block 0 (unrecorded_blocks) bring the clocks up. The
-        order rotates every block (two arms: it alternates)."""
+        order changes every block (turn_order; two arms alternate)."""
         keys = [True] + [k for k in arms if k is not True]
         lat = {k: [] for k in keys}
         # Per arm, each per-request figure of the block answers (cpu_ms, the thread split and
@@ -319,8 +319,7 @@ class Bench:
         sums = {k: {} for k in keys}
         throttled = {k: [0, 0.0] for k in keys}  # periods, ms (cgroup only)
         for i in range(-self.unrecorded_blocks(), self.args.blocks):
-            turn = i % len(keys)
-            for interposer in keys[turn:] + keys[:turn]:
+            for interposer in turn_order(keys, i):
                 before = arms[interposer].throttled()
                 ms, figures = arms[interposer].block(block_command(max(i, 0)))
                 after = arms[interposer].throttled()
@@ -409,6 +408,20 @@ class Bench:
         finally:
             self.server.stop()
         print(render([os.path.join(self.out, "results.jsonl")]))
+
+
+def turn_order(keys, i):
+    """The order of the arms in block i: the rows of a Williams square taken in turn (with
+    their mirror images where the arms are odd in number), so that over a whole square each arm
+    takes each place and follows each other arm equally often. Two arms alternate."""
+    n = len(keys)
+    rows = n if n % 2 == 0 else 2 * n
+    r = i % rows
+    first, mirrored = r % n, r >= n
+    # 0, 1, n-1, 2, n-2, ... from the row's first arm
+    offsets = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]
+    order = [keys[(first + o) % n] for o in offsets]
+    return order[::-1] if mirrored else order
 
 
 class DrivenArm:

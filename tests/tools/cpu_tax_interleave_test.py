@@ -233,7 +233,21 @@ def check_bench(work):
     if any(sorted(t) != ["w0", "w1", "w3"] for t in turns):
         fail(f"the three arms did not take turns: {words}")
     if turns[0] == turns[1] or turns[1] == turns[2]:
-        fail(f"the order did not rotate: {turns[:3]}")
+        fail(f"the order did not change: {turns[:3]}")
+    # Over a Williams square of blocks every arm takes every place and follows every other arm
+    # equally often; two arms alternate as they always did.
+    for n in range(2, 9):
+        keys = list(range(n))
+        orders = [cpu_tax.turn_order(keys, i) for i in range(n if n % 2 == 0 else 2 * n)]
+        places = {(k, o.index(k)) for o in orders for k in o}
+        follows = [(a, b) for o in orders for a, b in zip(o, o[1:])]
+        if any(sorted(o) != keys for o in orders) or len(places) != n * n or \
+                len(set(follows)) != n * (n - 1) or \
+                len({follows.count(f) for f in set(follows)}) != 1:
+            fail(f"{n} arms: the order is not a balanced square: {orders}")
+    if [cpu_tax.turn_order([True, False], i) for i in (-1, 0, 1)] != \
+            [[False, True], [True, False], [False, True]]:
+        fail("two arms do not alternate as before")
     for bad, why in ((["--in-process", "--in-process-baseline", "bypass,nothing"], "none of"),
                      (["--in-process", "--in-process-baseline", "bypass,bypass"], "twice"),
                      (["--in-process", "--in-process-baseline", "bypass,no-timing",
