@@ -166,6 +166,7 @@ struct DriverState {
   std::map<uint64_t, size_t> reservations;     // cuMemAddressReserve ranges
   std::map<uint64_t, size_t> host_registered;  // cuMemHostRegister ranges (device address = host)
   uint64_t stream_waits = 0;                   // cuStreamWaitValue32 calls that succeeded
+  uint64_t kernel_launches = 0;                // kernels queued to run (captured ones not)
 
   template <typename T>
   T* Find(const void* handle) {

@@ -503,6 +503,7 @@ TEST_F(InterposeIntegrationTest, BenchSwitchPassesCallsThroughWhileSet) {
 // What the probe pushed and counted, run with ORION_BENCH_SWITCH's word set to `word` and
 // registered with a test registrar of its own.
 struct SwitchedRun {
+  std::string kernel_launches;  // what the driver double ran
   std::vector<c::Event> events;
   uint64_t launches_counted = 0;
 };
@@ -524,6 +525,8 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingNoLaunchRecordsAndCutShort) 
       return out;
     }
     out.events = registrar.Drain(0);
+    out.kernel_launches = run.values.count("kernel_launches") ? run.values.at("kernel_launches")
+                                                              : "none";
     out.launches_counted = registrar.area(0)->counters.launches.load();
     return out;
   };
@@ -544,18 +547,23 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingNoLaunchRecordsAndCutShort) 
   EXPECT_EQ(CountKind(unrecorded.events, c::EventKind::kLaunch), 0);
   EXPECT_EQ(unrecorded.launches_counted, 0u);
   EXPECT_GT(CountKind(unrecorded.events, c::EventKind::kMemAlloc), 0);
-  // Words 6 and 7 (after-registration, before-clock): the process is registered and its
-  // launches reach the driver (the probe exits 0), and its path ends before any launch is
-  // counted, timed or pushed; word 7 still learns the kernels' names (their record is found).
+  // Words 6 and 7 (after-registration, before-clock): the process is registered and every one
+  // of its launches reaches the driver (as many kernels run as with word 0), and its path ends
+  // before any launch is counted, timed or pushed; word 7 still learns the kernels' names
+  // (their record is found).
   const SwitchedRun registered = run_under(c::BenchSwitch::kAfterRegistration);
   EXPECT_EQ(CountKind(registered.events, c::EventKind::kLaunch), 0);
   EXPECT_EQ(CountKind(registered.events, c::EventKind::kKernelName), 0);
   EXPECT_EQ(registered.launches_counted, 0u);
+  EXPECT_NE(usual.kernel_launches, "none");
+  EXPECT_NE(usual.kernel_launches, "0");
+  EXPECT_EQ(registered.kernel_launches, usual.kernel_launches);
   EXPECT_GT(CountKind(registered.events, c::EventKind::kMemAlloc), 0);
   const SwitchedRun before_clock = run_under(c::BenchSwitch::kBeforeClock);
   EXPECT_EQ(CountKind(before_clock.events, c::EventKind::kLaunch), 0);
   EXPECT_EQ(TimedLaunches(before_clock.events), 0);
   EXPECT_EQ(before_clock.launches_counted, 0u);
+  EXPECT_EQ(before_clock.kernel_launches, usual.kernel_launches);
   EXPECT_GT(CountKind(before_clock.events, c::EventKind::kKernelName), 0);
   // Word 8 (no-clock): launches recorded, every one of the probe's thread with one time stamp;
   // word 0's are not all one.

@@ -150,6 +150,10 @@ int Run(int launches, bool fork_child, bool bench) {
   if (auto waits = reinterpret_cast<StreamWaits>(dlsym(RTLD_DEFAULT, "orion_double_stream_waits"))) {
     printf("stream_waits=%llu\n", waits());
   }
+  if (auto launches =
+          reinterpret_cast<StreamWaits>(dlsym(RTLD_DEFAULT, "orion_double_kernel_launches"))) {
+    printf("kernel_launches=%llu\n", launches());
+  }
   printf("done=1\n");
   fflush(stdout);
   return 0;
