@@ -54,10 +54,11 @@ check) and no-hp-notes publishes nothing to the high-priority gate entry and fol
 diagnostic arms that split the path itself. Several names (bypass,no-timing,...) make several
 baseline arms that take turns with the interposed one in the same process, block by block, the
 order changing every block (the rows of a Williams square: over each square of blocks every arm
-takes every place and follows every other arm equally often): one run then splits the interposer's cost with every share measured over the same
-rounds, and the table has one A/B per baseline (the interposed arm's figures in each). Each arm
-serves --warm-up requests unrecorded; the interposer's learning counts the requests of all its
-interposed arms.
+takes every place and follows every other arm equally often): one run then splits the
+interposer's cost with every share measured over the same rounds, and the table has one A/B per
+baseline (the interposed arm's figures in each). Each arm serves --warm-up requests unrecorded;
+the interposer's learning counts the launches of every arm that reaches the clock (all but
+bypass, after-registration and before-clock).
 --in-process-env sets variables in that process (ORION_NO_TIMING=1: what the timed launches'
 share is), --wrap puts a command before it (a profiler: `perf record -F 4999 -o FILE --`).
 --cpu-samples splits each arm's serving-thread CPU by shared object inside that process
