@@ -64,7 +64,7 @@ void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
 }
 
 // contract::BenchSwitch::kNoClock (a diagnostic arm): the thread's first reading, then the same.
-uint64_t PreviousReading() {
+uint64_t ThreadFirstReading() {
   static constinit thread_local uint64_t last ORION_INITIAL_EXEC_TLS = 0;
   if (last == 0) last = MonotonicNs();
   return last;
@@ -157,14 +157,16 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     high = is_high();
   }
 
-  // The launch's one clock reading (a reading costs 30 to 40 ns in a loop on an H100 host, about
-  // 50 ns in place): the gate's where it read one, else now. It stamps the launch before the
-  // driver call; the busy period and the launch event take it (a tracked record reads the clock
-  // again after the launch). A reading extrapolated from the time-stamp counter cost as much in
-  // place (its counter read alone 46 ns a launch, H200; docs/benchmarks.md).
+  // The launch's one clock reading (30 to 40 ns in a loop on an H100 host; in an eager
+  // framework's request, at most 0.7% of its CPU on one H200 host, about 120 ns a launch): the
+  // gate's where it read one, else now. It stamps the launch before the driver call; the busy
+  // period and the launch event take it (a tracked record reads the clock again after the
+  // launch). A reading extrapolated from the time-stamp counter was no cheaper in place, per
+  // request in one process either (docs/benchmarks.md: a clock read from the time-stamp
+  // counter; round eight).
   const uint64_t now = ticket.go_ns != 0                            ? ticket.go_ns
                        : bench != contract::BenchSwitch::kNoClock ? MonotonicNs()
-                                                                  : PreviousReading();
+                                                                  : ThreadFirstReading();
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;
   // Sampled launches (1 in 64 of a best-effort client's and 1 in 256 of a high-priority
   // client's by default: kernel_registry.h) are timed on the GPU in every mode: they teach the
