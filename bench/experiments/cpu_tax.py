@@ -350,13 +350,12 @@ class Bench:
             else:
                 row.update(model=self.model_label(), rate=rate, p50_ms=quantile(ms, 0.5),
                            p99_ms=quantile(ms, 0.99))
-            if isinstance(key, str):  # one of several baselines
-                self.record(row, key)
-            elif key is False or len(keys) == 2:
-                self.record(row)
-            else:  # the interposed arm, in each baseline's A/B
-                for name in keys[1:]:
+            named = [k for k in keys if isinstance(k, str)]  # several baselines
+            if key is True and named:  # the interposed arm, in each baseline's A/B
+                for name in named:
                     self.record(dict(row), name)
+            else:
+                self.record(row, key if isinstance(key, str) else None)
         return {k: sum(lat[k]) / len(lat[k]) for k in keys}
 
     def main_interleaved(self):
@@ -543,6 +542,15 @@ METRICS = {
 }
 
 
+def round_pairs(rows, role):
+    """The rounds of one A/B's rows of `role` that have both arms: per round, {interposer: row}."""
+    by_round = {}
+    for r in rows:
+        if r["role"] == role:
+            by_round.setdefault(r["round"], {})[r["interposer"]] = r
+    return [v for v in by_round.values() if True in v and False in v]
+
+
 def render(paths, interval=False):
     """The tables of one or more runs' results.jsonl; several runs of one A/B pool their rounds
     (numbered on from the run before). `interval` adds the bootstrap 95% interval of each
@@ -569,11 +577,7 @@ def render(paths, interval=False):
                 return ""
             return f" {harness.median_interval(ratios)} |" if ratios else " - |"
         for role, metrics in METRICS.items():
-            by_round = {}
-            for r in sub:
-                if r["role"] == role:
-                    by_round.setdefault(r["round"], {})[r["interposer"]] = r
-            pairs = [v for v in by_round.values() if True in v and False in v]
+            pairs = round_pairs(sub, role)
             if not pairs:
                 continue
             model = pairs[0][False]["model"]
@@ -618,16 +622,12 @@ def render_split(paths):
              "| service time: median [min, max] | 95% interval | rounds |",
              "|---|---|---|---|---|---|---|"]
     for path in paths:
-        rows = [r for r in harness.read_runs([path], "cpu-tax", lenient=True)
-                if r["role"] == "service-closed"]
+        rows = harness.read_runs([path], "cpu-tax", lenient=True)
         run = os.path.basename(path).removesuffix(".jsonl")
         for base in sorted({r.get("baseline", "") for r in rows},
                            key=lambda b: (not b.startswith("in-process bypass"), b)):
-            by_round = {}
-            for r in rows:
-                if r.get("baseline", "") == base:
-                    by_round.setdefault(r["round"], {})[r["interposer"]] = r
-            pairs = [v for v in by_round.values() if True in v and False in v]
+            pairs = round_pairs([r for r in rows if r.get("baseline", "") == base],
+                                "service-closed")
             if not pairs:  # a run cut short before this arm's first round ended
                 continue
             cells = []

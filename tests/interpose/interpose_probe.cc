@@ -145,14 +145,15 @@ int Run(int launches, bool fork_child, bool bench) {
   // Let the interposer's completion poller observe the last events before exit.
   timespec settle{0, 50'000'000};
   nanosleep(&settle, nullptr);
-  // The driver test double counts the stream waits on host memory this process queued.
-  using StreamWaits = unsigned long long (*)();
-  if (auto waits = reinterpret_cast<StreamWaits>(dlsym(RTLD_DEFAULT, "orion_double_stream_waits"))) {
-    printf("stream_waits=%llu\n", waits());
-  }
-  if (auto launches =
-          reinterpret_cast<StreamWaits>(dlsym(RTLD_DEFAULT, "orion_double_kernel_launches"))) {
-    printf("kernel_launches=%llu\n", launches());
+  // The driver test double counts the stream waits on host memory this process queued, and the
+  // kernels it launched to run.
+  using DoubleCount = unsigned long long (*)();
+  for (const char* name : {"stream_waits", "kernel_launches"}) {
+    char symbol[64];
+    snprintf(symbol, sizeof(symbol), "orion_double_%s", name);
+    if (auto count = reinterpret_cast<DoubleCount>(dlsym(RTLD_DEFAULT, symbol))) {
+      printf("%s=%llu\n", name, count());
+    }
   }
   printf("done=1\n");
   fflush(stdout);
