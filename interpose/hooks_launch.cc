@@ -49,7 +49,7 @@ const char* KernelName(uint64_t func) {
   return nullptr;
 }
 
-void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
+[[gnu::cold, gnu::noinline]] void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
   contract::Event e{};
   e.kind = contract::EventKind::kKernelName;
   e.cpu_ns = MonotonicNs();
@@ -107,20 +107,22 @@ template <typename Launch>
 CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
-  if (reg == nullptr) return CallLogActive() ? LoggedLaunch(info, launch) : launch();
+  if (reg == nullptr) [[unlikely]] {
+    return CallLogActive() ? LoggedLaunch(info, launch) : launch();
+  }
   // Benchmarks only (contract::BenchSwitch): kInterposed unless ORION_BENCH_SWITCH is set.
   const contract::BenchSwitch bench = CurrentBenchSwitch();
-  if (bench == contract::BenchSwitch::kAfterRegistration) return launch();
+  if (bench == contract::BenchSwitch::kAfterRegistration) [[unlikely]] return launch();
   const contract::ClientSlot& slot = *reg->slot;
   const contract::GpuState& gpu = *reg->gpu;
   contract::SlotGate& own_gate = *reg->own_gate;
   contract::ClientArea::Counters& counters = reg->area->counters;
 
   KernelRecord* kernel = info.graph ? g_graphs.Find(info.func) : g_kernels.FindOrInsert(info.func);
-  if (!info.graph && kernel != nullptr && kernel->ClaimNameReport()) {
+  if (!info.graph && kernel != nullptr && kernel->ClaimNameReport()) [[unlikely]] {
     ReportKernelName(reg, kernel, info.func);
   }
-  if (Capturing(info.stream, info.per_thread_stream)) return launch();
+  if (Capturing(info.stream, info.per_thread_stream)) [[unlikely]] return launch();
   auto is_high = [&slot] {
     return slot.priority.load(std::memory_order_relaxed) ==
            static_cast<uint32_t>(contract::Priority::kHigh);
@@ -136,7 +138,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const uint64_t blocks = static_cast<uint64_t>(info.grid[0]) * info.grid[1] * info.grid[2];
   const uint64_t estimate = kernel != nullptr ? kernel->EstimateNs() : kDefaultKernelEstimateNs;
   const uint32_t kclass = kernel != nullptr ? kernel->kclass.load(std::memory_order_relaxed) : 0;
-  if (bench == contract::BenchSwitch::kBeforeClock) return launch();
+  if (bench == contract::BenchSwitch::kBeforeClock) [[unlikely]] return launch();
 
   GateTicket ticket;
   // Beside a high-priority graph service with gpu_hold, the launch goes at once behind a stream
@@ -148,7 +150,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool held_on_gpu = beside_high && !paused && GpuHoldOn(gpu) &&
                            HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index) &&
                            QueueHoldWait(reg, info.stream, info.per_thread_stream);
-  if (paused || (beside_high && !held_on_gpu)) {
+  if (paused || (beside_high && !held_on_gpu)) [[unlikely]] {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
                         BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns,
                         &counters);
@@ -193,7 +195,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
                   info.graph);
   PendingLaunch* pending = nullptr;
   uint32_t hold_ticket = 0;  // timing_hold.h: opened on every path below once the end is recorded
-  if (follow || timed || ticket.budget_ns != 0) {
+  if (follow || timed || ticket.budget_ns != 0) [[unlikely]] {
     // Waited for asleep in the driver only where that pays: a graph or a long kernel.
     pending = AcquirePending(ctx, timed,
                              follow && (info.graph || estimate >= kDriverWaitMinNs));
@@ -241,7 +243,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     const bool followed = pending != nullptr && pending->high_priority;
     // A completion the poller stamped since `now` continues the busy period (no new best-effort
     // budget): NoteHighPriorityLaunch takes a stamp ahead of the launch's as progress.
-    if (NoteHighPriorityLaunch(own_gate, gpu, now, &ended, followed)) {
+    if (NoteHighPriorityLaunch(own_gate, gpu, now, &ended, followed)) [[unlikely]] {
       contract::Event b{};
       b.kind = contract::EventKind::kBusyPeriod;
       b.cpu_ns = ended.start_ns;
@@ -253,7 +255,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   NoteLaunchStream(ctx, info.stream, info.per_thread_stream);
   const CUresult result = launch();
   if (took_hold) WakeHoldKeepers(*reg->gate);  // after the launch: off the request's path
-  if (result != CUDA_SUCCESS) {
+  if (result != CUDA_SUCCESS) [[unlikely]] {
     if (pending != nullptr) CompleteNow(pending);
     ReleaseTimingHold(hold_ticket);
     return result;
@@ -284,7 +286,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     PushEvent(reg, e, contract::kEventHeadBytes);
   }
 
-  if (ticket.waited_ns != 0 || ticket.wait_published) {
+  if (ticket.waited_ns != 0 || ticket.wait_published) [[unlikely]] {
     contract::EndWait(counters, ticket.waited_ns, ticket.wait_published);
     // The wait as up to two spans ending when the launch went out: the pause first (a resumed
     // client may still meet the gate), then the time held at the gate.
@@ -308,7 +310,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // A tracked record takes the time the launch returned (its own clock reading, on a path that
   // records events anyway): a timed sample takes what lies between its start event's record and
   // that return off the kernel's time as the driver's handover (sample_timing.h).
-  if (pending != nullptr) {
+  if (pending != nullptr) [[unlikely]] {
     SubmitPending(pending, info.stream, info.per_thread_stream, MonotonicNs());
   }
   ReleaseTimingHold(hold_ticket);

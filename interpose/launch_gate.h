@@ -236,7 +236,7 @@ inline bool NoteHighPriorityLaunch(contract::SlotGate& slot, const contract::Gpu
     // A completion the poller stamped after the caller read its clock lies just ahead of now_ns:
     // the GPU was busy then, so the busy period goes on. Far ahead is no such stamp: start anew.
     const uint64_t apart = now_ns >= last ? now_ns - last : last - now_ns;
-    if (start == 0 || last < start || apart >= grace) {
+    if (start == 0 || last < start || apart >= grace) [[unlikely]] {
       if (start != 0 && last > start) {
         *ended = BusyPeriod{start, last - start};
         report = true;

@@ -137,13 +137,17 @@ class Bench:
             self.limit_note += (f" ({who}), served in turn in blocks "
                                 f"of {args.interleave} requests, {args.train_block} steps"
                                 f", after {args.warm_up} unrecorded")
+        if args.server_setting:
+            self.limit_note += f"; orion-server with {', '.join(args.server_setting)}"
         self.server = None
 
     def start_server(self):
         # A node's server is usually free to run on any core, the pod's own included.
         cpus = self.args.server_cpus
         prefix = () if cpus == "any" else harness.taskset(cpus)
-        self.server = harness.Server(self.bundle, self.work, self.log, prefix=prefix).start()
+        extra = "".join(f"{line}\n" for line in self.args.server_setting)
+        self.server = harness.Server(self.bundle, self.work, self.log, prefix=prefix,
+                                     extra=extra).start()
 
     def server_cpu_ms(self):
         """CPU time orion-server has used so far (all threads), in ms."""
@@ -658,6 +662,9 @@ def main(argv=None):
     p.add_argument("--server-cpus", default=SERVER_CPU,
                    help="cores orion-server is pinned to (default 0), or 'any': not pinned, as a "
                         "node's server usually is next to a pod")
+    p.add_argument("--server-setting", action="append", default=[], metavar="'KEY: VALUE'",
+                   help="a line added to orion-server's config (repeatable; e.g. "
+                        "'ring_poll_us: 0'); the tables' heading names it")
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--load", type=float, default=0.5)
     p.add_argument("--train-steps", type=int, default=60)
@@ -729,6 +736,11 @@ def main(argv=None):
     for kv in args.in_process_env:
         if "=" not in kv or not kv.partition("=")[0].startswith("ORION_"):
             p.error(f"--in-process-env {kv!r}: expected ORION_NAME=VALUE")
+    for line in args.server_setting:
+        key, colon, value = line.partition(":")
+        if not colon or not key.strip() or not value.strip() or "\n" in line:
+            p.error(f"--server-setting {line!r}: expected one 'KEY: VALUE' line of "
+                    "orion-server's config")
     if args.baseline_env and args.baseline_interposer:
         p.error("--baseline-env and --baseline-interposer: one baseline at a time")
     args.in_process_baseline = names
