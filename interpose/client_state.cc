@@ -33,14 +33,14 @@ namespace orion::interpose {
 
 EnvConfig g_config;
 bool g_prefetch_ring = false;
+std::atomic<bool> g_process_ready{false};
+bool g_driver_ok = false;
 
 namespace {
 
 enum RegistrationState : uint32_t { kUnregistered = 0, kActive = 1, kFailed = 2 };
 
-bool g_driver_ok = false;
 pthread_once_t g_process_once = PTHREAD_ONCE_INIT;
-std::atomic<bool> g_process_ready{false};  // InitProcess has returned
 pthread_mutex_t g_register_mutex = PTHREAD_MUTEX_INITIALIZER;
 // Set once any registration failed: the whole process passes through from then on.
 std::atomic<uint32_t> g_pass_through{0};
@@ -421,16 +421,13 @@ void RenewRegistration(Registration* reg, uint64_t now_ns) {
   pthread_mutex_unlock(&g_register_mutex);
 }
 
-bool EnsureProcessInit() {
-  // Every hook asks, twice on a launch: once done, one acquire load instead of a pthread_once
-  // call.
-  if (g_process_ready.load(std::memory_order_acquire)) return g_driver_ok;
+bool EnsureProcessInitSlow() {
   pthread_once(&g_process_once, InitProcess);
   g_process_ready.store(true, std::memory_order_release);
   return g_driver_ok;
 }
 
-Registration* CurrentRegistration(CUcontext* ctx_out) {
+[[gnu::hot]] Registration* CurrentRegistration(CUcontext* ctx_out) {
   *ctx_out = nullptr;
   if (!EnsureProcessInit() || g_config.disabled) return nullptr;
   if (g_pass_through.load(std::memory_order_relaxed) != 0) return nullptr;

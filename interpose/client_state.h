@@ -60,8 +60,18 @@ __attribute__((format(printf, 1, 2))) void WriteStderrLine(const char* format, .
 // (the application's signals must never land on it); false if it could not be created.
 bool StartQuietThread(void* (*main)(void*), void* arg);
 
-// Resolves the driver and the configuration (pthread_once). False: pass through.
-bool EnsureProcessInit();
+// Set once the process's initialisation has returned, and whether it found the driver. Hidden
+// and declared here: every hook asks, twice on a launch, inline.
+__attribute__((visibility("hidden"))) extern std::atomic<bool> g_process_ready;
+__attribute__((visibility("hidden"))) extern bool g_driver_ok;
+bool EnsureProcessInitSlow();
+
+// Resolves the driver and the configuration (pthread_once, the first time). False: pass
+// through. Once done, one acquire load.
+inline bool EnsureProcessInit() {
+  if (g_process_ready.load(std::memory_order_acquire)) [[likely]] return g_driver_ok;
+  return EnsureProcessInitSlow();
+}
 
 // ORION_BENCH_SWITCH's word (contract::BenchSwitch), mapped read-only at start (null without
 // it). Hidden and declared here: the launch path asks it on every launch, inline.

@@ -89,7 +89,7 @@ bool DriverSaysCapturing(CUstream stream, bool per_thread_stream, bool missing) 
 
 // True if `stream` is being captured into a graph: such a launch runs nothing now (its kernels
 // are counted when the graph is instantiated) and must not be held at the gate or tracked.
-bool Capturing(CUstream stream, bool per_thread_stream) {
+[[gnu::always_inline]] inline bool Capturing(CUstream stream, bool per_thread_stream) {
   return g_open_captures.load(std::memory_order_relaxed) > 0 &&
          DriverSaysCapturing(stream, per_thread_stream, /*missing=*/false);
 }
@@ -427,9 +427,10 @@ using orion::interpose::KernelInfo;
 using orion::interpose::RememberGraph;
 
 #define ORION_KERNEL_LAUNCH_HOOK(name, ptsz)                                                   \
-  CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,       \
-                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, \
-                        CUstream stream, void** params, void** extra) {                        \
+  [[gnu::hot]] CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy,         \
+                                     unsigned int gz, unsigned int bx, unsigned int by,        \
+                                     unsigned int bz, unsigned int shmem, CUstream stream,     \
+                                     void** params, void** extra) {                            \
     ORION_REAL_OR_RETURN(name)                                                                 \
     return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz), [&] {     \
       return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                    \
@@ -439,9 +440,10 @@ ORION_KERNEL_LAUNCH_HOOK(cuLaunchKernel, false)
 ORION_KERNEL_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
 
 #define ORION_COOPERATIVE_LAUNCH_HOOK(name, ptsz)                                                 \
-  CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,          \
-                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,    \
-                        CUstream stream, void** params) {                                         \
+  [[gnu::hot]] CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy,            \
+                                     unsigned int gz, unsigned int bx, unsigned int by,           \
+                                     unsigned int bz, unsigned int shmem, CUstream stream,        \
+                                     void** params) {                                             \
     ORION_REAL_OR_RETURN(name)                                                                    \
     return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz),              \
                          [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params); }); \
@@ -450,7 +452,8 @@ ORION_COOPERATIVE_LAUNCH_HOOK(cuLaunchCooperativeKernel, false)
 ORION_COOPERATIVE_LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, true)
 
 #define ORION_LAUNCH_EX_HOOK(name, ptsz)                                                           \
-  CUresult CUDAAPI name(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) { \
+  [[gnu::hot]] CUresult CUDAAPI name(const CUlaunchConfig* config, CUfunction f, void** params,  \
+                                     void** extra) {                                              \
     ORION_REAL_OR_RETURN(name)                                                                     \
     return GuardedLaunch(ExInfo(config, f, ptsz), [&] { return real(config, f, params, extra); }); \
   }
@@ -458,7 +461,7 @@ ORION_LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
 ORION_LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
 
 #define ORION_GRAPH_LAUNCH_HOOK(name, ptsz)                                                  \
-  CUresult CUDAAPI name(CUgraphExec exec, CUstream stream) {                                 \
+  [[gnu::hot]] CUresult CUDAAPI name(CUgraphExec exec, CUstream stream) {                    \
     ORION_REAL_OR_RETURN(name)                                                               \
     return GuardedLaunch(GraphInfo(exec, stream, ptsz), [&] { return real(exec, stream); }); \
   }
