@@ -74,8 +74,9 @@ if os.environ.get("ORION_CPU_SAMPLES"):  # the teardown under the word the switc
 '''
 
 FAKE_SERVER = """#!/bin/sh
-# test double of orion-server: creates the socket path of its config and waits
+# test double of orion-server: keeps a copy of its config, creates its socket path and waits
 sock=$(sed -n 's/^socket_path: //p' "$2")
+cp "$2" "$(dirname "$FAKE_LOG")/server.yaml"
 touch "$sock"
 exec sleep 600
 """
@@ -176,7 +177,13 @@ def check_bench(work):
         fail(f"the arms' Poisson blocks differ: {by_arm}")
 
     open(log, "w").close()
-    rows, table = run_bench(work, "aa", ["--control"])
+    rows, table = run_bench(work, "aa", ["--control",
+                                         "--server-setting", "timeline_spans_per_gpu: 5000"])
+    config = open(os.path.join(work, "server.yaml")).read()
+    if "\ntimeline_spans_per_gpu: 5000\n" not in config:
+        fail(f"--server-setting did not reach the server's config:\n{config}")
+    if "orion-server with timeline_spans_per_gpu: 5000" not in table:
+        fail(f"the table's heading does not name the server setting:\n{table}")
     ratio = median_ratio(rows, "service-closed", "svc_p50_ms")
     # Two rounds of four blocks on test doubles: one round of a loaded machine (the sanitizer
     # suites run two tests at once) read 1.078. The band catches an arm that does other work,
@@ -257,7 +264,8 @@ def check_bench(work):
                      (["--in-process", "--in-process-baseline", "bypass,bypass"], "twice"),
                      (["--in-process", "--in-process-baseline", "bypass,no-timing",
                        "--cpu-samples"], "one --in-process-baseline"),
-                     (["--split"], "--split goes with --table")):
+                     (["--split"], "--split goes with --table"),
+                     (["--server-setting", "ring_poll_us"], "expected one 'KEY: VALUE' line")):
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
