@@ -31,6 +31,29 @@ def experiment_command(name, *argv):
 
 # ---- the bundle (tools/bundle.sh) -----------------------------------------------------------
 
+def double_bench_paths(build, interposers, experiment):
+    """For the CPU-only launch benchmarks on the CUDA test double: BUILD's orion-server, orion-run,
+    orion-bench-launch and test double, and the interposer libraries to measure (default:
+    BUILD's), all absolute. Exits naming what is missing."""
+    b = os.path.abspath(build)
+    paths = {"build": b, "server": os.path.join(b, "server/orion-server"),
+             "run": os.path.join(b, "tools/orion-run"),
+             "bench": os.path.join(b, "bench/orion-bench-launch"),
+             "double": os.path.join(b, "tests/cuda_double/lib")}
+    libs = [os.path.abspath(x) for x in interposers] or [
+        os.path.join(b, "interpose/liborion_interpose.so")]
+    missing = [v for v in list(paths.values()) + libs if not os.path.exists(v)]
+    if missing:
+        sys.exit(f"{experiment}: missing {', '.join(missing)} (cmake --build {b})")
+    return paths, libs
+
+
+def shown_path(path):
+    """An absolute `path` as a row names it: relative to the repository inside it."""
+    shown = os.path.relpath(path, ROOT)
+    return path if shown.startswith("..") else shown
+
+
 def lib_env(bundle):
     """What the bundle's server and orion-ctl need in their environment."""
     return {"LD_LIBRARY_PATH": os.path.join(bundle, "lib")}

@@ -104,24 +104,15 @@ def main(argv=None):
         return 0
     if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
         sys.exit("launch-instructions: needs valgrind (apt install valgrind)")
-    b = os.path.abspath(args.build)
-    paths = {"build": b, "server": os.path.join(b, "server/orion-server"),
-             "run": os.path.join(b, "tools/orion-run"),
-             "bench": os.path.join(b, "bench/orion-bench-launch"),
-             "double": os.path.join(b, "tests/cuda_double/lib")}
-    libs = args.interposer or [os.path.join(b, "interpose/liborion_interpose.so")]
-    missing = [v for v in list(paths.values()) + libs if not os.path.exists(v)]
-    if missing:
-        sys.exit(f"launch-instructions: missing {', '.join(missing)} (cmake --build {b})")
+    paths, libs = harness.double_bench_paths(args.build, args.interposer, "launch-instructions")
     rows = []
     with tempfile.TemporaryDirectory(prefix="orion-instructions-") as work:
         bare = slope(paths, None, "bare", args.launches, work)[0]  # the bench and the double
         for lib in libs:
             for priority in PRIORITIES:
-                per_launch, n = slope(paths, os.path.abspath(lib), priority, args.launches, work)
-                shown = os.path.relpath(os.path.abspath(lib), harness.ROOT)
-                row = {"label": args.label or os.path.basename(b),
-                       "interposer": os.path.abspath(lib) if shown.startswith("..") else shown,
+                per_launch, n = slope(paths, lib, priority, args.launches, work)
+                row = {"label": args.label or os.path.basename(paths["build"]),
+                       "interposer": harness.shown_path(lib),
                        "priority": priority, "launches": n, "method": "slope",
                        "instructions": per_launch - bare}
                 rows.append(row)

@@ -131,23 +131,13 @@ def main(argv=None):
         return 0
     if shutil.which("valgrind") is None or shutil.which("nm") is None:
         sys.exit("launch-lines: needs valgrind and nm (apt install valgrind binutils)")
-    b = os.path.abspath(args.build)
-    paths = {"build": b, "server": os.path.join(b, "server/orion-server"),
-             "run": os.path.join(b, "tools/orion-run"),
-             "bench": os.path.join(b, "bench/orion-bench-launch"),
-             "double": os.path.join(b, "tests/cuda_double/lib")}
-    libs = [os.path.abspath(x) for x in args.interposer] or [
-        os.path.join(b, "interpose/liborion_interpose.so")]
-    missing = [v for v in list(paths.values()) + libs if not os.path.exists(v)]
-    if missing:
-        sys.exit(f"launch-lines: missing {', '.join(missing)} (cmake --build {b})")
+    paths, libs = harness.double_bench_paths(args.build, args.interposer, "launch-lines")
     rows = []
     with tempfile.TemporaryDirectory(prefix="orion-lines-") as work:
         for lib in libs:
             for priority in PRIORITIES:
-                shown = os.path.relpath(lib, harness.ROOT)
-                row = {"label": args.label or os.path.basename(b),
-                       "interposer": lib if shown.startswith("..") else shown,
+                row = {"label": args.label or os.path.basename(paths["build"]),
+                       "interposer": harness.shown_path(lib),
                        "priority": priority, **trace(paths, lib, priority, work)}
                 rows.append(row)
                 if args.out:
