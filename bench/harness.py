@@ -48,6 +48,17 @@ def double_bench_paths(build, interposers, experiment):
     return paths, libs
 
 
+def add_double_bench_args(parser, verb):
+    """The arguments the CPU-only launch benchmarks share: BUILD, --interposer (repeatable),
+    --label, --out and --table."""
+    parser.add_argument("build", nargs="?", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--interposer", action="append", default=[],
+                        help=f"a liborion_interpose.so to {verb} (repeatable; default: BUILD's)")
+    parser.add_argument("--label", default="", help="the build's name in the rows")
+    parser.add_argument("--out", help="append the rows to this JSONL file")
+    parser.add_argument("--table", help="print the table of a rows file and exit")
+
+
 def shown_path(path):
     """An absolute `path` as a row names it: relative to the repository inside it."""
     shown = os.path.relpath(path, ROOT)

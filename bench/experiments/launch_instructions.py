@@ -90,14 +90,9 @@ def table(rows):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("build", nargs="?", default=os.path.join(harness.ROOT, "build"))
-    p.add_argument("--interposer", action="append", default=[],
-                   help="a liborion_interpose.so to count (repeatable; default: BUILD's)")
+    harness.add_double_bench_args(p, "count")
     p.add_argument("--launches", type=int, default=4000, help="launches a batch (5 batches a "
                    "variant, 5 variants: orion-bench-launch --no-polled)")
-    p.add_argument("--label", default="", help="the build's name in the rows")
-    p.add_argument("--out", help="append the rows to this JSONL file")
-    p.add_argument("--table", help="print the table of a rows file and exit")
     args = p.parse_args(argv)
     if args.table:
         print(table(harness.read_rows(args.table, "launch-instructions")))

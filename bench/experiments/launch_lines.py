@@ -119,12 +119,7 @@ def table(rows):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("build", nargs="?", default=os.path.join(harness.ROOT, "build"))
-    p.add_argument("--interposer", action="append", default=[],
-                   help="a liborion_interpose.so to trace (repeatable; default: BUILD's)")
-    p.add_argument("--label", default="", help="the build's name in the rows")
-    p.add_argument("--out", help="append the rows to this JSONL file")
-    p.add_argument("--table", help="print the table of a rows file and exit")
+    harness.add_double_bench_args(p, "trace")
     args = p.parse_args(argv)
     if args.table:
         print(table(harness.read_rows(args.table, "launch-lines")))
