@@ -42,7 +42,8 @@ def double_bench_paths(build, interposers, experiment):
              "double": os.path.join(b, "tests/cuda_double/lib")}
     libs = [os.path.abspath(x) for x in interposers] or [
         os.path.join(b, "interpose/liborion_interpose.so")]
-    missing = [v for v in list(paths.values()) + libs if not os.path.exists(v)]
+    missing = [v for v in list(paths.values()) + libs
+               if not (os.path.isdir(v) if v == paths["double"] else os.path.isfile(v))]
     if missing:
         sys.exit(f"{experiment}: missing {', '.join(missing)} (cmake --build {b})")
     return paths, libs
@@ -75,6 +76,10 @@ def orion_run(bundle, priority, interposer=None, run_args=()):
     return [os.path.join(bundle, "orion-run"), "--interposer",
             interposer or os.path.join(bundle, "liborion_interpose.so"), "--priority", priority,
             *run_args, "--"]
+
+
+# The keys of orion-server's config that Server writes itself.
+SERVER_WRITES = ("socket_path", "admin_address", "metrics_address", "mode")
 
 
 class Server:

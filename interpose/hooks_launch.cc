@@ -49,7 +49,8 @@ const char* KernelName(uint64_t func) {
   return nullptr;
 }
 
-[[gnu::cold, gnu::noinline]] void ReportKernelName(Registration* reg, KernelRecord* kernel, uint64_t func) {
+[[gnu::cold, gnu::noinline]] void ReportKernelName(Registration* reg, KernelRecord* kernel,
+                                                   uint64_t func) {
   contract::Event e{};
   e.kind = contract::EventKind::kKernelName;
   e.cpu_ns = MonotonicNs();
@@ -426,21 +427,21 @@ using orion::interpose::GuardedLaunch;
 using orion::interpose::KernelInfo;
 using orion::interpose::RememberGraph;
 
-#define ORION_KERNEL_LAUNCH_HOOK(name, ptsz)                                                   \
-  [[gnu::hot]] CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy,         \
-                                     unsigned int gz, unsigned int bx, unsigned int by,        \
-                                     unsigned int bz, unsigned int shmem, CUstream stream,     \
-                                     void** params, void** extra) {                            \
-    ORION_REAL_OR_RETURN(name)                                                                 \
-    return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz), [&] {     \
-      return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                    \
-    });                                                                                        \
+#define ORION_KERNEL_LAUNCH_HOOK(name, ptsz)                                               \
+  [[gnu::hot]] CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy,       \
+                                     unsigned int gz, unsigned int bx, unsigned int by,    \
+                                     unsigned int bz, unsigned int shmem, CUstream stream, \
+                                     void** params, void** extra) {                        \
+    ORION_REAL_OR_RETURN(name)                                                             \
+    return GuardedLaunch(KernelInfo(f, gx, gy, gz, bx, by, bz, shmem, stream, ptsz), [&] { \
+      return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);                \
+    });                                                                                    \
   }
 ORION_KERNEL_LAUNCH_HOOK(cuLaunchKernel, false)
 ORION_KERNEL_LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
 
 #define ORION_COOPERATIVE_LAUNCH_HOOK(name, ptsz)                                                 \
-  [[gnu::hot]] CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy,            \
+  [[gnu::hot]] CUresult CUDAAPI name(CUfunction f, unsigned int gx, unsigned int gy,              \
                                      unsigned int gz, unsigned int bx, unsigned int by,           \
                                      unsigned int bz, unsigned int shmem, CUstream stream,        \
                                      void** params) {                                             \
@@ -452,8 +453,8 @@ ORION_COOPERATIVE_LAUNCH_HOOK(cuLaunchCooperativeKernel, false)
 ORION_COOPERATIVE_LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, true)
 
 #define ORION_LAUNCH_EX_HOOK(name, ptsz)                                                           \
-  [[gnu::hot]] CUresult CUDAAPI name(const CUlaunchConfig* config, CUfunction f, void** params,  \
-                                     void** extra) {                                              \
+  [[gnu::hot]] CUresult CUDAAPI name(const CUlaunchConfig* config, CUfunction f, void** params,    \
+                                     void** extra) {                                               \
     ORION_REAL_OR_RETURN(name)                                                                     \
     return GuardedLaunch(ExInfo(config, f, ptsz), [&] { return real(config, f, params, extra); }); \
   }

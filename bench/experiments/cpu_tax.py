@@ -664,7 +664,7 @@ def main(argv=None):
                         "node's server usually is next to a pod")
     p.add_argument("--server-setting", action="append", default=[], metavar="'KEY: VALUE'",
                    help="a line added to orion-server's config (repeatable; e.g. "
-                        "'ring_poll_us: 0'); the tables' heading names it")
+                        "'timeline_spans_per_gpu: 5000'); the tables' heading names it")
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--load", type=float, default=0.5)
     p.add_argument("--train-steps", type=int, default=60)
@@ -738,9 +738,11 @@ def main(argv=None):
             p.error(f"--in-process-env {kv!r}: expected ORION_NAME=VALUE")
     for line in args.server_setting:
         key, colon, value = line.partition(":")
-        if not colon or not key.strip() or not value.strip() or "\n" in line:
+        if not colon or not key or key != key.strip() or not value.strip() or "\n" in line:
             p.error(f"--server-setting {line!r}: expected one 'KEY: VALUE' line of "
                     "orion-server's config")
+        if key in harness.SERVER_WRITES:
+            p.error(f"--server-setting {line!r}: the bench sets {key} itself")
     if args.baseline_env and args.baseline_interposer:
         p.error("--baseline-env and --baseline-interposer: one baseline at a time")
     args.in_process_baseline = names

@@ -13,8 +13,9 @@ library (default: BUILD's) and priority (high, best effort: alone on the GPU, ne
 BUILD's orion-bench-launch runs registered with BUILD's orion-server under lackey; every entry
 into the library's cuLaunchKernel starts a launch, and everything the library's own code runs up
 to the next one is that launch's (the interposer's other hooks included, whatever thread runs
-them). A row's figures are the median over the last 48 launches of the run's paired phase
-(each kernel already launched 1024 times before). Not a time: which of those lines are still
+them); an instruction or access that crosses a line counts both. A row's figures are the median
+over the 48 launches before the run's last (its window runs to the exit), in the paired phase,
+each kernel already launched 1024 times before. Not a time: which of those lines are still
 cached at the next launch is the host's and the application's affair (launch-cost measures the
 time on a GPU host).
 """
@@ -37,18 +38,20 @@ STEADY_LAUNCHES = 48
 BENCH_ARGS = ["--launches", "8", "--pairs", "1", "--no-polled"]
 
 
-def load_base(paths, lib, env):
-    """Where the dynamic loader maps `lib` in a process run under valgrind (LD_DEBUG=files names
-    each object's base; the last one named for this path is valgrind's client)."""
+def load_range(paths, lib, env):
+    """Where the dynamic loader maps `lib` in a process run under valgrind, as (base, end):
+    LD_DEBUG=files names each object's base and mapped size; the last one named for this path
+    is valgrind's client (valgrind places it alike in every run of the same command)."""
     r = subprocess.run([paths["run"], "--interposer", lib, "--priority", "high", "--",
                         "valgrind", "--tool=none", paths["bench"]] + BENCH_ARGS,
                        env=dict(env, LD_DEBUG="files"), capture_output=True, text=True)
-    bases = re.findall(rf"file={re.escape(lib)} \[0\];  generating link map\n.*?base: 0x([0-9a-f]+)",
-                       r.stderr, re.S)
-    if not bases:
+    found = re.findall(rf"file={re.escape(lib)} \[0\];  generating link map\n"
+                       r".*?base: 0x([0-9a-f]+)\s+size: 0x([0-9a-f]+)", r.stderr, re.S)
+    if not found:
         sys.exit(f"launch-lines: the loader never named {lib} (exit {r.returncode})\n"
                  f"{r.stderr[-1500:]}")
-    return int(bases[-1], 16)
+    base, size = (int(x, 16) for x in found[-1])
+    return base, base + size
 
 
 def hook_offset(lib):
@@ -60,45 +63,67 @@ def hook_offset(lib):
     return int(m.group(1), 16)
 
 
+def lines_of(entry):
+    """The 64-byte lines a lackey entry ("I  addr,size" or " L addr,size") spans."""
+    addr, size = entry[3:].split(",")
+    first = int(addr, 16)
+    return range(first >> 6, ((first + max(int(size), 1) - 1) >> 6) + 1), first
+
+
 def trace(paths, lib, priority, work):
     """The median figures of the run's last steady launches."""
     launches, cur, mine = [], None, False
+    errors = os.path.join(work, f"lackey.{priority}.stderr")
     with open(os.path.join(work, "server.log"), "a") as log:
         server = harness.Server(paths["build"], work, log, program=paths["server"]).start()
         try:
             env = dict(os.environ, LD_LIBRARY_PATH=paths["double"], ORION_SOCKET=server.socket)
-            base = load_base(paths, lib, env)
-            end = base + os.path.getsize(lib)
+            base, end = load_range(paths, lib, env)
             hook = base + hook_offset(lib)
             read_end, write_end = os.pipe()  # lackey's trace, read as it is written
-            proc = subprocess.Popen(
-                [paths["run"], "--interposer", lib, "--priority", priority, "--", "valgrind",
-                 "--tool=lackey", "--trace-mem=yes", f"--log-fd={write_end}", paths["bench"]]
-                + BENCH_ARGS, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(write_end,))
+            with open(errors, "w") as err:
+                proc = subprocess.Popen(
+                    [paths["run"], "--interposer", lib, "--priority", priority, "--", "valgrind",
+                     "--tool=lackey", "--trace-mem=yes", f"--log-fd={write_end}", paths["bench"]]
+                    + BENCH_ARGS, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                    pass_fds=(write_end,))
             os.close(write_end)
-            with os.fdopen(read_end, "r", buffering=1 << 20) as lines:
-                for line in lines:
-                    if line[0] == "I":
-                        ip = int(line[3:line.index(",")], 16)
-                        if ip == hook:
-                            cur = [0, set(), set()]
-                            launches.append(cur)
-                            if len(launches) > 4 * STEADY_LAUNCHES:
-                                del launches[:-STEADY_LAUNCHES - 8]
-                        mine = cur is not None and base <= ip < end
-                        if mine:
-                            cur[0] += 1
-                            cur[1].add(ip >> 6)
-                    elif mine and line[0] == " ":
-                        cur[2].add(int(line[3:line.index(",")], 16) >> 6)
-            rc = proc.wait()
+            read_all = False
+            try:
+                with os.fdopen(read_end, "r", buffering=1 << 20) as lines:
+                    for line in lines:
+                        if line[0] == "I":
+                            spans, ip = lines_of(line)
+                            if ip == hook:
+                                cur = [0, set(), set()]
+                                launches.append(cur)
+                                if len(launches) > 4 * STEADY_LAUNCHES:
+                                    del launches[:-STEADY_LAUNCHES - 8]
+                            mine = cur is not None and base <= ip < end
+                            if mine:
+                                cur[0] += 1
+                                cur[1].update(spans)
+                        elif mine and line[0] == " ":
+                            cur[2].update(lines_of(line)[0])
+                read_all = True
+            finally:
+                if not read_all and proc.poll() is None:
+                    proc.kill()  # the trace could not be read: do not leave valgrind running
+                rc = proc.wait()
         finally:
             server.stop()
-    if rc != 0 or len(launches) < STEADY_LAUNCHES + 1:
-        sys.exit(f"launch-lines: {priority}: exit {rc}, {len(launches)} launches through the hook "
-                 f"(was the process registered?)")
-    # The last launch's window runs to the process's exit: left out.
+    stderr = open(errors).read()
+    why = ""
+    if "passing CUDA calls through unchanged" in stderr:
+        why = "the interposer passed through (not registered): "
+    elif rc == 0 and not launches:
+        why = ("no launch entered the hook at the address the loader gave under valgrind's "
+               "other tool (did lackey place the library elsewhere?): ")
+    if why or rc != 0 or len(launches) < STEADY_LAUNCHES + 1:
+        sys.exit(f"launch-lines: {priority}: {why}exit {rc}, {len(launches)} launches through "
+                 f"the hook\n{stderr[-1500:]}")
+    # The last launch's window runs to the process's exit: left out. The 48 before it are all
+    # past the steady launches (1024 of each kernel) that precede the paired phase.
     steady = launches[-STEADY_LAUNCHES - 1:-1]
     med = statistics.median
     return {"launches": len(steady), "instructions": med([c[0] for c in steady]),

@@ -265,7 +265,9 @@ def check_bench(work):
                      (["--in-process", "--in-process-baseline", "bypass,no-timing",
                        "--cpu-samples"], "one --in-process-baseline"),
                      (["--split"], "--split goes with --table"),
-                     (["--server-setting", "ring_poll_us"], "expected one 'KEY: VALUE' line")):
+                     (["--server-setting", "ring_poll_us"], "expected one 'KEY: VALUE' line"),
+                     (["--server-setting", " mode: mps"], "expected one 'KEY: VALUE' line"),
+                     (["--server-setting", "socket_path: /x"], "sets socket_path itself")):
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
