@@ -42,8 +42,9 @@ def double_bench_paths(build, interposers, experiment):
              "double": os.path.join(b, "tests/cuda_double/lib")}
     libs = [os.path.abspath(x) for x in interposers] or [
         os.path.join(b, "interpose/liborion_interpose.so")]
+    folders = (paths["build"], paths["double"])
     missing = [v for v in list(paths.values()) + libs
-               if not (os.path.isdir(v) if v == paths["double"] else os.path.isfile(v))]
+               if not (os.path.isdir(v) if v in folders else os.path.isfile(v))]
     if missing:
         sys.exit(f"{experiment}: missing {', '.join(missing)} (cmake --build {b})")
     return paths, libs
