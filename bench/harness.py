@@ -61,6 +61,21 @@ def add_double_bench_args(parser, verb):
     parser.add_argument("--table", help="print the table of a rows file and exit")
 
 
+def double_bench_rows(args, paths, libs, measure):
+    """The rows of a CPU-only launch benchmark: one a library and priority (high, best effort:
+    alone on the GPU, never held), naming the build (--label), the library and the priority, then
+    what measure(lib, priority) returns; each appended to --out as it comes."""
+    rows = []
+    for lib in libs:
+        for priority in ("high", "best-effort"):
+            row = {"label": args.label or os.path.basename(paths["build"]),
+                   "interposer": shown_path(lib), "priority": priority, **measure(lib, priority)}
+            rows.append(row)
+            if args.out:
+                append_row(args.out, row)
+    return rows
+
+
 def shown_path(path):
     """An absolute `path` as a row names it: relative to the repository inside it."""
     shown = os.path.relpath(path, ROOT)

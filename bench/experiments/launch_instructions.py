@@ -26,8 +26,8 @@ a host's caches and branch predictors decide what an instruction costs (launch-c
 the time on a GPU host), but instructions the path no longer runs cost nothing anywhere.
 """
 import argparse
+import collections
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +38,41 @@ import harness
 ANSWERS = ("instructions the interposer adds to a launch, whole process, by callgrind on the CUDA "
            "test double (CPU only): builds compared exactly")
 
-PRIORITIES = ("high", "best-effort")
+
+def launch_calls(out):
+    """A callgrind output file's instructions, and the calls of each object's cuLaunchKernel by
+    the object's real path, read from the file's own call records. (callgrind_annotate's listing
+    leaves call edges out: with the hook's cold part also calling the driver, it showed only that
+    part's one call for a whole run.) Names and objects are compressed: "(id) text" the first
+    time, "(id)" after."""
+    names = {"ob": {}, "fn": {}}
+    total, calls = 0, collections.Counter()
+    ob = cob = cfn = None
+
+    def resolve(kind, value):
+        ident, _, text = value.strip().partition(" ")
+        if text:
+            names[kind][ident] = text
+        return names[kind].get(ident, ident)
+
+    with open(out) as f:
+        for line in f:
+            if line.startswith("summary:"):
+                total = int(line.split()[1])
+            elif line.startswith("ob="):
+                ob, cob = resolve("ob", line[3:]), None
+            elif line.startswith("fn="):
+                resolve("fn", line[3:])
+                cob = None
+            elif line.startswith("cob="):
+                cob = resolve("ob", line[4:])
+            elif line.startswith("cfn="):
+                cfn = resolve("fn", line[4:])
+            elif line.startswith("calls="):
+                if cfn == "cuLaunchKernel":
+                    calls[os.path.realpath(cob or ob)] += int(line[6:].split()[0])
+                cob = None
+    return total, calls
 
 
 def slope(paths, lib, priority, launches, work):
@@ -63,17 +97,14 @@ def slope(paths, lib, priority, launches, work):
                 server.stop()
         if r.returncode != 0:
             sys.exit(f"launch-instructions: {priority}: exit {r.returncode}\n{r.stderr[-2000:]}")
-        annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", out],
-                                   capture_output=True, text=True, check=True).stdout
-        total = re.search(r"^\s*([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", annotated, re.M)
-        calls = re.search(r"=> \S*cuda_double\.cc:cuLaunchKernel \(([\d,]+)x\)", annotated)
-        hooked = re.search(r"=> \S*hooks_launch\.cc:cuLaunchKernel \(([\d,]+)x\)", annotated)
-        if total is None or calls is None or (lib is not None and hooked is None):
+        total, calls = launch_calls(out)
+        double = sum(n for ob, n in calls.items()
+                     if os.path.dirname(ob) == os.path.realpath(paths["double"]))
+        hooked = lib is None or calls.get(os.path.realpath(lib), 0) > 0
+        if total == 0 or double == 0 or not hooked:
             sys.exit(f"launch-instructions: {priority}: no program total, no launch of the double "
-                     f"or no launch through the hook in {out} (was the process registered? are the "
-                     f"library's sources where its debug information says? callgrind_annotate "
-                     f"shows the calls only from sources it can read)")
-        counts.append((int(total.group(1).replace(",", "")), int(calls.group(1).replace(",", ""))))
+                     f"or no launch through the hook in {out} (was the process registered?)")
+        counts.append((total, double))
     (t1, n1), (t2, n2) = counts
     return (t2 - t1) / (n2 - n1), n2 - n1
 
@@ -97,21 +128,16 @@ def main(argv=None):
     if args.table:
         print(table(harness.read_rows(args.table, "launch-instructions")))
         return 0
-    if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
+    if shutil.which("valgrind") is None:
         sys.exit("launch-instructions: needs valgrind (apt install valgrind)")
     paths, libs = harness.double_bench_paths(args.build, args.interposer, "launch-instructions")
-    rows = []
     with tempfile.TemporaryDirectory(prefix="orion-instructions-") as work:
         bare = slope(paths, None, "bare", args.launches, work)[0]  # the bench and the double
-        for lib in libs:
-            for priority in PRIORITIES:
-                per_launch, n = slope(paths, lib, priority, args.launches, work)
-                row = {"label": args.label or os.path.basename(paths["build"]),
-                       "interposer": harness.shown_path(lib),
-                       "priority": priority, "launches": n, "method": "slope",
-                       "instructions": per_launch - bare}
-                rows.append(row)
-                if args.out:
-                    harness.append_row(args.out, row)
+
+        def measure(lib, priority):
+            per_launch, n = slope(paths, lib, priority, args.launches, work)
+            return {"launches": n, "method": "slope", "instructions": per_launch - bare}
+
+        rows = harness.double_bench_rows(args, paths, libs, measure)
     print(table(rows))
     return 0

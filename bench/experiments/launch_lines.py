@@ -33,7 +33,6 @@ import harness
 ANSWERS = ("code lines, pages and data lines the interposer touches in one steady launch, traced "
            "by lackey on the CUDA test double (CPU only): builds compared exactly")
 
-PRIORITIES = ("high", "best-effort")
 STEADY_LAUNCHES = 48
 BENCH_ARGS = ["--launches", "8", "--pairs", "1", "--no-polled"]
 
@@ -152,15 +151,8 @@ def main(argv=None):
     if shutil.which("valgrind") is None or shutil.which("nm") is None:
         sys.exit("launch-lines: needs valgrind and nm (apt install valgrind binutils)")
     paths, libs = harness.double_bench_paths(args.build, args.interposer, "launch-lines")
-    rows = []
     with tempfile.TemporaryDirectory(prefix="orion-lines-") as work:
-        for lib in libs:
-            for priority in PRIORITIES:
-                row = {"label": args.label or os.path.basename(paths["build"]),
-                       "interposer": harness.shown_path(lib),
-                       "priority": priority, **trace(paths, lib, priority, work)}
-                rows.append(row)
-                if args.out:
-                    harness.append_row(args.out, row)
+        rows = harness.double_bench_rows(
+            args, paths, libs, lambda lib, priority: trace(paths, lib, priority, work))
     print(table(rows))
     return 0
