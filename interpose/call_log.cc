@@ -31,7 +31,7 @@ struct CallStat {
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 std::atomic<uint32_t> g_active{0};
 char g_dir[256];
-char g_process[64];
+char g_process_name[64];
 bool g_quiet = false;
 bool g_exit_hook = false;
 int g_timeline_fd = -1;
@@ -89,7 +89,7 @@ bool OpenLocked() {
   }
   char header[160];
   const int n = snprintf(header, sizeof(header), "# orion-call-log 1 pid=%d process=%s\n", pid,
-                         g_process);
+                         g_process_name);
   return n > 0 && WriteAll(g_timeline_fd, header, static_cast<size_t>(n));
 }
 
@@ -160,8 +160,8 @@ bool StartCallLog(const char* dir, const char* process_name, bool quiet) {
   if (!ok && dir != nullptr && dir[0] != '\0') {
     g_quiet = quiet;
     snprintf(g_dir, sizeof(g_dir), "%s", dir);
-    snprintf(g_process, sizeof(g_process), "%s", process_name != nullptr ? process_name : "?");
-    for (char* c = g_process; *c != '\0'; ++c) {
+    snprintf(g_process_name, sizeof(g_process_name), "%s", process_name != nullptr ? process_name : "?");
+    for (char* c = g_process_name; *c != '\0'; ++c) {
       if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_';
     }
     mkdir(g_dir, 0755);  // may exist

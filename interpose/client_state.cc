@@ -31,10 +31,8 @@ extern "C" char* program_invocation_short_name;
 
 namespace orion::interpose {
 
-EnvConfig g_config;
-bool g_prefetch_ring = false;
-std::atomic<bool> g_process_ready{false};
-bool g_driver_ok = false;
+ProcessState g_process;
+constinit thread_local ThreadLaunch t_launch ORION_INITIAL_EXEC_TLS;
 
 namespace {
 
@@ -42,11 +40,7 @@ enum RegistrationState : uint32_t { kUnregistered = 0, kActive = 1, kFailed = 2 
 
 pthread_once_t g_process_once = PTHREAD_ONCE_INIT;
 pthread_mutex_t g_register_mutex = PTHREAD_MUTEX_INITIALIZER;
-// Set once any registration failed: the whole process passes through from then on.
-std::atomic<uint32_t> g_pass_through{0};
 std::atomic<uint32_t> g_note_printed{0};
-// Bumped in a fork child so every thread-local cache of the parent is ignored.
-std::atomic<uint32_t> g_epoch{1};
 
 std::atomic<uint32_t> g_state[kMaxDevices];
 // Per device: the registrations it has had (the first, then one per renewal after a server
@@ -55,21 +49,13 @@ Registration g_registrations[kMaxDevices][kMaxRenewals + 1];
 std::atomic<uint32_t> g_live[kMaxDevices];
 uint64_t g_last_renewal_ns[kMaxDevices];  // under g_register_mutex
 
-// The calling thread's last context and its registration (CurrentRegistration).
-struct CachedRegistration {
-  CUcontext ctx = nullptr;
-  Registration* reg = nullptr;
-  uint32_t epoch = 0;
-};
-constinit thread_local CachedRegistration t_cached ORION_INITIAL_EXEC_TLS;
-
 void Note(const char* what) {
-  if (g_config.quiet || g_note_printed.exchange(1) != 0) return;
+  if (g_process.config.quiet || g_note_printed.exchange(1) != 0) return;
   WriteStderrLine("orion: %s; passing CUDA calls through unchanged\n", what);
 }
 
 void FailOpen(const char* what) {
-  g_pass_through.store(1, std::memory_order_release);
+  g_process.pass_through.store(1, std::memory_order_release);
   Note(what);
 }
 
@@ -83,6 +69,12 @@ bool WriteAll(int fd, const void* data, size_t bytes) {
     bytes -= static_cast<size_t>(n);
   }
   return true;
+}
+
+void ResetLaunchTally() {
+  t_launch.tally_reg = nullptr;
+  t_launch.tally_kernels = 0;
+  t_launch.tally_added_ns = 0;
 }
 
 void OnForkChild() {
@@ -99,8 +91,8 @@ void OnForkChild() {
     g_last_renewal_ns[i] = 0;
     g_state[i].store(kUnregistered, std::memory_order_relaxed);
   }
-  g_epoch.fetch_add(1, std::memory_order_relaxed);
-  t_launch_tally = LaunchTally{};  // the parent's registration's, now reset
+  g_process.epoch.fetch_add(1, std::memory_order_relaxed);
+  ResetLaunchTally();  // the parent's registration's
   ResetTablesAfterFork();
   ResetCompletionTrackerAfterFork();
   ResetCallLogAfterFork();
@@ -118,7 +110,7 @@ void MapBenchSwitch(const char* path) {
   size_t mapped = 0;
   void* addr = MapDescriptor(fd, sizeof(uint32_t), /*writable=*/false, &mapped);
   close(fd);
-  if (addr != nullptr) g_bench_switch = static_cast<const std::atomic<uint32_t>*>(addr);
+  if (addr != nullptr) g_process.bench_switch = static_cast<const std::atomic<uint32_t>*>(addr);
 }
 
 // A thread's launch tally left short of a batch is added when the thread exits (the key's
@@ -128,9 +120,8 @@ pthread_key_t g_tally_key;
 bool g_tally_key_made = false;
 
 void AddLaunchTallyNow(void*) {
-  LaunchTally& t = t_launch_tally;
-  AddLaunchTally(t.reg, t.kernels);
-  t = LaunchTally{};
+  AddLaunchTally(t_launch.tally_reg, t_launch.tally_kernels);
+  ResetLaunchTally();
 }
 
 // The library's destructor runs after the application's atexit handlers, which may launch.
@@ -138,15 +129,16 @@ __attribute__((destructor)) void AddLaunchTallyAtExit() { AddLaunchTallyNow(null
 
 void InitProcess() {
   PinLoadedVersion();
-  g_prefetch_ring = contract::EventRing::CanPrefetchNextEntry();
-  g_config = ReadEnvConfig(getenv);
-  g_driver_ok = EnsureDriverResolved();
+  g_process.prefetch_ring = contract::EventRing::CanPrefetchNextEntry();
+  g_process.config = ReadEnvConfig(getenv);
+  g_process.driver_ok = EnsureDriverResolved();
+  g_process.ctx_get_current = ORION_DRIVER(cuCtxGetCurrent);
   // Disabled or no driver: the hooks only forward (or report CUDA_ERROR_NOT_INITIALIZED).
-  if (g_config.disabled || !g_driver_ok) return;
-  g_config.usable_millicpus = ProcessMilliCpus();
-  g_config.gate_spin_cap_ns = GateSpinCapNs(g_config.usable_millicpus);
-  g_config.lazy_poll_ns = LazyPollNsFor(g_config, g_config.usable_millicpus);
-  StartTimingLog(g_config.timing_log_dir, g_config.start_latency);
+  if (g_process.config.disabled || !g_process.driver_ok) return;
+  g_process.config.usable_millicpus = ProcessMilliCpus();
+  g_process.config.gate_spin_cap_ns = GateSpinCapNs(g_process.config.usable_millicpus);
+  g_process.config.lazy_poll_ns = LazyPollNsFor(g_process.config, g_process.config.usable_millicpus);
+  StartTimingLog(g_process.config.timing_log_dir, g_process.config.start_latency);
   MapBenchSwitch(getenv(contract::kEnvBenchSwitch));
   pthread_atfork(nullptr, nullptr, OnForkChild);
   g_tally_key_made = pthread_key_create(&g_tally_key, AddLaunchTallyNow) == 0;
@@ -206,10 +198,10 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
                     sizeof(request.gpu_uuid));
     }
   }
-  request.requested_priority = g_config.requested_priority;
-  request.requested_memory_limit = g_config.requested_memory_limit;
-  request.requested_latency_target_us = g_config.requested_latency_target_us;
-  request.usable_millicpus = g_config.usable_millicpus;
+  request.requested_priority = g_process.config.requested_priority;
+  request.requested_memory_limit = g_process.config.requested_memory_limit;
+  request.requested_latency_target_us = g_process.config.requested_latency_target_us;
+  request.usable_millicpus = g_process.config.usable_millicpus;
   CopyTruncated(request.process_name, sizeof(request.process_name), program_invocation_short_name);
 
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -223,9 +215,9 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
   sockaddr_un addr;
   memset(&addr, 0, sizeof(addr));
   addr.sun_family = AF_UNIX;
-  CopyTruncated(addr.sun_path, sizeof(addr.sun_path), g_config.socket_path);
+  CopyTruncated(addr.sun_path, sizeof(addr.sun_path), g_process.config.socket_path);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    snprintf(why, why_bytes, "cannot reach orion-server at %s (%s)", g_config.socket_path,
+    snprintf(why, why_bytes, "cannot reach orion-server at %s (%s)", g_process.config.socket_path,
              strerror(errno));
     close(fd);
     return false;
@@ -238,7 +230,7 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
   if (!WriteAll(fd, &request, sizeof(request)) ||
       !contract::ReceiveWithFds(fd, &reply, sizeof(reply), fds, &nfds)) {
     snprintf(why, why_bytes, "registration with orion-server at %s failed (%s)",
-             g_config.socket_path, errno != 0 ? strerror(errno) : "connection closed");
+             g_process.config.socket_path, errno != 0 ? strerror(errno) : "connection closed");
     close(fd);
     return false;
   }
@@ -351,7 +343,7 @@ Registration* RegisterDevice(int device) {
   if (state == kFailed) return nullptr;
   pthread_mutex_lock(&g_register_mutex);
   Registration* result = nullptr;
-  if (g_pass_through.load(std::memory_order_acquire) == 0) {
+  if (g_process.pass_through.load(std::memory_order_acquire) == 0) {
     const uint32_t again = g_state[device].load(std::memory_order_acquire);
     if (again == kActive) {
       result = Live(device);
@@ -363,8 +355,8 @@ Registration* RegisterDevice(int device) {
       } else {
         g_state[device].store(kFailed, std::memory_order_release);
         // Log mode: with no server, the process keeps its own record (ORION_LOG_DIR).
-        if (g_config.log_dir[0] != '\0') {
-          StartCallLog(g_config.log_dir, program_invocation_short_name, g_config.quiet);
+        if (g_process.config.log_dir[0] != '\0') {
+          StartCallLog(g_process.config.log_dir, program_invocation_short_name, g_process.config.quiet);
         }
         FailOpen(why);
       }
@@ -376,13 +368,9 @@ Registration* RegisterDevice(int device) {
 
 }  // namespace
 
-const std::atomic<uint32_t>* g_bench_switch = nullptr;  // client_state.h
-
-constinit thread_local LaunchTally t_launch_tally ORION_INITIAL_EXEC_TLS;
-
 void WatchLaunchTally() {
   // Any value but null: the destructor runs at the thread's exit.
-  if (g_tally_key_made) pthread_setspecific(g_tally_key, &t_launch_tally);
+  if (g_tally_key_made) pthread_setspecific(g_tally_key, &t_launch);
 }
 
 void RenewRegistration(Registration* reg, uint64_t now_ns) {
@@ -404,8 +392,8 @@ void RenewRegistration(Registration* reg, uint64_t now_ns) {
       close(reg->socket_fd);
       reg->socket_fd = -1;
       g_live[device].store(index + 1, std::memory_order_release);
-      g_epoch.fetch_add(1, std::memory_order_relaxed);  // thread caches look again
-      if (!g_config.quiet) {
+      g_process.epoch.fetch_add(1, std::memory_order_relaxed);  // thread caches look again
+      if (!g_process.config.quiet) {
         char line[160];
         const int n = snprintf(line, sizeof(line),
                                "orion: orion-server restarted; device %d registered again "
@@ -423,23 +411,23 @@ void RenewRegistration(Registration* reg, uint64_t now_ns) {
 
 bool EnsureProcessInitSlow() {
   pthread_once(&g_process_once, InitProcess);
-  g_process_ready.store(true, std::memory_order_release);
-  return g_driver_ok;
+  g_process.ready.store(true, std::memory_order_release);
+  return g_process.driver_ok;
 }
 
 [[gnu::hot]] Registration* CurrentRegistration(CUcontext* ctx_out) {
   *ctx_out = nullptr;
-  if (!EnsureProcessInit() || g_config.disabled) return nullptr;
-  if (g_pass_through.load(std::memory_order_relaxed) != 0) return nullptr;
+  if (!EnsureProcessInit() || g_process.config.disabled) return nullptr;
+  if (g_process.pass_through.load(std::memory_order_relaxed) != 0) return nullptr;
   if (CurrentBenchSwitch() == contract::BenchSwitch::kPassThrough) return nullptr;
-  auto get_ctx = ORION_DRIVER(cuCtxGetCurrent);
+  auto get_ctx = g_process.ctx_get_current;
   if (get_ctx == nullptr) return nullptr;
   CUcontext ctx = nullptr;
   if (get_ctx(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
   *ctx_out = ctx;
-  const uint32_t epoch = g_epoch.load(std::memory_order_relaxed);
+  const uint32_t epoch = g_process.epoch.load(std::memory_order_relaxed);
   Registration* reg;
-  CachedRegistration& cached = t_cached;
+  ThreadLaunch& cached = t_launch;
   if (ctx == cached.ctx && epoch == cached.epoch) {
     reg = cached.reg;
   } else {
@@ -447,7 +435,9 @@ bool EnsureProcessInitSlow() {
     auto get_device = ORION_DRIVER(cuCtxGetDevice);
     if (get_device == nullptr || get_device(&device) != CUDA_SUCCESS) return nullptr;
     reg = RegisterDevice(device);
-    cached = CachedRegistration{ctx, reg, epoch};
+    cached.ctx = ctx;
+    cached.reg = reg;
+    cached.epoch = epoch;
   }
   if (reg == nullptr || !reg->StillOwned()) return nullptr;
   return reg;

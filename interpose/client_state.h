@@ -10,7 +10,9 @@
 //   PushEvent(reg, event);                   // into the registration's event ring
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <atomic>
 
@@ -18,14 +20,14 @@
 #include "interpose/cuda_abi.h"
 #include "interpose/env_config.h"
 #include "interpose/real_driver.h"
+#include "interpose/thread_launch.h"
 
 namespace orion::interpose {
 
 inline constexpr int kMaxDevices = 64;
 
-struct Registration {
-  int device = -1;
-  int socket_fd = -1;  // kept open: the server frees the slot when it closes
+// What a launch reads of it comes first, on one 64-byte line.
+struct alignas(64) Registration {
   // What the server decides, mapped read-only: the node's board, our slot on it, our GPU's knobs.
   const contract::Board* board = nullptr;
   const contract::ClientSlot* slot = nullptr;
@@ -35,11 +37,14 @@ struct Registration {
   contract::SlotGate* own_gate = nullptr;  // our entry in it
   // Ours alone: counters and event ring.
   contract::ClientArea* area = nullptr;
+  int device = -1;
+  uint32_t slot_index = 0;
+  uint32_t generation = 0;
+  // Not read by a launch.
+  int socket_fd = -1;  // kept open: the server frees the slot when it closes
   // Our pod's memory quota (shared by the registrations of the pod's processes; ours alone
   // outside pods): the bytes held, checked against slot->memory_limit_bytes.
   contract::QuotaArea* quota = nullptr;
-  uint32_t slot_index = 0;
-  uint32_t generation = 0;
   uint32_t client_id = 0;
   uint64_t server_epoch = 0;  // of the board this registration's slot is on
 
@@ -47,10 +52,41 @@ struct Registration {
   bool StillOwned() const { return slot->generation.load(std::memory_order_relaxed) == generation; }
 };
 
-// Parsed once, on the first hooked call. Hidden and declared here: the launch path reads it on
-// every launch, inline.
-__attribute__((visibility("hidden"))) extern EnvConfig g_config;
-inline const EnvConfig& Config() { return g_config; }
+static_assert(offsetof(Registration, socket_fd) <= 64, "a launch's fields on one line");
+
+// The process-wide words every launch reads, on one 64-byte line with the configuration's
+// launch-path fields (EnvConfig's first ones); a steady launch found them on five lines before.
+// Hidden and declared here: the launch path reads them inline.
+struct alignas(64) ProcessState {
+  // Set once the process's initialisation has returned, and whether it found the driver: every
+  // hook asks (EnsureProcessInit), twice on a launch.
+  std::atomic<bool> ready{false};
+  bool driver_ok = false;
+  // Whether the ring's next entry is prefetched for writing (x86: where CPUID has PRFCHW;
+  // elsewhere always, the compiler's store prefetch being only a hint), set once at start.
+  bool prefetch_ring = false;
+  // Set once any registration failed: the whole process passes through from then on.
+  std::atomic<uint32_t> pass_through{0};
+  // Bumped in a fork child and at a renewal: every thread's cached registration is looked up
+  // again (ThreadLaunch).
+  std::atomic<uint32_t> epoch{1};
+  // Stream captures begun and not yet ended in this process (hooks_launch.cc, Capturing).
+  std::atomic<int32_t> open_captures{0};
+  // ORION_BENCH_SWITCH's word (contract::BenchSwitch), mapped read-only at start (null without
+  // it): the launch path asks it on every launch.
+  const std::atomic<uint32_t>* bench_switch = nullptr;
+  // The launch path's two calls out, read from this line: the clock (not through the PLT and
+  // its GOT line) and the driver's cuCtxGetCurrent (set with the driver, at start).
+  int (*clock_gettime)(clockid_t, timespec*) = ::clock_gettime;
+  DriverFn_cuCtxGetCurrent ctx_get_current = nullptr;
+  // Parsed once, on the first hooked call.
+  EnvConfig config;
+};
+static_assert(offsetof(ProcessState, config) + offsetof(EnvConfig, sample_every_high) +
+                      sizeof(uint32_t) <= 64,
+              "the launch path's words on one line");
+__attribute__((visibility("hidden"))) extern ProcessState g_process;
+inline const EnvConfig& Config() { return g_process.config; }
 
 // Writes one line to stderr, printf-style, cut at 511 bytes (a failed write loses the line;
 // callers check ORION_QUIET).
@@ -60,26 +96,18 @@ __attribute__((format(printf, 1, 2))) void WriteStderrLine(const char* format, .
 // (the application's signals must never land on it); false if it could not be created.
 bool StartQuietThread(void* (*main)(void*), void* arg);
 
-// Set once the process's initialisation has returned, and whether it found the driver. Hidden
-// and declared here: every hook asks, twice on a launch, inline.
-__attribute__((visibility("hidden"))) extern std::atomic<bool> g_process_ready;
-__attribute__((visibility("hidden"))) extern bool g_driver_ok;
 bool EnsureProcessInitSlow();
 
 // Resolves the driver and the configuration (pthread_once, the first time). False: pass
 // through. Once done, one acquire load.
 inline bool EnsureProcessInit() {
-  if (g_process_ready.load(std::memory_order_acquire)) [[likely]] return g_driver_ok;
+  if (g_process.ready.load(std::memory_order_acquire)) [[likely]] return g_process.driver_ok;
   return EnsureProcessInitSlow();
 }
 
-// ORION_BENCH_SWITCH's word (contract::BenchSwitch), mapped read-only at start (null without
-// it). Hidden and declared here: the launch path asks it on every launch, inline.
-__attribute__((visibility("hidden"))) extern const std::atomic<uint32_t>* g_bench_switch;
-
 // ORION_BENCH_SWITCH's word now (kInterposed without the variable): benchmarks only.
 inline contract::BenchSwitch CurrentBenchSwitch() {
-  const std::atomic<uint32_t>* word = g_bench_switch;
+  const std::atomic<uint32_t>* word = g_process.bench_switch;
   return word == nullptr ? contract::BenchSwitch::kInterposed
                          : static_cast<contract::BenchSwitch>(
                                word->load(std::memory_order_relaxed));
@@ -129,13 +157,7 @@ inline void KeepRegistered(Registration* reg, uint64_t now_ns) {
 // renewed for a new server takes the tally on; the forking thread's is dropped in a fork child.
 inline constexpr uint64_t kLaunchTallyKernels = 32;
 inline constexpr uint64_t kLaunchTallyNs = 1'000'000;
-struct LaunchTally {
-  Registration* reg = nullptr;
-  uint64_t kernels = 0;
-  uint64_t added_ns = 0;  // when this thread last added its tally
-};
-__attribute__((visibility("hidden"))) extern constinit thread_local LaunchTally t_launch_tally
-    __attribute__((tls_model("initial-exec")));
+// The tally is the thread's (ThreadLaunch::tally_*).
 
 // At a thread's first counted launch: its tally is added when it exits.
 void WatchLaunchTally();
@@ -146,30 +168,28 @@ inline void AddLaunchTally(Registration* reg, uint64_t kernels) {
   }
 }
 
-inline void CountLaunch(Registration* reg, uint64_t kernels, uint64_t now_ns, bool gated) {
-  LaunchTally& t = t_launch_tally;
-  if (t.reg != reg) {
-    if (t.reg == nullptr) {
+inline void CountLaunch(Registration* reg, uint32_t kernels, uint64_t now_ns, bool gated) {
+  ThreadLaunch& t = t_launch;
+  if (t.tally_reg != reg) {
+    if (t.tally_reg == nullptr) {
       WatchLaunchTally();
-    } else if (t.reg->device != reg->device) {
-      AddLaunchTally(t.reg, t.kernels);  // another GPU's
-      t.kernels = 0;
+    } else if (t.tally_reg->device != reg->device) {
+      AddLaunchTally(t.tally_reg, t.tally_kernels);  // another GPU's
+      t.tally_kernels = 0;
     }
     // The same GPU's registration renewed (a new server): the tally goes on in the new one,
     // whose counters were carried from the old (CarryClientCounters).
-    t.reg = reg;
+    t.tally_reg = reg;
   }
-  t.kernels += kernels;
-  if (t.kernels >= kLaunchTallyKernels || gated || now_ns - t.added_ns >= kLaunchTallyNs) {
-    AddLaunchTally(reg, t.kernels);
-    t.kernels = 0;
-    t.added_ns = now_ns;
+  // A graph adds its kernel nodes (far fewer than 2^32 - kLaunchTallyKernels): never wraps.
+  t.tally_kernels += kernels;
+  if (t.tally_kernels >= kLaunchTallyKernels || gated ||
+      now_ns - t.tally_added_ns >= kLaunchTallyNs) {
+    AddLaunchTally(reg, t.tally_kernels);
+    t.tally_kernels = 0;
+    t.tally_added_ns = now_ns;
   }
 }
-
-// Whether the ring's next entry is prefetched for writing (x86: where CPUID has PRFCHW;
-// elsewhere always, the compiler's store prefetch being only a hint), set once at start.
-__attribute__((visibility("hidden"))) extern bool g_prefetch_ring;
 
 // Pushes one event into the registration's ring (a full ring counts a drop, never blocks): its
 // first `bytes` (contract::kEventHeadBytes for an event without a name). Then prefetches the
@@ -178,7 +198,7 @@ inline void PushEvent(Registration* reg, const contract::Event& event,
                       size_t bytes = sizeof(contract::Event)) {
   contract::EventRing& ring = reg->area->ring;
   // Not after a drop: the next entry of a full ring is the one the server is about to read.
-  if (ring.TryPush(event, bytes) && g_prefetch_ring &&
+  if (ring.TryPush(event, bytes) && g_process.prefetch_ring &&
       CurrentBenchSwitch() != contract::BenchSwitch::kNoRingPrefetch) {
     ring.PrefetchNextEntry();
   }

@@ -71,12 +71,6 @@ uint64_t ThreadFirstReading() {
   return last;
 }
 
-// Stream captures begun and not yet ended in this process (the capture hooks below). While it is
-// 0 no stream can be capturing, a stream that joins a capture through an event included, so a
-// launch skips the driver query (about 140 ns on an H100 host). A capture the hooks miss would
-// make a captured launch look like a real one; every begin entry point of the driver is hooked.
-std::atomic<int32_t> g_open_captures{0};
-
 // The driver's word on whether `stream` is being captured (an invalidated capture included):
 // false where it answers with an error, `missing` without the entry point.
 bool DriverSaysCapturing(CUstream stream, bool per_thread_stream, bool missing) {
@@ -90,8 +84,13 @@ bool DriverSaysCapturing(CUstream stream, bool per_thread_stream, bool missing) 
 
 // True if `stream` is being captured into a graph: such a launch runs nothing now (its kernels
 // are counted when the graph is instantiated) and must not be held at the gate or tracked.
+// The process's open captures (ProcessState::open_captures, counted by the capture hooks below)
+// say first: while none is open no stream can be capturing, a stream that joins a capture
+// through an event included, so a launch skips the driver query (about 140 ns on an H100 host).
+// A capture the hooks miss would make a captured launch look like a real one; every begin entry
+// point of the driver is hooked.
 [[gnu::always_inline]] inline bool Capturing(CUstream stream, bool per_thread_stream) {
-  return g_open_captures.load(std::memory_order_relaxed) > 0 &&
+  return g_process.open_captures.load(std::memory_order_relaxed) > 0 &&
          DriverSaysCapturing(stream, per_thread_stream, /*missing=*/false);
 }
 
@@ -168,7 +167,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // request in one process either (docs/benchmarks.md: a clock read from the time-stamp
   // counter; round eight).
   const uint64_t now = ticket.go_ns != 0                            ? ticket.go_ns
-                       : bench != contract::BenchSwitch::kNoClock ? MonotonicNs()
+                       : bench != contract::BenchSwitch::kNoClock ? MonotonicNs(g_process.clock_gettime)
                                                                   : ThreadFirstReading();
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;
   // Sampled launches (1 in 64 of a best-effort client's and 1 in 256 of a high-priority
@@ -220,7 +219,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
         // could invalidate a capture in the global mode.
         if (!info.graph && !pending->contended && !pending->warmup &&
             kernel->LaunchedOn(reg->device) &&
-            g_open_captures.load(std::memory_order_relaxed) == 0 &&
+            g_process.open_captures.load(std::memory_order_relaxed) == 0 &&
             bench != contract::BenchSwitch::kNoTimingHold) {
           hold_ticket = HoldForTiming(info.stream, info.per_thread_stream);
           pending->held = hold_ticket != 0;
@@ -396,7 +395,7 @@ void RememberGraph(CUresult result, CUgraphExec* exec, CUgraph graph) {
 }
 
 CUresult CaptureBegun(CUresult result) {
-  if (result == CUDA_SUCCESS) g_open_captures.fetch_add(1, std::memory_order_relaxed);
+  if (result == CUDA_SUCCESS) g_process.open_captures.fetch_add(1, std::memory_order_relaxed);
   return result;
 }
 
@@ -408,9 +407,9 @@ CUresult CaptureEnded(CUstream stream, bool per_thread_stream, End end) {
   const bool was = DriverSaysCapturing(stream, per_thread_stream, /*missing=*/true);
   const CUresult result = end();
   if (was) {
-    int32_t open = g_open_captures.load(std::memory_order_relaxed);
+    int32_t open = g_process.open_captures.load(std::memory_order_relaxed);
     while (open > 0 &&
-           !g_open_captures.compare_exchange_weak(open, open - 1, std::memory_order_relaxed)) {
+           !g_process.open_captures.compare_exchange_weak(open, open - 1, std::memory_order_relaxed)) {
     }
   }
   return result;

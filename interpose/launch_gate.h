@@ -22,9 +22,10 @@
 
 namespace orion::interpose {
 
-inline uint64_t MonotonicNs() {
+// CLOCK_MONOTONIC in ns, read through `read` (clock_gettime, or a copy of its address).
+inline uint64_t MonotonicNs(int (*read)(clockid_t, timespec*) = ::clock_gettime) {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  read(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 

@@ -18,8 +18,6 @@
 
 namespace orion::interpose {
 
-constinit thread_local ThreadStream t_stream ORION_INITIAL_EXEC_TLS;
-
 namespace {
 
 constexpr uint32_t kMaxTracked = 8;     // push/pop levels with state; deeper ones only counted
@@ -101,11 +99,11 @@ void Open(OpenRange& r, const char* name, bool start_at_next_launch) {
   CopyTruncated(r.name, sizeof(r.name), name != nullptr ? name : "range");
   r.record = nullptr;
   r.cpu_start_ns = MonotonicNs();
-  r.wants_start = start_at_next_launch && !t_stream.has_stream;
+  r.wants_start = start_at_next_launch && !t_launch.stream.has_stream;
   if (r.wants_start) {
-    ++t_stream.waiting;
-  } else if (t_stream.has_stream) {
-    StartOnGpu(r, t_stream.ctx, t_stream.stream, t_stream.per_thread_stream);
+    ++t_launch.stream.waiting;
+  } else if (t_launch.stream.has_stream) {
+    StartOnGpu(r, t_launch.stream.ctx, t_launch.stream.stream, t_launch.stream.per_thread_stream);
   }
 }
 
@@ -158,16 +156,16 @@ int NVTX_API Pop() {
   r.reported = false;
   if (r.wants_start) {
     r.wants_start = false;
-    --t_stream.waiting;
+    --t_launch.stream.waiting;
   }
-  Close(r, level, t_stream.stream, t_stream.per_thread_stream);
+  Close(r, level, t_launch.stream.stream, t_launch.stream.per_thread_stream);
   return static_cast<int>(level);
 }
 
 // Ids are (generation << 8 | index) + 1; 0 is NVTX's "no range".
 nvtxRangeId_t Start(const char* name) {
   if (Config().nvtx_depth == 0) return 0;
-  const ThreadStream& ts = t_stream;
+  const ThreadStream& ts = t_launch.stream;
   for (uint32_t i = 0; i < kStartedRanges; ++i) {
     StartedRange& s = g_started[i];
     uint32_t expected = kFree;
@@ -213,7 +211,7 @@ void NVTX_API End(nvtxRangeId_t id) {
     return;  // already ended, or not ours
   }
   // The end goes on the ending thread's stream when it belongs to the range's context.
-  const ThreadStream& ts = t_stream;
+  const ThreadStream& ts = t_launch.stream;
   const bool own = ts.has_stream && ts.ctx == s.ctx;
   Close(s.range, 0, own ? ts.stream : s.stream, own ? ts.per_thread_stream : s.per_thread_stream);
   ++s.generation;
@@ -240,7 +238,7 @@ void ReportRange(Registration* reg, const char* name, uint32_t depth, uint64_t c
 }
 
 void StartWaitingRanges(CUcontext ctx, CUstream stream, bool per_thread_stream) {
-  ThreadStream& ts = t_stream;
+  ThreadStream& ts = t_launch.stream;
   ThreadRanges& t = t_ranges;
   const uint32_t tracked = t.depth < kMaxTracked ? t.depth : kMaxTracked;
   for (uint32_t i = 0; i < tracked; ++i) {
@@ -255,7 +253,7 @@ void StartWaitingRanges(CUcontext ctx, CUstream stream, bool per_thread_stream) 
 void ResetNvtxAfterFork() {
   ThreadRanges& t = t_ranges;
   for (OpenRange& r : t.open) r.record = nullptr;
-  t_stream.has_stream = false;  // the parent's streams do not exist in the child
+  t_launch.stream.has_stream = false;  // the parent's streams do not exist in the child
   for (StartedRange& s : g_started) {
     s.range.record = nullptr;
     s.state.store(kFree, std::memory_order_relaxed);

@@ -17,22 +17,9 @@
 #include <stdint.h>
 
 #include "interpose/cuda_abi.h"
+#include "interpose/thread_launch.h"
 
 namespace orion::interpose {
-
-struct Registration;
-
-// The thread's last launch stream, written on every launch (NoteLaunchStream): a few words of
-// initial-exec TLS, read without a __tls_get_addr call.
-struct ThreadStream {
-  CUcontext ctx = nullptr;
-  CUstream stream = nullptr;
-  bool per_thread_stream = false;
-  bool has_stream = false;
-  uint32_t waiting = 0;  // tracked ranges with wants_start
-};
-__attribute__((visibility("hidden"))) extern constinit thread_local ThreadStream t_stream
-    __attribute__((tls_model("initial-exec")));
 
 // The ranges of this thread waiting for its first launch start on `stream` (NoteLaunchStream).
 void StartWaitingRanges(CUcontext ctx, CUstream stream, bool per_thread_stream);
@@ -40,7 +27,7 @@ void StartWaitingRanges(CUcontext ctx, CUstream stream, bool per_thread_stream);
 // Remembers the calling thread's stream: ranges it opens later start there, and a range opened
 // before the thread's first launch starts at this launch. A few thread-local stores, inline.
 inline void NoteLaunchStream(CUcontext ctx, CUstream stream, bool per_thread_stream) {
-  ThreadStream& ts = t_stream;
+  ThreadStream& ts = t_launch.stream;
   ts.ctx = ctx;
   ts.stream = stream;
   ts.per_thread_stream = per_thread_stream;

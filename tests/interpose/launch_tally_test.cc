@@ -11,7 +11,7 @@ namespace orion::interpose {
 
 // client_state.cc's definitions (the test does not link the library's sources); the library's
 // WatchLaunchTally arms the thread's exit, here it is counted.
-constinit thread_local LaunchTally t_launch_tally __attribute__((tls_model("initial-exec")));
+constinit thread_local ThreadLaunch t_launch __attribute__((tls_model("initial-exec")));
 thread_local int t_watched = 0;
 void WatchLaunchTally() { ++t_watched; }
 
@@ -32,7 +32,7 @@ struct Client {
 class LaunchTallyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    t_launch_tally = LaunchTally{};
+    t_launch = ThreadLaunch{};
     t_watched = 0;
   }
 };
