@@ -94,6 +94,44 @@ def orion_run(bundle, priority, interposer=None, run_args=()):
             *run_args, "--"]
 
 
+# ORION_BENCH_SWITCH's words (contract::BenchSwitch) by name, each with its arm's name in
+# cpu-tax's in-process rows; bench_switch_part gives the part of the launch path it leaves out.
+BENCH_SWITCHES = {
+    "bypass": (1, "in-process bypass"),
+    "no-hold": (2, "in-process, no timed launch held"),
+    "no-timing": (3, "in-process, no launch timed"),
+    "no-launch-records": (4, "in-process, no launch recorded"),
+    "no-ring-prefetch": (5, "in-process, the ring's next entry not prefetched"),
+    "after-registration": (6, "in-process, launches cut short after the registration"),
+    "before-clock": (7, "in-process, launches cut short before the clock"),
+    "no-clock": (8, "in-process, no clock read (the thread's first reading kept)"),
+    "no-hp-notes": (9, "in-process, nothing published to the high-priority gate entry"),
+}
+
+
+def bench_switch_part(name):
+    """What the arm of switch `name` leaves out, without cpu-tax's "in-process" ("bypass",
+    "launches cut short after the registration", ...)."""
+    label = BENCH_SWITCHES[name][1]
+    return label.removeprefix("in-process, ").removeprefix("in-process ")
+
+
+def bench_switch_names(text, where):
+    """A comma-separated list of BENCH_SWITCHES names; exits naming one it does not know."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        if n not in BENCH_SWITCHES:
+            sys.exit(f"{where}: unknown switch {n!r}; known: {', '.join(sorted(BENCH_SWITCHES))}")
+    return names
+
+
+def write_bench_switch(path, name):
+    """A file holding switch `name`'s word, for ORION_BENCH_SWITCH; returns the path."""
+    with open(path, "wb") as f:
+        f.write(BENCH_SWITCHES[name][0].to_bytes(4, "little"))
+    return path
+
+
 # The keys of orion-server's config that Server writes itself.
 SERVER_WRITES = ("socket_path", "admin_address", "metrics_address", "mode")
 

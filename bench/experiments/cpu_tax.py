@@ -486,19 +486,9 @@ class DrivenArm:
             self.p.wait()
 
 
-# --in-process-baseline: ORION_BENCH_SWITCH's word in the baseline arm's blocks
-# (contract::BenchSwitch) and the rows' name for that arm.
-IN_PROCESS_BASELINES = {
-    "bypass": (1, "in-process bypass"),
-    "no-hold": (2, "in-process, no timed launch held"),
-    "no-timing": (3, "in-process, no launch timed"),
-    "no-launch-records": (4, "in-process, no launch recorded"),
-    "no-ring-prefetch": (5, "in-process, the ring's next entry not prefetched"),
-    "after-registration": (6, "in-process, launches cut short after the registration"),
-    "before-clock": (7, "in-process, launches cut short before the clock"),
-    "no-clock": (8, "in-process, no clock read (the thread's first reading kept)"),
-    "no-hp-notes": (9, "in-process, nothing published to the high-priority gate entry"),
-}
+# --in-process-baseline: ORION_BENCH_SWITCH's word in the baseline arm's blocks and the rows'
+# name for that arm (harness.BENCH_SWITCHES).
+IN_PROCESS_BASELINES = harness.BENCH_SWITCHES
 
 
 # Baselines whose launches never reach the launch index (the interposer's learning), and the

@@ -2,7 +2,7 @@
 
   orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
                              [--pollute KB] [--kernels N] [--baseline-interposer LIB] [--timed]
-                             [--out DIR]
+                             [--split SWITCH,...] [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
@@ -28,6 +28,10 @@ the interposer finds each kernel's record as cold as that. --timed adds two arms
 high priority with every launch timed on the GPU (ORION_SAMPLE_EVERY_HIGH=1), held on its stream
 and not (ORION_TIMING_HOLD=0): less the high-priority arm, what one timed launch costs the CPU
 of the launching thread (its two event records, the hold's stream wait), past 1 in 64.
+--split SWITCH,... adds a high-priority arm per switch (ORION_BENCH_SWITCH: after-registration,
+before-clock, no-clock, no-launch-records, no-hp-notes, no-timing, ...): its launches cut short
+or leaving one part out, so that the high-priority arm less it, in the same run, is what that
+part of the path costs on this host.
 """
 import argparse
 import os
@@ -44,6 +48,13 @@ ANSWERS = ("what a driver launch costs on the CPU with and without the interpose
 ARMS = ("no interposer", "high priority", "best effort")
 BASELINE_ARMS = ("high priority, baseline", "best effort, baseline")
 TIMED_ARMS = ("high priority, every launch timed", "high priority, every launch timed, not held")
+SPLIT_ARM = "high priority, "  # + harness.bench_switch_part(name): a --split arm
+
+
+def split_arms(rows):
+    """The --split arms in `rows`, in the order they first appear."""
+    return [a for a in dict.fromkeys(r["arm"] for r in rows) if "switch" in next(
+        r for r in rows if r["arm"] == a)]
 
 
 def caches_label(kb, kernels):
@@ -59,7 +70,7 @@ def paired_table(rows):
     out = []
     shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
     for kb, kernels in shapes:
-        for arm in ARMS + BASELINE_ARMS + TIMED_ARMS:
+        for arm in ARMS + BASELINE_ARMS + TIMED_ARMS + tuple(split_arms(rows)):
             mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb
                     and r.get("kernels", 1) == kernels]
             if not mine:
@@ -79,12 +90,30 @@ def paired_table(rows):
 def against_baseline_table(rows):
     """With --baseline-interposer: per arm, this build's addition less the baseline build's in
     the same run (the two builds met the same host state), median over runs; "" without."""
+    return same_run_table(rows, list(zip(ARMS[1:], BASELINE_ARMS)),
+                          "this build less the baseline, same run: median [min, max]")
+
+
+def split_table(rows):
+    """With --split: per switch, the high-priority arm less the arm that cuts that part out in the
+    same run: the part's cost, median over runs; "" without."""
+    return same_run_table(rows, [(ARMS[1], a) for a in split_arms(rows)],
+                          "high priority less this arm, same run: median [min, max]",
+                          first="the path without")
+
+
+def same_run_table(rows, pairs, heading, first="arm"):
+    """Per (arm, other) of `pairs` and caches: arm's paired addition less other's in the same
+    run, median over runs (the first column names arm, or with first= the other); "" if no
+    run has both."""
     out = []
     shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
     for kb, kernels in shapes:
-        mine = [r for r in rows if r.get("pollute_kb", 0) == kb and r.get("kernels", 1) == kernels]
-        if not any(r["arm"] in BASELINE_ARMS for r in mine):
-            continue
+        wanted = {a for pair in pairs for a in pair}
+        mine = [r for r in rows if r.get("pollute_kb", 0) == kb and r.get("kernels", 1) == kernels
+                and r["arm"] in wanted]
+        if not any(r["arm"] != ARMS[1] and r["arm"] != ARMS[2] for r in mine):
+            continue  # none of the other arms ran with these caches
         by_run = {}
         for r in mine:
             arms = by_run.setdefault(r["run"], {})
@@ -92,17 +121,17 @@ def against_baseline_table(rows):
                 sys.exit(f"launch-cost: run {r['run']} has two rows of {r['arm']!r}; "
                          "keep each invocation's rows in a file of its own")
             arms[r["arm"]] = r["adds_ns"]
-        for arm, base in zip(ARMS[1:], BASELINE_ARMS):
+        for arm, base in pairs:
             diffs = [a[arm] - a[base] for a in by_run.values() if arm in a and base in a]
             if not diffs:
                 continue
-            out.append([arm, caches_label(kb, kernels), harness.spread(diffs, digits=0, suffix=" ns"),
+            name = arm if first == "arm" else base.removeprefix(SPLIT_ARM)
+            out.append([name, caches_label(kb, kernels), harness.spread(diffs, digits=0, suffix=" ns"),
                         harness.median_interval(diffs, digits=0) + " ns", str(len(diffs))])
     if not out:
         return ""
     return harness.markdown_table(
-        ["arm", "caches", "this build less the baseline, same run: median [min, max]",
-         "95% interval of the median (bootstrap)", "runs"], out)
+        [first, "caches", heading, "95% interval of the median (bootstrap)", "runs"], out)
 
 
 def table(rows):
@@ -111,9 +140,9 @@ def table(rows):
     paired = [r for r in rows if r["variant"] == "paired"]
     rows = [r for r in rows if r["variant"] != "paired"]
     text = paired_table(paired) if paired else ""
-    against = against_baseline_table(paired)
-    if against:
-        text += "\n\n" + against
+    for extra in (against_baseline_table(paired), split_table(paired)):
+        if extra:
+            text += "\n\n" + extra
     if not rows:
         return text
     return table_of_variants(rows) + ("\n\n" + text if text else "")
@@ -154,6 +183,9 @@ def main(argv=None):
                    help="another build of liborion_interpose.so, as two more arms")
     p.add_argument("--timed", action="store_true",
                    help="two more arms: high priority with every launch timed, held and not")
+    p.add_argument("--split", metavar="SWITCH,...", default="",
+                   help="a high-priority arm per ORION_BENCH_SWITCH name (e.g. after-registration,"
+                        "before-clock,no-clock): what each part of the path costs")
     p.add_argument("--admin-port", type=int, default=50063)
     p.add_argument("--out")
     p.add_argument("--table", metavar="ROWS_JSONL")
@@ -163,6 +195,7 @@ def main(argv=None):
         return
     if not args.bundle:
         p.error("--bundle is required")
+    split = harness.bench_switch_names(args.split, "launch-cost --split")
     b = os.path.abspath(args.bundle)
     bench = os.path.join(b, "orion-bench-launch")
     if not os.access(bench, os.X_OK):
@@ -186,6 +219,12 @@ def main(argv=None):
         every = ["env", "ORION_SAMPLE_EVERY_HIGH=1"]
         wraps[TIMED_ARMS[0]] = every + harness.orion_run(b, "high")
         wraps[TIMED_ARMS[1]] = every + ["ORION_TIMING_HOLD=0"] + harness.orion_run(b, "high")
+    switch_of = {}
+    for name in split:
+        arm = SPLIT_ARM + harness.bench_switch_part(name)
+        switch_of[arm] = name
+        word = harness.write_bench_switch(os.path.join(work, f"switch-{name}"), name)
+        wraps[arm] = ["env", f"ORION_BENCH_SWITCH={word}"] + harness.orion_run(b, "high")
     rows = []
     try:
         for run in range(1, args.runs + 1):
@@ -204,6 +243,7 @@ def main(argv=None):
                 if m:
                     fields = dict(kv.split("=") for kv in m.group(1).split())
                     row = {"run": run, "arm": arm, "variant": "paired", "cpus": args.cpus,
+                           **({"switch": switch_of[arm]} if arm in switch_of else {}),
                            **{k: float(v) for k, v in fields.items()
                               if k not in ("pairs", "pollute_kb", "kernels")},
                            "pairs": int(fields["pairs"]),
