@@ -160,7 +160,8 @@ bool StartCallLog(const char* dir, const char* process_name, bool quiet) {
   if (!ok && dir != nullptr && dir[0] != '\0') {
     g_quiet = quiet;
     snprintf(g_dir, sizeof(g_dir), "%s", dir);
-    snprintf(g_process_name, sizeof(g_process_name), "%s", process_name != nullptr ? process_name : "?");
+    snprintf(g_process_name, sizeof(g_process_name), "%s",
+             process_name != nullptr ? process_name : "?");
     for (char* c = g_process_name; *c != '\0'; ++c) {
       if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_';
     }

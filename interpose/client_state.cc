@@ -31,7 +31,7 @@ extern "C" char* program_invocation_short_name;
 
 namespace orion::interpose {
 
-ProcessState g_process;
+constinit ProcessState g_process;
 constinit thread_local ThreadLaunch t_launch ORION_INITIAL_EXEC_TLS;
 
 namespace {
@@ -130,15 +130,16 @@ __attribute__((destructor)) void AddLaunchTallyAtExit() { AddLaunchTallyNow(null
 void InitProcess() {
   PinLoadedVersion();
   g_process.prefetch_ring = contract::EventRing::CanPrefetchNextEntry();
-  g_process.config = ReadEnvConfig(getenv);
+  EnvConfig& config = g_process.config;
+  config = ReadEnvConfig(getenv);
   g_process.driver_ok = EnsureDriverResolved();
   g_process.ctx_get_current = ORION_DRIVER(cuCtxGetCurrent);
   // Disabled or no driver: the hooks only forward (or report CUDA_ERROR_NOT_INITIALIZED).
-  if (g_process.config.disabled || !g_process.driver_ok) return;
-  g_process.config.usable_millicpus = ProcessMilliCpus();
-  g_process.config.gate_spin_cap_ns = GateSpinCapNs(g_process.config.usable_millicpus);
-  g_process.config.lazy_poll_ns = LazyPollNsFor(g_process.config, g_process.config.usable_millicpus);
-  StartTimingLog(g_process.config.timing_log_dir, g_process.config.start_latency);
+  if (config.disabled || !g_process.driver_ok) return;
+  config.usable_millicpus = ProcessMilliCpus();
+  config.gate_spin_cap_ns = GateSpinCapNs(config.usable_millicpus);
+  config.lazy_poll_ns = LazyPollNsFor(config, config.usable_millicpus);
+  StartTimingLog(config.timing_log_dir, config.start_latency);
   MapBenchSwitch(getenv(contract::kEnvBenchSwitch));
   pthread_atfork(nullptr, nullptr, OnForkChild);
   g_tally_key_made = pthread_key_create(&g_tally_key, AddLaunchTallyNow) == 0;
@@ -356,7 +357,8 @@ Registration* RegisterDevice(int device) {
         g_state[device].store(kFailed, std::memory_order_release);
         // Log mode: with no server, the process keeps its own record (ORION_LOG_DIR).
         if (g_process.config.log_dir[0] != '\0') {
-          StartCallLog(g_process.config.log_dir, program_invocation_short_name, g_process.config.quiet);
+          StartCallLog(g_process.config.log_dir, program_invocation_short_name,
+                       g_process.config.quiet);
         }
         FailOpen(why);
       }

@@ -52,7 +52,8 @@ struct alignas(64) Registration {
   bool StillOwned() const { return slot->generation.load(std::memory_order_relaxed) == generation; }
 };
 
-static_assert(offsetof(Registration, socket_fd) <= 64, "a launch's fields on one line");
+static_assert(offsetof(Registration, generation) + sizeof(uint32_t) <= 64,
+              "a launch's fields on one line");
 
 // The process-wide words every launch reads, on one 64-byte line with the configuration's
 // launch-path fields (EnvConfig's first ones); a steady launch found them on five lines before.
@@ -181,13 +182,14 @@ inline void CountLaunch(Registration* reg, uint32_t kernels, uint64_t now_ns, bo
     // whose counters were carried from the old (CarryClientCounters).
     t.tally_reg = reg;
   }
-  // A graph adds its kernel nodes (far fewer than 2^32 - kLaunchTallyKernels): never wraps.
-  t.tally_kernels += kernels;
-  if (t.tally_kernels >= kLaunchTallyKernels || gated ||
-      now_ns - t.tally_added_ns >= kLaunchTallyNs) {
-    AddLaunchTally(reg, t.tally_kernels);
+  // Summed in 64 bits: a graph adds its kernel nodes, up to 2^32 - 1 of them.
+  const uint64_t tally = uint64_t{t.tally_kernels} + kernels;
+  if (tally >= kLaunchTallyKernels || gated || now_ns - t.tally_added_ns >= kLaunchTallyNs) {
+    AddLaunchTally(reg, tally);
     t.tally_kernels = 0;
     t.tally_added_ns = now_ns;
+  } else {
+    t.tally_kernels = static_cast<uint32_t>(tally);  // under kLaunchTallyKernels
   }
 }
 

@@ -166,9 +166,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // launch). A reading extrapolated from the time-stamp counter was no cheaper in place, per
   // request in one process either (docs/benchmarks.md: a clock read from the time-stamp
   // counter; round eight).
-  const uint64_t now = ticket.go_ns != 0                            ? ticket.go_ns
-                       : bench != contract::BenchSwitch::kNoClock ? MonotonicNs(g_process.clock_gettime)
-                                                                  : ThreadFirstReading();
+  const uint64_t now = ticket.go_ns != 0 ? ticket.go_ns
+                       : bench != contract::BenchSwitch::kNoClock
+                           ? MonotonicNs(g_process.clock_gettime)
+                           : ThreadFirstReading();
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;
   // Sampled launches (1 in 64 of a best-effort client's and 1 in 256 of a high-priority
   // client's by default: kernel_registry.h) are timed on the GPU in every mode: they teach the
@@ -409,7 +410,8 @@ CUresult CaptureEnded(CUstream stream, bool per_thread_stream, End end) {
   if (was) {
     int32_t open = g_process.open_captures.load(std::memory_order_relaxed);
     while (open > 0 &&
-           !g_process.open_captures.compare_exchange_weak(open, open - 1, std::memory_order_relaxed)) {
+           !g_process.open_captures.compare_exchange_weak(open, open - 1,
+                                                          std::memory_order_relaxed)) {
     }
   }
   return result;

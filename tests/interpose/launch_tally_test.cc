@@ -51,6 +51,19 @@ TEST_F(LaunchTallyTest, AddsInBatchesWhileLaunchesKeepComing) {
   EXPECT_EQ(t_watched, 1) << "the thread's exit is armed once, at its first launch";
 }
 
+// A graph's kernel count may be as large as the registry keeps (2^32 - 1): added to a thread's
+// tally of a few, the sum must not wrap (the tally itself is 32 bits: it holds under 32).
+TEST_F(LaunchTallyTest, AGraphOfTheMostKernelsIsCountedWhole) {
+  Client c;
+  CountLaunch(&c.reg, 1, kT0, false);
+  CountLaunch(&c.reg, 1, kT0 + 1'000, false);
+  CountLaunch(&c.reg, 1, kT0 + 2'000, false);
+  CountLaunch(&c.reg, UINT32_MAX, kT0 + 3'000, false);
+  EXPECT_EQ(c.counted(), uint64_t{3} + UINT32_MAX);
+  CountLaunch(&c.reg, 1, kT0 + 4'000, true);
+  EXPECT_EQ(c.counted(), uint64_t{4} + UINT32_MAX) << "the tally starts again from nothing";
+}
+
 TEST_F(LaunchTallyTest, AddsAtOnceWhereTheGateAppliesOrAfterAQuietMillisecond) {
   Client c;
   CountLaunch(&c.reg, 1, kT0, false);
