@@ -99,11 +99,12 @@ void Open(OpenRange& r, const char* name, bool start_at_next_launch) {
   CopyTruncated(r.name, sizeof(r.name), name != nullptr ? name : "range");
   r.record = nullptr;
   r.cpu_start_ns = MonotonicNs();
-  r.wants_start = start_at_next_launch && !t_launch.stream.has_stream;
+  ThreadStream& ts = t_launch.stream;
+  r.wants_start = start_at_next_launch && !ts.has_stream;
   if (r.wants_start) {
-    ++t_launch.stream.waiting;
-  } else if (t_launch.stream.has_stream) {
-    StartOnGpu(r, t_launch.stream.ctx, t_launch.stream.stream, t_launch.stream.per_thread_stream);
+    ++ts.waiting;
+  } else if (ts.has_stream) {
+    StartOnGpu(r, ts.ctx, ts.stream, ts.per_thread_stream);
   }
 }
 
@@ -154,11 +155,12 @@ int NVTX_API Pop() {
   if (level >= kMaxTracked || !t.open[level].reported) return static_cast<int>(level);
   OpenRange& r = t.open[level];
   r.reported = false;
+  ThreadStream& ts = t_launch.stream;
   if (r.wants_start) {
     r.wants_start = false;
-    --t_launch.stream.waiting;
+    --ts.waiting;
   }
-  Close(r, level, t_launch.stream.stream, t_launch.stream.per_thread_stream);
+  Close(r, level, ts.stream, ts.per_thread_stream);
   return static_cast<int>(level);
 }
 

@@ -52,9 +52,8 @@ SPLIT_ARM = "high priority, "  # + harness.bench_switch_part(name): a --split ar
 
 
 def split_arms(rows):
-    """The --split arms in `rows`, in the order they first appear."""
-    return [a for a in dict.fromkeys(r["arm"] for r in rows) if "switch" in next(
-        r for r in rows if r["arm"] == a)]
+    """The --split arms in `rows` (their rows name the switch), in the order they first appear."""
+    return list(dict.fromkeys(r["arm"] for r in rows if "switch" in r))
 
 
 def caches_label(kb, kernels):
@@ -109,10 +108,10 @@ def same_run_table(rows, pairs, heading, first="arm"):
     out = []
     shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
     for kb, kernels in shapes:
-        wanted = {a for pair in pairs for a in pair}
+        others = {other for _, other in pairs}
         mine = [r for r in rows if r.get("pollute_kb", 0) == kb and r.get("kernels", 1) == kernels
-                and r["arm"] in wanted]
-        if not any(r["arm"] != ARMS[1] and r["arm"] != ARMS[2] for r in mine):
+                and r["arm"] in others.union(arm for arm, _ in pairs)]
+        if not any(r["arm"] in others for r in mine):
             continue  # none of the other arms ran with these caches
         by_run = {}
         for r in mine:
