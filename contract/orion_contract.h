@@ -719,6 +719,10 @@ enum class BenchSwitch : uint32_t {
   // nothing to its gate entry (busy state, kernel class, graph flag) and is not followed.
   kNoClock = 8,
   kNoHighPriorityNotes = 9,
+  // Diagnostic arm: as kNoClock before the driver call, then the clock read once after it (its
+  // reading stamps the launch's records): what reading the clock only once the driver returned
+  // would cost, where what the launch loaded before is no longer in flight.
+  kClockAfterLaunch = 10,
 };  // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";

@@ -166,10 +166,11 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // launch). A reading extrapolated from the time-stamp counter was no cheaper in place, per
   // request in one process either (docs/benchmarks.md: a clock read from the time-stamp
   // counter; round eight).
-  const uint64_t now = ticket.go_ns != 0 ? ticket.go_ns
-                       : bench != contract::BenchSwitch::kNoClock
-                           ? MonotonicNs(g_process.clock_gettime)
-                           : ThreadFirstReading();
+  const bool clock_later = bench == contract::BenchSwitch::kNoClock ||
+                           bench == contract::BenchSwitch::kClockAfterLaunch;
+  uint64_t now = ticket.go_ns != 0 ? ticket.go_ns
+                 : !clock_later    ? MonotonicNs(g_process.clock_gettime)
+                                   : ThreadFirstReading();
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;
   // Sampled launches (1 in 64 of a best-effort client's and 1 in 256 of a high-priority
   // client's by default: kernel_registry.h) are timed on the GPU in every mode: they teach the
@@ -255,6 +256,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   NoteLaunchStream(ctx, info.stream, info.per_thread_stream);
   const CUresult result = launch();
+  if (bench == contract::BenchSwitch::kClockAfterLaunch) [[unlikely]] {
+    now = MonotonicNs(g_process.clock_gettime);
+  }
   if (took_hold) WakeHoldKeepers(*reg->gate);  // after the launch: off the request's path
   if (result != CUDA_SUCCESS) [[unlikely]] {
     if (pending != nullptr) CompleteNow(pending);

@@ -2,7 +2,7 @@
 
   orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
                              [--pollute KB] [--kernels N] [--baseline-interposer LIB] [--timed]
-                             [--split SWITCH,...] [--out DIR]
+                             [--split SWITCH,...] [--fixed-layout] [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
@@ -32,6 +32,10 @@ of the launching thread (its two event records, the hold's stream wait), past 1 
 before-clock, no-clock, no-launch-records, no-hp-notes, no-timing, ...): its launches cut short
 or leaving one part out, so that the high-priority arm less it, in the same run, is what that
 part of the path costs on this host.
+--fixed-layout adds the no-interposer and high-priority arms again with the address space's
+randomization off (setarch -R: every process of the arm maps its libraries, stack and heap at
+the same addresses): where one run of an arm reads far from another, these arms say whether the
+process's layout is what moves it.
 """
 import argparse
 import os
@@ -49,6 +53,7 @@ ARMS = ("no interposer", "high priority", "best effort")
 BASELINE_ARMS = ("high priority, baseline", "best effort, baseline")
 TIMED_ARMS = ("high priority, every launch timed", "high priority, every launch timed, not held")
 SPLIT_ARM = "high priority, "  # + harness.bench_switch_part(name): a --split arm
+FIXED_LAYOUT_ARMS = ("no interposer, fixed layout", "high priority, fixed layout")
 
 
 def split_arms(rows):
@@ -69,7 +74,7 @@ def paired_table(rows):
     out = []
     shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
     for kb, kernels in shapes:
-        for arm in ARMS + BASELINE_ARMS + TIMED_ARMS + tuple(split_arms(rows)):
+        for arm in ARMS + BASELINE_ARMS + TIMED_ARMS + FIXED_LAYOUT_ARMS + tuple(split_arms(rows)):
             mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb
                     and r.get("kernels", 1) == kernels]
             if not mine:
@@ -185,6 +190,9 @@ def main(argv=None):
     p.add_argument("--split", metavar="SWITCH,...", default="",
                    help="a high-priority arm per ORION_BENCH_SWITCH name (e.g. after-registration,"
                         "before-clock,no-clock): what each part of the path costs")
+    p.add_argument("--fixed-layout", action="store_true",
+                   help="two more arms, no interposer and high priority, with the address space's "
+                        "randomization off (setarch -R)")
     p.add_argument("--admin-port", type=int, default=50063)
     p.add_argument("--out")
     p.add_argument("--table", metavar="ROWS_JSONL")
@@ -218,6 +226,13 @@ def main(argv=None):
         every = ["env", "ORION_SAMPLE_EVERY_HIGH=1"]
         wraps[TIMED_ARMS[0]] = every + harness.orion_run(b, "high")
         wraps[TIMED_ARMS[1]] = every + ["ORION_TIMING_HOLD=0"] + harness.orion_run(b, "high")
+    if args.fixed_layout:
+        fixed = ["setarch", "-R"]
+        if subprocess.run(fixed + ["true"], capture_output=True).returncode != 0:
+            sys.exit("launch-cost: --fixed-layout: setarch -R failed here (the randomization "
+                     "cannot be turned off for a process on this host)")
+        wraps[FIXED_LAYOUT_ARMS[0]] = fixed
+        wraps[FIXED_LAYOUT_ARMS[1]] = fixed + harness.orion_run(b, "high")
     switch_of = {}
     for name in split:
         arm = SPLIT_ARM + harness.bench_switch_part(name)

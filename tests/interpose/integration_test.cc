@@ -578,6 +578,11 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingNoLaunchRecordsAndCutShort) 
   EXPECT_GT(CountKind(unclocked.events, c::EventKind::kLaunch), 1);
   EXPECT_EQ(launch_stamps(unclocked).size(), 1u);
   EXPECT_GT(launch_stamps(usual).size(), 1u);
+  // Word 10 (clock-after-launch): the clock read once the driver returned stamps the records.
+  const SwitchedRun clocked_after = run_under(c::BenchSwitch::kClockAfterLaunch);
+  EXPECT_GT(launch_stamps(clocked_after).size(), 1u);
+  EXPECT_EQ(CountKind(clocked_after.events, c::EventKind::kLaunch),
+            CountKind(usual.events, c::EventKind::kLaunch));
 }
 
 // Word 9 (no-hp-notes) on a high-priority probe: nothing reaches its gate entry, where word 0

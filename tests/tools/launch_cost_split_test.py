@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """launch-cost's tables of one invocation's rows: with --split arms, each part's cost is the
 high-priority arm less that arm in the same run (median over runs, the runs paired, not the
-medians subtracted); with --baseline-interposer, this build less the baseline alike. An unknown
+medians subtracted); with --baseline-interposer, this build less the baseline alike; a
+--fixed-layout arm is listed with the others. An unknown
 --split name exits naming the known ones, before any GPU work."""
 import json
 import os
@@ -36,7 +37,8 @@ def main():
                  paired(run, "high priority, launches cut short after the registration",
                         60 + drift, switch="after-registration"),
                  paired(run, "high priority, no clock read (the thread's first reading kept)",
-                        150 + drift + run, switch="no-clock")]
+                        150 + drift + run, switch="no-clock"),
+                 paired(run, "high priority, fixed layout", 170 + run)]
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, "rows.jsonl")
         with open(path, "w") as f:
@@ -62,6 +64,8 @@ def main():
               f"against the baseline: 200 - 230 in every run:\n{r.stdout}")
         check(any(l.startswith("| high priority, no clock read") for l in lines),
               f"the split arms' own additions are listed:\n{r.stdout}")
+        check("172 ns [171, 173]" in row("high priority, fixed layout", "interposer adds"),
+              f"the fixed-layout arm is listed with its runs' spread:\n{r.stdout}")
 
     bad = subprocess.run([sys.executable, ENTRY, "launch-cost", "--bundle", "/nonexistent",
                           "--split", "after-registration,no-such-part"],
