@@ -125,6 +125,7 @@ struct Event {
   uint32_t aux;          // MemoryKind, CopyDirection or graph kernel count
   uint64_t cpu_ns;       // CLOCK_MONOTONIC of the calling process (same clock on one host);
                          // a launch's: when the interposer took it, before the driver call
+                         // where anything before the call needs the time, else as it returned
   uint64_t func;         // CUfunction, CUgraphExec, or device address for memory events
   uint64_t stream;
   uint64_t bytes;
@@ -719,10 +720,6 @@ enum class BenchSwitch : uint32_t {
   // nothing to its gate entry (busy state, kernel class, graph flag) and is not followed.
   kNoClock = 8,
   kNoHighPriorityNotes = 9,
-  // Diagnostic arm: as kNoClock before the driver call, then the clock read once after it (its
-  // reading stamps the launch's records): what reading the clock only once the driver returned
-  // would cost, where what the launch loaded before is no longer in flight.
-  kClockAfterLaunch = 10,
 };  // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";

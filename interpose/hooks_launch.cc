@@ -71,6 +71,39 @@ uint64_t ThreadFirstReading() {
   return last;
 }
 
+// A launch's clock reading (GuardedLaunch says where it is taken).
+[[gnu::always_inline]] inline uint64_t LaunchClock(contract::BenchSwitch bench) {
+  return bench != contract::BenchSwitch::kNoClock ? MonotonicNs(g_process.clock_gettime)
+                                                  : ThreadFirstReading();
+}
+
+// A high-priority launch's notes on its gate entry at `now`: its graph flag (a graph's launch
+// takes the GPU hold where `may_hold` and best-effort work is held on the GPU: what they queued
+// stops at its next stream wait, HoldsOnGpuFor), its kernel class, its busy period and
+// progress (NoteHighPriorityLaunch; a busy period that ended is pushed as kBusyPeriod). True
+// when it took the hold: wake the keepers after the launch.
+bool NoteHighPriority(Registration* reg, bool graph, uint32_t kclass, uint64_t now,
+                      bool followed, bool may_hold) {
+  contract::SlotGate& own_gate = *reg->own_gate;
+  const contract::GpuState& gpu = *reg->gpu;
+  NoteHighPriorityGraph(own_gate, graph);
+  const bool took_hold = may_hold && graph && GpuHoldOn(gpu) &&
+                         gpu.be_clients.load(std::memory_order_relaxed) != 0 &&
+                         HoldGpu(*reg->gate);
+  NoteHighPriorityClass(own_gate, kclass);
+  BusyPeriod ended;
+  // A completion the poller stamped since `now` continues the busy period (no new best-effort
+  // budget): NoteHighPriorityLaunch takes a stamp ahead of the launch's as progress.
+  if (NoteHighPriorityLaunch(own_gate, gpu, now, &ended, followed)) [[unlikely]] {
+    contract::Event b{};
+    b.kind = contract::EventKind::kBusyPeriod;
+    b.cpu_ns = ended.start_ns;
+    b.duration_ns = ended.duration_ns;
+    PushEvent(reg, b);
+  }
+  return took_hold;
+}
+
 // The driver's word on whether `stream` is being captured (an invalidated capture included):
 // false where it answers with an error, `missing` without the entry point.
 bool DriverSaysCapturing(CUstream stream, bool per_thread_stream, bool missing) {
@@ -115,7 +148,6 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   if (bench == contract::BenchSwitch::kAfterRegistration) [[unlikely]] return launch();
   const contract::ClientSlot& slot = *reg->slot;
   const contract::GpuState& gpu = *reg->gpu;
-  contract::SlotGate& own_gate = *reg->own_gate;
   contract::ClientArea::Counters& counters = reg->area->counters;
 
   KernelRecord* kernel = info.graph ? g_graphs.Find(info.func) : g_kernels.FindOrInsert(info.func);
@@ -159,18 +191,6 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     high = is_high();
   }
 
-  // The launch's one clock reading (30 to 40 ns in a loop on an H100 host; in an eager
-  // framework's request, at most 0.7% of its CPU on one H200 host, about 120 ns a launch): the
-  // gate's where it read one, else now. It stamps the launch before the driver call; the busy
-  // period and the launch event take it (a tracked record reads the clock again after the
-  // launch). A reading extrapolated from the time-stamp counter was no cheaper in place, per
-  // request in one process either (docs/benchmarks.md: a clock read from the time-stamp
-  // counter; round eight).
-  const bool clock_later = bench == contract::BenchSwitch::kNoClock ||
-                           bench == contract::BenchSwitch::kClockAfterLaunch;
-  uint64_t now = ticket.go_ns != 0 ? ticket.go_ns
-                 : !clock_later    ? MonotonicNs(g_process.clock_gettime)
-                                   : ThreadFirstReading();
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;
   // Sampled launches (1 in 64 of a best-effort client's and 1 in 256 of a high-priority
   // client's by default: kernel_registry.h) are timed on the GPU in every mode: they teach the
@@ -187,10 +207,24 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       kernel != nullptr &&
       (profile || (sampled && !Config().no_timing && bench != contract::BenchSwitch::kNoTiming));
 
+  // The launch's one clock reading: the gate's where it read one. Otherwise it is read before
+  // the driver call only where something before the call needs it: a high-priority launch that
+  // best-effort clients may be held for (its notes tell them it is busy: FollowHighPriority), a
+  // timed launch, a charged one. Every other launch (a high-priority client alone on its GPU, a
+  // best-effort one that nobody holds) reads it once the driver returned. The reading waits for
+  // every load before it (the vDSO orders it): before the call it waited for the misses of the
+  // launch path's own lines, 0.4% of an eager framework's service time against none after the
+  // call, where the driver has waited for them already (docs/benchmarks.md, round eleven). A
+  // reading extrapolated from the time-stamp counter was no cheaper in place (round eight).
+  const bool notes = high && bench != contract::BenchSwitch::kNoHighPriorityNotes;
+  const bool clock_first = ticket.go_ns != 0 || timed || ticket.budget_ns != 0 ||
+                           (notes && FollowHighPriority(gpu));
+  uint64_t now = ticket.go_ns != 0 ? ticket.go_ns : clock_first ? LaunchClock(bench) : 0;
+
   // High-priority work is followed to completion only while the gate may hold somebody for it,
   // and only where it may outlast the grace after its launch.
   const bool follow =
-      high && bench != contract::BenchSwitch::kNoHighPriorityNotes &&
+      notes && clock_first &&
       FollowHighPriorityLaunch(
                   gpu, *reg->gate, g_hp_queue_end_ns[reg->device], [now] { return now; },
                   kernel != nullptr ? kernel->estimate_ns.load(std::memory_order_relaxed) : 0,
@@ -232,38 +266,23 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       ReleaseBudget(*reg->gate, ticket.budget_ns);  // untracked: do not leak the charge
     }
   }
-  bool took_hold = false;
-  if (high && bench != contract::BenchSwitch::kNoHighPriorityNotes) {
-    // Before the launch: what best-effort clients queued stops at its next stream wait (graphs
-    // only, see HoldsOnGpuFor).
-    NoteHighPriorityGraph(own_gate, info.graph);
-    took_hold = info.graph && GpuHoldOn(gpu) &&
-                gpu.be_clients.load(std::memory_order_relaxed) != 0 && HoldGpu(*reg->gate);
-    // Before the launch: best-effort clients must see the GPU busy as early as possible.
-    NoteHighPriorityClass(own_gate, kclass);
-    BusyPeriod ended;
-    const bool followed = pending != nullptr && pending->high_priority;
-    // A completion the poller stamped since `now` continues the busy period (no new best-effort
-    // budget): NoteHighPriorityLaunch takes a stamp ahead of the launch's as progress.
-    if (NoteHighPriorityLaunch(own_gate, gpu, now, &ended, followed)) [[unlikely]] {
-      contract::Event b{};
-      b.kind = contract::EventKind::kBusyPeriod;
-      b.cpu_ns = ended.start_ns;
-      b.duration_ns = ended.duration_ns;
-      PushEvent(reg, b);
-    }
-  }
-
+  // Before the call where best-effort clients may be held for it: they must see the GPU busy
+  // as early as possible.
+  const bool took_hold =
+      notes && clock_first &&
+      NoteHighPriority(reg, info.graph, kclass, now,
+                       /*followed=*/pending != nullptr && pending->high_priority, /*may_hold=*/true);
   NoteLaunchStream(ctx, info.stream, info.per_thread_stream);
   const CUresult result = launch();
-  if (bench == contract::BenchSwitch::kClockAfterLaunch) [[unlikely]] {
-    now = MonotonicNs(g_process.clock_gettime);
-  }
   if (took_hold) WakeHoldKeepers(*reg->gate);  // after the launch: off the request's path
   if (result != CUDA_SUCCESS) [[unlikely]] {
     if (pending != nullptr) CompleteNow(pending);
     ReleaseTimingHold(hold_ticket);
     return result;
+  }
+  if (!clock_first) {
+    now = LaunchClock(bench);
+    if (notes) NoteHighPriority(reg, info.graph, kclass, now, /*followed=*/false, /*may_hold=*/false);
   }
   // Timed launches only (a kernel's first ones are): what the hold asks, off the launch path.
   if (timed && !info.graph) kernel->NoteLaunchedOn(reg->device);

@@ -155,6 +155,14 @@ int Run(int launches, bool fork_child, bool bench) {
       printf("%s=%llu\n", name, count());
     }
   }
+  // And when each of its first launches entered the driver.
+  using DoubleEntered = unsigned long long (*)(unsigned long long);
+  if (auto entered = reinterpret_cast<DoubleEntered>(
+          dlsym(RTLD_DEFAULT, "orion_double_launch_entered_ns"))) {
+    for (unsigned long long i = 0; i < 64 && entered(i) != 0; ++i) {
+      printf("launch_entered_%llu=%llu\n", i, entered(i));
+    }
+  }
   printf("done=1\n");
   fflush(stdout);
   return 0;
