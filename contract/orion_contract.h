@@ -126,6 +126,7 @@ struct Event {
   uint64_t cpu_ns;       // CLOCK_MONOTONIC of the calling process (same clock on one host);
                          // a launch's: when the interposer took it, before the driver call
                          // where anything before the call needs the time, else as it returned
+                         // (a high-priority client alone: its busy periods too)
   uint64_t func;         // CUfunction, CUgraphExec, or device address for memory events
   uint64_t stream;
   uint64_t bytes;

@@ -16,7 +16,8 @@
 // QueueHoldWait and the keeper (gpu_hold.cc) talk to the driver.
 //
 // Usage:
-//   high-priority launch:  NoteHighPriorityGraph(own, graph);
+//   high-priority launch beside best-effort clients (FollowHighPriority), before the call:
+//                          NoteHighPriorityGraph(own, graph);
 //                          bool woke = graph && HoldGpu(gate);  launch;
 //                          if (woke) WakeHoldKeepers(gate);
 //   best-effort launch:    if (GpuHoldOn(gpu) && HoldsOnGpuFor(gate, gpu, own) &&

@@ -210,8 +210,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // The launch's one clock reading: the gate's where it read one. Otherwise it is read before
   // the driver call only where something before the call needs it: a high-priority launch that
   // best-effort clients may be held for (its notes tell them it is busy: FollowHighPriority), a
-  // timed launch, a charged one. Every other launch (a high-priority client alone on its GPU, a
-  // best-effort one that nobody holds) reads it once the driver returned. The reading waits for
+  // timed launch, a charged one. Every other launch (a high-priority client's alone on its GPU,
+  // a best-effort one's that the gate on the CPU neither held nor charged: held on the GPU, a
+  // collective, or with no high-priority client there) reads it once the driver returned. The reading waits for
   // every load before it (the vDSO orders it): before the call, for the misses of the launch
   // path's own lines; after it, the driver has waited for them already. In an eager service's
   // request on one core (H100), read before the call it cost 0.4% of the service time over no
@@ -268,8 +269,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
       ReleaseBudget(*reg->gate, ticket.budget_ns);  // untracked: do not leak the charge
     }
   }
-  // Before the call where best-effort clients may be held for it: they must see the GPU busy
-  // as early as possible.
+  // A high-priority launch's notes go with its clock reading: before the call where it was read
+  // there (best-effort clients may be held for it and must see the GPU busy as early as
+  // possible; or the launch is timed), else after the call (below).
   const bool took_hold =
       notes && clock_first &&
       NoteHighPriority(reg, info.graph, kclass, now,

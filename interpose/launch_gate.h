@@ -199,8 +199,8 @@ inline bool FollowHighPriority(const contract::GpuState& gpu) {
 // near empty and are not followed: following each of them recorded an event on every launch
 // and kept the poller looking (an eager ResNet50 pinned to one core, under MPS beside a
 // trainer, H100: its service time 1.40x alone followed, 1.14x not; round 12). A GPU-bound
-// burst, a long kernel or a graph is followed as before. `clock()` gives the launch's time; it
-// is read only where following is possible (a launch path with nobody to hold reads no clock).
+// burst, a long kernel or a graph is followed as before. `clock()` gives the launch's time, read
+// before the driver call (the launch path reads it there wherever following is possible).
 template <typename Clock>
 inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu, contract::GateArea& gate,
                                      std::atomic<uint64_t>& queue_end_ns, Clock&& clock,
@@ -222,8 +222,9 @@ inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu, contract::Ga
   return graph || estimate_ns == 0 || end - now_ns >= grace / 2;
 }
 
-// The high-priority client's own bookkeeping before each launch (own slot only: no lock, no
-// system call). A launch that finds nothing in flight and the grace period over starts a new
+// The high-priority client's own bookkeeping at each launch (own slot only: no lock, no system
+// call): before the driver call where best-effort clients may be held for it (FollowHighPriority),
+// else once it returned. A launch that finds nothing in flight and the grace period over starts a new
 // busy period; the previous one is returned in *ended (true) for the caller to report. A
 // `followed` launch is counted in slot.inflight until NoteHighPriorityCompletion; one that is not
 // keeps the client busy for the grace period after it, like any launch.

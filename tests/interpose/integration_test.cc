@@ -608,20 +608,26 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoHighPriorityNotesLeavesTheGateEntr
   }
 }
 
-// Where a launch reads its clock (hooks_launch.cc): a high-priority client alone on its GPU
-// stamps an untimed launch once the driver returned, and a timed one before the call; beside a
-// best-effort client (priority mode) it stamps every launch before the call, where its notes
-// tell the gate it is busy before its kernel is queued.
+// Where a launch reads its clock (hooks_launch.cc): a high-priority client that nobody is held
+// for (no best-effort client on its GPU, or the gate passing through) stamps an untimed launch
+// once the driver returned, and a timed one before the call; beside a best-effort client with
+// the gate on (priority mode) it stamps every launch before the call, where its notes tell the
+// gate it is busy before its kernel is queued.
 TEST_F(InterposeIntegrationTest, LaunchClockReadAfterTheDriverCallOnlyWhereNobodyIsHeld) {
-  for (const bool shared : {false, true}) {
-    const std::string dir = dir_ + (shared ? "/shared" : "/alone");
+  struct Case {
+    c::GateMode mode;
+    uint32_t be_clients;
+  };
+  for (const Case k : {Case{c::GateMode::kPassThrough, 0}, Case{c::GateMode::kPriority, 0},
+                       Case{c::GateMode::kPassThrough, 1}, Case{c::GateMode::kPriority, 1}}) {
+    const bool shared = k.mode == c::GateMode::kPriority && k.be_clients != 0;
+    const std::string dir = dir_ + "/mode" + std::to_string(static_cast<uint32_t>(k.mode)) +
+                            "-be" + std::to_string(k.be_clients);
     ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
     TestRegistrar registrar(dir, 0, /*honour_priority=*/true);
     ASSERT_TRUE(registrar.ok());
-    if (shared) {
-      registrar.board().gpus[0].mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
-      registrar.board().gpus[0].be_clients.store(1);
-    }
+    registrar.board().gpus[0].mode.store(static_cast<uint32_t>(k.mode));
+    registrar.board().gpus[0].be_clients.store(k.be_clients);
     const ProbeRun run = RunProbe("ORION_PRIORITY=high ORION_SOCKET=" + registrar.socket_path());
     ASSERT_EQ(run.exit_code, 0) << run.err;
     ASSERT_NE(registrar.area(0), nullptr);
@@ -635,7 +641,8 @@ TEST_F(InterposeIntegrationTest, LaunchClockReadAfterTheDriverCallOnlyWhereNobod
       untimed += timed ? 0 : 1;
       const bool stamped_before = e.cpu_ns < std::stoull(entered->second);
       EXPECT_EQ(stamped_before, shared || timed)
-          << (shared ? "beside best-effort work" : "alone") << ", launch " << launches - 1
+          << "mode " << static_cast<uint32_t>(k.mode) << ", " << k.be_clients
+          << " best-effort clients, launch " << launches - 1
           << (timed ? " (timed)" : " (untimed)") << ": stamped " << e.cpu_ns << ", entered "
           << entered->second;
     }
