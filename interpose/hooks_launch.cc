@@ -229,7 +229,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool follow =
       notes && clock_first &&
       FollowHighPriorityLaunch(
-                  gpu, *reg->gate, g_hp_queue_end_ns[reg->device], [now] { return now; },
+                  gpu, *reg->gate, g_hp_queue_end_ns[reg->device], now,
                   kernel != nullptr ? kernel->estimate_ns.load(std::memory_order_relaxed) : 0,
                   info.graph);
   PendingLaunch* pending = nullptr;

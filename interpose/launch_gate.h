@@ -199,14 +199,12 @@ inline bool FollowHighPriority(const contract::GpuState& gpu) {
 // near empty and are not followed: following each of them recorded an event on every launch
 // and kept the poller looking (an eager ResNet50 pinned to one core, under MPS beside a
 // trainer, H100: its service time 1.40x alone followed, 1.14x not; round 12). A GPU-bound
-// burst, a long kernel or a graph is followed as before. `clock()` gives the launch's time, read
+// burst, a long kernel or a graph is followed as before. `now_ns` is the launch's time, read
 // before the driver call (the launch path reads it there wherever following is possible).
-template <typename Clock>
 inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu, contract::GateArea& gate,
-                                     std::atomic<uint64_t>& queue_end_ns, Clock&& clock,
+                                     std::atomic<uint64_t>& queue_end_ns, uint64_t now_ns,
                                      uint64_t estimate_ns, bool graph) {
   if (!FollowHighPriority(gpu)) return false;
-  const uint64_t now_ns = clock();
   uint64_t start = queue_end_ns.load(std::memory_order_relaxed);
   const uint64_t grace = gpu.hp_grace_ns.load(std::memory_order_relaxed);
   // Not measured yet: modeled at a whole grace (followed, and what follows it queues behind).

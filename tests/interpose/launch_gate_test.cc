@@ -97,13 +97,11 @@ TEST_F(LaunchGateTest, HeldBestEffortWaitsForCompletionsAndQueuesAheadOfHighPrio
   gpu().hp_grace_ns.store(500'000);
   gate_->words.be_outstanding_ns.store(400'000);
   std::atomic<uint64_t> hp_queue_end{0};
-  EXPECT_TRUE(FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; },
-                                       10'000, false));
+  EXPECT_TRUE(FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, now_, 10'000, false));
   EXPECT_EQ(hp_queue_end.load(), now_ + 410'000);
   gate_->words.be_outstanding_ns.store(0);
   hp_queue_end.store(0);
-  EXPECT_FALSE(FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, [this] { return now_; },
-                                        10'000, false));
+  EXPECT_FALSE(FollowHighPriorityLaunch(gpu(), *gate_, hp_queue_end, now_, 10'000, false));
 }
 
 TEST_F(LaunchGateTest, BusyHighPriorityAdmitsOnlyWorkWithinTheBudget) {
@@ -161,8 +159,7 @@ TEST_F(LaunchGateTest, HighPriorityLaunchesAreFollowedOnlyWhereTheyMayOutlastThe
   gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
   std::atomic<uint64_t> queue_end{0};
   auto follow = [&](uint64_t t, uint64_t estimate, bool graph = false) {
-    return FollowHighPriorityLaunch(gpu(), *gate_, queue_end, [t] { return t; }, estimate,
-                                    graph);
+    return FollowHighPriorityLaunch(gpu(), *gate_, queue_end, t, estimate, graph);
   };
   EXPECT_FALSE(follow(now_, 0));  // no best-effort client: nobody reads a completion
   gpu().be_clients.store(1);

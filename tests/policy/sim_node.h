@@ -458,8 +458,7 @@ void SimClient::DoLaunch() {
   if (high_) {
     // The follow decision's model (the GPU's queue of this client's work); the simulation
     // follows every launch.
-    interpose::FollowHighPriorityLaunch(gpu_ref(), gate_ref(), hp_queue_end_ns_,
-                                        [now] { return now; },
+    interpose::FollowHighPriorityLaunch(gpu_ref(), gate_ref(), hp_queue_end_ns_, now,
                                         rec->estimate_ns.load(std::memory_order_relaxed), false);
     // Before the launch: best-effort clients must see the GPU busy as early as possible.
     interpose::NoteHighPriorityClass(own_gate(), rec->kclass.load(std::memory_order_relaxed));
