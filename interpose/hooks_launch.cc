@@ -212,13 +212,13 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // best-effort clients may be held for (its notes tell them it is busy: FollowHighPriority), a
   // timed launch, a charged one. Every other launch (a high-priority client's alone on its GPU,
   // a best-effort one's that the gate on the CPU neither held nor charged: held on the GPU, a
-  // collective, or with no high-priority client there) reads it once the driver returned. The reading waits for
-  // every load before it (the vDSO orders it): before the call, for the misses of the launch
-  // path's own lines; after it, the driver has waited for them already. In an eager service's
-  // request on one core (H100), read before the call it cost 0.4% of the service time over no
-  // reading at all, and read after it neither its CPU nor its service time resolve from none
-  // (docs/benchmarks.md, round eleven). A reading extrapolated from the time-stamp counter was
-  // no cheaper in place (round eight).
+  // collective, or with no high-priority client there) reads it once the driver returned. The
+  // reading waits for every load before it (the vDSO orders it): before the call, for the misses
+  // of the launch path's own lines; after it, the driver has waited for them already. In an
+  // eager service's request on one core (H100), read before the call it cost 0.4% of the service
+  // time over no reading at all, and read after it neither its CPU nor its service time resolve
+  // from none (docs/benchmarks.md, round eleven). A reading extrapolated from the time-stamp
+  // counter was no cheaper in place (round eight).
   const bool notes = high && bench != contract::BenchSwitch::kNoHighPriorityNotes;
   const bool clock_first = ticket.go_ns != 0 || timed || ticket.budget_ns != 0 ||
                            (notes && FollowHighPriority(gpu));
@@ -275,7 +275,8 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool took_hold =
       notes && clock_first &&
       NoteHighPriority(reg, info.graph, kclass, now,
-                       /*followed=*/pending != nullptr && pending->high_priority, /*may_hold=*/true);
+                       /*followed=*/pending != nullptr && pending->high_priority,
+                       /*may_hold=*/true);
   NoteLaunchStream(ctx, info.stream, info.per_thread_stream);
   const CUresult result = launch();
   if (took_hold) WakeHoldKeepers(*reg->gate);  // after the launch: off the request's path
@@ -286,7 +287,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   }
   if (!clock_first) {
     now = LaunchClock(bench);
-    if (notes) NoteHighPriority(reg, info.graph, kclass, now, /*followed=*/false, /*may_hold=*/false);
+    if (notes) {
+      NoteHighPriority(reg, info.graph, kclass, now, /*followed=*/false, /*may_hold=*/false);
+    }
   }
   // Timed launches only (a kernel's first ones are): what the hold asks, off the launch path.
   if (timed && !info.graph) kernel->NoteLaunchedOn(reg->device);

@@ -221,11 +221,12 @@ inline bool FollowHighPriorityLaunch(const contract::GpuState& gpu, contract::Ga
 }
 
 // The high-priority client's own bookkeeping at each launch (own slot only: no lock, no system
-// call): before the driver call where best-effort clients may be held for it (FollowHighPriority),
-// else once it returned. A launch that finds nothing in flight and the grace period over starts a new
-// busy period; the previous one is returned in *ended (true) for the caller to report. A
-// `followed` launch is counted in slot.inflight until NoteHighPriorityCompletion; one that is not
-// keeps the client busy for the grace period after it, like any launch.
+// call): before the driver call where best-effort clients may be held for it
+// (FollowHighPriority), else once it returned. A launch that finds nothing in flight and the
+// grace period over starts a new busy period; the previous one is returned in *ended (true) for
+// the caller to report. A `followed` launch is counted in slot.inflight until
+// NoteHighPriorityCompletion; one that is not keeps the client busy for the grace period after
+// it, like any launch.
 inline bool NoteHighPriorityLaunch(contract::SlotGate& slot, const contract::GpuState& gpu,
                                    uint64_t now_ns, BusyPeriod* ended, bool followed = true) {
   bool report = false;

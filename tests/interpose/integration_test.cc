@@ -636,7 +636,8 @@ TEST_F(InterposeIntegrationTest, LaunchClockReadAfterTheDriverCallOnlyWhereNobod
       if (e.kind != c::EventKind::kLaunch) continue;
       // The probe's launches and the driver's, one by one in order (captured ones are neither).
       const auto entered = run.values.find("launch_entered_" + std::to_string(launches++));
-      ASSERT_NE(entered, run.values.end()) << "launch " << launches - 1 << " never reached the driver";
+      ASSERT_NE(entered, run.values.end())
+          << "launch " << launches - 1 << " never reached the driver";
       const bool timed = (e.flags & c::kTimedLaunch) != 0;
       untimed += timed ? 0 : 1;
       const bool stamped_before = e.cpu_ns < std::stoull(entered->second);

@@ -159,8 +159,8 @@ int Run(int launches, bool fork_child, bool bench) {
   using DoubleEntered = unsigned long long (*)(unsigned long long);
   if (auto entered = reinterpret_cast<DoubleEntered>(
           dlsym(RTLD_DEFAULT, "orion_double_launch_entered_ns"))) {
-    for (unsigned long long i = 0; i < 64 && entered(i) != 0; ++i) {
-      printf("launch_entered_%llu=%llu\n", i, entered(i));
+    for (unsigned long long i = 0, ns = 0; i < 64 && (ns = entered(i)) != 0; ++i) {
+      printf("launch_entered_%llu=%llu\n", i, ns);
     }
   }
   printf("done=1\n");
