@@ -106,7 +106,6 @@ BENCH_SWITCHES = {
     "before-clock": (7, "in-process, launches cut short before the clock"),
     "no-clock": (8, "in-process, no clock read (the thread's first reading kept)"),
     "no-hp-notes": (9, "in-process, nothing published to the high-priority gate entry"),
-    "no-entry-prefetch": (10, "in-process, a launch's lines not asked for at its entry"),
 }
 
 

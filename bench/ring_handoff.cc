@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
                  kBlock * kArmCount);
     return 2;
   }
-  if (!EventRing::CanPrefetchForWrite()) {
+  if (!EventRing::CanPrefetchNextEntry()) {
     std::fprintf(stderr, "orion-bench-ring: this CPU has no PREFETCHW (nothing to compare)\n");
     return kNoPrefetchExit;
   }

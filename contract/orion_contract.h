@@ -209,37 +209,30 @@ struct alignas(64) EventRing {
   // would each wait for the line to come back from the consumer's core, and the first locked
   // instruction after that push (the application's next reference count, the driver's next
   // lock) would wait for those stores. Prefetched, they arrive while the producer runs up to its
-  // next push. Only where CanPrefetchForWrite() (the caller asks once).
+  // next push. Only where CanPrefetchNextEntry() (the caller asks once).
   void PrefetchNextEntry() const {
     const char* entry = reinterpret_cast<const char*>(&NextEntry());
-    PrefetchForWrite(entry);
-    PrefetchForWrite(entry + 64);
-    PrefetchForWrite(entry + sizeof(uint64_t) + kEventHeadBytes - 1);
+    constexpr size_t kLast = sizeof(uint64_t) + kEventHeadBytes - 1;
+#if defined(__x86_64__)
+    asm volatile("prefetchw %0" : : "m"(entry[0]));
+    asm volatile("prefetchw %0" : : "m"(entry[64]));
+    asm volatile("prefetchw %0" : : "m"(entry[kLast]));
+#else
+    __builtin_prefetch(entry, 1, 3);
+    __builtin_prefetch(entry + 64, 1, 3);
+    __builtin_prefetch(entry + kLast, 1, 3);
+#endif
   }
 
-  // Producer, as a launch begins: fetches head's line for writing (the server reads head once
-  // a pass, so the push's compare-and-swap would otherwise wait for the line, and every store
-  // before it with it). Only where CanPrefetchForWrite().
-  void PrefetchHead() const { PrefetchForWrite(&head); }
-
-  // Whether this CPU may run PrefetchForWrite: on x86 where CPUID has PRFCHW (elsewhere
+  // Whether this CPU may run PrefetchNextEntry: on x86 where CPUID has PRFCHW (elsewhere
   // PREFETCHW is not promised to be a hint); elsewhere always (the compiler's store prefetch is
   // one).
-  static bool CanPrefetchForWrite() {
+  static bool CanPrefetchNextEntry() {
 #if defined(__x86_64__)
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     return __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_PRFCHW) != 0;
 #else
     return true;
-#endif
-  }
-
-  // Asks for `p`'s line for writing, without waiting (a hint: it never faults).
-  static void PrefetchForWrite(const void* p) {
-#if defined(__x86_64__)
-    asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
-#else
-    __builtin_prefetch(p, 1, 3);
 #endif
   }
 
@@ -728,9 +721,6 @@ enum class BenchSwitch : uint32_t {
   // nothing to its gate entry (busy state, kernel class, graph flag) and is not followed.
   kNoClock = 8,
   kNoHighPriorityNotes = 9,
-  // Interposed, a launch's lines not asked for at its entry (interpose/hooks_launch.cc,
-  // PrefetchLaunchLines): what asking for them saves.
-  kNoEntryPrefetch = 10,
 };  // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";

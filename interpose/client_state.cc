@@ -129,7 +129,7 @@ __attribute__((destructor)) void AddLaunchTallyAtExit() { AddLaunchTallyNow(null
 
 void InitProcess() {
   PinLoadedVersion();
-  g_process.prefetch_write = contract::EventRing::CanPrefetchForWrite();
+  g_process.prefetch_ring = contract::EventRing::CanPrefetchNextEntry();
   EnvConfig& config = g_process.config;
   config = ReadEnvConfig(getenv);
   g_process.driver_ok = EnsureDriverResolved();

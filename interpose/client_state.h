@@ -63,10 +63,9 @@ struct alignas(64) ProcessState {
   // hook asks (EnsureProcessInit), twice on a launch.
   std::atomic<bool> ready{false};
   bool driver_ok = false;
-  // Whether lines are prefetched for writing (the ring's next entry after a push, the launch's
-  // written lines at its entry; x86: where CPUID has PRFCHW; elsewhere always, the compiler's
-  // store prefetch being only a hint), set once at start.
-  bool prefetch_write = false;
+  // Whether the ring's next entry is prefetched for writing (x86: where CPUID has PRFCHW;
+  // elsewhere always, the compiler's store prefetch being only a hint), set once at start.
+  bool prefetch_ring = false;
   // Set once any registration failed: the whole process passes through from then on.
   std::atomic<uint32_t> pass_through{0};
   // Bumped in a fork child and at a renewal: every thread's cached registration is looked up
@@ -201,7 +200,7 @@ inline void PushEvent(Registration* reg, const contract::Event& event,
                       size_t bytes = sizeof(contract::Event)) {
   contract::EventRing& ring = reg->area->ring;
   // Not after a drop: the next entry of a full ring is the one the server is about to read.
-  if (ring.TryPush(event, bytes) && g_process.prefetch_write &&
+  if (ring.TryPush(event, bytes) && g_process.prefetch_ring &&
       CurrentBenchSwitch() != contract::BenchSwitch::kNoRingPrefetch) {
     ring.PrefetchNextEntry();
   }

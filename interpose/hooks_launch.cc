@@ -2,7 +2,6 @@
 // tracking for high-priority work and sampled GPU timing.
 #include "interpose/glibc_compat.h"
 
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,41 +135,9 @@ CUresult LoggedLaunch(const LaunchInfo& info, Launch launch) {
                     info.graph ? nullptr : KernelName(info.func), 0, launch);
 }
 
-// Asks for the lines a steady launch of this thread reads and writes before it reads any of them
-// (the driver's cuCtxGetCurrent comes first): its registration's, its slot's and its GPU's words,
-// its kernel's record, its board's heartbeat, its gate entry and its ring's head. Between a
-// framework's launches these lines leave the caches, and each pointer is found on the line
-// before it (thread, registration, slot): asked for at once, their misses overlap instead of
-// following one another. Hints only, never faulting: the thread's cached registration is taken
-// only where the launch itself would take it (the process's epoch unchanged), and where this
-// launch's context is another one the lines are merely wasted.
-[[gnu::always_inline]] inline void PrefetchLaunchLines(const LaunchInfo& info) {
-  const ThreadLaunch& cached = t_launch;
-  const Registration* reg = cached.reg;
-  if (reg == nullptr || cached.epoch != g_process.epoch.load(std::memory_order_relaxed) ||
-      CurrentBenchSwitch() == contract::BenchSwitch::kNoEntryPrefetch) {
-    return;
-  }
-  if (info.graph) {
-    g_graphs.PrefetchHome(info.func);
-  } else {
-    g_kernels.PrefetchHome(info.func);
-  }
-  const auto* gpu = reinterpret_cast<const char*>(reg->gpu);
-  __builtin_prefetch(reg->slot, 0, 3);
-  __builtin_prefetch(gpu, 0, 3);  // the gate's mode and the high-priority slots
-  __builtin_prefetch(gpu + offsetof(contract::GpuState, be_clients), 0, 3);
-  __builtin_prefetch(&reg->board->header.server_heartbeat_ns, 0, 3);
-  if (g_process.prefetch_write) {
-    contract::EventRing::PrefetchForWrite(reg->own_gate);
-    reg->area->ring.PrefetchHead();
-  }
-}
-
 // Everything around one launch; `launch` performs the real driver call.
 template <typename Launch>
 CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
-  PrefetchLaunchLines(info);
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
   if (reg == nullptr) [[unlikely]] {

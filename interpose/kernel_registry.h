@@ -154,10 +154,6 @@ class KernelRegistry {
     return nullptr;
   }
 
-  // Asks for the line of `key`'s home, where a steady table keeps its record (a hint: it never
-  // faults, and a record probed further on is merely found later).
-  void PrefetchHome(uint64_t key) const { __builtin_prefetch(&records_[Home(key)], 0, 3); }
-
   // A new server knows no names: each is sent again on the record's next launch (safe while
   // other threads launch: at worst a name goes twice).
   void ForgetNameReports() {

@@ -132,7 +132,7 @@ TEST(EventRingTest, HeadOnlyPushCarriesEveryFieldButTheName) {
 TEST(EventRingTest, NextEntryIsWhereTheNextPushWrites) {
   auto ring = std::make_unique<EventRing>();
   ring->Reset();
-  const bool prefetch = EventRing::CanPrefetchForWrite();
+  const bool prefetch = EventRing::CanPrefetchNextEntry();
   Event e{};
   e.kind = EventKind::kLaunch;
   Event out{};
