@@ -173,8 +173,28 @@ class Server:
         for _ in range(200):
             if os.path.exists(self.socket):
                 return self
+            if self.proc.poll() is not None:
+                break
             time.sleep(0.05)
-        raise SystemExit(f"orion-server did not start; see {getattr(self.log, 'name', 'its log')}")
+        self.stop()
+        raise SystemExit(f"orion-server did not start; see {self.log_name()}{self.log_tail()}")
+
+    def log_name(self):
+        return getattr(self.log, "name", "its log")
+
+    def log_tail(self, lines=8):
+        """The end of the server's log, quoted for an error (its file is often in a temporary
+        folder the run removes); empty where the log is not a named file."""
+        name = getattr(self.log, "name", None)
+        if not isinstance(name, str):
+            return ""
+        try:
+            self.log.flush()
+            with open(name, errors="replace") as f:
+                tail = f.read().splitlines()[-lines:]
+        except OSError:
+            return ""
+        return "".join(f"\n  {line}" for line in tail)
 
     def ctl(self, *argv):
         """orion-ctl against this server; its output, or exit naming the command."""

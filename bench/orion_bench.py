@@ -13,6 +13,7 @@ run on a machine with an NVIDIA GPU from a bundle of the built binaries (tools/b
 import importlib
 import os
 import pkgutil
+import signal
 import sys
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -54,5 +55,13 @@ def main(argv):
     return load(known[name]).main(argv[1:]) or 0
 
 
+def end_on_terminate(signum, frame):
+    """SIGTERM (a `timeout` around a run) ends the experiment as an error would, so that its
+    `finally` blocks stop what it started: an orion-server left running holds its admin port, and
+    the next run's server cannot start."""
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, end_on_terminate)
     sys.exit(main(sys.argv[1:]))
