@@ -177,10 +177,8 @@ class Server:
                 break
             time.sleep(0.05)
         self.stop()
-        raise SystemExit(f"orion-server did not start; see {self.log_name()}{self.log_tail()}")
-
-    def log_name(self):
-        return getattr(self.log, "name", "its log")
+        raise SystemExit(f"orion-server did not start; see {getattr(self.log, 'name', 'its log')}"
+                         f"{self.log_tail()}")
 
     def log_tail(self, lines=8):
         """The end of the server's log, quoted for an error (its file is often in a temporary

@@ -57,8 +57,8 @@ def main(argv):
 
 def end_on_terminate(signum, frame):
     """SIGTERM (a `timeout` around a run) ends the experiment as an error would, so that its
-    `finally` blocks stop what it started: an orion-server left running holds its admin port, and
-    the next run's server cannot start."""
+    `finally` blocks stop what it started: an orion-server left running holds its metrics port,
+    and the next run's server cannot start ("metrics_address: cannot listen")."""
     raise SystemExit(128 + signum)
 
 
