@@ -8,6 +8,7 @@ pinning, rounds in rotating order, JSONL rows and median [min, max] summaries.
   server.stop()
   rows = harness.read_rows(path, "priority")     # a bad line stops: EXPERIMENT: PATH:LINE: why
 """
+import atexit
 import gzip
 import json
 import os
@@ -170,6 +171,7 @@ class Server:
         self.proc = self.popen(self.prefix + [self.program, "--config", cfg],
                                env=dict(os.environ, **lib_env(self.bundle)),
                                stdout=self.log, stderr=self.log)
+        atexit.register(self.stop)  # however the run ends (orion_bench.py: SIGTERM included)
         for _ in range(200):
             if os.path.exists(self.socket):
                 return self

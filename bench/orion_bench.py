@@ -56,9 +56,10 @@ def main(argv):
 
 
 def end_on_terminate(signum, frame):
-    """SIGTERM (a `timeout` around a run) ends the experiment as an error would, so that its
-    `finally` blocks stop what it started: an orion-server left running holds its metrics port,
-    and the next run's server cannot start ("metrics_address: cannot listen")."""
+    """SIGTERM (a `timeout` around a run) ends the experiment as an error would, so that what it
+    started is stopped (its `finally` blocks, and the harness's orion-server at exit): a server
+    left running holds its metrics port, and the next run's server cannot start
+    ("metrics_address: cannot listen")."""
     raise SystemExit(128 + signum)
 
 
