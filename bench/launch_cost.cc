@@ -18,10 +18,17 @@
 // timed alone; the line then ends "pollute_kb=KB". --kernels N launches N distinct kernels in
 // turn (orion_spin loaded N times under N names), as a framework's forward pass launches its own
 // kernels once each: the interposer then finds each kernel's record as cold as the kernel's turn
-// is far; the line then ends "kernels=N". --no-polled leaves out the variant with a polling
+// is far; the line then ends "kernels=N". --pair-switch WORD pairs the interposer with itself:
+// the second path is the linked cuLaunchKernel again, with the benchmark switch (the file that
+// ORION_BENCH_SWITCH names, which the interposer maps) set to WORD during its groups and to 0
+// (as usual) during the first path's, so "adds" is what the part WORD leaves out costs, inside
+// one process; the line then ends "pair_switch=WORD". --no-polled leaves out the variant with a polling
 // thread, whose work grows with the run's time rather than its launches (launch-instructions
 // counts instructions per launch).
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -105,10 +112,32 @@ void Pollute(std::vector<unsigned char>& buf) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
+// The benchmark switch's word for --pair-switch: the file ORION_BENCH_SWITCH names, mapped
+// shared and writable (the interposer maps it read-only and reads it at every launch).
+std::atomic<uint32_t>* MapPairSwitch() {
+  const char* path = getenv("ORION_BENCH_SWITCH");
+  if (path == nullptr || path[0] == '\0') {
+    fprintf(stderr, "orion-bench-launch: --pair-switch needs ORION_BENCH_SWITCH (a 4-byte file)\n");
+    exit(2);
+  }
+  const int fd = open(path, O_RDWR | O_CLOEXEC);
+  void* addr = fd < 0 ? MAP_FAILED
+                      : mmap(nullptr, sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fd >= 0) close(fd);
+  if (addr == MAP_FAILED) {
+    fprintf(stderr, "orion-bench-launch: cannot map ORION_BENCH_SWITCH=%s for writing\n", path);
+    exit(2);
+  }
+  return static_cast<std::atomic<uint32_t>*>(addr);
+}
+
+// `pair_switch` null: the second path is the driver's own entry point; else the linked entry
+// again with *pair_switch set to `word` during its groups (0 during the first path's).
 void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb,
-                 const std::vector<CUfunction>& kernels) {
-  const LaunchFn driver = DriverLaunch();
-  if (driver == nullptr) {
+                 const std::vector<CUfunction>& kernels, std::atomic<uint32_t>* pair_switch,
+                 uint32_t word) {
+  const LaunchFn driver = pair_switch != nullptr ? nullptr : DriverLaunch();
+  if (pair_switch == nullptr && driver == nullptr) {
     fprintf(stderr, "orion-bench-launch: the driver's cuLaunchKernel was not found; no paired line\n");
     return;
   }
@@ -118,11 +147,12 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb,
   size_t turn = 0;  // the next kernel of `kernels`, in turn across groups and both paths
   auto launch = [&](bool through_driver) {
     CUfunction f = kernels[turn++ % kernels.size()];
-    ORION_CHECK_CU(through_driver
+    ORION_CHECK_CU(through_driver && driver != nullptr
                        ? driver(f, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr)
                        : cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
   };
   auto group_ns = [&](bool through_driver) {
+    if (pair_switch != nullptr) pair_switch->store(through_driver ? word : 0);
     uint64_t took = 0;
     if (dirt.empty()) {
       const uint64_t t0 = NowNs();
@@ -137,6 +167,7 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb,
       }
     }
     ORION_CHECK_CU(cuStreamSynchronize(stream));
+    if (pair_switch != nullptr) pair_switch->store(0);
     return static_cast<double>(took) / kGroup;
   };
   // First each kernel is launched as often as a service that has run for minutes launched it
@@ -169,6 +200,7 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb,
          Median(linked), Median(direct), Median(diffs), sorted[lo], sorted[hi], pairs);
   if (pollute_kb > 0) printf(" pollute_kb=%lld", static_cast<long long>(pollute_kb));
   if (kernels.size() > 1) printf(" kernels=%zu", kernels.size());
+  if (pair_switch != nullptr) printf(" pair_switch=%u", word);
   printf("\n");
 }
 
@@ -186,6 +218,9 @@ int main(int argc, char** argv) {
   int64_t kernel_count = 1;
   flags.AddInt("kernels", &kernel_count,
                "distinct kernels the paired line launches in turn (1: the same one each time)");
+  int64_t pair_switch = -1;
+  flags.AddInt("pair-switch", &pair_switch,
+               "the paired line against the interposer itself with this benchmark switch word");
   bool no_polled = false;
   flags.AddBool("no-polled", &no_polled,
                 "leave out the variant with a second thread polling events every 20 us");
@@ -194,6 +229,8 @@ int main(int argc, char** argv) {
   if (pairs < 0 || pairs > 1'000'000) flags.Usage(1, "--pairs wants 0 to 1000000");
   if (pollute_kb < 0 || pollute_kb > 1'048'576) flags.Usage(1, "--pollute wants 0 to 1048576 KB");
   if (kernel_count < 1 || kernel_count > 4096) flags.Usage(1, "--kernels wants 1 to 4096");
+  if (pair_switch < -1 || pair_switch > 1000) flags.Usage(1, "--pair-switch wants 0 to 1000");
+  std::atomic<uint32_t>* switch_word = pair_switch >= 0 ? MapPairSwitch() : nullptr;
 
   Gpu gpu = orion::samples::OpenGpu();
   CUstream stream;
@@ -251,7 +288,10 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < modules.size(); ++i) {
     kernels.push_back(orion::samples::SpinNamed(gpu, "k" + std::to_string(i) + "_", &modules[i]));
   }
-  if (pairs > 0) PrintPaired(gpu, stream, static_cast<int>(pairs), pollute_kb, kernels);
+  if (pairs > 0) {
+    PrintPaired(gpu, stream, static_cast<int>(pairs), pollute_kb, kernels, switch_word,
+                static_cast<uint32_t>(std::max<int64_t>(pair_switch, 0)));
+  }
   for (CUmodule m : modules) ORION_CHECK_CU(cuModuleUnload(m));
   for (CUevent& e : events) ORION_CHECK_CU(cuEventDestroy(e));
   ORION_CHECK_CU(cuStreamDestroy(stream));

@@ -2,7 +2,8 @@
 
   orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
                              [--pollute KB] [--kernels N] [--baseline-interposer LIB] [--timed]
-                             [--split SWITCH,...] [--fixed-layout] [--out DIR]
+                             [--split SWITCH,...] [--paired-split SWITCH,...]
+                             [--fixed-layout] [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
@@ -31,7 +32,12 @@ of the launching thread (its two event records, the hold's stream wait), past 1 
 --split SWITCH,... adds a high-priority arm per switch (ORION_BENCH_SWITCH: after-registration,
 before-clock, no-clock, no-launch-records, no-hp-notes, no-timing, ...): its launches cut short
 or leaving one part out, so that the high-priority arm less it, in the same run, is what that
-part of the path costs on this host.
+part of the path costs on this host. Each such arm is a process of its own, and a process keeps
+an offset of its own for its whole run (tens to a hundred ns), so parts under about 40 ns do
+not resolve that way. --paired-split SWITCH,... resolves them inside one process instead: per
+switch a high-priority arm whose paired figure takes the interposer's cuLaunchKernel as usual
+and with the switch set in turn (orion-bench-launch --pair-switch), so its difference is what
+the part the switch leaves out costs, against the same process's state.
 --fixed-layout adds the no-interposer and high-priority arms again with the address space's
 randomization off (setarch -R: every process of the arm maps its libraries, stack and heap at
 the same addresses): where one run of an arm reads far from another, these arms say whether the
@@ -54,6 +60,7 @@ BASELINE_ARMS = ("high priority, baseline", "best effort, baseline")
 TIMED_ARMS = ("high priority, every launch timed", "high priority, every launch timed, not held")
 SPLIT_ARM = "high priority, "  # + harness.bench_switch_part(name): a --split arm
 FIXED_LAYOUT_ARMS = ("no interposer, fixed layout", "high priority, fixed layout")
+PAIRED_SPLIT_ARM = "high priority against itself without "  # + bench_switch_part(name)
 
 
 def split_arms(rows):
@@ -138,13 +145,41 @@ def same_run_table(rows, pairs, heading, first="arm"):
         [first, "caches", heading, "95% interval of the median (bootstrap)", "runs"], out)
 
 
+def paired_split_table(rows):
+    """With --paired-split: per switch and caches, the part's cost inside one process (the
+    interposer as usual less the interposer with the switch set, group by group), median over
+    runs; "" without."""
+    out = []
+    shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
+    for kb, kernels in shapes:
+        for name in dict.fromkeys(r["pair_switch"] for r in rows if "pair_switch" in r):
+            mine = [r for r in rows if r.get("pair_switch") == name
+                    and r.get("pollute_kb", 0) == kb and r.get("kernels", 1) == kernels]
+            if not mine:
+                continue
+            halves = [(r["ci_high"] - r["ci_low"]) / 2 for r in mine]
+            out.append([harness.bench_switch_part(name), caches_label(kb, kernels),
+                        harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
+                        harness.median_interval([r["adds_ns"] for r in mine], digits=0) + " ns",
+                        f"+-{statistics.median(halves):.0f} ns", str(mine[0]["pairs"]),
+                        str(len(mine))])
+    if not out:
+        return ""
+    return harness.markdown_table(
+        ["the path without", "caches",
+         "high priority less this, inside one process: median [min, max] over runs",
+         "95% interval of the median over runs (bootstrap)", "95% interval of one run (median)",
+         "pairs a run", "runs"], out)
+
+
 def table(rows):
     """Per variant: the no-interposer cost and each interposed arm's paired difference; then the
-    paired figure, and this build against the baseline build where one ran."""
+    paired figure, this build against the baseline build where one ran, and the parts."""
     paired = [r for r in rows if r["variant"] == "paired"]
     rows = [r for r in rows if r["variant"] != "paired"]
     text = paired_table(paired) if paired else ""
-    for extra in (against_baseline_table(paired), split_table(paired)):
+    for extra in (against_baseline_table(paired), split_table(paired),
+                  paired_split_table(paired)):
         if extra:
             text += "\n\n" + extra
     if not rows:
@@ -190,6 +225,10 @@ def main(argv=None):
     p.add_argument("--split", metavar="SWITCH,...", default="",
                    help="a high-priority arm per ORION_BENCH_SWITCH name (e.g. after-registration,"
                         "before-clock,no-clock): what each part of the path costs")
+    p.add_argument("--paired-split", metavar="SWITCH,...", default="",
+                   help="a high-priority arm per ORION_BENCH_SWITCH name whose paired figure "
+                        "is the interposer less itself with that switch: each part inside one "
+                        "process")
     p.add_argument("--fixed-layout", action="store_true",
                    help="two more arms, no interposer and high priority, with the address space's "
                         "randomization off (setarch -R)")
@@ -203,6 +242,7 @@ def main(argv=None):
     if not args.bundle:
         p.error("--bundle is required")
     split = harness.bench_switch_names(args.split, "launch-cost --split")
+    paired_split = harness.bench_switch_names(args.paired_split, "launch-cost --paired-split")
     b = os.path.abspath(args.bundle)
     bench = os.path.join(b, "orion-bench-launch")
     if not os.access(bench, os.X_OK):
@@ -239,6 +279,15 @@ def main(argv=None):
         switch_of[arm] = name
         word = harness.write_bench_switch(os.path.join(work, f"switch-{name}"), name)
         wraps[arm] = ["env", f"ORION_BENCH_SWITCH={word}"] + harness.orion_run(b, "high")
+    pair_switch_of, bench_args = {}, {}
+    for name in paired_split:
+        arm = PAIRED_SPLIT_ARM + harness.bench_switch_part(name)
+        pair_switch_of[arm] = name
+        word = os.path.join(work, f"pair-switch-{name}")
+        with open(word, "wb") as f:
+            f.write(bytes(4))  # as usual until orion-bench-launch sets it for a group
+        wraps[arm] = ["env", f"ORION_BENCH_SWITCH={word}"] + harness.orion_run(b, "high")
+        bench_args[arm] = ["--pair-switch", str(harness.BENCH_SWITCHES[name][0])]
     rows = []
     try:
         for run in range(1, args.runs + 1):
@@ -246,7 +295,8 @@ def main(argv=None):
                 text = subprocess.run(
                     harness.taskset(args.cpus) + wraps[arm] + [
                         bench, "--launches", str(args.launches), "--pairs", str(args.pairs),
-                        "--pollute", str(args.pollute), "--kernels", str(args.kernels)],
+                        "--pollute", str(args.pollute), "--kernels", str(args.kernels)]
+                    + bench_args.get(arm, []),
                     env=env, check=True, capture_output=True, text=True).stdout
                 for m in re.finditer(r"^(.+?)\s+ns_per_(?:launch|call)=(\d+)", text, re.M):
                     row = {"run": run, "arm": arm, "variant": m.group(1).strip(),
@@ -258,8 +308,10 @@ def main(argv=None):
                     fields = dict(kv.split("=") for kv in m.group(1).split())
                     row = {"run": run, "arm": arm, "variant": "paired", "cpus": args.cpus,
                            **({"switch": switch_of[arm]} if arm in switch_of else {}),
+                           **({"pair_switch": pair_switch_of[arm]}
+                              if arm in pair_switch_of else {}),
                            **{k: float(v) for k, v in fields.items()
-                              if k not in ("pairs", "pollute_kb", "kernels")},
+                              if k not in ("pairs", "pollute_kb", "kernels", "pair_switch")},
                            "pairs": int(fields["pairs"]),
                            "pollute_kb": int(fields.get("pollute_kb", 0)),
                            "kernels": int(fields.get("kernels", 1))}
