@@ -98,6 +98,8 @@ def orion_run(bundle, priority, interposer=None, run_args=()):
 # ORION_BENCH_SWITCH's words (contract::BenchSwitch) by name, each with its arm's name in
 # cpu-tax's in-process rows; bench_switch_part gives the part of the launch path it leaves out.
 BENCH_SWITCHES = {
+    # Word 0 is the path as usual: an arm of it is the A/A control of the others.
+    "as-usual": (0, "in-process, as usual (an A/A control)"),
     "bypass": (1, "in-process bypass"),
     "no-hold": (2, "in-process, no timed launch held"),
     "no-timing": (3, "in-process, no launch timed"),

@@ -4,8 +4,8 @@ pairs the interposer with itself inside one process, setting the benchmark switc
 other group (--pair-switch), and the table gives each part's cost.
 
 Runs launch-cost from a bundle made of this build's orion-server, orion-run, orion-bench-launch
-and interposer, with the test double as libcuda, for the bypass and the no-notes switches, and
-checks: each arm's paired line names its switch, the rows carry it, the table lists both parts,
+and interposer, with the test double as libcuda, for the as-usual (A/A), bypass and no-notes
+switches, and checks: each arm's paired line names its switch, the rows carry it, the table lists both parts,
 and the bypass part (the whole path past the hook's entry) reads above the noise of one run (the
 switch reached the interposer: set for no group, both halves would be alike). Then checks that
 orion-bench-launch refuses --pair-switch without ORION_BENCH_SWITCH, and that launch-cost refuses
@@ -46,19 +46,24 @@ def main():
         r = subprocess.run(
             [sys.executable, ENTRY, "launch-cost", "--bundle", bundle, "--runs", "1", "--cpus",
              cpu, "--admin-port", "0", "--launches", "100", "--pairs", "200", "--kernels", "8",
-             "--paired-split", "bypass,no-hp-notes", "--out", out],
+             "--paired-split", "as-usual,bypass,no-hp-notes", "--out", out],
             env=env, capture_output=True, text=True, timeout=240)
         check(r.returncode == 0, f"launch-cost exit {r.returncode}:\n{r.stdout}\n{r.stderr}")
         with open(os.path.join(out, "launch-cost.jsonl")) as f:
             rows = [json.loads(line) for line in f]
         parts = {row["pair_switch"]: row for row in rows
                  if row["variant"] == "paired" and "pair_switch" in row}
-        check(sorted(parts) == ["bypass", "no-hp-notes"], f"paired-split rows: {sorted(parts)}")
+        check(sorted(parts) == ["as-usual", "bypass", "no-hp-notes"],
+              f"paired-split rows: {sorted(parts)}")
         bypass = parts["bypass"]
         half = (bypass["ci_high"] - bypass["ci_low"]) / 2
         check(bypass["adds_ns"] > 2 * half + 5,
               f"the bypass part reads {bypass['adds_ns']} ns, within its run's interval "
               f"+-{half}: did the switch reach the interposer?")
+        # The A/A control: both halves take the same path, so it reads less than the bypass.
+        check(abs(parts["as-usual"]["adds_ns"]) < bypass["adds_ns"],
+              f"as usual against itself reads {parts['as-usual']['adds_ns']} ns, the bypass "
+              f"part {bypass['adds_ns']} ns")
         heading = "high priority less this, inside one process"
         check(heading in r.stdout, f"no paired-split table:\n{r.stdout}")
         table = r.stdout.split(heading, 1)[1]
