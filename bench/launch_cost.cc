@@ -22,9 +22,9 @@
 // the second path is the linked cuLaunchKernel again, with the benchmark switch (the file that
 // ORION_BENCH_SWITCH names, which the interposer maps) set to WORD during its groups and to 0
 // (as usual) during the first path's, so "adds" is what the part WORD leaves out costs, inside
-// one process; the line then ends "pair_switch=WORD". --no-polled leaves out the variant with a polling
-// thread, whose work grows with the run's time rather than its launches (launch-instructions
-// counts instructions per launch).
+// one process; the line then ends "pair_switch=WORD". --no-polled leaves out the variant with a
+// polling thread, whose work grows with the run's time rather than its launches
+// (launch-instructions counts instructions per launch).
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -5,9 +5,10 @@ other group (--pair-switch), and the table gives each part's cost.
 
 Runs launch-cost from a bundle made of this build's orion-server, orion-run, orion-bench-launch
 and interposer, with the test double as libcuda, for the as-usual (A/A), bypass and no-notes
-switches, and checks: each arm's paired line names its switch, the rows carry it, the table lists both parts,
-and the bypass part (the whole path past the hook's entry) reads above the noise of one run (the
-switch reached the interposer: set for no group, both halves would be alike). Then checks that
+switches, and checks: each arm's paired line names its switch, the rows carry it, the table
+lists the parts, the bypass part (the whole path past the hook's entry) reads above the noise of
+one run (the switch reached the interposer: set for no group, both halves would be alike) and
+above the A/A control. Then checks that
 orion-bench-launch refuses --pair-switch without ORION_BENCH_SWITCH, and that launch-cost refuses
 an unknown --paired-split name before any work.
 
