@@ -278,7 +278,7 @@ class Bench:
                         "ORION_CPU_SAMPLE_DETAIL=liborion_interpose.so"] + wrap
             one = DrivenArm(self, argv, True, priority, slot=int(rnd % 2 == 0),
                             extra_env={"ORION_BENCH_SWITCH": switch, **env}, wrap=wrap)
-            arms = {True: SwitchedArm(one, 0)}
+            arms = {True: SwitchedArm(one, 0, starts=True)}
             if len(self.args.in_process_baseline) == 1:  # the one baseline is the bare arm
                 arms[False] = SwitchedArm(one, word)
             else:
@@ -499,13 +499,14 @@ LEARNING_LAUNCHES = 256
 
 class SwitchedArm:
     """One arm of --in-process: the one interposed process with ORION_BENCH_SWITCH's word set to
-    `word` for this arm's blocks (0: interposed as usual)."""
+    `word` for this arm's blocks (0: interposed as usual; the as-usual baseline's word too).
+    `starts` marks the interposed arm, the one that waits for the shared process to be ready."""
 
-    def __init__(self, arm, word):
-        self.arm, self.word = arm, word
+    def __init__(self, arm, word, starts=False):
+        self.arm, self.word, self.starts = arm, word, starts
 
     def wait_ready(self):
-        if self.word == 0:  # the interposed arm waits for the shared process, the others not
+        if self.starts:  # one arm waits for the shared process: it says it is ready once
             self.arm.wait_ready()
 
     def throttled(self):
@@ -719,6 +720,9 @@ def main(argv=None):
         p.error(f"--in-process-baseline {args.in_process_baseline!r}: a name given twice")
     if len(names) > 1 and args.cpu_samples:
         p.error("--cpu-samples folds its samples into two arms: one --in-process-baseline")
+    if "as-usual" in names and args.cpu_samples:
+        p.error("--cpu-samples tells the arms apart by the switch's word: the as-usual "
+                "baseline's is the interposed arm's")
     if (args.in_process_env or args.wrap or args.cpu_samples
             or names != ["bypass"]) and not args.in_process:
         p.error("--in-process-baseline, --in-process-env, --wrap and --cpu-samples go with "

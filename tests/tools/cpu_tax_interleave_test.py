@@ -13,7 +13,8 @@ split by thread, the requests' launch and sync phases) are pooled per arm and ta
 --in-process one process a round serves both arms by the switch's word, and --cpu-samples folds
 its samples per arm with the teardown in neither, and with several baselines (bypass and
 no-timing) three arms take turns in one process, the order rotating, each baseline with its own
-A/B, which --split puts side by side; a model that answers with an error stops the
+A/B, which --split puts side by side, and the as-usual baseline (the interposed arm's own word)
+reads as an A/A control; a model that answers with an error stops the
 run with a message naming the command and the answer; the protocol loop answers every command,
 refuses a malformed one by name and stops at quit."""
 import contextlib
@@ -246,6 +247,17 @@ def check_bench(work):
         fail(f"the three arms did not take turns: {words}")
     if turns[0] == turns[1] or turns[1] == turns[2]:
         fail(f"the order did not change: {turns[:3]}")
+    # The as-usual baseline (word 0, the interposed arm's own) is an A/A control in the same
+    # process: it runs (one process, ready once) and reads about 1.00.
+    with contextlib.redirect_stderr(io.StringIO()):
+        rows, table = run_bench(work, "as-usual", ["--in-process",
+                                                   "--in-process-baseline", "bypass,as-usual"])
+    for name, lo, hi in (("in-process bypass", 1.04, 1.16),
+                         ("in-process, as usual (an A/A control)", 0.95, 1.05)):
+        sub = [r for r in rows if r["baseline"] == name]
+        ratio = median_ratio(sub, "service-closed", "svc_p50_ms") if sub else 0
+        if len(sub) != 8 or not lo < ratio < hi:
+            fail(f"{name}: {len(sub)} rows, the A/B read {ratio:.3f}, expected {lo} to {hi}")
     # Over a Williams square of blocks every arm takes every place and follows every other arm
     # equally often; two arms alternate as they always did.
     for n in range(2, 9):
@@ -264,6 +276,8 @@ def check_bench(work):
                      (["--in-process", "--in-process-baseline", "bypass,bypass"], "twice"),
                      (["--in-process", "--in-process-baseline", "bypass,no-timing",
                        "--cpu-samples"], "one --in-process-baseline"),
+                     (["--in-process", "--in-process-baseline", "as-usual",
+                       "--cpu-samples"], "the as-usual baseline's"),
                      (["--split"], "--split goes with --table"),
                      (["--server-setting", "ring_poll_us"], "expected one 'KEY: VALUE' line"),
                      (["--server-setting", " mode: mps"], "expected one 'KEY: VALUE' line"),
