@@ -51,7 +51,8 @@ the driver once the registration is found; once the kernel's record is found and
 words read, before the clock), no-clock keeps the thread's first clock reading (what reads the
 launch's time stands still too: its busy period, the launch tally's timer, the heartbeat
 check) and no-hp-notes publishes nothing to the high-priority gate entry and follows no launch:
-diagnostic arms that split the path itself. Several names (bypass,no-timing,...) make several
+diagnostic arms that split the path itself; as-usual is the interposed path again, the A/A
+control of the others (how far two identical arms of one process read apart). Several names (bypass,no-timing,...) make several
 baseline arms that take turns with the interposed one in the same process, block by block, the
 order changing every block (the rows of a Williams square: over each square of blocks every arm
 takes every place and follows every other arm equally often): one run then splits the
