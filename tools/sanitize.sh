@@ -99,6 +99,9 @@ EXCLUDED=(
   # NVTX steps and requests, collectives at the gate, the timing log: samples run under orion-run with the
   # interposer preloaded.
   '^NvtxStepsAndRequests$' '^CollectivesAreNeverHeld(InMpsMode)?$' '^TimingLogOnTheDouble$'
+  # launch-cost's parts on the double: orion-bench-launch runs under orion-run with the
+  # interposer preloaded (neither is built here).
+  '^LaunchCostPairedSplitInOneProcess$'
   # The generated reference pages against what orion-server and orion-agent print: a check of
   # the docs, run in the plain build; orion-agent is not built here.
   '^GeneratedDocsMatchTheirSources$'
