@@ -52,9 +52,9 @@ words read, before the clock), no-clock keeps the thread's first clock reading (
 launch's time stands still too: its busy period, the launch tally's timer, the heartbeat
 check) and no-hp-notes publishes nothing to the high-priority gate entry and follows no launch:
 diagnostic arms that split the path itself; as-usual is the interposed path again, the A/A
-control of the others (how far two identical arms of one process read apart). Several names (bypass,no-timing,...) make several
-baseline arms that take turns with the interposed one in the same process, block by block, the
-order changing every block (the rows of a Williams square: over each square of blocks every arm
+control of the others (how far two identical arms of one process read apart). Several names
+(bypass,no-timing,...) make several baseline arms that take turns with the interposed one in the
+same process, block by block, the order changing every block (the rows of a Williams square: over each square of blocks every arm
 takes every place and follows every other arm equally often): one run then splits the
 interposer's cost with every share measured over the same rounds, and the table has one A/B per
 baseline (the interposed arm's figures in each). Each arm serves --warm-up requests unrecorded;

@@ -86,16 +86,26 @@ def paired_table(rows):
                     and r.get("kernels", 1) == kernels]
             if not mine:
                 continue
-            halves = [(r["ci_high"] - r["ci_low"]) / 2 for r in mine]
-            out.append([arm, caches_label(kb, kernels), f"{statistics.median(r['driver_ns'] for r in mine):.0f} ns",
-                        harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
-                        harness.median_interval([r["adds_ns"] for r in mine], digits=0) + " ns",
-                        f"+-{statistics.median(halves):.0f} ns", str(mine[0]["pairs"]),
-                        str(len(mine))])
+            out.append([arm, caches_label(kb, kernels),
+                        f"{statistics.median(r['driver_ns'] for r in mine):.0f} ns"]
+                       + over_runs(mine))
     return harness.markdown_table(
-        ["arm", "caches", "driver entry (median)", "interposer adds: median [min, max] over runs",
-         "95% interval of the median over runs (bootstrap)", "95% interval of one run (median)",
-         "pairs a run", "runs"], out)
+        ["arm", "caches", "driver entry (median)", "interposer adds: median [min, max] over runs"]
+        + OVER_RUNS_HEADINGS, out)
+
+
+# The columns over_runs fills, after the figure's own.
+OVER_RUNS_HEADINGS = ["95% interval of the median over runs (bootstrap)",
+                      "95% interval of one run (median)", "pairs a run", "runs"]
+
+
+def over_runs(mine):
+    """One arm's paired rows over its runs: the addition's median [min, max], then the
+    OVER_RUNS_HEADINGS columns."""
+    halves = [(r["ci_high"] - r["ci_low"]) / 2 for r in mine]
+    return [harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
+            harness.median_interval([r["adds_ns"] for r in mine], digits=0) + " ns",
+            f"+-{statistics.median(halves):.0f} ns", str(mine[0]["pairs"]), str(len(mine))]
 
 
 def against_baseline_table(rows):
@@ -157,19 +167,14 @@ def paired_split_table(rows):
                     and r.get("pollute_kb", 0) == kb and r.get("kernels", 1) == kernels]
             if not mine:
                 continue
-            halves = [(r["ci_high"] - r["ci_low"]) / 2 for r in mine]
-            out.append([harness.bench_switch_part(name), caches_label(kb, kernels),
-                        harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
-                        harness.median_interval([r["adds_ns"] for r in mine], digits=0) + " ns",
-                        f"+-{statistics.median(halves):.0f} ns", str(mine[0]["pairs"]),
-                        str(len(mine))])
+            out.append([harness.bench_switch_part(name), caches_label(kb, kernels)]
+                       + over_runs(mine))
     if not out:
         return ""
     return harness.markdown_table(
         ["the path without", "caches",
-         "high priority less this, inside one process: median [min, max] over runs",
-         "95% interval of the median over runs (bootstrap)", "95% interval of one run (median)",
-         "pairs a run", "runs"], out)
+         "high priority less this, inside one process: median [min, max] over runs"]
+        + OVER_RUNS_HEADINGS, out)
 
 
 def table(rows):
