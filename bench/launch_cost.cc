@@ -22,7 +22,13 @@
 // the second path is the linked cuLaunchKernel again, with the benchmark switch (the file that
 // ORION_BENCH_SWITCH names, which the interposer maps) set to WORD during its groups and to 0
 // (as usual) during the first path's, so "adds" is what the part WORD leaves out costs, inside
-// one process; the line then ends "pair_switch=WORD". --no-polled leaves out the variant with a
+// one process; the line then ends "pair_switch=WORD". --memory-latency MB then times loads that
+// miss, as the process finds its memory: a chase of dependent loads through one random cycle over
+// every cache line of 1 MB (a core's own cache), 64 MB (the shared cache) and MB (past it), printing
+// "memory l2_before_ns=.. l2_ns=.. shared_ns=.. far_ns=.. mb=MB" (ns per load; the 1 MB chase
+// also before the paired figure), so a process that launches slowly can be told apart from one
+// whose loads are slow, and a core whose own cache another thread takes from one whose cache
+// is its own. --no-polled leaves out the variant with a
 // polling thread, whose work grows with the run's time rather than its launches
 // (launch-instructions counts instructions per launch).
 #include <dlfcn.h>
@@ -33,9 +39,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "samples/sample_common.h"
@@ -204,6 +212,31 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb,
   printf("\n");
 }
 
+// ns per load of a chase of dependent loads through one random cycle (Sattolo's) over every
+// 64-byte line of `bytes` of fresh memory: one line each, `loads` of them after one lap's warm-up.
+double ChaseNs(size_t bytes, size_t loads) {
+  const size_t lines = bytes / 64;
+  std::vector<uint32_t> order(lines);
+  for (size_t i = 0; i < lines; ++i) order[i] = static_cast<uint32_t>(i);
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  for (size_t i = lines - 1; i > 0; --i) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(order[i], order[(seed >> 33) % i]);  // j < i: one cycle through every line
+  }
+  struct alignas(64) Line {
+    const Line* next;
+    char pad[56];
+  };
+  std::vector<Line> memory(lines);
+  for (size_t i = 0; i < lines; ++i) memory[i].next = &memory[order[i]];
+  const Line* at = &memory[0];
+  for (size_t i = 0; i < std::min(lines, loads); ++i) at = at->next;
+  const uint64_t t0 = NowNs();
+  for (size_t i = 0; i < loads; ++i) at = at->next;
+  const uint64_t t1 = NowNs();
+  return at == nullptr ? 0 : static_cast<double>(t1 - t0) / static_cast<double>(loads);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -221,6 +254,9 @@ int main(int argc, char** argv) {
   int64_t pair_switch = -1;
   flags.AddInt("pair-switch", &pair_switch,
                "the paired line against the interposer itself with this benchmark switch word");
+  int64_t memory_mb = 0;
+  flags.AddInt("memory-latency", &memory_mb,
+               "then time loads that miss: a chase through 1 MB, 64 MB and this many MB (0: none)");
   bool no_polled = false;
   flags.AddBool("no-polled", &no_polled,
                 "leave out the variant with a second thread polling events every 20 us");
@@ -230,6 +266,7 @@ int main(int argc, char** argv) {
   if (pollute_kb < 0 || pollute_kb > 1'048'576) flags.Usage(1, "--pollute wants 0 to 1048576 KB");
   if (kernel_count < 1 || kernel_count > 4096) flags.Usage(1, "--kernels wants 1 to 4096");
   if (pair_switch < -1 || pair_switch > 1000) flags.Usage(1, "--pair-switch wants 0 to 1000");
+  if (memory_mb < 0 || memory_mb > 65536) flags.Usage(1, "--memory-latency wants 0 to 65536 MB");
   std::atomic<uint32_t>* switch_word = pair_switch >= 0 ? MapPairSwitch() : nullptr;
 
   Gpu gpu = orion::samples::OpenGpu();
@@ -288,9 +325,17 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < modules.size(); ++i) {
     kernels.push_back(orion::samples::SpinNamed(gpu, "k" + std::to_string(i) + "_", &modules[i]));
   }
+  const double l2_before = memory_mb > 0 ? ChaseNs(size_t{1} << 20, 2'000'000) : 0;
   if (pairs > 0) {
     PrintPaired(gpu, stream, static_cast<int>(pairs), pollute_kb, kernels, switch_word,
                 static_cast<uint32_t>(std::max<int64_t>(pair_switch, 0)));
+  }
+  if (memory_mb > 0) {
+    const double l2 = ChaseNs(size_t{1} << 20, 2'000'000);
+    const double shared = ChaseNs(size_t{64} << 20, 2'000'000);
+    const double far = ChaseNs(static_cast<size_t>(memory_mb) << 20, 2'000'000);
+    printf("memory l2_before_ns=%.1f l2_ns=%.1f shared_ns=%.1f far_ns=%.1f mb=%lld\n", l2_before,
+           l2, shared, far, static_cast<long long>(memory_mb));
   }
   for (CUmodule m : modules) ORION_CHECK_CU(cuModuleUnload(m));
   for (CUevent& e : events) ORION_CHECK_CU(cuEventDestroy(e));

@@ -3,8 +3,9 @@
   orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
                              [--pollute KB] [--kernels N] [--baseline-interposer LIB] [--timed]
                              [--split SWITCH,...] [--paired-split SWITCH,...]
-                             [--fixed-layout] [--out DIR]
+                             [--fixed-layout] [--neighbor CPUS [--neighbor-mb MB]] [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
+  orion_bench.py launch-cost --by-driver-time --table ROWS.jsonl...
 
 orion-bench-launch (bench/launch_cost.cc, in the bundle) times an empty kernel's launch and
 each driver call a tracked launch adds (best of 5 batches, ns per launch), pinned to --cpus,
@@ -42,6 +43,18 @@ the part the switch leaves out costs, against the same process's state.
 randomization off (setarch -R: every process of the arm maps its libraries, stack and heap at
 the same addresses): where one run of an arm reads far from another, these arms say whether the
 process's layout is what moves it.
+--memory-latency MB has each process time loads that miss after its paired figure (a chase
+through 1 MB, 64 MB and MB of its own fresh memory): whether a process that launches slowly also
+loads slowly.
+--by-driver-time pools the paired rows of one or more runs (hosts) by the process's own driver
+launch (its no-interposer path, in the same process): what the interposer adds where the driver is
+fast and where it is slow, as a process keeps its speed for its whole run.
+--neighbor CPUS adds the three arms again, each beside a memory-streaming neighbor on every core of
+CPUS (bench/workloads/memory_neighbor.py, two buffers of --neighbor-mb MB a core, started before
+the arm's process and stopped after it), as a data loader or another tenant's job streams memory
+beside a service: the arm less its alone arm, in the same run, is what the neighbor's pressure on
+the shared cache and the memory adds to a launch, and whether the interposer's path pays more of
+it than the driver's own.
 """
 import argparse
 import os
@@ -61,6 +74,9 @@ TIMED_ARMS = ("high priority, every launch timed", "high priority, every launch 
 SPLIT_ARM = "high priority, "  # + harness.bench_switch_part(name): a --split arm
 FIXED_LAYOUT_ARMS = ("no interposer, fixed layout", "high priority, fixed layout")
 PAIRED_SPLIT_ARM = "high priority against itself without "  # + bench_switch_part(name)
+NEIGHBOR = ", beside a memory-streaming neighbor"  # ARMS[i] + NEIGHBOR: a --neighbor arm
+NEIGHBOR_ARMS = tuple(arm + NEIGHBOR for arm in ARMS)
+MEMORY_NEIGHBOR = os.path.join(harness.BENCH, "workloads", "memory_neighbor.py")
 
 
 def split_arms(rows):
@@ -81,7 +97,8 @@ def paired_table(rows):
     out = []
     shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
     for kb, kernels in shapes:
-        for arm in ARMS + BASELINE_ARMS + TIMED_ARMS + FIXED_LAYOUT_ARMS + tuple(split_arms(rows)):
+        for arm in (ARMS + BASELINE_ARMS + TIMED_ARMS + FIXED_LAYOUT_ARMS + NEIGHBOR_ARMS
+                    + tuple(split_arms(rows))):
             mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb
                     and r.get("kernels", 1) == kernels]
             if not mine:
@@ -113,6 +130,13 @@ def against_baseline_table(rows):
     the same run (the two builds met the same host state), median over runs; "" without."""
     return same_run_table(rows, list(zip(ARMS[1:], BASELINE_ARMS)),
                           "this build less the baseline, same run: median [min, max]")
+
+
+def neighbor_table(rows):
+    """With --neighbor: per arm, its paired figure beside the neighbor less alone in the same run
+    (for the no-interposer arm, the A/A control's); "" without."""
+    return same_run_table(rows, list(zip(NEIGHBOR_ARMS, ARMS)),
+                          "beside the neighbor less alone, same run: median [min, max]")
 
 
 def split_table(rows):
@@ -147,7 +171,8 @@ def same_run_table(rows, pairs, heading, first="arm"):
             if not diffs:
                 continue
             name = arm if first == "arm" else base.removeprefix(SPLIT_ARM)
-            out.append([name, caches_label(kb, kernels), harness.spread(diffs, digits=0, suffix=" ns"),
+            out.append([name, caches_label(kb, kernels),
+                        harness.spread(diffs, digits=0, suffix=" ns"),
                         harness.median_interval(diffs, digits=0) + " ns", str(len(diffs))])
     if not out:
         return ""
@@ -177,13 +202,60 @@ def paired_split_table(rows):
         + OVER_RUNS_HEADINGS, out)
 
 
+# Upper edges (ns) of the driver launch bins of driver_time_table; the last bin is open.
+DRIVER_TIME_EDGES = (3200, 3400, 3600, 3800, 4000)
+
+
+def driver_time_bin(ns):
+    """The bin's label of a driver launch of `ns`, e.g. "3.2 to 3.4 us"."""
+    lower = 0
+    for edge in DRIVER_TIME_EDGES:
+        if ns < edge:
+            return f"under {edge / 1000:.1f} us" if lower == 0 else \
+                f"{lower / 1000:.1f} to {edge / 1000:.1f} us"
+        lower = edge
+    return f"{lower / 1000:.1f} us or more"
+
+
+def driver_time_table(files):
+    """--by-driver-time: per arm of ARMS and caches, the paired figures of every file in `files`
+    ({path: rows}) by the process's own driver launch, binned: how many processes and hosts, what
+    the interposer adds (median [min, max]) and that as a share of the driver's launch."""
+    rows = [dict(r, host=path) for path, mine in files.items() for r in mine
+            if r.get("variant") == "paired" and r.get("arm") in ARMS]
+    if not rows:
+        sys.exit("launch-cost --by-driver-time: no paired rows of the three arms in "
+                 + ", ".join(files))
+    bins = [driver_time_bin(edge - 1) for edge in DRIVER_TIME_EDGES]
+    bins.append(driver_time_bin(DRIVER_TIME_EDGES[-1]))
+    out = []
+    shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
+    for kb, kernels in shapes:
+        for arm in ARMS:
+            for label in bins:
+                mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb
+                        and r.get("kernels", 1) == kernels
+                        and driver_time_bin(r["driver_ns"]) == label]
+                if not mine:
+                    continue
+                share = statistics.median(r["adds_ns"] / r["driver_ns"] for r in mine)
+                out.append([arm, caches_label(kb, kernels), label, str(len(mine)),
+                            str(len({r["host"] for r in mine})),
+                            harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
+                            f"{100 * share:.1f}%"])
+    return harness.markdown_table(
+        ["arm", "caches", "the process's driver launch", "processes", "hosts",
+         "interposer adds: median [min, max] over processes", "share of the driver's launch"],
+        out)
+
+
 def table(rows):
     """Per variant: the no-interposer cost and each interposed arm's paired difference; then the
     paired figure, this build against the baseline build where one ran, and the parts."""
     paired = [r for r in rows if r["variant"] == "paired"]
     rows = [r for r in rows if r["variant"] != "paired"]
     text = paired_table(paired) if paired else ""
-    for extra in (against_baseline_table(paired), split_table(paired),
+    for extra in (against_baseline_table(paired), neighbor_table(paired), split_table(paired),
                   paired_split_table(paired)):
         if extra:
             text += "\n\n" + extra
@@ -209,6 +281,62 @@ def table_of_variants(rows):
     return harness.markdown_table(
         ["variant", "no interposer (median)", "high priority adds", "best effort adds", "runs"],
         out)
+
+
+def steal_ms(cpus):
+    """The time (ms) the hypervisor ran something else on `cpus`' virtual cores so far (the
+    steal column of /proc/stat, summed), or None where it cannot be read."""
+    try:
+        cores = {f"cpu{int(c)}" for c in cpus.split(",")}
+        with open("/proc/stat") as f:
+            fields = [line.split() for line in f if line.split()[0] in cores]
+        ticks = os.sysconf("SC_CLK_TCK")
+        return sum(int(f[8]) for f in fields) * 1000 // ticks if fields else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def neighbor_cores(p, args):
+    """--neighbor's cores as a list (empty without), refused where one is the arms' core (the
+    server's, 0 and 1, are allowed: a tenant may stream beside the server too)."""
+    if not args.neighbor:
+        return []
+    try:
+        cores = [int(c) for c in args.neighbor.split(",")]
+    except ValueError:
+        p.error(f"--neighbor {args.neighbor!r}: expected core numbers, e.g. 4,5,6,7")
+    arms = {int(c) for c in args.cpus.split(",") if c.isdigit()}
+    if arms.intersection(cores) or len(set(cores)) != len(cores):
+        p.error(f"--neighbor {args.neighbor!r}: each core once, and not the arms' (--cpus "
+                f"{args.cpus})")
+    if args.neighbor_mb < 1:
+        p.error(f"--neighbor-mb {args.neighbor_mb}: expected at least 1")
+    return cores
+
+
+def start_neighbors(cores, mb, work):
+    """One memory_neighbor.py per core, each streaming before this returns."""
+    procs = [subprocess.Popen(
+        harness.taskset(str(core)) + [sys.executable, MEMORY_NEIGHBOR, "--mb", str(mb)],
+        stdout=subprocess.PIPE, text=True, cwd=work) for core in cores]
+    for core, proc in zip(cores, procs):
+        if proc.stdout.readline().strip() != "ready":
+            stop_neighbors(procs)
+            sys.exit(f"launch-cost: the memory neighbor on core {core} did not start "
+                     f"(two buffers of {mb} MB)")
+    return procs
+
+
+def stop_neighbors(procs):
+    """Stops the neighbors; what they streamed together, GB/s (0.0 with none)."""
+    total = 0.0
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        out = proc.communicate(timeout=30)[0]
+        m = re.search(r"gb_per_s=([0-9.]+)", out or "")
+        total += float(m.group(1)) if m else 0.0
+    return round(total, 1)
 
 
 def main(argv=None):
@@ -237,12 +365,31 @@ def main(argv=None):
     p.add_argument("--fixed-layout", action="store_true",
                    help="two more arms, no interposer and high priority, with the address space's "
                         "randomization off (setarch -R)")
+    p.add_argument("--memory-latency", type=int, default=0, metavar="MB",
+                   help="each process then times loads that miss (1 MB, 64 MB and MB): the "
+                        "paired rows carry memory_l2_before_ns, memory_l2_ns, memory_shared_ns, "
+                        "memory_far_ns")
+    p.add_argument("--neighbor", metavar="CPUS", default="",
+                   help="the three arms again beside a memory-streaming neighbor on each of "
+                        "these cores (e.g. 4,5,6,7)")
+    p.add_argument("--neighbor-mb", type=int, default=512, metavar="MB",
+                   help="--neighbor: each of a neighbor's two buffers, in MB")
     p.add_argument("--admin-port", type=int, default=50063)
     p.add_argument("--out")
-    p.add_argument("--table", metavar="ROWS_JSONL")
+    p.add_argument("--table", metavar="ROWS_JSONL", nargs="+")
+    p.add_argument("--by-driver-time", action="store_true",
+                   help="with --table: the paired figures of every file pooled by the process's "
+                        "own driver launch time")
     args = p.parse_args(argv)
     if args.table:
-        print(table(harness.read_rows(args.table, "launch-cost")))
+        if args.by_driver_time:
+            print(driver_time_table(
+                {path: harness.read_rows(path, "launch-cost") for path in args.table}))
+        elif len(args.table) == 1:
+            print(table(harness.read_rows(args.table[0], "launch-cost")))
+        else:
+            p.error("--table takes one file (runs of two files would mix), or several with "
+                    "--by-driver-time")
         return
     if not args.bundle:
         p.error("--bundle is required")
@@ -278,6 +425,10 @@ def main(argv=None):
                      "cannot be turned off for a process on this host)")
         wraps[FIXED_LAYOUT_ARMS[0]] = fixed
         wraps[FIXED_LAYOUT_ARMS[1]] = fixed + harness.orion_run(b, "high")
+    neighbor_cpus = neighbor_cores(p, args)
+    if neighbor_cpus:
+        for arm, alone in zip(NEIGHBOR_ARMS, ARMS):
+            wraps[arm] = wraps[alone]
     switch_of = {}
     for name in split:
         arm = SPLIT_ARM + harness.bench_switch_part(name)
@@ -297,17 +448,33 @@ def main(argv=None):
     try:
         for run in range(1, args.runs + 1):
             for arm in harness.rotated(tuple(wraps), run - 1):
-                text = subprocess.run(
-                    harness.taskset(args.cpus) + wraps[arm] + [
-                        bench, "--launches", str(args.launches), "--pairs", str(args.pairs),
-                        "--pollute", str(args.pollute), "--kernels", str(args.kernels)]
-                    + bench_args.get(arm, []),
-                    env=env, check=True, capture_output=True, text=True).stdout
+                neighbors = start_neighbors(neighbor_cpus, args.neighbor_mb, work) \
+                    if arm in NEIGHBOR_ARMS else []
+                steal_before = steal_ms(args.cpus)
+                try:
+                    text = subprocess.run(
+                        harness.taskset(args.cpus) + wraps[arm] + [
+                            bench, "--launches", str(args.launches), "--pairs", str(args.pairs),
+                            "--pollute", str(args.pollute), "--kernels", str(args.kernels)]
+                        + (["--memory-latency", str(args.memory_latency)]
+                           if args.memory_latency else [])
+                        + bench_args.get(arm, []),
+                        env=env, check=True, capture_output=True, text=True).stdout
+                finally:
+                    streamed = stop_neighbors(neighbors)
+                beside = ({"neighbor": ",".join(map(str, neighbor_cpus)),
+                           "neighbor_gb_per_s": streamed} if neighbors else {})
+                steal = steal_ms(args.cpus)
+                if steal is not None and steal_before is not None:
+                    beside["steal_ms"] = steal - steal_before
                 for m in re.finditer(r"^(.+?)\s+ns_per_(?:launch|call)=(\d+)", text, re.M):
                     row = {"run": run, "arm": arm, "variant": m.group(1).strip(),
-                           "ns": int(m.group(2)), "cpus": args.cpus}
+                           "ns": int(m.group(2)), "cpus": args.cpus, **beside}
                     rows.append(row)
                     harness.append_row(rows_path, row)
+                m = re.search(r"^memory (.+)$", text, re.M)
+                memory = {f"memory_{k}": float(v) for k, v in
+                          (kv.split("=") for kv in m.group(1).split()) if k != "mb"} if m else {}
                 m = re.search(r"^paired (.+)$", text, re.M)
                 if m:
                     fields = dict(kv.split("=") for kv in m.group(1).split())
@@ -317,6 +484,7 @@ def main(argv=None):
                               if arm in pair_switch_of else {}),
                            **{k: float(v) for k, v in fields.items()
                               if k not in ("pairs", "pollute_kb", "kernels", "pair_switch")},
+                           **beside, **memory,
                            "pairs": int(fields["pairs"]),
                            "pollute_kb": int(fields.get("pollute_kb", 0)),
                            "kernels": int(fields.get("kernels", 1))}
