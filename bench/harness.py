@@ -109,6 +109,7 @@ BENCH_SWITCHES = {
     "before-clock": (7, "in-process, launches cut short before the clock"),
     "no-clock": (8, "in-process, no clock read (the thread's first reading kept)"),
     "no-hp-notes": (9, "in-process, nothing published to the high-priority gate entry"),
+    "no-context-query": (10, "in-process, the thread's last context kept (no cuCtxGetCurrent)"),
 }
 
 

@@ -721,6 +721,9 @@ enum class BenchSwitch : uint32_t {
   // nothing to its gate entry (busy state, kernel class, graph flag) and is not followed.
   kNoClock = 8,
   kNoHighPriorityNotes = 9,
+  // A diagnostic arm: the launch takes its thread's last current context instead of asking the
+  // driver (cuCtxGetCurrent) where the thread has one: what that question costs.
+  kNoContextQuery = 10,
 };  // any other word: as kInterposed
 // ms: how long the completion poller leaves records that nobody waits for (interpose/env_config.h).
 inline constexpr const char* kEnvLazyPollMs = "ORION_LAZY_POLL_MS";

@@ -421,15 +421,20 @@ bool EnsureProcessInitSlow() {
   *ctx_out = nullptr;
   if (!EnsureProcessInit() || g_process.config.disabled) return nullptr;
   if (g_process.pass_through.load(std::memory_order_relaxed) != 0) return nullptr;
-  if (CurrentBenchSwitch() == contract::BenchSwitch::kPassThrough) return nullptr;
+  const contract::BenchSwitch bench = CurrentBenchSwitch();
+  if (bench == contract::BenchSwitch::kPassThrough) return nullptr;
   auto get_ctx = g_process.ctx_get_current;
   if (get_ctx == nullptr) return nullptr;
+  ThreadLaunch& cached = t_launch;
   CUcontext ctx = nullptr;
-  if (get_ctx(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
+  if (bench == contract::BenchSwitch::kNoContextQuery && cached.ctx != nullptr) [[unlikely]] {
+    ctx = cached.ctx;
+  } else if (get_ctx(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
+    return nullptr;
+  }
   *ctx_out = ctx;
   const uint32_t epoch = g_process.epoch.load(std::memory_order_relaxed);
   Registration* reg;
-  ThreadLaunch& cached = t_launch;
   if (ctx == cached.ctx && epoch == cached.epoch) {
     reg = cached.reg;
   } else {

@@ -578,6 +578,13 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingNoLaunchRecordsAndCutShort) 
   EXPECT_GT(CountKind(unclocked.events, c::EventKind::kLaunch), 1);
   EXPECT_EQ(launch_stamps(unclocked).size(), 1u);
   EXPECT_GT(launch_stamps(usual).size(), 1u);
+  // Word 10 (no-context-query): the thread's last context stands in for the driver's answer;
+  // the launches are registered, recorded and counted as word 0's, and all of them run.
+  const SwitchedRun kept_context = run_under(c::BenchSwitch::kNoContextQuery);
+  EXPECT_EQ(CountKind(kept_context.events, c::EventKind::kLaunch),
+            CountKind(usual.events, c::EventKind::kLaunch));
+  EXPECT_EQ(kept_context.launches_counted, usual.launches_counted);
+  EXPECT_EQ(kept_context.kernel_launches, usual.kernel_launches);
 }
 
 // Word 9 (no-hp-notes) on a high-priority probe: nothing reaches its gate entry, where word 0
