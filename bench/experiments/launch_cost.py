@@ -135,8 +135,13 @@ def against_baseline_table(rows):
 def neighbor_table(rows):
     """With --neighbor: per arm, its paired figure beside the neighbor less alone in the same run
     (for the no-interposer arm, the A/A control's); "" without."""
+    if not any(r["arm"] in NEIGHBOR_ARMS for r in rows):
+        return ""
+    rates = [r["neighbor_gb_per_s"] for r in rows if "neighbor_gb_per_s" in r]
     return same_run_table(rows, list(zip(NEIGHBOR_ARMS, ARMS)),
-                          "beside the neighbor less alone, same run: median [min, max]")
+                          "beside the neighbor less alone, same run: median [min, max]") + (
+        f"\n\nThe neighbor streamed {harness.spread(rates, digits=1, suffix=' GB/s')} on its "
+        f"cores together (median [min, max] over its arms' processes)." if rates else "")
 
 
 def split_table(rows):
@@ -220,12 +225,15 @@ def driver_time_bin(ns):
 def driver_time_table(files):
     """--by-driver-time: per arm of ARMS and caches, the paired figures of every file in `files`
     ({path: rows}) by the process's own driver launch, binned: how many processes and hosts, what
-    the interposer adds (median [min, max]) and that as a share of the driver's launch."""
+    the interposer adds (median [min, max]) and that as a share of the driver's launch; with
+    rows of --memory-latency, its processes' loads too (the 1 MB chase after the pairs, and the
+    one past the shared cache)."""
     rows = [dict(r, host=path) for path, mine in files.items() for r in mine
             if r.get("variant") == "paired" and r.get("arm") in ARMS]
     if not rows:
         sys.exit("launch-cost --by-driver-time: no paired rows of the three arms in "
                  + ", ".join(files))
+    memory = any("memory_l2_ns" in r for r in rows)  # --memory-latency: two columns more
     bins = [driver_time_bin(edge - 1) for edge in DRIVER_TIME_EDGES]
     bins.append(driver_time_bin(DRIVER_TIME_EDGES[-1]))
     out = []
@@ -239,14 +247,20 @@ def driver_time_table(files):
                 if not mine:
                     continue
                 share = statistics.median(r["adds_ns"] / r["driver_ns"] for r in mine)
+                loads = [r["memory_l2_ns"] for r in mine if "memory_l2_ns" in r]
+                far = [r["memory_far_ns"] for r in mine if "memory_far_ns" in r]
                 out.append([arm, caches_label(kb, kernels), label, str(len(mine)),
                             str(len({r["host"] for r in mine})),
                             harness.spread([r["adds_ns"] for r in mine], digits=0, suffix=" ns"),
-                            f"{100 * share:.1f}%"])
+                            f"{100 * share:.1f}%"]
+                           + ([harness.spread(loads, digits=0, suffix=" ns") if loads else "-",
+                               harness.spread(far, digits=0, suffix=" ns") if far else "-"]
+                              if memory else []))
     return harness.markdown_table(
         ["arm", "caches", "the process's driver launch", "processes", "hosts",
-         "interposer adds: median [min, max] over processes", "share of the driver's launch"],
-        out)
+         "interposer adds: median [min, max] over processes", "share of the driver's launch"]
+        + (["a load in 1 MB (its core's cache)", "a load past the shared cache"]
+           if memory else []), out)
 
 
 def table(rows):

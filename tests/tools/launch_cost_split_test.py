@@ -13,7 +13,11 @@ as libcuda, runs the as-usual (A/A), bypass and no-notes switches; checked: the 
 switch, the table lists the parts, the bypass part (the whole path past the hook's entry) reads
 above the noise of one run (the switch reached the interposer) and above the A/A control;
 orion-bench-launch refuses --pair-switch without ORION_BENCH_SWITCH, and launch-cost refuses an
-unknown --paired-split name before any work."""
+unknown --paired-split name before any work. The same run has each process time its loads
+(--memory-latency) and adds the arms beside a memory-streaming neighbor on another core
+(--neighbor): checked, every paired row carries its loads and each neighbor arm what its
+neighbor streamed. Without BUILD also: the neighbor's arms less their alone arms, paired by run,
+and --by-driver-time pooling two files by the process's own driver launch."""
 import json
 import os
 import subprocess
@@ -48,7 +52,12 @@ def main():
                         60 + drift, switch="after-registration"),
                  paired(run, "high priority, no clock read (the thread's first reading kept)",
                         150 + drift + run, switch="no-clock"),
-                 paired(run, "high priority, fixed layout", 170 + run)]
+                 paired(run, "high priority, fixed layout", 170 + run),
+                 # Beside the neighbor: no interposer 10 more, high priority 40 + run more.
+                 paired(run, "no interposer, beside a memory-streaming neighbor", 15,
+                        neighbor="4,5", neighbor_gb_per_s=40.0 + run),
+                 paired(run, "high priority, beside a memory-streaming neighbor",
+                        240 + drift + run, neighbor="4,5", neighbor_gb_per_s=41.0)]
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, "rows.jsonl")
         with open(path, "w") as f:
@@ -76,6 +85,40 @@ def main():
               f"the split arms' own additions are listed:\n{r.stdout}")
         check("172 ns [171, 173]" in row("high priority, fixed layout", "interposer adds"),
               f"the fixed-layout arm is listed with its runs' spread:\n{r.stdout}")
+        beside = "beside the neighbor less alone, same run"
+        check("42 ns [41, 43]" in row("high priority, beside a memory-streaming neighbor",
+                                      beside),
+              f"beside the neighbor, paired by run: 40 + the run's number:\n{r.stdout}")
+        check("10 ns [10, 10]" in row("no interposer, beside a memory-streaming neighbor",
+                                      beside),
+              f"the no-interposer arm beside the neighbor: 15 - 5:\n{r.stdout}")
+        check("The neighbor streamed 41.0 GB/s [41.0, 43.0]" in r.stdout,
+              f"the neighbor's rate over its arms' processes:\n{r.stdout}")
+
+        # --by-driver-time: two hosts' rows pooled by the process's own driver launch.
+        hosts = []
+        for host, arms in enumerate(([("high priority", 3100, 80), ("high priority", 3150, 60),
+                                      ("no interposer", 3100, 4)],
+                                     [("high priority", 3900, 220), ("high priority", 3100, 70),
+                                      ("best effort", 4500, 250)])):
+            hosts.append(os.path.join(work, f"host{host}.jsonl"))
+            with open(hosts[-1], "w") as f:
+                f.writelines(json.dumps(dict(paired(1, arm, adds), driver_ns=float(ns))) + "\n"
+                             for arm, ns, adds in arms)
+        r = subprocess.run([sys.executable, ENTRY, "launch-cost", "--table", *hosts,
+                            "--by-driver-time"], capture_output=True, text=True)
+        check(r.returncode == 0, f"--by-driver-time exit {r.returncode}: {r.stderr}")
+        check("| high priority | warm, 128 kernels in turn | under 3.2 us | 3 | 2 | "
+              "70 ns [60, 80] | 2.3% |" in r.stdout,
+              f"three fast high-priority processes of two hosts:\n{r.stdout}")
+        check("| high priority | warm, 128 kernels in turn | 3.8 to 4.0 us | 1 | 1 | "
+              "220 ns [220, 220] | 5.6% |" in r.stdout, f"one slow one:\n{r.stdout}")
+        check("| best effort | warm, 128 kernels in turn | 4.0 us or more | 1 | 1 |" in r.stdout,
+              f"the open last bin:\n{r.stdout}")
+        two = subprocess.run([sys.executable, ENTRY, "launch-cost", "--table", *hosts],
+                             capture_output=True, text=True)
+        check(two.returncode != 0 and "--by-driver-time" in two.stderr,
+              f"two files without --by-driver-time must be refused: {two.stderr!r}")
 
     bad = subprocess.run([sys.executable, ENTRY, "launch-cost", "--bundle", "/nonexistent",
                           "--split", "after-registration,no-such-part"],
@@ -91,7 +134,9 @@ def check_paired_split(build):
     """--paired-split end to end on the CUDA test double (see the module's docstring)."""
     build = os.path.abspath(build)
     double = os.path.join(build, "tests", "cuda_double", "lib")
-    cpu = str(min(os.sched_getaffinity(0)))
+    cores = sorted(os.sched_getaffinity(0))
+    cpu = str(cores[0])
+    neighbor = str(cores[-1] if len(cores) > 1 else cores[0] + 1)  # one core: refused below
     with tempfile.TemporaryDirectory(prefix="orion-paired-split-") as work:
         bundle = os.path.join(work, "bundle")
         os.mkdir(bundle)
@@ -105,11 +150,26 @@ def check_paired_split(build):
         r = subprocess.run(
             [sys.executable, ENTRY, "launch-cost", "--bundle", bundle, "--runs", "1", "--cpus",
              cpu, "--admin-port", "0", "--launches", "100", "--pairs", "200", "--kernels", "8",
-             "--paired-split", "as-usual,bypass,no-hp-notes", "--out", out],
+             "--paired-split", "as-usual,bypass,no-hp-notes", "--memory-latency", "8",
+             "--neighbor", neighbor, "--neighbor-mb", "8", "--out", out],
             env=env, capture_output=True, text=True, timeout=240)
+        if len(cores) == 1:
+            check(r.returncode != 0, "a neighbor on a core this test may not use must fail")
+            print("only one core here: the neighbor's arms are not run")
+            return
         check(r.returncode == 0, f"launch-cost exit {r.returncode}:\n{r.stdout}\n{r.stderr}")
         with open(os.path.join(out, "launch-cost.jsonl")) as f:
             rows = [json.loads(line) for line in f]
+        # --memory-latency: every paired row carries its process's loads; --neighbor: three
+        # arms more, each with what its neighbor streamed.
+        for row in (row for row in rows if row["variant"] == "paired"):
+            check(all(row.get(f"memory_{k}_ns", 0) > 0 for k in ("l2_before", "l2", "far")),
+                  f"a paired row without its process's loads: {row}")
+        beside = [row for row in rows if row["variant"] == "paired" and "neighbor" in row]
+        check(len(beside) == 3 and all(row["neighbor_gb_per_s"] > 0 for row in beside)
+              and all(row["neighbor"] == neighbor for row in beside),
+              f"the neighbor's arms: {beside}")
+        check("beside the neighbor less alone" in r.stdout, f"no neighbor table:\n{r.stdout}")
         parts = {row["pair_switch"]: row for row in rows
                  if row["variant"] == "paired" and "pair_switch" in row}
         check(sorted(parts) == ["as-usual", "bypass", "no-hp-notes"],
