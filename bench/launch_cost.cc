@@ -22,7 +22,9 @@
 // the second path is the linked cuLaunchKernel again, with the benchmark switch (the file that
 // ORION_BENCH_SWITCH names, which the interposer maps) set to WORD during its groups and to 0
 // (as usual) during the first path's, so "adds" is what the part WORD leaves out costs, inside
-// one process; the line then ends "pair_switch=WORD". --memory-latency MB then times loads that
+// one process; the line then ends "pair_switch=WORD". --segments K prints the paired line K times
+// in a row, each of --pairs pairs and ending "segment=I": whether a process's speed holds for its
+// whole life. --memory-latency MB then times loads that
 // miss, as the process finds its memory: a chase of dependent loads through one random cycle over
 // every cache line of 1 MB (a core's own cache), 64 MB (the shared cache) and MB (past it), printing
 // "memory l2_before_ns=.. l2_ns=.. shared_ns=.. far_ns=.. mb=MB" (ns per load; the 1 MB chase
@@ -143,7 +145,7 @@ std::atomic<uint32_t>* MapPairSwitch() {
 // again with *pair_switch set to `word` during its groups (0 during the first path's).
 void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb,
                  const std::vector<CUfunction>& kernels, std::atomic<uint32_t>* pair_switch,
-                 uint32_t word) {
+                 uint32_t word, int segment) {
   const LaunchFn driver = pair_switch != nullptr ? nullptr : DriverLaunch();
   if (pair_switch == nullptr && driver == nullptr) {
     fprintf(stderr, "orion-bench-launch: the driver's cuLaunchKernel was not found; no paired line\n");
@@ -209,7 +211,9 @@ void PrintPaired(const Gpu& gpu, CUstream stream, int pairs, int64_t pollute_kb,
   if (pollute_kb > 0) printf(" pollute_kb=%lld", static_cast<long long>(pollute_kb));
   if (kernels.size() > 1) printf(" kernels=%zu", kernels.size());
   if (pair_switch != nullptr) printf(" pair_switch=%u", word);
+  if (segment > 0) printf(" segment=%d", segment);
   printf("\n");
+  fflush(stdout);
 }
 
 // ns per load of a chase of dependent loads through one random cycle (Sattolo's) over every
@@ -254,6 +258,10 @@ int main(int argc, char** argv) {
   int64_t pair_switch = -1;
   flags.AddInt("pair-switch", &pair_switch,
                "the paired line against the interposer itself with this benchmark switch word");
+  int64_t segments = 1;
+  flags.AddInt("segments", &segments,
+               "the paired line this many times in a row, each of --pairs pairs (a process's "
+               "speed over its life)");
   int64_t memory_mb = 0;
   flags.AddInt("memory-latency", &memory_mb,
                "then time loads that miss: a chase through 1 MB, 64 MB and this many MB (0: none)");
@@ -267,6 +275,7 @@ int main(int argc, char** argv) {
   if (kernel_count < 1 || kernel_count > 4096) flags.Usage(1, "--kernels wants 1 to 4096");
   if (pair_switch < -1 || pair_switch > 1000) flags.Usage(1, "--pair-switch wants 0 to 1000");
   if (memory_mb < 0 || memory_mb > 65536) flags.Usage(1, "--memory-latency wants 0 to 65536 MB");
+  if (segments < 1 || segments > 10000) flags.Usage(1, "--segments wants 1 to 10000");
   std::atomic<uint32_t>* switch_word = pair_switch >= 0 ? MapPairSwitch() : nullptr;
 
   Gpu gpu = orion::samples::OpenGpu();
@@ -327,8 +336,11 @@ int main(int argc, char** argv) {
   }
   const double l2_before = memory_mb > 0 ? ChaseNs(size_t{1} << 20, 2'000'000) : 0;
   if (pairs > 0) {
-    PrintPaired(gpu, stream, static_cast<int>(pairs), pollute_kb, kernels, switch_word,
-                static_cast<uint32_t>(std::max<int64_t>(pair_switch, 0)));
+    for (int64_t segment = 1; segment <= segments; ++segment) {
+      PrintPaired(gpu, stream, static_cast<int>(pairs), pollute_kb, kernels, switch_word,
+                  static_cast<uint32_t>(std::max<int64_t>(pair_switch, 0)),
+                  segments > 1 ? static_cast<int>(segment) : 0);
+    }
   }
   if (memory_mb > 0) {
     const double l2 = ChaseNs(size_t{1} << 20, 2'000'000);

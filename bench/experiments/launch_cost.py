@@ -33,9 +33,9 @@ of the launching thread (its two event records, the hold's stream wait), past 1 
 --split SWITCH,... adds a high-priority arm per switch (ORION_BENCH_SWITCH: after-registration,
 before-clock, no-clock, no-launch-records, no-hp-notes, no-timing, ...): its launches cut short
 or leaving one part out, so that the high-priority arm less it, in the same run, is what that
-part of the path costs on this host. Each such arm is a process of its own, and a process keeps
-an offset of its own for its whole run (tens to a hundred ns), so parts under about 40 ns do
-not resolve that way. --paired-split SWITCH,... resolves them inside one process instead: per
+part of the path costs on this host. Each such arm is a process of its own, and the host's
+speed moves over seconds (a process's figure by tens to a hundred ns between one run and the
+next), so parts under about 40 ns do not resolve that way. --paired-split SWITCH,... resolves them inside one process instead: per
 switch a high-priority arm whose paired figure takes the interposer's cuLaunchKernel as usual
 and with the switch set in turn (orion-bench-launch --pair-switch), so its difference is what
 the part the switch leaves out costs, against the same process's state.
@@ -43,12 +43,15 @@ the part the switch leaves out costs, against the same process's state.
 randomization off (setarch -R: every process of the arm maps its libraries, stack and heap at
 the same addresses): where one run of an arm reads far from another, these arms say whether the
 process's layout is what moves it.
+--segments K has each process measure its paired figure K times in a row: how far a process's
+driver launch and what the interposer adds move within its life, against how far they lie apart
+between processes (the table then takes each process's first segment for the others).
 --memory-latency MB has each process time loads that miss after its paired figure (a chase
 through 1 MB, 64 MB and MB of its own fresh memory): whether a process that launches slowly also
 loads slowly.
 --by-driver-time pools the paired rows of one or more runs (hosts) by the process's own driver
 launch (its no-interposer path, in the same process): what the interposer adds where the driver is
-fast and where it is slow, as a process keeps its speed for its whole run.
+fast and where it is slow (the host's state at the time, which moves over seconds: --segments).
 --neighbor CPUS adds the three arms again, each beside a memory-streaming neighbor on every core of
 CPUS (bench/workloads/memory_neighbor.py, two buffers of --neighbor-mb MB a core, started before
 the arm's process and stopped after it), as a data loader or another tenant's job streams memory
@@ -224,7 +227,8 @@ def driver_time_bin(ns):
 
 def driver_time_table(files):
     """--by-driver-time: per arm of ARMS and caches, the paired figures of every file in `files`
-    ({path: rows}) by the process's own driver launch, binned: how many processes and hosts, what
+    ({path: rows}) by the process's own driver launch, binned: how many figures (a process's, or
+    with --segments each segment's) and hosts, what
     the interposer adds (median [min, max]) and that as a share of the driver's launch; with
     rows of --memory-latency, its processes' loads too (the 1 MB chase after the pairs, and the
     one past the shared cache)."""
@@ -257,10 +261,47 @@ def driver_time_table(files):
                                harness.spread(far, digits=0, suffix=" ns") if far else "-"]
                               if memory else []))
     return harness.markdown_table(
-        ["arm", "caches", "the process's driver launch", "processes", "hosts",
-         "interposer adds: median [min, max] over processes", "share of the driver's launch"]
+        ["arm", "caches", "the process's driver launch", "figures", "hosts",
+         "interposer adds: median [min, max] over figures", "share of the driver's launch"]
         + (["a load in 1 MB (its core's cache)", "a load past the shared cache"]
            if memory else []), out)
+
+
+def segments_table(rows):
+    """With --segments: per arm, how far a process's driver launch and what the interposer adds
+    move over its segments (the median over processes of each one's middle half: p75 - p25 of
+    its segments) against how far they lie apart between processes (the range of the processes'
+    medians), and how closely the two move together within a process."""
+    out = []
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        processes = {}
+        for r in rows:
+            if r["arm"] == arm:
+                processes.setdefault(r["run"], []).append(r)
+        lives = list(processes.values())
+
+        def moves(key):
+            def middle_half(life):
+                values = sorted(r[key] for r in life)
+                return harness.quantile(values, 0.75) - harness.quantile(values, 0.25)
+            medians = [statistics.median(r[key] for r in life) for life in lives]
+            return [f"{statistics.median(middle_half(life) for life in lives):.0f} ns",
+                    f"{max(medians) - min(medians):.0f} ns "
+                    f"[{min(medians):.0f}, {max(medians):.0f}]"]
+
+        together = [statistics.correlation([r["driver_ns"] for r in life],
+                                           [r["adds_ns"] for r in life])
+                    for life in lives if len(life) > 2 and len({r["adds_ns"] for r in life}) > 1
+                    and len({r["driver_ns"] for r in life}) > 1]
+        out.append([arm, str(len(lives)), str(int(statistics.median(len(l) for l in lives)))]
+                   + moves("driver_ns") + moves("adds_ns")
+                   + [harness.spread(together, digits=2, suffix="") if together else "-"])
+    return harness.markdown_table(
+        ["arm", "processes", "segments a process", "driver launch: moves within a process "
+         "(median of p75 - p25 over its segments)", "between processes (range of their medians)",
+         "interposer adds: moves within a process", "between processes",
+         "within a process, adds and the driver's launch: correlation over its segments "
+         "(median [min, max] over processes)"], out)
 
 
 def table(rows):
@@ -268,7 +309,11 @@ def table(rows):
     paired figure, this build against the baseline build where one ran, and the parts."""
     paired = [r for r in rows if r["variant"] == "paired"]
     rows = [r for r in rows if r["variant"] != "paired"]
+    segmented = [r for r in paired if "segment" in r]
+    paired = [r for r in paired if r.get("segment", 1) == 1]  # with --segments: the first
     text = paired_table(paired) if paired else ""
+    if segmented:
+        text += "\n\n" + segments_table(segmented)
     for extra in (against_baseline_table(paired), neighbor_table(paired), split_table(paired),
                   paired_split_table(paired)):
         if extra:
@@ -379,6 +424,9 @@ def main(argv=None):
     p.add_argument("--fixed-layout", action="store_true",
                    help="two more arms, no interposer and high priority, with the address space's "
                         "randomization off (setarch -R)")
+    p.add_argument("--segments", type=int, default=1, metavar="K",
+                   help="each process's paired figure K times in a row (--pairs pairs each): "
+                        "how far a process's speed moves over its life")
     p.add_argument("--memory-latency", type=int, default=0, metavar="MB",
                    help="each process then times loads that miss (1 MB, 64 MB and MB): the "
                         "paired rows carry memory_l2_before_ns, memory_l2_ns, memory_shared_ns, "
@@ -472,6 +520,7 @@ def main(argv=None):
                             "--pollute", str(args.pollute), "--kernels", str(args.kernels)]
                         + (["--memory-latency", str(args.memory_latency)]
                            if args.memory_latency else [])
+                        + (["--segments", str(args.segments)] if args.segments > 1 else [])
                         + bench_args.get(arm, []),
                         env=env, check=True, capture_output=True, text=True).stdout
                 finally:
@@ -489,15 +538,16 @@ def main(argv=None):
                 m = re.search(r"^memory (.+)$", text, re.M)
                 memory = {f"memory_{k}": float(v) for k, v in
                           (kv.split("=") for kv in m.group(1).split()) if k != "mb"} if m else {}
-                m = re.search(r"^paired (.+)$", text, re.M)
-                if m:
+                for m in re.finditer(r"^paired (.+)$", text, re.M):
                     fields = dict(kv.split("=") for kv in m.group(1).split())
                     row = {"run": run, "arm": arm, "variant": "paired", "cpus": args.cpus,
                            **({"switch": switch_of[arm]} if arm in switch_of else {}),
                            **({"pair_switch": pair_switch_of[arm]}
                               if arm in pair_switch_of else {}),
                            **{k: float(v) for k, v in fields.items()
-                              if k not in ("pairs", "pollute_kb", "kernels", "pair_switch")},
+                              if k not in ("pairs", "pollute_kb", "kernels", "pair_switch",
+                                           "segment")},
+                           **({"segment": int(fields["segment"])} if "segment" in fields else {}),
                            **beside, **memory,
                            "pairs": int(fields["pairs"]),
                            "pollute_kb": int(fields.get("pollute_kb", 0)),

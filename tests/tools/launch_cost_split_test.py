@@ -13,11 +13,12 @@ as libcuda, runs the as-usual (A/A), bypass and no-notes switches; checked: the 
 switch, the table lists the parts, the bypass part (the whole path past the hook's entry) reads
 above the noise of one run (the switch reached the interposer) and above the A/A control;
 orion-bench-launch refuses --pair-switch without ORION_BENCH_SWITCH, and launch-cost refuses an
-unknown --paired-split name before any work. The same run has each process time its loads
-(--memory-latency) and adds the arms beside a memory-streaming neighbor on another core
-(--neighbor): checked, every paired row carries its loads and each neighbor arm what its
-neighbor streamed. Without BUILD also: the neighbor's arms less their alone arms, paired by run,
-and --by-driver-time pooling two files by the process's own driver launch."""
+unknown --paired-split name before any work. The same run measures each paired figure twice in
+a row (--segments 2), has each process time its loads (--memory-latency) and adds the arms
+beside a memory-streaming neighbor on another core (--neighbor): checked, every paired row
+carries its segment and its loads, and each neighbor arm what its neighbor streamed. Without BUILD also: the neighbor's arms less their alone arms, paired by run,
+--by-driver-time pooling two files by the process's own driver launch, and --segments' table of
+how far a process moves within its life against between processes."""
 import json
 import os
 import subprocess
@@ -115,6 +116,24 @@ def main():
               "220 ns [220, 220] | 5.6% |" in r.stdout, f"one slow one:\n{r.stdout}")
         check("| best effort | warm, 128 kernels in turn | 4.0 us or more | 1 | 1 |" in r.stdout,
               f"the open last bin:\n{r.stdout}")
+        # --segments: two processes of high priority, three segments each; the first moves
+        # 100 ns over its life with its driver launch, the second stays put 50 ns higher.
+        seg = os.path.join(work, "segments.jsonl")
+        with open(seg, "w") as f:
+            for run, lives in ((1, ((3500, 100), (3550, 150), (3600, 200))),
+                               (2, ((3600, 150), (3600, 150), (3600, 150)))):
+                for i, (ns, adds) in enumerate(lives, 1):
+                    f.write(json.dumps(dict(paired(run, "high priority", adds), driver_ns=float(ns),
+                                            segment=i)) + "\n")
+        r = subprocess.run([sys.executable, ENTRY, "launch-cost", "--table", seg],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"--segments table exit {r.returncode}: {r.stderr}")
+        # Within: the middle half of each life (100 and 0 ns), median 50; between: the lives'
+        # medians; the second life's adds never move, so only the first has a correlation.
+        check("| high priority | 2 | 3 | 50 ns | 50 ns [3550, 3600] | 50 ns | 0 ns [150, 150] | "
+              "1.00 [1.00, 1.00] |" in r.stdout, f"segments:\n{r.stdout}")
+        check("| 125 ns [100, 150] |" in r.stdout,
+              f"the other tables take each process's first segment:\n{r.stdout}")
         two = subprocess.run([sys.executable, ENTRY, "launch-cost", "--table", *hosts],
                              capture_output=True, text=True)
         check(two.returncode != 0 and "--by-driver-time" in two.stderr,
@@ -151,7 +170,7 @@ def check_paired_split(build):
             [sys.executable, ENTRY, "launch-cost", "--bundle", bundle, "--runs", "1", "--cpus",
              cpu, "--admin-port", "0", "--launches", "100", "--pairs", "200", "--kernels", "8",
              "--paired-split", "as-usual,bypass,no-hp-notes", "--memory-latency", "8",
-             "--neighbor", neighbor, "--neighbor-mb", "8", "--out", out],
+             "--neighbor", neighbor, "--neighbor-mb", "8", "--segments", "2", "--out", out],
             env=env, capture_output=True, text=True, timeout=240)
         if len(cores) == 1:
             check(r.returncode != 0, "a neighbor on a core this test may not use must fail")
@@ -165,11 +184,18 @@ def check_paired_split(build):
         for row in (row for row in rows if row["variant"] == "paired"):
             check(all(row.get(f"memory_{k}_ns", 0) > 0 for k in ("l2_before", "l2", "far")),
                   f"a paired row without its process's loads: {row}")
-        beside = [row for row in rows if row["variant"] == "paired" and "neighbor" in row]
+        beside = [row for row in rows if row["variant"] == "paired" and "neighbor" in row
+                  and row.get("segment") == 1]
         check(len(beside) == 3 and all(row["neighbor_gb_per_s"] > 0 for row in beside)
               and all(row["neighbor"] == neighbor for row in beside),
               f"the neighbor's arms: {beside}")
         check("beside the neighbor less alone" in r.stdout, f"no neighbor table:\n{r.stdout}")
+        # --segments 2: every process's paired figure twice, numbered.
+        segments = {}
+        for row in (row for row in rows if row["variant"] == "paired"):
+            segments.setdefault(row["arm"], []).append(row.get("segment"))
+        check(all(s == [1, 2] for s in segments.values()), f"segments by arm: {segments}")
+        check("moves within a process" in r.stdout, f"no segments table:\n{r.stdout}")
         parts = {row["pair_switch"]: row for row in rows
                  if row["variant"] == "paired" and "pair_switch" in row}
         check(sorted(parts) == ["as-usual", "bypass", "no-hp-notes"],
