@@ -23,16 +23,14 @@
 // ORION_BENCH_SWITCH names, which the interposer maps) set to WORD during its groups and to 0
 // (as usual) during the first path's, so "adds" is what the part WORD leaves out costs, inside
 // one process; the line then ends "pair_switch=WORD". --segments K prints the paired line K times
-// in a row, each of --pairs pairs and ending "segment=I": whether a process's speed holds for its
-// whole life. --memory-latency MB then times loads that
-// miss, as the process finds its memory: a chase of dependent loads through one random cycle over
-// every cache line of 1 MB (a core's own cache), 64 MB (the shared cache) and MB (past it), printing
-// "memory l2_before_ns=.. l2_ns=.. shared_ns=.. far_ns=.. mb=MB" (ns per load; the 1 MB chase
-// also before the paired figure), so a process that launches slowly can be told apart from one
-// whose loads are slow, and a core whose own cache another thread takes from one whose cache
-// is its own. --no-polled leaves out the variant with a
-// polling thread, whose work grows with the run's time rather than its launches
-// (launch-instructions counts instructions per launch).
+// in a row, each of --pairs pairs and ending "segment=I": how far a process's speed moves over its
+// life. --memory-latency MB then times loads that miss, as the process finds its memory: a chase
+// of dependent loads through one random cycle over every cache line of 1 MB (a core's own cache),
+// 64 MB (the shared cache) and MB (past it), printing "memory l2_before_ns=.. l2_ns=..
+// shared_ns=.. far_ns=.. mb=MB" (ns per load; the 1 MB chase also before the paired figure), so
+// a process that launches slowly can be told apart from one whose loads are slow. --no-polled
+// leaves out the variant with a polling thread, whose work grows with the run's time rather than
+// its launches (launch-instructions counts instructions per launch).
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -35,10 +35,11 @@ before-clock, no-clock, no-launch-records, no-hp-notes, no-timing, ...): its lau
 or leaving one part out, so that the high-priority arm less it, in the same run, is what that
 part of the path costs on this host. Each such arm is a process of its own, and the host's
 speed moves over seconds (a process's figure by tens to a hundred ns between one run and the
-next), so parts under about 40 ns do not resolve that way. --paired-split SWITCH,... resolves them inside one process instead: per
-switch a high-priority arm whose paired figure takes the interposer's cuLaunchKernel as usual
-and with the switch set in turn (orion-bench-launch --pair-switch), so its difference is what
-the part the switch leaves out costs, against the same process's state.
+next), so parts under about 40 ns do not resolve that way. --paired-split SWITCH,... resolves
+them inside one process instead: per switch a high-priority arm whose paired figure takes the
+interposer's cuLaunchKernel as usual and with the switch set in turn (orion-bench-launch
+--pair-switch), so its difference is what the part the switch leaves out costs, against the
+same process's state.
 --fixed-layout adds the no-interposer and high-priority arms again with the address space's
 randomization off (setarch -R: every process of the arm maps its libraries, stack and heap at
 the same addresses): where one run of an arm reads far from another, these arms say whether the
@@ -228,10 +229,9 @@ def driver_time_bin(ns):
 def driver_time_table(files):
     """--by-driver-time: per arm of ARMS and caches, the paired figures of every file in `files`
     ({path: rows}) by the process's own driver launch, binned: how many figures (a process's, or
-    with --segments each segment's) and hosts, what
-    the interposer adds (median [min, max]) and that as a share of the driver's launch; with
-    rows of --memory-latency, its processes' loads too (the 1 MB chase after the pairs, and the
-    one past the shared cache)."""
+    with --segments each segment's) and hosts, what the interposer adds (median [min, max]) and
+    that as a share of the driver's launch; with rows of --memory-latency, its processes' loads
+    too (the 1 MB chase after the pairs, and the one past the shared cache)."""
     rows = [dict(r, host=path) for path, mine in files.items() for r in mine
             if r.get("variant") == "paired" and r.get("arm") in ARMS]
     if not rows:

@@ -16,9 +16,10 @@ orion-bench-launch refuses --pair-switch without ORION_BENCH_SWITCH, and launch-
 unknown --paired-split name before any work. The same run measures each paired figure twice in
 a row (--segments 2), has each process time its loads (--memory-latency) and adds the arms
 beside a memory-streaming neighbor on another core (--neighbor): checked, every paired row
-carries its segment and its loads, and each neighbor arm what its neighbor streamed. Without BUILD also: the neighbor's arms less their alone arms, paired by run,
---by-driver-time pooling two files by the process's own driver launch, and --segments' table of
-how far a process moves within its life against between processes."""
+carries its segment and its loads, and each neighbor arm what its neighbor streamed. Without
+BUILD also: the neighbor's arms less their alone arms, paired by run, --by-driver-time pooling
+two files by the process's own driver launch, and --segments' table of how far a process moves
+within its life against between processes."""
 import json
 import os
 import subprocess
