@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
   if (pollute_kb < 0 || pollute_kb > 1'048'576) flags.Usage(1, "--pollute wants 0 to 1048576 KB");
   if (kernel_count < 1 || kernel_count > 4096) flags.Usage(1, "--kernels wants 1 to 4096");
   if (pair_switch < -1 || pair_switch > 1000) flags.Usage(1, "--pair-switch wants 0 to 1000");
-  if (memory_mb < 0 || memory_mb > 65536) flags.Usage(1, "--memory-latency wants 0 to 65536 MB");
+  if (memory_mb < 0 || memory_mb > 16384) flags.Usage(1, "--memory-latency wants 0 to 16384 MB");
   if (segments < 1 || segments > 10000) flags.Usage(1, "--segments wants 1 to 10000");
   std::atomic<uint32_t>* switch_word = pair_switch >= 0 ? MapPairSwitch() : nullptr;
 

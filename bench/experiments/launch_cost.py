@@ -81,6 +81,7 @@ PAIRED_SPLIT_ARM = "high priority against itself without "  # + bench_switch_par
 NEIGHBOR = ", beside a memory-streaming neighbor"  # ARMS[i] + NEIGHBOR: a --neighbor arm
 NEIGHBOR_ARMS = tuple(arm + NEIGHBOR for arm in ARMS)
 MEMORY_NEIGHBOR = os.path.join(harness.BENCH, "workloads", "memory_neighbor.py")
+MAX_MEMORY_MB = 16384  # --memory-latency's largest chase (orion-bench-launch's own limit)
 
 
 def split_arms(rows):
@@ -309,7 +310,8 @@ def table(rows):
     paired figure, this build against the baseline build where one ran, and the parts."""
     paired = [r for r in rows if r["variant"] == "paired"]
     rows = [r for r in rows if r["variant"] != "paired"]
-    segmented = [r for r in paired if "segment" in r]
+    # The --paired-split arms' "driver" half is the interposer with a switch set: not a driver's.
+    segmented = [r for r in paired if "segment" in r and "pair_switch" not in r]
     paired = [r for r in paired if r.get("segment", 1) == 1]  # with --segments: the first
     text = paired_table(paired) if paired else ""
     if segmented:
@@ -364,7 +366,11 @@ def neighbor_cores(p, args):
         cores = [int(c) for c in args.neighbor.split(",")]
     except ValueError:
         p.error(f"--neighbor {args.neighbor!r}: expected core numbers, e.g. 4,5,6,7")
-    arms = {int(c) for c in args.cpus.split(",") if c.isdigit()}
+    arms = set()
+    for part in args.cpus.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (high.isdigit() or not high):
+            arms.update(range(int(low), int(high or low) + 1))
     if arms.intersection(cores) or len(set(cores)) != len(cores):
         p.error(f"--neighbor {args.neighbor!r}: each core once, and not the arms' (--cpus "
                 f"{args.cpus})")
@@ -378,24 +384,35 @@ def start_neighbors(cores, mb, work):
     procs = [subprocess.Popen(
         harness.taskset(str(core)) + [sys.executable, MEMORY_NEIGHBOR, "--mb", str(mb)],
         stdout=subprocess.PIPE, text=True, cwd=work) for core in cores]
-    for core, proc in zip(cores, procs):
-        if proc.stdout.readline().strip() != "ready":
-            stop_neighbors(procs)
-            sys.exit(f"launch-cost: the memory neighbor on core {core} did not start "
-                     f"(two buffers of {mb} MB)")
+    try:
+        for core, proc in zip(cores, procs):
+            if proc.stdout.readline().strip() != "ready":
+                sys.exit(f"launch-cost: the memory neighbor on core {core} did not start "
+                         f"(two buffers of {mb} MB)")
+    except BaseException:  # interrupted or refused: none is left streaming
+        stop_neighbors(procs)
+        raise
     return procs
 
 
 def stop_neighbors(procs):
-    """Stops the neighbors; what they streamed together, GB/s (0.0 with none)."""
-    total = 0.0
+    """Stops the neighbors; what they streamed together, GB/s (0.0 with none), and how many of
+    them streamed to the end (a neighbor that died or hung says nothing)."""
+    total, reported = 0.0, 0
     for proc in procs:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
     for proc in procs:
-        out = proc.communicate(timeout=30)[0]
+        try:
+            out = proc.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out = proc.communicate()[0]
         m = re.search(r"gb_per_s=([0-9.]+)", out or "")
-        total += float(m.group(1)) if m else 0.0
-    return round(total, 1)
+        if m:
+            total += float(m.group(1))
+            reported += 1
+    return round(total, 1), reported
 
 
 def main(argv=None):
@@ -457,6 +474,11 @@ def main(argv=None):
         p.error("--bundle is required")
     split = harness.bench_switch_names(args.split, "launch-cost --split")
     paired_split = harness.bench_switch_names(args.paired_split, "launch-cost --paired-split")
+    if not 1 <= args.segments <= 10000:
+        p.error(f"--segments {args.segments}: expected 1 to 10000")
+    if not 0 <= args.memory_latency <= MAX_MEMORY_MB:
+        p.error(f"--memory-latency {args.memory_latency}: expected 0 to {MAX_MEMORY_MB} MB")
+    neighbor_cpus = neighbor_cores(p, args)
     b = os.path.abspath(args.bundle)
     bench = os.path.join(b, "orion-bench-launch")
     if not os.access(bench, os.X_OK):
@@ -487,7 +509,6 @@ def main(argv=None):
                      "cannot be turned off for a process on this host)")
         wraps[FIXED_LAYOUT_ARMS[0]] = fixed
         wraps[FIXED_LAYOUT_ARMS[1]] = fixed + harness.orion_run(b, "high")
-    neighbor_cpus = neighbor_cores(p, args)
     if neighbor_cpus:
         for arm, alone in zip(NEIGHBOR_ARMS, ARMS):
             wraps[arm] = wraps[alone]
@@ -524,9 +545,14 @@ def main(argv=None):
                         + bench_args.get(arm, []),
                         env=env, check=True, capture_output=True, text=True).stdout
                 finally:
-                    streamed = stop_neighbors(neighbors)
+                    streamed, reported = stop_neighbors(neighbors)
+                if reported != len(neighbors):
+                    print(f"warning: run {run}, {arm}: {len(neighbors) - reported} of the "
+                          f"{len(neighbors)} memory neighbors stopped streaming early",
+                          file=sys.stderr)
                 beside = ({"neighbor": ",".join(map(str, neighbor_cpus)),
-                           "neighbor_gb_per_s": streamed} if neighbors else {})
+                           "neighbor_gb_per_s": streamed,
+                           "neighbors_streaming": reported} if neighbors else {})
                 steal = steal_ms(args.cpus)
                 if steal is not None and steal_before is not None:
                     beside["steal_ms"] = steal - steal_before
@@ -537,7 +563,7 @@ def main(argv=None):
                     harness.append_row(rows_path, row)
                 m = re.search(r"^memory (.+)$", text, re.M)
                 memory = {f"memory_{k}": float(v) for k, v in
-                          (kv.split("=") for kv in m.group(1).split()) if k != "mb"} if m else {}
+                          (kv.split("=") for kv in m.group(1).split())} if m else {}
                 for m in re.finditer(r"^paired (.+)$", text, re.M):
                     fields = dict(kv.split("=") for kv in m.group(1).split())
                     row = {"run": run, "arm": arm, "variant": "paired", "cpus": args.cpus,

@@ -940,6 +940,7 @@ CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
   DriverState& s = State();
   Lock lock(s.mu);
+  ++s.context_queries;
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pctx = reinterpret_cast<CUcontext>(CurrentContext(s));
@@ -1151,6 +1152,13 @@ uint64_t orion_double_stream_waits() {
   DriverState& s = State();
   Lock lock(s.mu);
   return s.stream_waits;
+}
+
+// Not a driver entry point: the cuCtxGetCurrent calls of this process (tests read it by dlsym).
+uint64_t orion_double_context_queries() {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  return s.context_queries;
 }
 
 // Not a driver entry point: the kernels this process launched to run (tests read it by dlsym).

@@ -166,6 +166,7 @@ struct DriverState {
   std::map<uint64_t, size_t> reservations;     // cuMemAddressReserve ranges
   std::map<uint64_t, size_t> host_registered;  // cuMemHostRegister ranges (device address = host)
   uint64_t stream_waits = 0;                   // cuStreamWaitValue32 calls that succeeded
+  uint64_t context_queries = 0;                // cuCtxGetCurrent calls
   uint64_t kernel_launches = 0;                // kernels queued to run (captured ones not)
   // When each of the first kMaxLaunchEntries of them entered the driver (CLOCK_MONOTONIC).
   static constexpr size_t kMaxLaunchEntries = 64;

@@ -504,6 +504,7 @@ TEST_F(InterposeIntegrationTest, BenchSwitchPassesCallsThroughWhileSet) {
 // registered with a test registrar of its own.
 struct SwitchedRun {
   std::string kernel_launches;  // what the driver double ran
+  uint64_t context_queries = 0;  // the process's cuCtxGetCurrent calls, as the double counted
   std::vector<c::Event> events;
   uint64_t launches_counted = 0;
 };
@@ -528,6 +529,9 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingNoLaunchRecordsAndCutShort) 
     out.kernel_launches = run.values.count("kernel_launches") ? run.values.at("kernel_launches")
                                                               : "none";
     out.launches_counted = registrar.area(0)->counters.launches.load();
+    if (run.values.count("context_queries") != 0) {
+      out.context_queries = std::stoull(run.values.at("context_queries"));
+    }
     return out;
   };
   // Word 0: launches recorded and counted, a kernel's first ones timed.
@@ -578,9 +582,12 @@ TEST_F(InterposeIntegrationTest, BenchSwitchNoTimingNoLaunchRecordsAndCutShort) 
   EXPECT_GT(CountKind(unclocked.events, c::EventKind::kLaunch), 1);
   EXPECT_EQ(launch_stamps(unclocked).size(), 1u);
   EXPECT_GT(launch_stamps(usual).size(), 1u);
-  // Word 10 (no-context-query): the thread's last context stands in for the driver's answer;
-  // the launches are registered, recorded and counted as word 0's, and all of them run.
+  // Word 10 (no-context-query): the thread's last context stands in for the driver's answer,
+  // so the process asks the driver fewer times (every launch asks under word 0); the launches
+  // are registered, recorded and counted as word 0's, and all of them run.
   const SwitchedRun kept_context = run_under(c::BenchSwitch::kNoContextQuery);
+  EXPECT_GT(usual.context_queries, usual.launches_counted);
+  EXPECT_LT(kept_context.context_queries + usual.launches_counted / 2, usual.context_queries);
   EXPECT_EQ(CountKind(kept_context.events, c::EventKind::kLaunch),
             CountKind(usual.events, c::EventKind::kLaunch));
   EXPECT_EQ(kept_context.launches_counted, usual.launches_counted);

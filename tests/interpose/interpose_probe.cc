@@ -145,10 +145,10 @@ int Run(int launches, bool fork_child, bool bench) {
   // Let the interposer's completion poller observe the last events before exit.
   timespec settle{0, 50'000'000};
   nanosleep(&settle, nullptr);
-  // The driver test double counts the stream waits on host memory this process queued, and the
-  // kernels it launched to run.
+  // The driver test double counts the stream waits on host memory this process queued, the
+  // kernels it launched to run, and the process's questions for its current context.
   using DoubleCount = unsigned long long (*)();
-  for (const char* name : {"stream_waits", "kernel_launches"}) {
+  for (const char* name : {"stream_waits", "kernel_launches", "context_queries"}) {
     char symbol[64];
     snprintf(symbol, sizeof(symbol), "orion_double_%s", name);
     if (auto count = reinterpret_cast<DoubleCount>(dlsym(RTLD_DEFAULT, symbol))) {

@@ -140,6 +140,14 @@ def main():
         check(two.returncode != 0 and "--by-driver-time" in two.stderr,
               f"two files without --by-driver-time must be refused: {two.stderr!r}")
 
+    for option, value, said in (("--segments", "0", "expected 1 to 10000"),
+                                ("--memory-latency", "99999", "expected 0 to 16384 MB"),
+                                ("--neighbor", "2", "not the arms'")):
+        refused = subprocess.run([sys.executable, ENTRY, "launch-cost", "--bundle", "/nonexistent",
+                                  "--cpus", "2-3", option, value], capture_output=True, text=True)
+        check(refused.returncode != 0 and said in refused.stderr,
+              f"{option} {value} must be refused before any work: {refused.stderr!r}")
+
     bad = subprocess.run([sys.executable, ENTRY, "launch-cost", "--bundle", "/nonexistent",
                           "--split", "after-registration,no-such-part"],
                          capture_output=True, text=True)
