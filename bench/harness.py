@@ -260,6 +260,29 @@ def taskset(cpus):
     return ["taskset", "-c", cpus if isinstance(cpus, str) else ",".join(map(str, cpus))]
 
 
+def cpu_list(text):
+    """The cores of a taskset-style list ("2", "2,3", "4-7,9"); ValueError where it is not one."""
+    cores = []
+    for part in text.split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"{text!r} is not a list of cores")
+        cores.extend(range(int(low), int(high if dash else low) + 1))
+    return cores
+
+
+def cpu_ticks(cores):
+    """/proc/stat's counters (user, nice, system, idle, iowait, irq, softirq, steal), summed over
+    `cores`; None where unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            rows = {l.split()[0]: [int(x) for x in l.split()[1:9]]
+                    for l in f if l.startswith("cpu")}
+        return [sum(rows[f"cpu{c}"][i] for c in cores) for i in range(8)]
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
 def pin(pid, cpus, what):
     """Pins a started process (before it starts its own threads: they inherit it)."""
     try:

@@ -241,14 +241,16 @@ def driver_time_table(files):
     memory = any("memory_l2_ns" in r for r in rows)  # --memory-latency: two columns more
     bins = [driver_time_bin(edge - 1) for edge in DRIVER_TIME_EDGES]
     bins.append(driver_time_bin(DRIVER_TIME_EDGES[-1]))
+    groups = {}  # (caches, arm, bin): the figures in it
+    for r in rows:
+        groups.setdefault((r.get("pollute_kb", 0), r.get("kernels", 1), r["arm"],
+                           driver_time_bin(r["driver_ns"])), []).append(r)
     out = []
-    shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
+    shapes = sorted({(kb, kernels) for kb, kernels, _, _ in groups})
     for kb, kernels in shapes:
         for arm in ARMS:
             for label in bins:
-                mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb
-                        and r.get("kernels", 1) == kernels
-                        and driver_time_bin(r["driver_ns"]) == label]
+                mine = groups.get((kb, kernels, arm, label))
                 if not mine:
                     continue
                 share = statistics.median(r["adds_ns"] / r["driver_ns"] for r in mine)
@@ -344,17 +346,19 @@ def table_of_variants(rows):
         out)
 
 
-def steal_ms(cpus):
-    """The time (ms) the hypervisor ran something else on `cpus`' virtual cores so far (the
-    steal column of /proc/stat, summed), or None where it cannot be read."""
+def steal_ms(cores):
+    """The time (ms) the hypervisor ran something else on `cores` so far (the steal column of
+    /proc/stat, summed), or None where it cannot be read."""
+    ticks = harness.cpu_ticks(cores)
+    return ticks[7] * 1000 // os.sysconf("SC_CLK_TCK") if ticks else None
+
+
+def arm_cores(p, args):
+    """--cpus as a list of cores; refused where it is not a taskset-style list."""
     try:
-        cores = {f"cpu{int(c)}" for c in cpus.split(",")}
-        with open("/proc/stat") as f:
-            fields = [line.split() for line in f if line.split()[0] in cores]
-        ticks = os.sysconf("SC_CLK_TCK")
-        return sum(int(f[8]) for f in fields) * 1000 // ticks if fields else None
-    except (OSError, ValueError, IndexError):
-        return None
+        return harness.cpu_list(args.cpus)
+    except ValueError:
+        p.error(f"--cpus {args.cpus!r}: expected cores, e.g. 2 or 2-3")
 
 
 def neighbor_cores(p, args):
@@ -366,12 +370,7 @@ def neighbor_cores(p, args):
         cores = [int(c) for c in args.neighbor.split(",")]
     except ValueError:
         p.error(f"--neighbor {args.neighbor!r}: expected core numbers, e.g. 4,5,6,7")
-    arms = set()
-    for part in args.cpus.split(","):
-        low, _, high = part.partition("-")
-        if low.isdigit() and (high.isdigit() or not high):
-            arms.update(range(int(low), int(high or low) + 1))
-    if arms.intersection(cores) or len(set(cores)) != len(cores):
+    if set(arm_cores(p, args)).intersection(cores) or len(set(cores)) != len(cores):
         p.error(f"--neighbor {args.neighbor!r}: each core once, and not the arms' (--cpus "
                 f"{args.cpus})")
     if args.neighbor_mb < 1:
@@ -478,6 +477,7 @@ def main(argv=None):
         p.error(f"--segments {args.segments}: expected 1 to 10000")
     if not 0 <= args.memory_latency <= MAX_MEMORY_MB:
         p.error(f"--memory-latency {args.memory_latency}: expected 0 to {MAX_MEMORY_MB} MB")
+    cores = arm_cores(p, args)
     neighbor_cpus = neighbor_cores(p, args)
     b = os.path.abspath(args.bundle)
     bench = os.path.join(b, "orion-bench-launch")
@@ -533,7 +533,7 @@ def main(argv=None):
             for arm in harness.rotated(tuple(wraps), run - 1):
                 neighbors = start_neighbors(neighbor_cpus, args.neighbor_mb, work) \
                     if arm in NEIGHBOR_ARMS else []
-                steal_before = steal_ms(args.cpus)
+                steal_before = steal_ms(cores)
                 try:
                     text = subprocess.run(
                         harness.taskset(args.cpus) + wraps[arm] + [
@@ -553,7 +553,7 @@ def main(argv=None):
                 beside = ({"neighbor": ",".join(map(str, neighbor_cpus)),
                            "neighbor_gb_per_s": streamed,
                            "neighbors_streaming": reported} if neighbors else {})
-                steal = steal_ms(args.cpus)
+                steal = steal_ms(cores)
                 if steal is not None and steal_before is not None:
                     beside["steal_ms"] = steal - steal_before
                 for m in re.finditer(r"^(.+?)\s+ns_per_(?:launch|call)=(\d+)", text, re.M):

@@ -151,17 +151,6 @@ SPLITS = {
                 "--configs", "timeslice,orion-pass,orion"],
 }
 
-def cpu_ticks(cores):
-    """/proc/stat's counters (user, nice, system, idle, iowait, irq, softirq, steal), summed over
-    `cores`; None where unreadable."""
-    try:
-        with open("/proc/stat") as f:
-            rows = {l.split()[0]: [int(x) for x in l.split()[1:9]] for l in f if l.startswith("cpu")}
-        return [sum(rows[f"cpu{c}"][i] for c in cores) for i in range(8)]
-    except (OSError, KeyError, ValueError, IndexError):
-        return None
-
-
 def host_shares(before, after):
     """What the service's cores did over its run: steal (the hypervisor ran something else on
     them: a virtual machine's CPU time taken away) and irq (interrupts), as fractions."""
@@ -340,11 +329,11 @@ class Bench:
             self.log.write(f"[hp {name} {cfg}] {line}")
             if start is None and (line.startswith("serving") or line.startswith("orion-sample-infer:")):
                 start = time.monotonic()
-                ticks0 = cpu_ticks(cores)
+                ticks0 = harness.cpu_ticks(cores)
             if line.startswith("result"):
                 end = time.monotonic()
                 result = parse_result(line)
-                result.update(host_shares(ticks0, cpu_ticks(cores)) if start else {})
+                result.update(host_shares(ticks0, harness.cpu_ticks(cores)) if start else {})
         p.wait()
         if result is None:
             raise RuntimeError(f"service {name} under {cfg} gave no result (exit {p.returncode})")
