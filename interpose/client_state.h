@@ -66,6 +66,10 @@ struct alignas(64) ProcessState {
   // Whether the ring's next entry is prefetched for writing (x86: where CPUID has PRFCHW;
   // elsewhere always, the compiler's store prefetch being only a hint), set once at start.
   bool prefetch_ring = false;
+  // Set once the process launched a collective (a kernel named like NCCL's, or a graph holding
+  // one): it is a rank of a multi-GPU job, and its best-effort work is held at the gate on the
+  // CPU, never on the GPU (gpu_hold.h, RunsCollectives).
+  std::atomic<bool> runs_collectives{false};
   // Set once any registration failed: the whole process passes through from then on.
   std::atomic<uint32_t> pass_through{0};
   // Bumped in a fork child and at a renewal: every thread's cached registration is looked up

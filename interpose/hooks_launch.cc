@@ -49,6 +49,12 @@ const char* KernelName(uint64_t func) {
   return nullptr;
 }
 
+// The process launched a collective: it is a rank of a multi-GPU job (gpu_hold.h, "Ranks of a
+// multi-GPU job"). Once, at a kernel's first launch or a graph's instantiation.
+void NoteRunsCollectives() {
+  g_process.runs_collectives.store(true, std::memory_order_relaxed);
+}
+
 [[gnu::cold, gnu::noinline]] void ReportKernelName(Registration* reg, KernelRecord* kernel,
                                                    uint64_t func) {
   contract::Event e{};
@@ -59,8 +65,9 @@ const char* KernelName(uint64_t func) {
   CopyTruncated(e.name, sizeof(e.name), name != nullptr ? name : "?");
   kernel->kclass.store(contract::KernelClassToBoard(contract::ClassifyKernelName(name)),
                        std::memory_order_relaxed);
-  kernel->communication.store(contract::IsCommunicationKernelName(name) ? 1 : 0,
-                              std::memory_order_relaxed);
+  const bool communication = contract::IsCommunicationKernelName(name);
+  kernel->communication.store(communication ? 1 : 0, std::memory_order_relaxed);
+  if (communication) NoteRunsCollectives();
   PushEvent(reg, e);
 }
 
@@ -181,6 +188,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool paused = slot.paused.load(std::memory_order_relaxed) != 0;
   const bool beside_high = gated && HighPriorityPresent(gpu, reg->slot_index);
   const bool held_on_gpu = beside_high && !paused && GpuHoldOn(gpu) &&
+                           !g_process.runs_collectives.load(std::memory_order_relaxed) &&
                            HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index) &&
                            QueueHoldWait(reg, info.stream, info.per_thread_stream);
   if (paused || (beside_high && !held_on_gpu)) [[unlikely]] {
@@ -383,11 +391,12 @@ LaunchInfo GraphInfo(CUgraphExec exec, CUstream stream, bool ptsz) {
 }
 
 // Kernel nodes of a graph, child graphs included (bounded depth: a pathological nest must not
-// recurse without end inside the host process).
+// recurse without end inside the host process); a collective among them is noted.
 uint64_t CountKernelNodes(CUgraph graph, int depth) {
   auto get_nodes = ORION_DRIVER(cuGraphGetNodes);
   auto get_type = ORION_DRIVER(cuGraphNodeGetType);
   auto get_child = ORION_DRIVER(cuGraphChildGraphNodeGetGraph);
+  auto get_params = ORION_DRIVER(cuGraphKernelNodeGetParams_v2);
   if (graph == nullptr || get_nodes == nullptr || get_type == nullptr || depth > 8) return 0;
   size_t count = 0;
   if (get_nodes(graph, nullptr, &count) != CUDA_SUCCESS || count == 0) return 0;
@@ -400,6 +409,15 @@ uint64_t CountKernelNodes(CUgraph graph, int depth) {
       if (nodes[i] == nullptr || get_type(nodes[i], &type) != CUDA_SUCCESS) continue;
       if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
         ++kernels;
+        if (get_params != nullptr) {  // a captured collective makes the process a job's rank
+          CUDA_KERNEL_NODE_PARAMS_v2 params{};
+          if (get_params(nodes[i], &params) == CUDA_SUCCESS &&
+              contract::IsCommunicationKernelName(
+                  KernelName(params.func != nullptr ? reinterpret_cast<uint64_t>(params.func)
+                                                    : reinterpret_cast<uint64_t>(params.kern)))) {
+            NoteRunsCollectives();
+          }
+        }
       } else if (type == CU_GRAPH_NODE_TYPE_GRAPH && get_child != nullptr) {
         CUgraph child = nullptr;
         if (get_child(nodes[i], &child) == CUDA_SUCCESS) {
