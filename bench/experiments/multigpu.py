@@ -273,7 +273,10 @@ class Run:
                 key, value = config.split(":", 1)[1].split("=", 1)
                 extra = f"policy:\n  {key}: {value}\n"
             server = harness.Server(self.bundle, self.work, self.log, admin_port=0,
-                                    mode="priority", extra=extra).start()
+                                    mode="priority", extra=extra)
+            if os.path.exists(server.socket):  # the last arm's server's
+                os.remove(server.socket)
+            server.start()
         go = os.path.join(self.work, f"go-{port}")
         row = {"job": kind, "config": config, "service": self.args.service,
                "service_gpus": self.gpus, "bare_rank": self.args.bare_rank,
