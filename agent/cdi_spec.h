@@ -1,6 +1,7 @@
 // The CDI spec (Container Device Interface, cdiVersion 0.6.0) the DRA plugin writes for each
 // prepared claim: one device named by the claim's UID whose containerEdits are what the device
-// plugin's Allocate gives a container (share_allocation.h: the GPU, LD_PRELOAD of the
+// plugin's Allocate gives a container (share_allocation.h: the claim's GPUs, each once in the
+// order given, in NVIDIA_VISIBLE_DEVICES or as their CDI devices; LD_PRELOAD of the
 // interposer, ORION_SOCKET, the library and run folder mounts) plus the claim's settings as
 // ORION_PRIORITY, ORION_MEMORY_LIMIT and ORION_LATENCY_TARGET_MS. The kubelet passes the CDI
 // device ID gpu-share.orion.io/claim=<uid> to the runtime, which applies the edits. (The

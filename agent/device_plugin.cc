@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "grpcpp/grpcpp.h"
 
 namespace orion::agent {
@@ -100,7 +101,21 @@ class DevicePlugin::Service final : public v1beta1::DevicePlugin::Service {
     }
     for (const auto& c : request->container_requests()) {
       std::vector<std::string> ids(c.devices_ids().begin(), c.devices_ids().end());
-      *out->add_container_responses() = ContainerAllocation(ids, inventory_->layout);
+      // The kubelet may hand devices other than the preferred ones (it takes any free ones when
+      // GetPreferredAllocation is short, or under the topology manager), and Allocate cannot
+      // change them: the container gets the GPUs they name, each once, and the log says when
+      // its devices share a GPU (a job of N ranks then finds fewer than N GPUs).
+      const std::vector<std::string> gpus = GpusOfDevices(ids, inventory_->gpus);
+      if (ids.size() > 1 && gpus.size() < ids.size()) {
+        std::fprintf(stderr,
+                     "orion-agent: Allocate of %s: %zu devices on %zu GPU(s) (%s), fewer GPUs "
+                     "than devices (the node had no %zu GPUs with a free one, or the kubelet "
+                     "chose the devices itself); the container sees %zu GPU(s)\n",
+                     resource_.c_str(), ids.size(), gpus.size(), absl::StrJoin(gpus, ", ").c_str(),
+                     ids.size(), gpus.size());
+      }
+      *out->add_container_responses() = ContainerAllocation(ids, inventory_->layout,
+                                                            inventory_->gpus);
     }
     return grpc::Status::OK;
   }

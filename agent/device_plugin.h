@@ -9,7 +9,10 @@
 // about the pod, so a plugin cannot pair two resources of one container reliably. A high slot
 // names its GPU, so the container's place is the slot's.
 // Shares go to the GPU with the most idle time by orion-server's busy figures (SetGpuIdle),
-// else they spread; high slots likewise (see PreferredShares).
+// else they spread; high slots likewise (see PreferredShares). A container asking for N of a
+// resource is a job of N ranks: its N devices are preferred on N distinct GPUs, and Allocate
+// gives it the GPUs its devices name, each once, in the node's order (GpusOfDevices), whatever
+// devices the kubelet chose.
 // It starts over (new sockets, new registrations) when the kubelet restarts, which it notices by
 // kubelet.sock being replaced or one of its own sockets being removed (a restarting kubelet
 // deletes every socket in the folder).

@@ -30,7 +30,7 @@ struct PreparedClaim {
     std::vector<std::string> cdi_device_ids;
   };
   std::vector<Device> devices;
-  std::vector<std::string> gpu_uuids;  // distinct, in device order
+  std::vector<std::string> gpu_uuids;  // distinct, in the node's order (GPU index)
   std::vector<std::string> pod_uids;   // the claim's reservedFor pods when it was prepared
   PodSettings settings;
 };

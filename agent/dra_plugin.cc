@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "agent/cdi_spec.h"
 #include "dra/v1/api.grpc.pb.h"
 #include "dra/v1beta1/api.grpc.pb.h"
@@ -406,13 +407,23 @@ absl::StatusOr<PreparedClaim> DraPlugin::PrepareClaim(const drav1::Claim& claim)
                          .name = claim.name(),
                          .pod_uids = parsed->pod_uids,
                          .settings = ClaimSettings(*parsed, *gpus)};
+  std::vector<std::string> claim_gpus;
   for (const DraClaimGpu& g : *gpus) {
     prepared.devices.push_back(
         {.request = g.device.request, .pool = g.device.pool, .device = g.device.device});
-    if (std::find(prepared.gpu_uuids.begin(), prepared.gpu_uuids.end(), g.gpu.uuid) ==
-        prepared.gpu_uuids.end()) {
-      prepared.gpu_uuids.push_back(g.gpu.uuid);
-    }
+    claim_gpus.push_back(g.gpu.uuid);
+  }
+  // The claim's GPUs, each once, in the node's order (by index), whatever the order of the
+  // allocation results: NVIDIA_VISIBLE_DEVICES and the server's GPUs of the pod name the same.
+  std::vector<std::string> node_gpus;
+  for (const DraGpu& g : inventory.gpus) node_gpus.push_back(g.uuid);
+  prepared.gpu_uuids = InNodeOrder(claim_gpus, node_gpus);
+  if (prepared.gpu_uuids.size() < claim_gpus.size()) {
+    // Not an error (a claim may ask for two shares of one GPU), but a job of N ranks finds
+    // fewer GPUs than devices: say so; docs/kubernetes.md shows claims that keep them apart.
+    std::fprintf(stderr, "orion-agent: DRA: claim %s has %zu devices on %zu GPU(s) (%s); its "
+                 "containers see each GPU once\n", ref.c_str(), claim_gpus.size(),
+                 prepared.gpu_uuids.size(), absl::StrJoin(prepared.gpu_uuids, ", ").c_str());
   }
   const std::string cdi_file = absl::StrCat(config_.cdi_dir, "/", ClaimCdiFileName(claim.uid()));
   if (!prepared.devices.empty()) {
@@ -432,7 +443,8 @@ absl::StatusOr<PreparedClaim> DraPlugin::PrepareClaim(const drav1::Claim& claim)
   }
   std::fprintf(stderr, "orion-agent: DRA: claim %s prepared: %zu device(s) on %s, priority %s\n",
                ref.c_str(), prepared.devices.size(),
-               prepared.gpu_uuids.empty() ? "no GPU" : prepared.gpu_uuids.front().c_str(),
+               prepared.gpu_uuids.empty() ? "no GPU"
+                                          : absl::StrJoin(prepared.gpu_uuids, ", ").c_str(),
                std::string(PriorityName(prepared.settings.priority)).c_str());
   return prepared;
 }

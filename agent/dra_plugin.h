@@ -4,8 +4,9 @@
 //     gRPC services it serves ("v1.DRAPlugin", "v1beta1.DRAPlugin");
 //   - the DRAPlugin service (v1 and v1beta1, one implementation) on the plugin socket:
 //     NodePrepareResources reads each claim from the API server, maps its devices of this driver
-//     to the node's GPUs (dra_claim.h), writes the claim's CDI spec (cdi_spec.h) and answers the
-//     CDI device IDs; NodeUnprepareResources removes the spec. Both are idempotent and every
+//     to the node's GPUs (dra_claim.h), writes the claim's CDI spec (cdi_spec.h: the claim's
+//     GPUs each once, in the node's order, so a claim of N shares on N GPUs, one per rank of a
+//     job, gives its containers the N GPUs) and answers the CDI device IDs; NodeUnprepareResources removes the spec. Both are idempotent and every
 //     claim succeeds or fails on its own (a per-claim error names what and where);
 //   - the node's ResourceSlices (resource_slice.h), published at start and again when the GPUs
 //     change, retried until the API server takes them;

@@ -100,20 +100,38 @@ std::vector<std::string> ShareIds(const std::vector<std::string>& gpu_uuids, int
   return ids;
 }
 
-v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::string>& share_ids,
-                                                       const ContainerLayout& layout) {
-  std::vector<std::string> gpus;
-  for (const std::string& id : share_ids) {
-    std::string gpu = GpuOfShare(id);
-    if (!gpu.empty() && std::find(gpus.begin(), gpus.end(), gpu) == gpus.end()) {
-      gpus.push_back(std::move(gpu));
-    }
+std::vector<std::string> InNodeOrder(const std::vector<std::string>& gpus,
+                                     const std::vector<std::string>& node_gpus) {
+  std::vector<std::string> out;
+  std::set<std::string> wanted(gpus.begin(), gpus.end());
+  wanted.erase("");
+  for (const std::string& gpu : node_gpus) {
+    if (wanted.erase(gpu) > 0) out.push_back(gpu);
   }
-  return ContainerAllocationForGpus(gpus, layout);
+  out.insert(out.end(), wanted.begin(), wanted.end());  // not the node's: by UUID (set order)
+  return out;
 }
 
-v1beta1::ContainerAllocateResponse ContainerAllocationForGpus(const std::vector<std::string>& gpus,
+std::vector<std::string> GpusOfDevices(const std::vector<std::string>& device_ids,
+                                       const std::vector<std::string>& node_gpus) {
+  std::vector<std::string> gpus;
+  for (const std::string& id : device_ids) gpus.push_back(GpuOfShare(id));
+  return InNodeOrder(gpus, node_gpus);
+}
+
+v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::string>& share_ids,
+                                                       const ContainerLayout& layout,
+                                                       const std::vector<std::string>& node_gpus) {
+  return ContainerAllocationForGpus(GpusOfDevices(share_ids, node_gpus), layout);
+}
+
+v1beta1::ContainerAllocateResponse ContainerAllocationForGpus(const std::vector<std::string>& given,
                                                               const ContainerLayout& layout) {
+  // Each GPU once: a container sees a GPU once however many of its devices sit there.
+  std::vector<std::string> gpus;
+  for (const std::string& gpu : given) {
+    if (std::find(gpus.begin(), gpus.end(), gpu) == gpus.end()) gpus.push_back(gpu);
+  }
   v1beta1::ContainerAllocateResponse r;
   auto& envs = *r.mutable_envs();
   std::vector<std::string> cdi_names;
@@ -184,43 +202,42 @@ std::vector<std::string> PreferredShares(const std::vector<std::string>& availab
                                          const GpuIdle& idle) {
   std::vector<std::string> chosen;
   std::set<std::string> taken;
-  std::set<std::string> chosen_gpus;
+  std::map<std::string, int> mine;  // GPU -> devices of this container on it
   for (const std::string& id : must_include) {
     if (static_cast<int>(chosen.size()) >= size) break;
     if (taken.insert(id).second) {
       chosen.push_back(id);
-      chosen_gpus.insert(GpuOfShare(id));
+      ++mine[GpuOfShare(id)];
     }
   }
+  // Free devices by GPU, each GPU's in the order given (the map's order, UUID, breaks ties).
+  std::map<std::string, std::vector<std::string>> free_by_gpu;
+  for (const std::string& id : available) {
+    if (taken.count(id) == 0) free_by_gpu[GpuOfShare(id)].push_back(id);
+  }
+  std::map<std::string, size_t> next;  // GPU -> its first free device not chosen yet
+  auto left = [&](const auto& gpu) { return gpu.second.size() - next[gpu.first]; };
   while (static_cast<int>(chosen.size()) < size) {
-    std::map<std::string, std::vector<std::string>> free_by_gpu;
-    for (const std::string& id : available) {
-      if (taken.count(id) == 0) free_by_gpu[GpuOfShare(id)].push_back(id);
-    }
-    if (free_by_gpu.empty()) break;
-    // Prefer a GPU already chosen; among the rest the idlest, then the one with the most free
-    // shares; the map's order (UUID) breaks ties.
+    // One device at a time: the GPU where the container has the fewest devices (none first:
+    // one rank per GPU), then the idlest, then the one with the most free devices.
     auto better = [&](const auto& a, const auto& b) {
-      const bool a_chosen = chosen_gpus.count(a.first) > 0;
-      const bool b_chosen = chosen_gpus.count(b.first) > 0;
-      if (a_chosen != b_chosen) return a_chosen;
+      const int ma = mine[a.first], mb = mine[b.first];
+      if (ma != mb) return ma < mb;
       if (!idle.empty()) {
         const double ia = IdleOf(idle, a.first), ib = IdleOf(idle, b.first);
         if (ia > ib + kIdleTolerance) return true;
         if (ib > ia + kIdleTolerance) return false;
       }
-      return a.second.size() > b.second.size();
+      return left(a) > left(b);
     };
     auto best = free_by_gpu.end();
     for (auto it = free_by_gpu.begin(); it != free_by_gpu.end(); ++it) {
+      if (left(*it) == 0) continue;
       if (best == free_by_gpu.end() || better(*it, *best)) best = it;
     }
-    for (const std::string& id : best->second) {
-      if (static_cast<int>(chosen.size()) >= size) break;
-      chosen.push_back(id);
-      taken.insert(id);
-    }
-    chosen_gpus.insert(best->first);
+    if (best == free_by_gpu.end()) break;  // nothing free is left
+    chosen.push_back(best->second[next[best->first]++]);
+    ++mine[best->first];
   }
   return chosen;
 }

@@ -80,12 +80,27 @@ using GpuIdle = std::map<std::string, double>;
 // Idle fractions closer than this count as equal (the figures are estimates): then spread.
 inline constexpr double kIdleTolerance = 0.05;
 
+// The GPUs a container's devices (shares or high slots) name, each once, in the node's order
+// (`node_gpus`: the order the plugin advertises them, by device minor); GPUs the node does not
+// list (none, once Allocate has checked the IDs) come after, by UUID. The kubelet hands Allocate
+// a container's device IDs in no fixed order (a Go set), so the order must come from here for
+// NVIDIA_VISIBLE_DEVICES to be the same for the same devices.
+std::vector<std::string> GpusOfDevices(const std::vector<std::string>& device_ids,
+                                       const std::vector<std::string>& node_gpus);
+// `gpus` without repeats, in the node's order as above.
+std::vector<std::string> InNodeOrder(const std::vector<std::string>& gpus,
+                                     const std::vector<std::string>& node_gpus);
+
 // Env (the GPUs by `layout.device_list`, LD_PRELOAD, ORION_SOCKET, MPS pipe), CDI devices or
 // annotations, and mounts (interposer folder read-only; run folder read-write: clients map the
-// board and connect to the socket; MPS shared memory) for one container.
+// board and connect to the socket; MPS shared memory) for one container. Its GPUs are those its
+// devices name (GpusOfDevices: each once, in `node_gpus`' order), however many of its devices
+// sit on one GPU.
 v1beta1::ContainerAllocateResponse ContainerAllocation(const std::vector<std::string>& share_ids,
-                                                       const ContainerLayout& layout);
-// The same for a container given whole GPUs by UUID (the DRA plugin's claims: agent/cdi_spec.h).
+                                                       const ContainerLayout& layout,
+                                                       const std::vector<std::string>& node_gpus = {});
+// The same for a container given whole GPUs by UUID (the DRA plugin's claims: agent/cdi_spec.h),
+// in the order given; a GPU named twice is listed once.
 v1beta1::ContainerAllocateResponse ContainerAllocationForGpus(const std::vector<std::string>& gpus,
                                                               const ContainerLayout& layout);
 
@@ -102,11 +117,15 @@ class GpuIdleEstimator {
   double last_now_s_ = -1;
 };
 
-// Picks `size` devices (shares or high slots): all of must_include first, then devices of the
-// GPUs already chosen (a container asking for several wants them on one GPU), then of the GPU
-// with the most idle time (`idle`, differences under kIdleTolerance ignored), then of the one
-// with the most free devices (spreads pods over GPUs), then by UUID. Returns fewer only if not
-// enough are available.
+// Picks `size` devices (shares or high slots) for one container: all of must_include first, then
+// one device on each GPU the container has none on yet (a container asking for N devices is a
+// job of N ranks, one per GPU: torchrun, DDP, FSDP), taking the GPU with the most idle time
+// (`idle`, differences under kIdleTolerance ignored), then the one with the most free devices
+// (spreads pods over GPUs), then by UUID. Only when fewer GPUs than `size` have a free device
+// does a GPU get a second device of the container (then a third, ...), by the same order, so the
+// answer is still as spread as the free devices allow and full-sized (the kubelet would
+// otherwise fill it with free devices of its own choosing). Returns fewer only if not enough
+// are available.
 std::vector<std::string> PreferredShares(const std::vector<std::string>& available,
                                          const std::vector<std::string>& must_include, int size,
                                          const GpuIdle& idle = {});

@@ -184,7 +184,8 @@ class Flags {
   std::vector<Spec> specs_;
 };
 
-// Device 0, its primary context current on the calling thread, and orion_spin loaded.
+// Device `ordinal` (0 unless a rank of several is given its own), its primary context current on
+// the calling thread, and orion_spin loaded.
 struct Gpu {
   CUdevice device = 0;
   CUcontext context = nullptr;
@@ -193,10 +194,10 @@ struct Gpu {
   char name[128] = {};
 };
 
-inline Gpu OpenGpu() {
+inline Gpu OpenGpu(int ordinal = 0) {
   Gpu gpu;
   ORION_CHECK_CU(cuInit(0));
-  ORION_CHECK_CU(cuDeviceGet(&gpu.device, 0));
+  ORION_CHECK_CU(cuDeviceGet(&gpu.device, ordinal));
   ORION_CHECK_CU(cuDeviceGetName(gpu.name, sizeof(gpu.name), gpu.device));
   ORION_CHECK_CU(cuDevicePrimaryCtxRetain(&gpu.context, gpu.device));
   ORION_CHECK_CU(cuCtxSetCurrent(gpu.context));

@@ -7,6 +7,8 @@
 // (T = CLOCK_MONOTONIC seconds), which bench/orion_bench.py priority uses to measure throughput
 // inside a time window.
 //
+// With --device N it runs on CUDA device N of those it sees (a rank of a job on several GPUs).
+//
 // With --nvtx each step is an NVTX range named "step" (the real NVTX loader from the CUDA
 // toolkit's headers: a tool named by NVTX_INJECTION64_PATH sees it), and each step's line also
 // carries its duration ("step T D", D in seconds).
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   bool progress = false;
   bool nvtx = false;
   std::string kernel_prefix;
+  int64_t device = 0;
   orion::samples::Flags flags("orion-sample-train",
                               "best-effort trainer: steps of K kernels for S seconds");
   flags.AddDouble("seconds", &seconds, "how long to train (10)");
@@ -38,10 +41,14 @@ int main(int argc, char** argv) {
   flags.AddString("kernel-prefix", &kernel_prefix,
                   "launch orion_spin renamed PREFIXorion_spin (e.g. ncclDevKernel_: named like a "
                   "collective)");
+  flags.AddInt("device", &device,
+               "CUDA device ordinal (0): one rank's GPU among the container's, as torchrun gives "
+               "rank LOCAL_RANK the device cuda:LOCAL_RANK");
   flags.Parse(argc, argv);
   if (kernels < 1 || blocks < 1) flags.Usage(1, "counts must be >= 1");
+  if (device < 0) flags.Usage(1, "--device must be >= 0");
 
-  orion::samples::Gpu gpu = orion::samples::OpenGpu();
+  orion::samples::Gpu gpu = orion::samples::OpenGpu(static_cast<int>(device));
   CUmodule named_module = nullptr;
   CUfunction kernel = orion::samples::SpinNamed(gpu, kernel_prefix, &named_module);
   CUstream stream = nullptr;

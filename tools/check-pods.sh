@@ -24,7 +24,7 @@
 #      it wrote applied to a pod without annotations by the test kubelet (containerd 1.6 has no
 #      CDI), the pod at orion-server with the claim's priority and limits, the claim unprepared;
 #      last, the node gets the double's second GPU: one high-priority pod per GPU, a third
-#      refused by the fit;
+#      refused by the fit, and a pod of 2 ranks (orion.io/gpu: 2) with one share on each GPU;
 #   4. assertions, each printing its figure, and a summary of the figures (see
 #      docs/kubernetes.md).
 # containerd is stopped and everything it left (containers, shims, mounts, cgroups) removed

@@ -1,16 +1,23 @@
 // orion-agent's device plugin against a test kubelet (a double of the kubelet's device manager
 // and the scheduler's resource fit) built from the real v1beta1 protocol: registration of both
 // resources, ListAndWatch updates, Allocate contents, preferred allocation and placement (high
-// slots one per GPU, best-effort shares to the idlest GPU), bad device IDs, kubelet restart.
+// slots one per GPU, best-effort shares to the idlest GPU, a container of N shares on N distinct
+// GPUs, each GPU listed once in the node's order whatever devices the kubelet chose), bad device
+// IDs, kubelet restart.
 #include "agent/device_plugin.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <thread>
 
+#include "absl/strings/str_split.h"
+#include "agent/pod_gpus.h"
 #include "tests/agent/test_kubelet.h"
 
 namespace orion::agent {
@@ -149,12 +156,13 @@ TEST_F(DevicePluginTest, AllocateHandsOutGpuInterposerAndSocket) {
   EXPECT_TRUE(stub->PreStartContainer(&ctx4, pre, &pre_out).ok());
 }
 
-TEST_F(DevicePluginTest, PreferredAllocationKeepsSharesOfOneGpuTogether) {
+TEST_F(DevicePluginTest, PreferredAllocationPutsAContainersSharesOnDistinctGpus) {
   ASSERT_TRUE(kubelet_->WaitFor([&] { return kubelet_->num_lists_unlocked() >= 1; }));
   auto stub = kubelet_->DialPlugin("orion-gpu.sock");
   v1beta1::PreferredAllocationRequest request;
   auto* c = request.add_container_requests();
-  // GPU0 has one free share, GPU1 three: two shares go to GPU1.
+  // GPU0 has one free share, GPU1 three: a container of two shares (two ranks) gets one on
+  // each, not two on the GPU with more room.
   for (const char* id : {"::3"}) c->add_available_deviceids(std::string(kGpu0) + id);
   for (const char* id : {"::0", "::1", "::2"}) c->add_available_deviceids(std::string(kGpu1) + id);
   c->set_allocation_size(2);
@@ -164,8 +172,8 @@ TEST_F(DevicePluginTest, PreferredAllocationKeepsSharesOfOneGpuTogether) {
   ASSERT_EQ(response.container_responses_size(), 1);
   const auto& ids = response.container_responses(0).deviceids();
   ASSERT_EQ(ids.size(), 2);
-  EXPECT_EQ(GpuOfShare(ids[0]), kGpu1);
-  EXPECT_EQ(GpuOfShare(ids[1]), kGpu1);
+  EXPECT_EQ(std::set<std::string>({GpuOfShare(ids[0]), GpuOfShare(ids[1])}),
+            std::set<std::string>({kGpu0, kGpu1}));
 }
 
 // Waits until the test kubelet has both device lists (and so both plugin endpoints).
@@ -215,6 +223,93 @@ TEST_F(DevicePluginTest, OneHighPriorityContainerPerGpuAndAThirdRefusedByFit) {
   auto h4 = kubelet_->AdmitContainer("infer-4", {{kHigh, 1}});
   ASSERT_TRUE(h4.ok()) << h4.status();
   EXPECT_EQ(GpuOf(h4->at(kHigh)), gpu_h1);
+}
+
+// The GPUs of a container's answer, as NVIDIA_VISIBLE_DEVICES lists them.
+std::vector<std::string> VisibleGpus(const v1beta1::ContainerAllocateResponse& r) {
+  return absl::StrSplit(r.envs().at("NVIDIA_VISIBLE_DEVICES"), ',');
+}
+
+// A torchrun pod of 2 ranks on the 2-GPU node asks for orion.io/gpu: 2 and gets one share on
+// each GPU; NVIDIA_VISIBLE_DEVICES lists both, each once, in the node's order (kGpu0 first,
+// though its UUID sorts last and the kubelet hands the IDs in an order of its own), and the
+// GPUs the agent tells orion-server the pod may register on (from the kubelet's pod resources)
+// are the same two: what the ranks' interposers register on is what the container sees.
+TEST_F(DevicePluginTest, ContainerOfTwoSharesGetsOneOnEachOfTwoGpus) {
+  WaitForBothLists(kubelet_.get());
+  auto single = kubelet_->AdmitContainer("train-1", {{kShare, 1}});  // one rank, as before
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(VisibleGpus(single->at(kShare)).size(), 1u);
+
+  std::map<std::string, std::vector<std::string>> devices;
+  auto ddp = kubelet_->AdmitContainer("ddp-0", {{kShare, 2}}, &devices);
+  ASSERT_TRUE(ddp.ok()) << ddp.status();
+  ASSERT_EQ(devices[kShare].size(), 2u);
+  EXPECT_NE(GpuOfShare(devices[kShare][0]), GpuOfShare(devices[kShare][1]))
+      << devices[kShare][0] << " " << devices[kShare][1];
+  EXPECT_EQ(VisibleGpus(ddp->at(kShare)), (std::vector<std::string>{kGpu0, kGpu1}));
+  EXPECT_EQ(ddp->at(kShare).envs().at("LD_PRELOAD"), "/usr/local/orion/lib/liborion_interpose.so");
+
+  ::v1::ListPodResourcesResponse list;
+  ::v1::PodResources* pod = list.add_pod_resources();
+  pod->set_namespace_("ml");
+  pod->set_name("ddp");
+  ::v1::ContainerDevices* held = pod->add_containers()->add_devices();
+  held->set_resource_name(kShare);
+  for (const std::string& id : devices[kShare]) held->add_device_ids(id);
+  std::vector<std::string> server_gpus = GpusByPod(list, {kShare, kHigh})["ml/ddp"];
+  std::vector<std::string> visible = VisibleGpus(ddp->at(kShare));
+  std::sort(visible.begin(), visible.end());
+  EXPECT_EQ(server_gpus, visible);
+
+  // Two more pods of two ranks: each again one share per GPU (4 shares per GPU: 1 + 1 + 1 + 1
+  // taken on one, 1 + 1 + 1 on the other).
+  for (const char* name : {"ddp-1", "ddp-2"}) {
+    auto r = kubelet_->AdmitContainer(name, {{kShare, 2}}, &devices);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_EQ(VisibleGpus(r->at(kShare)), (std::vector<std::string>{kGpu0, kGpu1})) << name;
+  }
+}
+
+// Allocate cannot change the devices the kubelet chose, which may sit on one GPU (a kubelet
+// that skips the preferred answer, or a node with fewer GPUs with a free share than ranks): the
+// container gets the GPUs they name, each once, in the node's order whatever order the IDs
+// come in; and when only one GPU has free shares, the preferred answer is still full-sized.
+TEST_F(DevicePluginTest, AllocateListsEachGpuOnceInTheNodesOrderWhateverTheKubeletChose) {
+  WaitForBothLists(kubelet_.get());
+  std::map<std::string, std::vector<std::string>> devices;
+  auto own_choice = kubelet_->AdmitContainer("ddp-0", {{kShare, 3}}, &devices,
+                                             TestKubelet::Admission{.use_preferred = false});
+  ASSERT_TRUE(own_choice.ok()) << own_choice.status();
+  // The test kubelet's own choice: the last free devices listed, all three on GPU1.
+  for (const std::string& id : devices[kShare]) EXPECT_EQ(GpuOfShare(id), kGpu1) << id;
+  EXPECT_EQ(VisibleGpus(own_choice->at(kShare)), std::vector<std::string>{kGpu1});
+
+  auto stub = kubelet_->DialPlugin("orion-gpu.sock");
+  const std::string g0 = kGpu0, g1 = kGpu1;
+  for (const std::vector<std::string>& ids :
+       {std::vector<std::string>{g1 + "::0", g0 + "::2", g1 + "::3"},
+        std::vector<std::string>{g0 + "::2", g1 + "::3", g1 + "::0"}}) {
+    v1beta1::AllocateRequest request;
+    for (const std::string& id : ids) request.add_container_requests()->add_devices_ids(id);
+    auto* all = request.add_container_requests();
+    for (const std::string& id : ids) all->add_devices_ids(id);
+    grpc::ClientContext ctx;
+    v1beta1::AllocateResponse response;
+    ASSERT_TRUE(stub->Allocate(&ctx, request, &response).ok());
+    ASSERT_EQ(response.container_responses_size(), 4);
+    EXPECT_EQ(VisibleGpus(response.container_responses(3)), (std::vector<std::string>{g0, g1}));
+  }
+
+  // GPU1 has one share left, GPU0 four: two ranks get one on each; three ranks cannot have three
+  // GPUs, and the answer still names three shares, as spread as the free ones allow.
+  std::vector<std::string> free = {g0 + "::0", g0 + "::1", g0 + "::2", g0 + "::3", g1 + "::3"};
+  std::vector<std::string> two = PreferredShares(free, {}, 2);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(GpusOfDevices(two, {g0, g1}), (std::vector<std::string>{g0, g1}));
+  std::vector<std::string> three = PreferredShares(free, {}, 3);
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_EQ(GpusOfDevices(three, {g0, g1}), (std::vector<std::string>{g0, g1}));
 }
 
 // Best-effort shares go to the GPU with the most idle time by orion-server's figures; within
@@ -341,7 +436,8 @@ TEST(ContainerAllocation, CdiDeviceNamesInsteadOfTheVariable) {
   DeviceListStrategy strategy;
   ASSERT_TRUE(ParseDeviceListStrategy("cdi-cri", &strategy));
   layout.device_list = strategy;
-  v1beta1::ContainerAllocateResponse cri = ContainerAllocation(shares, layout);
+  const std::vector<std::string> node = {kGpu0, kGpu1};
+  v1beta1::ContainerAllocateResponse cri = ContainerAllocation(shares, layout, node);
   ASSERT_EQ(cri.cdi_devices_size(), 2);
   EXPECT_EQ(cri.cdi_devices(0).name(), std::string("nvidia.com/gpu=") + kGpu0);
   EXPECT_EQ(cri.cdi_devices(1).name(), std::string("nvidia.com/gpu=") + kGpu1);
@@ -351,15 +447,26 @@ TEST(ContainerAllocation, CdiDeviceNamesInsteadOfTheVariable) {
 
   ASSERT_TRUE(ParseDeviceListStrategy("cdi-annotations", &strategy));
   layout.device_list = strategy;
-  v1beta1::ContainerAllocateResponse annotated = ContainerAllocation(shares, layout);
+  v1beta1::ContainerAllocateResponse annotated = ContainerAllocation(shares, layout, node);
   EXPECT_EQ(annotated.cdi_devices_size(), 0);
   EXPECT_EQ(annotated.annotations().at("cdi.k8s.io/orion-gpu-share_gpus"),
             std::string("nvidia.com/gpu=") + kGpu0 + ",nvidia.com/gpu=" + kGpu1);
 
   ASSERT_TRUE(ParseDeviceListStrategy("envvar", &strategy));
   layout.device_list = strategy;
-  v1beta1::ContainerAllocateResponse plain = ContainerAllocation(shares, layout);
+  v1beta1::ContainerAllocateResponse plain = ContainerAllocation(shares, layout, node);
   EXPECT_EQ(plain.envs().at("NVIDIA_VISIBLE_DEVICES"), std::string(kGpu0) + "," + kGpu1);
+  // Without the node's order: by UUID, the same whatever order the IDs come in.
+  const std::vector<std::string> reversed(shares.rbegin(), shares.rend());
+  for (const auto& ids : {shares, reversed}) {
+    EXPECT_EQ(ContainerAllocation(ids, layout).envs().at("NVIDIA_VISIBLE_DEVICES"),
+              std::string(kGpu1) + "," + kGpu0);
+  }
+  // GPUs given whole (a DRA claim's), one named twice: listed once.
+  EXPECT_EQ(ContainerAllocationForGpus({kGpu1, kGpu0, kGpu1}, layout)
+                .envs()
+                .at("NVIDIA_VISIBLE_DEVICES"),
+            std::string(kGpu1) + "," + kGpu0);
   EXPECT_EQ(plain.cdi_devices_size(), 0);
   EXPECT_FALSE(ParseDeviceListStrategy("volume-mounts", &strategy));
 }
@@ -387,14 +494,51 @@ TEST(ContainerAllocation, MpsDaemonPipeAndSharedMemory) {
   EXPECT_FALSE(with.mounts(3).read_only());
 }
 
-TEST(PreferredShares, MustIncludeFirstThenSameGpu) {
-  std::vector<std::string> available = ShareIds({"GPU-a", "GPU-b"}, 3);
+TEST(PreferredShares, MustIncludeFirstThenOtherGpus) {
+  std::vector<std::string> available = ShareIds({"GPU-a", "GPU-b", "GPU-c"}, 3);
   std::vector<std::string> chosen = PreferredShares(available, {"GPU-b::1"}, 3);
   ASSERT_EQ(chosen.size(), 3u);
   EXPECT_EQ(chosen[0], "GPU-b::1");
-  EXPECT_EQ(GpuOfShare(chosen[1]), "GPU-b");
-  EXPECT_EQ(GpuOfShare(chosen[2]), "GPU-b");
+  // The GPU of must_include counts as the container's: the next two go to a and c.
+  EXPECT_EQ(std::set<std::string>({GpuOfShare(chosen[1]), GpuOfShare(chosen[2])}),
+            std::set<std::string>({"GPU-a", "GPU-c"}));
   EXPECT_EQ(PreferredShares({"GPU-a::0"}, {}, 2).size(), 1u);
+}
+
+TEST(PreferredShares, RanksGoToDistinctGpusIdlestFirst) {
+  std::vector<std::string> available = ShareIds({"GPU-a", "GPU-b", "GPU-c", "GPU-d"}, 4);
+  const GpuIdle idle = {{"GPU-a", 0.1}, {"GPU-b", 0.9}, {"GPU-c", 0.5}, {"GPU-d", 0.3}};
+  std::vector<std::string> chosen = PreferredShares(available, {}, 3, idle);
+  ASSERT_EQ(chosen.size(), 3u);
+  EXPECT_EQ(GpuOfShare(chosen[0]), "GPU-b");
+  EXPECT_EQ(GpuOfShare(chosen[1]), "GPU-c");
+  EXPECT_EQ(GpuOfShare(chosen[2]), "GPU-d");
+  // One share: the idlest GPU, as before.
+  EXPECT_EQ(GpuOfShare(PreferredShares(available, {}, 1, idle)[0]), "GPU-b");
+  // Without figures: the GPUs with the most free shares; then by UUID.
+  std::vector<std::string> uneven = {"GPU-a::0", "GPU-b::0", "GPU-b::1", "GPU-c::0", "GPU-c::1",
+                                     "GPU-c::2"};
+  chosen = PreferredShares(uneven, {}, 2);
+  EXPECT_EQ(GpuOfShare(chosen[0]), "GPU-c");
+  EXPECT_EQ(GpuOfShare(chosen[1]), "GPU-b");
+  // More ranks than GPUs with a free share: every GPU once, then a second share where most are
+  // free, until the size is met.
+  chosen = PreferredShares(uneven, {}, 5);
+  ASSERT_EQ(chosen.size(), 5u);
+  std::map<std::string, int> per_gpu;
+  for (const std::string& id : chosen) ++per_gpu[GpuOfShare(id)];
+  EXPECT_EQ(per_gpu, (std::map<std::string, int>{{"GPU-a", 1}, {"GPU-b", 2}, {"GPU-c", 2}}));
+  EXPECT_EQ(std::set<std::string>(chosen.begin(), chosen.end()).size(), 5u);
+}
+
+TEST(GpusOfDevices, EachGpuOnceInTheNodesOrder) {
+  const std::vector<std::string> node = {"GPU-z", "GPU-a", "GPU-m"};
+  EXPECT_EQ(GpusOfDevices({"GPU-m::1", "GPU-z::0", "GPU-m::0", "GPU-a::high-0"}, node),
+            (std::vector<std::string>{"GPU-z", "GPU-a", "GPU-m"}));
+  EXPECT_EQ(GpusOfDevices({"GPU-m::1", "GPU-m::3"}, node), std::vector<std::string>{"GPU-m"});
+  // A GPU the node does not list comes last, by UUID; an ID without a GPU names none.
+  EXPECT_EQ(GpusOfDevices({"GPU-q::0", "GPU-b::0", "GPU-m::0", "junk"}, node),
+            (std::vector<std::string>{"GPU-m", "GPU-b", "GPU-q"}));
 }
 
 }  // namespace

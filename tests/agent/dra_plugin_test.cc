@@ -1,6 +1,7 @@
 // orion-agent's DRA kubelet plugin against a test kubelet (registration and the DRAPlugin calls
 // over real gRPC on Unix sockets) and a test API server serving ResourceClaims and keeping
-// ResourceSlices: device names, claim configuration, the CDI spec of a prepared claim, per-claim
+// ResourceSlices: device names, claim configuration, the CDI spec of a prepared claim (a claim of
+// shares on two GPUs: both, each once, in the node's order), per-claim
 // errors (bad config, unknown device, GPU gone, UID mismatch) that leave the other claims of the
 // call prepared, unprepare idempotence, restart from the checkpoint, the ResourceSlice bodies,
 // and the pod policies a claim gives orion-server.
@@ -255,6 +256,68 @@ TEST_F(DraPluginTest, PreparesBestEffortClaimWithCdiSpec) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->claims().at(uid).devices(0).device_name(), "gpu-1-share-2");
   EXPECT_EQ(server_.requests().size(), reads);
+}
+
+// A torchrun pod of 2 ranks with one claim of two requests, one share each, kept on distinct
+// GPUs by the requests' selectors (docs/kubernetes.md): the claim's CDI spec gives the container
+// both GPUs, each once, in the node's order (index 0 first, though the allocation lists it
+// second and its UUID sorts last), and the pod's GPUs at orion-server are the same two. Two
+// shares of one GPU (a claim without such selectors) give that GPU once.
+TEST_F(DraPluginTest, ClaimOfSharesOnTwoGpusGivesBothGpusEachOnce) {
+  const std::string uid = "2f6a3c1e-2b4d-4e6f-8a9b-0c1d2e3f4a5b";
+  server_.PutClaim("ml", "ddp", ClaimJson(uid, "ddp", {{.request = "rank-1", .device = "gpu-1-share-0"},
+                                                      {.request = "rank-0", .device = "gpu-0-share-3"}}));
+  auto reply = kubelet_.Prepare({{"ml", uid, "ddp"}});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const auto& claim = reply->claims().at(uid);
+  ASSERT_EQ(claim.error(), "");
+  ASSERT_EQ(claim.devices_size(), 2);
+  EXPECT_EQ(claim.devices(0).request_names(0), "rank-1");
+  EXPECT_EQ(claim.devices(0).device_name(), "gpu-1-share-0");
+  EXPECT_EQ(claim.devices(1).request_names(0), "rank-0");
+  EXPECT_EQ(claim.devices(1).device_name(), "gpu-0-share-3");
+  // One CDI device for the claim: the runtime applies its edits once.
+  EXPECT_EQ(claim.devices(0).cdi_device_ids_size() + claim.devices(1).cdi_device_ids_size(), 1);
+  const Json spec = Json::parse(ReadFile(CdiPath(uid)));
+  std::vector<std::string> env = spec["devices"][0]["containerEdits"]["env"];
+  std::vector<std::string> visible;
+  for (const std::string& e : env) {
+    if (e.rfind("NVIDIA_VISIBLE_DEVICES=", 0) == 0) visible.push_back(e);
+  }
+  EXPECT_EQ(visible, std::vector<std::string>{std::string("NVIDIA_VISIBLE_DEVICES=") + kGpu0 +
+                                              "," + kGpu1});
+  EXPECT_EQ(plugin_->PodPolicies()[kPod].gpu_uuids, (std::vector<std::string>{kGpu0, kGpu1}));
+
+  const std::string same = "3f6a3c1e-2b4d-4e6f-8a9b-0c1d2e3f4a5b";
+  server_.PutClaim("ml", "same", ClaimJson(same, "same", {{.request = "gpus", .device = "gpu-1-share-0"},
+                                                         {.request = "gpus", .device = "gpu-1-share-2"}},
+                                           nullptr, "6d0c7e3a-1b2c-4d5e-8f90-0a1b2c3d4e5f"));
+  reply = kubelet_.Prepare({{"ml", same, "same"}});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->claims().at(same).error(), "");
+  const std::string text = ReadFile(CdiPath(same));
+  EXPECT_NE(text.find(std::string("\"NVIDIA_VISIBLE_DEVICES=") + kGpu1 + "\""), std::string::npos)
+      << text;
+  EXPECT_EQ(plugin_->PodPolicies()["6d0c7e3a-1b2c-4d5e-8f90-0a1b2c3d4e5f"].gpu_uuids,
+            std::vector<std::string>{kGpu1});
+}
+
+// The CDI spec of GPUs handed out through CDI: each GPU's device once, beside the claim's.
+TEST(ClaimCdiSpec, EachGpuOnceUnderTheCdiStrategy) {
+  ContainerLayout layout;
+  layout.host_lib_dir = "/var/lib/orion/versions/0123abcd";
+  layout.device_list = DeviceListStrategy::kCdiCri;
+  const std::string uid = "4f6a3c1e-2b4d-4e6f-8a9b-0c1d2e3f4a5b";
+  ClaimCdi cdi = ClaimCdiSpec(uid, {kGpu0, kGpu1, kGpu0}, PodSettings{}, layout);
+  EXPECT_EQ(cdi.device_ids, (std::vector<std::string>{"gpu-share.orion.io/claim=" + uid,
+                                                      std::string("nvidia.com/gpu=") + kGpu0,
+                                                      std::string("nvidia.com/gpu=") + kGpu1}));
+  layout.device_list = DeviceListStrategy::kEnvVar;
+  cdi = ClaimCdiSpec(uid, {kGpu0, kGpu1, kGpu0}, PodSettings{}, layout);
+  const std::string text = WriteJson(cdi.spec);
+  EXPECT_NE(text.find(std::string("\"NVIDIA_VISIBLE_DEVICES=") + kGpu0 + "," + kGpu1 + "\""),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(DraPluginTest, HighDeviceGivesHighPriorityAndGpuCdiDeviceUnderCdiStrategy) {

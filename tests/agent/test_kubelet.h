@@ -6,13 +6,18 @@
 // AdmitContainer() plays what the kube-scheduler's resource fit and the kubelet's device manager
 // do for one container: refuse it when a resource has fewer free healthy devices than asked
 // (the scheduler's "Insufficient <resource>"), else per resource ask the plugin's
-// GetPreferredAllocation over the free devices, take its answer, call Allocate and keep the
-// devices as used until Release().
+// GetPreferredAllocation over the free devices, take its answer (only IDs that are free, at
+// most as many as asked), fill what it lacks with free devices of the kubelet's own choosing
+// (as devicesToAllocate does; Admission::use_preferred = false skips the plugin's answer, as a
+// kubelet under the topology manager's alignment may), call Allocate with the IDs in an order
+// of its own (the kubelet passes a Go set's UnsortedList) and keep the devices as used until
+// Release().
 #pragma once
 
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -30,6 +35,12 @@
 #include "grpcpp/grpcpp.h"
 
 namespace orion::agent::testing {
+
+// How the device manager picks a container's devices: with or without the plugin's preferred
+// ones (TestKubelet::AdmitContainer).
+struct KubeletAdmission {
+  bool use_preferred = true;
+};
 
 class TestKubelet final : public v1beta1::Registration::Service {
  public:
@@ -131,12 +142,15 @@ class TestKubelet final : public v1beta1::Registration::Service {
     return it == lists_.end() ? 0 : it->second.size();
   }
 
+  using Admission = KubeletAdmission;
+
   // One container's admission: `limits` resource -> count. Returns the Allocate answers by
-  // resource and fills *devices with what it got; an error says which resource did not fit
-  // (nothing is kept then) or what the plugin answered.
+  // resource and fills *devices with what it got (in the order Allocate was given them); an
+  // error says which resource did not fit (nothing is kept then) or what the plugin answered.
   absl::StatusOr<std::map<std::string, v1beta1::ContainerAllocateResponse>> AdmitContainer(
       const std::string& container, const std::map<std::string, int>& limits,
-      std::map<std::string, std::vector<std::string>>* devices = nullptr) {
+      std::map<std::string, std::vector<std::string>>* devices = nullptr,
+      Admission how = Admission{}) {
     std::map<std::string, std::vector<std::string>> free;
     std::map<std::string, std::string> endpoints;
     {
@@ -170,10 +184,27 @@ class TestKubelet final : public v1beta1::Registration::Service {
       grpc::ClientContext pctx;
       grpc::Status s = stub->GetPreferredAllocation(&pctx, pref, &pref_out);
       if (!s.ok()) return absl::InternalError("GetPreferredAllocation: " + s.error_message());
+      const std::vector<std::string>& avail = free[resource];
+      auto is_free = [&](const std::string& id) {
+        return std::find(avail.begin(), avail.end(), id) != avail.end();
+      };
       std::vector<std::string> ids;
-      for (const std::string& id : pref_out.container_responses(0).deviceids()) {
-        if (static_cast<int>(ids.size()) < count) ids.push_back(id);
+      if (how.use_preferred) {
+        for (const std::string& id : pref_out.container_responses(0).deviceids()) {
+          if (static_cast<int>(ids.size()) < count && is_free(id) &&
+              std::find(ids.begin(), ids.end(), id) == ids.end()) {
+            ids.push_back(id);
+          }
+        }
       }
+      // What the answer lacks comes from the free devices, last listed first (not the plugin's
+      // order: the kubelet's own choice).
+      for (auto it = avail.rbegin(); it != avail.rend() && static_cast<int>(ids.size()) < count;
+           ++it) {
+        if (std::find(ids.begin(), ids.end(), *it) == ids.end()) ids.push_back(*it);
+      }
+      // Allocate gets them in an order of the kubelet's (here: reversed), not the plugin's.
+      std::reverse(ids.begin(), ids.end());
       v1beta1::AllocateRequest alloc;
       auto* a = alloc.add_container_requests();
       for (const std::string& id : ids) a->add_devices_ids(id);

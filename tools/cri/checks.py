@@ -575,3 +575,49 @@ def placement_two_gpus(node, probe):
         f"counts 1 high-priority pod per GPU), best-effort on "
         f"{', '.join(g[-2:] for g in be.values())} (idlest GPU, else spread); a third "
         f"high-priority pod refused: Insufficient {high}")
+    two_ranks(node, image, share)
+
+
+def two_ranks(node, image, share):
+    """A best-effort job of 2 ranks (as torchrun --nproc_per_node=2 starts them: one process per
+    GPU, rank r on cuda:r) asks for orion.io/gpu: 2 in its one container: one share on each GPU,
+    NVIDIA_VISIBLE_DEVICES listing both once in the node's order, and the server has rank 0 on
+    GPU 0 and rank 1 on GPU 1, the GPUs the container sees (the double numbers the container's
+    devices in the order of its NVIDIA_VISIBLE_DEVICES)."""
+    step("a pod of 2 ranks: orion.io/gpu: 2, one share on each GPU")
+    rank = " ".join(TRAIN)
+    command = ["/bin/sh", "-c", f"{rank} --device 0 & {rank} --device 1 & wait"]
+    spec = node.sharing_pod_spec("ddp-a-k5m2x", {"orion/priority": "best-effort"}, image, command,
+                                 limits={share: "2"})
+    pod = node.start_sharing_pod(spec, True)
+    node.pods["ddp"] = pod
+    ids = pod["device_ids"].get(share, [])
+    gpus = [i.rsplit("::", 1)[0] for i in ids]
+    visible = pod["alloc"]["env"].get("NVIDIA_VISIBLE_DEVICES")
+    log(f"{pod['name']}: {share} {ids} -> NVIDIA_VISIBLE_DEVICES={visible}")
+    if len(ids) != 2 or sorted(gpus) != sorted([GPU0, GPU1]):
+        raise CheckFailed(f"{pod['name']} asked for {share}: 2 and was allocated {ids}, not one "
+                          f"share on each of {GPU0} and {GPU1}")
+    if visible != f"{GPU0},{GPU1}":
+        raise CheckFailed(f"{pod['name']}: NVIDIA_VISIBLE_DEVICES={visible}, expected "
+                          f"{GPU0},{GPU1} (each GPU once, in the node's order)")
+
+    def both_ranks():
+        clients = node.ctl.of_pod(pod["uid"], node.ctl.clients())
+        if not clients or len(clients) < 2:
+            return None
+        by_index = {int(g.get("index", 0)): g.get("uuid") for g in node.ctl.gpus()}
+        found = {}
+        for c in clients:
+            found.setdefault(by_index.get(int(c.get("gpu", 0))), []).append(c.get("host_pid"))
+        return found
+    uuids = wait_for(f"both ranks of {pod['name']} registered with the server", both_ranks, 15,
+                     0.1)
+    if sorted(uuids) != sorted([GPU0, GPU1]) or any(len(p) != 1 for p in uuids.values()):
+        raise CheckFailed(f"{pod['name']}: the server has its ranks on {uuids}, expected one on "
+                          f"each of {GPU0} and {GPU1}")
+    log(f"{pod['name']}: the server has one rank on each GPU: "
+        + "; ".join(f"{g}: pid {p[0]}" for g, p in sorted(uuids.items())))
+    node.figures.append(f"a pod of 2 ranks (orion.io/gpu: 2): one share on each GPU, "
+                        f"NVIDIA_VISIBLE_DEVICES {GPU0[-2:]},{GPU1[-2:]}, the server has one rank "
+                        f"on each")
