@@ -1,9 +1,9 @@
 """A best-effort multi-GPU training job (two ranks over NCCL) beside high-priority services.
 
   orion_bench.py multigpu --bundle DIR [--jobs ddp,fsdp,pipeline] [--service resnet50-graph]
-      [--service-gpus 0 | 0,1] [--configs orion,orion:gpu_hold=false,timeslice,orion@before]
+      [--service-gpus 0 | 0,1] [--configs orion,orion:gpu_hold=false,timeslice,orion@alt]
       [--seconds 20] [--load 0.5] [--repeat N] [--first-round K] [--bare-rank R]
-      [--before-interposer LIB] [--out DIR]
+      [--alt-interposer LIB] [--out DIR]
   orion_bench.py multigpu --table results.jsonl        (re-renders a run's table)
 
 The job: two ranks, one process per GPU (rank r on cuda:r), NCCL between them, as torchrun
@@ -24,7 +24,7 @@ configuration with a fresh orion-server: the job warms up, the services start, t
 --seconds of steps and the services stop with it, so the services' window is the job's.
   orion               priority mode, the defaults
   orion:KEY=VALUE     the same with a policy setting of the server's config (gpu_hold=false)
-  orion@before        the defaults with the interposer of --before-interposer (an older build)
+  orion@alt        the defaults with the interposer of --alt-interposer (another build)
   timeslice           no interposer
 Reported per configuration: each service's p50 and p99 against alone, the job's speed in the
 window against alone, and the job's longest gap between steps in the window against its median
@@ -199,7 +199,7 @@ class Run:
         """The command prefix of a process of `config` at `priority`, and its environment."""
         if config == "timeslice" or server is None:
             return [], {}
-        interposer = self.args.before_interposer if config == "orion@before" else None
+        interposer = self.args.alt_interposer if config == "orion@alt" else None
         return (harness.orion_run(self.bundle, priority, interposer),
                 {"ORION_SOCKET": server.socket})
 
@@ -411,7 +411,7 @@ def main(argv=None):
     p.add_argument("--alone-requests", type=int, default=2000)
     p.add_argument("--bare-rank", type=int, choices=[0, 1],
                    help="run this rank without the interposer (a peer outside the node)")
-    p.add_argument("--before-interposer", help="the interposer of the orion@before arm")
+    p.add_argument("--alt-interposer", help="the interposer of the orion@alt arm")
     p.add_argument("--service-cpus", default="2-3;4-5", help="cores of each GPU's service (;)")
     p.add_argument("--job-cpus", default="8-11;12-15", help="cores of each rank (;)")
     p.add_argument("--timeout", type=float, default=90)
@@ -434,12 +434,12 @@ def main(argv=None):
         if j not in JOBS:
             p.error(f"unknown job '{j}' (known: {', '.join(JOBS)})")
     for c in configs:
-        if not (c in ("orion", "timeslice", "orion@before") or
+        if not (c in ("orion", "timeslice", "orion@alt") or
                 (c.startswith("orion:") and "=" in c)):
-            p.error(f"unknown configuration '{c}' (orion, orion:KEY=VALUE, orion@before, "
+            p.error(f"unknown configuration '{c}' (orion, orion:KEY=VALUE, orion@alt, "
                     "timeslice)")
-        if c == "orion@before" and not args.before_interposer:
-            p.error("orion@before needs --before-interposer")
+        if c == "orion@alt" and not args.alt_interposer:
+            p.error("orion@alt needs --alt-interposer")
     if args.repeat < 1 or args.first_round < 0:
         p.error("--repeat wants 1 or more rounds, --first-round 0 or more")
     out = args.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="orion-multigpu-out-")
