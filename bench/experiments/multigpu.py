@@ -4,7 +4,7 @@
       [--service-gpus 0 | 0,1] [--configs orion,orion:gpu_hold=false,timeslice,orion@alt]
       [--seconds 20] [--load 0.5] [--repeat N] [--first-round K] [--bare-rank R]
       [--alt-interposer LIB] [--out DIR]
-  orion_bench.py multigpu --table results.jsonl        (re-renders a run's table)
+  orion_bench.py multigpu --table results.jsonl ... [--summary]   (re-renders the table)
 
 The job: two ranks, one process per GPU (rank r on cuda:r), NCCL between them, as torchrun
 starts them:
@@ -44,7 +44,7 @@ import threading
 import time
 
 import harness
-from harness import MODELS, parse_result, read_rows
+from harness import MODELS, parse_result
 
 ANSWERS = ("whether a best-effort multi-GPU job (DDP, FSDP, pipeline over NCCL) beside "
            "high-priority services inverts priority or stalls, per configuration")
@@ -355,13 +355,13 @@ def compare(row, alone):
     return row
 
 
-def render_table(rows):
+def render_table(rows, summary_only=False):
     def ratios(values):
         return " / ".join(f"{v:.2f}x" if v else "-" for v in values or []) or "-"
     lines = ["| job | config | round | service p50 vs alone | service p99 vs alone | "
              "job in the window | longest gap | stalled |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        if r["config"] == "alone":
+        if r["config"] == "alone" or summary_only:
             continue
         w = r.get("job_window") or {}
         lines.append(
@@ -374,19 +374,24 @@ def render_table(rows):
     groups = {}
     for r in rows:
         if r["config"] != "alone" and not r.get("error"):
-            groups.setdefault((r["job"], r["config"], len(r.get("service_gpus") or []),
-                               r.get("bare_rank")), []).append(r)
-    if any(len(g) > 1 for g in groups.values()):
-        lines += ["", "Over rounds, each against its own round's alone run: median [min, max] "
-                  "(with services on two GPUs, every service's ratio counts)", "",
-                  "| job | services | config | rounds | service p50 | service p99 | "
+            groups.setdefault((r["job"], r["config"], r.get("service", "?"),
+                               len(r.get("service_gpus") or []), r.get("bare_rank")),
+                              []).append(r)
+    if summary_only:
+        lines = []
+    if summary_only or any(len(g) > 1 for g in groups.values()):
+        lines += [] if summary_only else [
+            "", "Over rounds, each against its own round's alone run: median [min, max] "
+            "(with services on two GPUs, every service's ratio counts)", ""]
+        lines += ["| job | services | config | rounds | service p50 | service p99 | "
                   "job in the window | rounds stalled |", "|---|---|---|---|---|---|---|---|"]
-        for (job, config, n, bare), every in groups.items():
+        for (job, config, service, n, bare), every in groups.items():
             def spread(key):
                 vals = [v for r in every for v in (r.get(key) if isinstance(r.get(key), list)
                                                    else [r.get(key)]) if v]
                 return harness.spread(vals) if vals else "-"
-            lines.append(f"| {job}{' (rank %d bare)' % bare if bare is not None else ''} | {n} | "
+            where = f"{service} on GPU 0" if n == 1 else f"{service} on each of {n} GPUs"
+            lines.append(f"| {job}{' (rank %d bare)' % bare if bare is not None else ''} | {where} | "
                          f"{config} | {len(every)} | {spread('p50_vs_alone')} | "
                          f"{spread('p99_vs_alone')} | {spread('job_vs_alone')} | "
                          f"{sum(1 for r in every if r.get('stalled'))} of {len(every)} |")
@@ -418,13 +423,17 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--first-round", type=int, default=0)
     p.add_argument("--out")
-    p.add_argument("--table")
+    p.add_argument("--table", nargs="+", help="re-render the table of these results.jsonl "
+                   "(several runs pooled, their rounds numbered on)")
+    p.add_argument("--summary", action="store_true",
+                   help="--table: only the medians over rounds, one line per job and configuration")
     args = p.parse_args(argv)
     if args.role == "rank":
         run_rank(args)
         return
     if args.table:
-        print(render_table(read_rows(args.table, "multigpu", lenient=True)))
+        print(render_table(harness.read_runs(args.table, "multigpu", lenient=True),
+                           summary_only=args.summary))
         return
     if not args.bundle:
         p.error("--bundle is required")
