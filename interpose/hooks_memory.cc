@@ -80,8 +80,8 @@ void ReleaseUntracked(CUdeviceptr ptr, MemoryKind kind, CUstream stream) {
 // allocation back with `release` and returns false (refused); without one leaves it uncounted.
 template <size_t kCapacity, typename Release>
 bool Remember(Registration* reg, AllocationTable<kCapacity>& table, uint64_t key, uint64_t bytes,
-              MemoryKind kind, Release release) {
-  if (table.Insert(key, bytes, kind)) return true;
+              MemoryKind kind, uint32_t count, uint64_t link, Release release) {
+  if (table.Insert(key, bytes, kind, count, link)) return true;
   Refund(reg, bytes);
   if (reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) == 0) return true;
   release();
@@ -106,7 +106,7 @@ CUresult GuardedAlloc(const char* call, CUdeviceptr* dptr, uint64_t bytes, Memor
     return result;
   }
   const CUdeviceptr ptr = *dptr;
-  if (!Remember(reg, g_allocations, ptr, bytes, kind,
+  if (!Remember(reg, g_allocations, ptr, bytes, kind, 0, 0,
                 [&] { ReleaseUntracked(ptr, kind, stream); })) {
     *dptr = 0;
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -199,7 +199,7 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wid
   const uint64_t counted = actual > estimate ? actual : estimate;
   const CUdeviceptr ptr = *dptr;
   if (!orion::interpose::Remember(reg, orion::interpose::g_allocations, ptr, counted,
-                                  MemoryKind::kPitch, [&] {
+                                  MemoryKind::kPitch, 0, 0, [&] {
                                     orion::interpose::ReleaseUntracked(ptr, MemoryKind::kPitch,
                                                                        nullptr);
                                   })) {
@@ -224,6 +224,11 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
 ORION_FREE_ASYNC_HOOK(cuMemFreeAsync)
 ORION_FREE_ASYNC_HOOK(cuMemFreeAsync_ptsz)
 
+// VMM: a handle's physical memory lives until it is released and its last mapping is gone
+// (releasing right after mapping is the documented pattern; PyTorch's expandable segments do
+// it). So a handle's bytes stay counted from cuMemCreate until both: its entry counts its live
+// mappings and its references (creation and cuMemRetainAllocationHandle, less cuMemRelease),
+// and each mapping remembers its handle.
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
                              const CUmemAllocationProp* prop, unsigned long long flags) {
   ORION_REAL_OR_RETURN(cuMemCreate)
@@ -242,7 +247,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
   }
   const CUmemGenericAllocationHandle created = *handle;
   if (!orion::interpose::Remember(reg, orion::interpose::g_vmm_handles, created, bytes,
-                                  MemoryKind::kVmmCreate, [&] {
+                                  MemoryKind::kVmmCreate, /*mappings=*/0, /*references=*/1,
+                                  [&] {
                                     if (auto release = ORION_REAL(cuMemRelease)) release(created);
                                   })) {
     *handle = 0;
@@ -253,17 +259,49 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
   return result;
 }
 
+namespace orion::interpose {
+namespace {
+
+// Changes a handle's mappings and references by the deltas; once it is released and unmapped
+// its bytes are given back to `reg` (none: they stay counted, the safe side).
+void ChangeVmmHandle(Registration* reg, CUmemGenericAllocationHandle handle, int mappings,
+                     int references) {
+  AllocationTable<16384>::Entry entry{};
+  const bool gone = g_vmm_handles.Change(
+                        handle,
+                        [&](AllocationTable<16384>::Entry& e) {
+                          e.count = mappings < 0 && e.count == 0 ? 0 : e.count + mappings;
+                          e.link = references < 0 && e.link == 0 ? 0 : e.link + references;
+                          return e.count == 0 && e.link == 0;
+                        },
+                        &entry) &&
+                    entry.count == 0 && entry.link == 0;
+  if (gone && reg != nullptr) {
+    Refund(reg, entry.bytes);
+    PushMemoryEvent(reg, EventKind::kMemFree, handle, entry.bytes, MemoryKind::kVmmCreate,
+                    nullptr);
+  }
+}
+
+}  // namespace
+}  // namespace orion::interpose
+
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   ORION_REAL_OR_RETURN(cuMemRelease)
   CUcontext ctx = nullptr;
   Registration* reg = CurrentRegistration(&ctx);
   if (reg == nullptr) return real(handle);
   const CUresult result = real(handle);
-  orion::interpose::AllocationTable<16384>::Entry entry{};
-  if (result == CUDA_SUCCESS && orion::interpose::g_vmm_handles.Remove(handle, &entry)) {
-    orion::interpose::Refund(reg, entry.bytes);
-    orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemFree, handle,
-                                      entry.bytes, MemoryKind::kVmmCreate, nullptr);
+  if (result == CUDA_SUCCESS) orion::interpose::ChangeVmmHandle(reg, handle, 0, -1);
+  return result;
+}
+
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  ORION_REAL_OR_RETURN(cuMemRetainAllocationHandle)
+  const CUresult result = real(handle, addr);
+  if (result == CUDA_SUCCESS && handle != nullptr) {
+    CUcontext ctx = nullptr;
+    orion::interpose::ChangeVmmHandle(CurrentRegistration(&ctx), *handle, 0, +1);
   }
   return result;
 }
@@ -274,11 +312,25 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset,
   const CUresult result = real(ptr, bytes, offset, handle, flags);
   CUcontext ctx = nullptr;
   Registration* reg = result == CUDA_SUCCESS ? CurrentRegistration(&ctx) : nullptr;
-  // Timeline only: the bytes were counted when the handle was created.
-  if (reg != nullptr) {
-    orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, ptr, bytes,
-                                      MemoryKind::kVmmMap, nullptr);
+  if (reg == nullptr) return result;
+  // A counted handle's mapping keeps its bytes counted until it is unmapped. Under a limit, a
+  // mapping the table cannot remember is undone and refused: unremembered, its handle's bytes
+  // could never be given back.
+  if (orion::interpose::g_vmm_handles.Find(handle, nullptr)) {
+    if (!orion::interpose::g_vmm_mappings.Insert(ptr, bytes, MemoryKind::kVmmMap, 0, handle)) {
+      if (reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) != 0) {
+        if (auto unmap = ORION_REAL(cuMemUnmap)) unmap(ptr, bytes);
+        orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kAllocDenied, 0,
+                                          bytes, MemoryKind::kVmmMap, nullptr);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      }
+    } else {
+      orion::interpose::ChangeVmmHandle(reg, handle, +1, 0);
+    }
   }
+  // The mapping on the timeline (its bytes are its handle's, counted at cuMemCreate).
+  orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, ptr, bytes,
+                                    MemoryKind::kVmmMap, nullptr);
   return result;
 }
 
@@ -287,6 +339,17 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t bytes) {
   const CUresult result = real(ptr, bytes);
   CUcontext ctx = nullptr;
   Registration* reg = result == CUDA_SUCCESS ? CurrentRegistration(&ctx) : nullptr;
+  if (result != CUDA_SUCCESS) return result;
+  // The range may cover several adjacent mappings: each is looked up at its start (no scan),
+  // at most as many as the table holds.
+  uint64_t cursor = ptr;
+  for (size_t i = 0; cursor < ptr + bytes && i < orion::interpose::g_vmm_mappings.capacity();
+       ++i) {
+    orion::interpose::AllocationTable<16384>::Entry mapping{};
+    if (!orion::interpose::g_vmm_mappings.Remove(cursor, &mapping) || mapping.bytes == 0) break;
+    orion::interpose::ChangeVmmHandle(reg, mapping.link, -1, 0);
+    cursor += mapping.bytes;
+  }
   if (reg != nullptr) {
     orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemFree, ptr, bytes,
                                       MemoryKind::kVmmMap, nullptr);
@@ -348,7 +411,8 @@ CUresult GuardedArray(Handle* handle, uint64_t bytes, Create create, Destroy des
   }
   const Handle created = *handle;
   const uint64_t key = reinterpret_cast<uint64_t>(created);
-  if (!Remember(reg, g_arrays, key, bytes, MemoryKind::kArray, [&] { destroy(created); })) {
+  if (!Remember(reg, g_arrays, key, bytes, MemoryKind::kArray, 0, 0,
+                [&] { destroy(created); })) {
     *handle = nullptr;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

@@ -94,7 +94,7 @@ inline uint64_t ArrayBytes(uint64_t element_bytes, uint64_t channels, uint64_t w
   return total;
 }
 
-// Open-addressing map key -> (bytes, kind) with linear probing and backward-shift deletion (no
+// Open-addressing map key -> (bytes, kind, count, link) with linear probing and backward-shift deletion (no
 // tombstones, so a long-running process never degrades). Key 0 means empty: CUDA never returns a
 // null device pointer or handle for a successful allocation. It holds at most kMaxLive entries
 // (7/8 of its slots): past that load linear probes grow long, and every alloc and free would
@@ -110,11 +110,16 @@ class AllocationTable {
     uint64_t key;
     uint64_t bytes;
     contract::MemoryKind kind;
+    // VMM only (hooks_memory.cc): a handle's live mappings (in the kind's padding), and its
+    // references (creation and retains less releases) or a mapping's handle.
+    uint32_t count;
+    uint64_t link;
   };
 
   // False when the table is full: a caller under a quota then gives the allocation back and
   // refuses it (see hooks_memory.cc), so nothing it holds goes uncounted.
-  bool Insert(uint64_t key, uint64_t bytes, contract::MemoryKind kind) {
+  bool Insert(uint64_t key, uint64_t bytes, contract::MemoryKind kind, uint32_t count = 0,
+              uint64_t link = 0) {
     if (key == 0) return false;
     Lock();
     bool stored = false;
@@ -123,7 +128,7 @@ class AllocationTable {
       if (entries_[i].key == 0 && size_ >= kMaxLive) break;  // full: a new key is refused
       if (entries_[i].key == 0 || entries_[i].key == key) {
         if (entries_[i].key == 0) ++size_;
-        entries_[i] = Entry{key, bytes, kind};
+        entries_[i] = Entry{key, bytes, kind, count, link};
         stored = true;
         break;
       }
@@ -142,24 +147,20 @@ class AllocationTable {
   }
 
   bool Remove(uint64_t key, Entry* out) {
+    return Change(key, [](Entry&) { return true; }, out);
+  }
+
+  // Changes the entry of `key` in place under the table's lock; `change(entry)` returns true to
+  // remove it. *out (if given) receives the entry as changed. False if there is none.
+  template <typename ChangeFn>
+  bool Change(uint64_t key, ChangeFn change, Entry* out) {
     Lock();
-    size_t i = Locate(key);
+    const size_t i = Locate(key);
     const bool found = i != kCapacity;
     if (found) {
+      const bool remove = change(entries_[i]);
       if (out != nullptr) *out = entries_[i];
-      // Backward shift: pull later members of the probe run into the hole.
-      size_t hole = i;
-      for (size_t j = (hole + 1) & kMask; entries_[j].key != 0; j = (j + 1) & kMask) {
-        const size_t home = Home(entries_[j].key);
-        // Move j into the hole unless its home lies cyclically in (hole, j].
-        const bool home_after_hole = ((j - home) & kMask) < ((j - hole) & kMask);
-        if (!home_after_hole) {
-          entries_[hole] = entries_[j];
-          hole = j;
-        }
-      }
-      entries_[hole] = Entry{0, 0, contract::MemoryKind::kDevice};
-      --size_;
+      if (remove) RemoveAt(i);
     }
     Unlock();
     return found;
@@ -175,7 +176,7 @@ class AllocationTable {
   void ResetLockAfterFork() { lock_.store(0, std::memory_order_relaxed); }
   void Clear() {
     Lock();
-    for (auto& e : entries_) e = Entry{0, 0, contract::MemoryKind::kDevice};
+    for (auto& e : entries_) e = Entry{0, 0, contract::MemoryKind::kDevice, 0, 0};
     size_ = 0;
     Unlock();
   }
@@ -202,6 +203,22 @@ class AllocationTable {
     }
   }
   void Unlock() { lock_.store(0, std::memory_order_release); }
+  // Under the lock: empties slot i, pulling later members of its probe run into the hole
+  // (backward shift).
+  void RemoveAt(size_t i) {
+    size_t hole = i;
+    for (size_t j = (hole + 1) & kMask; entries_[j].key != 0; j = (j + 1) & kMask) {
+      const size_t home = Home(entries_[j].key);
+      // Move j into the hole unless its home lies cyclically in (hole, j].
+      const bool home_after_hole = ((j - home) & kMask) < ((j - hole) & kMask);
+      if (!home_after_hole) {
+        entries_[hole] = entries_[j];
+        hole = j;
+      }
+    }
+    entries_[hole] = Entry{0, 0, contract::MemoryKind::kDevice, 0, 0};
+    --size_;
+  }
   static void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

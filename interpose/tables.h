@@ -11,7 +11,9 @@ namespace orion::interpose {
 extern KernelRegistry<8192> g_kernels;        // CUfunction -> name sent, launches, estimate
 extern KernelRegistry<1024> g_graphs;         // CUgraphExec -> kernel nodes (aux)
 extern AllocationTable<131072> g_allocations;  // device pointer -> bytes, kind
-extern AllocationTable<16384> g_vmm_handles;  // CUmemGenericAllocationHandle -> bytes
+extern AllocationTable<16384> g_vmm_handles;  // CUmemGenericAllocationHandle -> bytes,
+                                              // mappings, references
+extern AllocationTable<16384> g_vmm_mappings;  // mapped address -> bytes, handle
 extern AllocationTable<4096> g_arrays;        // CUarray / CUmipmappedArray -> estimated bytes
 extern AllocationTable<64> g_malloc_heaps;    // CUcontext -> malloc heap size counted
 

@@ -1506,9 +1506,30 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   VmmHandle* vmm = s.Find<VmmHandle>(reinterpret_cast<const void*>(handle));
   if (vmm == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (--vmm->references > 0) return CUDA_SUCCESS;  // a retained reference is left
   s.Remove(vmm);
   vmm->released = true;  // the memory lives on while it is mapped, as with the driver
   DropPhysicalIfUnused(vmm);
+  return CUDA_SUCCESS;
+}
+
+// The handle of the allocation mapped at `addr`, one more reference to it (released with
+// cuMemRelease like the one cuMemCreate gave).
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto it = s.allocations.find(reinterpret_cast<CUdeviceptr>(addr));
+  if (it == s.allocations.end() || it->second.kind != AllocationKind::kVmmMapped) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  VmmHandle* vmm = it->second.vmm;
+  if (vmm->references++ == 0) {  // released while mapped: a handle again
+    s.Add(vmm);
+    vmm->released = false;
+  }
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(vmm);
   return CUDA_SUCCESS;
 }
 

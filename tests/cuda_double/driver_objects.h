@@ -143,6 +143,7 @@ struct VmmHandle {
   size_t size = 0;
   int fd = -1;
   int mappings = 0;
+  int references = 1;  // creation and cuMemRetainAllocationHandle, less cuMemRelease
   bool released = false;
 };
 

@@ -86,6 +86,8 @@ namespace {
   X(cuMemCreate, 10020, cuMemCreate, cuMemCreate)                                           \
   X(cuMemRelease, 10020, cuMemRelease, cuMemRelease)                                        \
   X(cuMemMap, 10020, cuMemMap, cuMemMap)                                                    \
+  X(cuMemRetainAllocationHandle, 11000, cuMemRetainAllocationHandle,                         \
+    cuMemRetainAllocationHandle)                                                             \
   X(cuMemUnmap, 10020, cuMemUnmap, cuMemUnmap)                                              \
   X(cuMemSetAccess, 10020, cuMemSetAccess, cuMemSetAccess)                                  \
   X(cuMemcpyHtoD, 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds)                              \

@@ -404,6 +404,32 @@ TEST_F(InterposeIntegrationTest, QuotaHoldsPastTheTableForArraysTheMallocHeapAnd
   EXPECT_EQ(registrar.area(0)->counters.memory_used_bytes.load(), 4ull << 20);
 }
 
+// A VMM handle's memory is counted until it is released and unmapped, as the driver frees it:
+// mapped and released at once (PyTorch's expandable segments), 64 MiB of chunks hold the whole
+// quota and a third chunk is refused; before, the quota gave the bytes back at the release and
+// 256 MiB were mapped under 64 MiB.
+TEST_F(InterposeIntegrationTest, VmmMemoryCountsUntilItsLastMappingGoes) {
+  TestRegistrar registrar(dir_, 64ull << 20, /*honour_priority=*/false);
+  ASSERT_TRUE(registrar.ok());
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "0 vmm");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.values.count("done"), 1u) << run.err;
+  const std::string oom = "2";  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_EQ(run.values.at("vmm_create_0"), "0");
+  EXPECT_EQ(run.values.at("vmm_create_1"), "0");
+  for (int round = 2; round < 8; ++round) {
+    EXPECT_EQ(run.values.at("vmm_create_" + std::to_string(round)), oom) << round;
+  }
+  EXPECT_EQ(run.values.at("vmm_mapped"), "2");
+  EXPECT_EQ(run.values.at("vmm_used_mapped"), std::to_string(64ull << 20));
+  EXPECT_EQ(run.values.at("vmm_used_one_unmapped"), std::to_string(32ull << 20));
+  EXPECT_EQ(run.values.at("vmm_used_retained"), std::to_string(32ull << 20));
+  EXPECT_EQ(run.values.at("vmm_used_end"), "0");
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_EQ(registrar.area(0)->counters.memory_used_bytes.load(), 0u);
+  EXPECT_EQ(registrar.area(0)->counters.memory_peak_bytes.load(), 64ull << 20);
+}
+
 // Every way the probe changes the current context (set, push, pop) sends each launch to its own
 // device's registration: 100 rounds of 4 launches on device 0 and 2 on device 1.
 TEST_F(InterposeIntegrationTest, LaunchesFollowTheCurrentContextAcrossSetPushAndPop) {

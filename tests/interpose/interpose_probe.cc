@@ -3,12 +3,13 @@
 // dlsym), replays a captured graph, allocates against the quota, and prints what it saw as
 // key=value lines on stdout for the test to check. Runs on the CUDA driver test double.
 //
-// Usage: orion_interpose_probe [launches] [fork|bench|escapes]
+// Usage: orion_interpose_probe [launches] [fork|bench|escapes|vmm|contexts|threads]
 //   fork: after the memory checks a child process makes driver calls of its own and exits.
 //   bench: also times 100000 back-to-back launches of an empty kernel (launch_ns=, CPU side).
 //   escapes: only the memory quota's former escapes: live allocations up to one past the
 //     interposer's table, CUDA arrays (2D, 3D, mipmapped) and the device malloc heap, each
 //     printed with the quota's used bytes (total - free of cuMemGetInfo) after it.
+//   vmm: VMM handles mapped and released at once, counted until their last unmap (RunVmm).
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -279,6 +280,51 @@ int RunEscapes() {
   return 0;
 }
 
+// The VMM pattern under a 64 MiB quota: reserve, create, map, release at once (as PyTorch's
+// expandable segments do). The driver frees a released handle's memory only at its last unmap,
+// so its bytes stay counted until then: 2 x 32 MiB fit, the third create is refused, and the
+// bytes come back only as the mappings go. A retained handle (cuMemRetainAllocationHandle)
+// keeps the memory counted past the unmap until it is released too.
+int RunVmm() {
+  CUdevice device;
+  CUcontext context;
+  PROBE_CHECK(cuInit(0));
+  PROBE_CHECK(cuDeviceGet(&device, 0));
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device));
+  PROBE_CHECK(cuCtxSetCurrent(context));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  const size_t chunk = 32ull << 20;
+  CUdeviceptr base = 0;
+  PROBE_CHECK(cuMemAddressReserve(&base, 8 * chunk, 0, 0, 0));
+  int mapped = 0;
+  for (int round = 0; round < 8; ++round) {  // one growing segment, chunk by chunk
+    CUmemGenericAllocationHandle handle = 0;
+    const CUresult created = cuMemCreate(&handle, chunk, &prop, 0);
+    printf("vmm_create_%d=%d\n", round, static_cast<int>(created));
+    if (created != CUDA_SUCCESS) continue;
+    PROBE_CHECK(cuMemMap(base + mapped * chunk, chunk, 0, handle, 0));
+    PROBE_CHECK(cuMemRelease(handle));
+    ++mapped;
+  }
+  printf("vmm_mapped=%d\nvmm_used_mapped=%zu\n", mapped, QuotaUsed());
+  PROBE_CHECK(cuMemUnmap(base + chunk, chunk));  // the second chunk's mapping goes
+  printf("vmm_used_one_unmapped=%zu\n", QuotaUsed());
+  // The first chunk's handle retained, then its mapping gone: still counted until released.
+  CUmemGenericAllocationHandle retained = 0;
+  PROBE_CHECK(cuMemRetainAllocationHandle(&retained, reinterpret_cast<void*>(base)));
+  PROBE_CHECK(cuMemUnmap(base, chunk));
+  printf("vmm_used_retained=%zu\n", QuotaUsed());
+  PROBE_CHECK(cuMemRelease(retained));
+  printf("vmm_used_end=%zu\n", QuotaUsed());
+  PROBE_CHECK(cuMemAddressFree(base, 8 * chunk));
+  printf("done=1\n");
+  fflush(stdout);
+  return 0;
+}
+
 // Two devices, their contexts made current in turn (set, and push/pop), 100 rounds: each
 // launch must be reported to the registration of the device whose context was current, however
 // the context became current.
@@ -349,6 +395,7 @@ int main(int argc, char** argv) {
   const bool bench = argc > 2 && strcmp(argv[2], "bench") == 0;
   if (argc > 2 && strcmp(argv[2], "escapes") == 0) return RunEscapes();
   if (argc > 2 && strcmp(argv[2], "contexts") == 0) return RunContexts();
+  if (argc > 2 && strcmp(argv[2], "vmm") == 0) return RunVmm();
   if (argc > 2 && strcmp(argv[2], "threads") == 0) return RunThreads();
   return Run(launches, fork_child, bench);
 }
