@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #undef cuGetProcAddress
+#undef cuGraphAddNode
 #undef cuGetProcAddress_v2
 #undef cuGraphInstantiate
 #undef cuMemcpy

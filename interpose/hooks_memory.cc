@@ -536,33 +536,72 @@ CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
 // (GuardedFree), and so does destroying the graph for the allocations a free node of the graph
 // frees (a graph whose free nodes already ran holds them no more).
 
-CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph,
-                                        const CUgraphNode* deps, size_t count,
-                                        CUDA_MEM_ALLOC_NODE_PARAMS* params) {
-  ORION_REAL_OR_RETURN(cuGraphAddMemAllocNode)
+namespace orion::interpose {
+namespace {
+
+// A graph memory-allocation node of `bytes`: counted before `add` (the driver's call, which
+// fixes the address in *dptr) and remembered at its address.
+template <typename Add>
+CUresult GuardedGraphAlloc(uint64_t bytes, const CUdeviceptr* dptr, Add add) {
   CUcontext ctx = nullptr;
-  Registration* reg = params != nullptr ? CurrentRegistration(&ctx) : nullptr;
-  if (reg == nullptr) return real(node, graph, deps, count, params);
-  const uint64_t bytes = params->bytesize;
-  if (orion::interpose::TableRefuses(reg, orion::interpose::g_allocations.full(), bytes,
-                                     MemoryKind::kGraphAlloc) ||
-      !orion::interpose::Reserve(reg, bytes, MemoryKind::kGraphAlloc)) {
+  Registration* reg = CurrentRegistration(&ctx);
+  if (reg == nullptr) return add();
+  if (TableRefuses(reg, g_allocations.full(), bytes, MemoryKind::kGraphAlloc) ||
+      !Reserve(reg, bytes, MemoryKind::kGraphAlloc)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  const CUresult result = real(node, graph, deps, count, params);
+  const CUresult result = add();
   if (result != CUDA_SUCCESS) {
-    orion::interpose::Refund(reg, bytes);
+    Refund(reg, bytes);
     return result;
   }
   // No room to remember it under a limit (a race past TableRefuses): it stays counted for the
   // process's life, the safe side (a node cannot be taken out of a graph with memory nodes).
-  if (!orion::interpose::g_allocations.Insert(params->dptr, bytes, MemoryKind::kGraphAlloc) &&
+  if (!g_allocations.Insert(*dptr, bytes, MemoryKind::kGraphAlloc) &&
       reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) == 0) {
-    orion::interpose::Refund(reg, bytes);
+    Refund(reg, bytes);
   }
-  orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemAlloc, params->dptr,
-                                    bytes, MemoryKind::kGraphAlloc, nullptr);
+  PushMemoryEvent(reg, EventKind::kMemAlloc, *dptr, bytes, MemoryKind::kGraphAlloc, nullptr);
   return result;
+}
+
+bool AddsMemoryAllocation(const CUgraphNodeParams* params) {
+  return params != nullptr && params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+}
+
+}  // namespace
+}  // namespace orion::interpose
+
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph,
+                                        const CUgraphNode* deps, size_t count,
+                                        CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  ORION_REAL_OR_RETURN(cuGraphAddMemAllocNode)
+  if (params == nullptr) return real(node, graph, deps, count, params);
+  return orion::interpose::GuardedGraphAlloc(
+      params->bytesize, &params->dptr, [&] { return real(node, graph, deps, count, params); });
+}
+
+CUresult CUDAAPI cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                size_t count, CUgraphNodeParams* params) {
+  ORION_REAL_OR_RETURN(cuGraphAddNode)
+  if (!orion::interpose::AddsMemoryAllocation(params)) {
+    return real(node, graph, deps, count, params);
+  }
+  return orion::interpose::GuardedGraphAlloc(
+      params->alloc.bytesize, &params->alloc.dptr,
+      [&] { return real(node, graph, deps, count, params); });
+}
+
+CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                   const CUgraphEdgeData* edges, size_t count,
+                                   CUgraphNodeParams* params) {
+  ORION_REAL_OR_RETURN(cuGraphAddNode_v2)
+  if (!orion::interpose::AddsMemoryAllocation(params)) {
+    return real(node, graph, deps, edges, count, params);
+  }
+  return orion::interpose::GuardedGraphAlloc(
+      params->alloc.bytesize, &params->alloc.dptr,
+      [&] { return real(node, graph, deps, edges, count, params); });
 }
 
 namespace orion::interpose {

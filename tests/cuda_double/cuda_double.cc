@@ -1855,9 +1855,10 @@ CUresult CUDAAPI cuGraphCreate(CUgraph* out, unsigned int /*flags*/) {
 
 // The allocation's address is fixed when the node is added (as on a real driver); the simulated
 // GPU's memory is taken then too, the earliest a real one could need it.
-CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph hgraph,
-                                        const CUgraphNode* /*deps*/, size_t /*count*/,
-                                        CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+// (Called by the generic form too: not through the exported symbol, which a preloaded
+// interposer replaces.)
+static CUresult AddMemAllocNode(CUgraphNode* out, CUgraph hgraph,
+                                CUDA_MEM_ALLOC_NODE_PARAMS* params) {
   DriverState& s = State();
   SimGpu* gpu = nullptr;
   {
@@ -1884,6 +1885,42 @@ CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph hgraph,
   params->dptr = dptr;
   *out = reinterpret_cast<CUgraphNode>(node);
   return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph hgraph,
+                                        const CUgraphNode* /*deps*/, size_t /*count*/,
+                                        CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  return AddMemAllocNode(out, hgraph, params);
+}
+
+// The generic form (v1 and v2 symbols), for memory-allocation nodes only (what the
+// interposer's quota cares about).
+static CUresult AddGenericNode(CUgraphNode* out, CUgraph hgraph, CUgraphNodeParams* params) {
+  if (params == nullptr || params->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+  alloc.poolProps = params->alloc.poolProps;
+  alloc.bytesize = params->alloc.bytesize;
+  const CUresult r = AddMemAllocNode(out, hgraph, &alloc);
+  if (r == CUDA_SUCCESS) params->alloc.dptr = alloc.dptr;
+  return r;
+}
+
+CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* /*deps*/,
+                                   const CUgraphEdgeData* /*edges*/, size_t /*count*/,
+                                   CUgraphNodeParams* params) {
+  return AddGenericNode(out, hgraph, params);
+}
+
+// The CUDA 12.0-12.2 ABI symbol, which cuda.h now renames to the _v2 form.
+#undef cuGraphAddNode
+extern "C" CUresult CUDAAPI cuGraphAddNode(CUgraphNode* out, CUgraph hgraph,
+                                           const CUgraphNode* deps, size_t count,
+                                           CUgraphNodeParams* params);
+CUresult CUDAAPI cuGraphAddNode(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* /*deps*/,
+                                size_t /*count*/, CUgraphNodeParams* params) {
+  return AddGenericNode(out, hgraph, params);
 }
 
 CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* out, CUgraph hgraph,

@@ -398,6 +398,11 @@ TEST_F(InterposeIntegrationTest, QuotaHoldsPastTheTableForArraysTheMallocHeapAnd
   EXPECT_EQ(run.values.at("graph_16"), "0");
   EXPECT_EQ(run.values.at("graph_8"), "0");
   EXPECT_EQ(run.values.at("graph_used"), std::to_string((4ull + 16 + 8) << 20));
+  // Added through the generic cuGraphAddNode: past the limit refused, else counted; freed by
+  // the graph's free node, given back with the graph.
+  EXPECT_EQ(run.values.at("graph_generic_big"), oom);
+  EXPECT_EQ(run.values.at("graph_generic_2"), "0");
+  EXPECT_EQ(run.values.at("graph_used_generic"), std::to_string((4ull + 16 + 8 + 2) << 20));
   EXPECT_EQ(run.values.at("graph_used_after_destroy"), std::to_string((4ull + 16) << 20));
   EXPECT_EQ(run.values.at("graph_used_after_free"), std::to_string(4ull << 20));
   ASSERT_NE(registrar.area(0), nullptr);

@@ -271,6 +271,20 @@ int RunEscapes() {
   CUgraphNode free_node = nullptr;
   PROBE_CHECK(cuGraphAddMemFreeNode(&free_node, graph, &node, 1, alloc.dptr));
   printf("graph_used=%zu\n", QuotaUsed());
+  // The generic cuGraphAddNode (the _v2 symbol cuda.h names it) counts the same way.
+  CUgraphNodeParams generic;
+  memset(&generic, 0, sizeof(generic));
+  generic.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  generic.alloc.poolProps = alloc.poolProps;
+  generic.alloc.bytesize = 64u << 20;
+  CUgraphNode generic_node = nullptr;
+  printf("graph_generic_big=%d\n",
+         static_cast<int>(cuGraphAddNode(&generic_node, graph, nullptr, nullptr, 0, &generic)));
+  generic.alloc.bytesize = 2u << 20;
+  printf("graph_generic_2=%d\n",
+         static_cast<int>(cuGraphAddNode(&generic_node, graph, nullptr, nullptr, 0, &generic)));
+  printf("graph_used_generic=%zu\n", QuotaUsed());
+  PROBE_CHECK(cuGraphAddMemFreeNode(&free_node, graph, &generic_node, 1, generic.alloc.dptr));
   PROBE_CHECK(cuGraphDestroy(graph));
   printf("graph_used_after_destroy=%zu\n", QuotaUsed());
   PROBE_CHECK(cuMemFree(kept));
