@@ -313,18 +313,29 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset,
   CUcontext ctx = nullptr;
   Registration* reg = result == CUDA_SUCCESS ? CurrentRegistration(&ctx) : nullptr;
   if (reg == nullptr) return result;
-  // A counted handle's mapping keeps its bytes counted until it is unmapped. Under a limit, a
-  // mapping the table cannot remember is undone and refused: unremembered, its handle's bytes
-  // could never be given back.
-  if (orion::interpose::g_vmm_handles.Find(handle, nullptr)) {
+  // A counted handle's mapping keeps its bytes counted until it is unmapped; an imported
+  // handle's bytes (its size unknown until now) are counted as it is mapped. Under a limit, a
+  // mapping past it, or one the table cannot remember, is undone and refused: unremembered, its
+  // handle's bytes could never be given back.
+  orion::interpose::AllocationTable<16384>::Entry counted{};
+  if (orion::interpose::g_vmm_handles.Find(handle, &counted)) {
+    const bool imported = counted.kind == MemoryKind::kVmmMap;
+    const bool limited = reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) != 0;
+    auto refuse = [&] {
+      if (auto unmap = ORION_REAL(cuMemUnmap)) unmap(ptr, bytes);
+      orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kAllocDenied, 0, bytes,
+                                        MemoryKind::kVmmMap, nullptr);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    if (imported && !orion::interpose::Reserve(reg, bytes, MemoryKind::kVmmMap)) return refuse();
     if (!orion::interpose::g_vmm_mappings.Insert(ptr, bytes, MemoryKind::kVmmMap, 0, handle)) {
-      if (reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) != 0) {
-        if (auto unmap = ORION_REAL(cuMemUnmap)) unmap(ptr, bytes);
-        orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kAllocDenied, 0,
-                                          bytes, MemoryKind::kVmmMap, nullptr);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-      }
+      if (imported) orion::interpose::Refund(reg, bytes);
+      if (limited) return refuse();
     } else {
+      if (imported) {
+        orion::interpose::g_vmm_handles.Change(
+            handle, [&](auto& e) { e.bytes += bytes; return false; }, nullptr);
+      }
       orion::interpose::ChangeVmmHandle(reg, handle, +1, 0);
     }
   }
@@ -353,6 +364,104 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t bytes) {
   if (reg != nullptr) {
     orion::interpose::PushMemoryEvent(reg, orion::contract::EventKind::kMemFree, ptr, bytes,
                                       MemoryKind::kVmmMap, nullptr);
+  }
+  return result;
+}
+
+// ---- Memory of another process ----
+//
+// IPC (cuIpcOpenMemHandle), a pool's exported pointer (cuMemPoolImportPointer) and a shareable
+// VMM handle (cuMemImportFromShareableHandle) hand this process memory that another allocated.
+// It stays alive while this process holds it, whatever its exporter does, so it counts here too,
+// at its size, until cuIpcCloseMemHandle / cuMemFree* / its release and last unmap: processes of
+// one pod that share memory are charged for it twice (the safe side: passing handles between
+// its processes does not take a pod past its limit).
+
+namespace orion::interpose {
+namespace {
+
+// An imported pointer: `import` is the driver's call; counted at the size the driver gives its
+// allocation, or undone with `undo` and refused (past the limit, or its size unknown under one).
+template <typename Import, typename Undo>
+CUresult GuardedImport(CUdeviceptr* dptr, MemoryKind kind, Import import, Undo undo) {
+  CUcontext ctx = nullptr;
+  Registration* reg = CurrentRegistration(&ctx);
+  const CUresult result = import();
+  if (reg == nullptr || result != CUDA_SUCCESS || dptr == nullptr) return result;
+  const CUdeviceptr ptr = *dptr;
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  auto range = ORION_DRIVER(cuMemGetAddressRange_v2);
+  const bool sized = range != nullptr && range(&base, &bytes, ptr) == CUDA_SUCCESS && bytes != 0;
+  const bool limited = reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) != 0;
+  if (!sized) {
+    if (!limited) return result;
+    undo(ptr);
+    *dptr = 0;
+    PushMemoryEvent(reg, EventKind::kAllocDenied, 0, 0, kind, nullptr);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (TableRefuses(reg, g_allocations.full(), bytes, kind) || !Reserve(reg, bytes, kind)) {
+    undo(ptr);
+    *dptr = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (!Remember(reg, g_allocations, ptr, bytes, kind, 0, 0, [&] { undo(ptr); })) {
+    *dptr = 0;  // undone: under a limit it could never be given back
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  PushMemoryEvent(reg, EventKind::kMemAlloc, ptr, bytes, kind, nullptr);
+  return result;
+}
+
+}  // namespace
+}  // namespace orion::interpose
+
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle,
+                                       unsigned int flags) {
+  ORION_REAL_OR_RETURN(cuIpcOpenMemHandle_v2)
+  return orion::interpose::GuardedImport(
+      dptr, MemoryKind::kDevice, [&] { return real(dptr, handle, flags); },
+      [](CUdeviceptr ptr) {
+        if (auto close = ORION_REAL(cuIpcCloseMemHandle)) close(ptr);
+      });
+}
+
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  ORION_REAL_OR_RETURN(cuIpcCloseMemHandle)
+  return GuardedFree(__func__, dptr, nullptr, [&] { return real(dptr); });
+}
+
+// Freed with cuMemFree / cuMemFreeAsync, which give it back (GuardedFree).
+CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr* dptr, CUmemoryPool pool,
+                                        CUmemPoolPtrExportData* data) {
+  ORION_REAL_OR_RETURN(cuMemPoolImportPointer)
+  return orion::interpose::GuardedImport(
+      dptr, MemoryKind::kPool, [&] { return real(dptr, pool, data); },
+      [](CUdeviceptr ptr) {
+        if (auto free_fn = ORION_REAL(cuMemFree_v2)) free_fn(ptr);
+      });
+}
+
+// Its size is known only as it is mapped: the handle is remembered with no bytes (kind kVmmMap
+// marks it imported) and each mapping counts its bytes (cuMemMap).
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                void* shareable, CUmemAllocationHandleType type) {
+  ORION_REAL_OR_RETURN(cuMemImportFromShareableHandle)
+  const CUresult result = real(handle, shareable, type);
+  CUcontext ctx = nullptr;
+  Registration* reg = result == CUDA_SUCCESS && handle != nullptr
+                          ? CurrentRegistration(&ctx) : nullptr;
+  if (reg == nullptr) return result;
+  const CUmemGenericAllocationHandle imported = *handle;
+  if (!orion::interpose::Remember(reg, orion::interpose::g_vmm_handles, imported, 0,
+                                  MemoryKind::kVmmMap, /*mappings=*/0, /*references=*/1, [&] {
+                                    if (auto release = ORION_REAL(cuMemRelease)) {
+                                      release(imported);
+                                    }
+                                  })) {
+    *handle = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   return result;
 }

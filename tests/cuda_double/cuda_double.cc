@@ -15,6 +15,7 @@
 // argument, others 10 us.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1496,7 +1497,7 @@ static void DropPhysicalIfUnused(VmmHandle* vmm) {
   if (vmm->released && vmm->mappings == 0 && vmm->fd >= 0) {
     close(vmm->fd);
     vmm->fd = -1;
-    vmm->gpu->ReleaseMemory(vmm->size);
+    if (!vmm->imported) vmm->gpu->ReleaseMemory(vmm->size);
   }
 }
 
@@ -1510,6 +1511,85 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   s.Remove(vmm);
   vmm->released = true;  // the memory lives on while it is mapped, as with the driver
   DropPhysicalIfUnused(vmm);
+  return CUDA_SUCCESS;
+}
+
+// ---- Memory shared between processes ----
+// The double's IPC handle carries the exported allocation's size; opening it gives a fresh
+// simulated allocation of that size (what the importer's accounting needs, not shared bytes).
+// A shareable VMM handle is the memfd behind it (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR).
+
+CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  auto it = s.allocations.upper_bound(dptr);
+  if (it == s.allocations.begin()) return CUDA_ERROR_NOT_FOUND;
+  --it;
+  if (dptr - it->first >= it->second.size) return CUDA_ERROR_NOT_FOUND;
+  if (base != nullptr) *base = it->first;
+  if (size != nullptr) *size = it->second.size;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+  size_t size = 0;
+  CUdeviceptr base = 0;
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = cuMemGetAddressRange_v2(&base, &size, dptr);
+  if (r != CUDA_SUCCESS || base != dptr) return CUDA_ERROR_INVALID_VALUE;
+  memset(handle, 0, sizeof(*handle));
+  memcpy(handle->reserved, &size, sizeof(size));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle,
+                                       unsigned int /*flags*/) {
+  size_t size = 0;
+  memcpy(&size, handle.reserved, sizeof(size));
+  if (dptr == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  return orion::cuda_double::AllocateInCurrentContext(size, AllocationKind::kDevice, dptr);
+}
+
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) { return orion::cuda_double::Free(dptr); }
+
+CUresult CUDAAPI cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType type,
+                                              unsigned long long /*flags*/) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  VmmHandle* vmm = s.Find<VmmHandle>(reinterpret_cast<const void*>(handle));
+  if (vmm == nullptr || shareable == nullptr ||
+      type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const int fd = dup(vmm->fd);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *static_cast<int*>(shareable) = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                void* shareable, CUmemAllocationHandleType type) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (handle == nullptr || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const int fd = dup(static_cast<int>(reinterpret_cast<intptr_t>(shareable)));
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0) {
+    if (fd >= 0) close(fd);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto* vmm = s.Add(new VmmHandle);
+  vmm->gpu = SimGpu::Get(0);
+  vmm->size = static_cast<size_t>(st.st_size);
+  vmm->fd = fd;
+  vmm->imported = true;  // the exporter's capacity holds the bytes
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(vmm);
   return CUDA_SUCCESS;
 }
 

@@ -145,6 +145,7 @@ struct VmmHandle {
   int mappings = 0;
   int references = 1;  // creation and cuMemRetainAllocationHandle, less cuMemRelease
   bool released = false;
+  bool imported = false;  // cuMemImportFromShareableHandle: its exporter's memory
 };
 
 enum class AllocationKind : uint8_t { kDevice, kPitch, kManaged, kAsync, kPool, kVmmMapped };

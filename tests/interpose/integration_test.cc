@@ -435,6 +435,29 @@ TEST_F(InterposeIntegrationTest, VmmMemoryCountsUntilItsLastMappingGoes) {
   EXPECT_EQ(registrar.area(0)->counters.memory_peak_bytes.load(), 64ull << 20);
 }
 
+// Memory another process allocated stays alive while this one holds it, so it counts here too:
+// an IPC pointer at its allocation's size until it is closed, a shareable VMM handle at what
+// it maps until it is released and unmapped (its creator letting go changes nothing).
+TEST_F(InterposeIntegrationTest, ImportedMemoryCountsWhileItIsHeld) {
+  TestRegistrar registrar(dir_, 64ull << 20, /*honour_priority=*/false);
+  ASSERT_TRUE(registrar.ok());
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "0 imports");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(run.values.count("done"), 1u) << run.err;
+  const std::string oom = "2";  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_EQ(run.values.at("ipc_open"), "0");
+  EXPECT_EQ(run.values.at("ipc_used"), std::to_string(48ull << 20));
+  EXPECT_EQ(run.values.at("ipc_open_again"), oom);  // 72 MiB would pass 64
+  EXPECT_EQ(run.values.at("ipc_used_closed"), std::to_string(24ull << 20));
+  EXPECT_EQ(run.values.at("shared_used_imported"), std::to_string(32ull << 20));
+  EXPECT_EQ(run.values.at("shared_map"), "0");
+  EXPECT_EQ(run.values.at("shared_used_mapped"), std::to_string(64ull << 20));
+  EXPECT_EQ(run.values.at("shared_map_again"), oom);
+  // The creator's handle (never mapped) is gone; the import stays counted while mapped.
+  EXPECT_EQ(run.values.at("shared_used_released"), std::to_string(32ull << 20));
+  EXPECT_EQ(run.values.at("shared_used_end"), "0");
+}
+
 // Every way the probe changes the current context (set, push, pop) sends each launch to its own
 // device's registration: 100 rounds of 4 launches on device 0 and 2 on device 1.
 TEST_F(InterposeIntegrationTest, LaunchesFollowTheCurrentContextAcrossSetPushAndPop) {

@@ -3,13 +3,14 @@
 // dlsym), replays a captured graph, allocates against the quota, and prints what it saw as
 // key=value lines on stdout for the test to check. Runs on the CUDA driver test double.
 //
-// Usage: orion_interpose_probe [launches] [fork|bench|escapes|vmm|contexts|threads]
+// Usage: orion_interpose_probe [launches] [fork|bench|escapes|vmm|imports|contexts|threads]
 //   fork: after the memory checks a child process makes driver calls of its own and exits.
 //   bench: also times 100000 back-to-back launches of an empty kernel (launch_ns=, CPU side).
 //   escapes: only the memory quota's former escapes: live allocations up to one past the
 //     interposer's table, CUDA arrays (2D, 3D, mipmapped) and the device malloc heap, each
 //     printed with the quota's used bytes (total - free of cuMemGetInfo) after it.
 //   vmm: VMM handles mapped and released at once, counted until their last unmap (RunVmm).
+//   imports: memory of another process (IPC, shareable VMM handles) counted while held.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -339,6 +340,64 @@ int RunVmm() {
   return 0;
 }
 
+// Memory of another process under a 64 MiB quota (the double's IPC opens a fresh allocation of
+// the exported size; its shareable handles are memfds): counted in the importer while held.
+int RunImports() {
+  CUdevice device;
+  CUcontext context;
+  PROBE_CHECK(cuInit(0));
+  PROBE_CHECK(cuDeviceGet(&device, 0));
+  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device));
+  PROBE_CHECK(cuCtxSetCurrent(context));
+  CUdeviceptr exported = 0;
+  PROBE_CHECK(cuMemAlloc(&exported, 24ull << 20));
+  CUipcMemHandle ipc;
+  PROBE_CHECK(cuIpcGetMemHandle(&ipc, exported));
+  CUdeviceptr opened = 0, again = 0;
+  printf("ipc_open=%d\n", static_cast<int>(cuIpcOpenMemHandle(&opened, ipc, 0)));
+  printf("ipc_used=%zu\n", QuotaUsed());
+  printf("ipc_open_again=%d\n", static_cast<int>(cuIpcOpenMemHandle(&again, ipc, 0)));
+  PROBE_CHECK(cuIpcCloseMemHandle(opened));
+  printf("ipc_used_closed=%zu\n", QuotaUsed());
+  PROBE_CHECK(cuMemFree(exported));
+
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  const size_t chunk = 32ull << 20;
+  CUmemGenericAllocationHandle created = 0, imported = 0, imported_again = 0;
+  PROBE_CHECK(cuMemCreate(&created, chunk, &prop, 0));
+  int fd = -1;
+  PROBE_CHECK(cuMemExportToShareableHandle(&fd, created, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                           0));
+  PROBE_CHECK(cuMemImportFromShareableHandle(&imported, reinterpret_cast<void*>(
+                                                 static_cast<intptr_t>(fd)),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  PROBE_CHECK(cuMemImportFromShareableHandle(&imported_again, reinterpret_cast<void*>(
+                                                 static_cast<intptr_t>(fd)),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  printf("shared_used_imported=%zu\n", QuotaUsed());  // the creator's chunk only
+  CUdeviceptr base = 0;
+  PROBE_CHECK(cuMemAddressReserve(&base, 2 * chunk, 0, 0, 0));
+  printf("shared_map=%d\n", static_cast<int>(cuMemMap(base, chunk, 0, imported, 0)));
+  printf("shared_used_mapped=%zu\n", QuotaUsed());
+  printf("shared_map_again=%d\n",
+         static_cast<int>(cuMemMap(base + chunk, chunk, 0, imported_again, 0)));
+  PROBE_CHECK(cuMemRelease(created));  // the creator lets go: the import holds the memory
+  PROBE_CHECK(cuMemRelease(imported));
+  PROBE_CHECK(cuMemRelease(imported_again));
+  printf("shared_used_released=%zu\n", QuotaUsed());
+  PROBE_CHECK(cuMemUnmap(base, chunk));
+  printf("shared_used_end=%zu\n", QuotaUsed());
+  PROBE_CHECK(cuMemAddressFree(base, 2 * chunk));
+  close(fd);
+  printf("done=1\n");
+  fflush(stdout);
+  return 0;
+}
+
 // Two devices, their contexts made current in turn (set, and push/pop), 100 rounds: each
 // launch must be reported to the registration of the device whose context was current, however
 // the context became current.
@@ -410,6 +469,7 @@ int main(int argc, char** argv) {
   if (argc > 2 && strcmp(argv[2], "escapes") == 0) return RunEscapes();
   if (argc > 2 && strcmp(argv[2], "contexts") == 0) return RunContexts();
   if (argc > 2 && strcmp(argv[2], "vmm") == 0) return RunVmm();
+  if (argc > 2 && strcmp(argv[2], "imports") == 0) return RunImports();
   if (argc > 2 && strcmp(argv[2], "threads") == 0) return RunThreads();
   return Run(launches, fork_child, bench);
 }
