@@ -84,6 +84,70 @@ void AddEnvPatch(const JsonValue& container, int index,
   }
 }
 
+// Whether the pod's namespace may hold high-priority slots (options.high_priority_namespaces;
+// empty: every namespace).
+bool HighAllowedIn(const std::string& ns, const AdmissionOptions& options) {
+  const auto& allowed = options.high_priority_namespaces;
+  return allowed.empty() || std::find(allowed.begin(), allowed.end(), ns) != allowed.end();
+}
+
+bool AsksFor(const JsonValue& container, const std::string& resource) {
+  const JsonValue* resources = Member(container, "resources");
+  if (resources == nullptr) return false;
+  return HasMember(Member(*resources, "limits"), resource) ||
+         HasMember(Member(*resources, "requests"), resource);
+}
+
+
+// Outside the namespaces allowed high priority, a container's own ask for the high-priority
+// slot (`high_resource_name`) becomes a share: the slot is the GPU's only place for a
+// high-priority pod, and a pod the server runs best-effort would hold it for nothing. The
+// slot's entry moves to the share's (or goes, where the container asks for a share too) in
+// limits and requests; a request alone gets its limit. `list`: "containers" or "initContainers"
+// (an init container's devices are the pod's too, a sidecar's for the pod's life).
+void ShareInsteadOfHighSlot(const JsonValue& pod, std::string_view list,
+                            const AdmissionOptions& options, const std::string& ns,
+                            JsonValue* patch, std::vector<std::string>* warnings) {
+  const JsonValue* containers = At(pod, {"spec", std::string(list)});
+  if (containers == nullptr || !containers->is_array()) return;
+  const std::string& high = options.high_resource_name;
+  const std::string& share = options.resource_name;
+  const std::string high_token = EscapeJsonPointer(high);
+  const std::string share_token = EscapeJsonPointer(share);
+  int index = -1;
+  for (const JsonValue& c : *containers) {
+    ++index;
+    if (!AsksFor(c, high)) continue;
+    const JsonValue* resources = Member(c, "resources");
+    const std::string base = absl::StrCat("/spec/", std::string(list), "/", index, "/resources");
+    const JsonValue* limits = Member(*resources, "limits");
+    const JsonValue* requests = Member(*resources, "requests");
+    for (const char* part : {"limits", "requests"}) {
+      const JsonValue* m = std::string_view(part) == "limits" ? limits : requests;
+      if (!HasMember(m, high)) continue;
+      const std::string from = absl::StrCat(base, "/", part, "/", high_token);
+      if (HasMember(m, share)) {
+        patch->push_back({{"op", "remove"}, {"path", from}});
+      } else {
+        patch->push_back(
+            {{"op", "move"}, {"from", from}, {"path", absl::StrCat(base, "/", part, "/", share_token)}});
+      }
+    }
+    if (!HasMember(limits, share) && !HasMember(limits, high)) {
+      // The ask was a request alone: extended resources need the limit too.
+      const JsonValue& amount = *Member(*requests, HasMember(requests, share) ? share : high);
+      patch->push_back(limits == nullptr || !limits->is_object()
+                           ? PatchOp(base + "/limits", ObjectWith(share, amount))
+                           : PatchOp(absl::StrCat(base, "/limits/", share_token), amount));
+    }
+    warnings->push_back(absl::StrCat(
+        list == "containers" ? "container \"" : "init container \"", StringAt(c, {"name"}),
+        "\" asks for ", high, ", which only pods in namespaces ",
+        absl::StrJoin(options.high_priority_namespaces, ", "), " may hold (not \"", ns,
+        "\"): it gets ", share, " instead and runs best-effort"));
+  }
+}
+
 }  // namespace
 
 std::string EscapeJsonPointer(std::string_view token) {
@@ -103,6 +167,13 @@ std::string EscapeJsonPointer(std::string_view token) {
 JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options,
                            std::vector<std::string>* warnings, const std::string& ns) {
   JsonValue patch = JsonValue::array();
+  // Whatever the annotations say: the high-priority slot only in the allowed namespaces.
+  const bool high_allowed = HighAllowedIn(ns, options);
+  if (!high_allowed && !options.high_resource_name.empty()) {
+    for (std::string_view list : {"containers", "initContainers"}) {
+      ShareInsteadOfHighSlot(pod, list, options, ns, &patch, warnings);
+    }
+  }
   const std::map<std::string, std::string> annotations =
       StringMapAt(pod, {"metadata", "annotations"});
   const ParsedAnnotations parsed = ParsePodAnnotations(annotations);
@@ -122,8 +193,7 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
   if (containers == nullptr || !containers->is_array()) return patch;
   bool best_effort = parsed.settings.priority == PodPriority::kBestEffort;
   const auto& allowed = options.high_priority_namespaces;
-  if (!best_effort && !allowed.empty() &&
-      std::find(allowed.begin(), allowed.end(), ns) == allowed.end()) {
+  if (!best_effort && !high_allowed) {
     // The server runs it best-effort: it takes a share, not a GPU's high-priority slot.
     warnings->push_back(absl::StrCat(
         "orion/priority: high is not honoured in namespace \"", ns,
@@ -155,6 +225,18 @@ JsonValue SharePatchForPod(const JsonValue& pod, const AdmissionOptions& options
                   &patch);
     }
     if (HasMember(limits, resource)) continue;
+    if (!high && !options.high_resource_name.empty() && AsksFor(c, options.high_resource_name)) {
+      // Its ask for the high-priority slot was made a share above (a namespace not allowed
+      // high priority), or it is left as asked: a share beside it would give the container
+      // two devices.
+      if (high_allowed) {
+        warnings->push_back(absl::StrCat(
+            "container \"", name, "\" asks for ", options.high_resource_name,
+            " though the pod is best-effort: left as asked, no ", options.resource_name,
+            " added; it holds its GPU's high-priority slot while it runs best-effort"));
+      }
+      continue;
+    }
     const std::string base = absl::StrCat("/spec/containers/", index, "/resources");
     if (high && (HasMember(limits, options.resource_name) ||
                  HasMember(requests, options.resource_name))) {

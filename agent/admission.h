@@ -5,7 +5,11 @@
 // instead of the share, so the scheduler's resource fit allows only as many high-priority
 // containers on a GPU as it has slots; a share it asked for itself (1 per container) is moved
 // to the slot. Containers
-// that already ask for the resource, or for whole GPUs (nvidia.com/gpu), get no share added.
+// that already ask for the resource, or for whole GPUs (nvidia.com/gpu), get no share added;
+// nor do those that ask for the high-priority slot (a share beside it would be a second device).
+// Outside high_priority_namespaces a container's own ask for the slot (any pod's, annotated or
+// not; init containers too) becomes a share, with a warning saying why: the slot is its GPU's
+// one place for a high-priority pod.
 // Best-effort pods' containers that take a share (not whole-GPU ones) also get
 // CUDA_MPS_CLIENT_PRIORITY=1 and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (the options' default or the
 // pod's orion/mps-thread-percentage, 0 there: neither), unless their `env` sets them (a value

@@ -2,10 +2,13 @@
 #include "agent/cdi_spec.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "contract/orion_contract.h"
@@ -85,10 +88,30 @@ ClaimCdi ClaimCdiSpec(std::string_view claim_uid, const std::vector<std::string>
 }
 
 absl::Status WriteFileAtomically(const std::string& path, std::string_view content) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The temporary file is created, never opened: O_EXCL refuses a name that exists (a planted
+  // symlink, a file left by a crash of an earlier agent with the same PID) and O_NOFOLLOW a
+  // symlink in its last component, so nothing but a new file of ours is written. The first
+  // name is <path>.tmp.<pid>; when it exists the next ones add a random suffix.
+  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  int fd = -1;
+  constexpr int kTries = 16;
+  for (int attempt = 0; attempt < kTries; ++attempt) {
+    if (attempt > 0) {
+      uint64_t suffix = 0;
+      if (getrandom(&suffix, sizeof(suffix), 0) != static_cast<ssize_t>(sizeof(suffix))) {
+        suffix = static_cast<uint64_t>(time(nullptr)) * 1000003u + static_cast<uint64_t>(attempt);
+      }
+      tmp = absl::StrCat(path, ".tmp.", getpid(), ".", absl::Hex(suffix, absl::kZeroPad16));
+    }
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST) break;
+    std::fprintf(stderr, "orion-agent: %s exists (left by a crash, or planted); not following "
+                 "or reusing it, trying another name\n", tmp.c_str());
+  }
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot create a temporary file beside ", path, " (last tried ", tmp, "): ",
+        errno == EEXIST ? absl::StrCat("all of ", kTries, " names exist") : std::strerror(errno)));
   }
   size_t done = 0;
   while (done < content.size()) {

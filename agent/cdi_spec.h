@@ -44,7 +44,9 @@ ClaimCdi ClaimCdiSpec(std::string_view claim_uid, const std::vector<std::string>
                       const PodSettings& settings, ContainerLayout layout);
 
 // Writes `content` to a temporary file beside `path`, syncs it and renames it over `path`, so a
-// reader (the runtime) never sees half a spec.
+// reader (the runtime) never sees half a spec. The temporary file is always a new one
+// (O_CREAT|O_EXCL|O_NOFOLLOW): a symlink or file found at its name is neither followed nor
+// reused; another name is tried, and after 16 an error names the last.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view content);
 
 }  // namespace orion::agent

@@ -284,13 +284,31 @@ absl::StatusOr<std::vector<DraClaimGpu>> ResolveClaimDevices(const DraClaim& cla
     }
     out.push_back({.device = d, .gpu = *gpu, .high = name->high});
   }
+  // Priority is per GPU: a pod is high only where it holds a high device. A claim of high
+  // devices and shares would make its pods high on the GPUs of the shares too (the pod has one
+  // priority at orion-server), so it is refused, naming the devices of each kind.
+  std::vector<std::string> high, shares;
+  for (const DraClaimGpu& g : out) {
+    (g.high ? high : shares).push_back(absl::StrCat(g.device.device, " (GPU ", g.gpu.index, ")"));
+  }
+  if (!high.empty() && !shares.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ClaimRef(claim), " mixes high devices (", absl::StrJoin(high, ", "), ") with shares (",
+        absl::StrJoin(shares, ", "), "): a pod is high priority only on the GPUs of its high "
+        "devices, so a claim holds either high devices (device class gpu-high.orion.io) or "
+        "shares (gpu-share.orion.io), never both"));
+  }
   return out;
 }
 
 PodSettings ClaimSettings(const DraClaim& claim, const std::vector<DraClaimGpu>& gpus) {
   PodSettings s;
-  const bool high = std::any_of(gpus.begin(), gpus.end(), [](auto& g) { return g.high; });
-  s.priority = high ? PodPriority::kHigh : claim.config.priority.value_or(PodPriority::kBestEffort);
+  // High only with high devices (all of them, as ResolveClaimDevices refuses a mix): a config
+  // saying high without one is refused there, and a claim without devices of ours stays
+  // best-effort whatever its config says.
+  const bool high = !gpus.empty() &&
+                    std::all_of(gpus.begin(), gpus.end(), [](auto& g) { return g.high; });
+  s.priority = high ? PodPriority::kHigh : PodPriority::kBestEffort;
   s.memory_limit_bytes = claim.config.memory_limit_bytes;
   s.latency_target_us = claim.config.latency_target_us;
   return s;

@@ -108,12 +108,13 @@ struct DraClaimGpu {
 // Maps each device of the claim to its GPU. Errors: a device of another pool (node), a name that
 // is none of ours or names no GPU of the node (InvalidArgument), a GPU that has left the node
 // (FailedPrecondition), a priority that contradicts the device (high needs a high device and a
-// high device is for high-priority claims only).
+// high device is for high-priority claims only), high devices beside shares in one claim (a pod
+// is high only on the GPUs where it holds a high device; the message names the devices).
 absl::StatusOr<std::vector<DraClaimGpu>> ResolveClaimDevices(const DraClaim& claim,
                                                              const DraInventory& inventory);
 
-// The pod settings a prepared claim gives its pods: the priority from the devices (a high device
-// means high), memory and latency from the configuration.
+// The pod settings a prepared claim gives its pods: the priority from the devices (high devices
+// mean high; none of ours, best-effort), memory and latency from the configuration.
 PodSettings ClaimSettings(const DraClaim& claim, const std::vector<DraClaimGpu>& gpus);
 
 }  // namespace orion::agent

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/cdi_spec.h"
@@ -28,12 +29,26 @@ namespace {
 // What the kubelet may send in one call: a pod has a few claims; 256 bounds a broken caller.
 constexpr int kMaxClaimsPerCall = 256;
 
-// A namespace or claim name: a DNS subdomain (lowercase letters, digits, '-', '.'), 1..253.
-bool ValidObjectName(std::string_view name) {
+// A DNS label (RFC 1123): 1..63 of lowercase letters, digits and '-', beginning and ending
+// with a letter or digit. A namespace's name is one.
+bool ValidDnsLabel(std::string_view label) {
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (label.empty() || label.size() > 63 || !alnum(label.front()) || !alnum(label.back())) {
+    return false;
+  }
+  return std::all_of(label.begin(), label.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+// A DNS subdomain (RFC 1123): DNS labels joined by '.', 1..253 in all. A claim's name is one.
+// Neither "." nor ".." nor "a..b" is: such names would change the API path they go into.
+bool ValidDnsSubdomain(std::string_view name) {
   if (name.empty() || name.size() > 253) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
-  });
+  while (true) {
+    const size_t dot = name.find('.');
+    if (!ValidDnsLabel(name.substr(0, dot))) return false;
+    if (dot == std::string_view::npos) return true;
+    name.remove_prefix(dot + 1);
+  }
 }
 
 // The v1beta1 messages are v1's field for field: convert through the wire format.
@@ -327,11 +342,26 @@ drav1::NodePrepareResourcesResponse DraPlugin::Prepare(
     const drav1::NodePrepareResourcesRequest& request) {
   drav1::NodePrepareResourcesResponse out;
   bool changed = false;
+  // The answer is a map by claim UID: a UID listed twice would get one answer for two claims
+  // (the first's devices, twice). Neither is prepared; the error names the UID.
+  std::map<std::string, int> times_listed;
+  for (int i = 0; i < request.claims_size() && i < kMaxClaimsPerCall; ++i) {
+    ++times_listed[request.claims(i).uid()];
+  }
   for (int i = 0; i < request.claims_size(); ++i) {
     const drav1::Claim& claim = request.claims(i);
     drav1::NodePrepareResourceResponse& r = (*out.mutable_claims())[claim.uid()];
     if (i >= kMaxClaimsPerCall) {
       r.set_error(absl::StrCat("more than ", kMaxClaimsPerCall, " claims in one call"));
+      continue;
+    }
+    if (const int n = times_listed[claim.uid()]; n > 1) {
+      r.clear_devices();
+      r.set_error(absl::StrCat("claim UID \"", absl::CHexEscape(claim.uid().substr(0, 64)),
+                               "\" is listed ", n, " times in one NodePrepareResources call ",
+                               "(claim ", absl::CHexEscape(claim.namespace_().substr(0, 253)), "/",
+                               absl::CHexEscape(claim.name().substr(0, 253)),
+                               " among them); none of them is prepared"));
       continue;
     }
     absl::StatusOr<PreparedClaim> prepared = PrepareClaim(claim);
@@ -359,10 +389,13 @@ absl::StatusOr<PreparedClaim> DraPlugin::PrepareClaim(const drav1::Claim& claim)
     return absl::InvalidArgumentError(absl::StrCat("claim UID \"", claim.uid().substr(0, 64),
                                                    "\" is not a Kubernetes UID"));
   }
-  if (!ValidObjectName(claim.namespace_()) || !ValidObjectName(claim.name())) {
-    return absl::InvalidArgumentError(absl::StrCat("claim \"", claim.namespace_().substr(0, 253),
-                                                   "/", claim.name().substr(0, 253),
-                                                   "\": not a valid namespace and name"));
+  if (!ValidDnsLabel(claim.namespace_()) || !ValidDnsSubdomain(claim.name())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "claim \"", absl::CHexEscape(claim.namespace_().substr(0, 253)), "/",
+        absl::CHexEscape(claim.name().substr(0, 253)), "\" (UID ", claim.uid(), "): ",
+        ValidDnsLabel(claim.namespace_()) ? "the name is not a DNS subdomain"
+                                          : "the namespace is not a DNS label",
+        " (lowercase letters, digits, '-', beginning and ending with a letter or digit)"));
   }
   std::lock_guard<std::mutex> one_at_a_time(prepare_mu_);
   {
@@ -392,6 +425,13 @@ absl::StatusOr<PreparedClaim> DraPlugin::PrepareClaim(const drav1::Claim& claim)
                             ? message
                             : absl::StrCat("claim ", ref, ": ", message));
   }
+  if (const uint64_t target = parsed->config.latency_target_us;
+      target != 0 && target < config_.min_latency_target_us) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "claim ", ref, ": latencyTargetMs ", target / 1000.0, " is below orion-server's floor of ",
+        config_.min_latency_target_us / 1000.0,
+        " ms (policy.min_latency_target_ms); ask for at least that"));
+  }
   DraInventory inventory;
   ContainerLayout layout;
   {
@@ -401,6 +441,8 @@ absl::StatusOr<PreparedClaim> DraPlugin::PrepareClaim(const drav1::Claim& claim)
   }
   absl::StatusOr<std::vector<DraClaimGpu>> gpus = ResolveClaimDevices(*parsed, inventory);
   if (!gpus.ok()) return gpus.status();
+
+  if (absl::Status s = CheckPodClaimsAgree(*parsed, *gpus); !s.ok()) return s;
 
   PreparedClaim prepared{.uid = claim.uid(),
                          .namespace_name = claim.namespace_(),
@@ -447,6 +489,51 @@ absl::StatusOr<PreparedClaim> DraPlugin::PrepareClaim(const drav1::Claim& claim)
                                           : absl::StrJoin(prepared.gpu_uuids, ", ").c_str(),
                std::string(PriorityName(prepared.settings.priority)).c_str());
   return prepared;
+}
+
+absl::Status DraPlugin::CheckPodClaimsAgree(const DraClaim& claim,
+                                            const std::vector<DraClaimGpu>& gpus) const {
+  if (gpus.empty()) return absl::OkStatus();  // none of our devices: no priority to give
+  const bool high = gpus.front().high;       // ResolveClaimDevices refused a mix already
+  auto names = [](const auto& devices) {
+    std::vector<std::string> out;
+    for (const auto& d : devices) out.push_back(d.device);
+    return absl::StrJoin(out, ", ");
+  };
+  std::vector<std::string> mine;
+  for (const DraClaimGpu& g : gpus) mine.push_back(g.device.device);
+  const std::string ref = absl::StrCat("claim ", claim.namespace_name, "/", claim.name);
+  // A high device is one pod's place on its GPU: shared by several pods, each would be high.
+  if (high && claim.pod_uids.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ref, " holds high devices (", absl::StrJoin(mine, ", "), ") and is reserved for ",
+        claim.pod_uids.size(), " pods (", absl::StrJoin(claim.pod_uids, ", "),
+        "): a high device is for one pod; give each pod a claim of its own (a "
+        "ResourceClaimTemplate)"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [uid, other] : claims_) {
+    if (uid == claim.uid) continue;
+    bool other_high = false, other_shares = false;
+    for (const PreparedClaim::Device& d : other.devices) {
+      const std::optional<DraDeviceName> name = ParseDraDeviceName(d.device);
+      if (!name) continue;
+      (name->high ? other_high : other_shares) = true;
+    }
+    if (!(high ? other_shares : other_high)) continue;
+    for (const std::string& pod : claim.pod_uids) {
+      if (std::find(other.pod_uids.begin(), other.pod_uids.end(), pod) == other.pod_uids.end()) {
+        continue;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          ref, " (", high ? "high devices " : "shares ", absl::StrJoin(mine, ", "), ") and claim ",
+          other.namespace_name, "/", other.name, " (", high ? "shares " : "high devices ",
+          names(other.devices), "), prepared already, are both for pod ", pod,
+          ": a pod is high priority only on the GPUs of its high devices, so its claims hold "
+          "either high devices or shares, never both"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 drav1::NodeUnprepareResourcesResponse DraPlugin::Unprepare(
@@ -505,9 +592,10 @@ std::map<std::string, ClaimPodPolicy> DraPlugin::PodPolicies() const {
     for (const std::string& pod : claim.pod_uids) {
       auto [it, first] = out.try_emplace(pod);
       ClaimPodPolicy& p = it->second;
-      // A pod with several claims: high if any is, the largest memory limit, the tightest
-      // latency target, every GPU.
-      if (first || claim.settings.priority == PodPriority::kHigh) {
+      // A pod with several claims: high only if every one is (prepare refuses a pod's claims
+      // that mix high devices and shares; a checkpoint of an older agent may still hold such),
+      // the largest memory limit, the tightest latency target, every GPU.
+      if (first || claim.settings.priority == PodPriority::kBestEffort) {
         p.settings.priority = claim.settings.priority;
       }
       p.settings.memory_limit_bytes =

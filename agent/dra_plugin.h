@@ -56,6 +56,9 @@ struct DraPluginConfig {
   std::string cdi_dir = "/var/run/cdi";
   int shares_per_gpu = 8;
   int high_per_gpu = 1;
+  // orion-server's policy.min_latency_target_ms, in microseconds: a claim asking for a lower
+  // latency target is refused at prepare (the server would raise it anyway). 0: no floor.
+  uint64_t min_latency_target_us = 5000;
   ContainerLayout layout;
   std::chrono::milliseconds retry_interval{5000};  // ResourceSlice publication, socket checks
 };
@@ -107,6 +110,11 @@ class DraPlugin {
 
  private:
   absl::StatusOr<PreparedClaim> PrepareClaim(const drav1::Claim& claim);
+  // A pod is high priority only on the GPUs of its high devices: refuses a claim of high devices
+  // for a pod that has a prepared claim of shares (or the other way round), and a claim of high
+  // devices reserved for more than one pod. Errors name the claims and their devices.
+  absl::Status CheckPodClaimsAgree(const DraClaim& claim,
+                                   const std::vector<DraClaimGpu>& gpus) const;
   absl::Status UnprepareClaim(const drav1::Claim& claim);
   absl::Status ServeRegistration();
   void PublishLoop();

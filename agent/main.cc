@@ -73,6 +73,8 @@ constexpr char kUsage[] =
     "  --dra-registry-dir     the kubelet's plugin registration folder\n"
     "                         (/var/lib/kubelet/plugins_registry)\n"
     "  --cdi-dir              where prepared claims' CDI specs go (/var/run/cdi)\n"
+    "  --min-latency-target-ms  orion-server's policy.min_latency_target_ms (5): claims asking\n"
+    "                         for a lower latencyTargetMs are refused at prepare (0: no floor)\n"
     "webhook flags:\n"
     "  --listen-address (0.0.0.0:8443) --tls-cert FILE --tls-key FILE --resource-name\n"
     "  --high-resource-name   what high-priority containers get instead of a share\n"
@@ -335,6 +337,15 @@ int RunNodeAgent(const Flags& flags) {
     dra_config.shares_per_gpu = plugin_config.shares_per_gpu;
     dra_config.high_per_gpu = plugin_config.high_per_gpu;
     dra_config.layout = plugin_config.layout;
+    const std::string floor_ms = Flag(flags, "min-latency-target-ms", "5");
+    uint64_t floor = 0;
+    if (!absl::SimpleAtoi(floor_ms, &floor) || floor > 60000) {
+      std::fprintf(stderr, "orion-agent: --min-latency-target-ms: expected an integer 0..60000 "
+                   "(orion-server's policy.min_latency_target_ms), got \"%s\"\n",
+                   floor_ms.c_str());
+      return 2;
+    }
+    dra_config.min_latency_target_us = floor * 1000;
     dra = std::make_unique<DraPlugin>(dra_config, api.get());
     dra->SetGpus(dra_gpus_of(current_gpus()));
     if (absl::Status s = dra->Start(); !s.ok()) {

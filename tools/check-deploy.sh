@@ -47,6 +47,7 @@ declare -A VALUE_SETS=(
   [mps-daemon]="--set runtimeClassName=nvidia --set mps.daemon.enabled=true --set server.mode=mps"
   [high-priority]="--set highPriorityPerGpu=2 --set highResourceName=example.com/gpu-high --set highPriority.namespaces={serving,prod}"
   [dra]="--set dra.enabled=true"
+  [high-priority-policy]="--set dra.enabled=true --set highPriority.namespaces={serving,prod} --set highPriority.admissionPolicy=true"
   [admin-tls]="--set server.adminTls.secretName=orion-admin-tls --set server.adminTls.requireClientCertificates=true --set server.adminAuth.serviceAccounts.readers={monitoring/grafana}"
 )
 for name in "${!VALUE_SETS[@]}"; do
@@ -64,6 +65,26 @@ if "${HELM}" template x "${CHART}" --set highPriorityPerGpu=0 >/dev/null 2>&1; t
   echo "highPriorityPerGpu=0 must fail to render" >&2
   exit 1
 fi
+# The policies keeping high-priority slots (orion.io/gpu-high, class gpu-high.orion.io) to
+# highPriority.namespaces: three, each with its binding, only when asked for and a list is set.
+policies="$(grep -c '^kind: ValidatingAdmissionPolicy$' "${WORK}/high-priority-policy.yaml" || true)"
+bindings="$(grep -c '^kind: ValidatingAdmissionPolicyBinding$' "${WORK}/high-priority-policy.yaml" || true)"
+if [[ "${policies}" != 3 || "${bindings}" != 3 ]] ||
+   ! grep -qF 'request.namespace in [\"serving\",\"prod\"]' "${WORK}/high-priority-policy.yaml"; then
+  echo "check-deploy: highPriority.admissionPolicy must render 3 policies and 3 bindings for" \
+       "the listed namespaces (got ${policies}, ${bindings})" >&2
+  exit 1
+fi
+if grep -q 'ValidatingAdmissionPolicy' "${WORK}/high-priority.yaml" "${WORK}/default.yaml"; then
+  echo "check-deploy: ValidatingAdmissionPolicies rendered without highPriority.admissionPolicy" >&2
+  exit 1
+fi
+if "${HELM}" template x "${CHART}" --set highPriority.admissionPolicy=true |
+   grep -q 'ValidatingAdmissionPolicy'; then
+  echo "check-deploy: highPriority.admissionPolicy without namespaces must render no policy" >&2
+  exit 1
+fi
+echo "high-priority-policy: 3 policies and their bindings, only when asked for"
 echo -n "examples: "
 node "${ROOT}/tools/validate-manifests.mjs" "${ROOT}"/deploy/examples/*.yaml
 

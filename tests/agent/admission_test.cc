@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "agent/json.h"
 #include "tests/agent/testdata.h"
 
@@ -125,6 +126,101 @@ TEST(ReviewPodAdmission, HighPodOutsideTheAllowedNamespacesGetsAShare) {
   ASSERT_EQ(patch.size(), 1);
   EXPECT_EQ(OpText(patch[0]),
             R"(add /spec/containers/0/resources {"limits":{"orion.io/gpu-high":"1"}})");
+}
+
+// "op path", "move FROM -> PATH" or "add PATH VALUE" of any patch operation.
+std::string AnyOpText(const JsonValue& op) {
+  const std::string name = StringAt(op, {"op"});
+  if (name == "move") return "move " + StringAt(op, {"from"}) + " -> " + StringAt(op, {"path"});
+  if (name == "remove") return "remove " + StringAt(op, {"path"});
+  return OpText(op);
+}
+
+std::vector<std::string> WarningsOf(const AdmissionReply& reply) {
+  const JsonValue out = *ParseJson(reply.body);
+  const JsonValue* warnings = At(out, {"response", "warnings"});
+  std::vector<std::string> list;
+  if (warnings != nullptr) {
+    for (const JsonValue& w : *warnings) list.push_back(w.get<std::string>());
+  }
+  return list;
+}
+
+// The high-priority slot is its GPU's one place for a high-priority pod: outside the allowed
+// namespaces a container that asks for it itself (no annotation needed) gets a share instead,
+// with a warning saying why; before, such a pod held the GPU's only slot.
+TEST(ReviewPodAdmission, HighSlotAskedForOutsideTheAllowedNamespacesBecomesAShare) {
+  JsonValue review = ReviewWithPod("admission-review-pod-plain.json", R"({
+    "metadata": {},
+    "spec": {
+      "initContainers": [
+        {"name": "sidecar", "restartPolicy": "Always",
+         "resources": {"limits": {"orion.io/gpu-high": "1"}}}],
+      "containers": [
+        {"name": "a", "resources": {"limits": {"orion.io/gpu-high": "1"},
+                                    "requests": {"orion.io/gpu-high": "1"}}},
+        {"name": "b", "resources": {"limits": {"orion.io/gpu-high": "1", "orion.io/gpu": "1"}}},
+        {"name": "c", "resources": {"requests": {"orion.io/gpu-high": 2}}},
+        {"name": "d"}]}})");
+  review["request"]["namespace"] = "default";
+  const AdmissionOptions options = {.high_priority_namespaces = {"serving", "prod"},
+                                    .best_effort_mps_thread_percentage = 0};
+  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), options);
+  JsonValue patch = PatchOf(reply);
+  std::vector<std::string> ops;
+  for (const JsonValue& op : patch) ops.push_back(AnyOpText(op));
+  EXPECT_EQ(ops, (std::vector<std::string>{
+                     "move /spec/containers/0/resources/limits/orion.io~1gpu-high -> "
+                     "/spec/containers/0/resources/limits/orion.io~1gpu",
+                     "move /spec/containers/0/resources/requests/orion.io~1gpu-high -> "
+                     "/spec/containers/0/resources/requests/orion.io~1gpu",
+                     "remove /spec/containers/1/resources/limits/orion.io~1gpu-high",
+                     "move /spec/containers/2/resources/requests/orion.io~1gpu-high -> "
+                     "/spec/containers/2/resources/requests/orion.io~1gpu",
+                     R"(add /spec/containers/2/resources/limits {"orion.io/gpu":2})",
+                     "move /spec/initContainers/0/resources/limits/orion.io~1gpu-high -> "
+                     "/spec/initContainers/0/resources/limits/orion.io~1gpu"}))
+      << WriteJson(patch);
+  const std::vector<std::string> warnings = WarningsOf(reply);
+  ASSERT_EQ(warnings.size(), 4u);
+  EXPECT_EQ(warnings[0], "container \"a\" asks for orion.io/gpu-high, which only pods in "
+                         "namespaces serving, prod may hold (not \"default\"): it gets "
+                         "orion.io/gpu instead and runs best-effort");
+  EXPECT_NE(warnings[3].find("init container \"sidecar\""), std::string::npos);
+
+  // Annotated best-effort or high, the same: the slot's ask becomes a share and no second share
+  // is added beside it.
+  for (const char* priority : {"best-effort", "high"}) {
+    review = ReviewWithPod("admission-review-pod-plain.json", absl::StrCat(R"({
+      "metadata": {"annotations": {"orion/priority": ")", priority, R"("}},
+      "spec": {"containers": [{"name": "a", "resources": {"limits": {"orion.io/gpu-high": "1"}}}]}})"));
+    review["request"]["namespace"] = "default";
+    patch = PatchOf(ReviewPodAdmission(WriteJson(review), options));
+    ASSERT_EQ(patch.size(), 1u) << priority << ": " << WriteJson(patch);
+    EXPECT_EQ(AnyOpText(patch[0]), "move /spec/containers/0/resources/limits/orion.io~1gpu-high -> "
+                                   "/spec/containers/0/resources/limits/orion.io~1gpu");
+  }
+  // In an allowed namespace (or with no list) the ask is left alone.
+  review["request"]["namespace"] = "serving";
+  EXPECT_EQ(At(*ParseJson(ReviewPodAdmission(WriteJson(review), options).body),
+               {"response", "patch"}),
+            nullptr);
+}
+
+// A best-effort pod of an allowed namespace whose container asks for the slot gets no share
+// beside it (before: orion.io/gpu was added, two devices); a warning says it holds the slot.
+TEST(ReviewPodAdmission, NoShareIsAddedBesideTheHighSlot) {
+  JsonValue review = ReviewWithPod("admission-review-pod-high.json", R"({
+    "metadata": {"annotations": {"orion/priority": "best-effort"}},
+    "spec": {"containers": [{"name": "a", "resources": {"limits": {"orion.io/gpu-high": "1"}}}]}})");
+  AdmissionReply reply = ReviewPodAdmission(WriteJson(review), {.best_effort_mps_thread_percentage = 0});
+  EXPECT_EQ(At(*ParseJson(reply.body), {"response", "patch"}), nullptr);
+  const std::vector<std::string> warnings = WarningsOf(reply);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("container \"a\" asks for orion.io/gpu-high though the pod is "
+                             "best-effort: left as asked, no orion.io/gpu added"),
+            std::string::npos)
+      << warnings[0];
 }
 
 TEST(ReviewPodAdmission, PodWithoutPriorityIsAdmittedUnchanged) {

@@ -64,6 +64,22 @@ std::string ClaimJson(const std::string& uid, const std::string& name,
       .dump();
 }
 
+// Records what reaches orion-server.
+class RecordingSink final : public PolicySink {
+ public:
+  absl::Status Upsert(const std::vector<orion::v1::PodPolicy>& pods, bool) override {
+    for (const auto& p : pods) last[p.pod_uid()] = p;
+    ++sends;
+    return absl::OkStatus();
+  }
+  absl::Status Delete(const std::string& uid) override {
+    last.erase(uid);
+    return absl::OkStatus();
+  }
+  std::map<std::string, orion::v1::PodPolicy> last;
+  int sends = 0;
+};
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -170,6 +186,7 @@ class DraPluginTest : public ::testing::Test {
     config.cdi_dir = dir_ + "/cdi";
     config.shares_per_gpu = 4;
     config.high_per_gpu = 1;
+    config.min_latency_target_us = 1000;  // a server with policy.min_latency_target_ms: 1
     config.retry_interval = std::chrono::milliseconds(50);
     config.layout.host_lib_dir = "/var/lib/orion/versions/0123abcd";
     plugin_ = std::make_unique<DraPlugin>(config, api_.get());
@@ -408,6 +425,209 @@ TEST_F(DraPluginTest, PerClaimErrorsLeaveTheOtherClaimsPrepared) {
   EXPECT_EQ(plugin_->Claims().size(), 1u);
 }
 
+// Names that would change the API path they go into ("..", "."), or are no Kubernetes name, are
+// refused before the API server is asked.
+TEST_F(DraPluginTest, RefusesNamesThatAreNotKubernetesNames) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"..", "c"}, {".", "c"}, {"ml", ".."}, {"ml", "."}, {"ml", "a..b"}, {"ml", ".c"},
+      {"ml", "c."}, {"-ml", "c"}, {"ml.x", "c"}, {"ML", "c"}, {"ml", "c/d"}, {"", "c"},
+      {"ml", std::string(254, 'a')}, {std::string(64, 'a'), "c"}};
+  std::vector<TestClaim> claims;
+  for (size_t i = 0; i < bad.size(); ++i) {
+    claims.push_back({bad[i].first, "00000000-0000-4000-8000-0000000001" + std::to_string(10 + i),
+                      bad[i].second});
+  }
+  const size_t reads = server_.requests().size();
+  auto reply = kubelet_.Prepare(claims);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  for (const TestClaim& c : claims) {
+    const std::string error = reply->claims().at(c.uid).error();
+    EXPECT_NE(error.find("is not a DNS"), std::string::npos) << c.ns << "/" << c.name << ": " << error;
+    EXPECT_NE(error.find(c.uid), std::string::npos) << error;
+  }
+  EXPECT_EQ(server_.requests().size(), reads);  // no path was asked for
+  // Valid names with dots and dashes still pass the check (the claim is then not found).
+  auto ok = kubelet_.Prepare({{"ml-2", "00000000-0000-4000-8000-000000000199", "train.v2-a"}});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_NE(ok->claims().at("00000000-0000-4000-8000-000000000199").error().find("HTTP 404"),
+            std::string::npos);
+}
+
+// One UID twice in a call: neither is prepared, and the answer names the UID (before, the one
+// answer of the UID listed the first claim's devices twice).
+TEST_F(DraPluginTest, RefusesAClaimUidListedTwiceInOneCall) {
+  const std::string uid = "00000000-0000-4000-8000-000000000040";
+  const std::string other = "00000000-0000-4000-8000-000000000041";
+  server_.PutClaim("ml", "a", ClaimJson(uid, "a", {{.request = "gpu", .device = "gpu-0-share-0"}}));
+  server_.PutClaim("ml", "b", ClaimJson(uid, "b", {{.request = "gpu", .device = "gpu-1-share-0"}}));
+  server_.PutClaim("ml", "o", ClaimJson(other, "o", {{.request = "gpu", .device = "gpu-1-share-1"}}));
+  auto reply = kubelet_.Prepare({{"ml", uid, "a"}, {"ml", other, "o"}, {"ml", uid, "b"}});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const auto& dup = reply->claims().at(uid);
+  EXPECT_EQ(dup.devices_size(), 0);
+  EXPECT_NE(dup.error().find("claim UID \"" + uid + "\" is listed 2 times"), std::string::npos)
+      << dup.error();
+  EXPECT_FALSE(std::filesystem::exists(CdiPath(uid)));
+  EXPECT_EQ(reply->claims().at(other).error(), "");  // the others are prepared
+  EXPECT_EQ(plugin_->Claims().count(uid), 0u);
+}
+
+// A latency target under orion-server's floor (policy.min_latency_target_ms: 1 here, 5 unless the
+// agent is told otherwise) is refused at prepare with a message naming both.
+TEST_F(DraPluginTest, RefusesALatencyTargetBelowTheServersFloor) {
+  const std::string tiny = "00000000-0000-4000-8000-000000000050";
+  const std::string floor = "00000000-0000-4000-8000-000000000051";
+  server_.PutClaim("ml", "tiny", ClaimJson(tiny, "tiny", {{.request = "gpu", .device = "gpu-0-share-0"}},
+                                           Json{{"latencyTargetMs", "0.000001"}}));
+  server_.PutClaim("ml", "floor", ClaimJson(floor, "floor", {{.request = "gpu", .device = "gpu-0-share-1"}},
+                                            Json{{"latencyTargetMs", 1}}));
+  auto reply = kubelet_.Prepare({{"ml", tiny, "tiny"}, {"ml", floor, "floor"}});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const std::string error = reply->claims().at(tiny).error();
+  EXPECT_NE(error.find("claim ml/tiny: latencyTargetMs 0.001 is below orion-server's floor of 1 ms"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(std::filesystem::exists(CdiPath(tiny)));
+  EXPECT_EQ(reply->claims().at(floor).error(), "");  // the floor itself is allowed
+}
+
+// Symlinks planted at the names of the checkpoint's and the CDI spec's temporary files are not
+// followed: their targets keep their content, and the claim is still prepared.
+TEST_F(DraPluginTest, TemporaryFilesDoNotFollowPlantedSymlinks) {
+  const std::string uid = "00000000-0000-4000-8000-000000000060";
+  const std::string checkpoint = dir_ + "/plugins/gpu-share.orion.io/checkpoint.json";
+  const std::string pid = std::to_string(getpid());
+  const std::string victim = dir_ + "/victim";
+  { std::ofstream(victim) << "precious"; }
+  std::filesystem::create_symlink(victim, checkpoint + ".tmp." + pid);
+  std::filesystem::create_symlink(victim, CdiPath(uid) + ".tmp." + pid);
+  server_.PutClaim("ml", "c", ClaimJson(uid, "c", {{.request = "gpu", .device = "gpu-0-share-0"}}));
+  auto reply = kubelet_.Prepare({{"ml", uid, "c"}});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->claims().at(uid).error(), "");
+  EXPECT_EQ(ReadFile(victim), "precious");
+  EXPECT_TRUE(std::filesystem::is_symlink(checkpoint + ".tmp." + pid));
+  EXPECT_TRUE(std::filesystem::is_symlink(CdiPath(uid) + ".tmp." + pid));
+  EXPECT_NE(ReadFile(CdiPath(uid)).find("gpu-share.orion.io/claim"), std::string::npos);
+  EXPECT_NE(ReadFile(checkpoint).find(uid), std::string::npos);
+  EXPECT_FALSE(std::filesystem::is_symlink(CdiPath(uid)));
+}
+
+TEST(WriteFileAtomically, NeverFollowsOrReusesAFileAtItsTemporaryName) {
+  char tmpl[] = "/tmp/orion-atomic-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string path = dir + "/spec.json";
+  const std::string victim = dir + "/victim";
+  { std::ofstream(victim) << "precious"; }
+  std::filesystem::create_symlink(victim, path + ".tmp." + std::to_string(getpid()));
+  ASSERT_TRUE(WriteFileAtomically(path, "new").ok());
+  EXPECT_EQ(ReadFile(path), "new");
+  EXPECT_EQ(ReadFile(victim), "precious");
+  // A folder that cannot hold the file: the error names the path.
+  absl::Status s = WriteFileAtomically(dir + "/missing/spec.json", "x");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find(dir + "/missing/spec.json"), std::string::npos) << s;
+  std::filesystem::remove_all(dir);
+}
+
+// Priority is per GPU: a pod is high only where it holds a high device. A claim of a high device
+// and shares (on another GPU, or the same) is refused, naming the devices; before, its CDI spec
+// said ORION_PRIORITY=high with both GPUs and orion-server was told the pod is high on both.
+TEST_F(DraPluginTest, RefusesAClaimMixingHighDevicesAndShares) {
+  const std::string other_gpu = "00000000-0000-4000-8000-000000000070";
+  const std::string same_gpu = "00000000-0000-4000-8000-000000000071";
+  server_.PutClaim("ml", "mixed", ClaimJson(other_gpu, "mixed", {{.request = "hp", .device = "gpu-0-high"},
+                                                                 {.request = "be", .device = "gpu-1-share-2"}}));
+  server_.PutClaim("ml", "mixed-one-gpu",
+                   ClaimJson(same_gpu, "mixed-one-gpu", {{.request = "be", .device = "gpu-0-share-1"},
+                                                         {.request = "hp", .device = "gpu-0-high"}},
+                             nullptr, "6d0c7e3a-1b2c-4d5e-8f90-0a1b2c3d4e5f"));
+  auto reply = kubelet_.Prepare({{"ml", other_gpu, "mixed"}, {"ml", same_gpu, "mixed-one-gpu"}});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const std::string error = reply->claims().at(other_gpu).error();
+  EXPECT_NE(error.find("claim ml/mixed mixes high devices (gpu-0-high (GPU 0)) with shares "
+                       "(gpu-1-share-2 (GPU 1))"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(reply->claims().at(same_gpu).error().find("mixes high devices (gpu-0-high (GPU 0)) "
+                                                      "with shares (gpu-0-share-1 (GPU 0))"),
+            std::string::npos)
+      << reply->claims().at(same_gpu).error();
+  for (const std::string& uid : {other_gpu, same_gpu}) {
+    EXPECT_EQ(reply->claims().at(uid).devices_size(), 0);
+    EXPECT_FALSE(std::filesystem::exists(CdiPath(uid)));
+  }
+  EXPECT_TRUE(plugin_->PodPolicies().empty());
+}
+
+// Two claims of one pod, one of a high device and one of a share, merge the same way: the second
+// prepared is refused, whichever comes first, naming both claims; the pod keeps what the first
+// gives it (high on GPU 0 only, or best-effort on GPU 1 only).
+TEST_F(DraPluginTest, RefusesAPodsClaimsMixingHighDevicesAndShares) {
+  RecordingSink server;
+  ClaimPolicySink sink(&server, [&] { return plugin_->PodPolicies(); });
+  plugin_->OnClaimsChanged([&] { (void)sink.Refresh(); });
+  orion::v1::PodPolicy pod;
+  pod.set_pod_uid(kPod);
+  pod.set_priority(orion::v1::PRIORITY_BEST_EFFORT);
+  ASSERT_TRUE(sink.Upsert({pod}, true).ok());
+
+  const std::string high = "00000000-0000-4000-8000-000000000080";
+  const std::string share = "00000000-0000-4000-8000-000000000081";
+  server_.PutClaim("ml", "hp", ClaimJson(high, "hp", {{.request = "gpu", .device = "gpu-0-high"}}));
+  server_.PutClaim("ml", "be", ClaimJson(share, "be", {{.request = "gpu", .device = "gpu-1-share-2"}}));
+  auto reply = kubelet_.Prepare({{"ml", high, "hp"}, {"ml", share, "be"}});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->claims().at(high).error(), "");
+  const std::string error = reply->claims().at(share).error();
+  EXPECT_NE(error.find("claim ml/be (shares gpu-1-share-2) and claim ml/hp (high devices "
+                       "gpu-0-high), prepared already, are both for pod " + std::string(kPod)),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(std::filesystem::exists(CdiPath(share)));
+  EXPECT_EQ(server.last[kPod].priority(), orion::v1::PRIORITY_HIGH);
+  EXPECT_EQ(std::vector<std::string>(server.last[kPod].gpu_uuids().begin(),
+                                     server.last[kPod].gpu_uuids().end()),
+            std::vector<std::string>{kGpu0});
+
+  // The other way round, for another pod: the share first, then the high device is refused.
+  const std::string pod2 = "6d0c7e3a-1b2c-4d5e-8f90-0a1b2c3d4e5f";
+  const std::string share2 = "00000000-0000-4000-8000-000000000082";
+  const std::string high2 = "00000000-0000-4000-8000-000000000083";
+  server_.PutClaim("ml", "be2", ClaimJson(share2, "be2", {{.request = "gpu", .device = "gpu-0-share-0"}},
+                                          nullptr, pod2));
+  server_.PutClaim("ml", "hp2", ClaimJson(high2, "hp2", {{.request = "gpu", .device = "gpu-1-high"}},
+                                          nullptr, pod2));
+  ASSERT_EQ(kubelet_.Prepare({{"ml", share2, "be2"}})->claims().at(share2).error(), "");
+  const std::string error2 = kubelet_.Prepare({{"ml", high2, "hp2"}})->claims().at(high2).error();
+  EXPECT_NE(error2.find("claim ml/hp2 (high devices gpu-1-high) and claim ml/be2 (shares "
+                        "gpu-0-share-0)"),
+            std::string::npos)
+      << error2;
+  EXPECT_EQ(plugin_->PodPolicies()[pod2].settings.priority, PodPriority::kBestEffort);
+  EXPECT_EQ(plugin_->PodPolicies()[pod2].gpu_uuids, std::vector<std::string>{kGpu0});
+  // Claims of high devices on two GPUs, or of shares on two, are no mix.
+  const std::string high3 = "00000000-0000-4000-8000-000000000084";
+  server_.PutClaim("ml", "hp3", ClaimJson(high3, "hp3", {{.request = "gpu", .device = "gpu-1-high"}}));
+  EXPECT_EQ(kubelet_.Prepare({{"ml", high3, "hp3"}})->claims().at(high3).error(), "");
+  EXPECT_EQ(plugin_->PodPolicies()[kPod].settings.priority, PodPriority::kHigh);
+  plugin_->OnClaimsChanged(nullptr);
+}
+
+// A high device is one pod's place on its GPU: a claim of one reserved for two pods is refused.
+TEST_F(DraPluginTest, RefusesAHighClaimReservedForSeveralPods) {
+  const std::string uid = "00000000-0000-4000-8000-000000000090";
+  Json claim = Json::parse(ClaimJson(uid, "shared", {{.request = "gpu", .device = "gpu-0-high"}}));
+  claim["status"]["reservedFor"].push_back(
+      {{"resource", "pods"}, {"name", "q"}, {"uid", "6d0c7e3a-1b2c-4d5e-8f90-0a1b2c3d4e5f"}});
+  server_.PutClaim("ml", "shared", claim.dump());
+  const std::string error = kubelet_.Prepare({{"ml", uid, "shared"}})->claims().at(uid).error();
+  EXPECT_NE(error.find("claim ml/shared holds high devices (gpu-0-high) and is reserved for 2 pods"),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(plugin_->PodPolicies().empty());
+}
+
 TEST_F(DraPluginTest, GpuThatLeftTheNodeIsAnErrorNamingIt) {
   const std::string uid = "00000000-0000-4000-8000-000000000010";
   server_.PutClaim("ml", "late", ClaimJson(uid, "late", {{.request = "gpu", .device = "gpu-1-share-0"}}));
@@ -557,22 +777,6 @@ TEST_F(DraPluginTest, SlicesWithoutOwnerWhenTheNodeCannotBeRead) {
   EXPECT_EQ(bare.slices()[name]["spec"]["devices"].size(), 10u);
   plugin_.reset();
 }
-
-// Records what reaches orion-server.
-class RecordingSink final : public PolicySink {
- public:
-  absl::Status Upsert(const std::vector<orion::v1::PodPolicy>& pods, bool) override {
-    for (const auto& p : pods) last[p.pod_uid()] = p;
-    ++sends;
-    return absl::OkStatus();
-  }
-  absl::Status Delete(const std::string& uid) override {
-    last.erase(uid);
-    return absl::OkStatus();
-  }
-  std::map<std::string, orion::v1::PodPolicy> last;
-  int sends = 0;
-};
 
 TEST_F(DraPluginTest, ClaimSettingsReachOrionServerThroughThePolicySink) {
   RecordingSink server;
