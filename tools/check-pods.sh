@@ -272,7 +272,7 @@ print(*[x.getsockname()[1] for x in s])')
   --set hostPaths.runDir="${NODE}/run/orion" --set hostPaths.libDir="${NODE}/var/lib/orion" \
   --set hostPaths.devicePluginDir="${NODE}/var/lib/kubelet/device-plugins" \
   --set hostPaths.podResourcesDir="${NODE}/var/lib/kubelet/pod-resources" \
-  --set dra.enabled=true \
+  --set dra.enabled=true --set 'highPriority.namespaces={ml}' \
   --set hostPaths.draPluginDir="${NODE}/var/lib/kubelet/plugins/gpu-share.orion.io" \
   --set hostPaths.pluginsRegistryDir="${NODE}/var/lib/kubelet/plugins_registry" \
   --set hostPaths.cdiDir="${NODE}/var/run/cdi" \

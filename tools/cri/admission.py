@@ -111,14 +111,30 @@ def _parent(doc, tokens, path):
     return cur
 
 
+def _take(doc, path):
+    """Removes and returns the value at `path` (RFC 6902 move's "from")."""
+    tokens = _pointer(path)
+    if not tokens:
+        raise CheckFailed("JSON patch: move of the whole document not handled")
+    parent, last = _parent(doc, tokens, path), tokens[-1]
+    if isinstance(parent, list):
+        return parent.pop(int(last))
+    if last not in parent:
+        raise CheckFailed(f"JSON patch: move from missing {path}")
+    return parent.pop(last)
+
+
 def apply_patch(doc, ops):
-    """RFC 6902 add, remove, replace and test on a copy of doc."""
+    """RFC 6902 add, remove, replace, move and test on a copy of doc."""
     doc = copy.deepcopy(doc)
     for op in ops:
         kind, path = op.get("op"), op.get("path", "")
         tokens = _pointer(path)
         if not tokens:
             raise CheckFailed(f"JSON patch: {kind} of the whole document not handled")
+        if kind == "move":  # remove at "from", then add its value at "path"
+            op = {"op": "add", "path": path, "value": _take(doc, op.get("from", ""))}
+            kind = "add"
         parent, last = _parent(doc, tokens, path), tokens[-1]
         if kind == "add":
             if isinstance(parent, list):

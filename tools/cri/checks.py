@@ -147,6 +147,19 @@ def sharing_pods(node):
         log(f"second high-priority pod refused by resource fit: {e}")
     node.figures.append(f"one {high} per GPU: a second high-priority pod is refused by the "
                         f"scheduler's resource fit (Insufficient {high}), nothing of it started")
+    # A pod outside highPriority.namespaces (the chart's: ml) asking for the high slot itself
+    # gets a share instead, with a warning, and never both.
+    outsider = node.sharing_pod_spec("grab-high-q2m9d", {"orion/priority": "best-effort"},
+                                     node.args.sample_image, TRAIN, limits={high: "1"})
+    outsider["metadata"]["namespace"] = "batch"
+    admitted, _, warnings = node.webhook.admit(outsider)
+    limits = admitted["spec"]["containers"][0].get("resources", {}).get("limits", {})
+    if high in limits or limits.get(resource) != "1" or not warnings:
+        raise CheckFailed(f"a pod of namespace batch asking for {high}: limits {limits}, "
+                          f"warnings {warnings}")
+    log(f"{high} asked for outside the allowed namespaces: limits {limits}, warning {warnings[0]!r}")
+    node.figures.append(f"{high} asked for by a pod of a namespace not allowed high priority: "
+                        f"turned into {resource}: \"1\" with an admission warning")
     node.figures.append(
         f"webhook admission: {len(calls)} AdmissionReviews over HTTPS "
         f"({min(calls) * 1e3:.1f} to {max(calls) * 1e3:.1f} ms); the 3 annotated pods came back "

@@ -4,7 +4,8 @@ ResourceSlice read from the test API server, a ResourceClaim allocated as the sc
 (the GPU's high device, with an opaque config) prepared over the real DRA v1 gRPC API, the CDI
 spec the agent wrote applied to a sharing pod's container, the pod run and found at
 orion-server with the claim's priority and limits, then the claim unprepared (twice: the second
-is a no-op) and its CDI spec gone.
+is a no-op) and its CDI spec gone; last, a claim mixing the GPU's high device with a share is
+refused at prepare.
 
 containerd 1.6 (Debian 12) has no CDI support, so the test kubelet applies the spec's
 containerEdits (env, mounts) to the container config itself, as a CDI-aware runtime
@@ -173,10 +174,36 @@ def dra_claim(node):
             raise CheckFailed(f"{cdi_path} is still there after NodeUnprepareResources")
     log(f"pod removed; NodeUnprepareResources twice ({time.monotonic() - t:.2f} s): no error, "
         f"the CDI spec is gone")
+
+    # A hostile claim: the GPU's high device and a share in one claim (high priority on the GPU
+    # of the share too) is refused at prepare, naming its devices; nothing is written for it.
+    share = min(shares, key=lambda d: d["attributes"]["index"]["int"])
+    mixed_name, mixed_uid = "mixed-dra-gpu", str(uuid.uuid4())
+    mixed_pod = {"name": "mixed-dra-4kq8x", "uid": str(uuid.uuid4())}
+    api.put_claim({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": mixed_name, "namespace": meta["namespace"], "uid": mixed_uid},
+        "spec": {"devices": {"requests": [
+            {"name": "high", "exactly": {"deviceClassName": "gpu-high.orion.io"}},
+            {"name": "share", "exactly": {"deviceClassName": "gpu-share.orion.io"}}]}},
+        "status": {
+            "allocation": {"devices": {"results": [
+                {"request": "high", "driver": DRIVER, "pool": k.node, "device": device["name"]},
+                {"request": "share", "driver": DRIVER, "pool": k.node, "device": share["name"]}]}},
+            "reservedFor": [{"resource": "pods", "name": mixed_pod["name"],
+                             "uid": mixed_pod["uid"]}]}})
+    resp = dra.prepare([(meta["namespace"], mixed_uid, mixed_name)])
+    error = resp.claims[mixed_uid].error if mixed_uid in resp.claims else "(no answer)"
+    mixed_cdi = os.path.join(node.args.node_root, "var/run/cdi", f"{DRIVER}-claim_{mixed_uid}.json")
+    if not error or device["name"] not in error or share["name"] not in error or \
+            os.path.exists(mixed_cdi):
+        raise CheckFailed(f"a claim mixing {device['name']} and {share['name']}: error "
+                          f"{error!r}, CDI spec written: {os.path.exists(mixed_cdi)}")
+    log(f"mixed claim refused at prepare: {error}")
     node.figures.append(
         f"DRA: plugin registered (GetInfo {info.type} {info.name}, "
         f"{'/'.join(info.supported_versions)}); ResourceSlice with {len(shares)} share and "
         f"{len(highs)} high devices; claim prepared over gRPC to {ids[0]}, its CDI edits applied "
         f"by the test kubelet (containerd 1.6 has no CDI); the pod, without annotations, "
         f"registered as high with 512Mi and 20 ms from the claim's config; unprepared twice, spec "
-        f"gone")
+        f"gone; a claim mixing a high device and a share refused at prepare")
