@@ -13,17 +13,35 @@
 // ORION_SIM_INIT_ERROR (a CUresult number that cuInit returns, to test failure paths).
 // Kernel durations: `orion_spin(unsigned long long ns)` (and PREFIXorion_spin) runs its first
 // argument, others 10 us.
+//
+// Streams: a stream wait (cuStreamWaitValue32) is taken by the device once the stream's earlier
+// work has ended, and holds everything behind it on that stream until its word satisfies it;
+// launches behind it return at once and stay queued in the process until then. A per-process
+// front-end thread (started on first need) moves queued work on; synchronize, query and event
+// calls count it as unfinished.
+//
+// Simulated jobs (ORION_SIM_JOB, ORION_SIM_RANK, ORION_SIM_COLLECTIVE_TIMEOUT_MS; sim_job.h): a
+// communication kernel named like NCCL's and ending in orion_spin spins on its device from its
+// start until the peer rank's matching one has started, then runs its duration. Meanwhile no
+// other process's kernel starts on that device (one context at a time, no preemption); the
+// process's own kernels on other streams run beside it, as kernels of one context do (a
+// collective takes a few SMs): a pipeline rank's receive posted on one stream before its sends
+// on another reached the device would otherwise wait for itself.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
+#include "contract/kernel_class.h"
 #include "tests/cuda_double/driver_objects.h"
+#include "tests/cuda_double/sim_job.h"
 
 namespace orion::cuda_double {
 
@@ -83,13 +101,6 @@ Context* NewContext(DriverState& s, int device, bool primary) {
   return ctx;
 }
 
-// Queues a kernel on the shared simulated device; returns at once, like an async launch.
-void Enqueue(Stream* stream, uint64_t duration_ns) {
-  const uint64_t end = stream->ctx->gpu->ScheduleKernel(
-      stream->last_end_ns.load(std::memory_order_acquire), duration_ns);
-  AtomicMax(stream->last_end_ns, end);
-  AtomicMax(stream->ctx->last_end_ns, end);
-}
 
 uint64_t Scaled(uint64_t ns) {
   const double scaled = static_cast<double>(ns) * SimDurationScale();
@@ -119,6 +130,7 @@ uint64_t KernelDurationNs(const Function* f, void** params, void** extra) {
 }
 
 CUresult StreamSync(CUstream hstream);
+void Submit(DriverState& s, Stream* st, const QueuedWork& w);
 
 CUresult Launch(CUfunction hfunc, unsigned int gx, unsigned int gy, unsigned int gz,
                 unsigned int bx, unsigned int by, unsigned int bz, CUstream hstream, void** params,
@@ -127,6 +139,7 @@ CUresult Launch(CUfunction hfunc, unsigned int gx, unsigned int gy, unsigned int
   DriverState& s = State();
   Stream* stream = nullptr;
   uint64_t duration = 0;
+  bool collective = false;
   {
     Lock lock(s.mu);
     if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -140,6 +153,7 @@ CUresult Launch(CUfunction hfunc, unsigned int gx, unsigned int gy, unsigned int
     const CUresult r = ResolveStream(s, hstream, &stream);
     if (r != CUDA_SUCCESS) return r;
     duration = KernelDurationNs(f, params, extra);
+    collective = f->collective;
     if (stream->capture != nullptr) {
       auto* node = new GraphNode;
       node->type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -152,8 +166,15 @@ CUresult Launch(CUfunction hfunc, unsigned int gx, unsigned int gy, unsigned int
       s.launch_entered_ns[s.kernel_launches] = entered_ns;
     }
     ++s.kernel_launches;
+    QueuedWork w;
+    w.duration_ns = duration;
+    if (collective) {
+      SetDefaultJobRank(SimPhysicalDevice(stream->ctx->device));
+      w.collective = SimJob::Get() != nullptr;
+      if (w.collective) w.seq = s.collective_seq++;  // in launch order, as NCCL numbers them
+    }
+    Submit(s, stream, w);
   }
-  Enqueue(stream, duration);
   // ORION_SIM_LAUNCH_SYNCS=N: every Nth launch returns only once its stream is done, as a real
   // driver's launch does that loads its kernel's module lazily or resizes local memory.
   static const uint64_t launch_syncs = [] {
@@ -208,31 +229,231 @@ bool WaitHolds(uint32_t word, uint32_t value, unsigned int flags) {
 
 constexpr uint64_t kStreamWaitLimitNs = 10'000'000'000;  // a wait nobody releases: an error
 
+// ---- The front end: queued work, collectives, and the thread that moves them on -------------
+
+constexpr uint64_t kPendingNs = UINT64_MAX;         // an event whose record is still queued
+constexpr uint64_t kFrontEndPollNs = 40'000;        // looking again at words and peers
+constexpr uint64_t kFrontEndMinSleepNs = 20'000;
+
+using OpenCollective = DriverState::OpenCollective;
+
+// A collective's end is known: it ends the stream's open kernel, and the device is the other
+// processes' again once none of this process's collectives holds it (caller holds s.mu).
+void EndCollective(DriverState& s, const OpenCollective& c, uint64_t end_ns) {
+  Stream* st = c.stream;
+  st->collective_open = false;
+  AtomicMax(st->last_end_ns, end_ns);
+  AtomicMax(st->ctx->last_end_ns, end_ns);
+  DriverState::OwnDevice& own = s.own[st->ctx->device];
+  own.lane_until = std::max(own.lane_until, end_ns);
+  if (--own.open_collectives == 0) st->ctx->gpu->Close(own.lane_until);
+}
+
+// Ends `c` if its peer has started (or it waited past the time limit); whether it ended.
+bool TryEndCollective(DriverState& s, const OpenCollective& c, uint64_t now) {
+  SimJob* job = SimJob::Get();
+  uint64_t peer_start = 0;
+  if (job->PeerStart(c.seq, &peer_start)) {
+    EndCollective(s, c, std::max(c.start_ns, peer_start) + c.duration_ns);
+    return true;
+  }
+  if (now - c.opened_ns < SimJob::TimeoutNs()) return false;
+  // As NCCL's watchdog: the operation is abandoned, the device freed, the job goes on late.
+  ++s.collective_timeouts;
+  fprintf(stderr,
+          "orion cuda double: job %s rank %d: collective %llu waited %.1f s for its peer; "
+          "given up\n",
+          job->name().c_str(), job->rank(), static_cast<unsigned long long>(c.seq),
+          static_cast<double>(now - c.opened_ns) / 1e9);
+  EndCollective(s, c, now);
+  return true;
+}
+
+void WakeFrontEnd(DriverState& s);
+
+// Places one kernel of `st` on its device now if it can; false while another process's
+// collective holds the device (caller holds s.mu).
+bool TryStartKernel(DriverState& s, Stream* st, const QueuedWork& w, uint64_t now) {
+  Context* ctx = st->ctx;
+  SimGpu* gpu = ctx->gpu;
+  DriverState::OwnDevice& own = s.own[ctx->device];
+  const uint64_t earliest = st->last_end_ns.load(std::memory_order_acquire);
+  if (w.collective) {
+    uint64_t start = 0;
+    if (own.open_collectives > 0 && gpu->OpenedByMe()) {
+      start = std::max(now, earliest);  // the device is this process's already
+    } else {
+      uint64_t busy_before = 0;
+      if (!gpu->TryOpen(earliest, &start, &busy_before)) return false;
+      own.lane_until = busy_before;
+      own.open_collectives = 0;
+    }
+    ++own.open_collectives;
+    st->collective_open = true;
+    SimJob::Get()->PublishStart(w.seq, start);
+    const OpenCollective c{st, w.seq, start, w.duration_ns, now};
+    if (!TryEndCollective(s, c, now)) {
+      s.open_collectives.push_back(c);
+      WakeFrontEnd(s);
+    }
+    return true;
+  }
+  uint64_t end = 0;
+  if (own.open_collectives > 0 && gpu->OpenedByMe()) {
+    const uint64_t start = std::max({now, earliest, own.lane_until});
+    end = start + w.duration_ns;
+    own.lane_until = end;
+  } else if (!gpu->TrySchedule(earliest, w.duration_ns, &end)) {
+    return false;
+  }
+  AtomicMax(st->last_end_ns, end);
+  AtomicMax(ctx->last_end_ns, end);
+  return true;
+}
+
+// Moves `st`'s queued work to the device as far as it can, in order (caller holds s.mu).
+void Pump(DriverState& s, Stream* st, uint64_t now) {
+  while (!st->queue.empty() && !st->collective_open) {
+    QueuedWork& w = st->queue.front();
+    if (w.type == QueuedWork::Type::kWait) {
+      // The device takes the wait once the stream's earlier work has ended.
+      if (st->last_end_ns.load(std::memory_order_acquire) > now ||
+          !WaitHolds(w.word->load(std::memory_order_acquire), w.value, w.flags)) {
+        return;
+      }
+    } else if (w.type == QueuedWork::Type::kEventRecord) {
+      w.event->time_ns = std::max(now, st->last_end_ns.load(std::memory_order_acquire));
+    } else if (!TryStartKernel(s, st, w, now)) {
+      return;
+    }
+    st->queue.pop_front();
+  }
+}
+
+bool StreamIdle(const Stream* st) { return st->queue.empty() && !st->collective_open; }
+
+// One round of the front end: ends the collectives whose peers started, moves every stream's
+// queued work on. Returns when to look again (0: nothing is waiting).
+uint64_t Progress(DriverState& s, uint64_t now) {
+  for (size_t i = 0; i < s.open_collectives.size();) {
+    if (TryEndCollective(s, s.open_collectives[i], now)) {
+      s.open_collectives.erase(s.open_collectives.begin() + static_cast<ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  uint64_t next = s.open_collectives.empty() ? 0 : now + kFrontEndPollNs;
+  for (size_t i = 0; i < s.queued_streams.size();) {
+    Stream* st = s.queued_streams[i];
+    Pump(s, st, now);
+    if (st->queue.empty()) {
+      st->listed = false;
+      s.queued_streams[i] = s.queued_streams.back();
+      s.queued_streams.pop_back();
+      continue;
+    }
+    // A wait behind running work: look again when that work ends; anything else: poll.
+    const uint64_t last_end = st->last_end_ns.load(std::memory_order_acquire);
+    const uint64_t at = !st->collective_open && st->queue.front().type == QueuedWork::Type::kWait &&
+                                last_end > now
+                            ? last_end
+                            : now + kFrontEndPollNs;
+    next = next == 0 ? at : std::min(next, at);
+    ++i;
+  }
+  return next;
+}
+
+void FrontEnd() {
+  DriverState& s = State();
+  std::unique_lock<std::mutex> lock(s.mu);
+  const int me = getpid();
+  while (s.front_end_pid == me) {
+    const uint64_t now = NowNs();
+    const uint64_t next = Progress(s, now);
+    if (next == 0) {
+      s.front_end_wake.wait(lock);
+    } else {
+      const uint64_t sleep_ns = std::max(next > now ? next - now : 0, kFrontEndMinSleepNs);
+      s.front_end_wake.wait_for(lock, std::chrono::nanoseconds(sleep_ns));
+    }
+  }
+}
+
+// Something waits to be moved on: make sure this process's front end runs (caller holds s.mu).
+void WakeFrontEnd(DriverState& s) {
+  const int me = getpid();
+  if (s.front_end_pid != me) {  // first need, or a child after fork(): the thread is not there
+    s.front_end_pid = me;
+    std::thread(FrontEnd).detach();
+  }
+  s.front_end_wake.notify_one();
+}
+
+// Queues `w` on `st` and moves it on at once if it can (caller holds s.mu).
+void Submit(DriverState& s, Stream* st, const QueuedWork& w) {
+  st->queue.push_back(w);
+  Pump(s, st, NowNs());
+  if (st->queue.empty()) return;
+  if (!st->listed) {
+    st->listed = true;
+    s.queued_streams.push_back(st);
+  }
+  WakeFrontEnd(s);
+}
+
+// Sleeps until `done` (called under s.mu) says the work it waits for left the front end, moving
+// work on meanwhile; false after kStreamWaitLimitNs (a wait nobody releases).
+template <typename Done>
+bool WaitForFrontEnd(Done done) {
+  DriverState& s = State();
+  const uint64_t deadline = NowNs() + kStreamWaitLimitNs;
+  for (;;) {
+    {
+      Lock lock(s.mu);
+      Progress(s, NowNs());
+      if (done()) return true;
+    }
+    if (NowNs() > deadline) return false;
+    SleepUntilNs(NowNs() + kFrontEndPollNs);
+  }
+}
+
+// Waits until every stream of `ctx` has left the front end; then *until_ns is the end of its
+// last kernel. False after the limit.
+bool DrainContext(Context* ctx, uint64_t* until_ns) {
+  DriverState& s = State();
+  return WaitForFrontEnd([&] {
+    for (const Stream* st : s.queued_streams) {
+      if (st->ctx == ctx) return false;
+    }
+    for (const OpenCollective& c : s.open_collectives) {
+      if (c.stream->ctx == ctx) return false;
+    }
+    *until_ns = ctx->last_end_ns.load(std::memory_order_acquire);
+    return true;
+  });
+}
+
 CUresult StreamSync(CUstream hstream) {
   DriverState& s = State();
-  uint64_t until = 0;
-  const std::atomic<uint32_t>* word = nullptr;
-  uint32_t value = 0;
-  unsigned int flags = 0;
+  Stream* stream = nullptr;
   {
     Lock lock(s.mu);
     if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-    Stream* stream = nullptr;
     const CUresult r = ResolveStream(s, hstream, &stream);
     if (r != CUDA_SUCCESS) return r;
     if (stream->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    until = stream->last_end_ns.load(std::memory_order_acquire);
-    word = stream->wait_word;
-    value = stream->wait_value;
-    flags = stream->wait_flags;
-    stream->wait_word = nullptr;
+  }
+  uint64_t until = 0;
+  if (!WaitForFrontEnd([&] {
+        if (!StreamIdle(stream)) return false;
+        until = stream->last_end_ns.load(std::memory_order_acquire);
+        return true;
+      })) {
+    return CUDA_ERROR_LAUNCH_TIMEOUT;
   }
   SleepUntilNs(until);
-  for (const uint64_t start = NowNs();
-       word != nullptr && !WaitHolds(word->load(std::memory_order_acquire), value, flags);) {
-    if (NowNs() - start > kStreamWaitLimitNs) return CUDA_ERROR_LAUNCH_TIMEOUT;
-    SleepUntilNs(NowNs() + 100'000);
-  }
   return CUDA_SUCCESS;
 }
 
@@ -258,12 +479,12 @@ CUresult StreamWaitValue32(CUstream hstream, CUdeviceptr address, uint32_t value
   }
   if (stream->capture != nullptr) return CUDA_SUCCESS;  // memory-op nodes are not simulated
   ++s.stream_waits;
-  const auto* word = reinterpret_cast<const std::atomic<uint32_t>*>(address);
-  if (!WaitHolds(word->load(std::memory_order_acquire), value, flags)) {
-    stream->wait_word = word;
-    stream->wait_value = value;
-    stream->wait_flags = flags;
-  }
+  QueuedWork w;
+  w.type = QueuedWork::Type::kWait;
+  w.word = reinterpret_cast<const std::atomic<uint32_t>*>(address);
+  w.value = value;
+  w.flags = flags;
+  Submit(s, stream, w);
   return CUDA_SUCCESS;
 }
 
@@ -274,8 +495,9 @@ CUresult StreamQuery(CUstream hstream) {
   Stream* stream = nullptr;
   const CUresult r = ResolveStream(s, hstream, &stream);
   if (r != CUDA_SUCCESS) return r;
-  return stream->last_end_ns.load(std::memory_order_acquire) <= NowNs() ? CUDA_SUCCESS
-                                                                        : CUDA_ERROR_NOT_READY;
+  return StreamIdle(stream) && stream->last_end_ns.load(std::memory_order_acquire) <= NowNs()
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_NOT_READY;
 }
 
 CUresult EventRecord(CUevent hevent, CUstream hstream) {
@@ -288,8 +510,16 @@ CUresult EventRecord(CUevent hevent, CUstream hstream) {
   const CUresult r = ResolveStream(s, hstream, &stream);
   if (r != CUDA_SUCCESS) return r;
   if (stream->capture != nullptr) return CUDA_SUCCESS;  // event nodes are not simulated
-  event->time_ns = std::max(NowNs(), stream->last_end_ns.load(std::memory_order_acquire));
   event->recorded = true;
+  if (StreamIdle(stream)) {
+    event->time_ns = std::max(NowNs(), stream->last_end_ns.load(std::memory_order_acquire));
+    return CUDA_SUCCESS;
+  }
+  event->time_ns = kPendingNs;  // reached once the work queued before it is on the device
+  QueuedWork w;
+  w.type = QueuedWork::Type::kEventRecord;
+  w.event = event;
+  Submit(s, stream, w);
   return CUDA_SUCCESS;
 }
 
@@ -363,6 +593,7 @@ CUresult Free(CUdeviceptr address) {
 CUresult CopySync(uint64_t dst, Side dst_side, uint64_t src, Side src_side, size_t bytes) {
   DriverState& s = State();
   uint64_t until = 0;
+  Context* drain = nullptr;
   {
     Lock lock(s.mu);
     if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -373,8 +604,9 @@ CUresult CopySync(uint64_t dst, Side dst_side, uint64_t src, Side src_side, size
     if (!RangeOk(s, dst, bytes, dst_side) || !RangeOk(s, src, bytes, src_side)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    until = ctx->last_end_ns.load(std::memory_order_acquire);
+    drain = ctx;
   }
+  if (!DrainContext(drain, &until)) return CUDA_ERROR_LAUNCH_TIMEOUT;
   SleepUntilNs(until);
   memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   return CUDA_SUCCESS;
@@ -512,7 +744,6 @@ CUresult Instantiate(CUgraphExec* exec_out, CUgraph hgraph) {
 CUresult GraphLaunch(CUgraphExec hexec, CUstream hstream) {
   DriverState& s = State();
   Stream* stream = nullptr;
-  std::vector<uint64_t> kernels;
   {
     Lock lock(s.mu);
     if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -534,7 +765,14 @@ CUresult GraphLaunch(CUgraphExec hexec, CUstream hstream) {
     }
     for (const GraphNode& node : exec->nodes) {
       if (node.type == CU_GRAPH_NODE_TYPE_KERNEL) {
-        kernels.push_back(node.duration_ns);
+        QueuedWork w;
+        w.duration_ns = node.duration_ns;
+        if (node.func != nullptr && node.func->collective) {
+          SetDefaultJobRank(SimPhysicalDevice(stream->ctx->device));
+          w.collective = SimJob::Get() != nullptr;
+          if (w.collective) w.seq = s.collective_seq++;
+        }
+        Submit(s, stream, w);
       } else if (node.type == CU_GRAPH_NODE_TYPE_MEMCPY) {
         memmove(reinterpret_cast<void*>(node.copy_dst),
                 reinterpret_cast<const void*>(node.copy_src), node.copy_bytes);
@@ -544,7 +782,6 @@ CUresult GraphLaunch(CUgraphExec hexec, CUstream hstream) {
       }
     }
   }
-  for (uint64_t duration : kernels) Enqueue(stream, duration);
   return CUDA_SUCCESS;
 }
 
@@ -962,13 +1199,14 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
 CUresult CUDAAPI cuCtxSynchronize(void) {
   DriverState& s = State();
   uint64_t until = 0;
+  Context* ctx = nullptr;
   {
     Lock lock(s.mu);
     if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-    Context* ctx = CurrentContext(s);
+    ctx = CurrentContext(s);
     if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-    until = ctx->last_end_ns.load(std::memory_order_acquire);
   }
+  if (!orion::cuda_double::DrainContext(ctx, &until)) return CUDA_ERROR_LAUNCH_TIMEOUT;
   orion::cuda_double::SleepUntilNs(until);
   return CUDA_SUCCESS;
 }
@@ -1007,6 +1245,7 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const cha
   f->name = name;
   // orion_spin, also renamed with a prefix (a sample's kernel named like a collective).
   f->spin = f->name.size() >= 10 && f->name.compare(f->name.size() - 10, 10, "orion_spin") == 0;
+  f->collective = f->spin && orion::contract::IsCommunicationKernelName(name);
   module->functions.push_back(f);
   *hfunc = reinterpret_cast<CUfunction>(f);
   return CUDA_SUCCESS;
@@ -1155,6 +1394,14 @@ uint64_t orion_double_stream_waits() {
   return s.stream_waits;
 }
 
+// Not a driver entry point: the collectives of this process that gave up waiting for their peer
+// (sim_job.h; tests read it by dlsym).
+uint64_t orion_double_collective_timeouts() {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  return s.collective_timeouts;
+}
+
 // Not a driver entry point: the cuCtxGetCurrent calls of this process (tests read it by dlsym).
 uint64_t orion_double_context_queries() {
   DriverState& s = State();
@@ -1230,12 +1477,19 @@ CUresult CUDAAPI cuEventQuery(CUevent hevent) {
 CUresult CUDAAPI cuEventSynchronize(CUevent hevent) {
   DriverState& s = State();
   uint64_t until = 0;
+  Event* event = nullptr;
   {
     Lock lock(s.mu);
     if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
-    Event* event = s.Find<Event>(hevent);
+    event = s.Find<Event>(hevent);
     if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    until = event->recorded ? event->time_ns : 0;
+  }
+  // A record still queued behind a wait or a collective: until the front end has placed it.
+  if (!orion::cuda_double::WaitForFrontEnd([&] {
+        until = event->recorded ? event->time_ns : 0;
+        return until != orion::cuda_double::kPendingNs;
+      })) {
+    return CUDA_ERROR_LAUNCH_TIMEOUT;
   }
   orion::cuda_double::SleepUntilNs(until);
   return CUDA_SUCCESS;

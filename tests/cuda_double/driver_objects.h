@@ -15,7 +15,9 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -44,6 +46,24 @@ enum class Kind : uint8_t {
 struct Graph;
 
 struct Stream;
+struct Event;
+
+// Work queued on a stream that the simulated device has not taken yet: everything behind a
+// stream wait whose word does not hold, or behind a collective still waiting for its peer, or a
+// kernel for a device that another process's collective holds. Launches return at once, as the
+// real driver's do; the process's front-end thread moves the work on, in stream order.
+struct QueuedWork {
+  enum class Type : uint8_t { kKernel, kWait, kEventRecord };
+  Type type = Type::kKernel;
+  bool collective = false;  // kernels: a communication kernel of a simulated job (sim_job.h)
+  uint64_t duration_ns = 0;
+  uint64_t seq = 0;                              // collectives: the job's sequence number
+  const std::atomic<uint32_t>* word = nullptr;  // waits (cuStreamWaitValue32)
+  uint32_t value = 0;
+  unsigned int flags = 0;
+  Event* event = nullptr;  // event records
+};
+
 struct Context {
   static constexpr Kind kKind = Kind::kContext;
   int device = 0;
@@ -60,14 +80,13 @@ struct Stream {
   static constexpr Kind kKind = Kind::kStream;
   Context* ctx = nullptr;
   unsigned int flags = 0;
-  std::atomic<uint64_t> last_end_ns{0};  // end of the last kernel queued on this stream
+  std::atomic<uint64_t> last_end_ns{0};  // end of the last kernel placed on the device
   Graph* capture = nullptr;              // non-null while capturing (registry mutex)
-  // The last stream wait on host memory (cuStreamWaitValue32) that did not hold when queued:
-  // a synchronize on the stream returns once it holds (the double's one model of a wait: the
-  // kernels behind it are still timed from their launch).
-  const std::atomic<uint32_t>* wait_word = nullptr;
-  uint32_t wait_value = 0;
-  unsigned int wait_flags = 0;
+  // Work not on the device yet, in order (registry mutex); the stream is done once this is
+  // empty, no collective of it is open and last_end_ns has passed.
+  std::deque<QueuedWork> queue;
+  bool listed = false;           // in DriverState::queued_streams
+  bool collective_open = false;  // its last kernel is a collective waiting for its peer
 };
 
 // CUDA arrays: handles only (the double keeps no texture memory).
@@ -85,7 +104,7 @@ struct Event {
   Context* ctx = nullptr;
   unsigned int flags = 0;
   bool recorded = false;
-  uint64_t time_ns = 0;  // when the simulated GPU reaches the event
+  uint64_t time_ns = 0;  // when the simulated GPU reaches the event (UINT64_MAX: still queued)
 };
 
 struct Function;
@@ -102,6 +121,9 @@ struct Function {
   Module* module = nullptr;
   std::string name;
   bool spin = false;  // orion_spin: first parameter is its duration in nanoseconds
+  // ...and named as a collective (contract::IsCommunicationKernelName): in a simulated job it
+  // pairs with its peer's (sim_job.h).
+  bool collective = false;
 };
 
 struct GraphNode {
@@ -167,6 +189,27 @@ struct DriverState {
   std::map<uint64_t, Allocation> allocations;  // base address -> allocation or VMM mapping
   std::map<uint64_t, size_t> reservations;     // cuMemAddressReserve ranges
   std::map<uint64_t, size_t> host_registered;  // cuMemHostRegister ranges (device address = host)
+
+  // The front end: work queued on streams, collectives waiting for their peers, and the thread
+  // that moves them on (started on first need, again after fork).
+  struct OpenCollective {
+    Stream* stream = nullptr;
+    uint64_t seq = 0;
+    uint64_t start_ns = 0;     // simulated start (may be ahead of the clock)
+    uint64_t duration_ns = 0;  // once the peer has started
+    uint64_t opened_ns = 0;    // when it started waiting, for the time limit
+  };
+  struct OwnDevice {
+    int open_collectives = 0;  // this process's collectives holding the device open-ended
+    uint64_t lane_until = 0;   // end of this process's kernels placed beside them
+  };
+  std::vector<Stream*> queued_streams;
+  std::vector<OpenCollective> open_collectives;
+  OwnDevice own[kMaxSimDevices];
+  uint64_t collective_seq = 0;       // next collective's sequence number in the job
+  uint64_t collective_timeouts = 0;  // collectives that gave up waiting for their peer
+  std::condition_variable front_end_wake;
+  int front_end_pid = 0;
   uint64_t stream_waits = 0;                   // cuStreamWaitValue32 calls that succeeded
   uint64_t context_queries = 0;                // cuCtxGetCurrent calls
   uint64_t kernel_launches = 0;                // kernels queued to run (captured ones not)

@@ -29,11 +29,7 @@ bool ProcessAlive(int32_t pid) {
   return kill(pid, 0) == 0 || errno == EPERM;
 }
 
-std::string StateFolder() {
-  const char* dir = getenv("ORION_SIM_DIR");
-  if (dir != nullptr && dir[0] != '\0') return dir;
-  return "/dev/shm/orion-sim-" + std::to_string(getuid());
-}
+std::string StateFolder() { return SimStateFolder(); }
 
 void InitState(SimGpuFile* state, int ordinal) {
   memset(static_cast<void*>(state), 0, sizeof(SimGpuFile));
@@ -78,6 +74,12 @@ SimGpuFile* MapSharedState(int ordinal) {
 }
 
 }  // namespace
+
+std::string SimStateFolder() {
+  const char* dir = getenv("ORION_SIM_DIR");
+  if (dir != nullptr && dir[0] != '\0') return dir;
+  return "/dev/shm/orion-sim-" + std::to_string(getuid());
+}
 
 uint64_t NowNs() {
   timespec ts{};
@@ -211,10 +213,34 @@ SimGpu* SimGpu::Get(int ordinal) {
 }
 
 uint64_t SimGpu::ScheduleKernel(uint64_t earliest_start_ns, uint64_t duration_ns) {
+  uint64_t end = 0;
+  while (!TrySchedule(earliest_start_ns, duration_ns, &end)) SleepUntilNs(NowNs() + 50'000);
+  return end;
+}
+
+namespace {
+// A device held open-ended by a process that is gone (crashed mid-collective) is free again.
+bool TakeBackFromDeadHolder(SimGpuFile* state, uint64_t* busy) {
+  const int32_t holder = state->open_pid.load(std::memory_order_acquire);
+  if (holder == 0 || ProcessAlive(holder)) return false;
+  if (!state->busy_until_ns.compare_exchange_strong(*busy, NowNs(), std::memory_order_acq_rel)) {
+    return true;  // changed meanwhile: look again
+  }
+  state->open_pid.store(0, std::memory_order_release);
+  *busy = state->busy_until_ns.load(std::memory_order_acquire);
+  return true;
+}
+}  // namespace
+
+bool SimGpu::TrySchedule(uint64_t earliest_start_ns, uint64_t duration_ns, uint64_t* end_ns) {
   const uint64_t now = NowNs();
   uint64_t busy = state_->busy_until_ns.load(std::memory_order_acquire);
   uint64_t end = 0;
   for (;;) {
+    if (busy == kOpenEnded) {
+      if (TakeBackFromDeadHolder(state_, &busy)) continue;
+      return false;
+    }
     uint64_t start = now > earliest_start_ns ? now : earliest_start_ns;
     if (busy > start) start = busy;
     end = start + duration_ns;
@@ -225,7 +251,41 @@ uint64_t SimGpu::ScheduleKernel(uint64_t earliest_start_ns, uint64_t duration_ns
   }
   state_->kernels_launched.fetch_add(1, std::memory_order_relaxed);
   state_->busy_ns_total.fetch_add(duration_ns, std::memory_order_relaxed);
-  return end;
+  *end_ns = end;
+  return true;
+}
+
+bool SimGpu::TryOpen(uint64_t earliest_start_ns, uint64_t* start_ns, uint64_t* busy_before_ns) {
+  const uint64_t now = NowNs();
+  uint64_t busy = state_->busy_until_ns.load(std::memory_order_acquire);
+  for (;;) {
+    if (busy == kOpenEnded) {
+      if (TakeBackFromDeadHolder(state_, &busy)) continue;
+      return false;
+    }
+    if (state_->busy_until_ns.compare_exchange_weak(busy, kOpenEnded, std::memory_order_acq_rel,
+                                                    std::memory_order_acquire)) {
+      break;
+    }
+  }
+  state_->open_pid.store(static_cast<int32_t>(getpid()), std::memory_order_release);
+  state_->open_since_ns.store(now, std::memory_order_relaxed);
+  state_->kernels_launched.fetch_add(1, std::memory_order_relaxed);
+  *busy_before_ns = busy;
+  *start_ns = std::max({now, earliest_start_ns, busy});
+  return true;
+}
+
+void SimGpu::Close(uint64_t end_ns) {
+  if (!OpenedByMe()) return;  // taken back meanwhile (this process was thought dead)
+  state_->open_pid.store(0, std::memory_order_release);
+  uint64_t open = kOpenEnded;
+  state_->busy_until_ns.compare_exchange_strong(open, end_ns, std::memory_order_acq_rel);
+}
+
+bool SimGpu::OpenedByMe() const {
+  return state_->busy_until_ns.load(std::memory_order_acquire) == kOpenEnded &&
+         state_->open_pid.load(std::memory_order_acquire) == static_cast<int32_t>(getpid());
 }
 
 std::atomic<uint64_t>* SimGpu::OwnBytes() {

@@ -10,15 +10,23 @@
 //   SimGpu* gpu = SimGpu::Get(0);
 //   uint64_t end_ns = gpu->ScheduleKernel(stream_ready_ns, 10'000);
 //   SleepUntilNs(end_ns);  // what a stream synchronize does
+//
+// A collective of a simulated job (sim_job.h) spins on its device until its peer's matching
+// kernel has started, an end nobody knows at its start: it holds the device open-ended
+// (TryOpen ... Close), and every other process's kernel waits until it is closed.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 namespace orion::cuda_double {
 
 inline constexpr int kMaxSimDevices = 16;
 inline constexpr uint32_t kMaxSimProcesses = 128;
+
+// The folder of the shared state files: ORION_SIM_DIR, default /dev/shm/orion-sim-<uid>.
+std::string SimStateFolder();
 
 // CLOCK_MONOTONIC in nanoseconds: the one clock of the simulated GPU, shared by all processes.
 uint64_t NowNs();
@@ -47,7 +55,7 @@ bool ParseByteSize(const char* text, uint64_t* bytes);
 // re-initialised instead of misread.
 struct SimGpuFile {
   static constexpr uint32_t kMagic = 0x4D495344u;  // "DSIM"
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;  // 2: open-ended holds of collectives
 
   struct ProcessMemory {
     std::atomic<int32_t> pid;  // owner; 0 = free; reclaimed when the owner is dead
@@ -65,7 +73,12 @@ struct SimGpuFile {
   std::atomic<uint64_t> kernels_launched;
   std::atomic<uint64_t> busy_ns_total;  // sum of kernel durations, for utilisation checks
   std::atomic<uint64_t> orphan_bytes;   // memory of processes that found no free slot
-  uint8_t reserved1[64];
+  // The process whose spinning collective holds the device open-ended (busy_until_ns is
+  // kOpenEnded meanwhile), and since when: a dead holder's device is taken back by the others.
+  std::atomic<int32_t> open_pid;
+  uint32_t reserved2;
+  std::atomic<uint64_t> open_since_ns;
+  uint8_t reserved1[48];
   ProcessMemory processes[kMaxSimProcesses];
 };
 
@@ -76,9 +89,23 @@ class SimGpu {
   // back to process-private state and says so once on stderr.
   static SimGpu* Get(int ordinal);
 
+  // busy_until_ns while a collective holds the device with no known end.
+  static constexpr uint64_t kOpenEnded = UINT64_MAX;
+
   // Queues a kernel of duration_ns that may start at earliest_start_ns (its stream's previous
   // end) and returns its end time. Lock-free: advances busy_until_ns with compare-and-swap.
+  // Only for devices nobody holds open-ended (a device of one process's use); else TrySchedule.
   uint64_t ScheduleKernel(uint64_t earliest_start_ns, uint64_t duration_ns);
+  // The same, or false (nothing queued) while a collective holds the device open-ended.
+  bool TrySchedule(uint64_t earliest_start_ns, uint64_t duration_ns, uint64_t* end_ns);
+  // A collective starts: holds the device open-ended from *start_ns (after everything queued and
+  // earliest_start_ns) for this process; *busy_before_ns is the device's end before it. False
+  // while somebody else's collective holds it.
+  bool TryOpen(uint64_t earliest_start_ns, uint64_t* start_ns, uint64_t* busy_before_ns);
+  // This process's open-ended hold ends: the device is busy until end_ns.
+  void Close(uint64_t end_ns);
+  // Whether this process holds the device open-ended.
+  bool OpenedByMe() const;
 
   // Counts bytes against the shared capacity; false (nothing counted) if it would not fit.
   bool TryReserveMemory(uint64_t bytes);
