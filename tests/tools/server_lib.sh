@@ -11,7 +11,9 @@
 #              DOUBLE: orion-run, the interposer and the double's folder)
 W="$(mktemp -d /tmp/orion-test.XXXXXX)"
 PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
+# A pid of `client ... &` is the subshell that runs the function: its child (orion-run's
+# program) goes too.
+trap 'for p in "${PIDS[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
 
 fail() {
   echo "FAIL: $*"
