@@ -24,7 +24,7 @@ held_and_launched() {
   TPID=$!
   sleep 1.5
   curl -sf "http://127.0.0.1:$mport/metrics" > "$W/metrics.txt" || fail "no /metrics"
-  kill "$TPID"; wait "$TPID" 2>/dev/null || true
+  pkill -P "$TPID" 2>/dev/null || true; kill "$TPID"; wait "$TPID" 2>/dev/null || true
   sleep 0.3  # the server sees it leave
   awk '/^orion_client_throttled_seconds_total\{.*priority="best-effort"/ { h = $2 }
        /^orion_client_kernels_launched_total\{.*priority="best-effort"/ { k = $2 }
