@@ -46,6 +46,9 @@ struct PeerIdentity {
   gid_t gid = 0;
   std::string process_name;  // /proc/<pid>/comm (the process may set it: prctl PR_SET_NAME)
   std::string exe;           // /proc/<pid>/exe's target; empty when unreadable
+  // /proc/<pid>/stat's parent pid (0 when unreadable): ranks a launcher such as torchrun started
+  // share it, so standalone clients of one parent are grouped as one job.
+  pid_t ppid = 0;
   CgroupIdentity cgroup;
 };
 
