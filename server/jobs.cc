@@ -28,10 +28,10 @@ JobIdentity UnnamedPodJob(const std::string& pod_uid) {
   return {key, "", key};
 }
 
-JobIdentity StandaloneJob(const std::string& requested, pid_t pid, pid_t ppid,
-                          bool parent_shared) {
+JobIdentity StandaloneJob(const std::string& requested, pid_t pid, pid_t launcher,
+                          bool launcher_shared) {
   if (!requested.empty()) return {requested, "", requested};
-  std::string key = absl::StrCat("pid-", parent_shared && ppid > 1 ? ppid : pid);
+  std::string key = absl::StrCat("pid-", launcher_shared && launcher > 0 ? launcher : pid);
   return {key, "", key};
 }
 

@@ -8,8 +8,10 @@
 //   in a pod not named (yet):  "pod-<uid>"
 //   standalone:                the name orion-run --job asked for (when requests are trusted);
 //                              else "pid-<parent pid>" when another standalone client shares
-//                              its parent process (ranks a launcher such as torchrun started);
-//                              else "pid-<pid>": the process alone.
+//                              its parent process (ranks a launcher such as torchrun started;
+//                              a shell, sudo, sshd, tmux or systemd is no launcher:
+//                              PeerIdentity::launcher_pid); else "pid-<pid>": the process
+//                              alone.
 //
 // A job's view sums its live ranks (ClientViews). Pure functions, no locks; NodeState calls
 // them under its mutex.
@@ -36,9 +38,10 @@ absl::Status CheckJobName(const std::string& name, const std::string& what);
 
 JobIdentity PodJob(const std::string& ns, const std::string& pod_name, const std::string& job);
 JobIdentity UnnamedPodJob(const std::string& pod_uid);
-// `requested`: a checked orion-run --job name or empty; `parent_shared`: another standalone
-// client without a requested job has the same parent (pid 1 and unknown parents never count).
-JobIdentity StandaloneJob(const std::string& requested, pid_t pid, pid_t ppid, bool parent_shared);
+// `requested`: a checked orion-run --job name or empty; `launcher_shared`: another standalone
+// client without a requested job has the same launcher (launcher 0: none).
+JobIdentity StandaloneJob(const std::string& requested, pid_t pid, pid_t launcher,
+                          bool launcher_shared);
 
 // The jobs of these clients (exited ones skipped), by key.
 std::vector<JobView> GroupJobs(const std::vector<ClientView>& clients);

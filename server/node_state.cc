@@ -212,7 +212,9 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   c.policy = policy;
   c.admin_priority = pod_override != nullptr || job_override;
   c.requested_job = requested_job;
-  if (!in_pod && requested_job.empty() && peer.ppid > 1) ++standalone_parents_[peer.ppid];
+  if (!in_pod && requested_job.empty() && peer.launcher_pid > 0) {
+    ++standalone_parents_[peer.launcher_pid];
+  }
   if (paused_jobs_.count(job.key)) {  // a rank of a paused job starts paused
     c.paused = true;
     board_->SetPaused(c.slot, true);
@@ -290,8 +292,8 @@ void NodeState::Unregister(uint32_t client_id) {
       gate->words.be_outstanding_ns.store(0, std::memory_order_relaxed);
     }
   }
-  if (c.peer.cgroup.pod_uid.empty() && c.requested_job.empty() && c.peer.ppid > 1) {
-    if (auto p = standalone_parents_.find(c.peer.ppid); p != standalone_parents_.end()) {
+  if (c.peer.cgroup.pod_uid.empty() && c.requested_job.empty() && c.peer.launcher_pid > 0) {
+    if (auto p = standalone_parents_.find(c.peer.launcher_pid); p != standalone_parents_.end()) {
       if (--p->second == 0) standalone_parents_.erase(p);
     }
   }
@@ -600,11 +602,11 @@ JobIdentity NodeState::JobFor(const PeerIdentity& peer, const std::string& reque
     return PodJob(it->second.ns, it->second.name, it->second.job);
   }
   bool shared = false;
-  if (requested_job.empty() && peer.ppid > 1) {
-    auto it = standalone_parents_.find(peer.ppid);
+  if (requested_job.empty() && peer.launcher_pid > 0) {
+    auto it = standalone_parents_.find(peer.launcher_pid);
     shared = it != standalone_parents_.end() && it->second > (self_counted ? 1u : 0u);
   }
-  return StandaloneJob(requested_job, peer.pid, peer.ppid, shared);
+  return StandaloneJob(requested_job, peer.pid, peer.launcher_pid, shared);
 }
 
 std::vector<NodeState::ClientRecord*> NodeState::RanksOf(const std::string& job_key) {

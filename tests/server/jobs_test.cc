@@ -6,7 +6,10 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <fstream>
 
 #include "orion/v1/admin.grpc.pb.h"
 #include "prometheus/text_serializer.h"
@@ -61,7 +64,7 @@ class JobsTest : public ::testing::Test {
   uint32_t Register(const char* uid, int gpu, pid_t ppid = 0, const char* job = "") {
     PeerIdentity peer = IdentifyPid(getpid(), 1000, 1000, "/proc");
     peer.cgroup.pod_uid = uid;
-    if (ppid != 0) peer.ppid = ppid;
+    if (ppid != 0) peer.launcher_pid = ppid;
     auto req = testing::MakeRequest(cfg_.gpus[gpu].c_str(), Priority::kBestEffort);
     std::snprintf(req.requested_job, sizeof(req.requested_job), "%s", job);
     const NodeState::Admission a = state_->Register(peer, req);
@@ -84,7 +87,7 @@ TEST(JobIdentityTest, NamesAreScopedByNamespaceAndChecked) {
   EXPECT_EQ(StandaloneJob("bench", 10, 9, true).key, "bench");
   EXPECT_EQ(StandaloneJob("", 10, 9, true).key, "pid-9");
   EXPECT_EQ(StandaloneJob("", 10, 9, false).key, "pid-10");
-  EXPECT_EQ(StandaloneJob("", 10, 1, true).key, "pid-10");  // init is no launcher
+  EXPECT_EQ(StandaloneJob("", 10, 0, true).key, "pid-10");  // no launcher (a shell, init)
   EXPECT_TRUE(CheckJobName("llama-3.1-ft", "orion/job").ok());
   for (const char* bad : {"", "Llama", "a/b", "-x", "x-", "has space",
                           "a234567890123456789012345678901234567890123456789012345678901234"}) {
@@ -92,6 +95,22 @@ TEST(JobIdentityTest, NamesAreScopedByNamespaceAndChecked) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("orion/job"), absl::string_view::npos) << s;
   }
+}
+
+// The parent is a launcher of ranks unless it is init or starts unrelated programs (a shell).
+TEST(JobIdentityTest, AShellIsNoLauncher) {
+  const std::string root = testing::MakeTempDir();
+  auto write = [&](int pid, const std::string& file, const std::string& text) {
+    mkdir((root + "/" + std::to_string(pid)).c_str(), 0755);
+    std::ofstream(root + "/" + std::to_string(pid) + "/" + file) << text;
+  };
+  write(300, "stat", "300 (python3) S 200 300 100 0 -1 4194560 0 0 0 0");
+  write(200, "comm", "torchrun\n");
+  EXPECT_EQ(IdentifyPid(300, 1000, 1000, root).launcher_pid, 200);
+  write(200, "comm", "bash\n");
+  EXPECT_EQ(IdentifyPid(300, 1000, 1000, root).launcher_pid, 0);
+  write(301, "stat", "301 (a (b) c) S 1 301 100 0 -1 4194560 0 0 0 0");
+  EXPECT_EQ(IdentifyPid(301, 1000, 1000, root).launcher_pid, 0);  // init
 }
 
 TEST(JobIdentityTest, TheAgentsJobIsCheckedOnTheWire) {
