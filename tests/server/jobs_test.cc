@@ -153,6 +153,10 @@ TEST_F(JobsTest, RanksOfOneJobGroupAndNamespacesStayApart) {
   EXPECT_EQ(research->client_ids, (std::vector<uint32_t>{other}));
   EXPECT_EQ(state_->ListJobs("research").size(), 1u);
   EXPECT_EQ(state_->GetClient(b)->job.key, "training/llama");
+  // A process in a pod cannot name its job: its ORION_JOB is ignored.
+  const uint32_t claims = Register(kAlone, 0, 0, "llama");
+  EXPECT_EQ(state_->GetClient(claims)->job.key, "training/notebook");
+  state_->Unregister(claims);
 
   // The agent drops the pod's job (annotation removed): the pod is its own job again.
   ASSERT_TRUE(state_->UpsertPods({Pod(kRank1, "training", "llama-1", "")}, false).ok());
