@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "contract/orion_contract.h"
 
 namespace orion::agent {
 namespace {
@@ -58,7 +59,9 @@ bool IsPlainDecimal(std::string_view s) {
 }  // namespace
 
 std::string AnnotationProblem::Message() const {
-  return absl::StrCat("annotation ", key, "=\"", value, "\" ignored: ", reason);
+  // Keys of labels read as annotations are (e.g. a job label) carry their own "label " prefix.
+  return absl::StrCat(key.starts_with("label ") ? "" : "annotation ", key, "=\"", value,
+                      "\" ignored: ", reason);
 }
 
 std::string_view PriorityName(PodPriority priority) {
@@ -124,7 +127,17 @@ absl::StatusOr<uint64_t> ParseLatencyTargetMs(std::string_view text) {
   return us == 0 ? 1 : us;
 }
 
-ParsedAnnotations ParsePodAnnotations(const std::map<std::string, std::string>& annotations) {
+absl::StatusOr<std::string> ParseJobName(std::string_view text) {
+  const std::string_view s = Trim(text);
+  if (const char* why = contract::JobNameProblem(s.data(), s.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job name ", why, " (1 to 63 lowercase letters, digits, '-' and '.')"));
+  }
+  return std::string(s);
+}
+
+ParsedAnnotations ParsePodAnnotations(const std::map<std::string, std::string>& annotations,
+                                      const std::map<std::string, std::string>& labels) {
   ParsedAnnotations out;
   auto report = [&out](std::string_view key, const std::string& value, const absl::Status& s) {
     out.problems.push_back({std::string(key), value, std::string(s.message())});
@@ -153,6 +166,28 @@ ParsedAnnotations ParsePodAnnotations(const std::map<std::string, std::string>& 
       out.settings.latency_target_us = *us;
     } else {
       report(kAnnotationLatencyTargetMs, it->second, us.status());
+    }
+  }
+  // The job: orion/job, else the first job controller label; a refused annotation falls back to
+  // the labels (and is reported), as other annotations fall back to their defaults.
+  if (auto it = annotations.find(std::string(kAnnotationJob)); it != annotations.end()) {
+    absl::StatusOr<std::string> job = ParseJobName(it->second);
+    if (job.ok()) {
+      out.settings.job = *std::move(job);
+    } else {
+      report(kAnnotationJob, it->second, job.status());
+    }
+  }
+  for (std::string_view key : kJobLabels) {
+    if (!out.settings.job.empty()) break;
+    auto it = labels.find(std::string(key));
+    if (it == labels.end()) continue;
+    absl::StatusOr<std::string> job = ParseJobName(it->second);
+    if (job.ok()) {
+      out.settings.job = *std::move(job);
+    } else {
+      out.problems.push_back({"label " + std::string(key), it->second,
+                              std::string(job.status().message())});
     }
   }
   return out;

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "agent/annotations.h"
 
 namespace orion::agent {
 
@@ -17,6 +18,10 @@ absl::StatusOr<PodInfo> PodFromJson(const JsonValue& pod) {
   info.node_name = StringAt(pod, {"spec", "nodeName"});
   info.phase = StringAt(pod, {"status", "phase"});
   info.annotations = StringMapAt(pod, {"metadata", "annotations"});
+  const std::map<std::string, std::string> labels = StringMapAt(pod, {"metadata", "labels"});
+  for (std::string_view key : kJobLabels) {
+    if (auto it = labels.find(std::string(key)); it != labels.end()) info.labels.insert(*it);
+  }
   if (info.uid.empty()) return absl::InvalidArgumentError("pod without metadata.uid");
   return info;
 }

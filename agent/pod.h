@@ -25,6 +25,8 @@ struct PodInfo {
   std::string phase;  // Pending, Running, Succeeded, Failed, Unknown
   std::string resource_version;
   std::map<std::string, std::string> annotations;
+  // Only the labels that name a pod's job (annotations.h kJobLabels): the rest are not kept.
+  std::map<std::string, std::string> labels;
 
   // Succeeded or Failed pods hold no GPU work any more; the server can forget them.
   bool Finished() const { return phase == "Succeeded" || phase == "Failed"; }

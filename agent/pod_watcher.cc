@@ -20,6 +20,7 @@ orion::v1::PodPolicy PolicyForPod(const PodInfo& pod, const PodSettings& setting
                                                          : orion::v1::PRIORITY_BEST_EFFORT);
   p.set_memory_limit_bytes(settings.memory_limit_bytes);
   p.set_latency_target_us(settings.latency_target_us);
+  p.set_job(settings.job);
   return p;
 }
 
@@ -229,7 +230,7 @@ void PodWatcher::Forget(const std::string& uid) {
 PodWatcher::KnownPod PodWatcher::Learn(const PodInfo& pod, const KnownPod* previous) {
   KnownPod known;
   known.info = pod;
-  const ParsedAnnotations parsed = ParsePodAnnotations(pod.annotations);
+  const ParsedAnnotations parsed = ParsePodAnnotations(pod.annotations, pod.labels);
   known.settings = parsed.settings;
   std::string problems;
   for (const AnnotationProblem& p : parsed.problems) problems += p.Message() + "; ";

@@ -571,7 +571,11 @@ struct RegisterRequest {
   // CPUs the process may use (affinity, cgroup quota) in thousandths; kNoValue32 = no limit
   // found. Informative (shown to operators); senders of wire v2 before it left it 0.
   uint32_t usable_millicpus;
-  uint8_t reserved[92];
+  // The job the process is a rank of (orion-run --job, ORION_JOB): lowercase letters, digits,
+  // '-' and '.', at most 63; empty = none. Honoured only in standalone mode and when trusted,
+  // as requested_priority; senders before it left it zero.
+  char requested_job[64];
+  uint8_t reserved[28];
 };
 
 struct RegisterReply {
@@ -680,11 +684,31 @@ inline bool ReceiveWithFds(int sock, void* data, size_t bytes, int* fds, int* nf
   return true;
 }
 
+// A job's name (orion/job, a JobSet's or training job's name, orion-run --job): 1 to 63 of
+// lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, as a
+// Kubernetes name. Returns why a name is refused, or nullptr when it is valid.
+inline constexpr size_t kMaxJobNameBytes = 63;
+inline const char* JobNameProblem(const char* name, size_t bytes) {
+  if (bytes == 0) return "is empty";
+  if (bytes > kMaxJobNameBytes) return "is longer than 63 characters";
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  for (size_t i = 0; i < bytes; ++i) {
+    if (!alnum(name[i]) && name[i] != '-' && name[i] != '.') {
+      return "may hold only lowercase letters, digits, '-' and '.'";
+    }
+  }
+  if (!alnum(name[0]) || !alnum(name[bytes - 1])) {
+    return "must start and end with a lowercase letter or digit";
+  }
+  return nullptr;
+}
+
 // Environment variables read by the interposer (set by orion-run, the device plugin, or a user).
 inline constexpr const char* kEnvSocket = "ORION_SOCKET";          // default below
 inline constexpr const char* kEnvPriority = "ORION_PRIORITY";      // high | best-effort
 inline constexpr const char* kEnvMemoryLimit = "ORION_MEMORY_LIMIT";  // e.g. 2Gi, 512Mi, bytes
 inline constexpr const char* kEnvLatencyTargetMs = "ORION_LATENCY_TARGET_MS";
+inline constexpr const char* kEnvJob = "ORION_JOB";  // the job of a standalone process's ranks
 inline constexpr const char* kEnvDisable = "ORION_DISABLE";        // 1: pure pass-through
 inline constexpr const char* kEnvQuiet = "ORION_QUIET";            // 1: no stderr notes
 // A folder: with no server to register with, the interposer writes its own call logs there

@@ -203,6 +203,8 @@ bool Register(int device, Registration* reg, timeval timeout, char* why, size_t 
   request.requested_memory_limit = g_process.config.requested_memory_limit;
   request.requested_latency_target_us = g_process.config.requested_latency_target_us;
   request.usable_millicpus = g_process.config.usable_millicpus;
+  CopyTruncated(request.requested_job, sizeof(request.requested_job),
+                g_process.config.requested_job);
   CopyTruncated(request.process_name, sizeof(request.process_name), program_invocation_short_name);
 
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

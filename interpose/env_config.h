@@ -206,6 +206,7 @@ struct EnvConfig {
   uint32_t requested_priority = contract::kNoValue32;
   uint64_t requested_memory_limit = 0;
   uint64_t requested_latency_target_us = 0;
+  char requested_job[64] = {};  // ORION_JOB (checked by the server; a longer name is cut)
   char socket_path[108] = {};  // sun_path size
   char log_dir[256] = {};      // ORION_LOG_DIR: write call logs there when no server answers
   char timing_log_dir[256] = {};  // ORION_TIMING_LOG: the GPU timing diagnostic (timing_log.h)
@@ -253,6 +254,9 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   if (ParseUnsigned(getenv_fn(contract::kEnvLatencyTargetMs), &value) &&
       value <= UINT64_MAX / 1000) {
     config.requested_latency_target_us = value * 1000;
+  }
+  if (const char* job = getenv_fn(contract::kEnvJob); job != nullptr) {
+    CopyTruncated(config.requested_job, sizeof(config.requested_job), job);
   }
   const char* socket = getenv_fn(contract::kEnvSocket);
   CopyTruncated(config.socket_path, sizeof(config.socket_path),

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/jobs.h"
 #include "server/utf8.h"
 
 namespace orion::server {
@@ -58,6 +59,23 @@ void ToProto(const ClientView& v, orion::v1::Client* out) {
   out->set_exited(v.exited);
   out->set_quarantined(v.quarantined);
   out->set_events_quarantined(v.events_quarantined);
+  out->set_job(v.job.key);
+  out->set_gpu_busy_seconds(v.gpu_busy_seconds);
+}
+
+void ToProto(const JobView& v, orion::v1::Job* out) {
+  out->set_key(v.key);
+  out->set_namespace_(v.ns);
+  out->set_name(v.name);
+  out->set_priority(v.mixed_priority ? orion::v1::PRIORITY_UNSPECIFIED : ToProto(v.priority));
+  out->set_paused(v.paused);
+  out->set_ranks(v.ranks);
+  for (uint32_t g : v.gpus) out->add_gpus(g);
+  for (const std::string& p : v.pods) out->add_pods(p);
+  for (uint32_t id : v.client_ids) out->add_client_ids(id);
+  out->set_held_seconds(v.held_seconds);
+  out->set_busy_seconds(v.busy_seconds);
+  out->set_memory_used_bytes(v.memory_used_bytes);
 }
 
 void ToProto(const GpuView& v, orion::v1::Gpu* out) {
@@ -213,6 +231,14 @@ absl::StatusOr<std::vector<PodPolicy>> PodsFromProto(const orion::v1::UpsertPods
     if (!priority.ok()) return priority.status();
     PodPolicy pod{p.pod_uid(), p.name(), p.namespace_(), *priority, p.memory_limit_bytes(),
                   p.latency_target_us()};
+    if (!p.job().empty()) {
+      if (absl::Status s = CheckJobName(p.job(), absl::StrCat("pods[", i, "].job (", p.namespace_(),
+                                                             "/", p.name(), ")"));
+          !s.ok()) {
+        return s;
+      }
+      pod.job = p.job();
+    }
     if (p.gpu_uuids_size() > static_cast<int>(contract::kMaxGpus)) {
       return absl::InvalidArgumentError(
           absl::StrCat("pods[", i, "] (", p.namespace_(), "/", p.name(), "): ",

@@ -24,6 +24,7 @@ absl::StatusOr<contract::Priority> PriorityFromProto(orion::v1::Priority p, cons
 
 void ToProto(const ClientView& v, orion::v1::Client* out);
 void ToProto(const GpuView& v, orion::v1::Gpu* out);
+void ToProto(const JobView& v, orion::v1::Job* out);
 void ToProto(const GpuPolicy& p, orion::v1::PolicyKnobs* out);
 void ToProto(const KernelProfileView& v, orion::v1::KernelProfileResponse* out);
 void ToProto(const std::vector<RecordingWindow>& v, orion::v1::RecordingState* out);

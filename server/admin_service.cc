@@ -110,12 +110,43 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetPriority(grpc::CallbackServerCont
     case orion::v1::SetPriorityRequest::kPodUid:
       changed = state_->SetPodPriority(req->pod_uid(), *priority);
       break;
+    case orion::v1::SetPriorityRequest::kJob:
+      changed = state_->SetJobPriority(req->job(), *priority);
+      break;
     default:
-      changed = absl::InvalidArgumentError("set either client_id or pod_uid");
+      changed = absl::InvalidArgumentError("set one of client_id, pod_uid or job");
   }
   if (!changed.ok()) return Done(ctx, ToGrpc(changed.status()));
   for (const ClientView& c : *changed) ToProto(c, resp->add_clients());
   return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
+                                                     const orion::v1::ListJobsRequest* req,
+                                                     orion::v1::ListJobsResponse* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kReader, "ListJobs", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
+  for (const JobView& j : state_->ListJobs(req->namespace_())) ToProto(j, resp->add_jobs());
+  return Done(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::PauseJob(grpc::CallbackServerContext* ctx,
+                                                     const orion::v1::JobRequest* req,
+                                                     orion::v1::Job* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kOperator, "PauseJob", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
+  return DoneWith(ctx, state_->SetJobPaused(req->job(), true), resp);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ResumeJob(grpc::CallbackServerContext* ctx,
+                                                      const orion::v1::JobRequest* req,
+                                                      orion::v1::Job* resp) {
+  if (auto caller = Admit(ctx, AdminRole::kOperator, "ResumeJob", *req); !caller.ok()) {
+    return Done(ctx, ToGrpc(caller.status()));
+  }
+  return DoneWith(ctx, state_->SetJobPaused(req->job(), false), resp);
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::PauseClient(grpc::CallbackServerContext* ctx,

@@ -31,6 +31,15 @@ class AdminServiceImpl final : public orion::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* SetPriority(grpc::CallbackServerContext* ctx,
                                         const orion::v1::SetPriorityRequest* req,
                                         orion::v1::SetPriorityResponse* resp) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const orion::v1::ListJobsRequest* req,
+                                     orion::v1::ListJobsResponse* resp) override;
+  grpc::ServerUnaryReactor* PauseJob(grpc::CallbackServerContext* ctx,
+                                     const orion::v1::JobRequest* req,
+                                     orion::v1::Job* resp) override;
+  grpc::ServerUnaryReactor* ResumeJob(grpc::CallbackServerContext* ctx,
+                                      const orion::v1::JobRequest* req,
+                                      orion::v1::Job* resp) override;
   grpc::ServerUnaryReactor* PauseClient(grpc::CallbackServerContext* ctx,
                                         const orion::v1::PauseRequest* req,
                                         orion::v1::Client* resp) override;

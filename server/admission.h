@@ -33,6 +33,9 @@ struct PodPolicy {
   // The GPUs the device plugin allocated to the pod (the agent's AgentSync); empty: not known,
   // the node's GPUs are allowed.
   std::vector<std::string> gpu_uuids;
+  // The job the pod's ranks belong to, within its namespace (orion/job, JobSet, Kubeflow);
+  // empty: the pod alone is the job (server/jobs.h).
+  std::string job;
 };
 
 // What the server decided for a client at registration.

@@ -535,7 +535,7 @@ policy:
   high_priority_namespaces: []         # namespaces whose pods may be orion/priority: high;
                                        # empty: all. Elsewhere such a pod runs best-effort
 standalone:                            # processes not in a Kubernetes pod
-  trust_client_requests: true          # honour orion-run --priority/--memory-limit
+  trust_client_requests: true          # honour orion-run --priority/--memory-limit/--job
   rules: []                            # e.g. - {process: "serve*", uid: 1000, priority: high,
                                        #         memory_limit: 8Gi}  (bytes, K/M/G/T powers of
                                        # 1000, Ki/Mi/Gi/Ti powers of 1024; 0: no limit);

@@ -146,6 +146,46 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     if (c.requests.count > 0) AddHistogram(requests, labels, c.requests, kRequestLatencyBuckets);
   }
 
+  // Jobs and pods: live ones only (a job's series go with its last rank). The job's label is
+  // orion_job: Prometheus itself sets `job` on every series it scrapes.
+  MetricFamily job_ranks = Family("orion_job_ranks",
+                                  "Live ranks (clients) of a training job on a GPU: the ranks "
+                                  "of one pod, JobSet, PyTorchJob or orion/job annotation, or of "
+                                  "one standalone launcher",
+                                  MetricType::Gauge);
+  MetricFamily job_gpus = Family("orion_job_gpus", "Distinct GPUs a job's live ranks use",
+                                 MetricType::Gauge);
+  MetricFamily job_held = Family("orion_job_held_seconds",
+                                 "Time a job's live ranks were held at the gate or paused, "
+                                 "summed (falls when a rank leaves)",
+                                 MetricType::Gauge);
+  MetricFamily job_busy = Family("orion_job_gpu_busy_seconds",
+                                 "GPU time of a job's live ranks' kernels and graphs, summed "
+                                 "(falls when a rank leaves)",
+                                 MetricType::Gauge);
+  MetricFamily job_mem = Family("orion_job_memory_used_bytes",
+                                "GPU memory allocated by a job's live ranks", MetricType::Gauge);
+  MetricFamily pod_mem = Family("orion_pod_memory_used_bytes",
+                                "GPU memory allocated by a pod's live clients (pods the agent "
+                                "named)",
+                                MetricType::Gauge);
+  for (const JobSample& j : snap.jobs) {
+    const std::vector<ClientMetric::Label> labels = {
+        {"node", node_}, {"namespace", j.ns}, {"orion_job", j.job}};
+    for (const auto& [gpu, ranks] : j.ranks_per_gpu) {
+      Add(job_ranks, {{"node", node_}, {"gpu", gpu}, {"namespace", j.ns}, {"orion_job", j.job}},
+          ranks);
+    }
+    Add(job_gpus, labels, static_cast<double>(j.ranks_per_gpu.size()));
+    Add(job_held, labels, j.held_seconds);
+    Add(job_busy, labels, j.busy_seconds);
+    Add(job_mem, labels, static_cast<double>(j.memory_used));
+  }
+  for (const PodSample& p : snap.pods) {
+    Add(pod_mem, {{"node", node_}, {"namespace", p.ns}, {"pod", p.pod}},
+        static_cast<double>(p.memory_used));
+  }
+
   MetricFamily regs = Family("orion_registrations_total", "Client registrations by result",
                              MetricType::Counter);
   Add(regs, {{"node", node_}, {"result", "ok"}}, static_cast<double>(snap.registrations_ok));
@@ -202,7 +242,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                          node_, snap.board_corrections);
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &hp_pods, &hp_allowed, &budget, &kernels, &throttled, &mem_used,
-                          &mem_limit, &dropped, &client_busy, &claims, &period, &requests, &regs,
+                          &mem_limit, &dropped, &client_busy, &claims, &period, &requests,
+                          &job_ranks, &job_gpus, &job_held, &job_busy, &job_mem, &pod_mem, &regs,
                           &ingested, &written, &skipped, &node_dropped, &untabled, &quarantined,
                           &quarantined_clients, &repairs, &corrections}) {
     out.push_back(std::move(*f));

@@ -167,6 +167,25 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
     }
   }
   ClientPolicy policy = DecidePolicy(peer, request, config_, pod, pod_override);
+  // A standalone process may name its job (orion-run --job) on the channel its priority request
+  // takes: honoured only when the server trusts client requests.
+  std::string requested_job;
+  if (!in_pod && config_.trust_client_requests) {
+    requested_job = FixedString(request.requested_job);
+    if (absl::Status s = CheckJobName(requested_job, "ORION_JOB");
+        !requested_job.empty() && !s.ok()) {
+      std::fprintf(stderr, "orion-server: pid %d (%s): %s: ignored\n", peer.pid,
+                   SanitizeUtf8(peer.process_name).c_str(), std::string(s.message()).c_str());
+      requested_job.clear();
+    }
+  }
+  const JobIdentity job = JobFor(peer, requested_job, /*self_counted=*/false);
+  bool job_override = false;
+  if (auto it = job_overrides_.find(job.key); it != job_overrides_.end()) {
+    policy.priority = it->second;
+    policy.source = "admin";
+    job_override = true;
+  }
   const uint32_t id = next_client_id_++;
   // The memory quota holds per pod: the processes of one pod (by the kernel's cgroup, never the
   // request) count against one quota area; any other process gets one of its own.
@@ -191,7 +210,15 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   c.process_name = c.peer.process_name.empty() ? SanitizeUtf8(FixedString(request.process_name))
                                                : c.peer.process_name;
   c.policy = policy;
-  c.admin_priority = pod_override != nullptr;
+  c.admin_priority = pod_override != nullptr || job_override;
+  c.requested_job = requested_job;
+  if (!in_pod && requested_job.empty() && peer.launcher_pid > 0) {
+    ++standalone_parents_[peer.launcher_pid];
+  }
+  if (paused_jobs_.count(job.key)) {  // a rank of a paused job starts paused
+    c.paused = true;
+    board_->SetPaused(c.slot, true);
+  }
   c.registered_unix_ms = RealtimeNs() / 1000000;
   c.usable_millicpus =
       request.usable_millicpus == contract::kNoValue32 ? 0 : request.usable_millicpus;
@@ -255,7 +282,8 @@ void NodeState::Unregister(uint32_t client_id) {
   departed_written_ += end + left;
   departed_dropped_ += ring.dropped.load(std::memory_order_relaxed);
   departed_untabled_ += c.ingest.table_dropped_events();
-  lifecycle_log_.Exited(ViewOf(c), MonotonicNs());
+  const ClientView last = ViewOf(c);
+  lifecycle_log_.Exited(last, MonotonicNs());
   board_->FreeSlot(c.slot);
   if (c.policy.priority == Priority::kBestEffort && c.gpu < contract::kMaxGpus) {
     // A best-effort client that died with kernels in flight never gives its budget charges
@@ -264,7 +292,18 @@ void NodeState::Unregister(uint32_t client_id) {
       gate->words.be_outstanding_ns.store(0, std::memory_order_relaxed);
     }
   }
+  if (c.peer.cgroup.pod_uid.empty() && c.requested_job.empty() && c.peer.launcher_pid > 0) {
+    if (auto p = standalone_parents_.find(c.peer.launcher_pid); p != standalone_parents_.end()) {
+      if (--p->second == 0) standalone_parents_.erase(p);
+    }
+  }
   clients_.erase(it);
+  // A job's actions outlive a rank, not the job.
+  if ((job_overrides_.count(last.job.key) || paused_jobs_.count(last.job.key)) &&
+      RanksOf(last.job.key).empty()) {
+    job_overrides_.erase(last.job.key);
+    paused_jobs_.erase(last.job.key);
+  }
 }
 
 IngestSinks NodeState::SinksFor(const ClientRecord& c) {
@@ -535,6 +574,7 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
     v.pod = it->second.name;
     v.ns = it->second.ns;
   }
+  v.job = JobFor(c.peer, c.requested_job, /*self_counted=*/true);
   v.policy = c.policy;
   v.paused = c.paused;
   // Client-written counters: read, never trusted for decisions.
@@ -546,11 +586,42 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
   c.held_shown_ns = std::max(c.held_shown_ns, contract::HeldNs(s, MonotonicNs()));
   v.throttled_ns = c.held_shown_ns;
   v.events_dropped = area.ring.dropped.load(std::memory_order_relaxed);
+  v.gpu_busy_seconds = c.ingest.gpu_busy_ns() / 1e9;
   v.registered_unix_ms = c.registered_unix_ms;
   v.usable_millicpus = c.usable_millicpus;
   v.quarantined = c.quarantined;
   v.events_quarantined = c.quarantined_events;
   return v;
+}
+
+JobIdentity NodeState::JobFor(const PeerIdentity& peer, const std::string& requested_job,
+                             bool self_counted) const {
+  if (!peer.cgroup.pod_uid.empty()) {
+    auto it = pods_.find(peer.cgroup.pod_uid);
+    if (it == pods_.end()) return UnnamedPodJob(peer.cgroup.pod_uid);
+    return PodJob(it->second.ns, it->second.name, it->second.job);
+  }
+  bool shared = false;
+  if (requested_job.empty() && peer.launcher_pid > 0) {
+    auto it = standalone_parents_.find(peer.launcher_pid);
+    shared = it != standalone_parents_.end() && it->second > (self_counted ? 1u : 0u);
+  }
+  return StandaloneJob(requested_job, peer.pid, peer.launcher_pid, shared);
+}
+
+std::vector<NodeState::ClientRecord*> NodeState::RanksOf(const std::string& job_key) {
+  std::vector<ClientRecord*> out;
+  for (auto& [id, c] : clients_) {
+    if (JobFor(c.peer, c.requested_job, /*self_counted=*/true).key == job_key) out.push_back(&c);
+  }
+  return out;
+}
+
+absl::Status NodeState::JobNotFound(const std::string& job_key) const {
+  return absl::NotFoundError(absl::StrCat(
+      "no job '", SanitizeUtf8(job_key.substr(0, 200)),
+      "' with a live rank on this node (keys as ListJobs and orion-ctl jobs name them: "
+      "namespace/job, pod-<uid>, pid-<pid> or a standalone --job name)"));
 }
 
 absl::Status NodeState::CheckGpu(uint32_t gpu) {
@@ -662,6 +733,48 @@ absl::StatusOr<ClientView> NodeState::SetPaused(uint32_t client_id, bool paused)
   it->second.paused = paused;
   board_->SetPaused(it->second.slot, paused);
   return ViewOf(it->second);
+}
+
+std::vector<JobView> NodeState::ListJobs(const std::string& ns) {
+  ApiLock lock(this);
+  std::vector<ClientView> views;
+  views.reserve(clients_.size());
+  for (const auto& [id, c] : clients_) views.push_back(ViewOf(c));
+  std::vector<JobView> jobs = GroupJobs(views);
+  if (!ns.empty()) std::erase_if(jobs, [&](const JobView& j) { return j.ns != ns; });
+  return jobs;
+}
+
+absl::StatusOr<JobView> NodeState::SetJobPaused(const std::string& job_key, bool paused) {
+  ApiLock lock(this);
+  const std::vector<ClientRecord*> ranks = RanksOf(job_key);
+  if (ranks.empty()) return JobNotFound(job_key);
+  std::vector<ClientView> views;
+  for (ClientRecord* c : ranks) {
+    c->paused = paused;
+    board_->SetPaused(c->slot, paused);
+    views.push_back(ViewOf(*c));
+  }
+  if (paused) {
+    paused_jobs_.insert(job_key);
+  } else {
+    paused_jobs_.erase(job_key);
+  }
+  return GroupJobs(views).front();
+}
+
+absl::StatusOr<std::vector<ClientView>> NodeState::SetJobPriority(const std::string& job_key,
+                                                                  Priority p) {
+  ApiLock lock(this);
+  const std::vector<ClientRecord*> ranks = RanksOf(job_key);
+  if (ranks.empty()) return JobNotFound(job_key);
+  job_overrides_[job_key] = p;
+  std::vector<ClientView> changed;
+  for (ClientRecord* c : ranks) {
+    OverridePriority(*c, p);
+    changed.push_back(ViewOf(*c));
+  }
+  return changed;
 }
 
 absl::StatusOr<GpuPolicy> NodeState::GetPolicy(uint32_t gpu) {
@@ -888,6 +1001,8 @@ MetricsSnapshot NodeState::Snapshot() {
   }
   snap.high_priority_pods_allowed = config_.policy.high_priority_per_gpu;
   snap.clients.reserve(clients_.size());
+  std::map<std::string, JobSample> jobs;  // by job key
+  std::map<std::string, PodSample> pods;  // by pod UID
   for (const auto& [id, c] : clients_) {
     const ClientView v = ViewOf(c);
     ClientSample cs;
@@ -918,7 +1033,22 @@ MetricsSnapshot NodeState::Snapshot() {
       }
     }
     snap.clients.push_back(std::move(cs));
+    JobSample& js = jobs[v.job.key];
+    js.ns = v.job.ns.empty() ? "standalone" : v.job.ns;
+    js.job = v.job.name;
+    ++js.ranks_per_gpu[std::to_string(c.gpu)];
+    js.held_seconds += static_cast<double>(v.throttled_ns) / 1e9;
+    js.busy_seconds += v.gpu_busy_seconds;
+    js.memory_used += v.memory_used_bytes;
+    if (auto pod = pods_.find(c.peer.cgroup.pod_uid); pod != pods_.end()) {
+      PodSample& ps = pods[c.peer.cgroup.pod_uid];
+      ps.ns = pod->second.ns;
+      ps.pod = pod->second.name;
+      ps.memory_used += v.memory_used_bytes;
+    }
   }
+  for (auto& [key, j] : jobs) snap.jobs.push_back(std::move(j));
+  for (auto& [uid, p] : pods) snap.pods.push_back(std::move(p));
   const std::vector<std::set<std::string>> high_tenants = HighPriorityTenants();
   for (uint32_t g = 0; g < ngpus && g < high_tenants.size(); ++g) {
     snap.gpus[g].high_priority_pods = static_cast<uint32_t>(high_tenants[g].size());

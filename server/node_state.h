@@ -40,6 +40,7 @@
 #include "server/client_lifecycle_log.h"
 #include "server/config.h"
 #include "server/gpu_policy.h"
+#include "server/jobs.h"
 #include "server/kernel_profile.h"
 #include "server/node_views.h"
 #include "server/peer_identity.h"
@@ -59,6 +60,17 @@ struct ClientSample {
   BusyPeriodHistogram busy;                 // high-priority clients
   RequestLatencyHistogram requests;         // clients that mark requests with NVTX ranges
 };
+// Per-job and per-pod values at scrape time: live ones only, so series go with them.
+struct JobSample {
+  std::string ns, job;  // ns "standalone" outside Kubernetes
+  std::map<std::string, uint32_t> ranks_per_gpu;  // by GPU index
+  double held_seconds = 0, busy_seconds = 0;
+  uint64_t memory_used = 0;
+};
+struct PodSample {
+  std::string ns, pod;
+  uint64_t memory_used = 0;
+};
 struct GpuSample {
   std::string gpu;
   uint32_t clients[2] = {0, 0};  // by contract::Priority
@@ -70,6 +82,8 @@ struct GpuSample {
 struct MetricsSnapshot {
   std::vector<ClientSample> clients;
   std::vector<GpuSample> gpus;
+  std::vector<JobSample> jobs;
+  std::vector<PodSample> pods;  // pods the agent named that have a live client
   uint32_t high_priority_pods_allowed = 1;  // policy.high_priority_per_gpu
   uint64_t registrations_ok = 0;
   std::map<std::string, uint64_t> registrations_failed;  // by reason
@@ -132,6 +146,16 @@ class NodeState {
                                                          contract::Priority p)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<ClientView> SetPaused(uint32_t client_id, bool paused) ABSL_LOCKS_EXCLUDED(mu_);
+  // Jobs (server/jobs.h), optionally of one namespace. Job-wide actions change every rank under
+  // one hold of the lock, and ranks that register later while the job still has one (a
+  // restarted rank); they are forgotten when its last rank leaves. NOT_FOUND for a job with no
+  // live rank.
+  std::vector<JobView> ListJobs(const std::string& ns) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<JobView> SetJobPaused(const std::string& job_key, bool paused)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<ClientView>> SetJobPriority(const std::string& job_key,
+                                                         contract::Priority p)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<GpuPolicy> GetPolicy(uint32_t gpu) ABSL_LOCKS_EXCLUDED(mu_);
   // Returns the policy of the changed GPU (the first, for all GPUs).
   absl::StatusOr<GpuPolicy> SetPolicy(const PolicyChange& change) ABSL_LOCKS_EXCLUDED(mu_);
@@ -173,6 +197,7 @@ class NodeState {
     bool admin_priority = false;
     int64_t registered_unix_ms = 0;
     uint32_t usable_millicpus = 0;  // as the client found them; 0 = unknown or no limit
+    std::string requested_job;      // orion-run --job, checked; standalone and trusted only
     uint64_t gate_claims_ignored = 0;
     ClientIngest ingest;                // what its events became
     uint64_t busy_count_at_change = 0;  // ingest.busy().count when the GPU's budget last changed
@@ -195,6 +220,13 @@ class NodeState {
   void StrikeRing(ClientRecord& c, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ClientView ViewOf(const ClientRecord& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job of a client with this identity (server/jobs.h); `self_counted`: the client is
+  // already among standalone_parents_.
+  JobIdentity JobFor(const PeerIdentity& peer, const std::string& requested_job,
+                     bool self_counted) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live clients of a job, by id.
+  std::vector<ClientRecord*> RanksOf(const std::string& job_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status JobNotFound(const std::string& job_key) const;
   // The client's priority as an admin override.
   void OverridePriority(ClientRecord& c, contract::Priority p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckGpu(uint32_t gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -251,6 +283,11 @@ class NodeState {
   std::map<uint32_t, ClientRecord> clients_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, PodPolicy> pods_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, contract::Priority> pod_overrides_ ABSL_GUARDED_BY(mu_);
+  // Job-wide actions, for ranks that register while the job lives (by job key).
+  std::map<std::string, contract::Priority> job_overrides_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> paused_jobs_ ABSL_GUARDED_BY(mu_);
+  // Standalone clients without a requested job, by parent pid (parents above 1 only).
+  std::map<pid_t, uint32_t> standalone_parents_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, OrionProfileRow> known_kernels_ ABSL_GUARDED_BY(mu_);
   std::vector<GpuPolicy> gpu_policy_ ABSL_GUARDED_BY(mu_);
   // GPU time the spans of each GPU's clients covered, by contract::Priority.

@@ -19,6 +19,13 @@
 
 namespace orion::server {
 
+// The job a client is a rank of (server/jobs.h says how it is found).
+struct JobIdentity {
+  std::string key;   // unique on the node: what ListJobs names and job-wide actions take
+  std::string ns;    // the pods' namespace; empty for standalone and unnamed pods
+  std::string name;  // the job's (or pod's, or "pid-N") name, without the namespace
+};
+
 // A registered client: who it is (kernel-verified), what it may do, what its area counts.
 struct ClientView {
   uint32_t client_id = 0, slot = 0, gpu = 0;
@@ -26,11 +33,13 @@ struct ClientView {
   std::string process_name;
   std::string pod_uid, container_id;
   std::string pod, ns;  // empty until the agent names the pod (and always standalone)
+  JobIdentity job;
   ClientPolicy policy;
   bool paused = false;
   // Client-written counters: shown, never trusted for decisions.
   uint64_t memory_used_bytes = 0, memory_peak_bytes = 0;
   uint64_t kernels_launched = 0, throttled_ns = 0, events_dropped = 0;
+  double gpu_busy_seconds = 0;  // its kernels' and graphs' GPU time (orion_client_gpu_busy_...)
   int64_t registered_unix_ms = 0;
   // CPUs the process may use (affinity, cgroup quota) in thousandths, as its interposer found
   // them at start; 0 = unknown or no limit. Informative: a one-CPU pod shows 1000.
@@ -46,6 +55,21 @@ struct ClientFilter {
   std::optional<uint32_t> gpu;
   std::string ns, pod;
   bool include_exited = false;  // also the last clients that exited (ClientLifecycleLog)
+};
+
+// A job: its live ranks (clients) summed. priority is the ranks' (mixed_priority: they differ);
+// paused: every rank is.
+struct JobView {
+  std::string key, ns, name;
+  contract::Priority priority = contract::Priority::kBestEffort;
+  bool mixed_priority = false, paused = false;
+  uint32_t ranks = 0;
+  std::vector<uint32_t> gpus;        // board indices, distinct, ascending
+  std::vector<std::string> pods;     // pod names, distinct, ascending (none standalone)
+  std::vector<uint32_t> client_ids;  // its ranks
+  double held_seconds = 0;           // the ranks' time held at the gate or paused
+  double busy_seconds = 0;           // the ranks' kernel and graph GPU time
+  uint64_t memory_used_bytes = 0;
 };
 
 struct GpuView {

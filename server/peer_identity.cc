@@ -106,6 +106,26 @@ std::string ReadSmallFile(const std::string& path) {
   return ss.str();
 }
 
+// Parents that start unrelated programs rather than ranks of one job (by comm).
+bool IsSessionParent(const std::string& comm) {
+  static constexpr const char* kSessionParents[] = {
+      "sh",   "bash", "dash",  "zsh",  "ksh",   "mksh",    "fish",    "tcsh", "csh",
+      "sudo", "su",   "login", "sshd", "tmux: server", "screen", "systemd", "init"};
+  for (const char* p : kSessionParents) {
+    if (comm == p) return true;
+  }
+  return false;
+}
+
+// The fields of /proc/<pid>/stat after the command (fields[0] is field 3, the state); empty
+// if the process is gone.
+std::vector<std::string> StatFields(pid_t pid, const std::string& proc_root) {
+  const std::string stat = ReadSmallFile(absl::StrCat(proc_root, "/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');  // comm may hold spaces and parentheses
+  if (paren == std::string::npos) return {};
+  return absl::StrSplit(absl::string_view(stat).substr(paren + 1), ' ', absl::SkipEmpty());
+}
+
 }  // namespace
 
 CgroupIdentity ParseCgroupFile(const std::string& text) {
@@ -155,6 +175,14 @@ PeerIdentity IdentifyPid(pid_t pid, uid_t uid, gid_t gid, const std::string& pro
   const ssize_t n = ::readlink((base + "/exe").c_str(), exe, sizeof(exe) - 1);
   if (n > 0) id.exe.assign(exe, static_cast<size_t>(n));
   id.cgroup = ParseCgroupFile(ReadSmallFile(base + "/cgroup"));
+  if (const std::vector<std::string> stat = StatFields(pid, proc_root); stat.size() > 1) {
+    int ppid = 0;
+    if (absl::SimpleAtoi(stat[1], &ppid) && ppid > 1) {
+      const std::string parent(absl::StripTrailingAsciiWhitespace(
+          ReadSmallFile(absl::StrCat(proc_root, "/", ppid, "/comm"))));
+      if (!parent.empty() && !IsSessionParent(parent)) id.launcher_pid = static_cast<pid_t>(ppid);
+    }
+  }
   // A path that names a pod in some other way is never guessed at: the client is treated as not
   // in a pod (no pod priority), and the operator sees why.
   if (id.cgroup.pod_uid.empty() && absl::StrContains(id.cgroup.reason, "kubelet pod layout")) {

@@ -46,6 +46,11 @@ struct PeerIdentity {
   gid_t gid = 0;
   std::string process_name;  // /proc/<pid>/comm (the process may set it: prctl PR_SET_NAME)
   std::string exe;           // /proc/<pid>/exe's target; empty when unreadable
+  // The parent (/proc/<pid>/stat) when it may be a launcher of ranks (torchrun, mpirun's daemon,
+  // a Python process that spawns them), so standalone clients of one launcher are one job; 0
+  // when the parent is init, a shell, a terminal multiplexer, sudo, sshd or systemd (programs
+  // started from one shell are not one job), or unreadable.
+  pid_t launcher_pid = 0;
   CgroupIdentity cgroup;
 };
 

@@ -1,7 +1,8 @@
 // orion-ctl: admin CLI for orion-server's orion.v1.Admin API.
 //   orion-ctl [--server HOST:PORT] [--json] COMMAND ...
-// Commands: gpus | clients | client ID | priority (ID | --pod UID) high|best-effort |
-//           pause ID | resume ID | policy [--gpu N] [KEY=VALUE ...] |
+// Commands: gpus | clients | jobs | client ID |
+//           priority (ID | --pod UID | --job KEY) high|best-effort |
+//           pause (ID | --job KEY) | resume (ID | --job KEY) | policy [--gpu N] [KEY=VALUE ...] |
 //           timeline [--gpu N] [--last-ms N|--since MS --until MS] [--trace F] [--html F] |
 //           timeline merge A.json B.json ... --out F | profile ID [--csv FILE]
 #include <grpcpp/grpcpp.h>
@@ -38,10 +39,15 @@ void Usage(FILE* out) {
       "                                        who is registered; POD is standalone/PROCESS\n"
       "                                        outside Kubernetes; --exited: also the last\n"
       "                                        256 clients that exited\n"
+      "  jobs [--namespace NS]                 training jobs: the ranks of one pod, JobSet,\n"
+      "                                        PyTorchJob or orion/job in a namespace (KEY\n"
+      "                                        NS/NAME), or of one standalone launcher\n"
       "  client ID                             one client in detail\n"
       "  priority ID high|best-effort          change a client's priority now\n"
       "  priority --pod UID high|best-effort   change a pod's priority (current + future)\n"
+      "  priority --job KEY high|best-effort   change every rank of a job at once\n"
       "  pause ID | resume ID                  hold / release all launches of a client\n"
+      "  pause --job KEY | resume --job KEY    hold / release every rank of a job at once\n"
       "  policy [--gpu N|--all] [KEY=VALUE...] show or set knobs: mode=pass-through|priority|mps,\n"
       "                                        be_budget_us, sm_threshold, spin_us, hp_stale_ms,\n"
       "                                        hp_grace_us, adapt_budget=true|false,\n"
@@ -140,6 +146,20 @@ std::string ProcessOf(const std::map<uint32_t, orion::v1::Client>& clients, uint
   const orion::v1::Client& c = it->second;
   return absl::StrCat(c.pod().empty() ? c.process_name() : PodOf(c), "(", c.host_pid(), ")",
                       c.exited() ? ",exited" : "");
+}
+
+// "0,1": a job's GPUs.
+std::string GpuList(const orion::v1::Job& j) {
+  std::string out;
+  for (uint32_t g : j.gpus()) absl::StrAppend(&out, out.empty() ? "" : ",", g);
+  return out.empty() ? "-" : out;
+}
+
+void PrintJobRow(const orion::v1::Job& j) {
+  const char* prio = j.priority() == orion::v1::PRIORITY_UNSPECIFIED ? "mixed" : PrioName(j.priority());
+  std::printf("%-40.40s %-8s %5u %5d %-12s %-6s %10s %10.3f %10.3f\n", j.key().c_str(),
+              GpuList(j).c_str(), j.ranks(), j.pods_size(), prio, j.paused() ? "yes" : "no",
+              Mib(j.memory_used_bytes()).c_str(), j.held_seconds(), j.busy_seconds());
 }
 
 void PrintClientRow(const orion::v1::Client& c) {
@@ -388,6 +408,40 @@ int main(int argc, char** argv) {
     for (const auto& c : r.clients()) PrintClientRow(c);
     return 0;
   }
+  if (cmd == "jobs") {
+    orion::v1::ListJobsRequest q;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--namespace" && i + 1 < args.size()) {
+        q.set_namespace_(args[++i]);
+      } else {
+        return bad("unknown argument '" + args[i] + "'");
+      }
+    }
+    orion::v1::ListJobsResponse r;
+    if (auto s = stub->ListJobs(ctx().get(), q, &r); !s.ok()) return Fail(s);
+    if (json) return PrintJson(r), 0;
+    if (r.jobs_size() == 0) {
+      std::printf("(no jobs: a job appears here when its first rank registers)\n");
+      return 0;
+    }
+    std::printf("%-40s %-8s %5s %5s %-12s %-6s %10s %10s %10s\n", "JOB", "GPUS", "RANKS", "PODS",
+                "PRIORITY", "PAUSE", "MEM", "HELD_S", "BUSY_S");
+    for (const auto& j : r.jobs()) PrintJobRow(j);
+    return 0;
+  }
+  if ((cmd == "pause" || cmd == "resume") && args.size() >= 2 && args[1] == "--job") {
+    if (args.size() != 3) return bad("expected: " + cmd + " --job KEY (orion-ctl jobs)");
+    orion::v1::JobRequest q;
+    q.set_job(args[2]);
+    orion::v1::Job j;
+    const grpc::Status s = cmd == "pause" ? stub->PauseJob(ctx().get(), q, &j)
+                                          : stub->ResumeJob(ctx().get(), q, &j);
+    if (!s.ok()) return Fail(s);
+    if (json) return PrintJson(j), 0;
+    std::printf("job %s: %u rank(s) on GPU %s %s\n", j.key().c_str(), j.ranks(),
+                GpuList(j).c_str(), j.paused() ? "paused" : "resumed");
+    return 0;
+  }
   if (cmd == "client" || cmd == "pause" || cmd == "resume") {
     uint32_t id = 0;
     if (args.size() != 2 || !ParseU32(args[1], &id)) return bad("expected one client id");
@@ -416,13 +470,17 @@ int main(int argc, char** argv) {
     if (args.size() == 4 && args[1] == "--pod") {
       q.set_pod_uid(args[2]);
       level = args[3];
+    } else if (args.size() == 4 && args[1] == "--job") {
+      q.set_job(args[2]);
+      level = args[3];
     } else if (args.size() == 3) {
       uint32_t id = 0;
-      if (!ParseU32(args[1], &id)) return bad("expected a client id or --pod UID");
+      if (!ParseU32(args[1], &id)) return bad("expected a client id, --pod UID or --job KEY");
       q.set_client_id(id);
       level = args[2];
     } else {
-      return bad("expected: priority ID high|best-effort, or priority --pod UID high|best-effort");
+      return bad("expected: priority ID high|best-effort, priority --pod UID high|best-effort "
+                 "or priority --job KEY high|best-effort");
     }
     if (level == "high") {
       q.set_priority(orion::v1::PRIORITY_HIGH);

@@ -27,6 +27,10 @@ void Usage(FILE* out) {
                "                                 8Gi = 8,589,934,592 bytes); 0 or left out:\n"
                "                                 no limit\n"
                "  --latency-target-ms N          high-priority latency target\n"
+               "  --job NAME                     the job this command's processes are ranks\n"
+               "                                 of (ORION_JOB; lowercase letters, digits, '-',\n"
+               "                                 '.'); default: processes started by one\n"
+               "                                 parent (torchrun) are one job\n"
                "  --mps-thread-percentage N      best-effort: SM share under MPS (default 50;\n"
                "                                 0: not set)\n"
                "  --socket PATH                  the server's socket_path, passed on as\n"
@@ -91,7 +95,7 @@ std::string FindInterposer() {
 
 int main(int argc, char** argv) {
   std::string priority = "best-effort", memory_limit, latency_ms, socket_path, interposer;
-  std::string log_dir;
+  std::string log_dir, job;
   long mps_percentage = orion::contract::kDefaultBestEffortMpsThreadPercentage;
   bool mps_percentage_given = false;
   int i = 1;
@@ -112,6 +116,12 @@ int main(int argc, char** argv) {
       if (priority != "high" && priority != "best-effort") {
         std::fprintf(stderr, "orion-run: --priority: expected high or best-effort, got '%s'\n",
                      priority.c_str());
+        return 2;
+      }
+    } else if (a == "--job") {
+      job = value("--job");
+      if (const char* why = orion::contract::JobNameProblem(job.data(), job.size())) {
+        std::fprintf(stderr, "orion-run: --job '%s' %s\n", job.c_str(), why);
         return 2;
       }
     } else if (a == "--mps-thread-percentage") {
@@ -191,6 +201,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "orion-run: --mps-thread-percentage applies to best-effort only; "
                          "ignored for --priority high\n");
   }
+  if (!job.empty()) setenv(orion::contract::kEnvJob, job.c_str(), 1);
   if (!memory_limit.empty()) setenv(orion::contract::kEnvMemoryLimit, memory_limit.c_str(), 1);
   if (!latency_ms.empty()) setenv(orion::contract::kEnvLatencyTargetMs, latency_ms.c_str(), 1);
   if (!socket_path.empty()) setenv(orion::contract::kEnvSocket, socket_path.c_str(), 1);

@@ -60,13 +60,32 @@ std::string ClientLabel(uint32_t id, const NodeTimeline& t, orion::v1::Priority 
   if (it == t.clients.end()) {
     return absl::StrCat("client ", id, " (", PriorityWord(span_priority), ", exited)");
   }
-  // Outside Kubernetes the process is what a reader knows: its name and PID.
+  // Outside Kubernetes the process is what a reader knows: its name and PID. A rank of a job of
+  // several clients is named with its job first, so a job's tracks read as one group.
   const orion::v1::Client& c = it->second;
-  const std::string who =
+  std::string who =
       c.pod().empty() ? c.process_name() : absl::StrCat(c.namespace_(), "/", c.pod());
+  if (!c.job().empty() && std::count_if(t.clients.begin(), t.clients.end(), [&](const auto& o) {
+        return o.second.job() == c.job();
+      }) > 1) {
+    who = absl::StrCat("job ", c.job(), ": ", who);
+  }
   return absl::StrCat(who, " (", c.host_pid() != 0 ? absl::StrCat("pid ", c.host_pid(), ", ") : "",
                       "client ", id, ", ", PriorityWord(c.priority()), c.exited() ? ", exited" : "",
                       ")");
+}
+
+// Where a client's tracks sort: high-priority clients first, then by job (a job's ranks
+// together), then by client id; add 0..3 for its run, step, work and held rows.
+int TrackSort(uint32_t id, const NodeTimeline& t, orion::v1::Priority priority) {
+  int job_index = 0;
+  if (auto it = t.clients.find(id); it != t.clients.end() && !it->second.job().empty()) {
+    std::set<std::string> jobs;
+    for (const auto& [other, c] : t.clients) jobs.insert(c.job());
+    job_index = static_cast<int>(std::distance(jobs.begin(), jobs.find(it->second.job())));
+  }
+  return (priority == orion::v1::PRIORITY_HIGH ? 0 : 1 << 29) + (std::min(job_index, 255) << 20) +
+         static_cast<int>((id * 4) & 0xFFFFC);
 }
 
 void AddMeta(ListValue* events, const std::string& what, int pid, int64_t tid,
@@ -120,8 +139,7 @@ std::string ChromeTraceJson(const NodeTimeline& t) {
         const std::string label = ClientLabel(s.client_id(), t, s.priority());
         // High-priority clients first; each client's run row, then its steps, its work and the
         // time it was held.
-        const int sort = (s.priority() == orion::v1::PRIORITY_HIGH ? 0 : 1 << 20) +
-                         static_cast<int>(s.client_id()) * 4 + (step ? 1 : held ? 3 : 2);
+        const int sort = TrackSort(s.client_id(), t, s.priority()) + (step ? 1 : held ? 3 : 2);
         AddMeta(events, "thread_name", pid, tid,
                 held ? label + " held at gate" : step ? label + " steps" : label, sort);
       }
@@ -160,7 +178,7 @@ std::string ChromeTraceJson(const NodeTimeline& t) {
       const orion::v1::Priority prio = spans.front().priority();
       const int64_t tid = kRunTidBase + client;
       AddMeta(events, "thread_name", pid, tid, ClientLabel(client, t, prio) + " ran",
-              (prio == orion::v1::PRIORITY_HIGH ? 0 : 1 << 20) + static_cast<int>(client) * 4);
+              TrackSort(client, t, prio));
       for (const RunInterval& r : runs) {
         Struct e;
         auto& f = *e.mutable_fields();

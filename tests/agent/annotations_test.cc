@@ -93,5 +93,48 @@ TEST(ParsePodAnnotations, MalformedValuesKeepDefaultsAndAreReported) {
   EXPECT_NE(p.problems[1].Message().find("orion/memory-limit=\"8GB\""), std::string::npos);
 }
 
+// Jobs: orion/job first, then the JobSet label, then Kubeflow's; none: the pod alone (empty).
+namespace jobs {
+
+using Map = std::map<std::string, std::string>;
+
+TEST(PodJob, AnnotationThenJobSetThenKubeflowThenThePodAlone) {
+  const Map jobset = {{"jobset.sigs.k8s.io/jobset-name", "llama-ft"},
+                      {"training.kubeflow.org/job-name", "other"}};
+  EXPECT_EQ(ParsePodAnnotations({{"orion/job", "bench-1"}}, jobset).settings.job, "bench-1");
+  EXPECT_EQ(ParsePodAnnotations({}, jobset).settings.job, "llama-ft");
+  EXPECT_EQ(ParsePodAnnotations({}, {{"training.kubeflow.org/job-name", "resnet.v2"}}).settings.job,
+            "resnet.v2");
+  EXPECT_EQ(ParsePodAnnotations({}, {{"kubeflow.org/job-name", "old-op"}}).settings.job, "old-op");
+  const ParsedAnnotations alone = ParsePodAnnotations({{"orion/priority", "high"}}, {});
+  EXPECT_EQ(alone.settings.job, "");
+  EXPECT_TRUE(alone.problems.empty());
+  // A label the agent does not read names no job.
+  EXPECT_EQ(ParsePodAnnotations({}, {{"app", "llama"}}).settings.job, "");
+}
+
+TEST(PodJob, AnInvalidAnnotationIsRefusedWithAClearMessageAndTheLabelsApply) {
+  for (const char* bad : {"Llama", "a/b", "-x", "", "has space", "x_y",
+                          "a234567890123456789012345678901234567890123456789012345678901234"}) {
+    const ParsedAnnotations p =
+        ParsePodAnnotations({{"orion/job", bad}}, {{"jobset.sigs.k8s.io/jobset-name", "js"}});
+    EXPECT_EQ(p.settings.job, "js") << bad;
+    ASSERT_EQ(p.problems.size(), 1u) << bad;
+    EXPECT_EQ(p.problems[0].key, "orion/job");
+    EXPECT_NE(p.problems[0].Message().find("annotation orion/job=\""), std::string::npos)
+        << p.problems[0].Message();
+    EXPECT_NE(p.problems[0].Message().find("lowercase letters, digits"), std::string::npos)
+        << p.problems[0].Message();
+  }
+  // A job label out of shape is reported too, and names no job.
+  const ParsedAnnotations p = ParsePodAnnotations({}, {{"kubeflow.org/job-name", "Bad_Name"}});
+  EXPECT_EQ(p.settings.job, "");
+  ASSERT_EQ(p.problems.size(), 1u);
+  EXPECT_EQ(p.problems[0].Message().rfind("label kubeflow.org/job-name=\"Bad_Name\" ignored", 0), 0u)
+      << p.problems[0].Message();
+  EXPECT_EQ(*ParseJobName(" llama "), "llama");
+}
+
+}  // namespace jobs
 }  // namespace
 }  // namespace orion::agent

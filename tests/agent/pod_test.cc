@@ -27,6 +27,17 @@ TEST(ParsePodList, RecordedList) {
   EXPECT_TRUE(list->pods[2].annotations.empty());
 }
 
+// Only the labels that name a pod's job are kept; the pod's job follows them.
+TEST(PodFromJson, KeepsOnlyTheJobLabels) {
+  absl::StatusOr<WatchEvent> e = ParseWatchEvent(R"({"type":"ADDED","object":{"metadata":{
+      "uid":"5d3b2a1c-0f9e-4d8c-b7a6-951e2f3a4b5c","namespace":"training","name":"llama-w-0-1",
+      "labels":{"app":"llama","jobset.sigs.k8s.io/jobset-name":"llama",
+                "jobset.sigs.k8s.io/replicatedjob-name":"w"}}}})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->pod.labels,
+            (std::map<std::string, std::string>{{"jobset.sigs.k8s.io/jobset-name", "llama"}}));
+}
+
 TEST(ParsePodList, RejectsOtherKinds) {
   EXPECT_FALSE(ParsePodList(ReadTestdata("status-410-gone.json")).ok());
   EXPECT_FALSE(ParsePodList("not json").ok());

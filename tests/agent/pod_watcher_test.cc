@@ -258,5 +258,20 @@ TEST_F(PodWatcherTest, ServerDownThenUpGetsAFullSync) {
   thread_.join();
 }
 
+// The pod's job reaches the server in its PodPolicy: a JobSet's pods carry the JobSet's name,
+// and a pod that names none is sent with no job (the server makes it a job of its own).
+TEST(PolicyForPodTest, CarriesThePodsJob) {
+  absl::StatusOr<WatchEvent> e = ParseWatchEvent(R"({"type":"ADDED","object":{"metadata":{
+      "uid":"5d3b2a1c-0f9e-4d8c-b7a6-951e2f3a4b5c","namespace":"training","name":"llama-w-0-1",
+      "labels":{"jobset.sigs.k8s.io/jobset-name":"llama"}}}})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  const ParsedAnnotations parsed = ParsePodAnnotations(e->pod.annotations, e->pod.labels);
+  EXPECT_EQ(PolicyForPod(e->pod, parsed.settings).job(), "llama");
+  e->pod.labels.clear();
+  EXPECT_EQ(PolicyForPod(e->pod, ParsePodAnnotations(e->pod.annotations, e->pod.labels).settings)
+                .job(),
+            "");
+}
+
 }  // namespace
 }  // namespace orion::agent

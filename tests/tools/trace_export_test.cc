@@ -163,6 +163,50 @@ TEST(ChromeTrace, OneProcessPerGpuOneThreadPerClientHeldTimeApart) {
   EXPECT_EQ(other.at("clock_uncertainty_ns").number_value(), 150'000);
 }
 
+// A job's ranks: named with their job first and sorted together, whatever their client ids;
+// a client alone in its job is named as before.
+TEST(ChromeTrace, AJobsRanksAreNamedAndSortedTogether) {
+  NodeTimeline t;
+  t.node = "node-a";
+  auto client = [&](uint32_t id, const std::string& pod, const std::string& job) {
+    orion::v1::Client c;
+    c.set_client_id(id);
+    c.set_pod(pod);
+    c.set_namespace_("training");
+    c.set_job(job);
+    c.set_priority(orion::v1::PRIORITY_BEST_EFFORT);
+    t.clients[id] = c;
+  };
+  client(1, "llama-0", "training/llama");
+  client(2, "notebook", "training/notebook");
+  client(3, "llama-1", "training/llama");
+  NodeTimeline::GpuSpans g;
+  g.gpu.set_index(0);
+  const int64_t t0 = 1'700'000'000'000'000'000;
+  for (uint32_t id : {1u, 2u, 3u}) {
+    g.spans.push_back(MakeSpan(id, orion::v1::PRIORITY_BEST_EFFORT, "kernel", t0, 1000));
+  }
+  t.gpus = {g};
+  std::map<int, std::string> names;
+  std::map<int, double> sort;
+  auto events = CheckTraceFormat(Parse(ChromeTraceJson(t)));
+  for (const Struct& m : events["M"]) {
+    const auto& f = m.fields();
+    if (!f.count("tid")) continue;
+    const int tid = static_cast<int>(f.at("tid").number_value());
+    const auto& args = f.at("args").struct_value().fields();
+    if (f.at("name").string_value() == "thread_name") names[tid] = args.at("name").string_value();
+    if (f.at("name").string_value() == "thread_sort_index") {
+      sort[tid] = args.at("sort_index").number_value();
+    }
+  }
+  EXPECT_EQ(names[1], "job training/llama: training/llama-0 (client 1, best-effort)");
+  EXPECT_EQ(names[3], "job training/llama: training/llama-1 (client 3, best-effort)");
+  EXPECT_EQ(names[2], "training/notebook (client 2, best-effort)");
+  EXPECT_LT(sort[1], sort[3]);
+  EXPECT_LT(sort[3], sort[2]);  // client 3 sorts beside its job's rank 1, before client 2
+}
+
 // Run intervals: a client's work spans closer than the gap merge into one "ran" interval from the
 // first start to the last end; held time never counts; a launch instant (no duration) makes the
 // run not measured.
