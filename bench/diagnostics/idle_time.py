@@ -26,7 +26,7 @@ import bisect
 import json
 import sys
 from harness import markdown_table, quantile, read_rows
-from experiments.request_trace import length, load, subtract, union
+from diagnostics.request_trace import length, load, subtract, union
 
 ANSWERS = ("where a service's idle GPU time goes (best effort running, held at the gate, GPU "
            "idle) and what its requests wait for, from a timeline export")
