@@ -63,7 +63,7 @@ bypass, after-registration and before-clock).
 --in-process-env sets variables in that process (ORION_NO_TIMING=1: what the timed launches'
 share is), --wrap puts a command before it (a profiler: `perf record -F 4999 -o FILE --`).
 --cpu-samples splits each arm's serving-thread CPU by shared object inside that process
-(cpu-samples.jsonl in --out; bench/experiments/cpu_samples.py renders it).
+(cpu-samples.jsonl in --out; bench/diagnostics/cpu_samples.py renders it).
 --control runs the same with neither arm interposed: the spread of its ratios is how
 far two identical processes differ, the resolution of the A/B. Writes results.jsonl and
 results.md (medians over the rounds of each round's interposer/bare ratio, with min and max) to
@@ -81,7 +81,7 @@ import sys
 import tempfile
 import time
 import harness
-from experiments import cpu_samples
+from diagnostics import cpu_samples
 from harness import MODELS, parse_result, quantile
 
 ANSWERS = ("what the interposer costs a job on one CPU (taskset or a cgroup cpu.max): "
@@ -689,7 +689,7 @@ def main(argv=None):
     p.add_argument("--wrap", help="--in-process: a command put before the process (quoted)")
     p.add_argument("--cpu-samples", action="store_true",
                    help="--in-process: sample the serving thread's CPU by object in each arm "
-                        "(cpu-samples.jsonl; bench/experiments/cpu_samples.py)")
+                        "(cpu-samples.jsonl; bench/diagnostics/cpu_samples.py)")
     p.add_argument("--control", action="store_true",
                    help="A/A: the interposer arm runs without it too (the A/B's resolution)")
     p.add_argument("--interval", action="store_true",

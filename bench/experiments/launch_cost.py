@@ -1,9 +1,9 @@
 """The CPU cost of a driver launch on a GPU, with and without the interposer (C level).
 
   orion_bench.py launch-cost --bundle DIR [--cpus 2] [--runs 12] [--launches 5000] [--pairs 3000]
-                             [--pollute KB] [--kernels N] [--baseline-interposer LIB] [--timed]
+                             [--pollute KB] [--kernels N] [--baseline-interposer LIB]
                              [--split SWITCH,...] [--paired-split SWITCH,...]
-                             [--fixed-layout] [--neighbor CPUS [--neighbor-mb MB]] [--out DIR]
+                             [--neighbor CPUS [--neighbor-mb MB]] [--out DIR]
   orion_bench.py launch-cost --table ROWS.jsonl
   orion_bench.py launch-cost --by-driver-time --table ROWS.jsonl...
 
@@ -26,10 +26,7 @@ builds are compared on the same host in the same turns. --pollute KB runs the pa
 with the caches cold: KB of memory written before every launch (untimed), each launch timed
 alone, as a launch finds its caches between a framework's own work. --kernels N launches N
 distinct kernels in turn, as a framework's forward pass launches each of its kernels once, so
-the interposer finds each kernel's record as cold as that. --timed adds two arms,
-high priority with every launch timed on the GPU (ORION_SAMPLE_EVERY_HIGH=1), held on its stream
-and not (ORION_TIMING_HOLD=0): less the high-priority arm, what one timed launch costs the CPU
-of the launching thread (its two event records, the hold's stream wait), past 1 in 64.
+the interposer finds each kernel's record as cold as that.
 --split SWITCH,... adds a high-priority arm per switch (ORION_BENCH_SWITCH: after-registration,
 before-clock, no-clock, no-launch-records, no-hp-notes, no-timing, ...): its launches cut short
 or leaving one part out, so that the high-priority arm less it, in the same run, is what that
@@ -40,10 +37,6 @@ them inside one process instead: per switch a high-priority arm whose paired fig
 interposer's cuLaunchKernel as usual and with the switch set in turn (orion-bench-launch
 --pair-switch), so its difference is what the part the switch leaves out costs, against the
 same process's state.
---fixed-layout adds the no-interposer and high-priority arms again with the address space's
-randomization off (setarch -R: every process of the arm maps its libraries, stack and heap at
-the same addresses): where one run of an arm reads far from another, these arms say whether the
-process's layout is what moves it.
 --segments K has each process measure its paired figure K times in a row: how far a process's
 driver launch and what the interposer adds move within its life, against how far they lie apart
 between processes (the table then takes each process's first segment for the others).
@@ -74,9 +67,7 @@ ANSWERS = ("what a driver launch costs on the CPU with and without the interpose
            "(orion-bench-launch, ns per launch, arms taking turns)")
 ARMS = ("no interposer", "high priority", "best effort")
 BASELINE_ARMS = ("high priority, baseline", "best effort, baseline")
-TIMED_ARMS = ("high priority, every launch timed", "high priority, every launch timed, not held")
 SPLIT_ARM = "high priority, "  # + harness.bench_switch_part(name): a --split arm
-FIXED_LAYOUT_ARMS = ("no interposer, fixed layout", "high priority, fixed layout")
 PAIRED_SPLIT_ARM = "high priority against itself without "  # + bench_switch_part(name)
 NEIGHBOR = ", beside a memory-streaming neighbor"  # ARMS[i] + NEIGHBOR: a --neighbor arm
 NEIGHBOR_ARMS = tuple(arm + NEIGHBOR for arm in ARMS)
@@ -102,7 +93,7 @@ def paired_table(rows):
     out = []
     shapes = sorted({(r.get("pollute_kb", 0), r.get("kernels", 1)) for r in rows})
     for kb, kernels in shapes:
-        for arm in (ARMS + BASELINE_ARMS + TIMED_ARMS + FIXED_LAYOUT_ARMS + NEIGHBOR_ARMS
+        for arm in (ARMS + BASELINE_ARMS + NEIGHBOR_ARMS
                     + tuple(split_arms(rows))):
             mine = [r for r in rows if r["arm"] == arm and r.get("pollute_kb", 0) == kb
                     and r.get("kernels", 1) == kernels]
@@ -428,8 +419,6 @@ def main(argv=None):
                    help="the paired figure launching N distinct kernels in turn")
     p.add_argument("--baseline-interposer", metavar="LIB",
                    help="another build of liborion_interpose.so, as two more arms")
-    p.add_argument("--timed", action="store_true",
-                   help="two more arms: high priority with every launch timed, held and not")
     p.add_argument("--split", metavar="SWITCH,...", default="",
                    help="a high-priority arm per ORION_BENCH_SWITCH name (e.g. after-registration,"
                         "before-clock,no-clock): what each part of the path costs")
@@ -437,9 +426,6 @@ def main(argv=None):
                    help="a high-priority arm per ORION_BENCH_SWITCH name whose paired figure "
                         "is the interposer less itself with that switch: each part inside one "
                         "process")
-    p.add_argument("--fixed-layout", action="store_true",
-                   help="two more arms, no interposer and high priority, with the address space's "
-                        "randomization off (setarch -R)")
     p.add_argument("--segments", type=int, default=1, metavar="K",
                    help="each process's paired figure K times in a row (--pairs pairs each): "
                         "how far a process's speed moves over its life")
@@ -498,17 +484,6 @@ def main(argv=None):
         lib = os.path.abspath(args.baseline_interposer)
         wraps[BASELINE_ARMS[0]] = harness.orion_run(b, "high", interposer=lib)
         wraps[BASELINE_ARMS[1]] = harness.orion_run(b, "best-effort", interposer=lib)
-    if args.timed:
-        every = ["env", "ORION_SAMPLE_EVERY_HIGH=1"]
-        wraps[TIMED_ARMS[0]] = every + harness.orion_run(b, "high")
-        wraps[TIMED_ARMS[1]] = every + ["ORION_TIMING_HOLD=0"] + harness.orion_run(b, "high")
-    if args.fixed_layout:
-        fixed = ["setarch", "-R"]
-        if subprocess.run(fixed + ["true"], capture_output=True).returncode != 0:
-            sys.exit("launch-cost: --fixed-layout: setarch -R failed here (the randomization "
-                     "cannot be turned off for a process on this host)")
-        wraps[FIXED_LAYOUT_ARMS[0]] = fixed
-        wraps[FIXED_LAYOUT_ARMS[1]] = fixed + harness.orion_run(b, "high")
     if neighbor_cpus:
         for arm, alone in zip(NEIGHBOR_ARMS, ARMS):
             wraps[arm] = wraps[alone]

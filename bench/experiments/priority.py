@@ -604,9 +604,12 @@ class Bench:
         print(text)
 
 
-def render_table(results, repeat):
-    """The markdown table of a run's rows (and, over several rounds, the median summary)."""
+def render_table(results, repeat, summary=False):
+    """The markdown table of a run's rows (and, over several rounds, the median summary); with
+    `summary`, the median summary alone."""
     results = with_harvest(results)
+    if summary:
+        return "\n".join(summary_lines(results, repeat)[3:]) + "\n"
     lines = ["| service | trainer | config | p50 | p99 | p99.9 | mean | service time p50 | busy "
              "| p50 / p99 / p99.9 / service time vs alone | trainer vs alone "
              "| harvest efficiency |",
@@ -638,42 +641,53 @@ def render_table(results, repeat):
             lines.append(f"| {r.get('hp', '-')} | {r.get('be', '-')} | {r['config']} | "
                          f"error: {r['error']} | | | | | | | | |")
     if repeat > 1:
-        paired = any("before" in r for r in results)
-        lines += ["", f"Over {repeat} rounds (each against its own " +
-                  ("alone run right before it" if paired else "round's alone run") +
-                  "): median [min, max]", "",
-                  "| service | trainer | config | p50 vs alone | p99 vs alone | mean vs alone "
-                  "| service time vs alone | trainer vs alone | harvest efficiency |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        groups = {}
-        for r in results:
-            if r.get("error") or r["config"] == "alone":
-                continue
-            groups.setdefault((r["hp"], r["be"], r["config"]), []).append(r)
-
-        def spread(rows, key, suffix="x"):
-            return harness.spread((r[key] for r in rows if key in r), suffix=suffix)
-        for (hp, be, cfg), every in groups.items():
-            # Rounds where the service or its alone baseline stalled compare nothing.
-            rows = [r for r in every if "stall_ms" not in r and "baseline_stall_ms" not in r]
-            if len(rows) < len(every):
-                cfg += f" ({len(rows)} of {len(every)} rounds: the others stalled)"
-            elif len(rows) < repeat:
-                cfg += f" ({len(rows)} rounds)"  # a run cut short before its last rounds
-            lines.append(f"| {hp} | {be or '-'} | {cfg} | {spread(rows, 'p50_x')} | "
-                         f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
-                         f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} | "
-                         f"{spread(rows, 'harvest', '')} |")
+        lines += summary_lines(results, repeat)
     return "\n".join(lines) + "\n"
+
+
+def summary_lines(results, repeat):
+    """The median summary over rounds: a heading, then its table (from the fourth line)."""
+    lines = []
+    paired = any("before" in r for r in results)
+    lines += ["", f"Over {repeat} rounds (each against its own " +
+              ("alone run right before it" if paired else "round's alone run") +
+              "): median [min, max]", "",
+              "| service | trainer | config | p50 vs alone | p99 vs alone | mean vs alone "
+              "| service time vs alone | trainer vs alone | harvest efficiency |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    groups = {}
+    for r in results:
+        if r.get("error") or r["config"] == "alone":
+            continue
+        groups.setdefault((r["hp"], r["be"], r["config"]), []).append(r)
+
+    def spread(rows, key, suffix="x"):
+        return harness.spread((r[key] for r in rows if key in r), suffix=suffix)
+    for (hp, be, cfg), every in groups.items():
+        # Rounds where the service or its alone baseline stalled compare nothing.
+        rows = [r for r in every if "stall_ms" not in r and "baseline_stall_ms" not in r]
+        if len(rows) < len(every):
+            cfg += f" ({len(rows)} of {len(every)} rounds: the others stalled)"
+        elif len(rows) < repeat:
+            cfg += f" ({len(rows)} rounds)"  # a run cut short before its last rounds
+        lines.append(f"| {hp} | {be or '-'} | {cfg} | {spread(rows, 'p50_x')} | "
+                     f"{spread(rows, 'p99_x')} | {spread(rows, 'mean_x')} | "
+                     f"{spread(rows, 'svc_p50_x')} | {spread(rows, 'be_x')} | "
+                     f"{spread(rows, 'harvest', '')} |")
+    return lines
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle")
-    p.add_argument("--table", metavar="RESULTS_JSONL",
+    p.add_argument("--table", metavar="RESULTS_JSONL", nargs="+",
                    help="print the table of an earlier run's results.jsonl (one cut short before "
-                        "its table, say) and exit")
+                        "its table, say; several runs' files together) and exit")
+    p.add_argument("--summary", action="store_true",
+                   help="with --table: the medians over rounds alone")
+    p.add_argument("--services", metavar="HP,...",
+                   help="with --table: these services' rows alone")
     p.add_argument("--hp", default="resnet50")
     p.add_argument("--be", default="resnet50")
     p.add_argument("--configs", default="timeslice,orion-pass,orion")
@@ -728,8 +742,12 @@ def main(argv=None):
     if args.split:
         args = p.parse_args(SPLITS[args.split] + argv)
     if args.table:
-        rows = read_rows(args.table, "priority", lenient=True)  # a run killed mid-write
-        print(render_table(rows, len({r.get("round", 0) for r in rows})), end="")
+        rows = [r for path in args.table  # a run killed mid-write: lenient
+                for r in read_rows(path, "priority", lenient=True)]
+        if args.services:
+            keep = args.services.split(",")
+            rows = [r for r in rows if r.get("hp") in keep or r.get("hp") is None]
+        print(render_table(rows, len({r.get("round", 0) for r in rows}), args.summary), end="")
         return
     if not args.bundle:
         p.error("--bundle is required")

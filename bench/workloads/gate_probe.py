@@ -1,4 +1,4 @@
-"""Two roles of the GPU-side gate probe (bench/experiments/gpu_gate.py): a service and a trainer
+"""Two roles of the GPU-side gate probe (bench/diagnostics/gpu_gate.py): a service and a trainer
 made of spin kernels (torch.cuda._sleep), sharing one word of host memory that the GPU reads.
 
   gate_probe.py calibrate                      -> {"cycles_per_us": ...}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""liborion_cpu_sampler.so (bench/cpu_sampler.cc) and bench/experiments/cpu_samples.py, on this
+"""liborion_cpu_sampler.so (bench/cpu_sampler.cc) and bench/diagnostics/cpu_samples.py, on this
 machine's CPU (no GPU): a Python process with the real sampler preloaded serves two "arms" in
 turn under a switch file, as cpu-tax --in-process does: the baseline arm runs a pure Python loop,
 the other spends most of its CPU in libc (ctypes.memset over a large buffer), and startup is
@@ -18,7 +18,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from experiments import cpu_samples  # noqa: E402
+from diagnostics import cpu_samples  # noqa: E402
 
 CHILD = r'''
 import ctypes, os, sys, time

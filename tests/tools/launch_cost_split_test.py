@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """launch-cost's tables of one invocation's rows: with --split arms, each part's cost is the
 high-priority arm less that arm in the same run (median over runs, the runs paired, not the
-medians subtracted); with --baseline-interposer, this build less the baseline alike; a
---fixed-layout arm is listed with the others. An unknown
+medians subtracted); with --baseline-interposer, this build less the baseline alike. An unknown
 --split name exits naming the known ones, before any GPU work.
 
 With BUILD (launch_cost_split_test.py --paired BUILD): launch-cost --paired-split end to end on
@@ -54,7 +53,6 @@ def main():
                         60 + drift, switch="after-registration"),
                  paired(run, "high priority, no clock read (the thread's first reading kept)",
                         150 + drift + run, switch="no-clock"),
-                 paired(run, "high priority, fixed layout", 170 + run),
                  # Beside the neighbor: no interposer 10 more, high priority 40 + run more.
                  paired(run, "no interposer, beside a memory-streaming neighbor", 15,
                         neighbor="4,5", neighbor_gb_per_s=40.0 + run),
@@ -85,8 +83,6 @@ def main():
               f"against the baseline: 200 - 230 in every run:\n{r.stdout}")
         check(any(l.startswith("| high priority, no clock read") for l in lines),
               f"the split arms' own additions are listed:\n{r.stdout}")
-        check("172 ns [171, 173]" in row("high priority, fixed layout", "interposer adds"),
-              f"the fixed-layout arm is listed with its runs' spread:\n{r.stdout}")
         beside = "beside the neighbor less alone, same run"
         check("42 ns [41, 43]" in row("high priority, beside a memory-streaming neighbor",
                                       beside),

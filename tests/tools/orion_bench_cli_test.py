@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""bench/orion_bench.py as one tool: --help lists every module of bench/experiments/ with what
-it answers; an experiment that does not exist exits 2 naming it and the ones that do; a JSONL
+"""bench/orion_bench.py as one tool: --help lists every module of bench/experiments/, then every
+one of bench/diagnostics/ apart, each with what it answers, and each runs by its name (a diagnostic
+also as `diagnostics NAME`); an experiment that does not exist exits 2 naming it and the ones that do; a JSONL
 row that does not parse stops with its file and line and the command to run once it is mended;
 a generated table out of date fails with its file and the command that renders it again."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,23 +26,41 @@ def check(ok, msg):
         sys.exit(1)
 
 
-def main():
-    modules = sorted(f[:-3].replace("_", "-") for f in os.listdir(os.path.join(ROOT, "bench",
-                                                                              "experiments"))
-                     if f.endswith(".py") and not f.startswith("_"))
-    check(len(modules) >= 5, f"too few experiment modules: {modules}")
-    h = run("--help")
-    check(h.returncode == 0, f"--help exit {h.returncode}: {h.stderr}")
+def folder_modules(folder):
+    return sorted(f[:-3].replace("_", "-") for f in os.listdir(os.path.join(ROOT, "bench", folder))
+                  if f.endswith(".py") and not f.startswith("_"))
+
+
+def listed_under(text, heading):
+    """{name: answers} of the lines under `heading:` up to the next blank line."""
     listed = {}
-    for line in h.stdout.split("experiments:", 1)[-1].splitlines():
+    for line in text.split(f"\n{heading}:\n", 1)[-1].split("\n\n", 1)[0].splitlines():
         words = line.split(None, 1)
         if len(words) == 2:
             listed[words[0]] = words[1]
-    check(sorted(listed) == modules, f"--help lists {sorted(listed)}, the modules are {modules}")
-    for name in modules:
-        check(len(listed[name]) > 20, f"{name}: no line on what it answers: {listed[name]!r}")
-        r = run(name, "--help")
-        check(r.returncode == 0 and "usage:" in r.stdout, f"{name} --help: {r.stderr}")
+    return listed
+
+
+def main():
+    user = folder_modules("experiments")
+    diagnostics = folder_modules("diagnostics")
+    modules = sorted(user + diagnostics)
+    check(len(user) >= 5, f"too few experiment modules: {user}")
+    h = run("--help")
+    check(h.returncode == 0, f"--help exit {h.returncode}: {h.stderr}")
+    check(h.stdout.find("\nexperiments:\n") < h.stdout.find("\ndiagnostics:\n"),
+          f"--help lists the experiments first, the diagnostics apart: {h.stdout!r}")
+    for heading, names in (("experiments", user), ("diagnostics", diagnostics)):
+        listed = listed_under(h.stdout, heading)
+        check(sorted(listed) == names, f"--help lists {sorted(listed)} under {heading}, the "
+                                       f"modules are {names}")
+        for name in names:
+            check(len(listed[name]) > 20, f"{name}: no line on what it answers: {listed[name]!r}")
+            r = run(name, "--help")
+            check(r.returncode == 0 and "usage:" in r.stdout, f"{name} --help: {r.stderr}")
+    for name in diagnostics[:1]:
+        r = run("diagnostics", name, "--help")
+        check(r.returncode == 0 and "usage:" in r.stdout, f"diagnostics {name} --help: {r.stderr}")
 
     bad = run("no-such-experiment", "--table", "x.jsonl")
     check(bad.returncode == 2, f"an unknown experiment exits {bad.returncode}, not 2")
@@ -58,14 +78,18 @@ def main():
               and f"python3 bench/orion_bench.py thread-cpu --table {rows}" in r.stderr,
               f"a bad row must name file, line and what to run: {r.stderr!r}")
 
-        # A generated table out of date: the lazy-poll rows of thread-cpu, one figure changed.
-        data = os.path.join(ROOT, "docs", "data")
-        source = next((os.path.join(d, f) for d, _, fs in os.walk(data) for f in fs
-                       if f.endswith(".jsonl") and "thread-cpu" in f), None)
-        check(source is not None, "docs/data holds no thread-cpu JSONL to render")
-        rel = os.path.relpath(source, ROOT)
-        marker = f"<!-- generated: python3 bench/orion_bench.py thread-cpu --table {rel} -->"
-        good = run("thread-cpu", "--table", source).stdout.strip("\n")
+        # A generated table out of date: the first table of docs/benchmarks.md rendered from one
+        # file with no options, one figure changed.
+        with open(os.path.join(ROOT, "docs", "benchmarks.md")) as f:
+            markers = re.findall(r"<!-- generated: python3 bench/orion_bench\.py ([a-z-]+) "
+                                 r"--table ((?:docs/data/\S+ ?)+?)( --[^>]*)? -->", f.read())
+        first = next(((e, d.split()) for e, d, o in markers if len(d.split()) == 1 and not o),
+                     None)
+        check(first is not None, "docs/benchmarks.md has no table rendered from one file")
+        experiment, (rel,) = first
+        source = os.path.join(ROOT, rel)
+        marker = f"<!-- generated: python3 bench/orion_bench.py {experiment} --table {rel} -->"
+        good = run(experiment, "--table", source).stdout.strip("\n")
         doc = os.path.join(work, "doc.md")
         with open(doc, "w") as f:
             f.write(f"# t\n\n{marker}\n{good}\n<!-- end generated -->\n")
@@ -86,10 +110,9 @@ def main():
 
         # Several runs of one A/B in one marker: cpu-tax pools their rounds, and a missing one
         # is named.
-        run_rows = next((os.path.join(d, f) for d, _, fs in os.walk(data) for f in fs
-                         if f.startswith("in-process-h100-this-tree-against-bypass")), None)
-        check(run_rows is not None, "docs/data holds no cpu-tax run to pool")
-        one = os.path.relpath(run_rows, ROOT)
+        one = next((d.split()[0] for e, d, o in markers if e == "cpu-tax"), None)
+        check(one is not None, "docs/benchmarks.md has no cpu-tax table to pool")
+        run_rows = os.path.join(ROOT, one)
         rounds = len({json.loads(l)["round"] for l in open(run_rows) if l.strip()})
         pooled = run("cpu-tax", "--table", run_rows, run_rows).stdout.strip("\n")
         check(f"{2 * rounds} rounds" in pooled, f"two runs of {rounds} rounds: {pooled[:300]!r}")
