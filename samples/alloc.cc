@@ -2,7 +2,9 @@
 // bytes are held, and reports what cuMemGetInfo said before and after and which CUresult the
 // failing call returned. This is how a memory quota (or its absence) looks to a program.
 // Modes: cuMemAlloc (default), --async (cuMemAllocAsync on a stream), --vmm (cuMemCreate,
-// cuMemAddressReserve, cuMemMap, cuMemSetAccess). Everything is freed at the end.
+// cuMemAddressReserve, cuMemMap, cuMemSetAccess; with --release-mapped each handle is released
+// right after it is mapped, the documented VMM pattern: the memory lives until it is unmapped).
+// Everything is freed at the end.
 //
 // Last line (machine-readable):
 //   result mode=.. chunks=N bytes=.. free_before=.. free_after=.. total=.. failure=<CUresult|none>
@@ -19,8 +21,8 @@ struct Chunk {
 
 // One allocation of `bytes` in the chosen mode. Returns the failing CUresult and sets *call to
 // the failing call's name, instead of exiting: running out is the expected outcome.
-CUresult AllocateChunk(bool async, bool vmm, int device, CUstream stream, size_t bytes,
-                       Chunk* chunk, const char** call) {
+CUresult AllocateChunk(bool async, bool vmm, bool release_mapped, int device, CUstream stream,
+                       size_t bytes, Chunk* chunk, const char** call) {
   if (async) {
     *call = "cuMemAllocAsync";
     const CUresult r = cuMemAllocAsync(&chunk->address, bytes, stream);
@@ -50,6 +52,11 @@ CUresult AllocateChunk(bool async, bool vmm, int device, CUstream stream, size_t
       access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
       *call = "cuMemSetAccess";
       r = cuMemSetAccess(chunk->address, bytes, &access, 1);
+      if (r == CUDA_SUCCESS && release_mapped) {
+        *call = "cuMemRelease";
+        r = cuMemRelease(chunk->handle);
+        chunk->handle = 0;  // the mapping holds the memory now
+      }
       if (r == CUDA_SUCCESS) return r;
       cuMemUnmap(chunk->address, bytes);
     }
@@ -65,7 +72,7 @@ void FreeChunk(bool async, bool vmm, CUstream stream, size_t bytes, const Chunk&
   } else if (vmm) {
     ORION_CHECK_CU(cuMemUnmap(chunk.address, bytes));
     ORION_CHECK_CU(cuMemAddressFree(chunk.address, bytes));
-    ORION_CHECK_CU(cuMemRelease(chunk.handle));
+    if (chunk.handle != 0) ORION_CHECK_CU(cuMemRelease(chunk.handle));
   } else {
     ORION_CHECK_CU(cuMemFree(chunk.address));
   }
@@ -78,6 +85,7 @@ int main(int argc, char** argv) {
   uint64_t max_bytes = 0;
   bool async = false;
   bool vmm = false;
+  bool release_mapped = false;
   bool touch = false;
   double hold_s = 0;
   orion::samples::Flags flags("orion-sample-alloc",
@@ -86,11 +94,14 @@ int main(int argc, char** argv) {
   flags.AddBytes("max", &max_bytes, "stop after this many bytes; 0 = until failure (0)");
   flags.AddBool("async", &async, "use cuMemAllocAsync / cuMemFreeAsync");
   flags.AddBool("vmm", &vmm, "use cuMemCreate + cuMemMap (chunk must be a granularity multiple)");
+  flags.AddBool("release-mapped", &release_mapped,
+                "--vmm: release each handle as soon as it is mapped (freed at its unmap)");
   flags.AddBool("touch", &touch, "cuMemsetD8 every chunk so it is really resident");
   flags.AddDouble("hold", &hold_s, "seconds to hold the memory before freeing it (0)");
   flags.Parse(argc, argv);
   if (chunk_bytes == 0) flags.Usage(1, "--chunk must be > 0");
   if (async && vmm) flags.Usage(1, "--async and --vmm exclude each other");
+  if (release_mapped && !vmm) flags.Usage(1, "--release-mapped needs --vmm");
   const char* mode = async ? "async" : vmm ? "vmm" : "alloc";
 
   orion::samples::Gpu gpu = orion::samples::OpenGpu();
@@ -109,7 +120,8 @@ int main(int argc, char** argv) {
     if (max_bytes != 0 && (chunks.size() + 1) * chunk_bytes > max_bytes) break;
     Chunk chunk;
     const CUresult r =
-        AllocateChunk(async, vmm, gpu.device, stream, chunk_bytes, &chunk, &failed_call);
+        AllocateChunk(async, vmm, release_mapped, gpu.device, stream, chunk_bytes, &chunk,
+                      &failed_call);
     if (r != CUDA_SUCCESS) {
       failure = orion::samples::ResultName(r);
       printf("%s failed after %zu chunks: %s\n", failed_call, chunks.size(), failure);

@@ -91,8 +91,37 @@ def hostile_pod(node):
     names = sorted({a.split(":")[0][len("attempt "):].split(" ")[0] for a in attempts})
     log(f"hostile pod: {len(attempts)} attempts, all refused ({time.monotonic() - t:.1f} s): "
         f"{', '.join(names)}")
+    vmm_past_the_limit(node)
     node.figures.append(f"hostile pod (uid 1000, Seccomp 2, the Allocate answer's mounts): "
                         f"{len(attempts)} of {len(attempts)} attempts refused (board writes, "
                         f"/proc memfds, process_vm_readv, ptrace, SIGSTOP, socket folder, "
                         f"AgentSync, admin API without or with a made-up token); the victim "
                         f"kept priority {after.get('priority')}, unpaused, launching")
+
+
+def vmm_past_the_limit(node):
+    """A pod under orion/memory-limit 256Mi maps VMM handles and releases each at once (the
+    driver frees such memory only at its unmap): the quota still counts it, so the fifth 64 MiB
+    chunk is refused with CUDA_ERROR_OUT_OF_MEMORY."""
+    k, pb = node.kubelet, node.kubelet.pb
+    command = ["/opt/orion-samples/orion-sample-alloc", "--vmm", "--release-mapped", "--chunk",
+               "64Mi", "--max", "1Gi"]
+    spec = node.sharing_pod_spec("vmm-release-p3c8n", {"orion/priority": "best-effort",
+                                                       "orion/memory-limit": "256Mi"},
+                                 node.args.sample_image, command)
+    pod = node.start_sharing_pod(spec, True, runs=False)
+    wait_for("the VMM pod to finish", lambda: k.status(pod["cid"])[0].state ==
+             pb.CONTAINER_EXITED, 60, 0.1)
+    st, _ = k.status(pod["cid"])
+    lines = log_lines(st.log_path)
+    result = [line for line in lines if line.startswith("result ")]
+    node.remove_pod(pod)
+    if st.exit_code != 0 or not result:
+        raise CheckFailed(f"orion-sample-alloc --vmm --release-mapped exited {st.exit_code}: "
+                          f"{lines[-3:]}")
+    fields = dict(kv.split("=", 1) for kv in result[0].split()[1:] if "=" in kv)
+    if fields.get("chunks") != "4" or fields.get("failure") != "CUDA_ERROR_OUT_OF_MEMORY":
+        raise CheckFailed(f"VMM handles released once mapped under 256Mi: {result[0]}")
+    log(f"VMM handles released once mapped, under 256Mi: {result[0]}")
+    node.figures.append("VMM handles mapped and released at once under orion/memory-limit "
+                        "256Mi: 4 chunks of 64 MiB held, the fifth refused (out of memory)")
