@@ -14,6 +14,11 @@ orion::v1::PodPolicy ClaimPolicySink::WithClaims(
   p.set_latency_target_us(s.latency_target_us);
   p.clear_gpu_uuids();
   for (const std::string& g : it->second.gpu_uuids) p.add_gpu_uuids(g);
+  // A claim's priority comes from its devices: a high claim's GPUs are its high devices'.
+  p.clear_high_gpu_uuids();
+  if (s.priority == PodPriority::kHigh) {
+    for (const std::string& g : it->second.gpu_uuids) p.add_high_gpu_uuids(g);
+  }
   return p;
 }
 

@@ -388,7 +388,8 @@ int RunNodeAgent(const Flags& flags) {
       pod_resources_client = std::make_unique<PodResourcesClient>(pod_resources);
       gpu_sink = std::make_unique<GpuAllocationSink>(
           server_sink, [&] { return pod_resources_client->List(); },
-          std::vector<std::string>{plugin_config.resource_name});
+          std::vector<std::string>{plugin_config.resource_name, plugin_config.high_resource_name},
+          plugin_config.high_per_gpu > 0 ? plugin_config.high_resource_name : "");
       watcher_sink = gpu_sink.get();
     }
     watcher = std::make_unique<PodWatcher>(PodWatcherConfig{.node_name = node_name}, api.get(),

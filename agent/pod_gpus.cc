@@ -56,10 +56,14 @@ absl::StatusOr<::v1::ListPodResourcesResponse> PodResourcesClient::List() {
 }
 
 GpuAllocationSink::GpuAllocationSink(PolicySink* inner, Lister list,
-                                     std::vector<std::string> resource_names)
-    : inner_(inner), list_(std::move(list)), resource_names_(std::move(resource_names)) {}
+                                     std::vector<std::string> resource_names,
+                                     std::string high_resource_name)
+    : inner_(inner),
+      list_(std::move(list)),
+      resource_names_(std::move(resource_names)),
+      high_resource_name_(std::move(high_resource_name)) {}
 
-std::map<std::string, std::vector<std::string>> GpuAllocationSink::Allocations() {
+std::map<std::string, GpuAllocationSink::PodGpus> GpuAllocationSink::Allocations() {
   absl::StatusOr<::v1::ListPodResourcesResponse> list = list_();
   if (!list.ok()) {
     if (!list_failing_) {
@@ -74,8 +78,22 @@ std::map<std::string, std::vector<std::string>> GpuAllocationSink::Allocations()
   }
   if (list_failing_) std::fprintf(stderr, "orion-agent: the pod resources API answers again\n");
   list_failing_ = false;
-  last_ = GpusByPod(*list, resource_names_);
+  last_.clear();
+  for (auto& [pod, gpus] : GpusByPod(*list, resource_names_)) last_[pod].all = std::move(gpus);
+  if (!high_resource_name_.empty()) {
+    for (auto& [pod, gpus] : GpusByPod(*list, {high_resource_name_})) {
+      last_[pod].high = std::move(gpus);
+    }
+  }
   return last_;
+}
+
+void GpuAllocationSink::SetGpus(orion::v1::PodPolicy* p, const PodGpus& gpus) const {
+  p->clear_gpu_uuids();
+  for (const std::string& gpu : gpus.all) p->add_gpu_uuids(gpu);
+  p->clear_high_gpu_uuids();
+  const bool no_slots = high_resource_name_.empty() && p->priority() == orion::v1::PRIORITY_HIGH;
+  for (const std::string& gpu : no_slots ? gpus.all : gpus.high) p->add_high_gpu_uuids(gpu);
 }
 
 absl::Status GpuAllocationSink::Upsert(const std::vector<orion::v1::PodPolicy>& pods,
@@ -85,10 +103,8 @@ absl::Status GpuAllocationSink::Upsert(const std::vector<orion::v1::PodPolicy>& 
   if (!with_gpus.empty()) {
     const auto allocations = Allocations();
     for (orion::v1::PodPolicy& p : with_gpus) {
-      p.clear_gpu_uuids();
-      if (auto it = allocations.find(Key(p)); it != allocations.end()) {
-        for (const std::string& gpu : it->second) p.add_gpu_uuids(gpu);
-      }
+      auto it = allocations.find(Key(p));
+      SetGpus(&p, it != allocations.end() ? it->second : PodGpus{});
     }
   }
   absl::Status s = inner_->Upsert(with_gpus, full_sync);
@@ -112,14 +128,12 @@ absl::StatusOr<int> GpuAllocationSink::Refresh() {
   std::vector<orion::v1::PodPolicy> changed;
   for (const auto& [uid, p] : sent_) {
     auto it = allocations.find(Key(p));
-    const std::vector<std::string> now =
-        it == allocations.end() ? std::vector<std::string>() : it->second;
-    const std::vector<std::string> before(p.gpu_uuids().begin(), p.gpu_uuids().end());
+    const PodGpus now = it == allocations.end() ? PodGpus{} : it->second;
     // A pod whose containers are gone keeps the GPUs it was sent: nothing of it can register.
-    if (now == before || now.empty()) continue;
+    if (now.all.empty()) continue;
     orion::v1::PodPolicy updated = p;
-    updated.clear_gpu_uuids();
-    for (const std::string& gpu : now) updated.add_gpu_uuids(gpu);
+    SetGpus(&updated, now);
+    if (updated.SerializeAsString() == p.SerializeAsString()) continue;
     changed.push_back(std::move(updated));
   }
   if (changed.empty()) return 0;

@@ -47,7 +47,11 @@ class PodResourcesClient {
 class GpuAllocationSink final : public PolicySink {
  public:
   using Lister = std::function<absl::StatusOr<::v1::ListPodResourcesResponse>()>;
-  GpuAllocationSink(PolicySink* inner, Lister list, std::vector<std::string> resource_names);
+  // `resource_names`: the resources whose devices give a pod its GPUs; `high_resource_name`
+  // (one of them): the high-priority slot's, whose GPUs go in high_gpu_uuids. Empty (the node
+  // has no high-priority slots): a high-priority pod is high on all its GPUs.
+  GpuAllocationSink(PolicySink* inner, Lister list, std::vector<std::string> resource_names,
+                    std::string high_resource_name = "");
 
   absl::Status Upsert(const std::vector<orion::v1::PodPolicy>& pods, bool full_sync) override;
   absl::Status Delete(const std::string& pod_uid) override;
@@ -58,8 +62,13 @@ class GpuAllocationSink final : public PolicySink {
   absl::StatusOr<int> Refresh();
 
  private:
+  // A pod's GPUs, and those of them where it holds the high-priority slot.
+  struct PodGpus {
+    std::vector<std::string> all, high;
+  };
   // The current allocations; on a kubelet error, the last ones (said once on stderr).
-  std::map<std::string, std::vector<std::string>> Allocations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::map<std::string, PodGpus> Allocations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetGpus(orion::v1::PodPolicy* p, const PodGpus& gpus) const;
   static std::string Key(const orion::v1::PodPolicy& p) {
     return p.namespace_() + "/" + p.name();
   }
@@ -67,9 +76,10 @@ class GpuAllocationSink final : public PolicySink {
   PolicySink* const inner_;
   const Lister list_;
   const std::vector<std::string> resource_names_;
+  const std::string high_resource_name_;
   std::mutex mu_;  // held around each send, so Refresh never overtakes a newer update
   std::map<std::string, orion::v1::PodPolicy> sent_ ABSL_GUARDED_BY(mu_);  // by pod UID
-  std::map<std::string, std::vector<std::string>> last_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, PodGpus> last_ ABSL_GUARDED_BY(mu_);
   bool list_failing_ ABSL_GUARDED_BY(mu_) = false;
 };
 

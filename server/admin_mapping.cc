@@ -255,6 +255,16 @@ absl::StatusOr<std::vector<PodPolicy>> PodsFromProto(const orion::v1::UpsertPods
       }
       pod.gpu_uuids.push_back(SanitizeUtf8(uuid));
     }
+    // A high device's GPU is one of the pod's GPUs: anything else is refused whole.
+    for (int g = 0; g < p.high_gpu_uuids_size(); ++g) {
+      const std::string uuid = SanitizeUtf8(p.high_gpu_uuids(g));
+      if (std::find(pod.gpu_uuids.begin(), pod.gpu_uuids.end(), uuid) == pod.gpu_uuids.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("pods[", i, "].high_gpu_uuids[", g, "] (", p.namespace_(), "/",
+                         p.name(), "): '", uuid.substr(0, 64), "' is not one of its gpu_uuids"));
+      }
+      pod.high_gpu_uuids.push_back(uuid);
+    }
     pods.push_back(std::move(pod));
   }
   return pods;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/utf8.h"
 
 namespace orion::server {
 
@@ -90,6 +91,17 @@ std::string AdmitPodPolicy(const PolicyConfig& policy, PodPolicy* pod) {
   return why;
 }
 
+Priority PriorityOnGpu(const PodPolicy& pod, const std::string& gpu_uuid, std::string* source) {
+  *source = pod.high_refused ? "namespace-not-allowed" : "pod-annotation";
+  if (pod.priority != Priority::kHigh || pod.gpu_uuids.empty() ||
+      std::find(pod.high_gpu_uuids.begin(), pod.high_gpu_uuids.end(), gpu_uuid) !=
+          pod.high_gpu_uuids.end()) {
+    return pod.priority;
+  }
+  *source = "no-high-device-on-gpu";
+  return Priority::kBestEffort;
+}
+
 ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequest& request,
                           const ServerConfig& config, const PodPolicy* pod,
                           const Priority* pod_override) {
@@ -98,8 +110,7 @@ ClientPolicy DecidePolicy(const PeerIdentity& peer, const contract::RegisterRequ
   const bool in_pod = !peer.cgroup.pod_uid.empty();
   if (in_pod) {
     if (pod) {
-      p.priority = pod->priority;
-      p.source = pod->high_refused ? "namespace-not-allowed" : "pod-annotation";
+      p.priority = PriorityOnGpu(*pod, SanitizeUtf8(FixedString(request.gpu_uuid)), &p.source);
       p.memory_limit_bytes = pod->memory_limit_bytes;
       if (pod->latency_target_us) p.latency_target_us = pod->latency_target_us;
     }

@@ -33,10 +33,19 @@ struct PodPolicy {
   // The GPUs the device plugin allocated to the pod (the agent's AgentSync); empty: not known,
   // the node's GPUs are allowed.
   std::vector<std::string> gpu_uuids;
+  // Of gpu_uuids, those where the pod holds a high-priority device: with gpu_uuids known, a high
+  // pod is high only there (PriorityOnGpu).
+  std::vector<std::string> high_gpu_uuids;
   // The job the pod's ranks belong to, within its namespace (orion/job, JobSet, Kubeflow);
   // empty: the pod alone is the job (server/jobs.h).
   std::string job;
 };
+
+// The pod's priority for a client on `gpu_uuid`: its annotated priority, except that a high
+// pod whose allocation is known is best-effort on a GPU where it holds no high-priority device
+// (*source then says so).
+contract::Priority PriorityOnGpu(const PodPolicy& pod, const std::string& gpu_uuid,
+                                 std::string* source);
 
 // What the server decided for a client at registration.
 struct ClientPolicy {

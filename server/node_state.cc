@@ -918,8 +918,7 @@ void NodeState::ApplyPolicyToClient(ClientRecord& c) {
   if (it == pods_.end()) return;
   const PodPolicy& pod = it->second;
   if (!c.admin_priority) {
-    c.policy.priority = pod.priority;
-    c.policy.source = pod.high_refused ? "namespace-not-allowed" : "pod-annotation";
+    c.policy.priority = PriorityOnGpu(pod, board_->gpu_uuid(c.gpu), &c.policy.source);
     board_->SetPriority(c.slot, c.policy.priority);
   }
   c.policy.memory_limit_bytes = pod.memory_limit_bytes;

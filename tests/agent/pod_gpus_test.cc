@@ -66,6 +66,40 @@ std::vector<std::string> Gpus(const orion::v1::PodPolicy& p) {
   return {p.gpu_uuids().begin(), p.gpu_uuids().end()};
 }
 
+// A pod holding the high-priority slot of GPU A and a share of GPU B: both are its GPUs, only A
+// is where it is high (the server makes it best-effort on B). Without high-priority slots on
+// the node, a high pod is high on all its GPUs.
+TEST(GpuAllocationSinkTest, HighGpusAreThoseOfTheHighSlot) {
+  ::v1::ListPodResourcesResponse list;
+  auto* pr = list.add_pod_resources();
+  pr->set_namespace_("ml");
+  pr->set_name("serve-0");
+  AddContainer(pr, "orion.io/gpu-high", {ShareId(kGpuA, 0)});
+  AddContainer(pr, "orion.io/gpu", {ShareId(kGpuB, 1)});
+  orion::v1::PodPolicy pod;
+  pod.set_pod_uid("0f4a3b2c-1d2e-4f5a-8b9c-0123456789ab");
+  pod.set_namespace_("ml");
+  pod.set_name("serve-0");
+  pod.set_priority(orion::v1::PRIORITY_HIGH);
+  pod.add_high_gpu_uuids("GPU-forged");  // replaced by the kubelet's word
+  RecordingSink inner;
+  GpuAllocationSink sink(&inner, [&] { return list; }, {"orion.io/gpu", "orion.io/gpu-high"},
+                         "orion.io/gpu-high");
+  ASSERT_TRUE(sink.Upsert({pod}, true).ok());
+  const orion::v1::PodPolicy& sent = inner.sent.back().pods[0];
+  EXPECT_EQ(Gpus(sent), (std::vector<std::string>{kGpuA, kGpuB}));
+  EXPECT_EQ(std::vector<std::string>(sent.high_gpu_uuids().begin(), sent.high_gpu_uuids().end()),
+            std::vector<std::string>{kGpuA});
+  EXPECT_EQ(*sink.Refresh(), 0);  // nothing changed: nothing sent again
+
+  RecordingSink no_slots_inner;
+  GpuAllocationSink no_slots(&no_slots_inner, [&] { return list; },
+                             {"orion.io/gpu", "orion.io/gpu-high"}, "");
+  ASSERT_TRUE(no_slots.Upsert({pod}, true).ok());
+  EXPECT_EQ(no_slots_inner.sent.back().pods[0].high_gpu_uuids_size(), 2);
+  EXPECT_EQ(*no_slots.Refresh(), 0);
+}
+
 TEST(GpuAllocationSinkTest, PoliciesCarryTheKubeletsAllocationOnceKnown) {
   char tmpl[] = "/tmp/orion-podres-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);

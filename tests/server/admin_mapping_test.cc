@@ -84,6 +84,29 @@ TEST(AdminMappingTest, PodsNeedAPriorityAndKeepTheirLimits) {
             std::string::npos);
 }
 
+// The GPUs of a pod's high devices are among its GPUs, or the whole request is refused.
+TEST(AdminMappingTest, HighDevicesGpusMustBeThePodsGpus) {
+  orion::v1::UpsertPodsRequest r;
+  orion::v1::PodPolicy* p = r.add_pods();
+  p->set_pod_uid("uid");
+  p->set_name("serve-0");
+  p->set_namespace_("ml");
+  p->set_priority(orion::v1::PRIORITY_HIGH);
+  p->add_gpu_uuids("GPU-a");
+  p->add_gpu_uuids("GPU-b");
+  p->add_high_gpu_uuids("GPU-a");
+  const absl::StatusOr<std::vector<PodPolicy>> pods = PodsFromProto(r);
+  ASSERT_TRUE(pods.ok()) << pods.status();
+  EXPECT_EQ((*pods)[0].high_gpu_uuids, std::vector<std::string>{"GPU-a"});
+  p->add_high_gpu_uuids("GPU-c");
+  const absl::StatusOr<std::vector<PodPolicy>> bad = PodsFromProto(r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("pods[0].high_gpu_uuids[1] (ml/serve-0): 'GPU-c' is not "
+                                        "one of its gpu_uuids"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST(AdminMappingTest, ViewsBecomeTheMessagesCallersRead) {
   ClientView v;
   v.client_id = 7;

@@ -251,3 +251,43 @@ TEST(IdentityTest, TheAdminDecidesWhoMayBeHighAndTheLatencyFloor) {
 
 }  // namespace
 }  // namespace orion::server
+
+namespace orion::server {
+namespace {
+
+// Priority is per GPU: a pod whose priority is high is high only on the GPUs where it holds a
+// high-priority device (the agent's high_gpu_uuids), once its allocation is known; on its other
+// GPUs its processes are best-effort, whatever the pod asked for.
+TEST(IdentityTest, AHighPodIsHighOnlyOnTheGpusOfItsHighDevices) {
+  ServerConfig config = *ParseServerConfig("{}", "t");
+  PodPolicy pod;
+  pod.pod_uid = "0f4a3b2c-1d2e-4f5a-8b9c-0123456789ab";
+  pod.priority = Priority::kHigh;
+  pod.gpu_uuids = {"GPU-a", "GPU-b"};
+  pod.high_gpu_uuids = {"GPU-a"};
+  PeerIdentity peer = Peer("python3", "/usr/bin/python3");
+  peer.cgroup.pod_uid = pod.pod_uid;
+  contract::RegisterRequest on_a = NamedRequest("python3");
+  std::snprintf(on_a.gpu_uuid, sizeof(on_a.gpu_uuid), "GPU-a");
+  contract::RegisterRequest on_b = on_a;
+  std::snprintf(on_b.gpu_uuid, sizeof(on_b.gpu_uuid), "GPU-b");
+  const ClientPolicy a = DecidePolicy(peer, on_a, config, &pod, nullptr);
+  const ClientPolicy b = DecidePolicy(peer, on_b, config, &pod, nullptr);
+  EXPECT_EQ(a.priority, Priority::kHigh);
+  EXPECT_EQ(a.source, "pod-annotation");
+  EXPECT_EQ(b.priority, Priority::kBestEffort);
+  EXPECT_EQ(b.source, "no-high-device-on-gpu");
+  // Its allocation not known yet: as annotated (the server cannot tell its GPUs apart).
+  pod.gpu_uuids.clear();
+  pod.high_gpu_uuids.clear();
+  EXPECT_EQ(DecidePolicy(peer, on_b, config, &pod, nullptr).priority, Priority::kHigh);
+  // Known, with no high device at all (a share asked for beside the annotation): best-effort.
+  pod.gpu_uuids = {"GPU-b"};
+  EXPECT_EQ(DecidePolicy(peer, on_b, config, &pod, nullptr).priority, Priority::kBestEffort);
+  // An admin's override of the pod still wins.
+  const Priority high = Priority::kHigh;
+  EXPECT_EQ(DecidePolicy(peer, on_b, config, &pod, &high).priority, Priority::kHigh);
+}
+
+}  // namespace
+}  // namespace orion::server
