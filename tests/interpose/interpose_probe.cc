@@ -177,13 +177,27 @@ size_t QuotaUsed() {
   return total_bytes - free_bytes;
 }
 
-int RunEscapes() {
+// Device 0's primary context, current on this thread.
+CUresult UseDeviceZero() {
   CUdevice device;
   CUcontext context;
-  PROBE_CHECK(cuInit(0));
-  PROBE_CHECK(cuDeviceGet(&device, 0));
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  PROBE_CHECK(cuCtxSetCurrent(context));
+  CUresult r = cuInit(0);
+  if (r == CUDA_SUCCESS) r = cuDeviceGet(&device, 0);
+  if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&context, device);
+  return r == CUDA_SUCCESS ? cuCtxSetCurrent(context) : r;
+}
+
+// Pinned VMM memory on device 0.
+CUmemAllocationProp DeviceZeroVmmProp() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  return prop;
+}
+
+int RunEscapes() {
+  PROBE_CHECK(UseDeviceZero());
 
   // Live allocations until the first refusal: the interposer's table holds 114,688 (7/8 of its
   // 131,072 slots); one more must be refused, not left uncounted.
@@ -301,16 +315,8 @@ int RunEscapes() {
 // bytes come back only as the mappings go. A retained handle (cuMemRetainAllocationHandle)
 // keeps the memory counted past the unmap until it is released too.
 int RunVmm() {
-  CUdevice device;
-  CUcontext context;
-  PROBE_CHECK(cuInit(0));
-  PROBE_CHECK(cuDeviceGet(&device, 0));
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  PROBE_CHECK(cuCtxSetCurrent(context));
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  PROBE_CHECK(UseDeviceZero());
+  CUmemAllocationProp prop = DeviceZeroVmmProp();
   const size_t chunk = 32ull << 20;
   CUdeviceptr base = 0;
   PROBE_CHECK(cuMemAddressReserve(&base, 8 * chunk, 0, 0, 0));
@@ -343,12 +349,7 @@ int RunVmm() {
 // Memory of another process under a 64 MiB quota (the double's IPC opens a fresh allocation of
 // the exported size; its shareable handles are memfds): counted in the importer while held.
 int RunImports() {
-  CUdevice device;
-  CUcontext context;
-  PROBE_CHECK(cuInit(0));
-  PROBE_CHECK(cuDeviceGet(&device, 0));
-  PROBE_CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  PROBE_CHECK(cuCtxSetCurrent(context));
+  PROBE_CHECK(UseDeviceZero());
   CUdeviceptr exported = 0;
   PROBE_CHECK(cuMemAlloc(&exported, 24ull << 20));
   CUipcMemHandle ipc;
@@ -361,10 +362,7 @@ int RunImports() {
   printf("ipc_used_closed=%zu\n", QuotaUsed());
   PROBE_CHECK(cuMemFree(exported));
 
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  CUmemAllocationProp prop = DeviceZeroVmmProp();
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   const size_t chunk = 32ull << 20;
   CUmemGenericAllocationHandle created = 0, imported = 0, imported_again = 0;
