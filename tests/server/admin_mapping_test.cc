@@ -59,13 +59,19 @@ TEST(AdminMappingTest, UnknownKnobNamesAreRefused) {
   EXPECT_NE(c.status().message().find("unknown field 'be_budget'"), std::string::npos);
 }
 
-TEST(AdminMappingTest, PodsNeedAPriorityAndKeepTheirLimits) {
-  orion::v1::UpsertPodsRequest r;
-  orion::v1::PodPolicy* p = r.add_pods();
+// A high-priority pod ml/serve-0 in the request.
+orion::v1::PodPolicy* AddHighPod(orion::v1::UpsertPodsRequest* r) {
+  orion::v1::PodPolicy* p = r->add_pods();
   p->set_pod_uid("uid");
   p->set_name("serve-0");
   p->set_namespace_("ml");
   p->set_priority(orion::v1::PRIORITY_HIGH);
+  return p;
+}
+
+TEST(AdminMappingTest, PodsNeedAPriorityAndKeepTheirLimits) {
+  orion::v1::UpsertPodsRequest r;
+  orion::v1::PodPolicy* p = AddHighPod(&r);
   p->set_memory_limit_bytes(1 << 20);
   p->set_latency_target_us(20000);
   const absl::StatusOr<std::vector<PodPolicy>> pods = PodsFromProto(r);
@@ -87,11 +93,7 @@ TEST(AdminMappingTest, PodsNeedAPriorityAndKeepTheirLimits) {
 // The GPUs of a pod's high devices are among its GPUs, or the whole request is refused.
 TEST(AdminMappingTest, HighDevicesGpusMustBeThePodsGpus) {
   orion::v1::UpsertPodsRequest r;
-  orion::v1::PodPolicy* p = r.add_pods();
-  p->set_pod_uid("uid");
-  p->set_name("serve-0");
-  p->set_namespace_("ml");
-  p->set_priority(orion::v1::PRIORITY_HIGH);
+  orion::v1::PodPolicy* p = AddHighPod(&r);
   p->add_gpu_uuids("GPU-a");
   p->add_gpu_uuids("GPU-b");
   p->add_high_gpu_uuids("GPU-a");
