@@ -172,7 +172,8 @@ TEST_F(JobsTest, StandaloneRanksOfOneLauncherAreOneJob) {
   EXPECT_EQ(state_->GetClient(r1)->job.key, "pid-4242");
   EXPECT_EQ(state_->GetClient(lone)->job.key, absl::StrCat("pid-", getpid()));
   EXPECT_EQ(state_->GetClient(named)->job.key, "bench");
-  const JobView* launcher = Find(state_->ListJobs(""), "pid-4242");
+  const std::vector<JobView> jobs = state_->ListJobs("");
+  const JobView* launcher = Find(jobs, "pid-4242");
   ASSERT_NE(launcher, nullptr);
   EXPECT_EQ(launcher->ranks, 2u);
   EXPECT_EQ(launcher->gpus, (std::vector<uint32_t>{0, 1}));
