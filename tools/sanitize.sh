@@ -82,6 +82,9 @@ EXCLUDED=(
   '^OrionRunSetsTheEnvironment$'
   # Server kill/restart and client-kill faults: samples run with the interposer preloaded.
   '^faults_test$'
+  # A multi-GPU job beside a service on the double: its ranks and the service run with the
+  # interposer preloaded.
+  '^multigpu_job_test$'
   # Churn of 1,000 clients, and a hostile tenant beside two clients: all run with the
   # interposer preloaded.
   '^soak_test$' '^hostile_test$'
