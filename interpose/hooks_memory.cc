@@ -262,14 +262,16 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
 namespace orion::interpose {
 namespace {
 
-// Changes a handle's mappings and references by the deltas; once it is released and unmapped
-// its bytes are given back to `reg` (none: they stay counted, the safe side).
+// Changes a handle's mappings and references by the deltas, and adds `bytes` to what it counts
+// (an imported handle's, counted as they are mapped); once it is released and unmapped its bytes
+// are given back to `reg` (none: they stay counted, the safe side).
 void ChangeVmmHandle(Registration* reg, CUmemGenericAllocationHandle handle, int mappings,
-                     int references) {
+                     int references, uint64_t bytes = 0) {
   AllocationTable<16384>::Entry entry{};
   const bool gone = g_vmm_handles.Change(
                         handle,
                         [&](AllocationTable<16384>::Entry& e) {
+                          e.bytes += bytes;
                           e.count = mappings < 0 && e.count == 0 ? 0 : e.count + mappings;
                           e.link = references < 0 && e.link == 0 ? 0 : e.link + references;
                           return e.count == 0 && e.link == 0;
@@ -332,11 +334,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset,
       if (imported) orion::interpose::Refund(reg, bytes);
       if (limited) return refuse();
     } else {
-      if (imported) {
-        orion::interpose::g_vmm_handles.Change(
-            handle, [&](auto& e) { e.bytes += bytes; return false; }, nullptr);
-      }
-      orion::interpose::ChangeVmmHandle(reg, handle, +1, 0);
+      orion::interpose::ChangeVmmHandle(reg, handle, +1, 0, imported ? bytes : 0);
     }
   }
   // The mapping on the timeline (its bytes are its handle's, counted at cuMemCreate).
@@ -394,17 +392,18 @@ CUresult GuardedImport(CUdeviceptr* dptr, MemoryKind kind, Import import, Undo u
   auto range = ORION_DRIVER(cuMemGetAddressRange_v2);
   const bool sized = range != nullptr && range(&base, &bytes, ptr) == CUDA_SUCCESS && bytes != 0;
   const bool limited = reg->slot->memory_limit_bytes.load(std::memory_order_relaxed) != 0;
+  auto refuse = [&] {
+    undo(ptr);
+    *dptr = 0;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  };
   if (!sized) {
     if (!limited) return result;
-    undo(ptr);
-    *dptr = 0;
     PushMemoryEvent(reg, EventKind::kAllocDenied, 0, 0, kind, nullptr);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return refuse();
   }
   if (TableRefuses(reg, g_allocations.full(), bytes, kind) || !Reserve(reg, bytes, kind)) {
-    undo(ptr);
-    *dptr = 0;
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return refuse();
   }
   if (!Remember(reg, g_allocations, ptr, bytes, kind, 0, 0, [&] { undo(ptr); })) {
     *dptr = 0;  // undone: under a limit it could never be given back
