@@ -215,10 +215,7 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   if (!in_pod && requested_job.empty() && peer.launcher_pid > 0) {
     ++standalone_parents_[peer.launcher_pid];
   }
-  if (paused_jobs_.count(job.key)) {  // a rank of a paused job starts paused
-    c.paused = true;
-    board_->SetPaused(c.slot, true);
-  }
+  if (paused_jobs_.count(job.key)) PauseClient(c, true);  // a rank of a paused job starts paused
   c.registered_unix_ms = RealtimeNs() / 1000000;
   c.usable_millicpus =
       request.usable_millicpus == contract::kNoValue32 ? 0 : request.usable_millicpus;
@@ -693,6 +690,11 @@ absl::StatusOr<ClientView> NodeState::GetClient(uint32_t client_id) {
   return ViewOf(it->second);
 }
 
+void NodeState::PauseClient(ClientRecord& c, bool paused) {
+  c.paused = paused;
+  board_->SetPaused(c.slot, paused);
+}
+
 void NodeState::OverridePriority(ClientRecord& c, Priority p) {
   c.policy.priority = p;
   c.policy.source = "admin";
@@ -730,8 +732,7 @@ absl::StatusOr<ClientView> NodeState::SetPaused(uint32_t client_id, bool paused)
   if (it == clients_.end()) {
     return absl::NotFoundError(absl::StrCat("no client with id ", client_id));
   }
-  it->second.paused = paused;
-  board_->SetPaused(it->second.slot, paused);
+  PauseClient(it->second, paused);
   return ViewOf(it->second);
 }
 
@@ -751,8 +752,7 @@ absl::StatusOr<JobView> NodeState::SetJobPaused(const std::string& job_key, bool
   if (ranks.empty()) return JobNotFound(job_key);
   std::vector<ClientView> views;
   for (ClientRecord* c : ranks) {
-    c->paused = paused;
-    board_->SetPaused(c->slot, paused);
+    PauseClient(*c, paused);
     views.push_back(ViewOf(*c));
   }
   if (paused) {

@@ -229,6 +229,8 @@ class NodeState {
   absl::Status JobNotFound(const std::string& job_key) const;
   // The client's priority as an admin override.
   void OverridePriority(ClientRecord& c, contract::Priority p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pauses or resumes the client, on its record and its board slot.
+  void PauseClient(ClientRecord& c, bool paused) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckGpu(uint32_t gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyPolicyToClient(ClientRecord& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ConsumeEvent(ClientRecord& c, const contract::Event& e)
