@@ -25,7 +25,9 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
       MODEL: resnet50 (batch 64), bert (BERT-base, batch 32, sequence 128),
              gpt2-large (36 layers, width 1280, batch 2, sequence 1024: long GEMM kernels),
              gptlm (12 layers, width 1024, batch 8, sequence 512, bf16 autocast, AdamW),
-             gptlm-pad (the same with its vocabulary padded to 50304).
+             gptlm-pad (the same with its vocabulary padded to 50304),
+             llm (4 layers of d 4096, 4 x 4096 tokens, bf16, SDPA, AdamW: GEMMs and attention
+             kernels of milliseconds).
 
   serve MODEL --driven / train MODEL --driven
       Blocks of work on command, for an A/B of two processes served in turn
@@ -118,6 +120,34 @@ def build_serve(name):
     raise SystemExit(f"unknown serve model {name}")
 
 
+class TinyLlm(torch.nn.Module):
+    """A decoder-only transformer built from torch primitives (no weights downloaded)."""
+
+    def __init__(self, layers, width, heads, vocab):
+        super().__init__()
+        self.heads = heads
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.ModuleDict(dict(
+                norm1=torch.nn.LayerNorm(width), qkv=torch.nn.Linear(width, 3 * width),
+                proj=torch.nn.Linear(width, width), norm2=torch.nn.LayerNorm(width),
+                up=torch.nn.Linear(width, 4 * width), down=torch.nn.Linear(4 * width, width)))
+            for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        b, t, d = x.shape
+        for blk in self.blocks:
+            q, k, v = blk["qkv"](blk["norm1"](x)).view(b, t, 3, self.heads, d // self.heads) \
+                .permute(2, 0, 3, 1, 4)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + blk["proj"](a.transpose(1, 2).reshape(b, t, d))
+            x = x + blk["down"](torch.nn.functional.gelu(blk["up"](blk["norm2"](x))))
+        return self.head(self.norm(x))
+
+
 def build_train(name):
     optimizer = torch.optim.SGD  # AdamW for the language model
     if name == "resnet50":
@@ -150,6 +180,15 @@ def build_train(name):
         def loss():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 return model(input_ids=ids, labels=ids).loss
+        optimizer = torch.optim.AdamW
+    elif name == "llm":
+        # An LLM-sized step: 4 pre-norm layers of d 4096 (32 heads, MLP 4x), 4 x 4096 tokens,
+        # bf16 weights, scaled_dot_product_attention (causal), AdamW. Its GEMMs and attention
+        # kernels run for milliseconds each, as in LLM training at realistic sizes.
+        model = TinyLlm(layers=4, width=4096, heads=32, vocab=32000).cuda().bfloat16().train()
+        ids = torch.randint(0, 32000, (4, 4096), device="cuda")
+        loss = lambda: torch.nn.functional.cross_entropy(
+            model(ids[:, :-1]).flatten(0, 1).float(), ids[:, 1:].flatten())
         optimizer = torch.optim.AdamW
     else:
         raise SystemExit(f"unknown train model {name}")
