@@ -1,5 +1,5 @@
 // ABI contract of the built liborion_interpose.so, read with `objdump -T`: it exports exactly the
-// hooks of interpose/hooked_functions.def plus dlsym and the NVTX tool entry point, needs no glibc symbol version newer than
+// hooks of interpose/hooked_functions.def and interpose/blas_functions.def plus dlsym and the NVTX tool entry point, needs no glibc symbol version newer than
 // GLIBC_2.17, and depends on neither libstdc++ nor libgcc_s.
 #include <gtest/gtest.h>
 
@@ -23,13 +23,14 @@ std::string RunCommand(const std::string& command) {
   return out;
 }
 
-std::set<std::string> HookListNames() {
-  std::ifstream in(ORION_HOOK_LIST);
+// The names of a hook list: `macro(name, ...)` or `macro(name)` at the start of a line.
+std::set<std::string> HookListNames(const char* path, const std::string& macro) {
+  std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
   std::set<std::string> names;
   const std::string s = text.str();
-  std::regex entry(R"(^ORION_HOOK\((\w+),)", std::regex::multiline);
+  std::regex entry("^" + macro + R"(\((\w+)[,)])", std::regex::multiline);
   for (auto it = std::sregex_iterator(s.begin(), s.end(), entry); it != std::sregex_iterator();
        ++it) {
     names.insert((*it)[1]);
@@ -47,8 +48,11 @@ class ExportsTest : public ::testing::Test {
 };
 
 TEST_F(ExportsTest, ExportsExactlyTheHookListDlsymAndTheNvtxEntryPoint) {
-  std::set<std::string> expected = HookListNames();
+  std::set<std::string> expected = HookListNames(ORION_HOOK_LIST, "ORION_HOOK");
   ASSERT_GT(expected.size(), 40u);
+  const std::set<std::string> blas = HookListNames(ORION_BLAS_HOOK_LIST, "ORION_BLAS_HOOK");
+  ASSERT_EQ(blas.size(), 5u);
+  expected.insert(blas.begin(), blas.end());
   expected.insert("dlsym");
   expected.insert("InitializeInjectionNvtx2");
   std::set<std::string> exported;
