@@ -19,6 +19,8 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
   orion-mps   MPS daemon + orion gate in mps mode; the trainer gets CUDA_MPS_CLIENT_PRIORITY=1
               and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (--mps-be-percent)
   The knob be_percent=N (mps-cap, orion-mps) sets the trainer's SM percentage for that run.
+  The knob gemm_split=0 (orion configurations) runs the trainer with ORION_GEMM_SPLIT=0: its
+  long GEMMs go whole (the arm without the split, in the same run).
   The knob target_x=F (orion, orion-mps) gives each service a latency target of F times its p99
   alone in this run (orion-run --latency-target-ms, whole ms): the server adapts the budget to it.
   Every orion configuration starts from its mode's default budget unless be_budget_us is given.
@@ -202,7 +204,7 @@ def with_harvest(results):
 # One configuration of a run: name, whether it uses --alt-interposer, the orion-ctl policy knobs
 # (a list of knob=value), the trainer's MPS SM percentage, the services' latency target as a
 # multiple of their p99 alone (0: none).
-Config = collections.namedtuple("Config", "name alt knobs be_percent target_x")
+Config = collections.namedtuple("Config", "name alt knobs be_percent target_x be_env")
 BOOL_KNOBS = ("adapt_budget", "gpu_hold")
 
 
@@ -214,7 +216,7 @@ def parse_config(spec, args):
         raise SystemExit(f"{spec}: unknown configuration '{cfg}' (one of {', '.join(CONFIGS)})")
     if at and (build != "alt" or not args.alt_interposer or not cfg.startswith("orion")):
         raise SystemExit(f"{spec}: '@alt' wants --alt-interposer and an orion configuration")
-    be_percent, knob_list, target_x = args.mps_be_percent, [], 0.0
+    be_percent, knob_list, target_x, be_env = args.mps_be_percent, [], 0.0, {}
     for kv in (k for k in knobs.split("+") if k):
         key, eq, value = kv.partition("=")
         if not eq or not value:
@@ -235,9 +237,13 @@ def parse_config(spec, args):
                                  f"orion-mps configuration")
         elif not cfg.startswith("orion"):
             raise SystemExit(f"{spec}: knob '{key}' wants an orion configuration")
+        elif key == "gemm_split":
+            if value not in ("0", "1"):
+                raise SystemExit(f"{spec}: gemm_split wants 0 or 1")
+            be_env["ORION_GEMM_SPLIT"] = value  # the trainer's environment, not a server knob
         else:
             knob_list.append(kv)
-    return Config(cfg, bool(build), knob_list, be_percent, target_x)
+    return Config(cfg, bool(build), knob_list, be_percent, target_x, be_env)
 
 
 class Bench:
@@ -505,7 +511,7 @@ class Bench:
                 self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
                              "round": self.round, "before": spec, **alone_hp[hp]})
         self.interposer = os.path.abspath(a.alt_interposer) if c.alt else self.bundle_interposer
-        be_env = {}
+        be_env = dict(c.be_env)
         if cfg in MPS_CONFIGS:
             why = self.start_mps()
             if why:
