@@ -8,6 +8,7 @@
 #include "interpose/glibc_compat.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -49,12 +50,48 @@ constexpr const char* kRealBlasNames[kRealBlasCount] = {
     "cublasLtMatrixLayoutDestroy", "cublasLtMatmulDescGetAttribute", "cublasLtMatmulAlgoCheck"};
 std::atomic<void*> g_real_blas[kRealBlasCount];
 
-// The real entry point behind ours, or null where no library behind this one defines it.
+// `name` in a loaded library whose file name starts with `prefix` (libcublas.so.13, or .12):
+// one that a library dlopen'ed with RTLD_LOCAL loaded (PyTorch's libtorch_cuda.so loads cuBLAS
+// so) is not in the global scope that RTLD_NEXT searches, though its callers reach our hooks.
+struct LoadedLookup {
+  const char* prefix;
+  char path[512] = {};
+};
+
+int FindLoaded(dl_phdr_info* info, size_t, void* data) {
+  auto* look = static_cast<LoadedLookup*>(data);
+  const char* path = info->dlpi_name;
+  if (path == nullptr || path[0] == '\0' || strlen(path) >= sizeof(look->path)) return 0;
+  const char* base = strrchr(path, '/');
+  base = base != nullptr ? base + 1 : path;
+  if (strncmp(base, look->prefix, strlen(look->prefix)) != 0) return 0;
+  memcpy(look->path, path, strlen(path) + 1);
+  return 1;
+}
+
+// The loader's lock is held while dl_iterate_phdr runs: the library is opened after it.
+void* LookInLoaded(const char* prefix, const char* name) {
+  LoadedLookup look{prefix};
+  if (dl_iterate_phdr(FindLoaded, &look) == 0) return nullptr;
+  void* handle = dlopen(look.path, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return nullptr;
+  void* fn = RealDlsym(handle, name);
+  dlclose(handle);  // RTLD_NOLOAD took a reference; the library stays loaded by its owner
+  return fn;
+}
+
+// The real entry point behind ours: the next definition in the global scope, else the loaded
+// cuBLAS library's; null where neither defines it.
 template <typename Fn>
 Fn RealBlas(RealBlasId id) {
   void* fn = g_real_blas[id].load(std::memory_order_acquire);
   if (fn == nullptr) {
-    fn = RealDlsym(RTLD_NEXT, kRealBlasNames[id]);
+    const char* name = kRealBlasNames[id];
+    fn = RealDlsym(RTLD_NEXT, name);
+    if (fn == nullptr) {
+      fn = LookInLoaded(strncmp(name, "cublasLt", 8) == 0 ? "libcublasLt.so" : "libcublas.so",
+                        name);
+    }
     g_real_blas[id].store(fn, std::memory_order_release);
   }
   return reinterpret_cast<Fn>(fn);
