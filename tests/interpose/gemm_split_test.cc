@@ -1,0 +1,594 @@
+// Splitting a long GEMM into pieces over its output (interpose/gemm_split.h): the plan, the
+// pieces' pointers checked against a CPU reference GEMM computed whole and in pieces (bit for
+// bit, for every transposition, axis, batch and element type), the bound, the learned duration,
+// and the environment that sets them.
+#include "interpose/gemm_split.h"
+
+#include <gtest/gtest.h>
+#include <string.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "interpose/env_config.h"
+
+namespace orion::interpose {
+namespace {
+
+// ---- the plan ----------------------------------------------------------------------------------
+
+constexpr uint64_t kBound = 100'000;
+
+// The sum of the pieces' widths on the cut axis, checking that every piece is non-empty, starts
+// where the one before ended and keeps the other extent whole.
+int64_t CoveredExtent(const GemmPlan& plan, int64_t m, int64_t n) {
+  int64_t covered = 0;
+  for (uint32_t i = 0; i < plan.pieces; ++i) {
+    const GemmSlice s = SliceOf(plan, i, m, n);
+    EXPECT_EQ(s.start, covered) << "piece " << i;
+    const int64_t width = plan.axis == GemmAxis::kRows ? s.m : s.n;
+    EXPECT_GT(width, 0) << "piece " << i;
+    EXPECT_LE(width, plan.width) << "piece " << i;
+    if (i + 1 < plan.pieces) EXPECT_EQ(width, plan.width) << "piece " << i;
+    EXPECT_EQ(plan.axis == GemmAxis::kRows ? s.n : s.m, plan.axis == GemmAxis::kRows ? n : m);
+    covered += width;
+  }
+  return covered;
+}
+
+TEST(PlanGemmSplitTest, NoPlanWhereTheCallFitsOrCannotBeCut) {
+  EXPECT_EQ(PlanGemmSplit(4096, 4096, kBound, kBound, true).axis, GemmAxis::kNone);
+  EXPECT_EQ(PlanGemmSplit(4096, 4096, kBound - 1, kBound, true).axis, GemmAxis::kNone);
+  EXPECT_EQ(PlanGemmSplit(4096, 4096, 10 * kBound, 0, true).axis, GemmAxis::kNone);
+  EXPECT_EQ(PlanGemmSplit(4096, 4096, 0, kBound, true).axis, GemmAxis::kNone);
+  EXPECT_EQ(PlanGemmSplit(0, 4096, 10 * kBound, kBound, true).axis, GemmAxis::kNone);
+  EXPECT_EQ(PlanGemmSplit(4096, 0, 10 * kBound, kBound, true).axis, GemmAxis::kNone);
+  // Below two granules on both axes: nothing to cut.
+  const GemmPlan small = PlanGemmSplit(2 * kGemmSliceGranule - 1, 2 * kGemmSliceGranule - 1,
+                                       10 * kBound, kBound, true);
+  EXPECT_EQ(small.axis, GemmAxis::kNone);
+  EXPECT_EQ(small.pieces, 1u);
+  // Narrow columns and rows not allowed (cuBLASLt): no plan however wide m is.
+  EXPECT_EQ(PlanGemmSplit(1 << 16, 2 * kGemmSliceGranule - 1, 10 * kBound, kBound, false).axis,
+            GemmAxis::kNone);
+  // Just over the bound on exactly two granules: two pieces of one granule.
+  const GemmPlan two = PlanGemmSplit(64, 2 * kGemmSliceGranule, kBound + 1, kBound, true);
+  EXPECT_EQ(two.axis, GemmAxis::kColumns);
+  EXPECT_EQ(two.pieces, 2u);
+  EXPECT_EQ(two.width, kGemmSliceGranule);
+}
+
+TEST(PlanGemmSplitTest, PiecesAreTheEstimateOverTheBoundCapped) {
+  // Extents that divide into the wanted pieces on the granule.
+  for (uint64_t wanted = 2; wanted <= kMaxGemmPieces; ++wanted) {
+    const int64_t n = kGemmSliceGranule * 3 * static_cast<int64_t>(wanted);
+    // ceil(estimate / bound) == wanted: just over wanted - 1 bounds, and exactly wanted.
+    for (uint64_t estimate : {(wanted - 1) * kBound + 1, wanted * kBound}) {
+      const GemmPlan plan = PlanGemmSplit(512, n, estimate, kBound, true);
+      EXPECT_EQ(plan.axis, GemmAxis::kColumns) << wanted;
+      EXPECT_EQ(plan.pieces, wanted) << "estimate " << estimate;
+      EXPECT_EQ(plan.width, 3 * kGemmSliceGranule) << "estimate " << estimate;
+    }
+  }
+  // Far over the bound: kMaxGemmPieces, no more.
+  const GemmPlan capped = PlanGemmSplit(512, 1 << 20, 1000 * kBound, kBound, true);
+  EXPECT_EQ(capped.pieces, kMaxGemmPieces);
+  EXPECT_EQ(CoveredExtent(capped, 512, 1 << 20), 1 << 20);
+  // Fewer granules than wanted pieces: one granule a piece.
+  const GemmPlan granules = PlanGemmSplit(512, 5 * kGemmSliceGranule, 50 * kBound, kBound, true);
+  EXPECT_EQ(granules.axis, GemmAxis::kColumns);
+  EXPECT_EQ(granules.pieces, 5u);
+  EXPECT_EQ(granules.width, kGemmSliceGranule);
+}
+
+TEST(PlanGemmSplitTest, PiecesCoverTheExtentExactlyOnTheGranule) {
+  for (int64_t n : {256, 257, 383, 1007, 1024, 2053, 4095, 100'003}) {
+    for (uint64_t times : {2, 3, 5, 7, 16, 40}) {
+      const GemmPlan plan = PlanGemmSplit(300, n, times * kBound, kBound, false);
+      SCOPED_TRACE(testing::Message() << "n " << n << " estimate " << times << " bounds");
+      ASSERT_EQ(plan.axis, GemmAxis::kColumns);
+      EXPECT_GE(plan.pieces, 2u);
+      EXPECT_LE(plan.pieces, kMaxGemmPieces);
+      EXPECT_LE(plan.pieces, times);
+      EXPECT_EQ(plan.width % kGemmSliceGranule, 0);
+      EXPECT_GT(plan.width, 0);
+      EXPECT_EQ(CoveredExtent(plan, 300, n), n);
+      // The last piece is what is left, non-empty.
+      const GemmSlice last = SliceOf(plan, plan.pieces - 1, 300, n);
+      EXPECT_EQ(last.start + last.n, n);
+      EXPECT_GT(last.n, 0);
+    }
+  }
+}
+
+TEST(PlanGemmSplitTest, ColumnsFirstRowsWhereOnlyTheyDivide) {
+  // Both wide: columns, rows allowed or not.
+  EXPECT_EQ(PlanGemmSplit(4096, 4096, 8 * kBound, kBound, true).axis, GemmAxis::kColumns);
+  EXPECT_EQ(PlanGemmSplit(4096, 4096, 8 * kBound, kBound, false).axis, GemmAxis::kColumns);
+  // Columns enough for the wanted pieces though rows are wider: columns.
+  EXPECT_EQ(PlanGemmSplit(1 << 16, 8 * kGemmSliceGranule, 8 * kBound, kBound, true).axis,
+            GemmAxis::kColumns);
+  // n too narrow for the wanted pieces, m wide: rows where allowed.
+  const GemmPlan rows = PlanGemmSplit(1007, 300, 5 * kBound, kBound, true);
+  EXPECT_EQ(rows.axis, GemmAxis::kRows);
+  EXPECT_EQ(rows.width % kGemmSliceGranule, 0);
+  EXPECT_EQ(CoveredExtent(rows, 1007, 300), 1007);
+  EXPECT_EQ(SliceOf(rows, 0, 1007, 300).n, 300);
+  // ... and never where they are not: the narrow columns are cut as far as they go.
+  const GemmPlan no_rows = PlanGemmSplit(1007, 300, 5 * kBound, kBound, false);
+  EXPECT_EQ(no_rows.axis, GemmAxis::kColumns);
+  EXPECT_EQ(no_rows.pieces, 2u);
+  EXPECT_EQ(CoveredExtent(no_rows, 1007, 300), 300);
+  // Narrow columns, rows no wider: columns.
+  EXPECT_EQ(PlanGemmSplit(300, 300, 5 * kBound, kBound, true).axis, GemmAxis::kColumns);
+}
+
+TEST(ShiftOfTest, MovesWhatTheSliceTakes) {
+  GemmOperands op;
+  op.lda = 1000;
+  op.ldb = 2000;
+  op.ldc = 3000;
+  op.ldd = 4000;
+  op.a_bytes = 2;
+  op.b_bytes = 2;
+  op.c_bytes = 4;
+  op.d_bytes = 8;
+  GemmShift s = ShiftOf(op, GemmAxis::kColumns, 256);
+  EXPECT_EQ(s.a, 0u);
+  EXPECT_EQ(s.b, 256u * 2000 * 2);
+  EXPECT_EQ(s.c, 256u * 3000 * 4);
+  EXPECT_EQ(s.d, 256u * 4000 * 8);
+  op.b_transposed = true;
+  EXPECT_EQ(ShiftOf(op, GemmAxis::kColumns, 256).b, 256u * 2);
+  s = ShiftOf(op, GemmAxis::kRows, 128);
+  EXPECT_EQ(s.a, 128u * 2);
+  EXPECT_EQ(s.b, 0u);
+  EXPECT_EQ(s.c, 128u * 4);
+  EXPECT_EQ(s.d, 128u * 8);
+  op.a_transposed = true;
+  EXPECT_EQ(ShiftOf(op, GemmAxis::kRows, 128).a, 128u * 1000 * 2);
+  s = ShiftOf(op, GemmAxis::kNone, 128);
+  EXPECT_EQ(s.a + s.b + s.c + s.d, 0u);
+}
+
+// ---- pieces against a CPU reference GEMM -------------------------------------------------------
+
+enum class Dtype { kFloat, kBf16 };
+constexpr int kCudaR32F = 0;
+constexpr int kCudaR16BF = 14;
+
+int DataTypeOf(Dtype t) { return t == Dtype::kFloat ? kCudaR32F : kCudaR16BF; }
+
+uint32_t FloatBits(float v) {
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+float FromBits(uint32_t u) {
+  float v;
+  memcpy(&v, &u, sizeof(v));
+  return v;
+}
+// bfloat16 as 16-bit storage: the high half of a float, rounded to nearest even.
+uint16_t ToBf16(float v) {
+  const uint32_t u = FloatBits(v);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float FromBf16(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
+
+float Load(const char* p, Dtype t) {
+  if (t == Dtype::kFloat) {
+    float v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  uint16_t h;
+  memcpy(&h, p, sizeof(h));
+  return FromBf16(h);
+}
+void Store(char* p, Dtype t, float v) {
+  if (t == Dtype::kFloat) {
+    memcpy(p, &v, sizeof(v));
+    return;
+  }
+  const uint16_t h = ToBf16(v);
+  memcpy(p, &h, sizeof(h));
+}
+
+float Gelu(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
+// One call, column-major, as cuBLAS takes it: D = alpha * op(A) * op(B) + beta * C, then the
+// epilogue (a bias per row of D, GELU). Leading dimensions and batch strides in elements;
+// every matrix of one element type.
+struct RefCall {
+  Dtype type = Dtype::kFloat;
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1, beta = 0;
+  const char* a = nullptr;
+  int64_t lda = 0, stride_a = 0;
+  const char* b = nullptr;
+  int64_t ldb = 0, stride_b = 0;
+  const char* c = nullptr;
+  int64_t ldc = 0, stride_c = 0;
+  char* d = nullptr;
+  int64_t ldd = 0, stride_d = 0;
+  int64_t batch = 1;
+  const float* bias = nullptr;
+  bool gelu = false;
+};
+
+// op(A) and op(B) are read into floats first (op(A) k-major, so that the sum over k runs for
+// a column of D at once); every element still sums its k products in order.
+void RefGemm(const RefCall& g) {
+  const int64_t e = ElementBytes(DataTypeOf(g.type));
+  std::vector<float> a_op(static_cast<size_t>(g.k * g.m)), acc(static_cast<size_t>(g.m));
+  for (int64_t q = 0; q < g.batch; ++q) {
+    const char* a = g.a + q * g.stride_a * e;
+    const char* b = g.b + q * g.stride_b * e;
+    const char* c = g.c + q * g.stride_c * e;
+    char* d = g.d + q * g.stride_d * e;
+    for (int64_t p = 0; p < g.k; ++p) {
+      for (int64_t i = 0; i < g.m; ++i) {
+        a_op[static_cast<size_t>(p * g.m + i)] =
+            Load(a + (g.ta ? p + i * g.lda : i + p * g.lda) * e, g.type);
+      }
+    }
+    for (int64_t j = 0; j < g.n; ++j) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t p = 0; p < g.k; ++p) {
+        const float y = Load(b + (g.tb ? j + p * g.ldb : p + j * g.ldb) * e, g.type);
+        const float* x = &a_op[static_cast<size_t>(p * g.m)];
+        for (int64_t i = 0; i < g.m; ++i) acc[static_cast<size_t>(i)] += x[i] * y;
+      }
+      for (int64_t i = 0; i < g.m; ++i) {
+        float v = g.alpha * acc[static_cast<size_t>(i)] +
+                  g.beta * Load(c + (i + j * g.ldc) * e, g.type);
+        if (g.bias != nullptr) v += g.bias[i];
+        if (g.gelu) v = Gelu(v);
+        Store(d + (i + j * g.ldd) * e, g.type, v);
+      }
+    }
+  }
+}
+
+// The call in the pieces of `plan`, its pointers moved exactly as hooks_blas.cc moves them.
+void SplitGemm(const RefCall& g, const GemmPlan& plan, const GemmOperands& op) {
+  for (uint32_t i = 0; i < plan.pieces; ++i) {
+    const GemmSlice s = SliceOf(plan, i, g.m, g.n);
+    const GemmShift d = ShiftOf(op, plan.axis, s.start);
+    RefCall piece = g;
+    piece.m = s.m;
+    piece.n = s.n;
+    piece.a = g.a + d.a;
+    piece.b = g.b + d.b;
+    piece.c = g.c + d.c;
+    piece.d = g.d + d.d;
+    RefGemm(piece);
+  }
+}
+
+GemmOperands OperandsOf(const RefCall& g) {
+  GemmOperands op;
+  op.lda = g.lda;
+  op.ldb = g.ldb;
+  op.ldc = g.ldc;
+  op.ldd = g.ldd;
+  op.a_transposed = g.ta;
+  op.b_transposed = g.tb;
+  op.a_bytes = op.b_bytes = op.c_bytes = op.d_bytes = ElementBytes(DataTypeOf(g.type));
+  return op;
+}
+
+// Deterministic values in [-1, 1), stored in the element type.
+void Fill(std::vector<char>* buf, Dtype t, uint32_t seed) {
+  const size_t e = ElementBytes(DataTypeOf(t));
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i + e <= buf->size(); i += e) {
+    x = x * 1664525u + 1013904223u;
+    Store(buf->data() + i, t, static_cast<float>(x >> 8) / static_cast<float>(1u << 23) - 1.0f);
+  }
+}
+
+struct Case {
+  bool ta, tb;
+  GemmAxis axis;
+  int64_t batch;
+  Dtype type;
+};
+
+std::string Name(const Case& c) {
+  return std::string(c.ta ? "T" : "N") + (c.tb ? "T" : "N") +
+         (c.axis == GemmAxis::kRows ? " rows" : " columns") + " batch " +
+         std::to_string(c.batch) + (c.type == Dtype::kFloat ? " float" : " bf16");
+}
+
+// A problem of odd sizes whose last piece is a remainder: 1007 on the cut axis, 300 on the
+// other, k 37; every leading dimension and batch stride larger than the least. Cut by columns
+// it is cuBLASLt-like (C and D apart, a bias per row and GELU); cut by rows cuBLAS-like (C is
+// D, in place, no epilogue: a bias does not move with a row slice).
+struct Problem {
+  RefCall call;
+  std::vector<char> a, b, c, d_initial;
+  std::vector<float> bias;
+  bool in_place = false;
+
+  explicit Problem(const Case& cs) {
+    RefCall& g = call;
+    g.type = cs.type;
+    g.ta = cs.ta;
+    g.tb = cs.tb;
+    const bool rows = cs.axis == GemmAxis::kRows;
+    g.m = rows ? 1007 : 300;
+    g.n = rows ? 300 : 1007;
+    g.k = 37;
+    g.alpha = 0.75f;
+    g.beta = -0.5f;
+    g.batch = cs.batch;
+    g.lda = (g.ta ? g.k : g.m) + 5;
+    g.ldb = (g.tb ? g.n : g.k) + 3;
+    g.ldc = g.m + 7;
+    in_place = rows;
+    g.ldd = in_place ? g.ldc : g.m + 11;
+    g.stride_a = g.lda * (g.ta ? g.m : g.k) + 17;
+    g.stride_b = g.ldb * (g.tb ? g.k : g.n) + 19;
+    g.stride_c = g.ldc * g.n + 23;
+    g.stride_d = in_place ? g.stride_c : g.ldd * g.n + 29;
+    const size_t e = ElementBytes(DataTypeOf(g.type));
+    a.resize(static_cast<size_t>(g.stride_a * g.batch) * e);
+    b.resize(static_cast<size_t>(g.stride_b * g.batch) * e);
+    c.resize(static_cast<size_t>(g.stride_c * g.batch) * e);
+    Fill(&a, g.type, 1);
+    Fill(&b, g.type, 2);
+    Fill(&c, g.type, 3);
+    if (in_place) {
+      d_initial = c;
+    } else {
+      d_initial.assign(static_cast<size_t>(g.stride_d * g.batch) * e, static_cast<char>(0xA5));
+      bias.resize(static_cast<size_t>(g.m));
+      for (int64_t i = 0; i < g.m; ++i) bias[static_cast<size_t>(i)] = 0.01f * (i % 37) - 0.2f;
+      g.bias = bias.data();
+      g.gelu = true;
+    }
+    g.a = a.data();
+    g.b = b.data();
+  }
+
+  // D starting as it starts, and the call writing into it (and, in place, reading C from it).
+  RefCall On(std::vector<char>* d) const {
+    *d = d_initial;
+    RefCall g = call;
+    g.d = d->data();
+    g.c = in_place ? d->data() : c.data();
+    return g;
+  }
+
+  // Whether byte `i` of D is an element of the output (a row below m, a column below n, of a
+  // matrix of the batch).
+  bool IsOutput(size_t byte) const {
+    const auto e = static_cast<int64_t>(ElementBytes(DataTypeOf(call.type)));
+    const int64_t element = static_cast<int64_t>(byte) / e;
+    const int64_t q = element / call.stride_d;
+    const int64_t at = element % call.stride_d;
+    return q < call.batch && at / call.ldd < call.n && at % call.ldd < call.m;
+  }
+};
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (GemmAxis axis : {GemmAxis::kColumns, GemmAxis::kRows}) {
+        for (int64_t batch : {1, 3}) {
+          for (Dtype t : {Dtype::kFloat, Dtype::kBf16}) cases.push_back({ta, tb, axis, batch, t});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+TEST(GemmSplitPiecesTest, PiecesEqualTheWholeCallBitForBit) {
+  for (const Case& cs : AllCases()) {
+    SCOPED_TRACE(Name(cs));
+    const Problem problem(cs);
+    const RefCall& g = problem.call;
+    const GemmPlan plan =
+        PlanGemmSplit(g.m, g.n, 5 * kBound, kBound, /*rows_allowed=*/cs.axis == GemmAxis::kRows);
+    ASSERT_EQ(plan.axis, cs.axis);
+    ASSERT_GE(plan.pieces, 2u);
+    // The last piece is a remainder: narrower than the others.
+    const GemmSlice last = SliceOf(plan, plan.pieces - 1, g.m, g.n);
+    ASSERT_LT(cs.axis == GemmAxis::kRows ? last.m : last.n, plan.width);
+
+    std::vector<char> whole, pieces;
+    RefGemm(problem.On(&whole));
+    SplitGemm(problem.On(&pieces), plan, OperandsOf(g));
+    ASSERT_EQ(whole.size(), pieces.size());
+    EXPECT_EQ(memcmp(whole.data(), pieces.data(), whole.size()), 0);
+
+    // Outside the output (rows m..ldd, the gaps between the batch's matrices) nothing moved;
+    // every output element was written (the reference differs from where D started).
+    size_t outside_changed = 0, outputs_unwritten = 0, outputs = 0;
+    const size_t e = ElementBytes(DataTypeOf(g.type));
+    for (size_t i = 0; i < pieces.size(); i += e) {
+      const bool same = memcmp(pieces.data() + i, problem.d_initial.data() + i, e) == 0;
+      if (!problem.IsOutput(i)) {
+        outside_changed += same ? 0 : 1;
+      } else {
+        ++outputs;
+        outputs_unwritten += same ? 1 : 0;
+      }
+    }
+    EXPECT_EQ(outside_changed, 0u);
+    EXPECT_EQ(outputs, static_cast<size_t>(g.m * g.n * g.batch));
+    // In place a value may be written back unchanged by chance; apart, never the 0xA5 filler.
+    EXPECT_LE(outputs_unwritten, problem.in_place ? outputs / 100 : 0) << outputs;
+  }
+}
+
+// The comparison above catches a wrong move: pieces of B taken as if B were transposed, or D
+// moved by C's leading dimension, differ from the whole call (both stay inside the buffers).
+TEST(GemmSplitPiecesTest, AWrongShiftDiffers) {
+  const Problem problem({false, false, GemmAxis::kColumns, 1, Dtype::kFloat});
+  const RefCall& g = problem.call;
+  const GemmPlan plan = PlanGemmSplit(g.m, g.n, 5 * kBound, kBound, false);
+  ASSERT_EQ(plan.axis, GemmAxis::kColumns);
+  std::vector<char> whole;
+  RefGemm(problem.On(&whole));
+  GemmOperands b_wrong = OperandsOf(g);
+  b_wrong.b_transposed = true;
+  GemmOperands d_wrong = OperandsOf(g);
+  d_wrong.ldd = g.ldc;
+  for (const GemmOperands& wrong : {b_wrong, d_wrong}) {
+    std::vector<char> pieces;
+    SplitGemm(problem.On(&pieces), plan, wrong);
+    EXPECT_NE(memcmp(whole.data(), pieces.data(), whole.size()), 0);
+  }
+  std::vector<char> right;
+  SplitGemm(problem.On(&right), plan, OperandsOf(g));
+  EXPECT_EQ(memcmp(whole.data(), right.data(), whole.size()), 0);
+}
+
+// ---- element sizes, the bound, durations -------------------------------------------------------
+
+TEST(ElementBytesTest, KnownTypesAndZeroOtherwise) {
+  const std::map<int, uint32_t> known = {{0, 4},  {1, 8},  {2, 2},   {3, 1},  {4, 8},
+                                         {5, 16}, {6, 4},  {8, 1},   {10, 4}, {14, 2},
+                                         {28, 1}, {29, 1}};
+  for (auto [type, bytes] : known) EXPECT_EQ(ElementBytes(type), bytes) << type;
+  for (int type : {-1, 7, 9, 11, 12, 13, 99, 1000}) EXPECT_EQ(ElementBytes(type), 0u) << type;
+}
+
+GemmSplitView SharedBestEffort(uint64_t budget_ns) {
+  GemmSplitView v;
+  v.registered = true;
+  v.best_effort = true;
+  v.gate_on = true;
+  v.high_present = true;
+  v.budget_ns = budget_ns;
+  return v;
+}
+
+TEST(GemmSplitBoundNsTest, ForcedWinsElseTheBudgetWhileSharedWithAHighPriorityClient) {
+  EXPECT_EQ(GemmSplitBoundNs(SharedBestEffort(500'000)), 500'000u);
+  // A budget below the least piece is raised to it.
+  EXPECT_EQ(GemmSplitBoundNs(SharedBestEffort(kMinGemmPieceNs - 1)), kMinGemmPieceNs);
+  EXPECT_EQ(GemmSplitBoundNs(SharedBestEffort(0)), kMinGemmPieceNs);
+  // Each condition off: no bound.
+  GemmSplitView v = SharedBestEffort(500'000);
+  v.enabled = false;
+  EXPECT_EQ(GemmSplitBoundNs(v), 0u);
+  v = SharedBestEffort(500'000);
+  v.registered = false;
+  EXPECT_EQ(GemmSplitBoundNs(v), 0u);
+  v = SharedBestEffort(500'000);
+  v.best_effort = false;  // high priority itself
+  EXPECT_EQ(GemmSplitBoundNs(v), 0u);
+  v = SharedBestEffort(500'000);
+  v.gate_on = false;
+  EXPECT_EQ(GemmSplitBoundNs(v), 0u);
+  v = SharedBestEffort(500'000);
+  v.high_present = false;
+  EXPECT_EQ(GemmSplitBoundNs(v), 0u);
+  EXPECT_EQ(GemmSplitBoundNs(GemmSplitView{}), 0u);
+  // Forced: whatever the rest says, disabled included.
+  GemmSplitView forced;
+  forced.forced_ns = 20'000;
+  forced.enabled = false;
+  EXPECT_EQ(GemmSplitBoundNs(forced), 20'000u);
+  v = SharedBestEffort(500'000);
+  v.forced_ns = 30'000;
+  EXPECT_EQ(GemmSplitBoundNs(v), 30'000u);
+}
+
+TEST(GemmMayExceedTest, AtLeastTheBoundAtTheSureRate) {
+  // 2 * 100^3 = 2e6 flops; the threshold is bound * kSureFlopsPerNs.
+  const uint64_t at = 2'000'000 / kSureFlopsPerNs;
+  EXPECT_TRUE(GemmMayExceed(100, 100, 100, 1, at));
+  EXPECT_FALSE(GemmMayExceed(100, 100, 100, 1, at + 1));
+  EXPECT_TRUE(GemmMayExceed(100, 100, 100, 2, 2 * at));  // the batch counts
+  EXPECT_FALSE(GemmMayExceed(100, 100, 100, 2, 2 * at + 1));
+  EXPECT_TRUE(GemmMayExceed(100, 100, 100, 1, 0));
+  // m 4096, n 4096, k 4096 at a 1 ms bound: 1.37e11 flops against 2e10.
+  EXPECT_TRUE(GemmMayExceed(4096, 4096, 4096, 1, 1'000'000));
+  EXPECT_FALSE(GemmMayExceed(1024, 1024, 64, 1, 1'000'000));
+  for (int64_t zero : {0, -1}) {
+    EXPECT_FALSE(GemmMayExceed(zero, 4096, 4096, 1, 1));
+    EXPECT_FALSE(GemmMayExceed(4096, zero, 4096, 1, 1));
+    EXPECT_FALSE(GemmMayExceed(4096, 4096, zero, 1, 1));
+    EXPECT_FALSE(GemmMayExceed(4096, 4096, 4096, zero, 1));
+  }
+}
+
+TEST(GemmDurationTest, LeastOfTheLastFourSamples) {
+  GemmDuration d;
+  EXPECT_EQ(d.EstimateNs(), 0u);
+  d.Add(500);
+  EXPECT_EQ(d.EstimateNs(), 500u);
+  d.Add(300);
+  d.Add(400);
+  EXPECT_EQ(d.EstimateNs(), 300u);
+  d.Add(100);
+  EXPECT_EQ(d.EstimateNs(), 100u);
+  // The 100 ages out after four newer samples, not before.
+  d.Add(900);
+  d.Add(800);
+  d.Add(700);
+  EXPECT_EQ(d.EstimateNs(), 100u);
+  d.Add(600);
+  EXPECT_EQ(d.EstimateNs(), 600u);
+  EXPECT_EQ(d.count, 8u);
+}
+
+TEST(GemmCallTimedTest, FirstCallsThenOneInSixteen) {
+  for (uint64_t i = 0; i < kGemmWarmupCalls; ++i) EXPECT_TRUE(GemmCallTimed(i)) << i;
+  EXPECT_FALSE(GemmCallTimed(kGemmWarmupCalls));
+  EXPECT_FALSE(GemmCallTimed(kGemmResampleEvery - 1));
+  EXPECT_TRUE(GemmCallTimed(kGemmResampleEvery));
+  EXPECT_FALSE(GemmCallTimed(kGemmResampleEvery + 1));
+  EXPECT_TRUE(GemmCallTimed(5 * kGemmResampleEvery));
+}
+
+// ---- the environment ---------------------------------------------------------------------------
+
+TEST(ReadEnvConfigTest, GemmSplitOnUnlessOffAndItsForcedBoundInRange) {
+  std::map<std::string, std::string> env;
+  auto get = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  EnvConfig config = ReadEnvConfig(get);
+  EXPECT_TRUE(config.gemm_split);
+  EXPECT_EQ(config.gemm_split_force_ns, 0u);
+  for (const char* off : {"0", "off", "OFF", "false", "no"}) {
+    env = {{"ORION_GEMM_SPLIT", off}};
+    EXPECT_FALSE(ReadEnvConfig(get).gemm_split) << off;
+  }
+  for (const char* on : {"1", "on", "yes", "", "junk"}) {
+    env = {{"ORION_GEMM_SPLIT", on}};
+    EXPECT_TRUE(ReadEnvConfig(get).gemm_split) << on;
+  }
+  for (const char* ns : {"10000", "20000", "1000000", "100000000"}) {
+    env = {{"ORION_GEMM_SPLIT_NS", ns}};
+    EXPECT_EQ(ReadEnvConfig(get).gemm_split_force_ns, std::stoull(ns)) << ns;
+  }
+  for (const char* bad : {"9999", "0", "100000001", "-20000", "20000ns", "20us", " 20000", "",
+                          "99999999999999999999999"}) {
+    env = {{"ORION_GEMM_SPLIT_NS", bad}};
+    EXPECT_EQ(ReadEnvConfig(get).gemm_split_force_ns, 0u) << bad;
+  }
+  // Both: the split off, the forced bound still read (it wins in GemmSplitBoundNs).
+  env = {{"ORION_GEMM_SPLIT", "0"}, {"ORION_GEMM_SPLIT_NS", "50000"}};
+  config = ReadEnvConfig(get);
+  EXPECT_FALSE(config.gemm_split);
+  EXPECT_EQ(config.gemm_split_force_ns, 50'000u);
+}
+
+}  // namespace
+}  // namespace orion::interpose
