@@ -32,7 +32,9 @@ int64_t CoveredExtent(const GemmPlan& plan, int64_t m, int64_t n) {
     const int64_t width = plan.axis == GemmAxis::kRows ? s.m : s.n;
     EXPECT_GT(width, 0) << "piece " << i;
     EXPECT_LE(width, plan.width) << "piece " << i;
-    if (i + 1 < plan.pieces) EXPECT_EQ(width, plan.width) << "piece " << i;
+    if (i + 1 < plan.pieces) {
+      EXPECT_EQ(width, plan.width) << "piece " << i;
+    }
     EXPECT_EQ(plan.axis == GemmAxis::kRows ? s.n : s.m, plan.axis == GemmAxis::kRows ? n : m);
     covered += width;
   }
@@ -92,7 +94,6 @@ TEST(PlanGemmSplitTest, PiecesCoverTheExtentExactlyOnTheGranule) {
       ASSERT_EQ(plan.axis, GemmAxis::kColumns);
       EXPECT_GE(plan.pieces, 2u);
       EXPECT_LE(plan.pieces, kMaxGemmPieces);
-      EXPECT_LE(plan.pieces, times);
       EXPECT_EQ(plan.width % kGemmSliceGranule, 0);
       EXPECT_GT(plan.width, 0);
       EXPECT_EQ(CoveredExtent(plan, 300, n), n);
