@@ -90,6 +90,9 @@ EXCLUDED=(
   '^soak_test$' '^hostile_test$'
   # The memory quota of a pod's processes: they run with the interposer preloaded.
   '^pod_quota_test$'
+  # The GEMM split on the cuBLAS and CUDA test doubles: its probe runs with the interposer
+  # preloaded (its pure slicing is sanitized through interpose_unit_test).
+  '^blas_double_gemm_split_test$'
   # The interposer's CPU cost to a service: preloads it, and measures CPU shares that the
   # instrumentation inflates several times.
   '^cpu_cost_test$'

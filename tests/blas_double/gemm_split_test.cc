@@ -1,0 +1,175 @@
+// The interposer's GEMM split end to end on test doubles: orion_gemm_split_probe calls each
+// hooked cuBLAS and cuBLASLt entry point (cublasGemmEx, cublasGemmStridedBatchedEx with a batch
+// of 3, cublasSgemm_v2 transposed and cut by rows, cublasSgemmStridedBatched, cublasLtMatmul
+// with GELU over a bias) 8 times on liborion_blas_double.so and the CUDA driver test double,
+// with no orion-server (ORION_SOCKET names nothing), three ways:
+//  - under the interposer with a forced bound (ORION_GEMM_SPLIT_NS=20000): the first call goes
+//    whole (no duration learned yet), the last reaches the double as pieces that cover it,
+//    its output is bitwise the first's, and the exit report counts the splits;
+//  - under the interposer with the split off and no forced bound: every call goes whole;
+//  - without the interposer: every call goes whole, and its outputs are the split run's.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/cuda_double/child_process.h"
+
+namespace {
+
+using orion::testing::MakeTestDir;
+using orion::testing::NowS;
+using orion::testing::ReadFile;
+using orion::testing::StartProcess;
+
+const char* const kCases[] = {"cublasGemmEx",          "cublasGemmStridedBatchedEx",
+                              "cublasSgemm_v2",        "cublasSgemmStridedBatched",
+                              "cublasSgemm_v2_rows",   "cublasLtMatmul"};
+
+struct ProbeRun {
+  int status = -1;
+  std::string output;  // stdout and stderr
+  std::map<std::string, std::map<std::string, std::string>> cases;  // name -> key -> value
+};
+
+// Runs the probe with `env` added (and a private simulated GPU) and reads its lines.
+ProbeRun RunProbe(std::vector<std::string> env) {
+  ProbeRun run;
+  const std::string dir = MakeTestDir("orion-gemm-split");
+  if (dir.empty()) return run;
+  env.push_back("ORION_SIM_DIR=" + dir);
+  env.push_back(std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR);
+  env.push_back("ORION_SOCKET=/nonexistent/orion.sock");
+  env.push_back("ORION_QUIET=1");
+  env.push_back("ORION_GEMM_SPLIT_REPORT=1");
+  const std::string log = dir + "/probe.log";
+  const pid_t pid = StartProcess({ORION_GEMM_SPLIT_PROBE, "8"}, env, log);
+  const double deadline = NowS() + 240;
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, WNOHANG) == 0) {
+    if (NowS() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &wstatus, 0);
+      break;
+    }
+    usleep(20'000);
+  }
+  run.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  run.output = ReadFile(log);
+  std::istringstream lines(run.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("case=", 0) != 0) continue;
+    std::istringstream fields(line);
+    std::string field;
+    std::map<std::string, std::string> values;
+    while (fields >> field) {
+      const size_t eq = field.find('=');
+      if (eq == std::string::npos) continue;
+      values[field.substr(0, eq)] = field.substr(eq + 1);
+    }
+    run.cases[values["case"]] = values;
+  }
+  return run;
+}
+
+int Int(const std::map<std::string, std::string>& values, const char* key) {
+  auto it = values.find(key);
+  return it == values.end() ? -1 : std::stoi(it->second);
+}
+
+// "orion: gemm split: N calls looked at, S split into P pieces": {N, S, P}, or -1s.
+std::vector<long long> Report(const std::string& output) {
+  const size_t at = output.find("orion: gemm split: ");
+  long long looked = -1, split = -1, pieces = -1;
+  if (at != std::string::npos) {
+    sscanf(output.c_str() + at,
+           "orion: gemm split: %lld calls looked at, %lld split into %lld pieces", &looked,
+           &split, &pieces);
+  }
+  return {looked, split, pieces};
+}
+
+// Every case ran each call whole, pieces and padding in order.
+void ExpectAllWhole(const ProbeRun& run) {
+  ASSERT_EQ(run.status, 0) << run.output;
+  for (const char* name : kCases) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(run.cases.count(name), 1u) << run.output;
+    const auto& c = run.cases.at(name);
+    EXPECT_EQ(Int(c, "first_calls"), 1);
+    EXPECT_EQ(Int(c, "last_calls"), 1);
+    EXPECT_EQ(c.at("axis"), "whole");
+    EXPECT_EQ(Int(c, "cover"), 1);
+    EXPECT_EQ(Int(c, "equal"), 1);
+    EXPECT_EQ(Int(c, "padding"), 1);
+  }
+}
+
+class GemmSplitOnDoubleTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    split_ = new ProbeRun(RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB,
+                                    "ORION_GEMM_SPLIT_NS=20000"}));
+    bare_ = new ProbeRun(RunProbe({}));
+  }
+  static void TearDownTestSuite() {
+    delete split_;
+    delete bare_;
+  }
+  static ProbeRun* split_;
+  static ProbeRun* bare_;
+};
+ProbeRun* GemmSplitOnDoubleTest::split_ = nullptr;
+ProbeRun* GemmSplitOnDoubleTest::bare_ = nullptr;
+
+TEST_F(GemmSplitOnDoubleTest, ForcedBoundCutsEveryApisLongCallIntoExactPieces) {
+  const ProbeRun& run = *split_;
+  ASSERT_EQ(run.status, 0) << run.output;
+  long long pieces = 0;
+  for (const char* name : kCases) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(run.cases.count(name), 1u) << run.output;
+    const auto& c = run.cases.at(name);
+    // The first call has no learned duration: whole. The last one ran in pieces.
+    EXPECT_EQ(Int(c, "first_calls"), 1);
+    EXPECT_GT(Int(c, "last_calls"), 1);
+    EXPECT_LE(Int(c, "last_calls"), 16);
+    EXPECT_EQ(c.at("axis"), std::string(name) == "cublasSgemm_v2_rows" ? "rows" : "columns");
+    EXPECT_EQ(Int(c, "cover"), 1);
+    EXPECT_EQ(Int(c, "equal"), 1);
+    EXPECT_EQ(Int(c, "padding"), 1);
+    // The pieces wrote what the whole call writes without the interposer.
+    if (bare_->cases.count(name) == 1) {
+      EXPECT_EQ(c.at("hash"), bare_->cases.at(name).at("hash"));
+    }
+    pieces += Int(c, "last_calls");
+  }
+  // 8 calls of each case looked at; all but the first of each split (7 x 6), in at least the
+  // last calls' pieces each.
+  const std::vector<long long> report = Report(run.output);
+  EXPECT_EQ(report[0], 8 * 6) << run.output;
+  EXPECT_EQ(report[1], 7 * 6) << run.output;
+  EXPECT_GE(report[2], pieces) << run.output;
+}
+
+TEST_F(GemmSplitOnDoubleTest, WithoutTheInterposerEveryCallGoesWhole) {
+  ExpectAllWhole(*bare_);
+  EXPECT_EQ(Report(bare_->output)[0], -1) << "no interposer, no report";
+}
+
+TEST(GemmSplitOffOnDoubleTest, SplitOffAndNoServerEveryCallGoesWhole) {
+  const ProbeRun run =
+      RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_GEMM_SPLIT=0"});
+  ExpectAllWhole(run);
+  const std::vector<long long> report = Report(run.output);
+  EXPECT_EQ(report[0], 0) << run.output;  // the bound is 0: no call is even looked at
+  EXPECT_EQ(report[1], 0) << run.output;
+}
+
+}  // namespace
