@@ -70,6 +70,9 @@ struct alignas(64) ProcessState {
   // one): it is a rank of a multi-GPU job, and its best-effort work is held at the gate on the
   // CPU, never on the GPU (gpu_hold.h, RunsCollectives).
   std::atomic<bool> runs_collectives{false};
+  // Set once the process ran a GEMM in pieces (hooks_blas.cc): its best-effort work is held at
+  // the gate on the CPU too (gpu_hold.h, "GEMMs in pieces").
+  std::atomic<bool> splits_gemms{false};
   // Set once any registration failed: the whole process passes through from then on.
   std::atomic<uint32_t> pass_through{0};
   // Bumped in a fork child and at a renewal: every thread's cached registration is looked up

@@ -273,6 +273,9 @@ cublasStatus_t RunPieces(const CallPlan& call, const GemmOperands& operands, int
       return whole();
     }
   }
+  if (!g_process.splits_gemms.load(std::memory_order_relaxed)) {
+    g_process.splits_gemms.store(true, std::memory_order_relaxed);
+  }
   g_split_calls.fetch_add(1, std::memory_order_relaxed);
   g_split_pieces.fetch_add(call.plan.pieces, std::memory_order_relaxed);
   return blas::kSuccess;

@@ -189,6 +189,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool beside_high = gated && HighPriorityPresent(gpu, reg->slot_index);
   const bool held_on_gpu = beside_high && !paused && GpuHoldOn(gpu) &&
                            !g_process.runs_collectives.load(std::memory_order_relaxed) &&
+                           !g_process.splits_gemms.load(std::memory_order_relaxed) &&
                            HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index) &&
                            QueueHoldWait(reg, info.stream, info.per_thread_stream);
   if (paused || (beside_high && !held_on_gpu)) [[unlikely]] {
