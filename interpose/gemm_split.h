@@ -45,23 +45,28 @@ struct GemmPlan {
   int64_t width = 0;  // columns (rows) of every piece but the last; a multiple of the granule
 };
 
-// The pieces for a call of m x n output predicted to run `estimate_ns`, none predicted longer
-// than `bound_ns` as far as the granule and kMaxGemmPieces allow. Columns are cut first (a
-// bias stays whole); rows where `rows_allowed` and the rows divide into more pieces than the
-// columns do. No plan (kNone) when the call fits the bound or cannot be cut in two.
+// The pieces for a call of m x n output predicted to run `estimate_ns`, each predicted to run
+// within `bound_ns` where the granule and kMaxGemmPieces allow (the work taken as even over the
+// cut axis): the widest multiple of the granule that fits the bound, widened where that would
+// take more than kMaxGemmPieces pieces. Columns are cut first (a bias stays whole); rows where
+// `rows_allowed` and the columns are narrower than the rows. No plan (kNone) when the call fits
+// the bound or cannot be cut in two.
 inline GemmPlan PlanGemmSplit(int64_t m, int64_t n, uint64_t estimate_ns, uint64_t bound_ns,
                               bool rows_allowed) {
   GemmPlan plan;
   if (bound_ns == 0 || estimate_ns <= bound_ns || m <= 0 || n <= 0) return plan;
-  uint64_t wanted = (estimate_ns + bound_ns - 1) / bound_ns;
-  if (wanted > kMaxGemmPieces) wanted = kMaxGemmPieces;
+  const uint64_t wanted = (estimate_ns + bound_ns - 1) / bound_ns;
   auto slots = [](int64_t extent) { return static_cast<uint64_t>(extent / kGemmSliceGranule); };
   const bool rows = rows_allowed && slots(n) < wanted && slots(m) > slots(n);
   const int64_t extent = rows ? m : n;
-  if (slots(extent) < wanted) wanted = slots(extent);
-  if (wanted < 2) return plan;
-  const int64_t per = (extent + static_cast<int64_t>(wanted) - 1) / static_cast<int64_t>(wanted);
-  const int64_t width = (per + kGemmSliceGranule - 1) / kGemmSliceGranule * kGemmSliceGranule;
+  if (slots(extent) < 2) return plan;
+  const double fit = static_cast<double>(extent) * static_cast<double>(bound_ns) /
+                     static_cast<double>(estimate_ns);
+  int64_t width = static_cast<int64_t>(fit) / kGemmSliceGranule * kGemmSliceGranule;
+  if (width < kGemmSliceGranule) width = kGemmSliceGranule;
+  const int64_t per_cap = (extent + kMaxGemmPieces - 1) / kMaxGemmPieces;
+  const int64_t least = (per_cap + kGemmSliceGranule - 1) / kGemmSliceGranule * kGemmSliceGranule;
+  if (width < least) width = least;
   const int64_t pieces = (extent + width - 1) / width;
   if (pieces < 2) return plan;
   plan.axis = rows ? GemmAxis::kRows : GemmAxis::kColumns;

@@ -163,13 +163,17 @@ TEST_F(GemmSplitOnDoubleTest, WithoutTheInterposerEveryCallGoesWhole) {
   EXPECT_EQ(Report(bare_->output)[0], -1) << "no interposer, no report";
 }
 
-TEST(GemmSplitOffOnDoubleTest, SplitOffAndNoServerEveryCallGoesWhole) {
-  const ProbeRun run =
-      RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_GEMM_SPLIT=0"});
-  ExpectAllWhole(run);
-  const std::vector<long long> report = Report(run.output);
-  EXPECT_EQ(report[0], 0) << run.output;  // the bound is 0: no call is even looked at
-  EXPECT_EQ(report[1], 0) << run.output;
+// Asked for (ORION_GEMM_SPLIT=1) or not (the default), with no server there is no
+// high-priority client to protect: the bound is 0 and no call is even looked at.
+TEST(GemmSplitOffOnDoubleTest, NothingToProtectEveryCallGoesWhole) {
+  for (const char* asked : {"ORION_GEMM_SPLIT=1", "ORION_GEMM_SPLIT=0"}) {
+    const ProbeRun run = RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, asked});
+    SCOPED_TRACE(asked);
+    ExpectAllWhole(run);
+    const std::vector<long long> report = Report(run.output);
+    EXPECT_EQ(report[0], 0) << run.output;
+    EXPECT_EQ(report[1], 0) << run.output;
+  }
 }
 
 }  // namespace

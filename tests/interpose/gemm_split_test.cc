@@ -64,15 +64,34 @@ TEST(PlanGemmSplitTest, NoPlanWhereTheCallFitsOrCannotBeCut) {
 }
 
 TEST(PlanGemmSplitTest, PiecesAreTheEstimateOverTheBoundCapped) {
-  // Extents that divide into the wanted pieces on the granule.
+  // Extents that divide into the wanted pieces on the granule, the estimate exactly that many
+  // bounds: that many pieces of the bound each.
   for (uint64_t wanted = 2; wanted <= kMaxGemmPieces; ++wanted) {
     const int64_t n = kGemmSliceGranule * 3 * static_cast<int64_t>(wanted);
-    // ceil(estimate / bound) == wanted: just over wanted - 1 bounds, and exactly wanted.
-    for (uint64_t estimate : {(wanted - 1) * kBound + 1, wanted * kBound}) {
+    const GemmPlan plan = PlanGemmSplit(512, n, wanted * kBound, kBound, true);
+    EXPECT_EQ(plan.axis, GemmAxis::kColumns) << wanted;
+    EXPECT_EQ(plan.pieces, wanted) << wanted;
+    EXPECT_EQ(plan.width, 3 * kGemmSliceGranule) << wanted;
+  }
+  // Any estimate: the widest multiple of the granule whose share of the estimate fits the bound
+  // (unless the granule or the cap on pieces asks for wider).
+  for (int64_t n : {1152, 512, 4096, 4099, 50257}) {
+    for (uint64_t estimate : {2 * kBound + 1, 3 * kBound, 8 * kBound, 9 * kBound, 15 * kBound + 7}) {
+      SCOPED_TRACE(testing::Message() << "n " << n << " estimate " << estimate);
       const GemmPlan plan = PlanGemmSplit(512, n, estimate, kBound, true);
-      EXPECT_EQ(plan.axis, GemmAxis::kColumns) << wanted;
-      EXPECT_EQ(plan.pieces, wanted) << "estimate " << estimate;
-      EXPECT_EQ(plan.width, 3 * kGemmSliceGranule) << "estimate " << estimate;
+      ASSERT_EQ(plan.axis, GemmAxis::kColumns);
+      const int64_t least =
+          ((n + kMaxGemmPieces - 1) / kMaxGemmPieces + kGemmSliceGranule - 1) /
+          kGemmSliceGranule * kGemmSliceGranule;
+      const auto share = [&](int64_t width) {
+        return static_cast<double>(width) * static_cast<double>(estimate) / static_cast<double>(n);
+      };
+      if (plan.width > kGemmSliceGranule && plan.width > least) {
+        EXPECT_LE(share(plan.width), static_cast<double>(kBound));
+        EXPECT_GT(share(plan.width + kGemmSliceGranule), static_cast<double>(kBound));
+      }
+      EXPECT_LE(plan.pieces, kMaxGemmPieces);
+      EXPECT_EQ(CoveredExtent(plan, 512, n), n);
     }
   }
   // Far over the bound: kMaxGemmPieces, no more.
@@ -121,7 +140,7 @@ TEST(PlanGemmSplitTest, ColumnsFirstRowsWhereOnlyTheyDivide) {
   // ... and never where they are not: the narrow columns are cut as far as they go.
   const GemmPlan no_rows = PlanGemmSplit(1007, 300, 5 * kBound, kBound, false);
   EXPECT_EQ(no_rows.axis, GemmAxis::kColumns);
-  EXPECT_EQ(no_rows.pieces, 2u);
+  EXPECT_EQ(no_rows.pieces, 3u);  // 128, 128 and the 44 left
   EXPECT_EQ(CoveredExtent(no_rows, 1007, 300), 300);
   // Narrow columns, rows no wider: columns.
   EXPECT_EQ(PlanGemmSplit(300, 300, 5 * kBound, kBound, true).axis, GemmAxis::kColumns);
@@ -558,20 +577,20 @@ TEST(GemmCallTimedTest, FirstCallsThenOneInSixteen) {
 
 // ---- the environment ---------------------------------------------------------------------------
 
-TEST(ReadEnvConfigTest, GemmSplitOnUnlessOffAndItsForcedBoundInRange) {
+TEST(ReadEnvConfigTest, GemmSplitOnlyWhenAskedAndItsForcedBoundInRange) {
   std::map<std::string, std::string> env;
   auto get = [&](const char* name) -> const char* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
   };
   EnvConfig config = ReadEnvConfig(get);
-  EXPECT_TRUE(config.gemm_split);
+  EXPECT_FALSE(config.gemm_split);
   EXPECT_EQ(config.gemm_split_force_ns, 0u);
-  for (const char* off : {"0", "off", "OFF", "false", "no"}) {
+  for (const char* off : {"0", "off", "OFF", "false", "no", "", "junk"}) {
     env = {{"ORION_GEMM_SPLIT", off}};
     EXPECT_FALSE(ReadEnvConfig(get).gemm_split) << off;
   }
-  for (const char* on : {"1", "on", "yes", "", "junk"}) {
+  for (const char* on : {"1", "on", "ON", "yes", "true"}) {
     env = {{"ORION_GEMM_SPLIT", on}};
     EXPECT_TRUE(ReadEnvConfig(get).gemm_split) << on;
   }
