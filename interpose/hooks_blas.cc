@@ -80,8 +80,24 @@ void* LookInLoaded(const char* prefix, const char* name) {
   return fn;
 }
 
+// The object that called the hook (set by each exported hook): a library that links cuBLAS
+// statically and exports its symbols finds its own definition there.
+constinit thread_local const void* t_caller ORION_INITIAL_EXEC_TLS = nullptr;
+
+void* LookInCaller(const char* name) {
+  Dl_info info{};
+  if (t_caller == nullptr || dladdr(t_caller, &info) == 0 || info.dli_fname == nullptr) {
+    return nullptr;
+  }
+  void* handle = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return nullptr;
+  void* fn = RealDlsym(handle, name);  // the caller's own scope: never this library
+  dlclose(handle);
+  return fn;
+}
+
 // The real entry point behind ours: the next definition in the global scope, else the loaded
-// cuBLAS library's; null where neither defines it.
+// cuBLAS library's, else the calling object's own; null where none defines it.
 template <typename Fn>
 Fn RealBlas(RealBlasId id) {
   void* fn = g_real_blas[id].load(std::memory_order_acquire);
@@ -92,6 +108,7 @@ Fn RealBlas(RealBlasId id) {
       fn = LookInLoaded(strncmp(name, "cublasLt", 8) == 0 ? "libcublasLt.so" : "libcublas.so",
                         name);
     }
+    if (fn == nullptr) fn = LookInCaller(name);
     g_real_blas[id].store(fn, std::memory_order_release);
   }
   return reinterpret_cast<Fn>(fn);
@@ -547,6 +564,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOpera
                                               const void* beta, void* C, cudaDataType Ctype,
                                               int ldc, cublasComputeType_t computeType,
                                               cublasGemmAlgo_t algo) {
+  t_caller = __builtin_return_address(0);
   return ClassicHook({kGemmEx, handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype,
                       ldb, 0, beta, C, Ctype, ldc, 0, 1, computeType, algo});
 }
@@ -557,6 +575,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
     const void* B, cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C,
     cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
     cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  t_caller = __builtin_return_address(0);
   return ClassicHook({kGemmStridedBatchedEx, handle, transa, transb, m, n, k, alpha, A, Atype, lda,
                       strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount,
                       computeType, algo});
@@ -567,6 +586,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOpe
                                                 const float* alpha, const float* A, int lda,
                                                 const float* B, int ldb, const float* beta,
                                                 float* C, int ldc) {
+  t_caller = __builtin_return_address(0);
   return ClassicHook({kSgemm, handle, transa, transb, m, n, k, alpha, A, blas::kDataR32F, lda, 0, B,
                       blas::kDataR32F, ldb, 0, beta, C, blas::kDataR32F, ldc, 0, 1, 0, 0});
 }
@@ -576,6 +596,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasSgemmStridedBatched(
     const float* alpha, const float* A, int lda, long long int strideA, const float* B, int ldb,
     long long int strideB, const float* beta, float* C, int ldc, long long int strideC,
     int batchCount) {
+  t_caller = __builtin_return_address(0);
   return ClassicHook({kSgemmStridedBatched, handle, transa, transb, m, n, k, alpha, A,
                       blas::kDataR32F, lda, strideA, B, blas::kDataR32F, ldb, strideB, beta, C,
                       blas::kDataR32F, ldc, strideC, batchCount, 0, 0});
@@ -587,6 +608,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
     const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
     cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
     size_t workspaceSizeInBytes, CUstream stream) {
+  t_caller = __builtin_return_address(0);
   auto real = RealBlas<decltype(&cublasLtMatmul)>(kLtMatmul);
   if (real == nullptr) return blas::kNotInitialized;
   auto call_real = [&](const void* b, cublasLtMatrixLayout_t bd, const void* c,

@@ -120,32 +120,35 @@ def build_serve(name):
     raise SystemExit(f"unknown serve model {name}")
 
 
-class TinyLlm(torch.nn.Module):
+def tiny_llm(layers, width, heads, vocab):
     """A decoder-only transformer built from torch primitives (no weights downloaded)."""
 
-    def __init__(self, layers, width, heads, vocab):
-        super().__init__()
-        self.heads = heads
-        self.embed = torch.nn.Embedding(vocab, width)
-        self.blocks = torch.nn.ModuleList(
-            torch.nn.ModuleDict(dict(
-                norm1=torch.nn.LayerNorm(width), qkv=torch.nn.Linear(width, 3 * width),
-                proj=torch.nn.Linear(width, width), norm2=torch.nn.LayerNorm(width),
-                up=torch.nn.Linear(width, 4 * width), down=torch.nn.Linear(4 * width, width)))
-            for _ in range(layers))
-        self.norm = torch.nn.LayerNorm(width)
-        self.head = torch.nn.Linear(width, vocab, bias=False)
+    class TinyLlm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = heads
+            self.embed = torch.nn.Embedding(vocab, width)
+            self.blocks = torch.nn.ModuleList(
+                torch.nn.ModuleDict(dict(
+                    norm1=torch.nn.LayerNorm(width), qkv=torch.nn.Linear(width, 3 * width),
+                    proj=torch.nn.Linear(width, width), norm2=torch.nn.LayerNorm(width),
+                    up=torch.nn.Linear(width, 4 * width), down=torch.nn.Linear(4 * width, width)))
+                for _ in range(layers))
+            self.norm = torch.nn.LayerNorm(width)
+            self.head = torch.nn.Linear(width, vocab, bias=False)
 
-    def forward(self, ids):
-        x = self.embed(ids)
-        b, t, d = x.shape
-        for blk in self.blocks:
-            q, k, v = blk["qkv"](blk["norm1"](x)).view(b, t, 3, self.heads, d // self.heads) \
-                .permute(2, 0, 3, 1, 4)
-            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + blk["proj"](a.transpose(1, 2).reshape(b, t, d))
-            x = x + blk["down"](torch.nn.functional.gelu(blk["up"](blk["norm2"](x))))
-        return self.head(self.norm(x))
+        def forward(self, ids):
+            x = self.embed(ids)
+            b, t, d = x.shape
+            for blk in self.blocks:
+                q, k, v = blk["qkv"](blk["norm1"](x)).view(b, t, 3, self.heads, d // self.heads) \
+                    .permute(2, 0, 3, 1, 4)
+                a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                x = x + blk["proj"](a.transpose(1, 2).reshape(b, t, d))
+                x = x + blk["down"](torch.nn.functional.gelu(blk["up"](blk["norm2"](x))))
+            return self.head(self.norm(x))
+
+    return TinyLlm()
 
 
 def build_train(name):
@@ -185,7 +188,7 @@ def build_train(name):
         # An LLM-sized step: 4 pre-norm layers of d 4096 (32 heads, MLP 4x), 4 x 4096 tokens,
         # bf16 weights, scaled_dot_product_attention (causal), AdamW. Its GEMMs and attention
         # kernels run for milliseconds each, as in LLM training at realistic sizes.
-        model = TinyLlm(layers=4, width=4096, heads=32, vocab=32000).cuda().bfloat16().train()
+        model = tiny_llm(layers=4, width=4096, heads=32, vocab=32000).cuda().bfloat16().train()
         ids = torch.randint(0, 32000, (4, 4096), device="cuda")
         loss = lambda: torch.nn.functional.cross_entropy(
             model(ids[:, :-1]).flatten(0, 1).float(), ids[:, 1:].flatten())
