@@ -55,10 +55,14 @@ inline constexpr int kLayoutPlaneOffset = 7;   // int64_t
 inline constexpr int kLayoutBatchMode = 8;     // uint32_t, 0 = strided
 
 // cublasLtMatmulDescAttributes_t
+inline constexpr int kDescComputeType = 0;   // int32_t (cublasComputeType_t)
+inline constexpr int kDescScaleType = 1;     // int32_t (cudaDataType)
 inline constexpr int kDescPointerMode = 2;   // int32_t: 0 host, 1 device, 2.. vectors
 inline constexpr int kDescTransA = 3;        // int32_t
 inline constexpr int kDescTransB = 4;        // int32_t
 inline constexpr int kDescTransC = 5;        // int32_t
+inline constexpr int kDescFillMode = 6;      // int32_t (cublasFillMode_t)
+inline constexpr int kFillFull = 2;          // CUBLAS_FILL_MODE_FULL, the default
 inline constexpr int kDescEpilogue = 7;      // uint32_t
 inline constexpr int kDescAmaxD = 21;        // void*
 inline constexpr int kDescAScaleMode = 31;   // int32_t, 0 = one scalar

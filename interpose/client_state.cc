@@ -19,6 +19,7 @@
 
 #include "interpose/call_log.h"
 #include "interpose/cpu_limits.h"
+#include "interpose/hooks_blas.h"
 #include "interpose/memory_quota.h"
 #include "interpose/completion_tracker.h"
 #include "interpose/nvtx_ranges.h"
@@ -98,6 +99,7 @@ void OnForkChild() {
   ResetCallLogAfterFork();
   ResetTimingLogAfterFork();
   ResetNvtxAfterFork();
+  ResetGemmSplitAfterFork();
 }
 
 void* MapDescriptor(int fd, size_t bytes, bool writable, size_t* mapped_bytes);

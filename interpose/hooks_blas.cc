@@ -18,6 +18,7 @@
 #include "interpose/blas_abi.h"
 #include "interpose/client_state.h"
 #include "interpose/gemm_split.h"
+#include "interpose/hooks_blas.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
 
@@ -40,19 +41,40 @@ using AlgoCheckFn = cublasStatus_t (*)(cublasLtHandle_t, cublasLtMatmulDesc_t,
                                        cublasLtMatmulHeuristicResult_t*);
 
 enum RealBlasId {
-  kGemmEx, kGemmStridedBatchedEx, kSgemm, kSgemmStridedBatched, kLtMatmul, kGetStream,
-  kLayoutGet, kLayoutSet, kLayoutCreate, kLayoutDestroy, kDescGet, kAlgoCheck, kRealBlasCount
+  kGemmEx, kGemmStridedBatchedEx, kSgemm, kSgemmStridedBatched, kLtMatmul,  // hooked
+  kGetStream, kLayoutGet, kLayoutSet, kLayoutCreate, kLayoutDestroy, kDescGet, kAlgoCheck,
+  kRealBlasCount
 };
+constexpr int kHookedBlas = kLtMatmul + 1;
 constexpr const char* kRealBlasNames[kRealBlasCount] = {
     "cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasSgemm_v2", "cublasSgemmStridedBatched",
     "cublasLtMatmul", "cublasGetStream_v2", "cublasLtMatrixLayoutGetAttribute",
     "cublasLtMatrixLayoutSetAttribute", "cublasLtMatrixLayoutCreate",
     "cublasLtMatrixLayoutDestroy", "cublasLtMatmulDescGetAttribute", "cublasLtMatmulAlgoCheck"};
-std::atomic<void*> g_real_blas[kRealBlasCount];
 
-// `name` in a loaded library whose file name starts with `prefix` (libcublas.so.13, or .12):
-// one that a library dlopen'ed with RTLD_LOCAL loaded (PyTorch's libtorch_cuda.so loads cuBLAS
-// so) is not in the global scope that RTLD_NEXT searches, though its callers reach our hooks.
+// Which cuBLAS a call goes to depends on who calls: a process may hold two (one framework's in
+// the global scope, another's opened with RTLD_LOCAL), the loader binds each caller to its own,
+// and cuBLAS's symbols are versioned while ours are not. So the real function is resolved per
+// call site (the hook's return address), once:
+//  1. in the calling object's own scope, itself and its dependencies (what the loader would
+//     have bound it to; a library with cuBLAS linked in finds its own copy);
+//  2. else the next definition behind this library in the global scope (RTLD_NEXT);
+//  3. else in a loaded libcublas / libcublasLt (PyTorch's libtorch_cuda.so, opened with
+//     RTLD_LOCAL, brings its cuBLAS out of RTLD_NEXT's reach).
+// The helpers a hook calls (the handle's stream, layouts, the algorithm check) come from the
+// library that defines the resolved GEMM function.
+
+bool IsOurHook(const void* fn);
+
+// `name` in the scope of the loaded object `path` (RTLD_NOLOAD: never loads anything).
+void* LookInObject(const char* path, const char* name) {
+  void* handle = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return nullptr;
+  void* fn = RealDlsym(handle, name);
+  dlclose(handle);  // RTLD_NOLOAD took a reference; the object stays loaded by its owner
+  return IsOurHook(fn) ? nullptr : fn;
+}
+
 struct LoadedLookup {
   const char* prefix;
   char path[512] = {};
@@ -70,48 +92,105 @@ int FindLoaded(dl_phdr_info* info, size_t, void* data) {
 }
 
 // The loader's lock is held while dl_iterate_phdr runs: the library is opened after it.
-void* LookInLoaded(const char* prefix, const char* name) {
-  LoadedLookup look{prefix};
+void* LookInLoaded(const char* name) {
+  LoadedLookup look{strncmp(name, "cublasLt", 8) == 0 ? "libcublasLt.so" : "libcublas.so"};
   if (dl_iterate_phdr(FindLoaded, &look) == 0) return nullptr;
-  void* handle = dlopen(look.path, RTLD_LAZY | RTLD_NOLOAD);
-  if (handle == nullptr) return nullptr;
-  void* fn = RealDlsym(handle, name);
-  dlclose(handle);  // RTLD_NOLOAD took a reference; the library stays loaded by its owner
-  return fn;
+  return LookInObject(look.path, name);
 }
 
-// The object that called the hook (set by each exported hook): a library that links cuBLAS
-// statically and exports its symbols finds its own definition there.
-constinit thread_local const void* t_caller ORION_INITIAL_EXEC_TLS = nullptr;
-
-void* LookInCaller(const char* name) {
+void* ResolveForCaller(RealBlasId id, const void* caller) {
+  const char* name = kRealBlasNames[id];
   Dl_info info{};
-  if (t_caller == nullptr || dladdr(t_caller, &info) == 0 || info.dli_fname == nullptr) {
-    return nullptr;
+  void* fn = nullptr;
+  // The main program's name is empty: its references bind in the global scope (step 2).
+  if (caller != nullptr && dladdr(caller, &info) != 0 && info.dli_fname != nullptr &&
+      info.dli_fname[0] != '\0') {
+    fn = LookInObject(info.dli_fname, name);
   }
-  void* handle = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-  if (handle == nullptr) return nullptr;
-  void* fn = RealDlsym(handle, name);  // the caller's own scope: never this library
-  dlclose(handle);
+  if (fn == nullptr) {
+    fn = RealDlsym(RTLD_NEXT, name);
+    if (IsOurHook(fn)) fn = nullptr;
+  }
+  return fn != nullptr ? fn : LookInLoaded(name);
+}
+
+// Call sites resolved so far, per hooked function: a claimed site's function is stored once
+// resolved (a reader that finds it not stored yet resolves again). A full table resolves on
+// every call (slow, still right).
+struct CallSite {
+  std::atomic<const void*> site{nullptr};
+  std::atomic<void*> fn{nullptr};
+};
+constexpr uint32_t kCallSites = 128;
+CallSite g_call_sites[kHookedBlas][kCallSites];
+
+void* RealFor(RealBlasId id, const void* caller) {
+  CallSite* sites = g_call_sites[id];
+  const uint64_t h = (reinterpret_cast<uint64_t>(caller) * 0x9E3779B97F4A7C15ull) >> 40;
+  CallSite* free_site = nullptr;
+  for (uint32_t i = 0; i < kCallSites; ++i) {
+    CallSite& c = sites[(h + i) % kCallSites];
+    const void* seen = c.site.load(std::memory_order_acquire);
+    if (seen == caller) {
+      if (void* fn = c.fn.load(std::memory_order_acquire)) return fn;
+      break;
+    }
+    if (seen == nullptr) {
+      free_site = &c;
+      break;
+    }
+  }
+  void* fn = ResolveForCaller(id, caller);
+  if (fn != nullptr && free_site != nullptr) {
+    const void* expected = nullptr;
+    if (free_site->site.compare_exchange_strong(expected, caller, std::memory_order_acq_rel) ||
+        expected == caller) {
+      free_site->fn.store(fn, std::memory_order_release);
+    }
+  }
   return fn;
 }
 
-// The real entry point behind ours: the next definition in the global scope, else the loaded
-// cuBLAS library's, else the calling object's own; null where none defines it.
-template <typename Fn>
-Fn RealBlas(RealBlasId id) {
-  void* fn = g_real_blas[id].load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    const char* name = kRealBlasNames[id];
-    fn = RealDlsym(RTLD_NEXT, name);
-    if (fn == nullptr) {
-      fn = LookInLoaded(strncmp(name, "cublasLt", 8) == 0 ? "libcublasLt.so" : "libcublas.so",
-                        name);
+// A helper from the library that defines `real` (a resolved GEMM function), cached by `real`.
+struct Companion {
+  std::atomic<const void*> real{nullptr};
+  std::atomic<void*> fn{nullptr};
+};
+constexpr uint32_t kCompanions = 4;  // cuBLAS libraries in one process
+Companion g_companions[kRealBlasCount][kCompanions];
+
+void* CompanionOf(const void* real, RealBlasId id) {
+  if (real == nullptr) return nullptr;
+  for (Companion& c : g_companions[id]) {
+    const void* seen = c.real.load(std::memory_order_acquire);
+    if (seen == real) {
+      if (void* fn = c.fn.load(std::memory_order_acquire)) return fn;
+      break;
     }
-    if (fn == nullptr) fn = LookInCaller(name);
-    g_real_blas[id].store(fn, std::memory_order_release);
+    if (seen == nullptr) break;
   }
-  return reinterpret_cast<Fn>(fn);
+  Dl_info info{};
+  void* fn = nullptr;
+  if (dladdr(real, &info) != 0 && info.dli_fname != nullptr && info.dli_fname[0] != '\0') {
+    fn = LookInObject(info.dli_fname, kRealBlasNames[id]);
+  } else {
+    fn = RealDlsym(RTLD_DEFAULT, kRealBlasNames[id]);  // linked into the main program
+  }
+  if (fn == nullptr) return nullptr;
+  for (Companion& c : g_companions[id]) {
+    const void* expected = nullptr;
+    if (c.real.compare_exchange_strong(expected, real, std::memory_order_acq_rel) ||
+        expected == real) {
+      c.fn.store(fn, std::memory_order_release);
+      break;
+    }
+  }
+  return fn;
+}
+
+template <typename Fn>
+Fn Helper(const void* real, RealBlasId id) {
+  return reinterpret_cast<Fn>(CompanionOf(real, id));
 }
 
 // Set on a thread while a hook calls the real library: what that call calls goes straight on.
@@ -181,7 +260,7 @@ struct ShapeEntry {
   bool used = false;
   bool refused = false;  // a piece failed once, or cuBLASLt's algorithm does not take the slices
   int8_t lt_checked = 0;  // cuBLASLt: 1 the algorithm takes the slices, -1 it does not
-  Timing timing = Timing::kIdle;
+  Timing timing = Timing::kIdle;  // kRunning: one call owns the events until it recorded both
   ShapeKey key;
   uint64_t calls = 0;
   GemmDuration duration;
@@ -231,20 +310,26 @@ struct CallPlan {
   ShapeEntry* entry = nullptr;
   GemmPlan plan;
   bool timed = false;
+  int8_t lt_checked = 0;
 };
 
+// The shape's plan for this call, and whether this call is timed. While any stream of the
+// process captures a graph, no event is queried or recorded: in the global capture mode a query
+// from another thread invalidates the capture.
 CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, uint64_t bound_ns, bool rows) {
+  const bool may_time = g_process.open_captures.load(std::memory_order_relaxed) <= 0;
   CallPlan call;
   LockShapes lock;
   ShapeEntry* e = FindShape(key);
   if (e == nullptr) return call;
   call.entry = e;
-  CollectSample(*e);
+  if (may_time) CollectSample(*e);
   const uint64_t index = e->calls++;
-  if (e->timing == Timing::kIdle && GemmCallTimed(index)) {
-    e->timing = Timing::kRunning;  // this call owns the events until it recorded both
+  if (may_time && e->timing == Timing::kIdle && GemmCallTimed(index)) {
+    e->timing = Timing::kRunning;
     call.timed = true;
   }
+  call.lt_checked = e->lt_checked;
   if (!e->refused && e->lt_checked >= 0) {
     call.plan = PlanGemmSplit(m, n, e->duration.EstimateNs(), bound_ns, rows);
   }
@@ -256,18 +341,34 @@ void Refuse(ShapeEntry* e) {
   e->refused = true;
 }
 
-// Records the timed call's start (before its first piece) or end (after its last) on `stream`.
-void RecordTiming(ShapeEntry* e, CUstream stream, bool start) {
+void NoteLtChecked(ShapeEntry* e, bool ok) {
+  LockShapes lock;
+  e->lt_checked = ok ? 1 : -1;
+}
+
+// Records the timed call's start (before its first piece) or, where the start was recorded,
+// its end (after its last) on `stream`. The calling thread owns the entry's events meanwhile
+// (kRunning). A failed record gives the entry back with fresh events next time (a context
+// gone and another at the same address leaves events of the old one).
+bool RecordTiming(ShapeEntry* e, CUstream stream, bool start) {
   auto create = ORION_DRIVER(cuEventCreate);
   auto record = ORION_DRIVER(cuEventRecord);
   bool ok = create != nullptr && record != nullptr;
   if (ok && e->start == nullptr) ok = create(&e->start, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
   if (ok && e->end == nullptr) ok = create(&e->end, CU_EVENT_DEFAULT) == CUDA_SUCCESS;
   ok = ok && record(start ? e->start : e->end, stream) == CUDA_SUCCESS;
+  if (!ok) {
+    if (auto destroy = ORION_DRIVER(cuEventDestroy_v2)) {
+      if (e->start != nullptr) destroy(e->start);
+      if (e->end != nullptr) destroy(e->end);
+    }
+    e->start = e->end = nullptr;
+  }
   if (!ok || !start) {
     LockShapes lock;
     e->timing = ok ? Timing::kRecorded : Timing::kIdle;
   }
+  return ok;
 }
 
 uint64_t CurrentContextWord() {
@@ -276,22 +377,24 @@ uint64_t CurrentContextWord() {
   return reinterpret_cast<uint64_t>(ctx);
 }
 
-// Runs `pieces` of a plan through `piece(slice, shift)`; a first piece that fails leaves the
-// output untouched: the shape is refused and the call goes whole.
+// Runs the pieces of a plan through `piece(slice, shift)`; a first piece that fails leaves the
+// output untouched: the shape is refused and the call goes whole. From its first split on, the
+// process is held at the gate on the CPU (gpu_hold.h, "GEMMs in pieces"): set before the first
+// piece goes, so that none of them is held on the GPU.
 template <typename Piece, typename Whole>
 cublasStatus_t RunPieces(const CallPlan& call, const GemmOperands& operands, int64_t m,
                          int64_t n, Piece piece, Whole whole) {
+  if (!g_process.splits_gemms.load(std::memory_order_relaxed)) {
+    g_process.splits_gemms.store(true, std::memory_order_relaxed);
+  }
   for (uint32_t i = 0; i < call.plan.pieces; ++i) {
     const GemmSlice slice = SliceOf(call.plan, i, m, n);
     const cublasStatus_t status = piece(slice, ShiftOf(operands, call.plan.axis, slice.start));
     if (status != blas::kSuccess) {
-      if (i != 0) return status;
+      if (i != 0) return status;  // D partly written: the caller sees the piece's error
       Refuse(call.entry);
       return whole();
     }
-  }
-  if (!g_process.splits_gemms.load(std::memory_order_relaxed)) {
-    g_process.splits_gemms.store(true, std::memory_order_relaxed);
   }
   g_split_calls.fetch_add(1, std::memory_order_relaxed);
   g_split_pieces.fetch_add(call.plan.pieces, std::memory_order_relaxed);
@@ -312,6 +415,7 @@ T* Moved(T* p, uint64_t bytes) {
 
 struct ClassicGemm {
   RealBlasId api;
+  void* real;  // the real function for this call site (RealFor), never null here
   cublasHandle_t handle;
   cublasOperation_t transa, transb;
   int m, n, k;
@@ -338,42 +442,33 @@ cublasStatus_t CallReal(const ClassicGemm& g) {
   Inside inside;
   switch (g.api) {
     case kGemmEx:
-      if (auto fn = RealBlas<decltype(&cublasGemmEx)>(kGemmEx)) {
-        return fn(g.handle, g.transa, g.transb, g.m, g.n, g.k, g.alpha, g.a, g.atype, g.lda, g.b,
-                  g.btype, g.ldb, g.beta, g.c, g.ctype, g.ldc, g.compute, g.algo);
-      }
-      break;
+      return reinterpret_cast<decltype(&cublasGemmEx)>(g.real)(
+          g.handle, g.transa, g.transb, g.m, g.n, g.k, g.alpha, g.a, g.atype, g.lda, g.b, g.btype,
+          g.ldb, g.beta, g.c, g.ctype, g.ldc, g.compute, g.algo);
     case kGemmStridedBatchedEx:
-      if (auto fn = RealBlas<decltype(&cublasGemmStridedBatchedEx)>(kGemmStridedBatchedEx)) {
-        return fn(g.handle, g.transa, g.transb, g.m, g.n, g.k, g.alpha, g.a, g.atype, g.lda,
-                  g.stride_a, g.b, g.btype, g.ldb, g.stride_b, g.beta, g.c, g.ctype, g.ldc,
-                  g.stride_c, g.batch, g.compute, g.algo);
-      }
-      break;
+      return reinterpret_cast<decltype(&cublasGemmStridedBatchedEx)>(g.real)(
+          g.handle, g.transa, g.transb, g.m, g.n, g.k, g.alpha, g.a, g.atype, g.lda, g.stride_a,
+          g.b, g.btype, g.ldb, g.stride_b, g.beta, g.c, g.ctype, g.ldc, g.stride_c, g.batch,
+          g.compute, g.algo);
     case kSgemm:
-      if (auto fn = RealBlas<decltype(&cublasSgemm_v2)>(kSgemm)) {
-        return fn(g.handle, g.transa, g.transb, g.m, g.n, g.k,
-                  static_cast<const float*>(g.alpha), static_cast<const float*>(g.a), g.lda,
-                  static_cast<const float*>(g.b), g.ldb, static_cast<const float*>(g.beta),
-                  static_cast<float*>(g.c), g.ldc);
-      }
-      break;
+      return reinterpret_cast<decltype(&cublasSgemm_v2)>(g.real)(
+          g.handle, g.transa, g.transb, g.m, g.n, g.k, static_cast<const float*>(g.alpha),
+          static_cast<const float*>(g.a), g.lda, static_cast<const float*>(g.b), g.ldb,
+          static_cast<const float*>(g.beta), static_cast<float*>(g.c), g.ldc);
     case kSgemmStridedBatched:
-      if (auto fn = RealBlas<decltype(&cublasSgemmStridedBatched)>(kSgemmStridedBatched)) {
-        return fn(g.handle, g.transa, g.transb, g.m, g.n, g.k,
-                  static_cast<const float*>(g.alpha), static_cast<const float*>(g.a), g.lda,
-                  g.stride_a, static_cast<const float*>(g.b), g.ldb, g.stride_b,
-                  static_cast<const float*>(g.beta), static_cast<float*>(g.c), g.ldc, g.stride_c,
-                  g.batch);
-      }
-      break;
+      return reinterpret_cast<decltype(&cublasSgemmStridedBatched)>(g.real)(
+          g.handle, g.transa, g.transb, g.m, g.n, g.k, static_cast<const float*>(g.alpha),
+          static_cast<const float*>(g.a), g.lda, g.stride_a, static_cast<const float*>(g.b), g.ldb,
+          g.stride_b, static_cast<const float*>(g.beta), static_cast<float*>(g.c), g.ldc,
+          g.stride_c, g.batch);
     default:
-      break;
+      return blas::kNotInitialized;
   }
-  return blas::kNotInitialized;  // no cuBLAS behind us: what a missing library would answer
 }
 
 cublasStatus_t ClassicHook(const ClassicGemm& g) {
+  // No cuBLAS behind us for this caller: what a missing library would answer.
+  if (g.real == nullptr) return blas::kNotInitialized;
   if (t_inside) return CallReal(g);
   const uint64_t bound = BoundNow();
   if (bound == 0 || !GemmMayExceed(g.m, g.n, g.k, g.batch, bound)) return CallReal(g);
@@ -386,7 +481,7 @@ cublasStatus_t ClassicHook(const ClassicGemm& g) {
   op.a_bytes = ElementBytes(g.atype);
   op.b_bytes = ElementBytes(g.btype);
   op.c_bytes = op.d_bytes = ElementBytes(g.ctype);
-  auto get_stream = RealBlas<GetStreamFn>(kGetStream);
+  auto get_stream = Helper<GetStreamFn>(g.real, kGetStream);
   CUstream stream = nullptr;
   if (op.a_bytes == 0 || op.b_bytes == 0 || op.c_bytes == 0 || get_stream == nullptr ||
       get_stream(g.handle, &stream) != blas::kSuccess || StreamCapturing(stream)) {
@@ -408,7 +503,7 @@ cublasStatus_t ClassicHook(const ClassicGemm& g) {
   key.words[5] = CurrentContextWord();
   key.words[6] = reinterpret_cast<uint64_t>(g.handle);
   const CallPlan call = PlanCall(key, g.m, g.n, bound, /*rows=*/true);
-  if (call.timed) RecordTiming(call.entry, stream, /*start=*/true);
+  const bool timed = call.timed && RecordTiming(call.entry, stream, /*start=*/true);
   cublasStatus_t status;
   if (call.plan.axis == GemmAxis::kNone) {
     status = CallReal(g);
@@ -426,11 +521,33 @@ cublasStatus_t ClassicHook(const ClassicGemm& g) {
         },
         [&] { return CallReal(g); });
   }
-  if (call.timed) RecordTiming(call.entry, stream, /*start=*/false);
+  if (timed) RecordTiming(call.entry, stream, /*start=*/false);
   return status;
 }
 
 // ---- cuBLASLt ----------------------------------------------------------------------------------
+
+// The cuBLASLt helpers of the library that defines the call's cublasLtMatmul.
+struct LtLibrary {
+  LayoutGetFn layout_get = nullptr;
+  LayoutSetFn layout_set = nullptr;
+  LayoutCreateFn layout_create = nullptr;
+  LayoutDestroyFn layout_destroy = nullptr;
+  DescGetFn desc_get = nullptr;
+  AlgoCheckFn algo_check = nullptr;
+
+  explicit LtLibrary(const void* real)
+      : layout_get(Helper<LayoutGetFn>(real, kLayoutGet)),
+        layout_set(Helper<LayoutSetFn>(real, kLayoutSet)),
+        layout_create(Helper<LayoutCreateFn>(real, kLayoutCreate)),
+        layout_destroy(Helper<LayoutDestroyFn>(real, kLayoutDestroy)),
+        desc_get(Helper<DescGetFn>(real, kDescGet)),
+        algo_check(Helper<AlgoCheckFn>(real, kAlgoCheck)) {}
+  bool Complete() const {
+    return layout_get != nullptr && layout_set != nullptr && layout_create != nullptr &&
+           layout_destroy != nullptr && desc_get != nullptr;
+  }
+};
 
 struct LtLayout {
   uint32_t type = 0;
@@ -443,12 +560,11 @@ struct LtLayout {
   uint32_t mode = 0;
 };
 
-bool ReadLayout(cublasLtMatrixLayout_t layout, LtLayout* out) {
-  auto get = RealBlas<LayoutGetFn>(kLayoutGet);
-  if (get == nullptr || layout == nullptr) return false;
+bool ReadLayout(const LtLibrary& lib, cublasLtMatrixLayout_t layout, LtLayout* out) {
+  if (layout == nullptr) return false;
   size_t written = 0;
   auto read = [&](int attr, void* buf, size_t size, bool required) {
-    return get(layout, attr, buf, size, &written) == blas::kSuccess || !required;
+    return lib.layout_get(layout, attr, buf, size, &written) == blas::kSuccess || !required;
   };
   return read(blas::kLayoutType, &out->type, sizeof(out->type), true) &&
          read(blas::kLayoutOrder, &out->order, sizeof(out->order), true) &&
@@ -463,31 +579,38 @@ bool ReadLayout(cublasLtMatrixLayout_t layout, LtLayout* out) {
 }
 
 // A call as slicing by columns needs it: none of what a column slice would change otherwise
-// (an auxiliary output, a reduction over columns, vectors of alpha, block scales, an amax).
+// (a triangle of the output, an auxiliary output, a reduction over columns, vectors of alpha,
+// block scales, an amax).
 struct LtCall {
   LtLayout a, b, c, d;
   int32_t transa = 0, transb = 0;
+  uint32_t epilogue = 1;
+  int32_t pointer_mode = 0, compute = 0, scale = 0;
   int64_t m = 0, n = 0, k = 0;
 };
 
-bool ReadLtCall(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t adesc,
+bool ReadLtCall(const LtLibrary& lib, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t adesc,
                 cublasLtMatrixLayout_t bdesc, cublasLtMatrixLayout_t cdesc,
                 cublasLtMatrixLayout_t ddesc, LtCall* call) {
-  auto get = RealBlas<DescGetFn>(kDescGet);
-  if (get == nullptr || desc == nullptr) return false;
+  if (desc == nullptr) return false;
   size_t written = 0;
   auto read_int = [&](int attr, int32_t fallback) {
     int32_t v = fallback;
-    return get(desc, attr, &v, sizeof(v), &written) == blas::kSuccess ? v : fallback;
+    return lib.desc_get(desc, attr, &v, sizeof(v), &written) == blas::kSuccess ? v : fallback;
   };
   call->transa = read_int(blas::kDescTransA, 0);
   call->transb = read_int(blas::kDescTransB, 0);
-  uint32_t epilogue = 1;
+  call->pointer_mode = read_int(blas::kDescPointerMode, 0);
+  call->compute = read_int(blas::kDescComputeType, -1);
+  call->scale = read_int(blas::kDescScaleType, -1);
   void* amax = nullptr;
-  if (get(desc, blas::kDescEpilogue, &epilogue, sizeof(epilogue), &written) != blas::kSuccess ||
-      !blas::EpilogueSlicesByColumns(epilogue) || read_int(blas::kDescTransC, 0) != blas::kOpN ||
-      static_cast<uint32_t>(read_int(blas::kDescPointerMode, 0)) > 1 ||
-      (get(desc, blas::kDescAmaxD, &amax, sizeof(amax), &written) == blas::kSuccess &&
+  if (lib.desc_get(desc, blas::kDescEpilogue, &call->epilogue, sizeof(call->epilogue),
+                   &written) != blas::kSuccess ||
+      !blas::EpilogueSlicesByColumns(call->epilogue) ||
+      read_int(blas::kDescTransC, 0) != blas::kOpN ||
+      read_int(blas::kDescFillMode, blas::kFillFull) != blas::kFillFull ||
+      static_cast<uint32_t>(call->pointer_mode) > 1 ||
+      (lib.desc_get(desc, blas::kDescAmaxD, &amax, sizeof(amax), &written) == blas::kSuccess &&
        amax != nullptr)) {
     return false;
   }
@@ -495,16 +618,17 @@ bool ReadLtCall(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t adesc,
                    blas::kDescDScaleMode, blas::kDescDOutScaleMode}) {
     if (read_int(attr, 0) != 0) return false;
   }
-  if (!ReadLayout(adesc, &call->a) || !ReadLayout(bdesc, &call->b) ||
-      !ReadLayout(cdesc, &call->c) || !ReadLayout(ddesc, &call->d)) {
+  if (!ReadLayout(lib, adesc, &call->a) || !ReadLayout(lib, bdesc, &call->b) ||
+      !ReadLayout(lib, cdesc, &call->c) || !ReadLayout(lib, ddesc, &call->d)) {
     return false;
   }
   call->m = static_cast<int64_t>(call->d.rows);
   call->n = static_cast<int64_t>(call->d.cols);
   call->k = static_cast<int64_t>(call->transa == blas::kOpN ? call->a.cols : call->a.rows);
+  const auto k = static_cast<uint64_t>(call->k);
   const bool b_ok = call->transb == blas::kOpN
-                        ? call->b.rows == static_cast<uint64_t>(call->k) && call->b.cols == call->d.cols
-                        : call->b.cols == static_cast<uint64_t>(call->k) && call->b.rows == call->d.cols;
+                        ? call->b.rows == k && call->b.cols == call->d.cols
+                        : call->b.cols == k && call->b.rows == call->d.cols;
   return b_ok && call->c.rows == call->d.rows && call->c.cols == call->d.cols &&
          call->c.batch == call->d.batch;
 }
@@ -512,11 +636,11 @@ bool ReadLtCall(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t adesc,
 // The layouts of one column slice `width` wide: B's, C's and D's (C's is D's where the caller
 // passed one layout for both).
 struct SliceLayouts {
+  LayoutDestroyFn destroy = nullptr;
   cublasLtMatrixLayout_t b = nullptr, c = nullptr, d = nullptr;
   bool shared_cd = false;
 
   ~SliceLayouts() {
-    auto destroy = RealBlas<LayoutDestroyFn>(kLayoutDestroy);
     if (destroy == nullptr) return;
     if (b != nullptr) destroy(b);
     if (d != nullptr) destroy(d);
@@ -524,35 +648,58 @@ struct SliceLayouts {
   }
 };
 
-bool MakeLayout(const LtLayout& like, uint64_t rows, uint64_t cols,
+bool MakeLayout(const LtLibrary& lib, const LtLayout& like, uint64_t rows, uint64_t cols,
                 cublasLtMatrixLayout_t* out) {
-  auto create = RealBlas<LayoutCreateFn>(kLayoutCreate);
-  auto set = RealBlas<LayoutSetFn>(kLayoutSet);
-  if (create == nullptr || set == nullptr ||
-      create(out, static_cast<cudaDataType>(like.type), rows, cols, like.ld) != blas::kSuccess) {
+  if (lib.layout_create(out, static_cast<cudaDataType>(like.type), rows, cols, like.ld) !=
+      blas::kSuccess) {
     *out = nullptr;
     return false;
   }
   return like.batch == 1 ||
-         (set(*out, blas::kLayoutBatchCount, &like.batch, sizeof(like.batch)) == blas::kSuccess &&
-          set(*out, blas::kLayoutBatchStride, &like.stride, sizeof(like.stride)) ==
+         (lib.layout_set(*out, blas::kLayoutBatchCount, &like.batch, sizeof(like.batch)) ==
+              blas::kSuccess &&
+          lib.layout_set(*out, blas::kLayoutBatchStride, &like.stride, sizeof(like.stride)) ==
               blas::kSuccess);
 }
 
-bool MakeSliceLayouts(const LtCall& call, bool shared_cd, int64_t width, SliceLayouts* out) {
+bool MakeSliceLayouts(const LtLibrary& lib, const LtCall& call, bool shared_cd, int64_t width,
+                      SliceLayouts* out) {
   const auto w = static_cast<uint64_t>(width);
+  out->destroy = lib.layout_destroy;
   out->shared_cd = shared_cd;
-  const bool b_ok = call.transb == blas::kOpN ? MakeLayout(call.b, call.b.rows, w, &out->b)
-                                              : MakeLayout(call.b, w, call.b.cols, &out->b);
-  if (!b_ok || !MakeLayout(call.d, call.d.rows, w, &out->d)) return false;
+  const bool b_ok = call.transb == blas::kOpN
+                        ? MakeLayout(lib, call.b, call.b.rows, w, &out->b)
+                        : MakeLayout(lib, call.b, w, call.b.cols, &out->b);
+  if (!b_ok || !MakeLayout(lib, call.d, call.d.rows, w, &out->d)) return false;
   if (shared_cd) {
     out->c = out->d;
     return true;
   }
-  return MakeLayout(call.c, call.c.rows, w, &out->c);
+  return MakeLayout(lib, call.c, call.c.rows, w, &out->c);
+}
+
+// The hooks, by their ABI address (never a resolved "real" function: that would call itself).
+bool IsOurHook(const void* fn) {
+  return fn != nullptr &&
+         (fn == reinterpret_cast<const void*>(&cublasGemmEx) ||
+          fn == reinterpret_cast<const void*>(&cublasGemmStridedBatchedEx) ||
+          fn == reinterpret_cast<const void*>(&cublasSgemm_v2) ||
+          fn == reinterpret_cast<const void*>(&cublasSgemmStridedBatched) ||
+          fn == reinterpret_cast<const void*>(&cublasLtMatmul));
 }
 
 }  // namespace
+
+// A fork child forgets the parent's lock and its timed calls in flight (their events are the
+// parent's context's); the learned durations stay.
+void ResetGemmSplitAfterFork() {
+  pthread_mutex_init(&g_shapes_lock, nullptr);
+  for (ShapeEntry& e : g_shapes) {
+    e.timing = Timing::kIdle;
+    e.start = e.end = nullptr;
+  }
+}
+
 }  // namespace orion::interpose
 
 using namespace orion::interpose;  // NOLINT: the exported hooks below
@@ -564,9 +711,9 @@ ORION_BLAS_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOpera
                                               const void* beta, void* C, cudaDataType Ctype,
                                               int ldc, cublasComputeType_t computeType,
                                               cublasGemmAlgo_t algo) {
-  t_caller = __builtin_return_address(0);
-  return ClassicHook({kGemmEx, handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype,
-                      ldb, 0, beta, C, Ctype, ldc, 0, 1, computeType, algo});
+  return ClassicHook({kGemmEx, RealFor(kGemmEx, __builtin_return_address(0)), handle, transa,
+                      transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype,
+                      ldc, 0, 1, computeType, algo});
 }
 
 ORION_BLAS_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
@@ -575,10 +722,10 @@ ORION_BLAS_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
     const void* B, cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C,
     cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
     cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-  t_caller = __builtin_return_address(0);
-  return ClassicHook({kGemmStridedBatchedEx, handle, transa, transb, m, n, k, alpha, A, Atype, lda,
-                      strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount,
-                      computeType, algo});
+  return ClassicHook({kGemmStridedBatchedEx,
+                      RealFor(kGemmStridedBatchedEx, __builtin_return_address(0)), handle, transa,
+                      transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta,
+                      C, Ctype, ldc, strideC, batchCount, computeType, algo});
 }
 
 ORION_BLAS_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
@@ -586,9 +733,9 @@ ORION_BLAS_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOpe
                                                 const float* alpha, const float* A, int lda,
                                                 const float* B, int ldb, const float* beta,
                                                 float* C, int ldc) {
-  t_caller = __builtin_return_address(0);
-  return ClassicHook({kSgemm, handle, transa, transb, m, n, k, alpha, A, blas::kDataR32F, lda, 0, B,
-                      blas::kDataR32F, ldb, 0, beta, C, blas::kDataR32F, ldc, 0, 1, 0, 0});
+  return ClassicHook({kSgemm, RealFor(kSgemm, __builtin_return_address(0)), handle, transa, transb,
+                      m, n, k, alpha, A, blas::kDataR32F, lda, 0, B, blas::kDataR32F, ldb, 0, beta,
+                      C, blas::kDataR32F, ldc, 0, 1, 0, 0});
 }
 
 ORION_BLAS_EXPORT cublasStatus_t cublasSgemmStridedBatched(
@@ -596,10 +743,11 @@ ORION_BLAS_EXPORT cublasStatus_t cublasSgemmStridedBatched(
     const float* alpha, const float* A, int lda, long long int strideA, const float* B, int ldb,
     long long int strideB, const float* beta, float* C, int ldc, long long int strideC,
     int batchCount) {
-  t_caller = __builtin_return_address(0);
-  return ClassicHook({kSgemmStridedBatched, handle, transa, transb, m, n, k, alpha, A,
-                      blas::kDataR32F, lda, strideA, B, blas::kDataR32F, ldb, strideB, beta, C,
-                      blas::kDataR32F, ldc, strideC, batchCount, 0, 0});
+  return ClassicHook({kSgemmStridedBatched,
+                      RealFor(kSgemmStridedBatched, __builtin_return_address(0)), handle, transa,
+                      transb, m, n, k, alpha, A, blas::kDataR32F, lda, strideA, B,
+                      blas::kDataR32F, ldb, strideB, beta, C, blas::kDataR32F, ldc, strideC,
+                      batchCount, 0, 0});
 }
 
 ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
@@ -608,9 +756,9 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
     const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
     cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
     size_t workspaceSizeInBytes, CUstream stream) {
-  t_caller = __builtin_return_address(0);
-  auto real = RealBlas<decltype(&cublasLtMatmul)>(kLtMatmul);
-  if (real == nullptr) return blas::kNotInitialized;
+  void* const real_fn = RealFor(kLtMatmul, __builtin_return_address(0));
+  if (real_fn == nullptr) return blas::kNotInitialized;
+  auto real = reinterpret_cast<decltype(&cublasLtMatmul)>(real_fn);
   auto call_real = [&](const void* b, cublasLtMatrixLayout_t bd, const void* c,
                        cublasLtMatrixLayout_t cd, void* d, cublasLtMatrixLayout_t dd) {
     Inside inside;
@@ -621,8 +769,9 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   if (t_inside) return whole();
   const uint64_t bound = BoundNow();
   if (bound == 0) return whole();
+  const LtLibrary lib(real_fn);
   LtCall lt;
-  if (!ReadLtCall(computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &lt) ||
+  if (!lib.Complete() || !ReadLtCall(lib, computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &lt) ||
       !GemmMayExceed(lt.m, lt.n, lt.k, lt.d.batch, bound) || StreamCapturing(stream)) {
     return whole();
   }
@@ -639,16 +788,22 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   op.d_bytes = ElementBytes(static_cast<int>(lt.d.type));
   if (op.a_bytes == 0 || op.b_bytes == 0 || op.c_bytes == 0 || op.d_bytes == 0) return whole();
   g_looked_at.fetch_add(1, std::memory_order_relaxed);
+  // The shape by what the descriptor says, not by its address (a framework that creates a
+  // descriptor per call would make every call a new shape).
   ShapeKey key;
   key.words[0] = static_cast<uint64_t>(kLtMatmul) | static_cast<uint64_t>(lt.transa) << 8 |
                  static_cast<uint64_t>(lt.transb) << 16 | static_cast<uint64_t>(lt.a.type) << 24 |
-                 static_cast<uint64_t>(lt.b.type) << 32 | static_cast<uint64_t>(lt.d.type) << 40;
+                 static_cast<uint64_t>(lt.b.type) << 32 | static_cast<uint64_t>(lt.d.type) << 40 |
+                 static_cast<uint64_t>(lt.c.type) << 48;
   key.words[1] = static_cast<uint64_t>(lt.m) << 32 ^ static_cast<uint64_t>(lt.n);
   key.words[2] = static_cast<uint64_t>(lt.k) << 32 ^ static_cast<uint64_t>(lt.d.batch);
   key.words[3] = static_cast<uint64_t>(lt.a.ld) << 32 ^ static_cast<uint64_t>(lt.b.ld);
   key.words[4] = static_cast<uint64_t>(lt.c.ld) << 32 ^ static_cast<uint64_t>(lt.d.ld);
   key.words[5] = CurrentContextWord();
-  key.words[6] = reinterpret_cast<uint64_t>(computeDesc);
+  key.words[6] = static_cast<uint64_t>(lt.epilogue) << 32 ^
+                 static_cast<uint64_t>(static_cast<uint32_t>(lt.compute)) << 16 ^
+                 static_cast<uint64_t>(static_cast<uint32_t>(lt.scale)) << 8 ^
+                 static_cast<uint64_t>(static_cast<uint32_t>(lt.pointer_mode));
   if (algo != nullptr) {
     for (uint64_t w : algo->data) key.words[7] = (key.words[7] ^ w) * 0x100000001B3ull;
   }
@@ -657,37 +812,37 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   SliceLayouts full, last;
   if (call.plan.axis == GemmAxis::kColumns) {
     const GemmSlice tail = SliceOf(call.plan, call.plan.pieces - 1, lt.m, lt.n);
-    bool ok = MakeSliceLayouts(lt, shared_cd, call.plan.width, &full) &&
-              MakeSliceLayouts(lt, shared_cd, tail.n, &last);
+    bool ok = MakeSliceLayouts(lib, lt, shared_cd, call.plan.width, &full) &&
+              MakeSliceLayouts(lib, lt, shared_cd, tail.n, &last);
     // The caller's algorithm must take the slices (once per shape): it was chosen for the whole.
-    if (ok && algo != nullptr && call.entry->lt_checked == 0) {
-      auto check = RealBlas<AlgoCheckFn>(kAlgoCheck);
+    // A later plan of other widths is not checked again; a first piece it fails goes whole.
+    if (ok && algo != nullptr && call.lt_checked == 0) {
       cublasLtMatmulHeuristicResult_t result{};
-      ok = check != nullptr;
-      for (const SliceLayouts* s : {&full, &last}) {
-        ok = ok && check(lightHandle, computeDesc, Adesc, s->b, s->c, s->d, algo, &result) ==
-                       blas::kSuccess &&
+      ok = lib.algo_check != nullptr;
+      for (const SliceLayouts* sl : {&full, &last}) {
+        ok = ok &&
+             lib.algo_check(lightHandle, computeDesc, Adesc, sl->b, sl->c, sl->d, algo,
+                            &result) == blas::kSuccess &&
              result.workspaceSize <= workspaceSizeInBytes;
       }
-      LockShapes lock;
-      call.entry->lt_checked = ok ? 1 : -1;
+      NoteLtChecked(call.entry, ok);
     }
     if (!ok) call.plan = GemmPlan{};
   }
-  if (call.timed) RecordTiming(call.entry, stream, /*start=*/true);
+  const bool timed = call.timed && RecordTiming(call.entry, stream, /*start=*/true);
   cublasStatus_t status;
   if (call.plan.axis != GemmAxis::kColumns) {
     status = whole();
   } else {
     status = RunPieces(
         call, op, lt.m, lt.n,
-        [&](const GemmSlice& s, const GemmShift& d) {
-          const SliceLayouts& l = s.n == call.plan.width ? full : last;
+        [&](const GemmSlice& sl, const GemmShift& d) {
+          const SliceLayouts& l = sl.n == call.plan.width ? full : last;
           return call_real(Moved(B, d.b), l.b, Moved(C, d.c), l.c, Moved(D, d.d), l.d);
         },
         whole);
   }
-  if (call.timed) RecordTiming(call.entry, stream, /*start=*/false);
+  if (timed) RecordTiming(call.entry, stream, /*start=*/false);
   return status;
 }
 
