@@ -678,14 +678,13 @@ bool MakeSliceLayouts(const LtLibrary& lib, const LtCall& call, bool shared_cd, 
   return MakeLayout(lib, call.c, call.c.rows, w, &out->c);
 }
 
-// The hooks, by their ABI address (never a resolved "real" function: that would call itself).
+// Whether `fn` lies in this library (a hook: a "real" function there would call itself). By the
+// object, not by the hooks' addresses, which the GOT would give as the global scope's first.
 bool IsOurHook(const void* fn) {
-  return fn != nullptr &&
-         (fn == reinterpret_cast<const void*>(&cublasGemmEx) ||
-          fn == reinterpret_cast<const void*>(&cublasGemmStridedBatchedEx) ||
-          fn == reinterpret_cast<const void*>(&cublasSgemm_v2) ||
-          fn == reinterpret_cast<const void*>(&cublasSgemmStridedBatched) ||
-          fn == reinterpret_cast<const void*>(&cublasLtMatmul));
+  Dl_info theirs{}, ours{};
+  return fn != nullptr && dladdr(fn, &theirs) != 0 &&
+         dladdr(reinterpret_cast<const void*>(&IsOurHook), &ours) != 0 &&
+         theirs.dli_fbase == ours.dli_fbase;
 }
 
 }  // namespace
