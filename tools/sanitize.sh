@@ -93,6 +93,9 @@ EXCLUDED=(
   # The GEMM split on the cuBLAS and CUDA test doubles: its probe runs with the interposer
   # preloaded (its pure slicing is sanitized through interpose_unit_test).
   '^blas_double_gemm_split_test$'
+  # Two cuBLAS double copies, each caller routed to its own: its probe runs with the interposer
+  # preloaded.
+  '^blas_double_two_copies_test$'
   # The interposer's CPU cost to a service: preloads it, and measures CPU shares that the
   # instrumentation inflates several times.
   '^cpu_cost_test$'

@@ -1,0 +1,191 @@
+// Two cuBLAS copies in one process, each caller routed to its own, end to end on test doubles:
+// orion_blas_two_copies_probe (linked against copy A of the cuBLAS double, versioned
+// ORION_BLAS_A) calls cublasGemmEx itself, then through liborion_blas_caller_b.so (linked
+// against copy B, ORION_BLAS_B, opened with RTLD_LOCAL), then alternately; each copy's call log
+// says which calls it received. The interposer's cublasGemmEx is unversioned: it captures both
+// callers' references, and must send each on to the copy the loader bound that caller to.
+// Run three ways, with no orion-server (ORION_SOCKET names nothing):
+//  - without the interposer: the loader's own routing, the baseline that proves the setup;
+//  - under the interposer, split off (no server: the bound is 0): every call goes whole, each to
+//    its own copy (a resolution cached for the process would send caller_b's calls to copy A);
+//  - under the interposer with a forced bound (ORION_GEMM_SPLIT_NS=20000): after a shape's first
+//    call its calls run in pieces, every piece in the caller's own copy, the outputs right.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/cuda_double/child_process.h"
+
+namespace {
+
+using orion::testing::MakeTestDir;
+using orion::testing::NowS;
+using orion::testing::ReadFile;
+using orion::testing::StartProcess;
+
+constexpr int kCalls = 8;
+
+using Fields = std::map<std::string, std::string>;
+
+struct ProbeRun {
+  int status = -1;
+  std::string output;                   // stdout and stderr
+  Fields libs;                          // the "libs" line
+  std::map<std::string, Fields> cases;  // name -> key -> value
+};
+
+Fields ParseFields(const std::string& line) {
+  std::istringstream fields(line);
+  std::string field;
+  Fields values;
+  while (fields >> field) {
+    const size_t eq = field.find('=');
+    if (eq != std::string::npos) values[field.substr(0, eq)] = field.substr(eq + 1);
+  }
+  return values;
+}
+
+// Runs the probe with `env` added (and a private simulated GPU) and reads its lines.
+ProbeRun RunProbe(std::vector<std::string> env) {
+  ProbeRun run;
+  const std::string dir = MakeTestDir("orion-two-copies");
+  if (dir.empty()) return run;
+  env.push_back("ORION_SIM_DIR=" + dir);
+  env.push_back(std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR);
+  env.push_back("ORION_SOCKET=/nonexistent/orion.sock");
+  env.push_back("ORION_QUIET=1");
+  env.push_back("ORION_GEMM_SPLIT_REPORT=1");
+  const std::string log = dir + "/probe.log";
+  const pid_t pid = StartProcess(
+      {ORION_TWO_COPIES_PROBE, ORION_CALLER_B_LIB, std::to_string(kCalls)}, env, log);
+  const double deadline = NowS() + 240;
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, WNOHANG) == 0) {
+    if (NowS() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &wstatus, 0);
+      break;
+    }
+    usleep(20'000);
+  }
+  run.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  run.output = ReadFile(log);
+  std::istringstream lines(run.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("libs ", 0) == 0) run.libs = ParseFields(line);
+    if (line.rfind("case=", 0) != 0) continue;
+    Fields values = ParseFields(line);
+    run.cases[values["case"]] = values;
+  }
+  return run;
+}
+
+int Int(const Fields& values, const char* key) {
+  auto it = values.find(key);
+  return it == values.end() ? -1 : std::stoi(it->second);
+}
+
+// "orion: gemm split: N calls looked at, S split into P pieces": {N, S, P}, or -1s.
+std::vector<long long> Report(const std::string& output) {
+  const size_t at = output.find("orion: gemm split: ");
+  long long looked = -1, split = -1, pieces = -1;
+  if (at != std::string::npos) {
+    sscanf(output.c_str() + at,
+           "orion: gemm split: %lld calls looked at, %lld split into %lld pieces", &looked,
+           &split, &pieces);
+  }
+  return {looked, split, pieces};
+}
+
+// The two copies are the libraries they should be, and copy B stayed out of the global scope.
+void ExpectTwoCopies(const ProbeRun& run) {
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(run.libs.count("a") == 1 ? run.libs.at("a") : "", "liborion_blas_double_a.so")
+      << run.output;
+  EXPECT_EQ(run.libs.count("b") == 1 ? run.libs.at("b") : "", "liborion_blas_double_b.so")
+      << run.output;
+  EXPECT_EQ(Int(run.libs, "b_global"), 0) << run.output;
+}
+
+// Each phase: every call reached its own copy, and only its own; outputs right.
+void ExpectOwnCopies(const ProbeRun& run) {
+  ExpectTwoCopies(run);
+  const std::map<std::string, int> calls = {
+      {"probe", kCalls}, {"caller_b", kCalls}, {"alternating", 4}};
+  for (const auto& [name, count] : calls) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(run.cases.count(name), 1u) << run.output;
+    const Fields& c = run.cases.at(name);
+    EXPECT_EQ(Int(c, "calls"), count);
+    EXPECT_EQ(Int(c, "misrouted"), 0) << run.output;
+    EXPECT_EQ(Int(c, "other_total"), 0) << run.output;
+    EXPECT_EQ(Int(c, "cover"), 1) << run.output;
+    EXPECT_EQ(Int(c, "equal"), 1) << run.output;
+    EXPECT_EQ(Int(c, "right"), 1) << run.output;
+  }
+}
+
+// Every call went whole to its own copy.
+void ExpectAllWhole(const ProbeRun& run) {
+  ExpectOwnCopies(run);
+  for (const auto& [name, c] : run.cases) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(Int(c, "first_own"), 1);
+    EXPECT_EQ(Int(c, "last_own"), 1);
+    EXPECT_EQ(Int(c, "own_total"), Int(c, "calls"));
+  }
+}
+
+TEST(TwoCublasCopiesTest, WithoutTheInterposerEachCallerReachesItsOwnCopy) {
+  const ProbeRun run = RunProbe({});
+  ExpectAllWhole(run);
+  EXPECT_EQ(Report(run.output)[0], -1) << "no interposer, no report";
+}
+
+TEST(TwoCublasCopiesTest, UnderTheInterposerEachCallerReachesItsOwnCopy) {
+  const ProbeRun run = RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB});
+  ExpectAllWhole(run);
+  // With no server the bound is 0: no call is even looked at, all went straight on.
+  const std::vector<long long> report = Report(run.output);
+  EXPECT_EQ(report[0], 0) << run.output;
+  EXPECT_EQ(report[1], 0) << run.output;
+}
+
+TEST(TwoCublasCopiesTest, UnderAForcedBoundEachCopyRunsItsOwnCallersPieces) {
+  const ProbeRun run = RunProbe(
+      {std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_GEMM_SPLIT_NS=20000"});
+  ExpectOwnCopies(run);
+  // Each caller's shape (its own handle) goes whole on its first call, no duration learned yet,
+  // then in pieces: 8 columns of 128 each (the duration is far beyond the bound).
+  long long pieces = 0;
+  for (const char* name : {"probe", "caller_b"}) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(run.cases.count(name), 1u) << run.output;
+    const Fields& c = run.cases.at(name);
+    EXPECT_EQ(Int(c, "first_own"), 1);
+    EXPECT_GT(Int(c, "last_own"), 1);
+    EXPECT_LE(Int(c, "last_own"), 16);
+    EXPECT_GT(Int(c, "own_total"), Int(c, "calls"));
+    pieces += Int(c, "own_total") - 1;
+  }
+  // Both shapes learned: every alternating call runs in pieces, each in its caller's copy.
+  ASSERT_EQ(run.cases.count("alternating"), 1u) << run.output;
+  const Fields& alt = run.cases.at("alternating");
+  EXPECT_GT(Int(alt, "first_own"), 1);
+  EXPECT_GT(Int(alt, "last_own"), 1);
+  pieces += Int(alt, "own_total");
+  // Every call looked at; all but each caller's first split.
+  const std::vector<long long> report = Report(run.output);
+  EXPECT_EQ(report[0], 2 * kCalls + 4) << run.output;
+  EXPECT_EQ(report[1], 2 * (kCalls - 1) + 4) << run.output;
+  EXPECT_EQ(report[2], pieces) << run.output;
+}
+
+}  // namespace
