@@ -63,6 +63,10 @@ constexpr const char* kRealBlasNames[kRealBlasCount] = {
 //     RTLD_LOCAL, brings its cuBLAS out of RTLD_NEXT's reach).
 // The helpers a hook calls (the handle's stream, layouts, the algorithm check) come from the
 // library that defines the resolved GEMM function.
+// Not like the loader: a library opened with RTLD_LOCAL that carries a renamed copy of the very
+// cuBLAS version the global scope holds was bound by the loader to the global copy, and step 1
+// sends it to its own; and a call site is resolved once, so unloading and reloading cuBLAS in a
+// process leaves it pointing at the old copy.
 
 bool IsOurHook(const void* fn);
 
@@ -102,7 +106,8 @@ void* ResolveForCaller(RealBlasId id, const void* caller) {
   const char* name = kRealBlasNames[id];
   Dl_info info{};
   void* fn = nullptr;
-  // The main program's name is empty: its references bind in the global scope (step 2).
+  // The main program (its name empty, or argv[0] which RTLD_NOLOAD does not find) binds in the
+  // global scope: step 2.
   if (caller != nullptr && dladdr(caller, &info) != 0 && info.dli_fname != nullptr &&
       info.dli_fname[0] != '\0') {
     fn = LookInObject(info.dli_fname, name);
