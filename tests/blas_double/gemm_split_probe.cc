@@ -25,12 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "interpose/blas_abi.h"
+#include "tests/blas_double/probe_common.h"
 
 extern "C" {
-cublasStatus_t cublasCreate_v2(cublasHandle_t* handle);
-cublasStatus_t cublasDestroy_v2(cublasHandle_t handle);
-cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, CUstream stream);
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
@@ -55,35 +52,11 @@ constexpr int kGemmDefault = -1;       // CUBLAS_GEMM_DEFAULT
 constexpr int kDescBiasPointer = 8;    // CUBLASLT_MATMUL_DESC_BIAS_POINTER
 constexpr uint32_t kEpilogueGeluBias = 36;
 
-#define PROBE_CU(call)                                                  \
-  do {                                                                  \
-    const CUresult probe_result = (call);                               \
-    if (probe_result != CUDA_SUCCESS) {                                 \
-      fprintf(stderr, "probe: %s failed: %d\n", #call, probe_result);   \
-      exit(1);                                                          \
-    }                                                                   \
-  } while (0)
-#define PROBE_BLAS(call)                                                \
-  do {                                                                  \
-    const cublasStatus_t probe_status = (call);                         \
-    if (probe_status != 0) {                                            \
-      fprintf(stderr, "probe: %s failed: %d\n", #call, probe_status);   \
-      exit(1);                                                          \
-    }                                                                   \
-  } while (0)
+using orion::testing::Received;
+using orion::testing::TakeCallsFn;
+using orion::testing::Values;
 
-using TakeCallsFn = size_t (*)(char*, size_t);
 TakeCallsFn g_take = nullptr;
-
-std::vector<float> Values(size_t count, uint32_t seed) {
-  std::vector<float> v(count);
-  uint32_t x = seed * 2654435761u + 1;
-  for (float& f : v) {
-    x = x * 1664525u + 1013904223u;
-    f = static_cast<float>(x >> 8) / static_cast<float>(1u << 23) - 1.0f;
-  }
-  return v;
-}
 
 uint64_t Fnv1a(const void* data, size_t bytes) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -104,18 +77,7 @@ struct Case {
   std::function<cublasStatus_t()> call;
 };
 
-struct Received {
-  size_t calls = 0;
-  std::string log;
-};
-
-Received Take() {
-  static char buf[1 << 16];
-  Received r;
-  r.calls = g_take(buf, sizeof(buf));
-  r.log = buf;
-  return r;
-}
+Received Take() { return orion::testing::Take(g_take); }
 
 // How the call was cut ("whole", "columns", "rows") and whether its pieces cover it exactly.
 void Pieces(const Case& c, const Received& r, const char** axis, bool* cover) {

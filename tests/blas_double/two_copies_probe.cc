@@ -39,28 +39,17 @@
 #include <string>
 #include <vector>
 
-#include "interpose/blas_abi.h"
-
-extern "C" {
-cublasStatus_t cublasCreate_v2(cublasHandle_t* handle);
-cublasStatus_t cublasDestroy_v2(cublasHandle_t handle);
-cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, CUstream stream);
-}
+#include "tests/blas_double/probe_common.h"
 
 namespace blas = orion::interpose::blas;
 
 namespace {
 
-#define PROBE_CU(call)                                                  \
-  do {                                                                  \
-    const CUresult probe_result = (call);                               \
-    if (probe_result != CUDA_SUCCESS) {                                 \
-      fprintf(stderr, "probe: %s failed: %d\n", #call, probe_result);   \
-      exit(1);                                                          \
-    }                                                                   \
-  } while (0)
+using orion::testing::Received;
+using orion::testing::Take;
+using orion::testing::TakeCallsFn;
+using orion::testing::Values;
 
-using TakeCallsFn = size_t (*)(char*, size_t);
 using CallerGemmFn = int (*)(CUstream, int, int, int, const float*, const float*, int,
                              const float*, int, const float*, float*, int);
 
@@ -70,29 +59,6 @@ constexpr int kM = 512, kN = 1024, kK = 512;
 constexpr int kLda = kM + 3, kLdb = kK + 5, kLdc = kM + 9;
 constexpr float kAlpha = 0.75f, kBeta = -0.5f;
 constexpr double kTolerance = 1e-3;
-
-std::vector<float> Values(size_t count, uint32_t seed) {
-  std::vector<float> v(count);
-  uint32_t x = seed * 2654435761u + 1;
-  for (float& f : v) {
-    x = x * 1664525u + 1013904223u;
-    f = static_cast<float>(x >> 8) / static_cast<float>(1u << 23) - 1.0f;
-  }
-  return v;
-}
-
-struct Received {
-  size_t calls = 0;
-  std::string log;
-};
-
-Received Take(TakeCallsFn take) {
-  static char buf[1 << 16];
-  Received r;
-  r.calls = take(buf, sizeof(buf));
-  r.log = buf;
-  return r;
-}
 
 // Whether the pieces in `log` are cublasGemmEx calls of the whole m and k that cover n exactly.
 bool Covers(const Received& r) {

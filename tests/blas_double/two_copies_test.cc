@@ -11,97 +11,27 @@
 //  - under the interposer with a forced bound (ORION_GEMM_SPLIT_NS=20000): after a shape's first
 //    call its calls run in pieces, every piece in the caller's own copy, the outputs right.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <map>
-#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "tests/cuda_double/child_process.h"
+#include "tests/blas_double/probe_run.h"
 
 namespace {
 
-using orion::testing::MakeTestDir;
-using orion::testing::NowS;
-using orion::testing::ReadFile;
-using orion::testing::StartProcess;
+using orion::testing::Fields;
+using orion::testing::Int;
+using orion::testing::ProbeRun;
+using orion::testing::Report;
 
 constexpr int kCalls = 8;
 
-using Fields = std::map<std::string, std::string>;
-
-struct ProbeRun {
-  int status = -1;
-  std::string output;                   // stdout and stderr
-  Fields libs;                          // the "libs" line
-  std::map<std::string, Fields> cases;  // name -> key -> value
-};
-
-Fields ParseFields(const std::string& line) {
-  std::istringstream fields(line);
-  std::string field;
-  Fields values;
-  while (fields >> field) {
-    const size_t eq = field.find('=');
-    if (eq != std::string::npos) values[field.substr(0, eq)] = field.substr(eq + 1);
-  }
-  return values;
-}
-
-// Runs the probe with `env` added (and a private simulated GPU) and reads its lines.
+// The probe, kCalls calls a phase, with `env` added.
 ProbeRun RunProbe(std::vector<std::string> env) {
-  ProbeRun run;
-  const std::string dir = MakeTestDir("orion-two-copies");
-  if (dir.empty()) return run;
-  env.push_back("ORION_SIM_DIR=" + dir);
-  env.push_back(std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR);
-  env.push_back("ORION_SOCKET=/nonexistent/orion.sock");
-  env.push_back("ORION_QUIET=1");
-  env.push_back("ORION_GEMM_SPLIT_REPORT=1");
-  const std::string log = dir + "/probe.log";
-  const pid_t pid = StartProcess(
-      {ORION_TWO_COPIES_PROBE, ORION_CALLER_B_LIB, std::to_string(kCalls)}, env, log);
-  const double deadline = NowS() + 240;
-  int wstatus = 0;
-  while (waitpid(pid, &wstatus, WNOHANG) == 0) {
-    if (NowS() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &wstatus, 0);
-      break;
-    }
-    usleep(20'000);
-  }
-  run.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-  run.output = ReadFile(log);
-  std::istringstream lines(run.output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind("libs ", 0) == 0) run.libs = ParseFields(line);
-    if (line.rfind("case=", 0) != 0) continue;
-    Fields values = ParseFields(line);
-    run.cases[values["case"]] = values;
-  }
-  return run;
-}
-
-int Int(const Fields& values, const char* key) {
-  auto it = values.find(key);
-  return it == values.end() ? -1 : std::stoi(it->second);
-}
-
-// "orion: gemm split: N calls looked at, S split into P pieces": {N, S, P}, or -1s.
-std::vector<long long> Report(const std::string& output) {
-  const size_t at = output.find("orion: gemm split: ");
-  long long looked = -1, split = -1, pieces = -1;
-  if (at != std::string::npos) {
-    sscanf(output.c_str() + at,
-           "orion: gemm split: %lld calls looked at, %lld split into %lld pieces", &looked,
-           &split, &pieces);
-  }
-  return {looked, split, pieces};
+  return orion::testing::RunProbe(
+      {ORION_TWO_COPIES_PROBE, ORION_CALLER_B_LIB, std::to_string(kCalls)}, std::move(env),
+      "orion-two-copies");
 }
 
 // The two copies are the libraries they should be, and copy B stayed out of the global scope.

@@ -82,6 +82,18 @@ inline std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// The key=value fields of one line (words without '=' are skipped; a later key wins).
+inline std::map<std::string, std::string> KeyValueFields(const std::string& line) {
+  std::map<std::string, std::string> result;
+  std::istringstream fields(line);
+  std::string field;
+  while (fields >> field) {
+    const size_t eq = field.find('=');
+    if (eq != std::string::npos) result[field.substr(0, eq)] = field.substr(eq + 1);
+  }
+  return result;
+}
+
 // The key=value fields of the "result ..." lines in a sample's output (a later line's value of a
 // key wins).
 inline std::map<std::string, std::string> ResultFields(const std::string& output) {
@@ -90,12 +102,7 @@ inline std::map<std::string, std::string> ResultFields(const std::string& output
   std::string line;
   while (std::getline(lines, line)) {
     if (line.rfind("result ", 0) != 0) continue;
-    std::istringstream fields(line.substr(7));
-    std::string field;
-    while (fields >> field) {
-      const size_t eq = field.find('=');
-      if (eq != std::string::npos) result[field.substr(0, eq)] = field.substr(eq + 1);
-    }
+    for (auto& [key, value] : KeyValueFields(line.substr(7))) result[key] = value;
   }
   return result;
 }
