@@ -1,7 +1,8 @@
 """A best-effort multi-GPU training job (two ranks over NCCL) beside high-priority services.
 
   orion_bench.py multigpu --bundle DIR [--jobs ddp,fsdp,pipeline] [--service resnet50-graph]
-      [--service-gpus 0 | 0,1] [--configs orion,orion:gpu_hold=false,timeslice,orion@alt]
+      [--service-gpus 0 | 0,1] [--configs orion,orion:gpu_hold=false,timeslice,orion@alt,
+      orion-mps,mps-cap]
       [--seconds 20] [--load 0.5] [--repeat N] [--first-round K] [--bare-rank R]
       [--alt-interposer LIB] [--out DIR]
   orion_bench.py multigpu --table results.jsonl ... [--summary]   (re-renders the table)
@@ -26,6 +27,9 @@ configuration with a fresh orion-server: the job warms up, the services start, t
   orion:KEY=VALUE     the same with a policy setting of the server's config (gpu_hold=false)
   orion@alt        the defaults with the interposer of --alt-interposer (another build)
   timeslice           no interposer
+  orion-mps           the MPS daemon and orion in mps mode; the ranks at MPS client priority 1
+                      with 50% of the SMs (orion-run's best-effort defaults)
+  mps-cap             the MPS daemon, no orion, the ranks' MPS settings as in orion-mps
 Reported per configuration: each service's p50 and p99 against alone, the job's speed in the
 window against alone, and the job's longest gap between steps in the window against its median
 step alone ("stalled": a gap of 1 s and 20 steps or more). Order rotates between rounds; the
@@ -51,6 +55,7 @@ ANSWERS = ("whether a best-effort multi-GPU job (DDP, FSDP, pipeline over NCCL) 
 JOBS = ("ddp", "fsdp", "pipeline")
 SERVICES = {"resnet50-graph": ["resnet50", "--graph"], "bert8-graph": ["bert8", "--graph"]}
 STALL_S, STALL_STEPS = 1.0, 20
+MPS_CONFIGS = ("orion-mps", "mps-cap")
 
 
 # --- the job (one rank) ---------------------------------------------------------------------
@@ -194,14 +199,18 @@ class Run:
         self.log = open(os.path.join(out, "multigpu-bench.log"), "a")
         self.gpus = [g for g in args.service_gpus.split(",") if g]
         self.capacity = {}
+        self.mps_env = None  # the running MPS daemon's client environment
 
     def prefix(self, config, priority, server):
         """The command prefix of a process of `config` at `priority`, and its environment."""
-        if config == "timeslice" or server is None:
-            return [], {}
+        mps = dict(self.mps_env or {}) if config in MPS_CONFIGS else {}
+        if config == "mps-cap" and priority == "best-effort":
+            mps.update(harness.mps_best_effort_env())
+        if server is None:
+            return [], mps
         interposer = self.args.alt_interposer if config == "orion@alt" else None
         return (harness.orion_run(self.bundle, priority, interposer),
-                {"ORION_SOCKET": server.socket})
+                dict(mps, ORION_SOCKET=server.socket))
 
     def service(self, gpu, config, server, rate, requests):
         pre, env = self.prefix(config, "high", server)
@@ -216,8 +225,11 @@ class Run:
         ranks = []
         for r in (0, 1):
             pre, env = self.prefix(config, "best-effort", server)
-            if r == self.args.bare_rank:
-                pre, env = [], {}
+            if r == self.args.bare_rank:  # no interposer, the configuration's MPS settings
+                pre = []
+                env = {k: v for k, v in env.items() if k != "ORION_SOCKET"}
+                if config == "orion-mps":
+                    env.update(harness.mps_best_effort_env())
             cpus = harness.taskset(self.args.job_cpus.split(";")[r])
             ranks.append(subprocess.Popen(
                 cpus + pre + harness.experiment_command(
@@ -267,20 +279,26 @@ class Run:
     def arm(self, kind, config, port):
         """One configuration (or `alone`, where the services and the job run apart)."""
         server = None
+        row = {"job": kind, "config": config, "service": self.args.service,
+               "service_gpus": self.gpus, "bare_rank": self.args.bare_rank,
+               "seconds": self.args.seconds}
+        if config in MPS_CONFIGS:
+            self.mps_env, why = harness.start_mps_daemon(self.work)
+            if why:
+                row["error"] = why
+                return row
         if config.startswith("orion"):
             extra = ""
             if ":" in config:
                 key, value = config.split(":", 1)[1].split("=", 1)
                 extra = f"policy:\n  {key}: {value}\n"
             server = harness.Server(self.bundle, self.work, self.log, admin_port=0,
-                                    mode="priority", extra=extra)
+                                    mode="mps" if config == "orion-mps" else "priority",
+                                    extra=extra)
             if os.path.exists(server.socket):  # the last arm's server's
                 os.remove(server.socket)
             server.start()
         go = os.path.join(self.work, f"go-{port}")
-        row = {"job": kind, "config": config, "service": self.args.service,
-               "service_gpus": self.gpus, "bare_rank": self.args.bare_rank,
-               "seconds": self.args.seconds}
         services, ranks = [], []
         try:
             if config == "alone":  # the services apart, then the job apart
@@ -335,6 +353,9 @@ class Run:
             self.stop_all(ranks + services)
             if server is not None:
                 server.stop()
+            if self.mps_env is not None:
+                harness.stop_mps_daemon(self.mps_env)
+                self.mps_env = None
         return row
 
 
@@ -443,10 +464,10 @@ def main(argv=None):
         if j not in JOBS:
             p.error(f"unknown job '{j}' (known: {', '.join(JOBS)})")
     for c in configs:
-        if not (c in ("orion", "timeslice", "orion@alt") or
+        if not (c in ("orion", "timeslice", "orion@alt", *MPS_CONFIGS) or
                 (c.startswith("orion:") and "=" in c)):
             p.error(f"unknown configuration '{c}' (orion, orion:KEY=VALUE, orion@alt, "
-                    "timeslice)")
+                    "timeslice, orion-mps, mps-cap)")
         if c == "orion@alt" and not args.alt_interposer:
             p.error("orion@alt needs --alt-interposer")
     if args.repeat < 1 or args.first_round < 0:
