@@ -12,7 +12,7 @@
 #include <atomic>
 
 #include "interpose/completion_poll.h"
-#include "interpose/completion_report.h"
+#include "interpose/completion_pipeline.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
 

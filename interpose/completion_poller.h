@@ -1,6 +1,6 @@
 // The completion poller: one background thread (`orion-poller`) that takes the records launch
 // threads submit, looks at their events (a pass of completion_poll.h) and finishes the completed
-// ones (completion_report.cc), and how it sleeps and who wakes it.
+// ones (completion_pipeline.cc), and how it sleeps and who wakes it.
 //
 // It sleeps in three ways: with nothing outstanding, on its own word until a launch thread
 // submits a record that needs it (WakePollerAfterSubmit); with only records nobody waits for

@@ -9,12 +9,11 @@
 #include <pthread.h>
 
 #include "interpose/completion_poller.h"
-#include "interpose/completion_report.h"
+#include "interpose/completion_pipeline.h"
 #include "interpose/gpu_hold.h"
 #include "interpose/launch_gate.h"
 #include "interpose/real_driver.h"
 #include "interpose/record_pool.h"
-#include "interpose/timed_samples.h"
 #include "interpose/timing_hold.h"
 
 namespace orion::interpose {
@@ -128,7 +127,7 @@ void ReleasePending(PendingLaunch* p) { g_free.Push(IndexOf(p)); }
 void ResetCompletionTrackerAfterFork() {
   // The poller does not exist in the child and the parent's events are not valid there.
   for (auto& p : g_pool) p = PendingLaunch{};
-  ResetTimedSamplesAfterFork();
+  ResetCompletionPipelineAfterFork();
   ResetHoldAfterFork();
   ResetTimingHoldAfterFork();
   g_queues_once = PTHREAD_ONCE_INIT;

@@ -7,7 +7,7 @@
 // makes no system call and takes no lock. The poller (completion_poller.h), started lazily on the
 // first record, cuEventQuery's records and finishes the completed ones: the slot and the gate
 // updated, the timed samples and NVTX ranges reported, the records recycled
-// (completion_report.h). With no record outstanding it sleeps until the next submission; with
+// (completion_pipeline.h). With no record outstanding it sleeps until the next submission; with
 // records, when completion_poll.h's schedule says (closely only while somebody is held at the
 // gate).
 //

@@ -14,11 +14,13 @@
 // behind other work, the GPU busy with other contexts) is placed by the chain from the previous
 // one, never before its own record call. The previous anchor is kept for events recorded before the new one.
 //
-// The poller thread is the only user: no locks.
+// The poller thread is the only user: no locks. The clock logs nothing itself: the anchors it
+// renewed are taken by the caller (TakeRenewals), which writes them to the timing log.
 //
 // Usage:
 //   uint64_t host_ns;
 //   if (g_gpu_clock.ToHost(ctx, event, &host_ns)) ...;  // the context must be current
+//   GpuClock::Renewals r = g_gpu_clock.TakeRenewals();  // what those calls renewed
 #pragma once
 
 #include <stdint.h>
@@ -44,6 +46,30 @@ class GpuClock {
   bool ToHost(CUcontext ctx, CUevent event, uint64_t* host_ns);
   // Forgets every anchor (after fork: the events do not exist in the child).
   void Reset();
+
+  // An anchor as it was renewed: its record call's return, the first query that found it done
+  // (0: it was waited for), where the previous anchor put it (0: none), where it was placed, and
+  // the host clock's rate against the GPU's after it.
+  struct Renewal {
+    uint64_t ctx = 0;
+    uint64_t recorded_ns = 0;
+    uint64_t seen_ns = 0;
+    uint64_t chained_ns = 0;
+    uint64_t host_ns = 0;
+    double rate = 1.0;
+  };
+  // The anchors renewed since the last call (one ToHost renews at most one; the last
+  // kMaxRenewals are kept), and forgets them.
+  static constexpr int kMaxRenewals = 4;
+  struct Renewals {
+    Renewal items[kMaxRenewals];
+    int count = 0;
+  };
+  Renewals TakeRenewals() {
+    Renewals taken = renewals_;
+    renewals_.count = 0;
+    return taken;
+  }
 
   // One step of the rate estimate (host ns per GPU ns): a new precise anchor `host_gap_ns` after
   // the last precise one, `gpu_gap_ns` later on the GPU. False (rate unchanged) where the gaps
@@ -81,6 +107,7 @@ class GpuClock {
   bool Renew(Context& c);
 
   Context contexts_[kContexts];
+  Renewals renewals_;
 };
 
 }  // namespace orion::interpose

@@ -37,7 +37,7 @@ inline void NoteLaunchStream(CUcontext ctx, CUstream stream, bool per_thread_str
 
 // Reports an NVTX range to `reg`'s ring as a kRange event: CPU times always; GPU times (host
 // clock) when both are known (gpu_start_ns != 0). A closed range without a GPU start, and the
-// completion poller for one with (completion_report.cc).
+// completion poller for one with (completion_pipeline.cc).
 void ReportRange(Registration* reg, const char* name, uint32_t depth, uint64_t cpu_start_ns,
                  uint64_t cpu_end_ns, uint64_t gpu_start_ns, uint64_t gpu_end_ns, uint64_t stream);
 

@@ -1,7 +1,7 @@
 // The completion records' pool: kPoolSize records in static storage and two lock-free queues of
 // their indices, the free records and the records submitted to the poller. Launch threads take a
 // free record and submit it (completion_tracker.cc); the poller pops the submitted ones
-// (completion_poller.cc) and gives each back free once it is finished (completion_report.cc).
+// (completion_poller.cc) and gives each back free once it is finished (completion_pipeline.cc).
 // The pool and the queues are defined in completion_tracker.cc.
 #pragma once
 

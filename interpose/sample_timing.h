@@ -1,5 +1,5 @@
 // How a timed launch's two events become its kernel's duration and start (the completion poller,
-// timed_samples.cc). Pure arithmetic, tested in tests/interpose/sample_timing_test.cc.
+// completion_pipeline.cc). Pure arithmetic, tested in tests/interpose/sample_timing_test.cc.
 //
 // The start event is recorded on the launch's stream just before the launch, the end event just
 // after. When the stream had work queued, the start event runs when that work ends and the

@@ -8,7 +8,7 @@
 //    kMaxFutexWaitNs), OpenGate (interpose/launch_gate.cc), the kernel registry's sampling and
 //    duration estimate (interpose/kernel_registry.h) and the kernel-name classifier;
 //  - simulated (SimClient): the interposer's GuardedLaunch / WaitAtGate / poller sequence, step by
-//    step as in interpose/hooks_launch.cc, launch_gate.cc and completion_report.cc, but as events:
+//    step as in interpose/hooks_launch.cc, launch_gate.cc and completion_pipeline.cc, but as events:
 //    a high-priority launch raises its SlotGate's inflight and stamps last_progress_ns before the launch and
 //    again after it; the poller notices a kernel's end poll_lag_ns late, then stamps
 //    last_progress_ns, lowers inflight, releases the budget charge and opens the gate; a held
