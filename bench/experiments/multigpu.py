@@ -162,8 +162,15 @@ def run_rank(args):
     print("ready", flush=True)
     while args.go and not os.path.exists(args.go):
         time.sleep(0.01)
-    steps, start = 0, time.monotonic()
-    while time.monotonic() - start < args.seconds:
+    # Rank 0's clock ends the window for both ranks (each rank's own clock could end it a step
+    # apart: the rank with a step more then waits in its collectives forever).
+    steps, start, go_on = 0, time.monotonic(), torch.ones(1, device=device)
+    while True:
+        if rank == 0:
+            go_on.fill_(1.0 if time.monotonic() - start < args.seconds else 0.0)
+        dist.broadcast(go_on, 0)
+        if go_on.item() == 0.0:
+            break
         synced_step()
         steps += 1
         if rank == 0:
