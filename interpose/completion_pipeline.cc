@@ -49,7 +49,8 @@ Placement PlaceOnHostClock(const PendingLaunch& p) {
 
 // Step 3 for a timed launch seen complete at `now_ns`: its sample reported to `reg`, and its
 // kernel's estimate taught unless another process's work was in flight. False where the driver
-// cannot measure the events (nothing reported); else *sample is what step 4 logs.
+// cannot measure the events (nothing reported); else, where `sample` is not null (the timing log
+// is on), *sample is what step 4 logs.
 bool ReportSample(PendingLaunch* p, Registration* reg, const Placement& at, uint64_t now_ns,
                   TimingSample* sample) {
   p->contended =
@@ -100,6 +101,7 @@ bool ReportSample(PendingLaunch* p, Registration* reg, const Placement& at, uint
   }
   PushEvent(reg, e);
 
+  if (sample == nullptr) return true;
   sample->func = p->func;
   memcpy(sample->grid, p->grid, sizeof(sample->grid));
   memcpy(sample->block, p->block, sizeof(sample->block));
@@ -124,20 +126,22 @@ void LogTiming(const GpuClock::Renewals& renewed, const TimingSample* sample) {
 void FinishRecord(PendingLaunch* p, bool measured_on_gpu) {
   Registration* reg = p->reg;
   const bool owned = reg != nullptr && reg->StillOwned();
-  const uint64_t now = MonotonicNs();
-  if (owned && !p->range) ReleaseAtGate(*reg, *p);                                // 1
   const bool placing = owned && measured_on_gpu && (p->range || p->timed);
+  // A sample's "seen complete" time is read before the gate step, as it always was.
+  const uint64_t now = placing && !p->range ? MonotonicNs() : 0;
+  if (owned && !p->range) ReleaseAtGate(*reg, *p);                                // 1
   const Placement at = placing ? PlaceOnHostClock(*p) : Placement{};              // 2
-  TimingSample sample;                                                           // 3
+  const bool logging = TimingLogActive();                                        // 3
+  TimingSample sample;
   bool sampled = false;
   if (owned && p->range) {
     ReportRange(reg, p->name, p->depth, p->cpu_start_ns, p->cpu_end_ns, at.start_ns, at.end_ns,
                 p->stream);
   } else if (placing) {
-    sampled = ReportSample(p, reg, at, now, &sample);
+    sampled = ReportSample(p, reg, at, now, logging ? &sample : nullptr);
   }
-  const GpuClock::Renewals renewed = g_gpu_clock.TakeRenewals();                  // 4
-  if (TimingLogActive()) LogTiming(renewed, sampled ? &sample : nullptr);
+  if (logging) LogTiming(g_gpu_clock.renewals(), sampled ? &sample : nullptr);    // 4
+  g_gpu_clock.ForgetRenewals();
   ReleasePending(p);                                                              // 5
 }
 

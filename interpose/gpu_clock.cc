@@ -76,13 +76,11 @@ bool GpuClock::Renew(Context& c) {
                                                            : recorded_ns;
     }
   }
-  if (renewals_.count == kMaxRenewals) {  // keep the last ones
-    for (int i = 1; i < kMaxRenewals; ++i) renewals_.items[i - 1] = renewals_.items[i];
-    --renewals_.count;
+  if (renewals_.count < kMaxRenewals) {
+    renewals_.items[renewals_.count++] =
+        Renewal{reinterpret_cast<uint64_t>(c.ctx), recorded_ns, seen_ns,
+                chained > 0 ? static_cast<uint64_t>(chained) : 0, host_ns, c.rate};
   }
-  renewals_.items[renewals_.count++] =
-      Renewal{reinterpret_cast<uint64_t>(c.ctx), recorded_ns, seen_ns,
-              chained > 0 ? static_cast<uint64_t>(chained) : 0, host_ns, c.rate};
   c.spare = c.previous.event;
   c.previous = c.current;
   c.current = Anchor{event, host_ns, precise};
@@ -118,7 +116,7 @@ bool GpuClock::ToHost(CUcontext ctx, CUevent event, uint64_t* host_ns) {
 
 void GpuClock::Reset() {
   for (Context& c : contexts_) c = Context{};
-  renewals_.count = 0;
+  ForgetRenewals();
 }
 
 }  // namespace orion::interpose

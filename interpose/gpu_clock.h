@@ -15,12 +15,12 @@
 // one, never before its own record call. The previous anchor is kept for events recorded before the new one.
 //
 // The poller thread is the only user: no locks. The clock logs nothing itself: the anchors it
-// renewed are taken by the caller (TakeRenewals), which writes them to the timing log.
+// renewed are read by the caller (renewals()), which writes them to the timing log.
 //
 // Usage:
 //   uint64_t host_ns;
 //   if (g_gpu_clock.ToHost(ctx, event, &host_ns)) ...;  // the context must be current
-//   GpuClock::Renewals r = g_gpu_clock.TakeRenewals();  // what those calls renewed
+//   g_gpu_clock.renewals();  g_gpu_clock.ForgetRenewals();  // what those calls renewed
 #pragma once
 
 #include <stdint.h>
@@ -58,18 +58,15 @@ class GpuClock {
     uint64_t host_ns = 0;
     double rate = 1.0;
   };
-  // The anchors renewed since the last call (one ToHost renews at most one; the last
-  // kMaxRenewals are kept), and forgets them.
+  // The anchors renewed since ForgetRenewals (one ToHost renews at most one; past kMaxRenewals
+  // the later ones are not kept).
   static constexpr int kMaxRenewals = 4;
   struct Renewals {
     Renewal items[kMaxRenewals];
     int count = 0;
   };
-  Renewals TakeRenewals() {
-    Renewals taken = renewals_;
-    renewals_.count = 0;
-    return taken;
-  }
+  const Renewals& renewals() const { return renewals_; }
+  void ForgetRenewals() { renewals_.count = 0; }
 
   // One step of the rate estimate (host ns per GPU ns): a new precise anchor `host_gap_ns` after
   // the last precise one, `gpu_gap_ns` later on the GPU. False (rate unchanged) where the gaps
