@@ -44,6 +44,9 @@ struct HighPriorityView {
   uint64_t grace_ends_ns = 0;
   // Identity of the current busy period: the sum of the busy HP clients' busy_seq.
   uint64_t period = 0;
+  // Every busy HP client launches CUDA graphs (its last launch was one): a request is queued on
+  // the GPU whole, with no CPU gaps for best-effort work to fill.
+  bool graphs_only = true;
 };
 
 // Calls fn(slot index) for each client marked high priority on this GPU but `own_slot`, until fn
@@ -94,6 +97,7 @@ inline HighPriorityView HighPriorityBusy(const contract::GateArea& gate,
                             : contract::KernelClassToBoard(contract::KernelClass::kMixed);
     view.busy = true;
     view.period += slot.busy_seq.load(std::memory_order_relaxed);
+    if (slot.launches_graphs.load(std::memory_order_relaxed) == 0) view.graphs_only = false;
     return true;
   });
   if (in_flight) view.grace_ends_ns = 0;
@@ -300,12 +304,15 @@ inline bool OtherWorkInFlight(const contract::GateArea& gate, const contract::Gp
 //    what delays a high-priority kernel is the best-effort work queued ahead of it, whatever its
 //    size; the SM threshold does not apply):
 //      HP busy: go while the best-effort work admitted during this busy period (one request of
-//      the service, its CPU gaps included) stays within the budget (be_budget_ns);
+//      the service, its CPU gaps included) stays within the budget (be_budget_ns), unless every
+//      busy HP client launches CUDA graphs: a graph is queued whole and leaves no CPU gaps to
+//      fill, so nothing goes until it is done (as on the GPU under gpu_hold, gpu_hold.h);
 //      HP idle: go while the queued best-effort work stays within the budget; one kernel longer
 //      than the budget may run alone.
 //    So a high-priority request is delayed by at most what was queued when it arrived (the
-//    budget, or that one kernel) plus the budget, while best-effort work fills the GPU time a
-//    CPU-bound service leaves idle.
+//    budget, or that one kernel), plus the budget for an eager one, while best-effort work fills
+//    the GPU time a CPU-bound service leaves idle. Admitting a budget mid-graph too, a DDP job's
+//    rank (held on the CPU, gpu_hold.h) cost a ResNet50 graph service p50 1.50x (two H200s).
 //  - mps (kernels of different processes co-run in space; the best-effort share of SMs is capped
 //    by MPS itself):
 //      HP busy: go if not of the same known class as the running HP kernel (compute next to
@@ -336,7 +343,7 @@ inline GateDecision DecideBestEffort(const contract::Board& board, const contrac
     return GateDecision::kWait;  // a completion gives charges back and wakes us
   }
   if (mode != contract::GateMode::kMps) {
-    if (TryChargePeriod(gate, hp.period, launch.estimate_ns, budget)) {
+    if (!hp.graphs_only && TryChargePeriod(gate, hp.period, launch.estimate_ns, budget)) {
       gate.words.be_outstanding_ns.fetch_add(launch.estimate_ns, std::memory_order_acq_rel);
       return GateDecision::kGoBudget;
     }

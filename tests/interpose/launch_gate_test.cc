@@ -119,6 +119,34 @@ TEST_F(LaunchGateTest, BusyHighPriorityAdmitsOnlyWorkWithinTheBudget) {
   EXPECT_EQ(gate_->words.be_outstanding_ns.load(), 0u);
 }
 
+// Beside busy high-priority clients that all launch CUDA graphs (a request queued whole), the
+// gate on the CPU admits nothing mid-request, in flight or in grace; an eager client busy beside
+// them brings the per-period budget back. MPS mode is not concerned (it co-runs, by class).
+TEST_F(LaunchGateTest, BusyGraphServiceAdmitsNothingMidRequest) {
+  gpu().hp_grace_ns.store(500'000);
+  MarkHighPriority(130, 1, now_);
+  gate_->slots[130].launches_graphs.store(1);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 10'000)), GateDecision::kWait);
+  MarkHighPriority(130, 0, now_ - 100'000);  // graph done 100 us ago: in grace
+  uint64_t wake_by = 0;
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 10'000), &wake_by),
+            GateDecision::kWait);
+  EXPECT_EQ(wake_by, now_ + 400'000);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_ + 400'001, Be(64, 10'000)),
+            GateDecision::kGoBudget);  // grace over: idle, the queued budget applies
+  ReleaseBudget(*gate_, 10'000);
+  MarkHighPriority(131, 1, now_);  // an eager client, busy too
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 10'000)), GateDecision::kGoBudget);
+  ReleaseBudget(*gate_, 10'000);
+  gate_->slots[131].launches_graphs.store(1);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 10'000)), GateDecision::kWait);
+  gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
+  gate_->slots[130].hp_kernel_class.store(KernelClassToBoard(KernelClass::kCompute));
+  gate_->slots[131].hp_kernel_class.store(KernelClassToBoard(KernelClass::kCompute));
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(32, 10'000, KernelClass::kMemory)),
+            GateDecision::kGoBudget);
+}
+
 TEST_F(LaunchGateTest, IgnoresStaleHighPriorityOwnSlotPassThroughAndDeadServer) {
   MarkHighPriority(3, 1, now_);  // our own slot never blocks us
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 1)), GateDecision::kGoIdle);
