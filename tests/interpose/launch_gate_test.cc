@@ -120,21 +120,24 @@ TEST_F(LaunchGateTest, BusyHighPriorityAdmitsOnlyWorkWithinTheBudget) {
 }
 
 // Beside busy high-priority clients that all launch CUDA graphs (a request queued whole), the
-// gate on the CPU admits nothing mid-request, in flight or in grace; an eager client busy beside
-// them brings the per-period budget back. MPS mode is not concerned (it co-runs, by class).
+// gate on the CPU admits nothing while a graph is in flight; between graphs (grace only) the
+// queued budget applies as when idle. An eager client busy beside them brings the per-period
+// budget back. MPS mode is not concerned (it co-runs, by class).
 TEST_F(LaunchGateTest, BusyGraphServiceAdmitsNothingMidRequest) {
   gpu().hp_grace_ns.store(500'000);
   MarkHighPriority(130, 1, now_);
   gate_->slots[130].launches_graphs.store(1);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 10'000)), GateDecision::kWait);
-  MarkHighPriority(130, 0, now_ - 100'000);  // graph done 100 us ago: in grace
-  uint64_t wake_by = 0;
+  uint64_t wake_by = 1;
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 10'000), &wake_by),
             GateDecision::kWait);
-  EXPECT_EQ(wake_by, now_ + 400'000);
-  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_ + 400'001, Be(64, 10'000)),
-            GateDecision::kGoBudget);  // grace over: idle, the queued budget applies
-  ReleaseBudget(*gate_, 10'000);
+  EXPECT_EQ(wake_by, 0u);  // only its completion changes the answer
+  MarkHighPriority(130, 0, now_ - 100'000);  // graph done 100 us ago: in grace
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 60'000)), GateDecision::kGoBudget);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 60'000)), GateDecision::kWait);
+  ReleaseBudget(*gate_, 60'000);
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 300'000)),
+            GateDecision::kGoBudget);  // nothing queued: one longer kernel alone, as when idle
+  ReleaseBudget(*gate_, 300'000);
   MarkHighPriority(131, 1, now_);  // an eager client, busy too
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(64, 10'000)), GateDecision::kGoBudget);
   ReleaseBudget(*gate_, 10'000);
