@@ -76,6 +76,7 @@ void ToProto(const JobView& v, orion::v1::Job* out) {
   out->set_held_seconds(v.held_seconds);
   out->set_busy_seconds(v.busy_seconds);
   out->set_memory_used_bytes(v.memory_used_bytes);
+  out->set_gpus_beside_services(v.gpus_beside_services);
 }
 
 void ToProto(const GpuView& v, orion::v1::Gpu* out) {

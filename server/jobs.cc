@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "server/utf8.h"
@@ -60,11 +61,29 @@ std::vector<JobView> GroupJobs(const std::vector<ClientView>& clients) {
     j.busy_seconds += c.gpu_busy_seconds;
     j.memory_used_bytes += c.memory_used_bytes;
   }
+  // Per GPU, the jobs with a high-priority client there; then per job, the GPUs where one of its
+  // best-effort ranks meets another job's.
+  std::map<uint32_t, std::set<std::string>> served;
+  std::map<std::string, std::set<uint32_t>> best_effort_gpus;
+  for (const ClientView& c : clients) {
+    if (c.exited) continue;
+    if (c.policy.priority == contract::Priority::kHigh) {
+      served[c.gpu].insert(c.job.key);
+    } else {
+      best_effort_gpus[c.job.key].insert(c.gpu);
+    }
+  }
   std::vector<JobView> out;
   out.reserve(jobs.size());
   for (auto& [key, j] : jobs) {
     std::sort(j.gpus.begin(), j.gpus.end());
     std::sort(j.pods.begin(), j.pods.end());
+    for (uint32_t gpu : best_effort_gpus[key]) {
+      const auto it = served.find(gpu);
+      if (it != served.end() && (it->second.size() > 1 || !it->second.contains(key))) {
+        ++j.gpus_beside_services;
+      }
+    }
     out.push_back(std::move(j));
   }
   return out;

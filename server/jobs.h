@@ -43,7 +43,8 @@ JobIdentity UnnamedPodJob(const std::string& pod_uid);
 JobIdentity StandaloneJob(const std::string& requested, pid_t pid, pid_t launcher,
                           bool launcher_shared);
 
-// The jobs of these clients (exited ones skipped), by key.
+// The jobs of these clients (exited ones skipped), by key, each with the GPUs where its
+// best-effort ranks meet another job's high-priority clients (JobView::gpus_beside_services).
 std::vector<JobView> GroupJobs(const std::vector<ClientView>& clients);
 
 }  // namespace orion::server

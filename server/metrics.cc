@@ -165,6 +165,11 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                  MetricType::Gauge);
   MetricFamily job_mem = Family("orion_job_memory_used_bytes",
                                 "GPU memory allocated by a job's live ranks", MetricType::Gauge);
+  MetricFamily job_beside = Family("orion_job_gpus_beside_services",
+                                   "GPUs on which a job's best-effort ranks share the GPU with "
+                                   "another job's high-priority clients (2 or more: a rank's "
+                                   "collective spins while a peer is held for another service)",
+                                   MetricType::Gauge);
   MetricFamily pod_mem = Family("orion_pod_memory_used_bytes",
                                 "GPU memory allocated by a pod's live clients (pods the agent "
                                 "named)",
@@ -180,6 +185,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     Add(job_held, labels, j.held_seconds);
     Add(job_busy, labels, j.busy_seconds);
     Add(job_mem, labels, static_cast<double>(j.memory_used));
+    Add(job_beside, labels, static_cast<double>(j.gpus_beside_services));
   }
   for (const PodSample& p : snap.pods) {
     Add(pod_mem, {{"node", node_}, {"namespace", p.ns}, {"pod", p.pod}},
@@ -243,7 +249,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &hp_pods, &hp_allowed, &budget, &kernels, &throttled, &mem_used,
                           &mem_limit, &dropped, &client_busy, &claims, &period, &requests,
-                          &job_ranks, &job_gpus, &job_held, &job_busy, &job_mem, &pod_mem, &regs,
+                          &job_ranks, &job_gpus, &job_held, &job_busy, &job_mem, &job_beside, &pod_mem, &regs,
                           &ingested, &written, &skipped, &node_dropped, &untabled, &quarantined,
                           &quarantined_clients, &repairs, &corrections}) {
     out.push_back(std::move(*f));

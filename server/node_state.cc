@@ -1002,8 +1002,10 @@ MetricsSnapshot NodeState::Snapshot() {
   snap.clients.reserve(clients_.size());
   std::map<std::string, JobSample> jobs;  // by job key
   std::map<std::string, PodSample> pods;  // by pod UID
+  std::vector<ClientView> views;
+  views.reserve(clients_.size());
   for (const auto& [id, c] : clients_) {
-    const ClientView v = ViewOf(c);
+    const ClientView& v = views.emplace_back(ViewOf(c));
     ClientSample cs;
     cs.gpu = std::to_string(c.gpu);
     if (pods_.count(c.peer.cgroup.pod_uid)) {
@@ -1044,6 +1046,11 @@ MetricsSnapshot NodeState::Snapshot() {
       ps.ns = pod->second.ns;
       ps.pod = pod->second.name;
       ps.memory_used += v.memory_used_bytes;
+    }
+  }
+  for (const JobView& jv : GroupJobs(views)) {
+    if (auto it = jobs.find(jv.key); it != jobs.end()) {
+      it->second.gpus_beside_services = jv.gpus_beside_services;
     }
   }
   for (auto& [key, j] : jobs) snap.jobs.push_back(std::move(j));

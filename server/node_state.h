@@ -66,6 +66,7 @@ struct JobSample {
   std::map<std::string, uint32_t> ranks_per_gpu;  // by GPU index
   double held_seconds = 0, busy_seconds = 0;
   uint64_t memory_used = 0;
+  uint32_t gpus_beside_services = 0;  // JobView::gpus_beside_services
 };
 struct PodSample {
   std::string ns, pod;

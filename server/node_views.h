@@ -70,6 +70,10 @@ struct JobView {
   double held_seconds = 0;           // the ranks' time held at the gate or paused
   double busy_seconds = 0;           // the ranks' kernel and graph GPU time
   uint64_t memory_used_bytes = 0;
+  // GPUs on which its best-effort ranks share the GPU with another job's high-priority clients.
+  // Two or more: each rank is held for a different service, and a rank's collective spins on its
+  // GPU while a peer is held (docs/design.md, "Multi-GPU jobs").
+  uint32_t gpus_beside_services = 0;
 };
 
 struct GpuView {

@@ -162,6 +162,18 @@ void PrintJobRow(const orion::v1::Job& j) {
               Mib(j.memory_used_bytes()).c_str(), j.held_seconds(), j.busy_seconds());
 }
 
+// A best-effort job whose ranks meet services on two GPUs or more: what it costs them, and what
+// helps (docs/design.md, "Multi-GPU jobs").
+void PrintJobBesideServicesNote(const orion::v1::Job& j) {
+  if (j.gpus_beside_services() < 2) return;
+  std::printf(
+      "note: %s has best-effort ranks beside high-priority services on %u GPUs: a rank's "
+      "collective spins on its GPU while a peer is held for another GPU's service (services' "
+      "p99 about 4x in priority mode); give it at most one GPU with a service, or run the GPUs "
+      "in mps mode\n",
+      j.key().c_str(), j.gpus_beside_services());
+}
+
 void PrintClientRow(const orion::v1::Client& c) {
   std::printf("%-5u %-4u %-8u %-20.20s %-24.24s %-12s %-6s %5s %10s %10s %12lu %10.3f\n",
               c.client_id(), c.gpu(), c.host_pid(), c.process_name().c_str(), PodOf(c).c_str(),
@@ -427,6 +439,7 @@ int main(int argc, char** argv) {
     std::printf("%-40s %-8s %5s %5s %-12s %-6s %10s %10s %10s\n", "JOB", "GPUS", "RANKS", "PODS",
                 "PRIORITY", "PAUSE", "MEM", "HELD_S", "BUSY_S");
     for (const auto& j : r.jobs()) PrintJobRow(j);
+    for (const auto& j : r.jobs()) PrintJobBesideServicesNote(j);
     return 0;
   }
   if ((cmd == "pause" || cmd == "resume") && args.size() >= 2 && args[1] == "--job") {

@@ -273,6 +273,46 @@ TEST_F(JobsTest, SnapshotHasLiveJobsAndPodsOnly) {
   EXPECT_EQ(snap.jobs[0].ranks_per_gpu, (std::map<std::string, uint32_t>{{"0", 1}, {"1", 1}}));
 }
 
+// A job's gpus_beside_services counts the GPUs where its best-effort ranks meet another job's
+// high-priority clients (never its own), in ListJobs, the snapshot and /metrics, and over the
+// admin API's mapping.
+TEST_F(JobsTest, GpusBesideServicesCountsOtherJobsServicesWhereItsBestEffortRanksRun) {
+  Register(kRank0, 0);
+  Register(kRank0, 1);
+  Register(kRank1, 1);
+  const uint32_t notebook = Register(kAlone, 0);
+  Register(kOther, 1);
+  auto beside = [&](const char* key) {
+    const JobView* j = Find(state_->ListJobs(""), key);
+    return j == nullptr ? 99u : j->gpus_beside_services;
+  };
+  EXPECT_EQ(beside("training/llama"), 0u);  // nothing high priority yet
+  ASSERT_TRUE(state_->SetJobPriority("training/notebook", Priority::kHigh).ok());
+  EXPECT_EQ(beside("training/llama"), 1u);   // GPU 0
+  EXPECT_EQ(beside("research/llama"), 0u);   // GPU 1 has no service yet
+  EXPECT_EQ(beside("training/notebook"), 0u);  // no best-effort ranks
+  ASSERT_TRUE(state_->SetJobPriority("research/llama", Priority::kHigh).ok());
+  EXPECT_EQ(beside("training/llama"), 2u);   // a service on each of its GPUs
+
+  const std::string text =
+      prometheus::TextSerializer().Serialize(MetricsCollector(state_.get(), "n").Collect());
+  for (const char* want :
+       {"orion_job_gpus_beside_services{node=\"n\",namespace=\"training\",orion_job=\"llama\"} 2",
+        "orion_job_gpus_beside_services{node=\"n\",namespace=\"research\",orion_job=\"llama\"} 0"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "\n" << text;
+  }
+  orion::v1::Job proto;
+  ToProto(*Find(state_->ListJobs(""), "training/llama"), &proto);
+  EXPECT_EQ(proto.gpus_beside_services(), 2u);
+
+  // Its own high-priority ranks are no service beside it; a service that leaves stops counting.
+  ASSERT_TRUE(state_->SetJobPriority("training/llama", Priority::kHigh).ok());
+  EXPECT_EQ(beside("training/llama"), 0u);
+  ASSERT_TRUE(state_->SetJobPriority("training/llama", Priority::kBestEffort).ok());
+  state_->Unregister(notebook);
+  EXPECT_EQ(beside("training/llama"), 1u);
+}
+
 // Over a real gRPC channel: clients registered through the socket (orion-run --job's channel).
 class JobsApiTest : public ::testing::Test {
  protected:
