@@ -116,7 +116,7 @@ EXCLUDED=(
   '^GeneratedDocsMatchTheirSources$'
   # The README's quick start and orion-ctl's messages: programs run under orion-run with the
   # interposer preloaded (orion-run is not built here).
-  '^QuickStartRunsAsWritten$' '^OrionCtlMessagesNameTheFix$'
+  '^QuickStartRunsAsWritten$' '^OrionCtlMessagesNameTheFix$' '^JobBesideServicesOnTwoGpusIsNoted$'
   # Memory bounds (the server's RSS with 256 flooding clients, the webhook's peak memory):
   # ASan's shadow memory and quarantine are what they would measure.
   '^MemoryBoundTest\.' '^WebhookProcessTest\.OversizeAndCostlyBodiesAreRefusedAndMemoryStaysSmall$'

@@ -283,7 +283,8 @@ TEST_F(JobsTest, GpusBesideServicesCountsOtherJobsServicesWhereItsBestEffortRank
   const uint32_t notebook = Register(kAlone, 0);
   Register(kOther, 1);
   auto beside = [&](const char* key) {
-    const JobView* j = Find(state_->ListJobs(""), key);
+    const std::vector<JobView> jobs = state_->ListJobs("");
+    const JobView* j = Find(jobs, key);
     return j == nullptr ? 99u : j->gpus_beside_services;
   };
   EXPECT_EQ(beside("training/llama"), 0u);  // nothing high priority yet
@@ -302,7 +303,9 @@ TEST_F(JobsTest, GpusBesideServicesCountsOtherJobsServicesWhereItsBestEffortRank
     EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "\n" << text;
   }
   orion::v1::Job proto;
-  ToProto(*Find(state_->ListJobs(""), "training/llama"), &proto);
+  const std::vector<JobView> jobs = state_->ListJobs("");
+  ASSERT_NE(Find(jobs, "training/llama"), nullptr);
+  ToProto(*Find(jobs, "training/llama"), &proto);
   EXPECT_EQ(proto.gpus_beside_services(), 2u);
 
   // Its own high-priority ranks are no service beside it; a service that leaves stops counting.
