@@ -313,9 +313,9 @@ inline bool OtherWorkInFlight(const contract::GateArea& gate, const contract::Gp
 //    So a high-priority request is delayed by at most what was queued when it arrived (the
 //    budget, or that one kernel), plus the budget for an eager one, while best-effort work fills
 //    the GPU time a CPU-bound service leaves idle. A DDP job's rank (held on the CPU, gpu_hold.h)
-//    beside a ResNet50 graph service on two H200s, 3 rounds: with a budget admitted mid-graph,
-//    p50 1.52x; with nothing admitted in flight nor in the grace after it, 1.31x but the job
-//    at 0.27 of its speed alone (0.30 before): the grace kept it from 0.5 ms of each idle gap.
+//    beside a ResNet50 graph service on two H200s: with a budget admitted mid-graph, p50 1.52x,
+//    the job at 0.32 of its speed alone (7 rounds); with this rule 1.30x, 0.34 (3 rounds); with
+//    nothing admitted in the grace either, 1.26x to 1.31x but the job at 0.25 to 0.31 (6 rounds).
 //  - mps (kernels of different processes co-run in space; the best-effort share of SMs is capped
 //    by MPS itself):
 //      HP busy: go if not of the same known class as the running HP kernel (compute next to

@@ -9,11 +9,6 @@ SERVER="$1"; CTL="$2"; RUN="$3"; TRAIN="$4"; INFER="$5"; LIB="$6"; DOUBLE="$7"
 source "$(dirname "$0")/server_lib.sh"
 export ORION_SIM_DEVICES=2
 
-expect() {  # OUTPUT TEXT...: every TEXT appears in OUTPUT (fixed strings)
-  local out="$1"; shift
-  for want in "$@"; do grep -qF -- "$want" <<< "$out" || fail "no '$want' in: $out"; done
-}
-
 start_server "$SERVER"
 ctl() { "$CTL" --server "127.0.0.1:$ADMIN_PORT" "$@"; }
 service() {  # GPU: a high-priority graph service on that GPU (the double's UUID), its own job

@@ -10,11 +10,6 @@ set -euo pipefail
 SERVER="$1"; CTL="$2"; RUN="$3"; TRAIN="$4"; LIB="$5"; DOUBLE="$6"
 source "$(dirname "$0")/server_lib.sh"
 
-expect() {  # OUTPUT TEXT...: every TEXT appears in OUTPUT (fixed strings)
-  local out="$1"; shift
-  for want in "$@"; do grep -qF -- "$want" <<< "$out" || fail "no '$want' in: $out"; done
-}
-
 # Unreachable: the address tried and where it came from, and both ways to name another.
 out="$("$CTL" --server 127.0.0.1:1 gpus 2>&1)" && fail "gpus against no server succeeded"
 expect "$out" "cannot reach orion-server's admin API at 127.0.0.1:1 (from --server)" \

@@ -4,6 +4,7 @@
 #              (only pids that were started: kill 0 would signal the whole process group,
 #              ctest included)
 #   fail MSG   prints MSG and the server log's tail, exits 1
+#   expect OUTPUT TEXT...   fails unless every TEXT appears in OUTPUT (fixed strings)
 #   start_server ORION_SERVER [MODE]   orion-server in MODE (priority unless given) on loopback
 #              ports (0: the kernel picks) with its socket in $W; sets ADMIN_PORT and
 #              METRICS_PORT from its log
@@ -19,6 +20,11 @@ fail() {
   echo "FAIL: $*"
   [[ -f "$W/server.log" ]] && tail -20 "$W/server.log"
   exit 1
+}
+
+expect() {
+  local out="$1"; shift
+  for want in "$@"; do grep -qF -- "$want" <<< "$out" || fail "no '$want' in: $out"; done
 }
 
 start_server() {
