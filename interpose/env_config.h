@@ -223,10 +223,10 @@ struct EnvConfig {
   // (affinity, cgroup quota) in thousandths, and the most the gate may spin before it sleeps.
   uint32_t usable_millicpus = UINT32_MAX;
   uint64_t gate_spin_cap_ns = contract::kMaxSpinNs;
-  // ORION_GEMM_SPLIT=1 (off by default: not yet measured on every workload shape): a
-  // best-effort client's long cuBLAS GEMMs run as pieces no longer than the GPU's budget while a
-  // high-priority client shares it (gemm_split.h, hooks_blas.cc).
-  bool gemm_split = false;
+  // On unless ORION_GEMM_SPLIT=0: a best-effort client's cuBLAS GEMMs of over a millisecond run
+  // as pieces no longer than the GPU's budget while a high-priority client shares it
+  // (gemm_split.h, hooks_blas.cc).
+  bool gemm_split = true;
   // ORION_GEMM_SPLIT_NS: pieces no longer than this whatever shares the GPU (10 us to 100 ms;
   // benchmarks and tests: what the split costs a trainer alone, whether pieces add up to the
   // whole). 0: the budget decides.
@@ -297,7 +297,7 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
       *every = static_cast<uint32_t>(value);
     }
   }
-  config.gemm_split = ParseFlag(getenv_fn("ORION_GEMM_SPLIT"));
+  config.gemm_split = !ParseFlagOff(getenv_fn("ORION_GEMM_SPLIT"));
   if (ParseUnsigned(getenv_fn("ORION_GEMM_SPLIT_NS"), &value) && value >= 10'000 &&
       value <= 100'000'000) {
     config.gemm_split_force_ns = value;

@@ -33,6 +33,13 @@ inline constexpr uint32_t kMaxGemmPieces = 16;
 inline constexpr int64_t kGemmSliceGranule = 128;
 // No piece is asked to be shorter than this: shorter pieces run at a poor fraction of the GPU.
 inline constexpr uint64_t kMinGemmPieceNs = 100'000;
+// Beside a high-priority client a call is cut only where it runs longer than this, whatever the
+// bound on its pieces: a process that cut a GEMM is held at the gate on the CPU from then on
+// (gpu_hold.h), which costs a trainer whose GEMMs all end within a millisecond more than the
+// pieces save its neighbour (H200, the padded-vocabulary LM beside a ResNet50 graph service: cut
+// at the 250 us budget, harvest 0.77 to 0.63 and p50 1.23x to 1.27x), while the kernels that
+// cost a service its tail run 2 to 4 ms (bench/README.md, be-kernels).
+inline constexpr uint64_t kMinCutGemmNs = 1'000'000;
 // A call with fewer floating-point operations than the bound times this rate (20 TFLOP/s, far
 // below what any tensor core runs a GEMM at) ends within the bound: it is never looked at.
 inline constexpr uint64_t kSureFlopsPerNs = 20'000;
@@ -158,6 +165,13 @@ inline uint64_t GemmSplitBoundNs(const GemmSplitView& v) {
   if (v.forced_ns != 0) return v.forced_ns;
   if (!v.enabled || !v.registered || !v.best_effort || !v.gate_on || !v.high_present) return 0;
   return v.budget_ns > kMinGemmPieceNs ? v.budget_ns : kMinGemmPieceNs;
+}
+
+// The least duration of a call that is cut, for pieces of `bound_ns`: the bound itself where it
+// is forced (benchmarks, tests), else at least kMinCutGemmNs. 0 with no bound.
+inline uint64_t GemmCutAboveNs(uint64_t bound_ns, bool forced) {
+  if (bound_ns == 0 || forced) return bound_ns;
+  return bound_ns > kMinCutGemmNs ? bound_ns : kMinCutGemmNs;
 }
 
 // Whether a call is worth looking at: more work than the GPU surely ends within the bound.

@@ -237,6 +237,11 @@ uint64_t BoundNow() {
   return GemmSplitBoundNs(view);
 }
 
+// The least duration of a call that is cut now (gemm_split.h, GemmCutAboveNs).
+uint64_t CutAboveNs(uint64_t bound) {
+  return GemmCutAboveNs(bound, Config().gemm_split_force_ns != 0);
+}
+
 // A stream being captured into a graph runs nothing now: its GEMMs go whole (a graph replay is
 // gated as one launch).
 bool StreamCapturing(CUstream stream) {
@@ -321,7 +326,8 @@ struct CallPlan {
 // The shape's plan for this call, and whether this call is timed. While any stream of the
 // process captures a graph, no event is queried or recorded: in the global capture mode a query
 // from another thread invalidates the capture.
-CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, uint64_t bound_ns, bool rows) {
+CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, uint64_t bound_ns,
+                  uint64_t cut_above_ns, bool rows) {
   const bool may_time = g_process.open_captures.load(std::memory_order_relaxed) <= 0;
   CallPlan call;
   LockShapes lock;
@@ -335,8 +341,9 @@ CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, uint64_t bound_ns, 
     call.timed = true;
   }
   call.lt_checked = e->lt_checked;
-  if (!e->refused && e->lt_checked >= 0) {
-    call.plan = PlanGemmSplit(m, n, e->duration.EstimateNs(), bound_ns, rows);
+  if (const uint64_t estimate = e->duration.EstimateNs();
+      !e->refused && e->lt_checked >= 0 && estimate > cut_above_ns) {
+    call.plan = PlanGemmSplit(m, n, estimate, bound_ns, rows);
   }
   return call;
 }
@@ -476,7 +483,8 @@ cublasStatus_t ClassicHook(const ClassicGemm& g) {
   if (g.real == nullptr) return blas::kNotInitialized;
   if (t_inside) return CallReal(g);
   const uint64_t bound = BoundNow();
-  if (bound == 0 || !GemmMayExceed(g.m, g.n, g.k, g.batch, bound)) return CallReal(g);
+  const uint64_t cut_above = CutAboveNs(bound);
+  if (bound == 0 || !GemmMayExceed(g.m, g.n, g.k, g.batch, cut_above)) return CallReal(g);
   GemmOperands op;
   op.lda = g.lda;
   op.ldb = g.ldb;
@@ -507,7 +515,7 @@ cublasStatus_t ClassicHook(const ClassicGemm& g) {
                  static_cast<uint32_t>(g.compute);
   key.words[5] = CurrentContextWord();
   key.words[6] = reinterpret_cast<uint64_t>(g.handle);
-  const CallPlan call = PlanCall(key, g.m, g.n, bound, /*rows=*/true);
+  const CallPlan call = PlanCall(key, g.m, g.n, bound, cut_above, /*rows=*/true);
   const bool timed = call.timed && RecordTiming(call.entry, stream, /*start=*/true);
   cublasStatus_t status;
   if (call.plan.axis == GemmAxis::kNone) {
@@ -773,10 +781,11 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   if (t_inside) return whole();
   const uint64_t bound = BoundNow();
   if (bound == 0) return whole();
+  const uint64_t cut_above = CutAboveNs(bound);
   const LtLibrary lib(real_fn);
   LtCall lt;
   if (!lib.Complete() || !ReadLtCall(lib, computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &lt) ||
-      !GemmMayExceed(lt.m, lt.n, lt.k, lt.d.batch, bound) || StreamCapturing(stream)) {
+      !GemmMayExceed(lt.m, lt.n, lt.k, lt.d.batch, cut_above) || StreamCapturing(stream)) {
     return whole();
   }
   GemmOperands op;
@@ -811,7 +820,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   if (algo != nullptr) {
     for (uint64_t w : algo->data) key.words[7] = (key.words[7] ^ w) * 0x100000001B3ull;
   }
-  CallPlan call = PlanCall(key, lt.m, lt.n, bound, /*rows=*/false);
+  CallPlan call = PlanCall(key, lt.m, lt.n, bound, cut_above, /*rows=*/false);
   const bool shared_cd = Cdesc == Ddesc;
   SliceLayouts full, last;
   if (call.plan.axis == GemmAxis::kColumns) {

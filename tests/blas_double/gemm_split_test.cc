@@ -100,7 +100,7 @@ TEST_F(GemmSplitOnDoubleTest, WithoutTheInterposerEveryCallGoesWhole) {
   EXPECT_EQ(Report(bare_->output)[0], -1) << "no interposer, no report";
 }
 
-// Asked for (ORION_GEMM_SPLIT=1) or not (the default), with no server there is no
+// On (the default, or ORION_GEMM_SPLIT=1) or off (ORION_GEMM_SPLIT=0), with no server there is no
 // high-priority client to protect: the bound is 0 and no call is even looked at.
 TEST(GemmSplitOffOnDoubleTest, NothingToProtectEveryCallGoesWhole) {
   for (const char* asked : {"ORION_GEMM_SPLIT=1", "ORION_GEMM_SPLIT=0"}) {

@@ -577,20 +577,35 @@ TEST(GemmCallTimedTest, FirstCallsThenOneInSixteen) {
 
 // ---- the environment ---------------------------------------------------------------------------
 
-TEST(ReadEnvConfigTest, GemmSplitOnlyWhenAskedAndItsForcedBoundInRange) {
+TEST(GemmCutAboveNsTest, AMillisecondAtLeastUnlessTheBoundIsForced) {
+  EXPECT_EQ(GemmCutAboveNs(0, false), 0u);
+  EXPECT_EQ(GemmCutAboveNs(0, true), 0u);
+  EXPECT_EQ(GemmCutAboveNs(250'000, false), kMinCutGemmNs);
+  EXPECT_EQ(GemmCutAboveNs(kMinCutGemmNs + 1, false), kMinCutGemmNs + 1);
+  EXPECT_EQ(GemmCutAboveNs(20'000, true), 20'000u);
+  // A 2 ms call, cut above a millisecond, runs in pieces of the bound.
+  const uint64_t bound = 250'000, above = GemmCutAboveNs(bound, false);
+  EXPECT_EQ(PlanGemmSplit(4096, 4096, 2'000'000, bound, true).pieces, 8u);
+  // Not looked at: less work than the GPU surely ends within a millisecond (20 GFLOP).
+  EXPECT_FALSE(GemmMayExceed(2048, 2048, 2048, 1, above));   // 17 GFLOP
+  EXPECT_TRUE(GemmMayExceed(4096, 4096, 1024, 1, above));    // 34 GFLOP
+  EXPECT_TRUE(GemmMayExceed(2048, 2048, 2048, 1, bound));
+}
+
+TEST(ReadEnvConfigTest, GemmSplitOnUnlessTurnedOffAndItsForcedBoundInRange) {
   std::map<std::string, std::string> env;
   auto get = [&](const char* name) -> const char* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
   };
   EnvConfig config = ReadEnvConfig(get);
-  EXPECT_FALSE(config.gemm_split);
+  EXPECT_TRUE(config.gemm_split);
   EXPECT_EQ(config.gemm_split_force_ns, 0u);
-  for (const char* off : {"0", "off", "OFF", "false", "no", "", "junk"}) {
+  for (const char* off : {"0", "off", "OFF", "false", "no"}) {
     env = {{"ORION_GEMM_SPLIT", off}};
     EXPECT_FALSE(ReadEnvConfig(get).gemm_split) << off;
   }
-  for (const char* on : {"1", "on", "ON", "yes", "true"}) {
+  for (const char* on : {"1", "on", "ON", "yes", "true", "", "junk"}) {
     env = {{"ORION_GEMM_SPLIT", on}};
     EXPECT_TRUE(ReadEnvConfig(get).gemm_split) << on;
   }
