@@ -158,12 +158,18 @@ struct GemmSplitView {
   bool best_effort = false;
   bool gate_on = false;  // the GPU's gate mode is not pass-through
   bool high_present = false;
+  // A rank of a multi-GPU job (it launched a collective): its GEMMs go whole. The pieces are not
+  // measured beside a job's collectives yet, and a default is measured on every shape it runs on.
+  bool job_rank = false;
   uint64_t budget_ns = 0;
 };
 
 inline uint64_t GemmSplitBoundNs(const GemmSplitView& v) {
   if (v.forced_ns != 0) return v.forced_ns;
-  if (!v.enabled || !v.registered || !v.best_effort || !v.gate_on || !v.high_present) return 0;
+  if (!v.enabled || !v.registered || !v.best_effort || !v.gate_on || !v.high_present ||
+      v.job_rank) {
+    return 0;
+  }
   return v.budget_ns > kMinGemmPieceNs ? v.budget_ns : kMinGemmPieceNs;
 }
 

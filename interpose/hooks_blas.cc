@@ -232,6 +232,7 @@ uint64_t BoundNow() {
                      static_cast<uint32_t>(contract::GateMode::kPassThrough);
       view.high_present = HighPriorityPresent(gpu, reg->slot_index);
       view.budget_ns = gpu.be_budget_ns.load(std::memory_order_relaxed);
+      view.job_rank = g_process.runs_collectives.load(std::memory_order_relaxed);
     }
   }
   return GemmSplitBoundNs(view);

@@ -516,6 +516,9 @@ TEST(GemmSplitBoundNsTest, ForcedWinsElseTheBudgetWhileSharedWithAHighPriorityCl
   v = SharedBestEffort(500'000);
   v.high_present = false;
   EXPECT_EQ(GemmSplitBoundNs(v), 0u);
+  v = SharedBestEffort(500'000);
+  v.job_rank = true;  // a rank of a multi-GPU job
+  EXPECT_EQ(GemmSplitBoundNs(v), 0u);
   EXPECT_EQ(GemmSplitBoundNs(GemmSplitView{}), 0u);
   // Forced: whatever the rest says, disabled included.
   GemmSplitView forced;
