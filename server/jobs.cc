@@ -52,7 +52,7 @@ std::vector<JobView> GroupJobs(const std::vector<ClientView>& clients) {
     j.mixed_priority = j.mixed_priority || j.priority != c.policy.priority;
     j.paused = j.paused && c.paused;
     ++j.ranks;
-    if (std::find(j.gpus.begin(), j.gpus.end(), c.gpu) == j.gpus.end()) j.gpus.push_back(c.gpu);
+    ++j.ranks_per_gpu[c.gpu];
     if (!c.pod.empty() && std::find(j.pods.begin(), j.pods.end(), c.pod) == j.pods.end()) {
       j.pods.push_back(c.pod);
     }
@@ -76,7 +76,7 @@ std::vector<JobView> GroupJobs(const std::vector<ClientView>& clients) {
   std::vector<JobView> out;
   out.reserve(jobs.size());
   for (auto& [key, j] : jobs) {
-    std::sort(j.gpus.begin(), j.gpus.end());
+    for (const auto& [gpu, ranks] : j.ranks_per_gpu) j.gpus.push_back(gpu);
     std::sort(j.pods.begin(), j.pods.end());
     for (uint32_t gpu : best_effort_gpus[key]) {
       const auto it = served.find(gpu);

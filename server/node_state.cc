@@ -1000,7 +1000,6 @@ MetricsSnapshot NodeState::Snapshot() {
   }
   snap.high_priority_pods_allowed = config_.policy.high_priority_per_gpu;
   snap.clients.reserve(clients_.size());
-  std::map<std::string, JobSample> jobs;  // by job key
   std::map<std::string, PodSample> pods;  // by pod UID
   std::vector<ClientView> views;
   views.reserve(clients_.size());
@@ -1034,13 +1033,6 @@ MetricsSnapshot NodeState::Snapshot() {
       }
     }
     snap.clients.push_back(std::move(cs));
-    JobSample& js = jobs[v.job.key];
-    js.ns = v.job.ns.empty() ? "standalone" : v.job.ns;
-    js.job = v.job.name;
-    ++js.ranks_per_gpu[std::to_string(c.gpu)];
-    js.held_seconds += static_cast<double>(v.throttled_ns) / 1e9;
-    js.busy_seconds += v.gpu_busy_seconds;
-    js.memory_used += v.memory_used_bytes;
     if (auto pod = pods_.find(c.peer.cgroup.pod_uid); pod != pods_.end()) {
       PodSample& ps = pods[c.peer.cgroup.pod_uid];
       ps.ns = pod->second.ns;
@@ -1049,11 +1041,15 @@ MetricsSnapshot NodeState::Snapshot() {
     }
   }
   for (const JobView& jv : GroupJobs(views)) {
-    if (auto it = jobs.find(jv.key); it != jobs.end()) {
-      it->second.gpus_beside_services = jv.gpus_beside_services;
-    }
+    JobSample& js = snap.jobs.emplace_back();
+    js.ns = jv.ns.empty() ? "standalone" : jv.ns;
+    js.job = jv.name;
+    for (const auto& [gpu, ranks] : jv.ranks_per_gpu) js.ranks_per_gpu[std::to_string(gpu)] = ranks;
+    js.held_seconds = jv.held_seconds;
+    js.busy_seconds = jv.busy_seconds;
+    js.memory_used = jv.memory_used_bytes;
+    js.gpus_beside_services = jv.gpus_beside_services;
   }
-  for (auto& [key, j] : jobs) snap.jobs.push_back(std::move(j));
   for (auto& [uid, p] : pods) snap.pods.push_back(std::move(p));
   const std::vector<std::set<std::string>> high_tenants = HighPriorityTenants();
   for (uint32_t g = 0; g < ngpus && g < high_tenants.size(); ++g) {

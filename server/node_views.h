@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,6 +66,7 @@ struct JobView {
   bool mixed_priority = false, paused = false;
   uint32_t ranks = 0;
   std::vector<uint32_t> gpus;        // board indices, distinct, ascending
+  std::map<uint32_t, uint32_t> ranks_per_gpu;  // ranks on each of gpus
   std::vector<std::string> pods;     // pod names, distinct, ascending (none standalone)
   std::vector<uint32_t> client_ids;  // its ranks
   double held_seconds = 0;           // the ranks' time held at the gate or paused

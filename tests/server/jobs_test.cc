@@ -142,6 +142,7 @@ TEST_F(JobsTest, RanksOfOneJobGroupAndNamespacesStayApart) {
   EXPECT_EQ(llama->name, "llama");
   EXPECT_EQ(llama->ranks, 3u);
   EXPECT_EQ(llama->gpus, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(llama->ranks_per_gpu, (std::map<uint32_t, uint32_t>{{0, 1}, {1, 2}}));
   EXPECT_EQ(llama->pods, (std::vector<std::string>{"llama-0", "llama-1"}));
   EXPECT_EQ(llama->client_ids, (std::vector<uint32_t>{a0, a1, b}));
   const JobView* notebook = Find(jobs, "training/notebook");
