@@ -38,7 +38,7 @@ inline constexpr uint64_t kMinGemmPieceNs = 100'000;
 // (gpu_hold.h), which costs a trainer whose GEMMs all end within a millisecond more than the
 // pieces save its neighbour (H200, the padded-vocabulary LM beside a ResNet50 graph service: cut
 // at the 250 us budget, harvest 0.77 to 0.63 and p50 1.23x to 1.27x), while the kernels that
-// cost a service its tail run 2 to 4 ms (bench/README.md, be-kernels).
+// cost a service its tail run 2 to 4 ms (docs/benchmarks.md, "A trainer's long GEMMs in pieces").
 inline constexpr uint64_t kMinCutGemmNs = 1'000'000;
 // A call with fewer floating-point operations than the bound times this rate (20 TFLOP/s, far
 // below what any tensor core runs a GEMM at) ends within the bound: it is never looked at.
@@ -150,7 +150,8 @@ inline uint32_t ElementBytes(int data_type) {
 
 // The bound on a best-effort client's pieces now, 0 for none (the call goes whole): forced by
 // the environment (benchmarks, tests), or the GPU's best-effort budget (at least
-// kMinGemmPieceNs) while the gate is on and a high-priority client shares the GPU.
+// kMinGemmPieceNs) while the split is on (ORION_GEMM_SPLIT not 0), the gate is on, a
+// high-priority client shares the GPU and the process is no rank of a multi-GPU job.
 struct GemmSplitView {
   uint64_t forced_ns = 0;  // ORION_GEMM_SPLIT_NS
   bool enabled = true;     // ORION_GEMM_SPLIT not off
@@ -202,8 +203,12 @@ inline bool GemmCallTimed(uint64_t call_index) {
 struct GemmDuration {
   uint64_t samples[kGemmSamples] = {};
   uint32_t count = 0;  // samples taken (the ring holds the last kGemmSamples)
+  uint64_t least = 0;  // the least sample of them all, 0 before the first
 
-  void Add(uint64_t ns) { samples[count++ % kGemmSamples] = ns; }
+  void Add(uint64_t ns) {
+    samples[count++ % kGemmSamples] = ns;
+    if (least == 0 || ns < least) least = ns;
+  }
   // 0 until a sample is in.
   uint64_t EstimateNs() const {
     const uint32_t n = count < kGemmSamples ? count : kGemmSamples;
@@ -214,5 +219,14 @@ struct GemmDuration {
     return least;
   }
 };
+
+// Whether calls of a shape timed `d` are cut, above `cut_above_ns` (GemmCutAboveNs): once
+// kGemmWarmupCalls samples are in, and where the least of them all runs longer. A sample reads
+// longer than the call, never shorter (the service's time slices beside it), so the least is the
+// call's own length: a shape that ran under the floor once stays whole (a process that cut one
+// GEMM is held on the CPU from then on). The pieces follow the last samples (EstimateNs).
+inline bool GemmShapeCut(const GemmDuration& d, uint64_t cut_above_ns) {
+  return cut_above_ns != 0 && d.count >= kGemmWarmupCalls && d.least > cut_above_ns;
+}
 
 }  // namespace orion::interpose

@@ -1,9 +1,10 @@
 // cuBLAS and cuBLASLt GEMM hooks (blas_functions.def): while a high-priority client shares its
-// GPU, a best-effort client's GEMM predicted to run longer than the GPU's best-effort budget runs
-// as several calls over slices of its output (gemm_split.h). Each piece is a kernel launch of its
-// own that the gate may hold, so a request that arrives waits for one piece, not for a GEMM of
+// GPU, a best-effort client's GEMM that runs longer than 1 ms (and than the GPU's best-effort
+// budget) runs as several calls over slices of its output, each within the budget
+// (gemm_split.h); not in a rank of a multi-GPU job. Each piece is a kernel launch of its own that
+// the gate may hold, so a request that arrives waits for one piece, not for a GEMM of
 // milliseconds. A shape's duration is learned by timing some of its calls with two events on
-// their stream. Everything else goes straight to the real library (the next one that defines the
+// their stream, the start recorded again right before the call's first kernel (hooks_blas.h). Everything else goes straight to the real library (the next one that defines the
 // symbol: RTLD_NEXT); a call inside a hook's own calls (cuBLAS calling cuBLASLt) too.
 #include "interpose/glibc_compat.h"
 
@@ -342,9 +343,8 @@ CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, uint64_t bound_ns,
     call.timed = true;
   }
   call.lt_checked = e->lt_checked;
-  if (const uint64_t estimate = e->duration.EstimateNs();
-      !e->refused && e->lt_checked >= 0 && estimate > cut_above_ns) {
-    call.plan = PlanGemmSplit(m, n, estimate, bound_ns, rows);
+  if (!e->refused && e->lt_checked >= 0 && GemmShapeCut(e->duration, cut_above_ns)) {
+    call.plan = PlanGemmSplit(m, n, e->duration.EstimateNs(), bound_ns, rows);
   }
   return call;
 }
@@ -364,6 +364,7 @@ void NoteLtChecked(ShapeEntry* e, bool ok) {
 // (kRunning). A failed record gives the entry back with fresh events next time (a context
 // gone and another at the same address leaves events of the old one).
 bool RecordTiming(ShapeEntry* e, CUstream stream, bool start) {
+  t_gemm_start = {};  // an end, or a new start: the last one's kernels went
   auto create = ORION_DRIVER(cuEventCreate);
   auto record = ORION_DRIVER(cuEventRecord);
   bool ok = create != nullptr && record != nullptr;
@@ -381,6 +382,7 @@ bool RecordTiming(ShapeEntry* e, CUstream stream, bool start) {
     LockShapes lock;
     e->timing = ok ? Timing::kRecorded : Timing::kIdle;
   }
+  if (ok && start) t_gemm_start = {e->start, stream};
   return ok;
 }
 
@@ -705,7 +707,16 @@ bool IsOurHook(const void* fn) {
 
 // A fork child forgets the parent's lock and its timed calls in flight (their events are the
 // parent's context's); the learned durations stay.
+constinit thread_local GemmStartToRedo t_gemm_start ORION_INITIAL_EXEC_TLS;
+
+void RedoGemmStart() {
+  // A failed record leaves the first one, taken before cuBLAS ran: a sample that may read long.
+  if (auto record = ORION_DRIVER(cuEventRecord)) record(t_gemm_start.event, t_gemm_start.stream);
+  t_gemm_start = {};
+}
+
 void ResetGemmSplitAfterFork() {
+  t_gemm_start = {};
   pthread_mutex_init(&g_shapes_lock, nullptr);
   for (ShapeEntry& e : g_shapes) {
     e.timing = Timing::kIdle;

@@ -9,6 +9,7 @@
 #include "interpose/client_state.h"
 #include "interpose/completion_tracker.h"
 #include "interpose/gpu_hold.h"
+#include "interpose/hooks_blas.h"
 #include "interpose/launch_gate.h"
 #include "interpose/nvtx_ranges.h"
 #include "interpose/real_driver.h"
@@ -288,6 +289,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
                        /*followed=*/pending != nullptr && pending->high_priority,
                        /*may_hold=*/true);
   NoteLaunchStream(ctx, info.stream, info.per_thread_stream);
+  RestartGemmTiming(info.stream);
   const CUresult result = launch();
   if (took_hold) WakeHoldKeepers(*reg->gate);  // after the launch: off the request's path
   if (result != CUDA_SUCCESS) [[unlikely]] {

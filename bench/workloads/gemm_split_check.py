@@ -4,8 +4,8 @@ interposer with ORION_GEMM_SPLIT_NS set (pieces forced whatever shares the GPU).
   gemm_split_check.py exact
       One JSON line per case: a GEMM as PyTorch calls cuBLAS for it (mm, bmm, a Linear with a
       bias, addmm with GELU; fp32, tf32, bf16, fp16; every transpose), run 6 times with the same
-      inputs. A shape's first call goes whole (the interposer learns its duration from it), the
-      later ones in pieces where the bound asks: "kernels" counts the GEMM kernels of the first
+      inputs. A shape's first three calls go whole (the interposer learns its duration from
+      them), the later ones in pieces where the bound asks: "kernels" counts the GEMM kernels of the first
       and the last call (torch.profiler), "bitwise" the share of output elements equal bit for
       bit, "max_rel" the largest difference over the output's largest magnitude.
   gemm_split_check.py loss STEPS

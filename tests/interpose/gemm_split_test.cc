@@ -595,6 +595,34 @@ TEST(GemmCutAboveNsTest, AMillisecondAtLeastUnlessTheBoundIsForced) {
   EXPECT_TRUE(GemmMayExceed(2048, 2048, 2048, 1, bound));
 }
 
+// Cut above a millisecond at a 250 us bound: only once three samples are in, only where the
+// least of them all is over the floor; the pieces follow the last samples.
+TEST(GemmShapeCutTest, OnceWarmedUpWhereTheLeastSampleEverIsOverTheFloor) {
+  const uint64_t bound = 250'000, above = GemmCutAboveNs(bound, false);
+  GemmDuration d;
+  EXPECT_FALSE(GemmShapeCut(d, above));
+  d.Add(2'000'000);
+  d.Add(2'000'000);
+  EXPECT_FALSE(GemmShapeCut(d, above)) << "two samples";
+  d.Add(2'000'000);
+  EXPECT_TRUE(GemmShapeCut(d, above));
+  EXPECT_EQ(PlanGemmSplit(4096, 4096, d.EstimateNs(), bound, true).pieces, 8u);
+  EXPECT_FALSE(GemmShapeCut(d, 0)) << "no bound";
+  // A 0.7 ms GEMM whose samples read long beside the service's time slices: whole for good once
+  // it read its own length, even after that sample left the last four.
+  GemmDuration near;
+  for (uint64_t ns : {1'400'000, 700'000, 1'300'000}) near.Add(ns);
+  EXPECT_FALSE(GemmShapeCut(near, above));
+  for (int i = 0; i < 8; ++i) near.Add(1'500'000);
+  EXPECT_EQ(near.EstimateNs(), 1'500'000u);
+  EXPECT_FALSE(GemmShapeCut(near, above));
+  // Under a forced bound (benchmarks, tests) the floor is the bound.
+  GemmDuration forced;
+  for (int i = 0; i < 3; ++i) forced.Add(700'000);
+  EXPECT_TRUE(GemmShapeCut(forced, GemmCutAboveNs(20'000, true)));
+  EXPECT_FALSE(GemmShapeCut(forced, above));
+}
+
 TEST(ReadEnvConfigTest, GemmSplitOnUnlessTurnedOffAndItsForcedBoundInRange) {
   std::map<std::string, std::string> env;
   auto get = [&](const char* name) -> const char* {
