@@ -4,8 +4,9 @@
 // (gemm_split.h); not in a rank of a multi-GPU job. Each piece is a kernel launch of its own that
 // the gate may hold, so a request that arrives waits for one piece, not for a GEMM of
 // milliseconds. A shape's duration is learned by timing some of its calls with two events on
-// their stream, the start recorded again right before the call's first kernel (hooks_blas.h). Everything else goes straight to the real library (the next one that defines the
-// symbol: RTLD_NEXT); a call inside a hook's own calls (cuBLAS calling cuBLASLt) too.
+// their stream, the start recorded again right before the call's first kernel (hooks_blas.h).
+// Everything else goes straight to the real library (the next one that defines the symbol:
+// RTLD_NEXT); a call inside a hook's own calls (cuBLAS calling cuBLASLt) too.
 #include "interpose/glibc_compat.h"
 
 #include <dlfcn.h>
@@ -338,7 +339,10 @@ CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, uint64_t bound_ns,
   call.entry = e;
   if (may_time) CollectSample(*e);
   const uint64_t index = e->calls++;
-  if (may_time && e->timing == Timing::kIdle && GemmCallTimed(index)) {
+  // Timed until kGemmWarmupCalls samples are in (a caller that does not wait for its calls finds
+  // the last one's end not reached yet), then 1 in kGemmResampleEvery.
+  if (may_time && e->timing == Timing::kIdle &&
+      (GemmCallTimed(index) || e->duration.count < kGemmWarmupCalls)) {
     e->timing = Timing::kRunning;
     call.timed = true;
   }
@@ -384,6 +388,18 @@ bool RecordTiming(ShapeEntry* e, CUstream stream, bool start) {
   }
   if (ok && start) t_gemm_start = {e->start, stream};
   return ok;
+}
+
+// Ends a timed call: its end recorded, or where the call failed (it may have launched nothing:
+// a sample of a few microseconds, which would stay the shape's least for good) no sample.
+void EndTiming(ShapeEntry* e, CUstream stream, bool succeeded) {
+  if (succeeded) {
+    RecordTiming(e, stream, /*start=*/false);
+    return;
+  }
+  t_gemm_start = {};
+  LockShapes lock;
+  e->timing = Timing::kIdle;
 }
 
 uint64_t CurrentContextWord() {
@@ -537,7 +553,7 @@ cublasStatus_t ClassicHook(const ClassicGemm& g) {
         },
         [&] { return CallReal(g); });
   }
-  if (timed) RecordTiming(call.entry, stream, /*start=*/false);
+  if (timed) EndTiming(call.entry, stream, status == blas::kSuccess);
   return status;
 }
 
@@ -705,16 +721,17 @@ bool IsOurHook(const void* fn) {
 
 }  // namespace
 
-// A fork child forgets the parent's lock and its timed calls in flight (their events are the
-// parent's context's); the learned durations stay.
 constinit thread_local GemmStartToRedo t_gemm_start ORION_INITIAL_EXEC_TLS;
 
-void RedoGemmStart() {
+void RedoGemmStart(CUstream stream) {
   // A failed record leaves the first one, taken before cuBLAS ran: a sample that may read long.
-  if (auto record = ORION_DRIVER(cuEventRecord)) record(t_gemm_start.event, t_gemm_start.stream);
-  t_gemm_start = {};
+  if (CUevent event = TakeGemmStart(t_gemm_start, stream); event != nullptr) {
+    if (auto record = ORION_DRIVER(cuEventRecord)) record(event, stream);
+  }
 }
 
+// A fork child forgets the parent's lock and its timed calls in flight (their events are the
+// parent's context's); the learned durations stay.
 void ResetGemmSplitAfterFork() {
   t_gemm_start = {};
   pthread_mutex_init(&g_shapes_lock, nullptr);
@@ -867,7 +884,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
         },
         whole);
   }
-  if (timed) RecordTiming(call.entry, stream, /*start=*/false);
+  if (timed) EndTiming(call.entry, stream, status == blas::kSuccess);
   return status;
 }
 

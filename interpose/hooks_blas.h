@@ -9,18 +9,26 @@ namespace orion::interpose {
 // A timed GEMM call's start event, recorded on its stream before cuBLAS runs, is recorded again
 // right before the call's first kernel goes to the driver (RestartGemmTiming, in the launch
 // hook): after the gate's wait on the CPU and behind the hold's wait on the GPU, so that neither
-// reads as the GEMM's duration. Set on the calling thread between the two records.
+// reads as the GEMM's duration (the waits of its later kernels still do). Set on the calling
+// thread between the two records.
 struct GemmStartToRedo {
   CUevent event = nullptr;
   CUstream stream = nullptr;
 };
 extern constinit thread_local GemmStartToRedo t_gemm_start ORION_INITIAL_EXEC_TLS;
-void RedoGemmStart();
+
+// At the call's first kernel launch, on `stream`: the start event to record again, null where
+// that launch is on another stream (the first record stands: work before it on the call's stream
+// would drop out of the sample). Taken either way.
+inline CUevent TakeGemmStart(GemmStartToRedo& pending, CUstream stream) {
+  const GemmStartToRedo taken = pending;
+  pending = {};
+  return taken.stream == stream ? taken.event : nullptr;
+}
+void RedoGemmStart(CUstream stream);
 // Before a kernel launch goes to the driver on `stream`.
 inline void RestartGemmTiming(CUstream stream) {
-  if (t_gemm_start.event != nullptr && t_gemm_start.stream == stream) [[unlikely]] {
-    RedoGemmStart();
-  }
+  if (t_gemm_start.event != nullptr) [[unlikely]] RedoGemmStart(stream);
 }
 
 // In a fork child (OnForkChild): the shape table's lock anew, no timed call in flight.

@@ -3,6 +3,7 @@
 // bit, for every transposition, axis, batch and element type), the bound, the learned duration,
 // and the environment that sets them.
 #include "interpose/gemm_split.h"
+#include "interpose/hooks_blas.h"
 
 #include <gtest/gtest.h>
 #include <string.h>
@@ -621,6 +622,22 @@ TEST(GemmShapeCutTest, OnceWarmedUpWhereTheLeastSampleEverIsOverTheFloor) {
   for (int i = 0; i < 3; ++i) forced.Add(700'000);
   EXPECT_TRUE(GemmShapeCut(forced, GemmCutAboveNs(20'000, true)));
   EXPECT_FALSE(GemmShapeCut(forced, above));
+}
+
+// A timed GEMM's start is recorded again at the call's first kernel launch on its stream; a first
+// launch on another stream leaves the first record; either way the next launch finds nothing.
+TEST(TakeGemmStartTest, TheFirstLaunchTakesItOnTheCallsStreamOnly) {
+  auto* event = reinterpret_cast<CUevent>(0x10);
+  auto* stream = reinterpret_cast<CUstream>(0x20);
+  auto* other = reinterpret_cast<CUstream>(0x30);
+  GemmStartToRedo pending{event, stream};
+  EXPECT_EQ(TakeGemmStart(pending, stream), event);
+  EXPECT_EQ(pending.event, nullptr);
+  EXPECT_EQ(TakeGemmStart(pending, stream), nullptr) << "taken once";
+  pending = {event, stream};
+  EXPECT_EQ(TakeGemmStart(pending, other), nullptr);
+  EXPECT_EQ(pending.event, nullptr) << "taken by a launch on another stream too";
+  EXPECT_EQ(TakeGemmStart(pending, stream), nullptr);
 }
 
 TEST(ReadEnvConfigTest, GemmSplitOnUnlessTurnedOffAndItsForcedBoundInRange) {
