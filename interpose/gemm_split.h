@@ -190,14 +190,16 @@ inline bool GemmMayExceed(int64_t m, int64_t n, int64_t k, int64_t batch, uint64
 }
 
 // A shape's duration: the least of its last kGemmSamples timed calls (a call timed while the
-// gate held it, or beside another process's time slice, only reads longer). Its first
-// kGemmWarmupCalls calls are timed, then 1 in kGemmResampleEvery.
+// gate held it, or beside another process's time slice, only reads longer). Its calls are timed
+// until kGemmWarmupCalls samples are in (a caller that does not wait for its calls finds the
+// last one's end not reached yet, so that is not always its first calls), then 1 in
+// kGemmResampleEvery.
 inline constexpr uint32_t kGemmSamples = 4;
 inline constexpr uint32_t kGemmWarmupCalls = 3;
 inline constexpr uint32_t kGemmResampleEvery = 16;
 
-inline bool GemmCallTimed(uint64_t call_index) {
-  return call_index < kGemmWarmupCalls || call_index % kGemmResampleEvery == 0;
+inline bool GemmCallTimed(uint64_t call_index, uint32_t samples) {
+  return samples < kGemmWarmupCalls || call_index % kGemmResampleEvery == 0;
 }
 
 struct GemmDuration {

@@ -216,10 +216,17 @@ std::atomic<uint64_t> g_looked_at{0};
 
 // ---- the bound ---------------------------------------------------------------------------------
 
-uint64_t BoundNow() {
-  if (!EnsureProcessInit()) return 0;
+// The bound on pieces now (0: every call goes whole) and the least duration of a call that is
+// cut (GemmCutAboveNs).
+struct GemmLimits {
+  uint64_t bound_ns = 0;
+  uint64_t cut_above_ns = 0;
+};
+
+GemmLimits LimitsNow() {
+  if (!EnsureProcessInit()) return {};
   const EnvConfig& config = Config();
-  if (config.disabled) return 0;
+  if (config.disabled) return {};
   GemmSplitView view;
   view.forced_ns = config.gemm_split_force_ns;
   view.enabled = config.gemm_split;
@@ -237,12 +244,8 @@ uint64_t BoundNow() {
       view.job_rank = g_process.runs_collectives.load(std::memory_order_relaxed);
     }
   }
-  return GemmSplitBoundNs(view);
-}
-
-// The least duration of a call that is cut now (gemm_split.h, GemmCutAboveNs).
-uint64_t CutAboveNs(uint64_t bound) {
-  return GemmCutAboveNs(bound, Config().gemm_split_force_ns != 0);
+  const uint64_t bound = GemmSplitBoundNs(view);
+  return {bound, GemmCutAboveNs(bound, view.forced_ns != 0)};
 }
 
 // A stream being captured into a graph runs nothing now: its GEMMs go whole (a graph replay is
@@ -329,8 +332,8 @@ struct CallPlan {
 // The shape's plan for this call, and whether this call is timed. While any stream of the
 // process captures a graph, no event is queried or recorded: in the global capture mode a query
 // from another thread invalidates the capture.
-CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, uint64_t bound_ns,
-                  uint64_t cut_above_ns, bool rows) {
+CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, const GemmLimits& limits,
+                  bool rows) {
   const bool may_time = g_process.open_captures.load(std::memory_order_relaxed) <= 0;
   CallPlan call;
   LockShapes lock;
@@ -339,16 +342,13 @@ CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, uint64_t bound_ns,
   call.entry = e;
   if (may_time) CollectSample(*e);
   const uint64_t index = e->calls++;
-  // Timed until kGemmWarmupCalls samples are in (a caller that does not wait for its calls finds
-  // the last one's end not reached yet), then 1 in kGemmResampleEvery.
-  if (may_time && e->timing == Timing::kIdle &&
-      (GemmCallTimed(index) || e->duration.count < kGemmWarmupCalls)) {
+  if (may_time && e->timing == Timing::kIdle && GemmCallTimed(index, e->duration.count)) {
     e->timing = Timing::kRunning;
     call.timed = true;
   }
   call.lt_checked = e->lt_checked;
-  if (!e->refused && e->lt_checked >= 0 && GemmShapeCut(e->duration, cut_above_ns)) {
-    call.plan = PlanGemmSplit(m, n, e->duration.EstimateNs(), bound_ns, rows);
+  if (!e->refused && e->lt_checked >= 0 && GemmShapeCut(e->duration, limits.cut_above_ns)) {
+    call.plan = PlanGemmSplit(m, n, e->duration.EstimateNs(), limits.bound_ns, rows);
   }
   return call;
 }
@@ -501,9 +501,10 @@ cublasStatus_t ClassicHook(const ClassicGemm& g) {
   // No cuBLAS behind us for this caller: what a missing library would answer.
   if (g.real == nullptr) return blas::kNotInitialized;
   if (t_inside) return CallReal(g);
-  const uint64_t bound = BoundNow();
-  const uint64_t cut_above = CutAboveNs(bound);
-  if (bound == 0 || !GemmMayExceed(g.m, g.n, g.k, g.batch, cut_above)) return CallReal(g);
+  const GemmLimits limits = LimitsNow();
+  if (limits.bound_ns == 0 || !GemmMayExceed(g.m, g.n, g.k, g.batch, limits.cut_above_ns)) {
+    return CallReal(g);
+  }
   GemmOperands op;
   op.lda = g.lda;
   op.ldb = g.ldb;
@@ -534,7 +535,7 @@ cublasStatus_t ClassicHook(const ClassicGemm& g) {
                  static_cast<uint32_t>(g.compute);
   key.words[5] = CurrentContextWord();
   key.words[6] = reinterpret_cast<uint64_t>(g.handle);
-  const CallPlan call = PlanCall(key, g.m, g.n, bound, cut_above, /*rows=*/true);
+  const CallPlan call = PlanCall(key, g.m, g.n, limits, /*rows=*/true);
   const bool timed = call.timed && RecordTiming(call.entry, stream, /*start=*/true);
   cublasStatus_t status;
   if (call.plan.axis == GemmAxis::kNone) {
@@ -808,13 +809,13 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   };
   auto whole = [&] { return call_real(B, Bdesc, C, Cdesc, D, Ddesc); };
   if (t_inside) return whole();
-  const uint64_t bound = BoundNow();
-  if (bound == 0) return whole();
-  const uint64_t cut_above = CutAboveNs(bound);
+  const GemmLimits limits = LimitsNow();
+  if (limits.bound_ns == 0) return whole();
   const LtLibrary lib(real_fn);
   LtCall lt;
   if (!lib.Complete() || !ReadLtCall(lib, computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &lt) ||
-      !GemmMayExceed(lt.m, lt.n, lt.k, lt.d.batch, cut_above) || StreamCapturing(stream)) {
+      !GemmMayExceed(lt.m, lt.n, lt.k, lt.d.batch, limits.cut_above_ns) ||
+      StreamCapturing(stream)) {
     return whole();
   }
   GemmOperands op;
@@ -849,7 +850,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   if (algo != nullptr) {
     for (uint64_t w : algo->data) key.words[7] = (key.words[7] ^ w) * 0x100000001B3ull;
   }
-  CallPlan call = PlanCall(key, lt.m, lt.n, bound, cut_above, /*rows=*/false);
+  CallPlan call = PlanCall(key, lt.m, lt.n, limits, /*rows=*/false);
   const bool shared_cd = Cdesc == Ddesc;
   SliceLayouts full, last;
   if (call.plan.axis == GemmAxis::kColumns) {

@@ -570,13 +570,16 @@ TEST(GemmDurationTest, LeastOfTheLastFourSamples) {
   EXPECT_EQ(d.count, 8u);
 }
 
-TEST(GemmCallTimedTest, FirstCallsThenOneInSixteen) {
-  for (uint64_t i = 0; i < kGemmWarmupCalls; ++i) EXPECT_TRUE(GemmCallTimed(i)) << i;
-  EXPECT_FALSE(GemmCallTimed(kGemmWarmupCalls));
-  EXPECT_FALSE(GemmCallTimed(kGemmResampleEvery - 1));
-  EXPECT_TRUE(GemmCallTimed(kGemmResampleEvery));
-  EXPECT_FALSE(GemmCallTimed(kGemmResampleEvery + 1));
-  EXPECT_TRUE(GemmCallTimed(5 * kGemmResampleEvery));
+TEST(GemmCallTimedTest, UntilThreeSamplesThenOneInSixteen) {
+  // A caller that waits for its calls: one sample a call.
+  for (uint32_t i = 0; i < kGemmWarmupCalls; ++i) EXPECT_TRUE(GemmCallTimed(i, i)) << i;
+  EXPECT_FALSE(GemmCallTimed(kGemmWarmupCalls, kGemmWarmupCalls));
+  EXPECT_FALSE(GemmCallTimed(kGemmResampleEvery - 1, kGemmWarmupCalls));
+  EXPECT_TRUE(GemmCallTimed(kGemmResampleEvery, kGemmWarmupCalls));
+  EXPECT_FALSE(GemmCallTimed(kGemmResampleEvery + 1, kGemmWarmupCalls));
+  EXPECT_TRUE(GemmCallTimed(5 * kGemmResampleEvery, kGemmWarmupCalls));
+  // One that does not: its samples come later than its first calls, and are still all taken.
+  EXPECT_TRUE(GemmCallTimed(kGemmResampleEvery + 1, kGemmWarmupCalls - 1));
 }
 
 // ---- the environment ---------------------------------------------------------------------------
