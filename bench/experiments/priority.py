@@ -359,21 +359,24 @@ class Bench:
                        start_new_session=True)
         steps = []
         ready = threading.Event()
+        said_ready = []
 
         def reader():
             for line in p.stdout:
                 if line.startswith("step "):
                     steps.append(float(line.split()[1]))
                 elif line.startswith("ready"):
+                    said_ready.append(True)
                     ready.set()
                 else:
                     self.log.write(f"[be {name} {cfg}] {line}")
-            ready.set()
+            ready.set()  # its output closed: it exited (said_ready tells whether it got ready)
 
         t = threading.Thread(target=reader, daemon=True)
         t.start()
-        if not ready.wait(timeout=300) or p.poll() is not None:
-            raise RuntimeError(f"trainer {name} under {cfg} did not get ready")
+        if not ready.wait(timeout=300) or not said_ready or p.poll() is not None:
+            self.stop_be(p, t)
+            raise RuntimeError(f"trainer {name} under {cfg} did not get ready (its log: bench.log)")
         return p, steps, t
 
     @staticmethod
@@ -547,7 +550,14 @@ class Bench:
         try:
             for be in a.be:
                 try:
-                    p, steps, t = self.start_be(be, cfg, be_env)
+                    try:
+                        p, steps, t = self.start_be(be, cfg, be_env)
+                    except RuntimeError as e:
+                        # Once more: under MPS a client started right after the last one exited
+                        # can find the device "busy or unavailable" while the daemon tears down.
+                        self.log.write(f"[be {be} {cfg}] {e}; starting it once more in 5 s\n")
+                        time.sleep(5)
+                        p, steps, t = self.start_be(be, cfg, be_env)
                 except RuntimeError as e:
                     self.record({"config": spec, "be": be, "error": str(e)})
                     continue
@@ -576,6 +586,11 @@ class Bench:
                     finally:
                         if snap:
                             snap.set()
+                    if p.poll() is not None:  # a trainer that died gives no harvest of 0
+                        self.record({"config": spec, "hp": hp, "be": be,
+                                     "error": f"trainer {be} exited (code {p.returncode}) during "
+                                              f"the service's run; its log: bench.log"})
+                        continue
                     be_rate = self.rate_in(steps, start, end)
                     row = against_alone({"config": spec, "hp": hp, "be": be, "rate": rate,
                                          "round": self.round, **r, "be_steps_per_s": be_rate},
