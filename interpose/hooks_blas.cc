@@ -725,7 +725,9 @@ bool IsOurHook(const void* fn) {
 constinit thread_local GemmStartToRedo t_gemm_start ORION_INITIAL_EXEC_TLS;
 
 void RedoGemmStart(CUstream stream) {
-  // A failed record leaves the first one, taken before cuBLAS ran: a sample that may read long.
+  // `stream` is canonical: the legacy and per-thread default streams by their own handles, which
+  // the plain entry point takes. A failed record leaves the first one, taken before cuBLAS ran:
+  // a sample that may read long.
   if (CUevent event = TakeGemmStart(t_gemm_start, stream); event != nullptr) {
     if (auto record = ORION_DRIVER(cuEventRecord)) record(event, stream);
   }

@@ -289,7 +289,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
                        /*followed=*/pending != nullptr && pending->high_priority,
                        /*may_hold=*/true);
   NoteLaunchStream(ctx, info.stream, info.per_thread_stream);
-  RestartGemmTiming(info.stream);
+  RestartGemmTiming(info.stream, info.per_thread_stream);
   const CUresult result = launch();
   if (took_hold) WakeHoldKeepers(*reg->gate);  // after the launch: off the request's path
   if (result != CUDA_SUCCESS) [[unlikely]] {

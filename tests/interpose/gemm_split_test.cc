@@ -643,6 +643,23 @@ TEST(TakeGemmStartTest, TheFirstLaunchTakesItOnTheCallsStreamOnly) {
   EXPECT_EQ(TakeGemmStart(pending, stream), nullptr);
 }
 
+// cuBLAS on the default stream (a null runtime handle) is the legacy stream: a launch that names
+// it CU_STREAM_LEGACY, or null through the plain entry point, takes the start; a null through a
+// per-thread entry point is the thread's own stream, another one.
+TEST(TakeGemmStartTest, DefaultStreamsCompareByWhatTheyName) {
+  auto* event = reinterpret_cast<CUevent>(0x10);
+  GemmStartToRedo pending{event, nullptr};
+  EXPECT_EQ(TakeGemmStart(pending, CanonicalStream(CU_STREAM_LEGACY, true)), event);
+  pending = {event, nullptr};
+  EXPECT_EQ(TakeGemmStart(pending, CanonicalStream(nullptr, false)), event);
+  pending = {event, nullptr};
+  EXPECT_EQ(TakeGemmStart(pending, CanonicalStream(nullptr, true)), nullptr);
+  pending = {event, CU_STREAM_PER_THREAD};
+  EXPECT_EQ(TakeGemmStart(pending, CanonicalStream(nullptr, true)), event);
+  pending = {event, CU_STREAM_PER_THREAD};
+  EXPECT_EQ(TakeGemmStart(pending, CanonicalStream(nullptr, false)), nullptr);
+}
+
 TEST(ReadEnvConfigTest, GemmSplitOnUnlessTurnedOffAndItsForcedBoundInRange) {
   std::map<std::string, std::string> env;
   auto get = [&](const char* name) -> const char* {
