@@ -9,9 +9,10 @@
 // products in order, so a call over a slice of the output computes the slice's elements bit for
 // bit as the whole call does, as the same kernel does on a GPU.
 //
-// Each call also launches the CUDA driver test double's spin kernel (samples/spin_kernel.h) on
-// the handle's stream (cuBLASLt: the call's), 2 * m * n * k * batch / 1000 ns long (at least
-// 1 us), so that events around it time it, and appends "api m n k" to a log kept in memory:
+// Each call, once the product is computed, launches the CUDA driver test double's spin kernel
+// (samples/spin_kernel.h) on the handle's stream (cuBLASLt: the call's), 2 * m * n * k * batch /
+// 1000 ns long (at least 1 us), so that events around it time it (the host's work comes before
+// the kernel, as a real call's does), and appends "api m n k" to a log kept in memory:
 // orion_blas_double_take_calls() hands it over (and empties it).
 #include <stdio.h>
 #include <string.h>
@@ -206,7 +207,7 @@ void Compute(const HostGemm& g) {
 
 bool Transposed(cublasOperation_t op) { return op != blas::kOpN; }
 
-// The classic API: checks, the kernel on the handle's stream, the product, the log line.
+// The classic API: checks, the log line, the product, the kernel on the handle's stream.
 cublasStatus_t Classic(const char* api, cublasHandle_t handle, cublasOperation_t transa,
                        cublasOperation_t transb, int m, int n, int k, const void* alpha,
                        const void* A, cudaDataType atype, int lda, long long stride_a,
@@ -225,7 +226,6 @@ cublasStatus_t Classic(const char* api, cublasHandle_t handle, cublasOperation_t
   }
   LogCall(api, m, n, k);
   if (m == 0 || n == 0 || batch == 0) return blas::kSuccess;
-  if (!LaunchSpin(handle->stream, m, n, k, batch)) return kExecutionFailed;
   HostGemm g;
   g.ta = ta;
   g.tb = tb;
@@ -248,7 +248,7 @@ cublasStatus_t Classic(const char* api, cublasHandle_t handle, cublasOperation_t
   g.stride_d = stride_c;
   g.batch = batch;
   Compute(g);
-  return blas::kSuccess;
+  return LaunchSpin(handle->stream, m, n, k, batch) ? blas::kSuccess : kExecutionFailed;
 }
 
 // ---- cuBLASLt ----------------------------------------------------------------------------------
@@ -555,7 +555,6 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   g.d = static_cast<float*>(D);
   LogCall("cublasLtMatmul", g.m, g.n, g.k);
   if (g.m == 0 || g.n == 0) return blas::kSuccess;
-  if (!LaunchSpin(stream, g.m, g.n, g.k, g.batch)) return kExecutionFailed;
   Compute(g);
-  return blas::kSuccess;
+  return LaunchSpin(stream, g.m, g.n, g.k, g.batch) ? blas::kSuccess : kExecutionFailed;
 }

@@ -8,14 +8,22 @@
 //    its output is bitwise the first's, and the exit report counts the splits;
 //  - under the interposer, the split on or off, with no forced bound and no server (nothing to
 //    protect): every call goes whole;
-//  - without the interposer: every call goes whole, and its outputs are the split run's.
+//  - without the interposer: every call goes whole, and its outputs are the split run's;
+// and once registered with a test registrar (standing in for orion-server) beside a pretend graph
+// service that holds every call's first kernel at the gate: the wait is not GEMM time.
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "tests/blas_double/probe_run.h"
+#include "tests/interpose/test_registrar.h"
 
 namespace {
 
@@ -112,6 +120,75 @@ TEST(GemmSplitOffOnDoubleTest, NothingToProtectEveryCallGoesWhole) {
     EXPECT_EQ(report[0], 0) << run.output;
     EXPECT_EQ(report[1], 0) << run.output;
   }
+}
+
+// Registered, beside a pretend graph service that keeps a graph in flight until a best-effort
+// launch has waited 2 ms at the gate on the CPU, and takes it up again once that launch went:
+// every call's first kernel waits 2 ms. The calls run 42 to 54 us on the double (ORION_SIM_SCALE),
+// over the forced 20 us bound: timed from their first kernel, each is cut into the 3 pieces its
+// kernel asks for; timed from before the gate's wait (2 ms a sample), into as many as its output
+// allows (9).
+TEST(GemmSplitRegisteredTest, TheGatesWaitIsNotGemmTime) {
+  namespace c = orion::contract;
+  using orion::interpose::testing::NowNs;
+  const std::string dir = orion::testing::MakeTestDir("orion-gemm-gate");
+  ASSERT_FALSE(dir.empty());
+  orion::interpose::testing::TestRegistrar registrar(dir, 0, /*honour_priority=*/false);
+  c::GpuState& gpu = registrar.board().gpus[0];
+  gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
+  gpu.hp_stale_ns.store(60'000'000'000ull);
+  gpu.gpu_hold.store(0);  // held on the CPU: the wait happens between the two start records
+  constexpr int kSlot = 200;
+  c::SlotGate& hp = registrar.gate().slots[kSlot];
+  gpu.hp_slot_mask[kSlot / 64].fetch_or(1ull << (kSlot % 64));
+  hp.launches_graphs.store(1);
+  hp.last_progress_ns.store(NowNs());
+  hp.inflight.store(1);
+  auto& words = registrar.gate().words;
+  std::atomic<bool> done{false};
+  std::atomic<int> releases{0};
+  std::thread service([&] {
+    using std::chrono::microseconds;
+    while (!done.load()) {
+      if (words.gate_waiters.load() == 0) {
+        std::this_thread::sleep_for(microseconds(20));
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      hp.last_progress_ns.store(NowNs());
+      hp.inflight.store(0);
+      words.gate_seq.fetch_add(1);
+      syscall(SYS_futex, &words.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+      releases.fetch_add(1);
+      while (!done.load() && words.gate_waiters.load() != 0) {
+        std::this_thread::sleep_for(microseconds(5));
+      }
+      hp.last_progress_ns.store(NowNs());
+      hp.inflight.store(1);
+    }
+  });
+  const ProbeRun run =
+      RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_GEMM_SPLIT_NS=20000",
+                "ORION_SIM_SCALE=0.1", "ORION_SOCKET=" + registrar.socket_path()});
+  done.store(true);
+  service.join();
+  ASSERT_EQ(run.status, 0) << run.output;
+  ASSERT_NE(registrar.area(0), nullptr) << "the probe registered";
+  for (const char* name : kCases) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(run.cases.count(name), 1u) << run.output;
+    const auto& c = run.cases.at(name);
+    EXPECT_GE(Int(c, "last_calls"), 2);
+    EXPECT_LE(Int(c, "last_calls"), 6) << "cut for the gate's wait, not for its kernel";
+    EXPECT_EQ(Int(c, "equal"), 1);
+  }
+  // All but the first three calls of each case cut; the calls did wait: the three timed calls of
+  // each case at least (a late release only shortens a wait).
+  const std::vector<long long> report = Report(run.output);
+  EXPECT_EQ(report[0], 8 * 6) << run.output;
+  EXPECT_EQ(report[1], 5 * 6) << run.output;
+  EXPECT_GE(releases.load(), 3 * 6);
+  EXPECT_GE(registrar.area(0)->counters.throttled_ns.load(), 3ull * 6 * 2'000'000);
 }
 
 }  // namespace

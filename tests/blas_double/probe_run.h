@@ -1,6 +1,6 @@
 // What the cuBLAS double's end-to-end tests share: run a probe program on the test doubles (a
-// private simulated GPU, no orion-server, the interposer's split report on) and read its
-// "case=NAME key=value ..." lines, plus the interposer's "orion: gemm split:" report.
+// private simulated GPU, no orion-server unless given one, the interposer's split report on) and
+// read its "case=NAME key=value ..." lines, plus the interposer's "orion: gemm split:" report.
 #pragma once
 
 #include <signal.h>
@@ -26,7 +26,8 @@ struct ProbeRun {
   std::map<std::string, Fields> cases;  // name -> key -> value
 };
 
-// Runs `argv` with `env` added on the doubles (ORION_CUDA_DOUBLE_DIR), at most 240 s.
+// Runs `argv` with `env` added on the doubles (ORION_CUDA_DOUBLE_DIR), at most 240 s; with no
+// server unless `env` names an ORION_SOCKET.
 inline ProbeRun RunProbe(const std::vector<std::string>& argv, std::vector<std::string> env,
                          const char* dir_prefix) {
   ProbeRun run;
@@ -34,7 +35,9 @@ inline ProbeRun RunProbe(const std::vector<std::string>& argv, std::vector<std::
   if (dir.empty()) return run;
   env.push_back("ORION_SIM_DIR=" + dir);
   env.push_back(std::string("LD_LIBRARY_PATH=") + ORION_CUDA_DOUBLE_DIR);
-  env.push_back("ORION_SOCKET=/nonexistent/orion.sock");
+  bool socket_given = false;
+  for (const std::string& kv : env) socket_given = socket_given || kv.rfind("ORION_SOCKET=", 0) == 0;
+  if (!socket_given) env.push_back("ORION_SOCKET=/nonexistent/orion.sock");
   env.push_back("ORION_QUIET=1");
   env.push_back("ORION_GEMM_SPLIT_REPORT=1");
   const std::string log = dir + "/probe.log";
