@@ -70,7 +70,7 @@ void ToProto(const JobView& v, orion::v1::Job* out) {
   out->set_priority(v.mixed_priority ? orion::v1::PRIORITY_UNSPECIFIED : ToProto(v.priority));
   out->set_paused(v.paused);
   out->set_ranks(v.ranks);
-  for (uint32_t g : v.gpus) out->add_gpus(g);
+  for (const auto& [g, ranks] : v.ranks_per_gpu) out->add_gpus(g);
   for (const std::string& p : v.pods) out->add_pods(p);
   for (uint32_t id : v.client_ids) out->add_client_ids(id);
   out->set_held_seconds(v.held_seconds);

@@ -76,7 +76,6 @@ std::vector<JobView> GroupJobs(const std::vector<ClientView>& clients) {
   std::vector<JobView> out;
   out.reserve(jobs.size());
   for (auto& [key, j] : jobs) {
-    for (const auto& [gpu, ranks] : j.ranks_per_gpu) j.gpus.push_back(gpu);
     std::sort(j.pods.begin(), j.pods.end());
     for (uint32_t gpu : best_effort_gpus[key]) {
       const auto it = served.find(gpu);

@@ -174,17 +174,19 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                 "GPU memory allocated by a pod's live clients (pods the agent "
                                 "named)",
                                 MetricType::Gauge);
-  for (const JobSample& j : snap.jobs) {
+  for (const JobView& j : snap.jobs) {
+    const std::string ns = j.ns.empty() ? "standalone" : j.ns;  // outside Kubernetes
     const std::vector<ClientMetric::Label> labels = {
-        {"node", node_}, {"namespace", j.ns}, {"orion_job", j.job}};
+        {"node", node_}, {"namespace", ns}, {"orion_job", j.name}};
     for (const auto& [gpu, ranks] : j.ranks_per_gpu) {
-      Add(job_ranks, {{"node", node_}, {"gpu", gpu}, {"namespace", j.ns}, {"orion_job", j.job}},
+      Add(job_ranks,
+          {{"node", node_}, {"gpu", std::to_string(gpu)}, {"namespace", ns}, {"orion_job", j.name}},
           ranks);
     }
     Add(job_gpus, labels, static_cast<double>(j.ranks_per_gpu.size()));
     Add(job_held, labels, j.held_seconds);
     Add(job_busy, labels, j.busy_seconds);
-    Add(job_mem, labels, static_cast<double>(j.memory_used));
+    Add(job_mem, labels, static_cast<double>(j.memory_used_bytes));
     Add(job_beside, labels, static_cast<double>(j.gpus_beside_services));
   }
   for (const PodSample& p : snap.pods) {

@@ -1040,16 +1040,7 @@ MetricsSnapshot NodeState::Snapshot() {
       ps.memory_used += v.memory_used_bytes;
     }
   }
-  for (const JobView& jv : GroupJobs(views)) {
-    JobSample& js = snap.jobs.emplace_back();
-    js.ns = jv.ns.empty() ? "standalone" : jv.ns;
-    js.job = jv.name;
-    for (const auto& [gpu, ranks] : jv.ranks_per_gpu) js.ranks_per_gpu[std::to_string(gpu)] = ranks;
-    js.held_seconds = jv.held_seconds;
-    js.busy_seconds = jv.busy_seconds;
-    js.memory_used = jv.memory_used_bytes;
-    js.gpus_beside_services = jv.gpus_beside_services;
-  }
+  snap.jobs = GroupJobs(views);
   for (auto& [uid, p] : pods) snap.pods.push_back(std::move(p));
   const std::vector<std::set<std::string>> high_tenants = HighPriorityTenants();
   for (uint32_t g = 0; g < ngpus && g < high_tenants.size(); ++g) {

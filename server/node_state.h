@@ -61,13 +61,6 @@ struct ClientSample {
   RequestLatencyHistogram requests;         // clients that mark requests with NVTX ranges
 };
 // Per-job and per-pod values at scrape time: live ones only, so series go with them.
-struct JobSample {
-  std::string ns, job;  // ns "standalone" outside Kubernetes
-  std::map<std::string, uint32_t> ranks_per_gpu;  // by GPU index
-  double held_seconds = 0, busy_seconds = 0;
-  uint64_t memory_used = 0;
-  uint32_t gpus_beside_services = 0;  // JobView::gpus_beside_services
-};
 struct PodSample {
   std::string ns, pod;
   uint64_t memory_used = 0;
@@ -83,7 +76,7 @@ struct GpuSample {
 struct MetricsSnapshot {
   std::vector<ClientSample> clients;
   std::vector<GpuSample> gpus;
-  std::vector<JobSample> jobs;
+  std::vector<JobView> jobs;  // GroupJobs of the clients
   std::vector<PodSample> pods;  // pods the agent named that have a live client
   uint32_t high_priority_pods_allowed = 1;  // policy.high_priority_per_gpu
   uint64_t registrations_ok = 0;

@@ -65,8 +65,7 @@ struct JobView {
   contract::Priority priority = contract::Priority::kBestEffort;
   bool mixed_priority = false, paused = false;
   uint32_t ranks = 0;
-  std::vector<uint32_t> gpus;        // board indices, distinct, ascending
-  std::map<uint32_t, uint32_t> ranks_per_gpu;  // ranks on each of gpus
+  std::map<uint32_t, uint32_t> ranks_per_gpu;  // board index -> its ranks there (its GPUs)
   std::vector<std::string> pods;     // pod names, distinct, ascending (none standalone)
   std::vector<uint32_t> client_ids;  // its ranks
   double held_seconds = 0;           // the ranks' time held at the gate or paused

@@ -141,7 +141,6 @@ TEST_F(JobsTest, RanksOfOneJobGroupAndNamespacesStayApart) {
   EXPECT_EQ(llama->ns, "training");
   EXPECT_EQ(llama->name, "llama");
   EXPECT_EQ(llama->ranks, 3u);
-  EXPECT_EQ(llama->gpus, (std::vector<uint32_t>{0, 1}));
   EXPECT_EQ(llama->ranks_per_gpu, (std::map<uint32_t, uint32_t>{{0, 1}, {1, 2}}));
   EXPECT_EQ(llama->pods, (std::vector<std::string>{"llama-0", "llama-1"}));
   EXPECT_EQ(llama->client_ids, (std::vector<uint32_t>{a0, a1, b}));
@@ -177,7 +176,7 @@ TEST_F(JobsTest, StandaloneRanksOfOneLauncherAreOneJob) {
   const JobView* launcher = Find(jobs, "pid-4242");
   ASSERT_NE(launcher, nullptr);
   EXPECT_EQ(launcher->ranks, 2u);
-  EXPECT_EQ(launcher->gpus, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(launcher->ranks_per_gpu, (std::map<uint32_t, uint32_t>{{0, 1}, {1, 1}}));
   EXPECT_TRUE(launcher->ns.empty());
   // A name that is not a job name is ignored (and said on stderr), never half-used.
   ::testing::internal::CaptureStderr();
@@ -252,8 +251,8 @@ TEST_F(JobsTest, SnapshotHasLiveJobsAndPodsOnly) {
   MetricsSnapshot snap = state_->Snapshot();
   ASSERT_EQ(snap.jobs.size(), 1u);
   EXPECT_EQ(snap.jobs[0].ns, "training");
-  EXPECT_EQ(snap.jobs[0].job, "llama");
-  EXPECT_EQ(snap.jobs[0].ranks_per_gpu, (std::map<std::string, uint32_t>{{"0", 1}, {"1", 2}}));
+  EXPECT_EQ(snap.jobs[0].name, "llama");
+  EXPECT_EQ(snap.jobs[0].ranks_per_gpu, (std::map<uint32_t, uint32_t>{{0, 1}, {1, 2}}));
   EXPECT_EQ(snap.pods.size(), 2u);
   // Per-pod memory, summed over the pod's clients.
   for (const auto& [id, slot] : slots_) {
@@ -271,7 +270,7 @@ TEST_F(JobsTest, SnapshotHasLiveJobsAndPodsOnly) {
   state_->Unregister(b);
   snap = state_->Snapshot();
   EXPECT_EQ(snap.pods.size(), 1u);
-  EXPECT_EQ(snap.jobs[0].ranks_per_gpu, (std::map<std::string, uint32_t>{{"0", 1}, {"1", 1}}));
+  EXPECT_EQ(snap.jobs[0].ranks_per_gpu, (std::map<uint32_t, uint32_t>{{0, 1}, {1, 1}}));
 }
 
 // A job's gpus_beside_services counts the GPUs where its best-effort ranks meet another job's
