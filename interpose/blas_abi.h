@@ -70,6 +70,11 @@ inline constexpr int kDescBScaleMode = 32;
 inline constexpr int kDescCScaleMode = 33;
 inline constexpr int kDescDScaleMode = 34;
 inline constexpr int kDescDOutScaleMode = 37;
+// CUDA 12's atomic synchronization of D in chunks with another kernel (gone from CUDA 13):
+inline constexpr int kDescAtomicSyncChunksRows = 27;   // int32_t, 0 = off
+inline constexpr int kDescAtomicSyncChunksCols = 28;   // int32_t, 0 = off
+inline constexpr int kDescAtomicSyncInCounters = 29;   // int32_t* (device)
+inline constexpr int kDescAtomicSyncOutCounters = 30;  // int32_t* (device)
 
 // cublasLtEpilogue_t values whose pieces are exact over columns: elementwise on D, a bias per
 // row of D (DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS). The others write an auxiliary

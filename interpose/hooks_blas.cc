@@ -276,6 +276,9 @@ struct ShapeEntry {
   bool used = false;
   bool refused = false;  // a piece failed once, or cuBLASLt's algorithm does not take the slices
   int8_t lt_checked = 0;  // cuBLASLt: 1 the algorithm takes the slices, -1 it does not
+  // cuBLASLt, lt_checked 1: the widths it was checked for, and the workspace it had then.
+  int64_t lt_width = 0, lt_tail = 0;
+  uint64_t lt_workspace = 0;
   Timing timing = Timing::kIdle;  // kRunning: one call owns the events until it recorded both
   ShapeKey key;
   uint64_t calls = 0;
@@ -327,6 +330,8 @@ struct CallPlan {
   GemmPlan plan;
   bool timed = false;
   int8_t lt_checked = 0;
+  int64_t lt_width = 0, lt_tail = 0;
+  uint64_t lt_workspace = 0;
 };
 
 // The shape's plan for this call, and whether this call is timed. While any stream of the
@@ -347,6 +352,9 @@ CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, const GemmLimits& l
     call.timed = true;
   }
   call.lt_checked = e->lt_checked;
+  call.lt_width = e->lt_width;
+  call.lt_tail = e->lt_tail;
+  call.lt_workspace = e->lt_workspace;
   if (!e->refused && e->lt_checked >= 0 && GemmShapeCut(e->duration, limits.cut_above_ns)) {
     call.plan = PlanGemmSplit(m, n, e->duration.EstimateNs(), limits.bound_ns, rows);
   }
@@ -358,9 +366,12 @@ void Refuse(ShapeEntry* e) {
   e->refused = true;
 }
 
-void NoteLtChecked(ShapeEntry* e, bool ok) {
+void NoteLtChecked(ShapeEntry* e, bool ok, int64_t width, int64_t tail, uint64_t workspace) {
   LockShapes lock;
   e->lt_checked = ok ? 1 : -1;
+  e->lt_width = width;
+  e->lt_tail = tail;
+  e->lt_workspace = workspace;
 }
 
 // Records the timed call's start (before its first piece) or, where the start was recorded,
@@ -402,19 +413,29 @@ void EndTiming(ShapeEntry* e, CUstream stream, bool succeeded) {
   e->timing = Timing::kIdle;
 }
 
+// The current context in a shape's key: its unique ID (CUDA 12 drivers), so that a context
+// destroyed and another created at the same address (cudaDeviceReset) starts new shapes, and the
+// old ones' events, the dead context's, are never touched again. Its address on older drivers.
 uint64_t CurrentContextWord() {
   CUcontext ctx = nullptr;
   if (auto get = g_process.ctx_get_current; get != nullptr) get(&ctx);
+  unsigned long long id = 0;
+  if (auto get_id = ORION_DRIVER(cuCtxGetId);
+      ctx != nullptr && get_id != nullptr && get_id(ctx, &id) == CUDA_SUCCESS) {
+    return id | 1ull << 63;  // apart from any address
+  }
   return reinterpret_cast<uint64_t>(ctx);
 }
 
-// Runs the pieces of a plan through `piece(slice, shift)`; a first piece that fails leaves the
-// output untouched: the shape is refused and the call goes whole. From its first split on, the
-// process is held at the gate on the CPU (gpu_hold.h, "GEMMs in pieces"): set before the first
-// piece goes, so that none of them is held on the GPU.
+// Runs the pieces of a plan through `piece(slice, shift)`. A piece that fails refuses the shape
+// (its calls go whole from then on); the first leaves the output untouched and the call goes
+// whole, a later one has written part of D: the call goes whole again where that reads nothing it
+// wrote (`redo_whole`: C apart from D), else the caller sees the piece's error. From its first
+// split on, the process is held at the gate on the CPU (gpu_hold.h, "GEMMs in pieces"): set
+// before the first piece goes, so that none of them is held on the GPU.
 template <typename Piece, typename Whole>
 cublasStatus_t RunPieces(const CallPlan& call, const GemmOperands& operands, int64_t m,
-                         int64_t n, Piece piece, Whole whole) {
+                         int64_t n, bool redo_whole, Piece piece, Whole whole) {
   if (!g_process.splits_gemms.load(std::memory_order_relaxed)) {
     g_process.splits_gemms.store(true, std::memory_order_relaxed);
   }
@@ -422,9 +443,8 @@ cublasStatus_t RunPieces(const CallPlan& call, const GemmOperands& operands, int
     const GemmSlice slice = SliceOf(call.plan, i, m, n);
     const cublasStatus_t status = piece(slice, ShiftOf(operands, call.plan.axis, slice.start));
     if (status != blas::kSuccess) {
-      if (i != 0) return status;  // D partly written: the caller sees the piece's error
       Refuse(call.entry);
-      return whole();
+      return i == 0 || redo_whole ? whole() : status;
     }
   }
   g_split_calls.fetch_add(1, std::memory_order_relaxed);
@@ -542,7 +562,7 @@ cublasStatus_t ClassicHook(const ClassicGemm& g) {
     status = CallReal(g);
   } else {
     status = RunPieces(
-        call, op, g.m, g.n,
+        call, op, g.m, g.n, /*redo_whole=*/false,  // C is D
         [&](const GemmSlice& s, const GemmShift& d) {
           ClassicGemm piece = g;
           piece.m = static_cast<int>(s.m);
@@ -648,8 +668,18 @@ bool ReadLtCall(const LtLibrary& lib, cublasLtMatmulDesc_t desc, cublasLtMatrixL
     return false;
   }
   for (int attr : {blas::kDescAScaleMode, blas::kDescBScaleMode, blas::kDescCScaleMode,
-                   blas::kDescDScaleMode, blas::kDescDOutScaleMode}) {
+                   blas::kDescDScaleMode, blas::kDescDOutScaleMode,
+                   blas::kDescAtomicSyncChunksRows, blas::kDescAtomicSyncChunksCols}) {
     if (read_int(attr, 0) != 0) return false;
+  }
+  // Counters a kernel signals or waits on per chunk of the whole D: a piece would take its slice
+  // for the whole (CUDA 12's cuBLASLt; later ones answer that the attribute is not there).
+  for (int attr : {blas::kDescAtomicSyncInCounters, blas::kDescAtomicSyncOutCounters}) {
+    void* counters = nullptr;
+    if (lib.desc_get(desc, attr, &counters, sizeof(counters), &written) == blas::kSuccess &&
+        counters != nullptr) {
+      return false;
+    }
   }
   if (!ReadLayout(lib, adesc, &call->a) || !ReadLayout(lib, bdesc, &call->b) ||
       !ReadLayout(lib, cdesc, &call->c) || !ReadLayout(lib, ddesc, &call->d)) {
@@ -859,9 +889,11 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
     const GemmSlice tail = SliceOf(call.plan, call.plan.pieces - 1, lt.m, lt.n);
     bool ok = MakeSliceLayouts(lib, lt, shared_cd, call.plan.width, &full) &&
               MakeSliceLayouts(lib, lt, shared_cd, tail.n, &last);
-    // The caller's algorithm must take the slices (once per shape): it was chosen for the whole.
-    // A later plan of other widths is not checked again; a first piece it fails goes whole.
-    if (ok && algo != nullptr && call.lt_checked == 0) {
+    // The caller's algorithm must take the slices: it was chosen for the whole. Checked once per
+    // shape, and again for a plan of other widths or a call with less workspace.
+    const bool checked = call.lt_checked == 1 && call.lt_width == call.plan.width &&
+                         call.lt_tail == tail.n && call.lt_workspace <= workspaceSizeInBytes;
+    if (ok && algo != nullptr && !checked) {
       cublasLtMatmulHeuristicResult_t result{};
       ok = lib.algo_check != nullptr;
       for (const SliceLayouts* sl : {&full, &last}) {
@@ -870,7 +902,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
                             &result) == blas::kSuccess &&
              result.workspaceSize <= workspaceSizeInBytes;
       }
-      NoteLtChecked(call.entry, ok);
+      NoteLtChecked(call.entry, ok, call.plan.width, tail.n, workspaceSizeInBytes);
     }
     if (!ok) call.plan = GemmPlan{};
   }
@@ -880,7 +912,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
     status = whole();
   } else {
     status = RunPieces(
-        call, op, lt.m, lt.n,
+        call, op, lt.m, lt.n, /*redo_whole=*/C != D,
         [&](const GemmSlice& sl, const GemmShift& d) {
           const SliceLayouts& l = sl.n == call.plan.width ? full : last;
           return call_real(Moved(B, d.b), l.b, Moved(C, d.c), l.c, Moved(D, d.d), l.d);

@@ -14,7 +14,12 @@
 // 1000 ns long (at least 1 us), so that events around it time it (the host's work comes before
 // the kernel, as a real call's does), and appends "api m n k" to a log kept in memory:
 // orion_blas_double_take_calls() hands it over (and empties it).
+//
+// ORION_BLAS_DOUBLE_LT_FAIL_BELOW_N=N: a cublasLtMatmul of fewer than N columns fails
+// (CUBLAS_STATUS_NOT_SUPPORTED) though cublasLtMatmulAlgoCheck passes it: a split call's later,
+// narrower piece that fails.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmath>
@@ -456,9 +461,12 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* 
   a.Init<int64_t>(kDescBiasBatchStride, 0);
   a.Init<void*>(blas::kDescAmaxD, nullptr);
   for (int attr : {blas::kDescAScaleMode, blas::kDescBScaleMode, blas::kDescCScaleMode,
-                   blas::kDescDScaleMode, blas::kDescDOutScaleMode}) {
-    a.Init<int32_t>(attr, 0);
+                   blas::kDescDScaleMode, blas::kDescDOutScaleMode,
+                   blas::kDescAtomicSyncChunksRows, blas::kDescAtomicSyncChunksCols}) {
+    a.Init<int32_t>(attr, 0);  // the atomic sync ones as CUDA 12's cuBLASLt has them
   }
+  a.Init<void*>(blas::kDescAtomicSyncInCounters, nullptr);
+  a.Init<void*>(blas::kDescAtomicSyncOutCounters, nullptr);
   *desc = d;
   return blas::kSuccess;
 }
@@ -555,6 +563,10 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   g.d = static_cast<float*>(D);
   LogCall("cublasLtMatmul", g.m, g.n, g.k);
   if (g.m == 0 || g.n == 0) return blas::kSuccess;
+  if (const char* below = getenv("ORION_BLAS_DOUBLE_LT_FAIL_BELOW_N");
+      below != nullptr && g.n < atoll(below)) {
+    return blas::kNotSupported;
+  }
   Compute(g);
   return LaunchSpin(stream, g.m, g.n, g.k, g.batch) ? blas::kSuccess : kExecutionFailed;
 }

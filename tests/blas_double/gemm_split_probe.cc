@@ -239,8 +239,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  // cuBLASLt: GELU over a bias per row, op(B) = B^T, C and D apart, a batch of 2.
-  {
+  // cuBLASLt: GELU over a bias per row, op(B) = B^T, C and D apart, a batch of 2; again with D
+  // synchronized in chunks with another kernel (CUDA 12's atomic sync), which goes whole.
+  for (const int32_t sync_chunks : {0, 2}) {
     const int64_t m = 512, n = 2053, k = 128, batch = 2;
     const int64_t lda = m + 6, ldb = n + 2, ldc = m + 3, ldd = m + 8;
     const int64_t sa = lda * k + 5, sb = ldb * k + 7, sc = ldc * n + 9, sd = ldd * n + 11;
@@ -260,6 +261,10 @@ int main(int argc, char** argv) {
     PROBE_BLAS(
         cublasLtMatmulDescSetAttribute(desc, blas::kDescEpilogue, &epilogue, sizeof(epilogue)));
     PROBE_BLAS(cublasLtMatmulDescSetAttribute(desc, kDescBiasPointer, &bias, sizeof(bias)));
+    if (sync_chunks != 0) {
+      PROBE_BLAS(cublasLtMatmulDescSetAttribute(desc, blas::kDescAtomicSyncChunksRows,
+                                                &sync_chunks, sizeof(sync_chunks)));
+    }
     auto layout = [&](uint64_t rows, uint64_t cols, int64_t ld, int64_t stride) {
       cublasLtMatrixLayout_t l;
       const int32_t count = static_cast<int32_t>(batch);
@@ -275,7 +280,7 @@ int main(int argc, char** argv) {
     static const cublasLtMatmulAlgo_t algo{};  // as chosen for the whole call
     static const float lt_beta = 0.25f;
     Case& c = cases.emplace_back();
-    c.name = "cublasLtMatmul";
+    c.name = sync_chunks == 0 ? "cublasLtMatmul" : "cublasLtMatmul_atomic_sync";
     c.m = m;
     c.n = n;
     c.k = k;

@@ -96,12 +96,35 @@ TEST_F(GemmSplitOnDoubleTest, ForcedBoundCutsEveryApisLongCallIntoExactPieces) {
     }
     pieces += Int(c, "last_calls");
   }
+  // D synchronized in chunks with another kernel: never cut (a piece would take its slice for the
+  // whole D and signal the other kernel's counters of the wrong chunks).
+  ASSERT_EQ(run.cases.count("cublasLtMatmul_atomic_sync"), 1u) << run.output;
+  const auto& sync = run.cases.at("cublasLtMatmul_atomic_sync");
+  EXPECT_EQ(Int(sync, "last_calls"), 1);
+  EXPECT_EQ(sync.at("axis"), "whole");
   // 8 calls of each case looked at; all but the first three of each split (until three calls
   // were timed, kGemmWarmupCalls: 5 x 6), in at least the last calls' pieces each.
   const std::vector<long long> report = Report(run.output);
   EXPECT_EQ(report[0], 8 * 6) << run.output;
   EXPECT_EQ(report[1], 5 * 6) << run.output;
   EXPECT_GE(report[2], pieces) << run.output;
+}
+
+// A piece after the first that fails (cuBLASLt, C apart from D: the last, 5 columns wide, which
+// the double refuses though the algorithm check passed it): the call goes whole again, so the
+// caller gets the whole call's output, and the shape is not cut again.
+TEST(GemmSplitLaterPieceFailsTest, TheCallGoesWholeAgainAndItsShapeIsNotCutAgain) {
+  const ProbeRun run =
+      RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_GEMM_SPLIT_NS=20000",
+                "ORION_BLAS_DOUBLE_LT_FAIL_BELOW_N=64"});
+  ASSERT_EQ(run.status, 0) << run.output;
+  ASSERT_EQ(run.cases.count("cublasLtMatmul"), 1u) << run.output;
+  const auto& lt = run.cases.at("cublasLtMatmul");
+  EXPECT_EQ(Int(lt, "last_calls"), 1);
+  EXPECT_EQ(Int(lt, "equal"), 1);
+  EXPECT_EQ(Int(lt, "padding"), 1);
+  // The other cases are cut as ever; the failed call is not counted as split.
+  EXPECT_EQ(Report(run.output)[1], 5 * 5) << run.output;
 }
 
 TEST_F(GemmSplitOnDoubleTest, WithoutTheInterposerEveryCallGoesWhole) {

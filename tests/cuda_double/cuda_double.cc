@@ -92,7 +92,9 @@ CUresult ResolveStream(DriverState& s, CUstream handle, Stream** out) {
 }
 
 Context* NewContext(DriverState& s, int device, bool primary) {
+  static uint64_t next_id = 1;  // under s.mu
   auto* ctx = s.Add(new Context);
+  ctx->id = next_id++;
   ctx->device = device;
   ctx->gpu = SimGpu::Get(device);
   ctx->primary = primary;
@@ -1182,6 +1184,17 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pctx = reinterpret_cast<CUcontext>(CurrentContext(s));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetId(CUcontext hctx, unsigned long long* id) {
+  DriverState& s = State();
+  Lock lock(s.mu);
+  if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = hctx == nullptr ? CurrentContext(s) : s.Find<Context>(hctx);
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *id = ctx->id;
   return CUDA_SUCCESS;
 }
 

@@ -369,6 +369,27 @@ TEST_F(CudaDoubleTest, BadHandlesAreErrorsNotCrashes) {
   ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
 }
 
+// A context's ID is its own: a context created after another was destroyed (at its address, or
+// not) has a new one; the null context is the current one.
+TEST_F(CudaDoubleTest, ContextIdsAreNeverReused) {
+  unsigned long long primary = 0, current = 0, first = 0, second = 0;
+  ASSERT_EQ(cuCtxGetId(ctx_, &primary), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxGetId(nullptr, &current), CUDA_SUCCESS);
+  EXPECT_EQ(current, primary);
+  CUcontext own = nullptr;
+  ASSERT_EQ(cuCtxCreate(&own, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxGetId(own, &first), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxDestroy(own), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxGetId(own, &second), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(cuCtxCreate(&own, nullptr, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxGetId(own, &second), CUDA_SUCCESS);
+  EXPECT_NE(first, primary);
+  EXPECT_NE(second, first);
+  EXPECT_NE(second, primary);
+  ASSERT_EQ(cuCtxDestroy(own), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+}
+
 TEST_F(CudaDoubleTest, ErrorNamesAndStrings) {
   const char* text = nullptr;
   ASSERT_EQ(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &text), CUDA_SUCCESS);

@@ -67,6 +67,7 @@ struct QueuedWork {
 struct Context {
   static constexpr Kind kKind = Kind::kContext;
   int device = 0;
+  uint64_t id = 0;  // cuCtxGetId: unique in the process, never reused
   SimGpu* gpu = nullptr;
   bool primary = false;
   int primary_refs = 0;

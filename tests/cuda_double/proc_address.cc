@@ -36,6 +36,7 @@ namespace {
   X(cuCtxSetCurrent, 4000, cuCtxSetCurrent, cuCtxSetCurrent)                                \
   X(cuCtxGetCurrent, 4000, cuCtxGetCurrent, cuCtxGetCurrent)                                \
   X(cuCtxGetDevice, 2000, cuCtxGetDevice, cuCtxGetDevice)                                   \
+  X(cuCtxGetId, 12000, cuCtxGetId, cuCtxGetId)                                               \
   X(cuCtxSynchronize, 2000, cuCtxSynchronize, cuCtxSynchronize)                             \
   X(cuModuleLoadData, 2000, cuModuleLoadData, cuModuleLoadData)                             \
   X(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx, cuModuleLoadDataEx)                       \
