@@ -339,9 +339,9 @@ struct CallPlan {
 // from another thread invalidates the capture.
 CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, const GemmLimits& limits,
                   bool rows) {
-  const bool may_time = g_process.open_captures.load(std::memory_order_relaxed) <= 0;
   CallPlan call;
-  LockShapes lock;
+  LockShapes lock;  // read after waiting for it: a capture may have begun meanwhile
+  const bool may_time = g_process.open_captures.load(std::memory_order_relaxed) <= 0;
   ShapeEntry* e = FindShape(key);
   if (e == nullptr) return call;
   call.entry = e;
