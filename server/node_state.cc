@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/utf8.h"
@@ -172,8 +173,15 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   std::string requested_job;
   if (!in_pod && config_.trust_client_requests) {
     requested_job = FixedString(request.requested_job);
-    if (absl::Status s = CheckJobName(requested_job, "ORION_JOB");
-        !requested_job.empty() && !s.ok()) {
+    absl::Status s = CheckJobName(requested_job, "ORION_JOB");
+    if (s.ok() &&
+        (absl::StartsWith(requested_job, "pid-") || absl::StartsWith(requested_job, "pod-"))) {
+      // Another process's job: the keys of unnamed launchers' ranks and of unnamed pods.
+      s = absl::InvalidArgumentError(
+          absl::StrCat("ORION_JOB '", requested_job,
+                       "' is reserved (pid-<pid> and pod-<uid> are the jobs of unnamed processes)"));
+    }
+    if (!requested_job.empty() && !s.ok()) {
       std::fprintf(stderr, "orion-server: pid %d (%s): %s: ignored\n", peer.pid,
                    SanitizeUtf8(peer.process_name).c_str(), std::string(s.message()).c_str());
       requested_job.clear();
@@ -736,12 +744,16 @@ absl::StatusOr<ClientView> NodeState::SetPaused(uint32_t client_id, bool paused)
   return ViewOf(it->second);
 }
 
-std::vector<JobView> NodeState::ListJobs(const std::string& ns) {
-  ApiLock lock(this);
+std::vector<JobView> NodeState::AllJobs() const {
   std::vector<ClientView> views;
   views.reserve(clients_.size());
   for (const auto& [id, c] : clients_) views.push_back(ViewOf(c));
-  std::vector<JobView> jobs = GroupJobs(views);
+  return GroupJobs(views);
+}
+
+std::vector<JobView> NodeState::ListJobs(const std::string& ns) {
+  ApiLock lock(this);
+  std::vector<JobView> jobs = AllJobs();
   if (!ns.empty()) std::erase_if(jobs, [&](const JobView& j) { return j.ns != ns; });
   return jobs;
 }
@@ -750,17 +762,18 @@ absl::StatusOr<JobView> NodeState::SetJobPaused(const std::string& job_key, bool
   ApiLock lock(this);
   const std::vector<ClientRecord*> ranks = RanksOf(job_key);
   if (ranks.empty()) return JobNotFound(job_key);
-  std::vector<ClientView> views;
-  for (ClientRecord* c : ranks) {
-    PauseClient(*c, paused);
-    views.push_back(ViewOf(*c));
-  }
+  for (ClientRecord* c : ranks) PauseClient(*c, paused);
   if (paused) {
     paused_jobs_.insert(job_key);
   } else {
     paused_jobs_.erase(job_key);
   }
-  return GroupJobs(views).front();
+  // Grouped with every client, not its ranks alone: gpus_beside_services counts other jobs'
+  // services.
+  for (JobView& j : AllJobs()) {
+    if (j.key == job_key) return std::move(j);
+  }
+  return JobNotFound(job_key);
 }
 
 absl::StatusOr<std::vector<ClientView>> NodeState::SetJobPriority(const std::string& job_key,

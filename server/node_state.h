@@ -220,6 +220,8 @@ class NodeState {
                      bool self_counted) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live clients of a job, by id.
   std::vector<ClientRecord*> RanksOf(const std::string& job_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every live client grouped into jobs (GroupJobs): a job's view needs the other jobs' services.
+  std::vector<JobView> AllJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status JobNotFound(const std::string& job_key) const;
   // The client's priority as an admin override.
   void OverridePriority(ClientRecord& c, contract::Priority p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -60,6 +60,43 @@ std::string PodUidOf(absl::string_view c, absl::string_view parent) {
   return out;
 }
 
+// Whether the pod cgroup parts[i] (PodUidOf matched it) sits where the kubelet puts it: right
+// below the kubelet's own cgroups (cgroupfs: kubepods, then the QoS class; systemd: the slices its
+// name nests in, a-b-pod<uid>.slice in a-b.slice in a.slice), of which a cgroup namespace's run
+// of ".." may cut the top off. Anything else above it (user.slice/user-1000.slice/user@1000.service
+// /..., a host user's own subtree, where any name can be made) and it is not a pod.
+bool PlacedByKubelet(const std::vector<absl::string_view>& parts, size_t i) {
+  size_t first = 0;
+  while (first < i && parts[first] == "..") ++first;
+  const size_t above = i - first;  // the chain's part that the path shows
+  absl::string_view name = parts[i];
+  if (absl::ConsumeSuffix(&name, ".slice")) {
+    const absl::string_view prefix = name.substr(0, name.rfind("-pod"));
+    std::vector<std::string> chain;
+    for (size_t dash = prefix.find('-');; dash = prefix.find('-', dash + 1)) {
+      chain.push_back(absl::StrCat(prefix.substr(0, dash), ".slice"));
+      if (dash == absl::string_view::npos) break;
+    }
+    if (above > chain.size()) return false;
+    for (size_t k = 0; k < above; ++k) {
+      if (parts[first + k] != chain[chain.size() - above + k]) return false;
+    }
+    return true;
+  }
+  for (absl::string_view qos : {"burstable", "besteffort", ""}) {
+    const std::vector<absl::string_view> chain =
+        qos.empty() ? std::vector<absl::string_view>{"kubepods"}
+                    : std::vector<absl::string_view>{"kubepods", qos};
+    if (above > chain.size()) continue;
+    bool match = true;
+    for (size_t k = 0; k < above; ++k) {
+      match = match && parts[first + k] == chain[chain.size() - above + k];
+    }
+    if (match) return true;
+  }
+  return false;
+}
+
 // The container id if `c` is a container's cgroup below a pod's: "<id>" or "crio-<id>"
 // (cgroupfs), "<runtime>-<id>.scope" (systemd). Anything else (e.g. crio-conmon-<id>.scope, the
 // monitor process) is not a container.
@@ -144,7 +181,7 @@ CgroupIdentity ParseCgroupFile(const std::string& text) {
     std::vector<absl::string_view> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
     for (size_t i = 0; i < parts.size(); ++i) {
       std::string uid = PodUidOf(parts[i], i > 0 ? parts[i - 1] : absl::string_view());
-      if (uid.empty()) continue;
+      if (uid.empty() || !PlacedByKubelet(parts, i)) continue;
       id.pod_uid = std::move(uid);
       if (i + 1 < parts.size()) id.container_id = ContainerIdOf(parts[i + 1]);
       return id;

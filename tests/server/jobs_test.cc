@@ -184,6 +184,15 @@ TEST_F(JobsTest, StandaloneRanksOfOneLauncherAreOneJob) {
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("ORION_JOB 'Not/A/Job'"), std::string::npos) << log;
   EXPECT_EQ(state_->GetClient(bad)->job.key, absl::StrCat("pid-", getpid()));
+  // Nor is another process's job key taken: pid-<pid> and pod-<uid> are reserved.
+  pid_t next_launcher = 4545;  // one each: alone, a process is its own job
+  for (const char* taken : {"pid-4242", "pod-0f4a3b2c-1d2e-4f5a-8b9c-0123456789ab"}) {
+    ::testing::internal::CaptureStderr();
+    const uint32_t posing = Register("", 1, next_launcher++, taken);
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find("is reserved"), std::string::npos) << said;
+    EXPECT_EQ(state_->GetClient(posing)->job.key, absl::StrCat("pid-", getpid())) << taken;
+  }
 }
 
 TEST_F(JobsTest, PauseAndPriorityActOnEveryRankOfTheJobAndNothingElse) {
@@ -307,6 +316,12 @@ TEST_F(JobsTest, GpusBesideServicesCountsOtherJobsServicesWhereItsBestEffortRank
   ASSERT_NE(Find(jobs, "training/llama"), nullptr);
   ToProto(*Find(jobs, "training/llama"), &proto);
   EXPECT_EQ(proto.gpus_beside_services(), 2u);
+  // PauseJob's answer counts them too (the job grouped with every client, not its ranks alone).
+  const absl::StatusOr<JobView> paused = state_->SetJobPaused("training/llama", true);
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  EXPECT_EQ(paused->gpus_beside_services, 2u);
+  EXPECT_TRUE(paused->paused);
+  ASSERT_TRUE(state_->SetJobPaused("training/llama", false).ok());
 
   // Its own high-priority ranks are no service beside it; a service that leaves stops counting.
   ASSERT_TRUE(state_->SetJobPriority("training/llama", Priority::kHigh).ok());

@@ -130,6 +130,15 @@ TEST(CgroupTest, UnrecognisedPathsAreNotInAPod) {
            "0::/kubepods.slice/other-pod" + uid_ + ".slice/crio-" + cid + ".scope\n",
            "0::/kubepods.slice/kubepods-besteffort-pod" + uid + ".slice\n",  // '-' in systemd
            "0::/system.slice/podman-" + cid + ".scope\n",
+           // A host user's own cgroups, named as a pod's (systemd-run --user --slice=..., mkdir):
+           "0::/user.slice/user-1000.slice/user@1000.service/kubepods.slice/kubepods-pod" + uid_ +
+               ".slice/run-1.scope\n",
+           "0::/user.slice/user-1000.slice/user@1000.service/kubepods/burstable/pod" + uid + "/" +
+               cid + "\n",
+           "0::/../../../user.slice/user-1000.slice/user@1000.service/kubepods.slice/"
+           "kubepods-besteffort.slice/kubepods-besteffort-pod" + uid_ + ".slice/run-1.scope\n",
+           "0::/user.slice/kubepods-pod" + uid_ + ".slice/run-1.scope\n",  // not its slice
+           "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-pod" + uid_ + ".slice\n",
        }) {
     auto id = ParseCgroupFile(text);
     EXPECT_EQ(id.pod_uid, "") << text;
