@@ -60,15 +60,37 @@ std::string PodUidOf(absl::string_view c, absl::string_view parent) {
   return out;
 }
 
+// A cgroup of a user's own subtree, where systemd lets the user make any cgroup under any name
+// (user.slice, user-1000.slice, user@1000.service).
+bool UserSubtree(absl::string_view c) {
+  return c == "user.slice" || (absl::StartsWith(c, "user-") && absl::EndsWith(c, ".slice")) ||
+         (absl::StartsWith(c, "user@") && absl::EndsWith(c, ".service"));
+}
+
+// Whether parts[first, i) shows the kubelet's `chain` of cgroups above a pod's: a cgroup
+// namespace's ".." run may cut its top off (the path is then that chain's tail), and a kubelet
+// cgroup root (`--cgroup-root`, a kind node's container) may sit above the whole chain, but no
+// user's subtree.
+bool ChainAbove(const std::vector<absl::string_view>& parts, size_t first, size_t i,
+                const std::vector<std::string>& chain) {
+  const size_t above = i - first;
+  const size_t shown = std::min(above, chain.size());
+  for (size_t k = 0; k < shown; ++k) {
+    if (parts[i - shown + k] != chain[chain.size() - shown + k]) return false;
+  }
+  for (size_t k = first; k < i - shown; ++k) {
+    if (UserSubtree(parts[k])) return false;
+  }
+  return above <= chain.size() || shown == chain.size();
+}
+
 // Whether the pod cgroup parts[i] (PodUidOf matched it) sits where the kubelet puts it: right
 // below the kubelet's own cgroups (cgroupfs: kubepods, then the QoS class; systemd: the slices its
-// name nests in, a-b-pod<uid>.slice in a-b.slice in a.slice), of which a cgroup namespace's run
-// of ".." may cut the top off. Anything else above it (user.slice/user-1000.slice/user@1000.service
-// /..., a host user's own subtree, where any name can be made) and it is not a pod.
+// name nests in, a-b-pod<uid>.slice in a-b.slice in a.slice). A user of the node may name cgroups
+// of its own subtree (user@1000.service/...) as a pod's: such a path is no pod.
 bool PlacedByKubelet(const std::vector<absl::string_view>& parts, size_t i) {
   size_t first = 0;
   while (first < i && parts[first] == "..") ++first;
-  const size_t above = i - first;  // the chain's part that the path shows
   absl::string_view name = parts[i];
   if (absl::ConsumeSuffix(&name, ".slice")) {
     const absl::string_view prefix = name.substr(0, name.rfind("-pod"));
@@ -77,24 +99,14 @@ bool PlacedByKubelet(const std::vector<absl::string_view>& parts, size_t i) {
       chain.push_back(absl::StrCat(prefix.substr(0, dash), ".slice"));
       if (dash == absl::string_view::npos) break;
     }
-    if (above > chain.size()) return false;
-    for (size_t k = 0; k < above; ++k) {
-      if (parts[first + k] != chain[chain.size() - above + k]) return false;
-    }
-    return true;
+    return ChainAbove(parts, first, i, chain);
   }
-  for (absl::string_view qos : {"burstable", "besteffort", ""}) {
-    const std::vector<absl::string_view> chain =
-        qos.empty() ? std::vector<absl::string_view>{"kubepods"}
-                    : std::vector<absl::string_view>{"kubepods", qos};
-    if (above > chain.size()) continue;
-    bool match = true;
-    for (size_t k = 0; k < above; ++k) {
-      match = match && parts[first + k] == chain[chain.size() - above + k];
-    }
-    if (match) return true;
+  // cgroupfs: the QoS class is not in the pod's name; the guaranteed class has none.
+  const absl::string_view parent = i > first ? parts[i - 1] : absl::string_view();
+  if (parent == "burstable" || parent == "besteffort") {
+    return ChainAbove(parts, first, i, {"kubepods", std::string(parent)});
   }
-  return false;
+  return ChainAbove(parts, first, i, {"kubepods"});
 }
 
 // The container id if `c` is a container's cgroup below a pod's: "<id>" or "crio-<id>"

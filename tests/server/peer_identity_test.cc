@@ -102,6 +102,10 @@ TEST(CgroupTest, KubeletLayouts) {
       {"cgroup namespace, cgroupfs (server in its own cgroupns)",
        "0::/../../../besteffort/pod" + uid + "/" + cid + "\n", cid},
       {"cgroup namespace, sibling pod", "0::/../../pod" + uid + "/" + cid + "\n", cid},
+      {"a kubelet cgroup root above the chain (cgroupfs)",
+       "0::/docker/" + std::string(64, 'e') + "/kubelet/kubepods/besteffort/pod" + uid + "/" + cid +
+           "\n",
+       cid},
       {"cgroup namespace, systemd",
        "0::/../../kubepods-besteffort-pod" + uid_ + ".slice/cri-containerd-" + cid + ".scope\n",
        cid},
@@ -139,6 +143,8 @@ TEST(CgroupTest, UnrecognisedPathsAreNotInAPod) {
            "kubepods-besteffort.slice/kubepods-besteffort-pod" + uid_ + ".slice/run-1.scope\n",
            "0::/user.slice/kubepods-pod" + uid_ + ".slice/run-1.scope\n",  // not its slice
            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-pod" + uid_ + ".slice\n",
+           "0::/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods/burstable/pod" +
+               uid + "/" + cid + "\n",
        }) {
     auto id = ParseCgroupFile(text);
     EXPECT_EQ(id.pod_uid, "") << text;
