@@ -272,13 +272,21 @@ struct ShapeKey {
 
 enum class Timing : uint8_t { kIdle, kRunning, kRecorded };
 
+// cuBLASLt: whether the caller's algorithm takes a shape's slices, and for which plan.
+struct LtCheck {
+  int8_t verdict = 0;  // 1 it takes the slices, -1 it does not (never cut), 0 not checked
+  int64_t width = 0, tail = 0;  // verdict 1: the piece widths it was checked for,
+  uint64_t workspace = 0;       // and the workspace the call had then
+  // Whether the verdict 1 holds for a plan of these widths and this much workspace.
+  bool Holds(int64_t w, int64_t t, uint64_t ws) const {
+    return verdict == 1 && width == w && tail == t && workspace <= ws;
+  }
+};
+
 struct ShapeEntry {
   bool used = false;
   bool refused = false;  // a piece failed once, or cuBLASLt's algorithm does not take the slices
-  int8_t lt_checked = 0;  // cuBLASLt: 1 the algorithm takes the slices, -1 it does not
-  // cuBLASLt, lt_checked 1: the widths it was checked for, and the workspace it had then.
-  int64_t lt_width = 0, lt_tail = 0;
-  uint64_t lt_workspace = 0;
+  LtCheck lt;
   Timing timing = Timing::kIdle;  // kRunning: one call owns the events until it recorded both
   ShapeKey key;
   uint64_t calls = 0;
@@ -329,9 +337,7 @@ struct CallPlan {
   ShapeEntry* entry = nullptr;
   GemmPlan plan;
   bool timed = false;
-  int8_t lt_checked = 0;
-  int64_t lt_width = 0, lt_tail = 0;
-  uint64_t lt_workspace = 0;
+  LtCheck lt;  // the shape's, when the plan was made
 };
 
 // The shape's plan for this call, and whether this call is timed. While any stream of the
@@ -351,11 +357,8 @@ CallPlan PlanCall(const ShapeKey& key, int64_t m, int64_t n, const GemmLimits& l
     e->timing = Timing::kRunning;
     call.timed = true;
   }
-  call.lt_checked = e->lt_checked;
-  call.lt_width = e->lt_width;
-  call.lt_tail = e->lt_tail;
-  call.lt_workspace = e->lt_workspace;
-  if (!e->refused && e->lt_checked >= 0 && GemmShapeCut(e->duration, limits.cut_above_ns)) {
+  call.lt = e->lt;
+  if (!e->refused && e->lt.verdict >= 0 && GemmShapeCut(e->duration, limits.cut_above_ns)) {
     call.plan = PlanGemmSplit(m, n, e->duration.EstimateNs(), limits.bound_ns, rows);
   }
   return call;
@@ -368,16 +371,13 @@ void Refuse(ShapeEntry* e) {
 
 void NoteLtChecked(ShapeEntry* e, bool ok, int64_t width, int64_t tail, uint64_t workspace) {
   LockShapes lock;
-  e->lt_checked = ok ? 1 : -1;
-  e->lt_width = width;
-  e->lt_tail = tail;
-  e->lt_workspace = workspace;
+  e->lt = {static_cast<int8_t>(ok ? 1 : -1), width, tail, workspace};
 }
 
 // Records the timed call's start (before its first piece) or, where the start was recorded,
 // its end (after its last) on `stream`. The calling thread owns the entry's events meanwhile
-// (kRunning). A failed record gives the entry back with fresh events next time (a context
-// gone and another at the same address leaves events of the old one).
+// (kRunning). A failed record gives the entry back with fresh events next time (on a driver
+// without context IDs, a context gone and another at the same address leaves the old one's).
 bool RecordTiming(ShapeEntry* e, CUstream stream, bool start) {
   t_gemm_start = {};  // an end, or a new start: the last one's kernels went
   auto create = ORION_DRIVER(cuEventCreate);
@@ -891,9 +891,7 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
               MakeSliceLayouts(lib, lt, shared_cd, tail.n, &last);
     // The caller's algorithm must take the slices: it was chosen for the whole. Checked once per
     // shape, and again for a plan of other widths or a call with less workspace.
-    const bool checked = call.lt_checked == 1 && call.lt_width == call.plan.width &&
-                         call.lt_tail == tail.n && call.lt_workspace <= workspaceSizeInBytes;
-    if (ok && algo != nullptr && !checked) {
+    if (ok && algo != nullptr && !call.lt.Holds(call.plan.width, tail.n, workspaceSizeInBytes)) {
       cublasLtMatmulHeuristicResult_t result{};
       ok = lib.algo_check != nullptr;
       for (const SliceLayouts* sl : {&full, &last}) {

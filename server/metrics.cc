@@ -175,7 +175,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                 "named)",
                                 MetricType::Gauge);
   for (const JobView& j : snap.jobs) {
-    const std::string ns = j.ns.empty() ? "standalone" : j.ns;  // outside Kubernetes
+    const std::string ns = j.ns.empty() ? kStandaloneNamespace : j.ns;
     const std::vector<ClientMetric::Label> labels = {
         {"node", node_}, {"namespace", ns}, {"orion_job", j.name}};
     for (const auto& [gpu, ranks] : j.ranks_per_gpu) {

@@ -1025,7 +1025,7 @@ MetricsSnapshot NodeState::Snapshot() {
       cs.ns = v.ns;
     } else {
       cs.pod = c.process_name;  // standalone: the process stands in for the pod
-      cs.ns = "standalone";
+      cs.ns = kStandaloneNamespace;
     }
     cs.priority = PriorityName(c.policy.priority);
     cs.client = std::to_string(c.id);

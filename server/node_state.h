@@ -50,6 +50,8 @@ namespace orion::server {
 
 uint64_t MonotonicNs();
 int64_t RealtimeNs();
+// The metrics' namespace label of clients and jobs in no pod the agent named.
+inline constexpr char kStandaloneNamespace[] = "standalone";
 // Per-client metric values at scrape time.
 struct ClientSample {
   std::string gpu, pod, ns, priority, client;

@@ -36,15 +36,10 @@ bool IsUid(absl::string_view s, char sep) {
   return true;
 }
 
-// The pod UID if `c` is a kubelet pod cgroup (`parent` is the component before it, "" if none):
-// cgroupfs "pod<uid>" under kubepods, its QoS folder or a cgroup namespace's "..", or systemd
-// "<...>kubepods[-burstable|-besteffort]-pod<uid with _>.slice".
-std::string PodUidOf(absl::string_view c, absl::string_view parent) {
-  if (absl::ConsumePrefix(&c, "pod")) {
-    const bool under_kubepods = parent == "kubepods" || parent == "burstable" ||
-                                parent == "besteffort" || parent == "..";
-    return under_kubepods && IsUid(c, '-') ? std::string(c) : std::string();
-  }
+// The pod UID if `c` is named as a kubelet pod cgroup: cgroupfs "pod<uid>", or systemd
+// "<...>kubepods[-burstable|-besteffort]-pod<uid with _>.slice". Where it sits: PlacedByKubelet.
+std::string PodUidOf(absl::string_view c) {
+  if (absl::ConsumePrefix(&c, "pod")) return IsUid(c, '-') ? std::string(c) : std::string();
   if (!absl::ConsumeSuffix(&c, ".slice")) return {};
   const size_t at = c.rfind("-pod");
   if (at == absl::string_view::npos) return {};
@@ -101,7 +96,9 @@ bool PlacedByKubelet(const std::vector<absl::string_view>& parts, size_t i) {
     }
     return ChainAbove(parts, first, i, chain);
   }
-  // cgroupfs: the QoS class is not in the pod's name; the guaranteed class has none.
+  // cgroupfs: the QoS class is not in the pod's name; the guaranteed class has none. A pod folder
+  // at the root, below neither the chain nor a "..", is none of the kubelet's.
+  if (i == 0) return false;
   const absl::string_view parent = i > first ? parts[i - 1] : absl::string_view();
   if (parent == "burstable" || parent == "besteffort") {
     return ChainAbove(parts, first, i, {"kubepods", std::string(parent)});
@@ -192,7 +189,7 @@ CgroupIdentity ParseCgroupFile(const std::string& text) {
     if (first_path.empty() || line.substr(0, second) == "0:") first_path = std::string(path);
     std::vector<absl::string_view> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
     for (size_t i = 0; i < parts.size(); ++i) {
-      std::string uid = PodUidOf(parts[i], i > 0 ? parts[i - 1] : absl::string_view());
+      std::string uid = PodUidOf(parts[i]);
       if (uid.empty() || !PlacedByKubelet(parts, i)) continue;
       id.pod_uid = std::move(uid);
       if (i + 1 < parts.size()) id.container_id = ContainerIdOf(parts[i + 1]);

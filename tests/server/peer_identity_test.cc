@@ -129,6 +129,7 @@ TEST(CgroupTest, UnrecognisedPathsAreNotInAPod) {
   for (const std::string& text : {
            "0::/user.slice/mypod" + uid + "/" + cid + "\n",          // not a component "pod<uid>"
            "0::/custom/pod" + uid + "/" + cid + "\n",                // not under kubepods or a QoS
+           "0::/pod" + uid + "/" + cid + "\n",                       // at the root
            "0::/kubepods/burstable/pod" + uid.substr(0, 35) + "/" + cid + "\n",  // short UID
            "0::/kubepods/burstable/podnot-a-uid/" + cid + "\n",
            "0::/kubepods.slice/other-pod" + uid_ + ".slice/crio-" + cid + ".scope\n",
