@@ -3,10 +3,10 @@
   orion_bench.py timeline --bundle DIR [--service resnet50|resnet50-graph|bert8|bert8-graph]
       [--rate 40]
       [--service-window 300] [--train-window 20] [--warm-seconds 5] [--together] [--out DIR]
-      [--timing-log] [--label TEXT] [--trainer-joins]
+      [--timing-log] [--label TEXT] [--trainer-joins] [--trainer MODEL] [--keep-profiles]
   orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
 
-A ResNet50 trainer (batch 64, best effort, an NVTX range "step" per step) and a ResNet50 service
+A trainer (ResNet50 at batch 64 unless --trainer, best effort, an NVTX range "step" per step) and a ResNet50 service
 (batch 4, high priority, an NVTX range "request" per request, Poisson arrivals at --rate; eager,
 or a CUDA graph with resnet50-graph; bert8: a BERT-base-sized fp16 encoder at 8 x 128 tokens
 instead) run under orion-run beside each other, orion-server in
@@ -28,11 +28,15 @@ the service's requests keeping their Poisson arrivals (torch_models.py --profile
 model built, its warm-up steps run) until the windows start: through the warm-up the service
 runs without it, then the trainer joins, a change every kernel of the service shares, which the
 server's draw for untimed launches must follow within the window.
+--trainer names another trainer of torch_models.py (default resnet50); --keep-profiles copies
+each window's profiler summary and kernels to profiles/ in --out (for orion_bench.py wait-behind,
+with --together: what each request waited behind).
 Writes results.jsonl (one line per window) and results.md to --out (default $OUT or a temp dir).
 """
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -142,6 +146,10 @@ def main(argv=None):
                    help="both processes write the GPU timing diagnostic (ORION_TIMING_LOG) to "
                         "OUT/timing; its summary (orion_bench.py timing-log) is printed and "
                         "kept as OUT/timing.md")
+    p.add_argument("--trainer", default="resnet50",
+                   help="the best-effort trainer (a train model of torch_models.py)")
+    p.add_argument("--keep-profiles", action="store_true",
+                   help="copy the profiler summaries and kernels to profiles/ in --out")
     p.add_argument("--trainer-joins", action="store_true",
                    help="with --together: the trainer paused through the warm-up, resumed as "
                         "the windows start")
@@ -201,7 +209,7 @@ def main(argv=None):
                                  "--profile", str(args.service_window)]
                      + (["--graph"] if graph else [])
                      + (["--profile-at-arrivals"] if args.together else []))
-        trainer = client("trainer", ["train", "resnet50", "--profile", str(args.train_window)])
+        trainer = client("trainer", ["train", args.trainer, "--profile", str(args.train_window)])
         wait_for(svc, "serving", "service")
         wait_for(trainer, "ready", "trainer")
         trainer_id = best_effort_client(server) if args.trainer_joins else None
@@ -219,17 +227,23 @@ def main(argv=None):
                 open(os.path.join(work, f"{role}.go"), "w").close()
             wait_for(p, "profiled", role)
             summary = json.load(open(os.path.join(work, f"{role}.json")))
+            if args.keep_profiles:
+                os.makedirs(os.path.join(out, "profiles"), exist_ok=True)
+                shutil.copy(os.path.join(work, f"{role}.json"),
+                            os.path.join(out, "profiles", f"{role}.json"))
+                shutil.copy(os.path.join(work, f"{role}.json.kernels.json"),
+                            os.path.join(out, "profiles", f"{role}.kernels.json"))
             if args.timing_log:
                 os.replace(os.path.join(work, f"{role}.json.kernels.json"),
                            os.path.join(out, "timing", f"profile-{role}.kernels.json"))
             trace = export(summary, f"timeline-{role}-{args.service}.json")
-            beside = "ResNet50 training" if role == "service" else f"{args.service} service at {args.rate:g}/s"
+            beside = f"{args.trainer} training" if role == "service" else f"{args.service} service at {args.rate:g}/s"
             if args.together:
                 beside += ", both profiled"
             if args.trainer_joins:
                 beside += ", the trainer joining as the window starts"
             model = (f"{args.service} at {args.rate:g}/s" if role == "service"
-                     else "resnet50 (batch 64)")
+                     else args.trainer)
             row = compare(summary, trace, role, model, beside)
             row["bundle_interposer"] = "liborion_interpose.so"
             if args.label:

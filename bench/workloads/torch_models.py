@@ -27,7 +27,9 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
              gptlm (12 layers, width 1024, batch 8, sequence 512, bf16 autocast, AdamW),
              gptlm-pad (the same with its vocabulary padded to 50304),
              llm (4 layers of d 4096, 4 x 4096 tokens, bf16, SDPA, AdamW: GEMMs and attention
-             kernels of milliseconds).
+             kernels of milliseconds),
+             mm-short (no model: bf16 matmuls of about 30 us back to back; the GPU always busy
+             with kernels too short to wait behind).
 
   serve MODEL --driven / train MODEL --driven
       Blocks of work on command, for an A/B of two processes served in turn
@@ -193,6 +195,18 @@ def build_train(name):
         loss = lambda: torch.nn.functional.cross_entropy(
             model(ids[:, :-1]).flatten(0, 1).float(), ids[:, 1:].flatten())
         optimizer = torch.optim.AdamW
+    elif name == "mm-short":
+        # No model: 400 bf16 matmuls of 2048 x 2048 a step (about 30 us each on an H200), queued
+        # back to back. The GPU is always busy with kernels too short to wait behind, so what a
+        # request pays beside it is the switch from this context, and little else.
+        a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty_like(a)
+
+        def step():
+            for _ in range(400):
+                torch.mm(a, b, out=out)
+        return step
     else:
         raise SystemExit(f"unknown train model {name}")
     opt = optimizer(model.parameters(), lr=1e-4)
@@ -302,10 +316,11 @@ class ProfiledWindow:
                          key=lambda e: e["ts"])
         starts = [k["ts"] for k in kernels]
         out = []
-        for (push, pop, _), st in zip(self.marks, steps):
+        for (push, pop, push_mono), st in zip(self.marks, steps):
             ks = kernels[bisect.bisect_left(starts, st["ts"]):
                          bisect.bisect_right(starts, st["ts"] + st["dur"])]
-            out.append({"push_ns": push, "pop_ns": pop, "torch_ts_us": st["ts"],
+            out.append({"push_ns": push, "pop_ns": pop, "push_mono_ns": push_mono,
+                        "torch_ts_us": st["ts"],
                         "torch_dur_us": st["dur"],
                         "torch_gpu_start_us": ks[0]["ts"] if ks else None,
                         "torch_gpu_end_us": max(k["ts"] + k["dur"] for k in ks) if ks else None})

@@ -1,0 +1,155 @@
+"""What each request of a service waited behind on the GPU: the trainer's kernel running when it
+was launched, the trainer's kernels that started after it, and the GPU idle between them.
+
+  orion_bench.py wait-behind PROFILES_DIR [PROFILES_DIR ...] [--out ROWS.jsonl]
+  orion_bench.py wait-behind --table ROWS.jsonl
+
+PROFILES_DIR: profiles/ of `orion_bench.py timeline --together --keep-profiles` (service.json,
+service.kernels.json, trainer.kernels.json: both processes under torch.profiler in the same
+window, the service's requests at their Poisson arrivals). Per request, from the service's own
+profile: L, its first launch (the first launch call inside its ProfilerStep), and S, the start
+of its first kernel; the wait is S - L. The trainer's kernels are placed on the same clock
+through CLOCK_MONOTONIC (each process's median offset between its pushes and its profiler's
+clock; the service's from the push to its first launch, a few microseconds early). The wait is
+split into
+  running  what was left of the trainer kernel running at L;
+  queued   the trainer's kernels that started after L and before S (work already queued, or
+           admitted, when the request came);
+  idle     the rest: nothing of the trainer's on the GPU, the request still not started (the
+           GPU's switch between contexts, the launch's own latency).
+One JSON row per directory: the medians and p90s of each part, the share of requests that found
+a trainer kernel running, and the trainer's kernels that took the most of the waits, by name.
+"""
+import argparse
+import bisect
+import json
+import os
+import statistics
+import sys
+
+from harness import markdown_table, quantile, read_rows
+
+ANSWERS = ("what each request waited behind on the GPU (the trainer's running kernel, its "
+           "queued kernels, the switch), from two profiles of one window")
+
+
+def load(directory):
+    with open(os.path.join(directory, "service.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(directory, "service.kernels.json")) as f:
+        service = json.load(f)
+    with open(os.path.join(directory, "trainer.kernels.json")) as f:
+        trainer = json.load(f)
+    return summary, service, trainer
+
+
+def requests(summary, service):
+    """[(L, S)] of each request on the service's profiler clock, and the service's offset to
+    CLOCK_MONOTONIC (us)."""
+    launches = sorted(l[0] for l in service["launches"])
+    out, offsets = [], []
+    for st in summary["steps"]:
+        if st.get("torch_gpu_start_us") is None or "push_mono_ns" not in st:
+            continue
+        i = bisect.bisect_left(launches, st["torch_ts_us"])
+        if i == len(launches) or launches[i] > st["torch_ts_us"] + st["torch_dur_us"]:
+            continue
+        out.append((launches[i], st["torch_gpu_start_us"]))
+        offsets.append(st["push_mono_ns"] / 1e3 - launches[i])
+    if not out:
+        raise SystemExit("wait-behind: no request of the service's profile has a launch and a "
+                         "kernel (was it run with --profile-at-arrivals, and push_mono_ns?)")
+    return out, statistics.median(offsets)
+
+
+def split(directory):
+    summary, service, trainer = load(directory)
+    reqs, svc_offset = requests(summary, service)
+    # The trainer's kernels on the service's clock.
+    shift = trainer["mono_offset_us"] - svc_offset
+    kernels = sorted((k[0] + shift, k[0] + shift + k[1], k[9]) for k in trainer["kernels"])
+    starts = [k[0] for k in kernels]
+    lo, hi = starts[0], max(k[1] for k in kernels)
+    rows, by_name = [], {}
+    for launch, start in reqs:
+        if not lo <= launch <= hi:
+            continue  # outside the trainer's window
+        wait = max(0.0, start - launch)
+        running = queued = 0.0
+        found = False
+        j = bisect.bisect_right(starts, launch)
+        # The kernel running at L: the latest that started before it and had not ended (one
+        # stream's kernels do not overlap; look back a few in case of several streams).
+        for k in kernels[max(0, j - 4):j]:
+            if k[1] > launch:
+                part = min(k[1], start) - launch
+                running = max(running, part)
+                found = True
+                by_name[k[2]] = by_name.get(k[2], 0.0) + max(0.0, part)
+        covered = running
+        while j < len(kernels) and kernels[j][0] < start:
+            k = kernels[j]
+            part = min(k[1], start) - max(k[0], launch + covered)
+            if part > 0:
+                queued += part
+                covered += part
+                by_name[k[2]] = by_name.get(k[2], 0.0) + part
+            j += 1
+        running, queued = min(running, wait), min(queued, max(0.0, wait - running))
+        rows.append((wait, running, queued, max(0.0, wait - running - queued), found))
+    if not rows:
+        raise SystemExit(f"wait-behind: {directory}: no request inside the trainer's window")
+
+    def q(values, p):
+        return round(quantile(sorted(values), p), 1)
+    out = {"dir": directory, "requests": len(rows),
+           "found_running": round(sum(r[4] for r in rows) / len(rows), 3),
+           "clock_shift_us": round(shift, 1)}
+    for i, name in enumerate(("wait", "running", "queued", "idle")):
+        vals = [r[i] for r in rows]
+        out[f"{name}_mean_us"] = round(statistics.fmean(vals), 1)
+        out[f"{name}_p50_us"] = q(vals, 0.5)
+        out[f"{name}_p90_us"] = q(vals, 0.9)
+    total = sum(r[0] for r in rows) or 1.0
+    out["top"] = [{"name": n[:120], "share_of_wait": round(t / total, 3)}
+                  for n, t in sorted(by_name.items(), key=lambda kv: -kv[1])[:8]]
+    return out
+
+
+def table(rows):
+    header = ["window", "requests", "found running", "wait: mean", "p50", "p90",
+              "running: mean", "queued: mean", "idle: mean", "idle p50"]
+    lines = [markdown_table(header, [[
+        r.get("label", r["dir"]), r["requests"], f"{r['found_running']:.2f}",
+        f"{r['wait_mean_us']:.0f} us", f"{r['wait_p50_us']:.0f} us", f"{r['wait_p90_us']:.0f} us",
+        f"{r['running_mean_us']:.0f} us", f"{r['queued_mean_us']:.0f} us",
+        f"{r['idle_mean_us']:.0f} us", f"{r['idle_p50_us']:.0f} us"] for r in rows])]
+    for r in rows:
+        lines += ["", f"{r.get('label', r['dir'])}: the trainer's kernels by their share of the "
+                  "waits", "", markdown_table(["kernel", "share"], [
+                      [f"`{t['name']}`", f"{t['share_of_wait']:.3f}"] for t in r["top"]])]
+    return "\n".join(lines)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="orion_bench.py wait-behind")
+    p.add_argument("dirs", nargs="*")
+    p.add_argument("--out")
+    p.add_argument("--table")
+    args = p.parse_args(argv)
+    if args.table:
+        print(table(read_rows(args.table, "wait-behind")))
+        return 0
+    if not args.dirs:
+        p.error("give profile directories, or --table")
+    rows = [split(d) for d in args.dirs]
+    if args.out:
+        with open(args.out, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
