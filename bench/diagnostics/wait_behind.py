@@ -5,13 +5,14 @@ was launched, the trainer's kernels that started after it, and the GPU idle betw
   orion_bench.py wait-behind --table ROWS.jsonl
 
 PROFILES_DIR: profiles/ of `orion_bench.py timeline --together --keep-profiles` (service.json,
-service.kernels.json, trainer.kernels.json: both processes under torch.profiler in the same
-window, the service's requests at their Poisson arrivals). Per request, from the service's own
-profile: L, its first launch (the first launch call inside its ProfilerStep), and S, the start
-of its first kernel; the wait is S - L. The trainer's kernels are placed on the same clock
-through CLOCK_MONOTONIC (each process's median offset between its pushes and its profiler's
-clock; the service's from the push to its first launch, a few microseconds early). The wait is
-split into
+service.kernels.json, trainer.json, trainer.kernels.json: both processes under torch.profiler in
+the same window, the service's requests at their Poisson arrivals). Per request, from the
+service's own profile: L, its first launch (the first launch call inside its ProfilerStep), and
+S, the start of its first kernel; the wait is S - L. The trainer's kernels are placed on the
+service's clock through the system clock: each process's offset is the median, over its
+iterations, of the previous iteration's end (time.time_ns, right before prof.step()) against
+the profiler's start of the next ProfilerStep, the same small lag in both processes, so it
+cancels (two processes on one host read about 30 us apart). The wait is split into
   running  what was left of the trainer kernel running at L;
   queued   the trainer's kernels that started after L and before S (work already queued, or
            admitted, when the request came);
@@ -40,33 +41,42 @@ def load(directory):
         service = json.load(f)
     with open(os.path.join(directory, "trainer.kernels.json")) as f:
         trainer = json.load(f)
-    return summary, service, trainer
+    with open(os.path.join(directory, "trainer.json")) as f:
+        trainer_summary = json.load(f)
+    return summary, service, trainer, trainer_summary
+
+
+def clock_offset(summary):
+    """The process's system clock minus its profiler clock (us), from step ends and starts."""
+    steps = summary["steps"]
+    if len(steps) < 2:
+        raise SystemExit("wait-behind: a profile of fewer than two iterations")
+    return statistics.median(steps[i - 1]["pop_ns"] / 1e3 - steps[i]["torch_ts_us"]
+                             for i in range(1, len(steps)))
 
 
 def requests(summary, service):
-    """[(L, S)] of each request on the service's profiler clock, and the service's offset to
-    CLOCK_MONOTONIC (us)."""
+    """[(L, S)] of each request on the service's profiler clock."""
     launches = sorted(l[0] for l in service["launches"])
-    out, offsets = [], []
+    out = []
     for st in summary["steps"]:
-        if st.get("torch_gpu_start_us") is None or "push_mono_ns" not in st:
+        if st.get("torch_gpu_start_us") is None:
             continue
         i = bisect.bisect_left(launches, st["torch_ts_us"])
         if i == len(launches) or launches[i] > st["torch_ts_us"] + st["torch_dur_us"]:
             continue
         out.append((launches[i], st["torch_gpu_start_us"]))
-        offsets.append(st["push_mono_ns"] / 1e3 - launches[i])
     if not out:
         raise SystemExit("wait-behind: no request of the service's profile has a launch and a "
-                         "kernel (was it run with --profile-at-arrivals, and push_mono_ns?)")
-    return out, statistics.median(offsets)
+                         "kernel")
+    return out
 
 
 def split(directory):
-    summary, service, trainer = load(directory)
-    reqs, svc_offset = requests(summary, service)
+    summary, service, trainer, trainer_summary = load(directory)
+    reqs = requests(summary, service)
     # The trainer's kernels on the service's clock.
-    shift = trainer["mono_offset_us"] - svc_offset
+    shift = clock_offset(trainer_summary) - clock_offset(summary)
     kernels = sorted((k[0] + shift, k[0] + shift + k[1], k[9]) for k in trainer["kernels"])
     starts = [k[0] for k in kernels]
     lo, hi = starts[0], max(k[1] for k in kernels)

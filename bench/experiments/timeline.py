@@ -4,6 +4,7 @@
       [--rate 40]
       [--service-window 300] [--train-window 20] [--warm-seconds 5] [--together] [--out DIR]
       [--timing-log] [--label TEXT] [--trainer-joins] [--trainer MODEL] [--keep-profiles]
+      [--policy KEY=VALUE ...]
   orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
 
 A trainer (ResNet50 at batch 64 unless --trainer, best effort, an NVTX range "step" per step) and a ResNet50 service
@@ -148,6 +149,9 @@ def main(argv=None):
                         "kept as OUT/timing.md")
     p.add_argument("--trainer", default="resnet50",
                    help="the best-effort trainer (a train model of torch_models.py)")
+    p.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
+                   help="a policy setting of orion-server's config (e.g. be_budget_us=100); "
+                        "repeatable")
     p.add_argument("--keep-profiles", action="store_true",
                    help="copy the profiler summaries and kernels to profiles/ in --out")
     p.add_argument("--trainer-joins", action="store_true",
@@ -167,7 +171,10 @@ def main(argv=None):
     work = tempfile.mkdtemp(prefix="orion-tl-")
     log = open(os.path.join(out, "timeline-bench.log"), "a")
     server = harness.Server(bundle, work, log, admin_port=args.admin_port, mode="priority",
-                            extra="timeline_spans_per_gpu: 4000000\n").start()
+                            extra="timeline_spans_per_gpu: 4000000\n" + (
+                                "policy:\n" + "".join(
+                                    f"  {kv.split('=', 1)[0]}: {kv.split('=', 1)[1]}\n"
+                                    for kv in args.policy) if args.policy else "")).start()
     procs = [server.proc]
     metrics = server.metrics_url
 
