@@ -1,7 +1,7 @@
 """What each request of a service waited behind on the GPU: the trainer's kernel running when it
 was launched, the trainer's kernels that started after it, and the GPU idle between them.
 
-  orion_bench.py wait-behind PROFILES_DIR [PROFILES_DIR ...] [--out ROWS.jsonl]
+  orion_bench.py wait-behind PROFILES_DIR [PROFILES_DIR ...] [--labels A,B,..] [--out ROWS.jsonl]
   orion_bench.py wait-behind --table ROWS.jsonl
 
 PROFILES_DIR: profiles/ of `orion_bench.py timeline --together --keep-profiles` (service.json,
@@ -144,6 +144,7 @@ def table(rows):
 def main(argv):
     p = argparse.ArgumentParser(prog="orion_bench.py wait-behind")
     p.add_argument("dirs", nargs="*")
+    p.add_argument("--labels", help="a name for each directory's row, comma-separated")
     p.add_argument("--out")
     p.add_argument("--table")
     args = p.parse_args(argv)
@@ -153,6 +154,11 @@ def main(argv):
     if not args.dirs:
         p.error("give profile directories, or --table")
     rows = [split(d) for d in args.dirs]
+    labels = args.labels.split(",") if args.labels else []
+    if labels and len(labels) != len(rows):
+        p.error("--labels: one name for each directory")
+    for row, label in zip(rows, labels):
+        row["label"] = label
     if args.out:
         with open(args.out, "a") as f:
             for r in rows:

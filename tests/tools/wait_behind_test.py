@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""bench/orion_bench.py wait-behind on made-up profiles of one window with known parts: 40
+requests 1 ms apart, each launched 100 us into its ProfilerStep and started on the GPU 300 us
+after its launch. The trainer's profiler clock runs 2,000 us ahead of the service's: its kernels
+of 200 us back to back then run 100 us into the request's wait (so 100 us left of the one
+running at the launch, 200 us of the next one queued), and a gap of 10 us in every tenth spot
+leaves the GPU idle. The clocks must be aligned from the step ends, the parts must come out as
+made, the labels must name the rows, and a window without a request is refused."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "bench", "orion_bench.py")
+SHIFT_US = 2000.0           # trainer clock minus service clock
+EPOCH_US = 1_700_000_000_000_000.0  # system clock minus the service's profiler clock
+
+
+def write(directory, trainer_start_us=0.0):
+    os.makedirs(directory, exist_ok=True)
+    steps, launches = [], []
+    for i in range(1, 41):
+        ts, launch = 1000.0 * i, 1000.0 * i + 100
+        steps.append({"push_ns": int((EPOCH_US + launch - 5) * 1e3),
+                      "pop_ns": int((EPOCH_US + ts + 950) * 1e3), "torch_ts_us": ts,
+                      "torch_dur_us": 1000.0, "torch_gpu_start_us": launch + 300,
+                      "torch_gpu_end_us": launch + 800})
+        launches.append([launch, 8.0, i])
+    # The service's steps end 50 us before the next one starts (pop, then prof.step()); so do
+    # the trainer's, on a clock SHIFT_US ahead.
+    for i, st in enumerate(steps[:-1]):
+        st["pop_ns"] = int((EPOCH_US + steps[i + 1]["torch_ts_us"] - 50) * 1e3)
+    json.dump({"steps": steps}, open(os.path.join(directory, "service.json"), "w"))
+    json.dump({"mono_offset_us": 0, "kernels": [], "launches": launches},
+              open(os.path.join(directory, "service.kernels.json"), "w"))
+    tsteps, kernels = [], []
+    for i in range(20):
+        ts = trainer_start_us + SHIFT_US + 2000.0 * i
+        tsteps.append({"push_ns": 0, "torch_ts_us": ts,
+                       "pop_ns": int((EPOCH_US + ts + 2000.0 - SHIFT_US - 50) * 1e3)})
+    # Kernels on the service's clock start at 1000 i + 200 (+ 200 k): the launch at 1000 i + 100
+    # finds the one of [1000 i, 1000 i + 200) running.
+    t = trainer_start_us
+    while t < trainer_start_us + 42000:
+        gap = 10.0 if int(t) % 2000 == 1400 else 0.0
+        kernels.append([t + SHIFT_US + gap, 200.0 - gap, 1, 1, 1, 1, 1, 1, 0,
+                        "gemm_piece" if int(t) % 1000 != 200 else "attention_bprop"])
+        t += 200.0
+    json.dump({"steps": tsteps}, open(os.path.join(directory, "trainer.json"), "w"))
+    json.dump({"mono_offset_us": 0, "kernels": kernels, "launches": []},
+              open(os.path.join(directory, "trainer.kernels.json"), "w"))
+
+
+def main():
+    failures = []
+    with tempfile.TemporaryDirectory() as work:
+        good, apart = os.path.join(work, "good"), os.path.join(work, "apart")
+        write(good)
+        write(apart, trainer_start_us=1_000_000.0)
+        rows_path = os.path.join(work, "rows.jsonl")
+        run = subprocess.run([sys.executable, SCRIPT, "wait-behind", good, "--labels",
+                              "made up", "--out", rows_path], capture_output=True, text=True)
+        if run.returncode != 0:
+            print(run.stdout + run.stderr)
+            return 1
+        row = json.loads(open(rows_path).read().splitlines()[0])
+        expect = {"requests": 40, "label": "made up", "clock_shift_us": -SHIFT_US,
+                  "wait_p50_us": 300.0, "running_p50_us": 100.0, "queued_p50_us": 200.0,
+                  "found_running": 1.0}
+        for key, want in expect.items():
+            if row.get(key) != want:
+                failures.append(f"{key}: {row.get(key)} (want {want})")
+        if row["top"][0]["name"] != "attention_bprop":
+            failures.append(f"largest share: {row['top'][0]} (want attention_bprop, the queued one)")
+        if "made up" not in run.stdout:
+            failures.append("the table does not name the row by its label")
+        refused = subprocess.run([sys.executable, SCRIPT, "wait-behind", apart],
+                                 capture_output=True, text=True)
+        if refused.returncode == 0 or "no request inside the trainer's window" not in refused.stderr:
+            failures.append(f"a window apart was not refused: {refused.returncode} {refused.stderr}")
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
