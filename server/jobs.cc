@@ -29,10 +29,9 @@ JobIdentity UnnamedPodJob(const std::string& pod_uid) {
   return {key, "", key};
 }
 
-JobIdentity StandaloneJob(const std::string& requested, pid_t pid, pid_t launcher,
-                          bool launcher_shared) {
+JobIdentity StandaloneJob(const std::string& requested, pid_t pid, pid_t launcher) {
   if (!requested.empty()) return {requested, "", requested};
-  std::string key = absl::StrCat("pid-", launcher_shared && launcher > 0 ? launcher : pid);
+  std::string key = absl::StrCat("pid-", launcher > 0 ? launcher : pid);
   return {key, "", key};
 }
 

@@ -7,11 +7,13 @@
 //                              namespace, so a tenant cannot join another namespace's job.
 //   in a pod not named (yet):  "pod-<uid>"
 //   standalone:                the name orion-run --job asked for (when requests are trusted);
-//                              else "pid-<parent pid>" when another standalone client shares
-//                              its parent process (ranks a launcher such as torchrun started;
-//                              a shell, sudo, sshd, tmux or systemd is no launcher:
-//                              PeerIdentity::launcher_pid); else "pid-<pid>": the process
-//                              alone.
+//                              else "pid-<parent pid>" when its parent is a launcher (such as
+//                              torchrun; a shell, sudo, sshd, tmux or systemd is no launcher:
+//                              PeerIdentity::launcher_pid), however many of its ranks are
+//                              alive; else "pid-<pid>": the process alone. The key is fixed for
+//                              a client's life: a key that moved from pid-<pid> to the
+//                              launcher's as ranks came and went let a new rank out of a pause
+//                              taken on the old key.
 //
 // A job's view sums its live ranks (ClientViews). Pure functions, no locks; NodeState calls
 // them under its mutex.
@@ -38,10 +40,9 @@ absl::Status CheckJobName(const std::string& name, const std::string& what);
 
 JobIdentity PodJob(const std::string& ns, const std::string& pod_name, const std::string& job);
 JobIdentity UnnamedPodJob(const std::string& pod_uid);
-// `requested`: a checked orion-run --job name or empty; `launcher_shared`: another standalone
-// client without a requested job has the same launcher (launcher 0: none).
-JobIdentity StandaloneJob(const std::string& requested, pid_t pid, pid_t launcher,
-                          bool launcher_shared);
+// `requested`: a checked orion-run --job name or empty; `launcher`: the launcher's pid, 0 for
+// none.
+JobIdentity StandaloneJob(const std::string& requested, pid_t pid, pid_t launcher);
 
 // The jobs of these clients (exited ones skipped), by key, each with the GPUs where its
 // best-effort ranks meet another job's high-priority clients (JobView::gpus_beside_services).

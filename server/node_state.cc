@@ -187,7 +187,7 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
       requested_job.clear();
     }
   }
-  const JobIdentity job = JobFor(peer, requested_job, /*self_counted=*/false);
+  const JobIdentity job = JobFor(peer, requested_job);
   bool job_override = false;
   if (auto it = job_overrides_.find(job.key); it != job_overrides_.end()) {
     policy.priority = it->second;
@@ -220,9 +220,6 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   c.policy = policy;
   c.admin_priority = pod_override != nullptr || job_override;
   c.requested_job = requested_job;
-  if (!in_pod && requested_job.empty() && peer.launcher_pid > 0) {
-    ++standalone_parents_[peer.launcher_pid];
-  }
   if (paused_jobs_.count(job.key)) PauseClient(c, true);  // a rank of a paused job starts paused
   c.registered_unix_ms = RealtimeNs() / 1000000;
   c.usable_millicpus =
@@ -295,11 +292,6 @@ void NodeState::Unregister(uint32_t client_id) {
     // back; start the GPU's count afresh (briefly over-admitting is the safe side).
     if (contract::GateArea* gate = board_->gate(c.gpu); gate != nullptr) {
       gate->words.be_outstanding_ns.store(0, std::memory_order_relaxed);
-    }
-  }
-  if (c.peer.cgroup.pod_uid.empty() && c.requested_job.empty() && c.peer.launcher_pid > 0) {
-    if (auto p = standalone_parents_.find(c.peer.launcher_pid); p != standalone_parents_.end()) {
-      if (--p->second == 0) standalone_parents_.erase(p);
     }
   }
   clients_.erase(it);
@@ -579,7 +571,7 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
     v.pod = it->second.name;
     v.ns = it->second.ns;
   }
-  v.job = JobFor(c.peer, c.requested_job, /*self_counted=*/true);
+  v.job = JobFor(c.peer, c.requested_job);
   v.policy = c.policy;
   v.paused = c.paused;
   // Client-written counters: read, never trusted for decisions.
@@ -599,25 +591,19 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
   return v;
 }
 
-JobIdentity NodeState::JobFor(const PeerIdentity& peer, const std::string& requested_job,
-                             bool self_counted) const {
+JobIdentity NodeState::JobFor(const PeerIdentity& peer, const std::string& requested_job) const {
   if (!peer.cgroup.pod_uid.empty()) {
     auto it = pods_.find(peer.cgroup.pod_uid);
     if (it == pods_.end()) return UnnamedPodJob(peer.cgroup.pod_uid);
     return PodJob(it->second.ns, it->second.name, it->second.job);
   }
-  bool shared = false;
-  if (requested_job.empty() && peer.launcher_pid > 0) {
-    auto it = standalone_parents_.find(peer.launcher_pid);
-    shared = it != standalone_parents_.end() && it->second > (self_counted ? 1u : 0u);
-  }
-  return StandaloneJob(requested_job, peer.pid, peer.launcher_pid, shared);
+  return StandaloneJob(requested_job, peer.pid, peer.launcher_pid);
 }
 
 std::vector<NodeState::ClientRecord*> NodeState::RanksOf(const std::string& job_key) {
   std::vector<ClientRecord*> out;
   for (auto& [id, c] : clients_) {
-    if (JobFor(c.peer, c.requested_job, /*self_counted=*/true).key == job_key) out.push_back(&c);
+    if (JobFor(c.peer, c.requested_job).key == job_key) out.push_back(&c);
   }
   return out;
 }

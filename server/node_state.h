@@ -216,10 +216,9 @@ class NodeState {
   void StrikeRing(ClientRecord& c, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ClientView ViewOf(const ClientRecord& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job of a client with this identity (server/jobs.h); `self_counted`: the client is
-  // already among standalone_parents_.
-  JobIdentity JobFor(const PeerIdentity& peer, const std::string& requested_job,
-                     bool self_counted) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job of a client with this identity (server/jobs.h).
+  JobIdentity JobFor(const PeerIdentity& peer, const std::string& requested_job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live clients of a job, by id.
   std::vector<ClientRecord*> RanksOf(const std::string& job_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every live client grouped into jobs (GroupJobs): a job's view needs the other jobs' services.
@@ -286,8 +285,6 @@ class NodeState {
   // Job-wide actions, for ranks that register while the job lives (by job key).
   std::map<std::string, contract::Priority> job_overrides_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> paused_jobs_ ABSL_GUARDED_BY(mu_);
-  // Standalone clients without a requested job, by parent pid (parents above 1 only).
-  std::map<pid_t, uint32_t> standalone_parents_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, OrionProfileRow> known_kernels_ ABSL_GUARDED_BY(mu_);
   std::vector<GpuPolicy> gpu_policy_ ABSL_GUARDED_BY(mu_);
   // GPU time the spans of each GPU's clients covered, by contract::Priority.

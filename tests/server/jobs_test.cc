@@ -84,10 +84,9 @@ TEST(JobIdentityTest, NamesAreScopedByNamespaceAndChecked) {
   EXPECT_EQ(PodJob("training", "notebook", "").key, "training/notebook");  // the pod alone
   EXPECT_EQ(PodJob("research", "llama-0", "llama").key, "research/llama");
   EXPECT_EQ(UnnamedPodJob(kRank0).key, std::string("pod-") + kRank0);
-  EXPECT_EQ(StandaloneJob("bench", 10, 9, true).key, "bench");
-  EXPECT_EQ(StandaloneJob("", 10, 9, true).key, "pid-9");
-  EXPECT_EQ(StandaloneJob("", 10, 9, false).key, "pid-10");
-  EXPECT_EQ(StandaloneJob("", 10, 0, true).key, "pid-10");  // no launcher (a shell, init)
+  EXPECT_EQ(StandaloneJob("bench", 10, 9).key, "bench");
+  EXPECT_EQ(StandaloneJob("", 10, 9).key, "pid-9");
+  EXPECT_EQ(StandaloneJob("", 10, 0).key, "pid-10");  // no launcher (a shell, init)
   EXPECT_TRUE(CheckJobName("llama-3.1-ft", "orion/job").ok());
   for (const char* bad : {"", "Llama", "a/b", "-x", "x-", "has space",
                           "a234567890123456789012345678901234567890123456789012345678901234"}) {
@@ -170,7 +169,7 @@ TEST_F(JobsTest, StandaloneRanksOfOneLauncherAreOneJob) {
   const uint32_t named = Register("", 1, 4343, "bench");
   EXPECT_EQ(state_->GetClient(r0)->job.key, "pid-4242");
   EXPECT_EQ(state_->GetClient(r1)->job.key, "pid-4242");
-  EXPECT_EQ(state_->GetClient(lone)->job.key, absl::StrCat("pid-", getpid()));
+  EXPECT_EQ(state_->GetClient(lone)->job.key, "pid-4343");  // its launcher's, alone or not
   EXPECT_EQ(state_->GetClient(named)->job.key, "bench");
   const std::vector<JobView> jobs = state_->ListJobs("");
   const JobView* launcher = Find(jobs, "pid-4242");
@@ -183,16 +182,39 @@ TEST_F(JobsTest, StandaloneRanksOfOneLauncherAreOneJob) {
   const uint32_t bad = Register("", 0, 4444, "Not/A/Job");
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("ORION_JOB 'Not/A/Job'"), std::string::npos) << log;
-  EXPECT_EQ(state_->GetClient(bad)->job.key, absl::StrCat("pid-", getpid()));
+  EXPECT_EQ(state_->GetClient(bad)->job.key, "pid-4444");
   // Nor is another process's job key taken: pid-<pid> and pod-<uid> are reserved.
   pid_t next_launcher = 4545;  // one each: alone, a process is its own job
   for (const char* taken : {"pid-4242", "pod-0f4a3b2c-1d2e-4f5a-8b9c-0123456789ab"}) {
     ::testing::internal::CaptureStderr();
-    const uint32_t posing = Register("", 1, next_launcher++, taken);
+    const pid_t launcher = next_launcher++;
+    const uint32_t posing = Register("", 1, launcher, taken);
     const std::string said = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(said.find("is reserved"), std::string::npos) << said;
-    EXPECT_EQ(state_->GetClient(posing)->job.key, absl::StrCat("pid-", getpid())) << taken;
+    EXPECT_EQ(state_->GetClient(posing)->job.key, absl::StrCat("pid-", launcher)) << taken;
   }
+}
+
+// A standalone rank's job key is fixed when it registers: the ranks of one launcher are one job
+// from the first, so a pause taken while one rank ran holds the ranks that come after it, and
+// one rank leaving does not move the others to another key (a new rank then escaped the pause).
+TEST_F(JobsTest, AStandaloneJobsKeyHoldsAsRanksComeAndGo) {
+  const uint32_t first = Register("", 0, 4242);
+  const std::string key = state_->GetClient(first)->job.key;
+  EXPECT_EQ(key, "pid-4242");
+  ASSERT_TRUE(state_->SetJobPaused(key, true).ok());
+  const uint32_t second = Register("", 1, 4242);
+  EXPECT_EQ(state_->GetClient(second)->job.key, key);
+  EXPECT_NE(Slot(second).paused.load(), 0u) << "a rank that joins a paused job starts paused";
+  state_->Unregister(first);
+  EXPECT_EQ(state_->GetClient(second)->job.key, key);
+  const uint32_t third = Register("", 0, 4242);
+  EXPECT_NE(Slot(third).paused.load(), 0u) << "a rank after another left is still held";
+  const std::vector<JobView> jobs = state_->ListJobs("");
+  const JobView* job = Find(jobs, key);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->ranks, 2u);
+  EXPECT_TRUE(job->paused);
 }
 
 TEST_F(JobsTest, PauseAndPriorityActOnEveryRankOfTheJobAndNothingElse) {
