@@ -50,8 +50,10 @@ namespace orion::server {
 
 uint64_t MonotonicNs();
 int64_t RealtimeNs();
-// The metrics' namespace label of clients and jobs in no pod the agent named.
-inline constexpr char kStandaloneNamespace[] = "standalone";
+// The metrics' namespace label of clients and jobs in no pod the agent named. A Kubernetes
+// namespace is a DNS label (no '_'), so no pod's series can carry it: with "standalone" a
+// namespace of that name mixed its pods' series with the node's standalone processes.
+inline constexpr char kStandaloneNamespace[] = "_standalone";
 // Per-client metric values at scrape time.
 struct ClientSample {
   std::string gpu, pod, ns, priority, client;

@@ -441,10 +441,10 @@ TEST_F(JobsApiTest, ListJobsPauseJobAndJobPriorityOverGrpc) {
   // The job and per-job series in /metrics, gone with the job.
   std::string text = orion::testing::HttpGet(server_->metrics_port(), "/metrics");
   for (const char* want :
-       {"orion_job_ranks{node=\"test-node\",gpu=\"1\",namespace=\"standalone\",orion_job=\"train\"} 1",
-        "orion_job_gpus{node=\"test-node\",namespace=\"standalone\",orion_job=\"train\"} 2",
-        "orion_job_memory_used_bytes{node=\"test-node\",namespace=\"standalone\",orion_job=\"train\"} 3145728",
-        "orion_job_held_seconds{node=\"test-node\",namespace=\"standalone\",orion_job=\"serve\"}",
+       {"orion_job_ranks{node=\"test-node\",gpu=\"1\",namespace=\"_standalone\",orion_job=\"train\"} 1",
+        "orion_job_gpus{node=\"test-node\",namespace=\"_standalone\",orion_job=\"train\"} 2",
+        "orion_job_memory_used_bytes{node=\"test-node\",namespace=\"_standalone\",orion_job=\"train\"} 3145728",
+        "orion_job_held_seconds{node=\"test-node\",namespace=\"_standalone\",orion_job=\"serve\"}",
         "orion_job_gpu_busy_seconds{"}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want << "\n" << text;
   }

@@ -81,7 +81,7 @@ TEST_F(MetricsTest, ExpositionHasTheOrionFamiliesAndPassesPromtool) {
   }
   EXPECT_NE(text.find("orion_client_throttled_seconds_total{node=\"test-node\",gpu=\"0\",pod=\"") ,
             std::string::npos);
-  EXPECT_NE(text.find("namespace=\"standalone\",priority=\"best-effort\""), std::string::npos);
+  EXPECT_NE(text.find("namespace=\"_standalone\",priority=\"best-effort\""), std::string::npos);
 
   const std::string promtool = FindPromtool();
   if (promtool.empty()) GTEST_SKIP() << "promtool not installed (Debian package prometheus)";
