@@ -222,6 +222,7 @@ NodeState::Admission NodeState::Register(const PeerIdentity& peer,
   c.requested_job = requested_job;
   if (paused_jobs_.count(job.key)) PauseClient(c, true);  // a rank of a paused job starts paused
   c.registered_unix_ms = RealtimeNs() / 1000000;
+  c.registered_ns = MonotonicNs();
   c.usable_millicpus =
       request.usable_millicpus == contract::kNoValue32 ? 0 : request.usable_millicpus;
   ++registrations_ok_;
@@ -574,13 +575,19 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
   v.job = JobFor(c.peer, c.requested_job);
   v.policy = c.policy;
   v.paused = c.paused;
-  // Client-written counters: read, never trusted for decisions.
-  v.memory_used_bytes = s.memory_used_bytes.load(std::memory_order_relaxed);
-  v.memory_peak_bytes = s.memory_peak_bytes.load(std::memory_order_relaxed);
+  // Client-written counters: read, never trusted for decisions, and bounded here, once for every
+  // view, metric and sum: memory to kMaxShownMemoryBytes, so that no pod's or job's sum of them
+  // wraps (kMaxSlots of them fit in 64 bits), and held time to the client's life.
+  v.memory_used_bytes =
+      std::min(s.memory_used_bytes.load(std::memory_order_relaxed), kMaxShownMemoryBytes);
+  v.memory_peak_bytes =
+      std::min(s.memory_peak_bytes.load(std::memory_order_relaxed), kMaxShownMemoryBytes);
   v.kernels_launched =
       std::max(s.launches.load(std::memory_order_relaxed), c.ingest.launched_kernels());
   // Finished waits and the one in progress (contract::HeldNs), never less than shown before.
-  c.held_shown_ns = std::max(c.held_shown_ns, contract::HeldNs(s, MonotonicNs()));
+  const uint64_t now = MonotonicNs();
+  c.held_shown_ns = std::min(std::max(c.held_shown_ns, contract::HeldNs(s, now)),
+                             now > c.registered_ns ? now - c.registered_ns : 0);
   v.throttled_ns = c.held_shown_ns;
   v.events_dropped = area.ring.dropped.load(std::memory_order_relaxed);
   v.gpu_busy_seconds = c.ingest.gpu_busy_ns() / 1e9;

@@ -54,6 +54,9 @@ int64_t RealtimeNs();
 // namespace is a DNS label (no '_'), so no pod's series can carry it: with "standalone" a
 // namespace of that name mixed its pods' series with the node's standalone processes.
 inline constexpr char kStandaloneNamespace[] = "_standalone";
+// The most GPU memory a client's view shows (1 TiB, several times any GPU's): what a client
+// writes past it is garbage, and kMaxSlots clients at it still sum within 64 bits.
+inline constexpr uint64_t kMaxShownMemoryBytes = uint64_t{1} << 40;
 // Per-client metric values at scrape time.
 struct ClientSample {
   std::string gpu, pod, ns, priority, client;
@@ -194,6 +197,7 @@ class NodeState {
     bool paused = false;
     bool admin_priority = false;
     int64_t registered_unix_ms = 0;
+    uint64_t registered_ns = 0;  // MonotonicNs() at registration
     uint32_t usable_millicpus = 0;  // as the client found them; 0 = unknown or no limit
     std::string requested_job;      // orion-run --job, checked; standalone and trusted only
     uint64_t gate_claims_ignored = 0;

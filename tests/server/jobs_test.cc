@@ -195,6 +195,32 @@ TEST_F(JobsTest, StandaloneRanksOfOneLauncherAreOneJob) {
   }
 }
 
+// What a client writes into its counters is bounded once, in its view: memory to
+// kMaxShownMemoryBytes, so two ranks writing half of 2^64 cannot wrap the job's or the pod's sum
+// to a few bytes (hiding what they hold), and held time to the client's life.
+TEST_F(JobsTest, ClientWrittenCountersCannotWrapAJobsSums) {
+  ASSERT_TRUE(state_->UpsertPods({Pod(kRank0, "training", "llama-0", "llama")}, false).ok());
+  const uint32_t a = Register(kRank0, 0), b = Register(kRank0, 1);
+  for (uint32_t id : {a, b}) {
+    auto& counters = state_->board().area(slots_[id])->counters;
+    counters.memory_used_bytes.store((uint64_t{1} << 63) + 1);
+    counters.memory_peak_bytes.store(~uint64_t{0});
+    counters.throttled_ns.store(~uint64_t{0} - 5);
+  }
+  const ClientView view = *state_->GetClient(a);
+  EXPECT_EQ(view.memory_used_bytes, kMaxShownMemoryBytes);
+  EXPECT_EQ(view.memory_peak_bytes, kMaxShownMemoryBytes);
+  EXPECT_LT(view.throttled_ns, uint64_t{60} * 1'000'000'000) << "more held than it has lived";
+  const std::vector<JobView> jobs = state_->ListJobs("training");
+  const JobView* job = Find(jobs, "training/llama");
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->memory_used_bytes, 2 * kMaxShownMemoryBytes);
+  EXPECT_LT(job->held_seconds, 120.0);
+  const MetricsSnapshot snap = state_->Snapshot();
+  ASSERT_EQ(snap.pods.size(), 1u);
+  EXPECT_EQ(snap.pods[0].memory_used, 2 * kMaxShownMemoryBytes);
+}
+
 // A standalone rank's job key is fixed when it registers: the ranks of one launcher are one job
 // from the first, so a pause taken while one rank ran holds the ranks that come after it, and
 // one rank leaving does not move the others to another key (a new rank then escaped the pause).
