@@ -67,8 +67,10 @@ constexpr const char* kRealBlasNames[kRealBlasCount] = {
 // library that defines the resolved GEMM function.
 // Not like the loader: a library opened with RTLD_LOCAL that carries a renamed copy of the very
 // cuBLAS version the global scope holds was bound by the loader to the global copy, and step 1
-// sends it to its own; and a call site is resolved once, so unloading and reloading cuBLAS in a
-// process leaves it pointing at the old copy.
+// sends it to its own.
+// A resolution holds while no object has been unloaded since it was made (the loader's count of
+// unloads, dl_phdr_info::dlpi_subs, read in about 8 ns): a caller or a cuBLAS copy closed and
+// opened again, its old place now someone else's, resolves afresh instead of calling into it.
 
 bool IsOurHook(const void* fn);
 
@@ -121,60 +123,88 @@ void* ResolveForCaller(RealBlasId id, const void* caller) {
   return fn != nullptr ? fn : LookInLoaded(name);
 }
 
-// Call sites resolved so far, per hooked function: a claimed site's function is stored once
-// resolved (a reader that finds it not stored yet resolves again). A full table resolves on
-// every call (slow, still right).
-struct CallSite {
-  std::atomic<const void*> site{nullptr};
+// How many objects the loader has unloaded in this process so far.
+uint64_t LoaderUnloads() {
+  uint64_t unloads = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t size, void* data) {
+        if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
+          *static_cast<uint64_t*>(data) = info->dlpi_subs;
+        }
+        return 1;  // the count is the same in every entry: the first one is enough
+      },
+      &unloads);
+  return unloads;
+}
+
+// A function resolved for a key (a call site, or a GEMM function for its helpers), valid while
+// the loader's unload count is the one it was resolved at. Readers take no lock: the unload
+// count is read before and after the function (a writer sets it to kResolving around its
+// store); writers, on the slow path only, take g_resolved_mutex.
+constexpr uint64_t kResolving = ~uint64_t{0};
+pthread_mutex_t g_resolved_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+struct Resolved {
+  std::atomic<const void*> key{nullptr};
   std::atomic<void*> fn{nullptr};
+  std::atomic<uint64_t> unloads{kResolving};
+
+  void* ValidAt(uint64_t now_unloads) const {
+    const uint64_t before = unloads.load(std::memory_order_seq_cst);
+    void* f = fn.load(std::memory_order_seq_cst);
+    return before == now_unloads && unloads.load(std::memory_order_seq_cst) == before ? f
+                                                                                       : nullptr;
+  }
+  void Set(void* f, uint64_t at_unloads) {
+    pthread_mutex_lock(&g_resolved_mutex);
+    unloads.store(kResolving, std::memory_order_seq_cst);
+    fn.store(f, std::memory_order_seq_cst);
+    unloads.store(at_unloads, std::memory_order_seq_cst);
+    pthread_mutex_unlock(&g_resolved_mutex);
+  }
 };
+
+// The entry of `key` in `table` (claimed for it if free), or null when the table is full (then
+// every call resolves: slow, still right).
+Resolved* EntryFor(Resolved* table, uint32_t size, const void* key) {
+  const uint64_t h = (reinterpret_cast<uint64_t>(key) * 0x9E3779B97F4A7C15ull) >> 40;
+  for (uint32_t i = 0; i < size; ++i) {
+    Resolved& r = table[(h + i) % size];
+    const void* seen = r.key.load(std::memory_order_acquire);
+    if (seen == nullptr &&
+        (r.key.compare_exchange_strong(seen, key, std::memory_order_acq_rel) || seen == key)) {
+      return &r;
+    }
+    if (seen == key) return &r;
+  }
+  return nullptr;
+}
+
+// Call sites resolved so far, per hooked function.
 constexpr uint32_t kCallSites = 128;
-CallSite g_call_sites[kHookedBlas][kCallSites];
+Resolved g_call_sites[kHookedBlas][kCallSites];
 
 void* RealFor(RealBlasId id, const void* caller) {
-  CallSite* sites = g_call_sites[id];
-  const uint64_t h = (reinterpret_cast<uint64_t>(caller) * 0x9E3779B97F4A7C15ull) >> 40;
-  CallSite* free_site = nullptr;
-  for (uint32_t i = 0; i < kCallSites; ++i) {
-    CallSite& c = sites[(h + i) % kCallSites];
-    const void* seen = c.site.load(std::memory_order_acquire);
-    if (seen == caller) {
-      if (void* fn = c.fn.load(std::memory_order_acquire)) return fn;
-      break;
-    }
-    if (seen == nullptr) {
-      free_site = &c;
-      break;
-    }
+  const uint64_t unloads = LoaderUnloads();
+  Resolved* entry = EntryFor(g_call_sites[id], kCallSites, caller);
+  if (entry != nullptr) {
+    if (void* fn = entry->ValidAt(unloads)) return fn;
   }
   void* fn = ResolveForCaller(id, caller);
-  if (fn != nullptr && free_site != nullptr) {
-    const void* expected = nullptr;
-    if (free_site->site.compare_exchange_strong(expected, caller, std::memory_order_acq_rel) ||
-        expected == caller) {
-      free_site->fn.store(fn, std::memory_order_release);
-    }
-  }
+  if (fn != nullptr && entry != nullptr) entry->Set(fn, unloads);
   return fn;
 }
 
-// A helper from the library that defines `real` (a resolved GEMM function), cached by `real`.
-struct Companion {
-  std::atomic<const void*> real{nullptr};
-  std::atomic<void*> fn{nullptr};
-};
-constexpr uint32_t kCompanions = 4;  // cuBLAS libraries in one process
-Companion g_companions[kRealBlasCount][kCompanions];
+// A helper from the library that defines `real` (a resolved GEMM function), kept by `real`.
+constexpr uint32_t kCompanions = 8;  // cuBLAS libraries in one process, and reloads
+Resolved g_companions[kRealBlasCount][kCompanions];
 
 void* CompanionOf(const void* real, RealBlasId id) {
   if (real == nullptr) return nullptr;
-  for (Companion& c : g_companions[id]) {
-    const void* seen = c.real.load(std::memory_order_acquire);
-    if (seen == real) {
-      if (void* fn = c.fn.load(std::memory_order_acquire)) return fn;
-      break;
-    }
-    if (seen == nullptr) break;
+  const uint64_t unloads = LoaderUnloads();
+  Resolved* entry = EntryFor(g_companions[id], kCompanions, real);
+  if (entry != nullptr) {
+    if (void* fn = entry->ValidAt(unloads)) return fn;
   }
   Dl_info info{};
   void* fn = nullptr;
@@ -183,15 +213,7 @@ void* CompanionOf(const void* real, RealBlasId id) {
   } else {
     fn = RealDlsym(RTLD_DEFAULT, kRealBlasNames[id]);  // linked into the main program
   }
-  if (fn == nullptr) return nullptr;
-  for (Companion& c : g_companions[id]) {
-    const void* expected = nullptr;
-    if (c.real.compare_exchange_strong(expected, real, std::memory_order_acq_rel) ||
-        expected == real) {
-      c.fn.store(fn, std::memory_order_release);
-      break;
-    }
-  }
+  if (fn != nullptr && entry != nullptr) entry->Set(fn, unloads);
   return fn;
 }
 

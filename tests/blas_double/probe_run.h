@@ -23,6 +23,7 @@ struct ProbeRun {
   int status = -1;
   std::string output;                   // stdout and stderr
   Fields libs;                          // the "libs" line, where the probe prints one
+  Fields reload;                        // the "reload" line, where the probe prints one
   std::map<std::string, Fields> cases;  // name -> key -> value
 };
 
@@ -58,6 +59,7 @@ inline ProbeRun RunProbe(const std::vector<std::string>& argv, std::vector<std::
   std::string line;
   while (std::getline(lines, line)) {
     if (line.rfind("libs ", 0) == 0) run.libs = KeyValueFields(line);
+    if (line.rfind("reload ", 0) == 0) run.reload = KeyValueFields(line);
     if (line.rfind("case=", 0) != 0) continue;
     Fields values = KeyValueFields(line);
     run.cases[values["case"]] = values;

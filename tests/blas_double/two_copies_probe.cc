@@ -30,7 +30,13 @@
 // Usage: orion_blas_two_copies_probe CALLER_B_LIBRARY [calls]   (default 8)
 #include <cuda.h>
 #include <dlfcn.h>
+#include <link.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +79,40 @@ bool Covers(const Received& r) {
     sum_n += n;
   }
   return ok && count >= 1 && count == r.calls && sum_n == kN;
+}
+
+// Where a loaded object's segments lie (page-aligned), or size 0 when it is not loaded.
+struct Extent {
+  void* start = nullptr;
+  size_t size = 0;
+};
+
+Extent ExtentOf(const char* base_name) {
+  struct Look {
+    const char* name;
+    Extent found;
+  } look{base_name, {}};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* l = static_cast<Look*>(data);
+        const char* path = info->dlpi_name;
+        const char* slash = path != nullptr ? strrchr(path, '/') : nullptr;
+        if (path == nullptr || strcmp(slash != nullptr ? slash + 1 : path, l->name) != 0) return 0;
+        uintptr_t lo = UINTPTR_MAX, hi = 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD) continue;
+          lo = std::min<uintptr_t>(lo, info->dlpi_addr + ph.p_vaddr);
+          hi = std::max<uintptr_t>(hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+        }
+        const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+        lo &= ~(page - 1);
+        hi = (hi + page - 1) & ~(page - 1);
+        if (hi > lo) l->found = {reinterpret_cast<void*>(lo), hi - lo};
+        return 1;
+      },
+      &look);
+  return look.found;
 }
 
 const char* FileOf(const void* fn) {
@@ -236,6 +276,36 @@ int main(int argc, char** argv) {
 
   p.Phase("caller_b", "B", std::string(static_cast<size_t>(calls), 'B'));
   p.Phase("alternating", "AB", "ABAB");
+
+  // The caller and its copy unloaded, then loaded again: the caller where it was, its cuBLAS
+  // copy elsewhere (its old place taken by an inaccessible mapping). A function resolved for a
+  // call site before the unload now points into that mapping.
+  Dl_info caller_info{};
+  if (dladdr(reinterpret_cast<void*>(p.caller_b), &caller_info) == 0) return 1;
+  const Extent old_b = ExtentOf("liborion_blas_double_b.so");
+  dlclose(caller);
+  const bool b_unloaded = ExtentOf("liborion_blas_double_b.so").size == 0;
+  void* blocked = old_b.size == 0 ? MAP_FAILED
+                                  : mmap(old_b.start, old_b.size, PROT_NONE,
+                                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  caller = dlopen(caller_path, RTLD_NOW | RTLD_LOCAL);
+  if (caller == nullptr) {
+    fprintf(stderr, "probe: dlopen(%s) again: %s\n", caller_path, dlerror());
+    return 1;
+  }
+  p.caller_b = reinterpret_cast<CallerGemmFn>(dlsym(caller, "orion_caller_b_gemm"));
+  p.take_b = reinterpret_cast<TakeCallsFn>(
+      dlvsym(caller, "orion_blas_double_take_calls", "ORION_BLAS_B"));
+  Dl_info again{};
+  if (p.caller_b == nullptr || p.take_b == nullptr ||
+      dladdr(reinterpret_cast<void*>(p.caller_b), &again) == 0) {
+    return 1;
+  }
+  printf("reload b_unloaded=%d blocked=%d caller_same=%d b_moved=%d\n", b_unloaded ? 1 : 0,
+         blocked == old_b.start ? 1 : 0, again.dli_fbase == caller_info.dli_fbase ? 1 : 0,
+         ExtentOf("liborion_blas_double_b.so").start != old_b.start ? 1 : 0);
+  fflush(stdout);
+  p.Phase("reloaded", "B", std::string(static_cast<size_t>(calls), 'B'));
 
   cublasDestroy_v2(p.handle);
   PROBE_CU(cuStreamDestroy(p.stream));

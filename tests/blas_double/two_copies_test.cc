@@ -1,7 +1,9 @@
 // Two cuBLAS copies in one process, each caller routed to its own, end to end on test doubles:
 // orion_blas_two_copies_probe (linked against copy A of the cuBLAS double, versioned
 // ORION_BLAS_A) calls cublasGemmEx itself, then through liborion_blas_caller_b.so (linked
-// against copy B, ORION_BLAS_B, opened with RTLD_LOCAL), then alternately; each copy's call log
+// against copy B, ORION_BLAS_B, opened with RTLD_LOCAL), then alternately, then through the
+// caller closed and opened again with copy B elsewhere (its old place an inaccessible mapping:
+// a function resolved before the unload, called again, ends the process); each copy's call log
 // says which calls it received. The interposer's cublasGemmEx is unversioned: it captures both
 // callers' references, and must send each on to the copy the loader bound that caller to.
 // Run three ways, with no orion-server (ORION_SOCKET names nothing):
@@ -43,13 +45,19 @@ void ExpectTwoCopies(const ProbeRun& run) {
   EXPECT_EQ(run.libs.count("b") == 1 ? run.libs.at("b") : "", "liborion_blas_double_b.so")
       << run.output;
   EXPECT_EQ(Int(run.libs, "b_global"), 0) << run.output;
+  // The reload: copy B went with its caller and came back elsewhere. (The caller comes back
+  // where it was on Linux's layout, caller_same=1: then its call sites are the ones resolved
+  // before.)
+  EXPECT_EQ(Int(run.reload, "b_unloaded"), 1) << run.output;
+  EXPECT_EQ(Int(run.reload, "blocked"), 1) << run.output;
+  EXPECT_EQ(Int(run.reload, "b_moved"), 1) << run.output;
 }
 
 // Each phase: every call reached its own copy, and only its own; outputs right.
 void ExpectOwnCopies(const ProbeRun& run) {
   ExpectTwoCopies(run);
   const std::map<std::string, int> calls = {
-      {"probe", kCalls}, {"caller_b", kCalls}, {"alternating", 4}};
+      {"probe", kCalls}, {"caller_b", kCalls}, {"alternating", 4}, {"reloaded", kCalls}};
   for (const auto& [name, count] : calls) {
     SCOPED_TRACE(name);
     ASSERT_EQ(run.cases.count(name), 1u) << run.output;
@@ -98,7 +106,7 @@ TEST(TwoCublasCopiesTest, UnderAForcedBoundEachCopyRunsItsOwnCallersPieces) {
   // bound).
   constexpr int kWholeCalls = 3;
   long long pieces = 0;
-  for (const char* name : {"probe", "caller_b"}) {
+  for (const char* name : {"probe", "caller_b", "reloaded"}) {
     SCOPED_TRACE(name);
     ASSERT_EQ(run.cases.count(name), 1u) << run.output;
     const Fields& c = run.cases.at(name);
@@ -114,10 +122,11 @@ TEST(TwoCublasCopiesTest, UnderAForcedBoundEachCopyRunsItsOwnCallersPieces) {
   EXPECT_GT(Int(alt, "first_own"), 1);
   EXPECT_GT(Int(alt, "last_own"), 1);
   pieces += Int(alt, "own_total");
-  // Every call looked at; all but each caller's first three split.
+  // Every call looked at; all but each caller's first three split (the reloaded caller's handle
+  // is a new one: it learns again).
   const std::vector<long long> report = Report(run.output);
-  EXPECT_EQ(report[0], 2 * kCalls + 4) << run.output;
-  EXPECT_EQ(report[1], 2 * (kCalls - kWholeCalls) + 4) << run.output;
+  EXPECT_EQ(report[0], 3 * kCalls + 4) << run.output;
+  EXPECT_EQ(report[1], 3 * (kCalls - kWholeCalls) + 4) << run.output;
   EXPECT_EQ(report[2], pieces) << run.output;
 }
 
