@@ -28,7 +28,7 @@ import os
 import statistics
 import sys
 
-from harness import markdown_table, quantile, read_rows
+from harness import append_row, markdown_table, quantile, read_rows
 
 ANSWERS = ("what each request waited behind on the GPU (the trainer's running kernel, its "
            "queued kernels, the switch), from two profiles of one window")
@@ -159,10 +159,8 @@ def main(argv):
         p.error("--labels: one name for each directory")
     for row, label in zip(rows, labels):
         row["label"] = label
-    if args.out:
-        with open(args.out, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    for row in rows if args.out else ():
+        append_row(args.out, row)
     print(table(rows))
     return 0
 

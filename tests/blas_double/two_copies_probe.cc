@@ -159,6 +159,24 @@ struct Probe {
     return worst;
   }
 
+  // Opens liborion_blas_caller_b.so with RTLD_LOCAL and takes its entry point and copy B's log;
+  // null (said on stderr) where any is missing.
+  void* OpenCaller(const char* path) {
+    void* caller = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (caller == nullptr) {
+      fprintf(stderr, "probe: dlopen(%s): %s\n", path, dlerror());
+      return nullptr;
+    }
+    caller_b = reinterpret_cast<CallerGemmFn>(dlsym(caller, "orion_caller_b_gemm"));
+    take_b = reinterpret_cast<TakeCallsFn>(
+        dlvsym(caller, "orion_blas_double_take_calls", "ORION_BLAS_B"));
+    if (caller_b == nullptr || take_b == nullptr || take_b == take_a) {
+      fprintf(stderr, "probe: the caller's entry point or copy B's log not found\n");
+      return nullptr;
+    }
+    return caller;
+  }
+
   void Phase(const char* name, const char* owner, const std::string& order) {
     size_t misrouted = 0, first_own = 0, last_own = 0, own_total = 0, other_total = 0;
     bool cover = true, equal = true;
@@ -256,18 +274,8 @@ int main(int argc, char** argv) {
   p.take_b = nothing;
   p.Phase("probe", "A", std::string(static_cast<size_t>(calls), 'A'));
 
-  void* caller = dlopen(caller_path, RTLD_NOW | RTLD_LOCAL);
-  if (caller == nullptr) {
-    fprintf(stderr, "probe: dlopen(%s): %s\n", caller_path, dlerror());
-    return 1;
-  }
-  p.caller_b = reinterpret_cast<CallerGemmFn>(dlsym(caller, "orion_caller_b_gemm"));
-  p.take_b = reinterpret_cast<TakeCallsFn>(
-      dlvsym(caller, "orion_blas_double_take_calls", "ORION_BLAS_B"));
-  if (p.caller_b == nullptr || p.take_b == nullptr || p.take_b == p.take_a) {
-    fprintf(stderr, "probe: the caller's entry point or copy B's log not found\n");
-    return 1;
-  }
+  void* caller = p.OpenCaller(caller_path);
+  if (caller == nullptr) return 1;
   const bool b_global =
       dlvsym(RTLD_DEFAULT, "orion_blas_double_take_calls", "ORION_BLAS_B") != nullptr;
   printf("libs a=%s b=%s b_global=%d\n", FileOf(reinterpret_cast<void*>(p.take_a)),
@@ -288,19 +296,9 @@ int main(int argc, char** argv) {
   void* blocked = old_b.size == 0 ? MAP_FAILED
                                   : mmap(old_b.start, old_b.size, PROT_NONE,
                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  caller = dlopen(caller_path, RTLD_NOW | RTLD_LOCAL);
-  if (caller == nullptr) {
-    fprintf(stderr, "probe: dlopen(%s) again: %s\n", caller_path, dlerror());
-    return 1;
-  }
-  p.caller_b = reinterpret_cast<CallerGemmFn>(dlsym(caller, "orion_caller_b_gemm"));
-  p.take_b = reinterpret_cast<TakeCallsFn>(
-      dlvsym(caller, "orion_blas_double_take_calls", "ORION_BLAS_B"));
+  caller = p.OpenCaller(caller_path);
   Dl_info again{};
-  if (p.caller_b == nullptr || p.take_b == nullptr ||
-      dladdr(reinterpret_cast<void*>(p.caller_b), &again) == 0) {
-    return 1;
-  }
+  if (caller == nullptr || dladdr(reinterpret_cast<void*>(p.caller_b), &again) == 0) return 1;
   printf("reload b_unloaded=%d blocked=%d caller_same=%d b_moved=%d\n", b_unloaded ? 1 : 0,
          blocked == old_b.start ? 1 : 0, again.dli_fbase == caller_info.dli_fbase ? 1 : 0,
          ExtentOf("liborion_blas_double_b.so").start != old_b.start ? 1 : 0);
