@@ -199,9 +199,9 @@ void* RealFor(RealBlasId id, const void* caller) {
 constexpr uint32_t kCompanions = 8;  // cuBLAS libraries in one process, and reloads
 Resolved g_companions[kRealBlasCount][kCompanions];
 
-void* CompanionOf(const void* real, RealBlasId id) {
+// `unloads`: LoaderUnloads(), read once by a caller that looks up several helpers.
+void* CompanionOf(const void* real, RealBlasId id, uint64_t unloads) {
   if (real == nullptr) return nullptr;
-  const uint64_t unloads = LoaderUnloads();
   Resolved* entry = EntryFor(g_companions[id], kCompanions, real);
   if (entry != nullptr) {
     if (void* fn = entry->ValidAt(unloads)) return fn;
@@ -218,8 +218,8 @@ void* CompanionOf(const void* real, RealBlasId id) {
 }
 
 template <typename Fn>
-Fn Helper(const void* real, RealBlasId id) {
-  return reinterpret_cast<Fn>(CompanionOf(real, id));
+Fn Helper(const void* real, RealBlasId id, uint64_t unloads = LoaderUnloads()) {
+  return reinterpret_cast<Fn>(CompanionOf(real, id, unloads));
 }
 
 // Set on a thread while a hook calls the real library: what that call calls goes straight on.
@@ -611,13 +611,14 @@ struct LtLibrary {
   DescGetFn desc_get = nullptr;
   AlgoCheckFn algo_check = nullptr;
 
-  explicit LtLibrary(const void* real)
-      : layout_get(Helper<LayoutGetFn>(real, kLayoutGet)),
-        layout_set(Helper<LayoutSetFn>(real, kLayoutSet)),
-        layout_create(Helper<LayoutCreateFn>(real, kLayoutCreate)),
-        layout_destroy(Helper<LayoutDestroyFn>(real, kLayoutDestroy)),
-        desc_get(Helper<DescGetFn>(real, kDescGet)),
-        algo_check(Helper<AlgoCheckFn>(real, kAlgoCheck)) {}
+  // The loader's unload count is read once for all six.
+  explicit LtLibrary(const void* real, uint64_t unloads = LoaderUnloads())
+      : layout_get(Helper<LayoutGetFn>(real, kLayoutGet, unloads)),
+        layout_set(Helper<LayoutSetFn>(real, kLayoutSet, unloads)),
+        layout_create(Helper<LayoutCreateFn>(real, kLayoutCreate, unloads)),
+        layout_destroy(Helper<LayoutDestroyFn>(real, kLayoutDestroy, unloads)),
+        desc_get(Helper<DescGetFn>(real, kDescGet, unloads)),
+        algo_check(Helper<AlgoCheckFn>(real, kAlgoCheck, unloads)) {}
   bool Complete() const {
     return layout_get != nullptr && layout_set != nullptr && layout_create != nullptr &&
            layout_destroy != nullptr && desc_get != nullptr;

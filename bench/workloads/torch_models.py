@@ -316,11 +316,10 @@ class ProfiledWindow:
                          key=lambda e: e["ts"])
         starts = [k["ts"] for k in kernels]
         out = []
-        for (push, pop, push_mono), st in zip(self.marks, steps):
+        for (push, pop, _), st in zip(self.marks, steps):
             ks = kernels[bisect.bisect_left(starts, st["ts"]):
                          bisect.bisect_right(starts, st["ts"] + st["dur"])]
-            out.append({"push_ns": push, "pop_ns": pop, "push_mono_ns": push_mono,
-                        "torch_ts_us": st["ts"],
+            out.append({"push_ns": push, "pop_ns": pop, "torch_ts_us": st["ts"],
                         "torch_dur_us": st["dur"],
                         "torch_gpu_start_us": ks[0]["ts"] if ks else None,
                         "torch_gpu_end_us": max(k["ts"] + k["dur"] for k in ks) if ks else None})
