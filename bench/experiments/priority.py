@@ -20,7 +20,8 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
               and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (--mps-be-percent)
   The knob be_percent=N (mps-cap, orion-mps) sets the trainer's SM percentage for that run.
   The knob gemm_split=0 (orion configurations) runs the trainer with ORION_GEMM_SPLIT=0: its
-  long GEMMs go whole (the arm without the split, in the same run).
+  long GEMMs go whole (the arm without the split, in the same run); timing_hold=0 runs it with
+  ORION_TIMING_HOLD=0, gemm_split_ns=N with ORION_GEMM_SPLIT_NS=N (pieces of at most N ns).
   The knob target_x=F (orion, orion-mps) gives each service a latency target of F times its p99
   alone in this run (orion-run --latency-target-ms, whole ms): the server adapts the budget to it.
   Every orion configuration starts from its mode's default budget unless be_budget_us is given.
@@ -206,6 +207,14 @@ def with_harvest(results):
 # multiple of their p99 alone (0: none).
 Config = collections.namedtuple("Config", "name alt knobs be_percent target_x be_env")
 BOOL_KNOBS = ("adapt_budget", "gpu_hold")
+# Knobs of the trainer's interposer, set in its environment: knob -> (variable, check, wanted).
+TRAINER_ENV_KNOBS = {
+    "gemm_split": ("ORION_GEMM_SPLIT", lambda v: v in ("0", "1"), "0 or 1"),
+    "timing_hold": ("ORION_TIMING_HOLD", lambda v: v in ("0", "1"), "0 or 1"),
+    "gemm_split_ns": ("ORION_GEMM_SPLIT_NS",
+                      lambda v: v.isdigit() and 10_000 <= int(v) <= 100_000_000,
+                      "nanoseconds in 10000..100000000"),
+}
 
 
 def parse_config(spec, args):
@@ -237,10 +246,11 @@ def parse_config(spec, args):
                                  f"orion-mps configuration")
         elif not cfg.startswith("orion"):
             raise SystemExit(f"{spec}: knob '{key}' wants an orion configuration")
-        elif key == "gemm_split":
-            if value not in ("0", "1"):
-                raise SystemExit(f"{spec}: gemm_split wants 0 or 1")
-            be_env["ORION_GEMM_SPLIT"] = value  # the trainer's environment, not a server knob
+        elif key in TRAINER_ENV_KNOBS:  # the trainer's environment, not a server knob
+            variable, valid, wants = TRAINER_ENV_KNOBS[key]
+            if not valid(value):
+                raise SystemExit(f"{spec}: {key} wants {wants}")
+            be_env[variable] = value
         else:
             knob_list.append(kv)
     return Config(cfg, bool(build), knob_list, be_percent, target_x, be_env)

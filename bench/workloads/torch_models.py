@@ -29,7 +29,9 @@ nothing is downloaded). Used by the experiments of bench/orion_bench.py.
              llm (4 layers of d 4096, 4 x 4096 tokens, bf16, SDPA, AdamW: GEMMs and attention
              kernels of milliseconds),
              mm-short (no model: bf16 matmuls of about 30 us back to back; the GPU always busy
-             with kernels too short to wait behind).
+             with kernels too short to wait behind),
+             mm-long (no model: bf16 matmuls of 8192 x 8192, over a millisecond each, back to
+             back: long GEMMs and nothing else).
 
   serve MODEL --driven / train MODEL --driven
       Blocks of work on command, for an A/B of two processes served in turn
@@ -205,6 +207,18 @@ def build_train(name):
 
         def step():
             for _ in range(400):
+                torch.mm(a, b, out=out)
+        return step
+    elif name == "mm-long":
+        # No model: 40 bf16 matmuls of 8192 x 8192 a step (over a millisecond each on an H200),
+        # back to back: a trainer of long GEMMs alone, with none of llm's attention, optimizer
+        # or memory traffic beside them.
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty_like(a)
+
+        def step():
+            for _ in range(40):
                 torch.mm(a, b, out=out)
         return step
     else:
