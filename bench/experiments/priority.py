@@ -21,7 +21,9 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
   The knob be_percent=N (mps-cap, orion-mps) sets the trainer's SM percentage for that run.
   The knob gemm_split=0 (orion configurations) runs the trainer with ORION_GEMM_SPLIT=0: its
   long GEMMs go whole (the arm without the split, in the same run); timing_hold=0 runs it with
-  ORION_TIMING_HOLD=0, gemm_split_ns=N with ORION_GEMM_SPLIT_NS=N (pieces of at most N ns).
+  ORION_TIMING_HOLD=0, gemm_split_ns=N with ORION_GEMM_SPLIT_NS=N (pieces of at most N ns);
+  be_env=ORION_NAME=VALUE sets any ORION_ variable in its environment (another build's knob,
+  with @alt).
   The knob target_x=F (orion, orion-mps) gives each service a latency target of F times its p99
   alone in this run (orion-run --latency-target-ms, whole ms): the server adapts the budget to it.
   Every orion configuration starts from its mode's default budget unless be_budget_us is given.
@@ -50,6 +52,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -246,6 +249,11 @@ def parse_config(spec, args):
                                  f"orion-mps configuration")
         elif not cfg.startswith("orion"):
             raise SystemExit(f"{spec}: knob '{key}' wants an orion configuration")
+        elif key == "be_env":
+            variable, eq2, setting = value.partition("=")
+            if not eq2 or not re.fullmatch(r"ORION_[A-Z0-9_]+", variable):
+                raise SystemExit(f"{spec}: be_env wants ORION_NAME=VALUE")
+            be_env[variable] = setting
         elif key in TRAINER_ENV_KNOBS:  # the trainer's environment, not a server knob
             variable, valid, wants = TRAINER_ENV_KNOBS[key]
             if not valid(value):
