@@ -12,7 +12,9 @@ a wait before every kernel: what the waits cost it); then together:
 `timeslice` (no gate), `gpu-gate` (the service clears the word before a request and sets it when
 the request completes; the trainer waits on it before every kernel), `gpu-gate/4` (a wait every
 4 kernels), `blocked` (the trainer's stream waits on a word nobody sets: does a context
-blocked on host memory cost the service anything?), `cpu-gate` (the trainer's thread holds its
+blocked on host memory cost the service anything?) and `blocked-WORK` (the same with WORK queued
+behind the wait instead of spin kernels: `linear-bias`, `sdpa`, or a torch_models.py trainer's
+step, `llm`, `mm-long`, `mm-short`), `cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
 gpu-gate's variants: `gpu-gate-q2` (at most 2 kernels queued), `gpu-gate-eq`, `-geq`, `-flush`,
 `-64` (the stream wait's other comparisons, the flush flag, the 64-bit wait). The service runs
@@ -60,8 +62,9 @@ def rate_between(marks, start, end):
 
 def run_arm(arm, a, cpu):
     """One arm: returns its row."""
-    if os.path.exists(STOP):
-        os.remove(STOP)
+    for path in (STOP, STOP + ".ready"):
+        if os.path.exists(path):
+            os.remove(path)
     open_word()
     common = ["--cycles-per-us", str(cpu), "--word", WORD]
     service_args = ["--kernels", str(a.kernels), "--kernel-us", str(a.kernel_us),
@@ -73,7 +76,10 @@ def run_arm(arm, a, cpu):
             probe("trainer", "--gate", gate, "--wait-every", str(every), "--kernel-us", str(kus),
                   "--stop", STOP, *(extra[0] if extra else []), *common, cpus=a.trainer_cpus),
             stdout=subprocess.PIPE, text=True)
-        time.sleep(4)  # its import and first kernels
+        ready = STOP + ".ready"
+        deadline = time.monotonic() + (90 if gate == "blocked" else 4)
+        while time.monotonic() < deadline and not (gate == "blocked" and os.path.exists(ready)):
+            time.sleep(0.05)  # its import and first kernels (a blocked one says when it waits)
     row = {"arm": arm["name"]}
     if arm["service"]:
         out = subprocess.run(probe("service", "--gate", arm["service"], *service_args,
@@ -107,8 +113,10 @@ def run_arm(arm, a, cpu):
     return row
 
 
+BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short")
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
-             "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64")
+             "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",
+             *(f"blocked-{w}" for w in BEHIND))
 
 
 def arms(be_kernel_us, kinds=ARM_KINDS):
@@ -132,6 +140,10 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
             "gpu-gate-q2": {"name": f"gpu-gate, 2 queued ({kus:g} us)", "service": "gpu",
                             "trainer": ("gpu", 1, kus, ["--queue", "2"])},
         }
+        for work in BEHIND:
+            every[f"blocked-{work}"] = {
+                "name": f"blocked, {work} behind", "service": "none",
+                "trainer": ("blocked", 1, kus, ["--behind", work])}
         for wait in ("eq", "geq", "flush", "64"):
             every[f"gpu-gate-{wait}"] = {
                 "name": f"gpu-gate, wait {wait} ({kus:g} us)", "service": "gpu",

@@ -6,7 +6,7 @@ made of spin kernels (torch.cuda._sleep), sharing one word of host memory that t
                         --seconds S --cycles-per-us C
   gate_probe.py trainer --word FILE --gate none|gpu|cpu|blocked --kernel-us U --wait-every N
                         [--wait and|eq|geq|and-flush|eq64] [--queue Q] --stop FILE
-                        --cycles-per-us C
+                        --cycles-per-us C [--behind sleep|linear-bias|sdpa|MODEL]
 
 The word is a file of one page under /dev/shm, mapped by both processes and registered with the
 driver (cuMemHostRegister, device-mapped), so a stream can wait on it (cuStreamWaitValue32,
@@ -16,7 +16,11 @@ trainer with `--gate gpu` puts a stream wait on the word before every N-th kerne
 queued stops at the next wait while the service has a request on the GPU and starts again the
 moment the service's request ends, without its CPU thread ever waiting. `blocked`: the trainer
 queues one wait on a word nobody sets and kernels behind it (does a stream waiting on host
-memory cost another process's context anything?). `none`: plain time-slicing. `cpu`: the gate on
+memory cost another process's context anything?); `--behind` picks what it queues there: spin
+kernels (`sleep`), cuBLASLt GEMMs with a bias epilogue (`linear-bias`: a d-4096 layer over
+16384 tokens, bf16), fused attention (`sdpa`: 4 x 32 heads x 4096 tokens, causal, bf16), or a
+training step of a torch_models.py trainer (`llm`, `mm-long`, `mm-short`, ...), each run once
+before the wait. `none`: plain time-slicing. `cpu`: the gate on
 the CPU, for comparison: the trainer's thread spins on the word before every launch, so what it
 has queued drains and its stream goes idle while the service holds the word. `--wait` picks the
 stream wait's comparison (all go on once bit 0 is set; `eq64` is the 64-bit wait), `--queue` how
@@ -35,6 +39,7 @@ import os
 import random
 import struct
 import sys
+import threading
 import time
 
 import torch
@@ -161,21 +166,56 @@ def service(a):
             "busy": round(busy / (end - start), 3), "start": start, "end": end}
 
 
+def behind_work(kind, cycles):
+    """The work a blocked trainer queues behind its wait: a callable queuing one piece of it."""
+    if kind == "sleep":
+        return lambda: [torch.cuda._sleep(cycles) for _ in range(512)]
+    if kind == "linear-bias":  # cuBLASLt with a bias epilogue, as a transformer's Linear layers
+        x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+        return lambda: [torch.nn.functional.linear(x, w, b) for _ in range(16)]
+    if kind == "sdpa":
+        q, k, v = (torch.randn(4, 32, 4096, 128, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        return lambda: [torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+                        for _ in range(8)]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch_models
+    return torch_models.build_train(kind)
+
+
+def blocked(a, stream, cycles):
+    """Queues a wait on a word nobody sets and --behind's work behind it; the word opens once
+    the stop file appears (from a watcher thread: the work may wait for its stream on the CPU)."""
+    work = behind_work(a.behind, cycles)
+    work()  # once unblocked: libraries loaded, plans built, memory cached
+    torch.cuda.synchronize()
+    word = Word(a.word + ".never", driver())
+    word.set(0)
+    word.wait_on(stream)  # never released: everything behind it waits
+
+    def watch():
+        while not os.path.exists(a.stop):
+            time.sleep(0.02)
+        word.set(1)  # let the queue drain before the process exits
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    open(a.stop + ".ready", "w").close()
+    work()
+    watcher.join()
+    torch.cuda.synchronize()
+    return {"role": "trainer", "gate": a.gate, "behind": a.behind, "kernel_us": a.kernel_us,
+            "marks": []}
+
+
 def trainer(a):
     torch.zeros(1, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
     cycles = int(a.kernel_us * a.cycles_per_us)
     if a.gate == "blocked":
-        word = Word(a.word + ".never", driver())
-        word.set(0)
-        word.wait_on(stream)  # never released: everything behind it waits
-        for _ in range(512):
-            torch.cuda._sleep(cycles)
-        while not os.path.exists(a.stop):
-            time.sleep(0.02)
-        word.set(1)  # let the queue drain before the process exits
-        torch.cuda.synchronize()
-        return {"role": "trainer", "gate": a.gate, "kernel_us": a.kernel_us, "marks": []}
+        return blocked(a, stream, cycles)
     word = Word(a.word, driver()) if a.gate in ("gpu", "cpu") else None
     if word:
         word.set(1)  # open until a service holds it
@@ -223,6 +263,9 @@ def main():
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--wait-every", type=int, default=1)
     p.add_argument("--stop", default="/tmp/orion-gate-probe.stop")
+    p.add_argument("--behind", default="sleep",
+                   help="blocked: what waits behind the wait (sleep, linear-bias, sdpa, or a "
+                        "torch_models.py trainer)")
     p.add_argument("--cycles-per-us", type=float, default=1800)
     a = p.parse_args()
     roles = {"service": service, "trainer": trainer}
