@@ -12,7 +12,8 @@ a wait before every kernel: what the waits cost it); then together:
 `timeslice` (no gate), `gpu-gate` (the service clears the word before a request and sets it when
 the request completes; the trainer waits on it before every kernel), `gpu-gate/4` (a wait every
 4 kernels), `blocked` (the trainer's stream waits on a word nobody sets: does a context
-blocked on host memory cost the service anything?) and `blocked-WORK` (the same with WORK queued
+blocked on host memory cost the service anything?) and `blocked-graph` (the same beside a service whose request is one CUDA graph, against
+`graph-alone`), `blocked-WORK` (the same with WORK queued
 behind the wait instead of spin kernels: `linear-bias`, `sdpa`, or a torch_models.py trainer's
 step, `llm`, `mm-long`, `mm-short`), `cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
@@ -83,6 +84,7 @@ def run_arm(arm, a, cpu):
     row = {"arm": arm["name"]}
     if arm["service"]:
         out = subprocess.run(probe("service", "--gate", arm["service"], *service_args,
+                                   *arm.get("service_args", []),
                                    cpus=a.service_cpus),
                              capture_output=True, text=True)
         if out.returncode != 0:
@@ -116,7 +118,7 @@ def run_arm(arm, a, cpu):
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short")
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
              "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",
-             *(f"blocked-{w}" for w in BEHIND))
+             "graph-alone", "blocked-graph", *(f"blocked-{w}" for w in BEHIND))
 
 
 def arms(be_kernel_us, kinds=ARM_KINDS):
@@ -140,6 +142,11 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
             "gpu-gate-q2": {"name": f"gpu-gate, 2 queued ({kus:g} us)", "service": "gpu",
                             "trainer": ("gpu", 1, kus, ["--queue", "2"])},
         }
+        every["graph-alone"] = {"name": "service alone, a CUDA graph a request",
+                                "service": "none", "service_args": ["--graph"], "trainer": None}
+        every["blocked-graph"] = {"name": f"blocked ({kus:g} us), the service a CUDA graph",
+                                  "service": "none", "service_args": ["--graph"],
+                                  "trainer": ("blocked", 1, kus)}
         for work in BEHIND:
             every[f"blocked-{work}"] = {
                 "name": f"blocked, {work} behind", "service": "none",

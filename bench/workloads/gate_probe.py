@@ -3,7 +3,7 @@ made of spin kernels (torch.cuda._sleep), sharing one word of host memory that t
 
   gate_probe.py calibrate                      -> {"cycles_per_us": ...}
   gate_probe.py service --word FILE --gate none|gpu --kernels K --kernel-us U --rate R
-                        --seconds S --cycles-per-us C
+                        --seconds S --cycles-per-us C [--graph]
   gate_probe.py trainer --word FILE --gate none|gpu|cpu|blocked --kernel-us U --wait-every N
                         [--wait and|eq|geq|and-flush|eq64] [--queue Q] --stop FILE
                         --cycles-per-us C [--behind sleep|linear-bias|sdpa|MODEL]
@@ -122,9 +122,19 @@ def service(a):
     if word:
         word.set(1)
     cycles = int(a.kernel_us * a.cycles_per_us)
-    for _ in range(20):  # warm-up
+
+    def kernels():
         for _ in range(a.kernels):
             torch.cuda._sleep(cycles)
+
+    request = kernels
+    if a.graph:  # the request's kernels as one CUDA graph, replayed per request
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            kernels()
+        request = graph.replay
+    for _ in range(20):  # warm-up
+        request()
         torch.cuda.synchronize()
     rng = random.Random(1)
     lat, busy, waits = [], 0.0, []
@@ -140,8 +150,7 @@ def service(a):
         if word:
             word.set(0)  # hold: what the trainer queued stops at its next wait
         first.record()
-        for _ in range(a.kernels):
-            torch.cuda._sleep(cycles)
+        request()
         last.record()
         torch.cuda.synchronize()
         if word:
@@ -157,7 +166,7 @@ def service(a):
     lat.sort()
     waits.sort()
     q = lambda xs, p: xs[min(len(xs) - 1, int(p * len(xs)))]
-    return {"role": "service", "gate": a.gate, "requests": len(lat),
+    return {"role": "service", "gate": a.gate, "graph": a.graph, "requests": len(lat),
             "p50_ms": round(q(lat, 0.5), 3), "p99_ms": round(q(lat, 0.99), 3),
             "mean_ms": round(sum(lat) / len(lat), 3),
             "wait_p50_us": round(q(waits, 0.5) * 1e3, 1),
@@ -263,6 +272,7 @@ def main():
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--wait-every", type=int, default=1)
     p.add_argument("--stop", default="/tmp/orion-gate-probe.stop")
+    p.add_argument("--graph", action="store_true", help="service: each request one CUDA graph")
     p.add_argument("--behind", default="sleep",
                    help="blocked: what waits behind the wait (sleep, linear-bias, sdpa, or a "
                         "torch_models.py trainer)")
