@@ -118,7 +118,7 @@ def run_arm(arm, a, cpu):
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short")
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
              "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",
-             "graph-alone", "blocked-graph", *(f"blocked-{w}" for w in BEHIND))
+             "graph-alone", "blocked-graph", "blocked-graph-eq", *(f"blocked-{w}" for w in BEHIND))
 
 
 def arms(be_kernel_us, kinds=ARM_KINDS):
@@ -147,6 +147,9 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
         every["blocked-graph"] = {"name": f"blocked ({kus:g} us), the service a CUDA graph",
                                   "service": "none", "service_args": ["--graph"],
                                   "trainer": ("blocked", 1, kus)}
+        every["blocked-graph-eq"] = {"name": f"blocked ({kus:g} us, wait eq), the service a CUDA graph",
+                                     "service": "none", "service_args": ["--graph"],
+                                     "trainer": ("blocked", 1, kus, ["--wait", "eq"])}
         for work in BEHIND:
             every[f"blocked-{work}"] = {
                 "name": f"blocked, {work} behind", "service": "none",

@@ -202,7 +202,7 @@ def blocked(a, stream, cycles):
     torch.cuda.synchronize()
     word = Word(a.word + ".never", driver())
     word.set(0)
-    word.wait_on(stream)  # never released: everything behind it waits
+    word.wait_on(stream, a.wait)  # never released: everything behind it waits
 
     def watch():
         while not os.path.exists(a.stop):
