@@ -13,7 +13,8 @@ a wait before every kernel: what the waits cost it); then together:
 the request completes; the trainer waits on it before every kernel), `gpu-gate/4` (a wait every
 4 kernels), `blocked` (the trainer's stream waits on a word nobody sets: does a context
 blocked on host memory cost the service anything?) and `blocked-graph` (the same beside a service whose request is one CUDA graph, against
-`graph-alone`), `blocked-WORK` (the same with WORK queued
+`graph-alone`; `-sync`: the trainer's thread meanwhile waits for its stream in the driver,
+as a step loop does), `blocked-WORK` (the same with WORK queued
 behind the wait instead of spin kernels: `linear-bias`, `sdpa`, or a torch_models.py trainer's
 step, `llm`, `mm-long`, `mm-short`), `cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
@@ -118,7 +119,7 @@ def run_arm(arm, a, cpu):
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short")
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
              "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",
-             "graph-alone", "blocked-graph", "blocked-graph-eq", *(f"blocked-{w}" for w in BEHIND))
+             "graph-alone", "blocked-graph", "blocked-graph-eq", "blocked-graph-sync", "blocked-llm-sync", *(f"blocked-{w}" for w in BEHIND))
 
 
 def arms(be_kernel_us, kinds=ARM_KINDS):
@@ -150,6 +151,14 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
         every["blocked-graph-eq"] = {"name": f"blocked ({kus:g} us, wait eq), the service a CUDA graph",
                                      "service": "none", "service_args": ["--graph"],
                                      "trainer": ("blocked", 1, kus, ["--wait", "eq"])}
+        every["blocked-graph-sync"] = {
+            "name": f"blocked ({kus:g} us), its thread in cuCtxSynchronize, the service a CUDA graph",
+            "service": "none", "service_args": ["--graph"],
+            "trainer": ("blocked", 1, kus, ["--sync"])}
+        every["blocked-llm-sync"] = {
+            "name": "blocked, llm behind, its thread in cuCtxSynchronize, the service a CUDA graph",
+            "service": "none", "service_args": ["--graph"],
+            "trainer": ("blocked", 1, kus, ["--behind", "llm", "--sync"])}
         for work in BEHIND:
             every[f"blocked-{work}"] = {
                 "name": f"blocked, {work} behind", "service": "none",

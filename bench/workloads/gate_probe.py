@@ -6,7 +6,7 @@ made of spin kernels (torch.cuda._sleep), sharing one word of host memory that t
                         --seconds S --cycles-per-us C [--graph]
   gate_probe.py trainer --word FILE --gate none|gpu|cpu|blocked --kernel-us U --wait-every N
                         [--wait and|eq|geq|and-flush|eq64] [--queue Q] --stop FILE
-                        --cycles-per-us C [--behind sleep|linear-bias|sdpa|MODEL]
+                        --cycles-per-us C [--behind sleep|linear-bias|sdpa|MODEL] [--sync]
 
 The word is a file of one page under /dev/shm, mapped by both processes and registered with the
 driver (cuMemHostRegister, device-mapped), so a stream can wait on it (cuStreamWaitValue32,
@@ -213,6 +213,8 @@ def blocked(a, stream, cycles):
     watcher.start()
     open(a.stop + ".ready", "w").close()
     work()
+    if a.sync:  # as a trainer's step loop: its thread waits in the driver for the stream
+        torch.cuda.synchronize()
     watcher.join()
     torch.cuda.synchronize()
     return {"role": "trainer", "gate": a.gate, "behind": a.behind, "kernel_us": a.kernel_us,
@@ -272,6 +274,8 @@ def main():
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--wait-every", type=int, default=1)
     p.add_argument("--stop", default="/tmp/orion-gate-probe.stop")
+    p.add_argument("--sync", action="store_true",
+                   help="blocked: wait for the stream in the driver (cuCtxSynchronize) meanwhile")
     p.add_argument("--graph", action="store_true", help="service: each request one CUDA graph")
     p.add_argument("--behind", default="sleep",
                    help="blocked: what waits behind the wait (sleep, linear-bias, sdpa, or a "
