@@ -14,7 +14,8 @@ the request completes; the trainer waits on it before every kernel), `gpu-gate/4
 4 kernels), `blocked` (the trainer's stream waits on a word nobody sets: does a context
 blocked on host memory cost the service anything?) and `blocked-graph` (the same beside a service whose request is one CUDA graph, against
 `graph-alone`; `-sync`: the trainer's thread meanwhile waits for its stream in the driver,
-as a step loop does), `blocked-WORK` (the same with WORK queued
+as a step loop does; `-irq`: the service waits for each request on a blocking-sync event, as
+orion's completion poller does), `blocked-WORK` (the same with WORK queued
 behind the wait instead of spin kernels: `linear-bias`, `sdpa`, or a torch_models.py trainer's
 step, `llm`, `mm-long`, `mm-short`), `cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
@@ -119,7 +120,7 @@ def run_arm(arm, a, cpu):
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short")
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
              "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",
-             "graph-alone", "blocked-graph", "blocked-graph-eq", "blocked-graph-sync", "blocked-llm-sync", *(f"blocked-{w}" for w in BEHIND))
+             "graph-alone", "blocked-graph", "blocked-graph-eq", "graph-irq-alone", "blocked-graph-irq", "blocked-graph-sync", "blocked-llm-sync", *(f"blocked-{w}" for w in BEHIND))
 
 
 def arms(be_kernel_us, kinds=ARM_KINDS):
@@ -151,6 +152,13 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
         every["blocked-graph-eq"] = {"name": f"blocked ({kus:g} us, wait eq), the service a CUDA graph",
                                      "service": "none", "service_args": ["--graph"],
                                      "trainer": ("blocked", 1, kus, ["--wait", "eq"])}
+        every["graph-irq-alone"] = {
+            "name": "service alone, a CUDA graph a request, waited for on a blocking event",
+            "service": "none", "service_args": ["--graph", "--blocking-event"], "trainer": None}
+        every["blocked-graph-irq"] = {
+            "name": f"blocked ({kus:g} us), the service a CUDA graph waited for on a blocking event",
+            "service": "none", "service_args": ["--graph", "--blocking-event"],
+            "trainer": ("blocked", 1, kus, ["--sync"])}
         every["blocked-graph-sync"] = {
             "name": f"blocked ({kus:g} us), its thread in cuCtxSynchronize, the service a CUDA graph",
             "service": "none", "service_args": ["--graph"],

@@ -3,7 +3,7 @@ made of spin kernels (torch.cuda._sleep), sharing one word of host memory that t
 
   gate_probe.py calibrate                      -> {"cycles_per_us": ...}
   gate_probe.py service --word FILE --gate none|gpu --kernels K --kernel-us U --rate R
-                        --seconds S --cycles-per-us C [--graph]
+                        --seconds S --cycles-per-us C [--graph] [--blocking-event]
   gate_probe.py trainer --word FILE --gate none|gpu|cpu|blocked --kernel-us U --wait-every N
                         [--wait and|eq|geq|and-flush|eq64] [--queue Q] --stop FILE
                         --cycles-per-us C [--behind sleep|linear-bias|sdpa|MODEL] [--sync]
@@ -133,6 +133,7 @@ def service(a):
         with torch.cuda.graph(graph):
             kernels()
         request = graph.replay
+    done = torch.cuda.Event(blocking=True) if a.blocking_event else None
     for _ in range(20):  # warm-up
         request()
         torch.cuda.synchronize()
@@ -152,6 +153,9 @@ def service(a):
         first.record()
         request()
         last.record()
+        if done is not None:  # waited for asleep, woken by the GPU's interrupt
+            done.record()
+            done.synchronize()
         torch.cuda.synchronize()
         if word:
             word.set(1)  # release: the trainer's queue runs on at once
@@ -276,6 +280,8 @@ def main():
     p.add_argument("--stop", default="/tmp/orion-gate-probe.stop")
     p.add_argument("--sync", action="store_true",
                    help="blocked: wait for the stream in the driver (cuCtxSynchronize) meanwhile")
+    p.add_argument("--blocking-event", action="store_true",
+                   help="service: wait for each request on a blocking-sync event")
     p.add_argument("--graph", action="store_true", help="service: each request one CUDA graph")
     p.add_argument("--behind", default="sleep",
                    help="blocked: what waits behind the wait (sleep, linear-bias, sdpa, or a "
