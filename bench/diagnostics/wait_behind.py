@@ -12,7 +12,10 @@ S, the start of its first kernel; the wait is S - L. The trainer's kernels are p
 service's clock through the system clock: each process's offset is the median, over its
 iterations, of the previous iteration's end (time.time_ns, right before prof.step()) against
 the profiler's start of the next ProfilerStep, the same small lag in both processes, so it
-cancels (two processes on one host read about 30 us apart). The wait is split into
+cancels (two processes on one host read about 30 us apart). A process with one iteration in the
+window (a trainer that stalled) is placed through its NVTX pushes instead (mono_offset_us of
+the kernels' summary: the host clock less the profiler's), to within tens of microseconds. The
+wait is split into
   running  what was left of the trainer kernel running at L;
   queued   the trainer's kernels that started after L and before S (work already queued, or
            admitted, when the request came);
@@ -47,10 +50,11 @@ def load(directory):
 
 
 def clock_offset(summary):
-    """The process's system clock minus its profiler clock (us), from step ends and starts."""
+    """The process's system clock minus its profiler clock (us), from step ends and starts;
+    None for a profile of fewer than two iterations."""
     steps = summary["steps"]
     if len(steps) < 2:
-        raise SystemExit("wait-behind: a profile of fewer than two iterations")
+        return None
     return statistics.median(steps[i - 1]["pop_ns"] / 1e3 - steps[i]["torch_ts_us"]
                              for i in range(1, len(steps)))
 
@@ -75,8 +79,16 @@ def requests(summary, service):
 def split(directory):
     summary, service, trainer, trainer_summary = load(directory)
     reqs = requests(summary, service)
-    # The trainer's kernels on the service's clock.
-    shift = clock_offset(trainer_summary) - clock_offset(summary)
+    # The trainer's kernels on the service's clock: through the step ends where both have two
+    # iterations or more, else through the NVTX pushes (the monotonic clock).
+    ends = clock_offset(trainer_summary), clock_offset(summary)
+    if None not in ends:
+        shift, clock = ends[0] - ends[1], "step ends"
+    elif "mono_offset_us" in trainer and "mono_offset_us" in service:
+        shift, clock = trainer["mono_offset_us"] - service["mono_offset_us"], "pushes"
+    else:
+        raise SystemExit(f"wait-behind: {directory}: a profile of fewer than two iterations "
+                         "and no push offsets")
     kernels = sorted((k[0] + shift, k[0] + shift + k[1], k[9]) for k in trainer["kernels"])
     starts = [k[0] for k in kernels]
     lo, hi = starts[0], max(k[1] for k in kernels)
@@ -114,7 +126,7 @@ def split(directory):
         return round(quantile(sorted(values), p), 1)
     out = {"dir": directory, "requests": len(rows),
            "found_running": round(sum(r[4] for r in rows) / len(rows), 3),
-           "clock_shift_us": round(shift, 1)}
+           "clock_shift_us": round(shift, 1), "clock": clock}
     for i, name in enumerate(("wait", "running", "queued", "idle")):
         vals = [r[i] for r in rows]
         out[f"{name}_mean_us"] = round(statistics.fmean(vals), 1)

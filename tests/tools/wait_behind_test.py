@@ -5,7 +5,9 @@ after its launch. The trainer's profiler clock runs 2,000 us ahead of the servic
 of 200 us back to back then run 100 us into the request's wait (so 100 us left of the one
 running at the launch, 200 us of the next one queued), and a gap of 10 us in every tenth spot
 leaves the GPU idle. The clocks must be aligned from the step ends, the parts must come out as
-made, the labels must name the rows, and a window without a request is refused."""
+made, the labels must name the rows, and a window without a request is refused. A trainer with
+one iteration in the window (one that stalled) is placed through the pushes' offsets
+(mono_offset_us) instead, and comes out the same; without them it is refused."""
 import json
 import os
 import subprocess
@@ -18,7 +20,7 @@ SHIFT_US = 2000.0           # trainer clock minus service clock
 EPOCH_US = 1_700_000_000_000_000.0  # system clock minus the service's profiler clock
 
 
-def write(directory, trainer_start_us=0.0):
+def write(directory, trainer_start_us=0.0, trainer_steps=20, push_offsets=True):
     os.makedirs(directory, exist_ok=True)
     steps, launches = [], []
     for i in range(1, 41):
@@ -33,10 +35,11 @@ def write(directory, trainer_start_us=0.0):
     for i, st in enumerate(steps[:-1]):
         st["pop_ns"] = int((EPOCH_US + steps[i + 1]["torch_ts_us"] - 50) * 1e3)
     json.dump({"steps": steps}, open(os.path.join(directory, "service.json"), "w"))
-    json.dump({"mono_offset_us": 0, "kernels": [], "launches": launches},
+    offsets = {"mono_offset_us": EPOCH_US} if push_offsets else {}
+    json.dump({**offsets, "kernels": [], "launches": launches},
               open(os.path.join(directory, "service.kernels.json"), "w"))
     tsteps, kernels = [], []
-    for i in range(20):
+    for i in range(trainer_steps):
         ts = trainer_start_us + SHIFT_US + 2000.0 * i
         tsteps.append({"push_ns": 0, "torch_ts_us": ts,
                        "pop_ns": int((EPOCH_US + ts + 2000.0 - SHIFT_US - 50) * 1e3)})
@@ -49,7 +52,8 @@ def write(directory, trainer_start_us=0.0):
                         "gemm_piece" if int(t) % 1000 != 200 else "attention_bprop"])
         t += 200.0
     json.dump({"steps": tsteps}, open(os.path.join(directory, "trainer.json"), "w"))
-    json.dump({"mono_offset_us": 0, "kernels": kernels, "launches": []},
+    offsets = {"mono_offset_us": EPOCH_US - SHIFT_US} if push_offsets else {}
+    json.dump({**offsets, "kernels": kernels, "launches": []},
               open(os.path.join(directory, "trainer.kernels.json"), "w"))
 
 
@@ -76,6 +80,26 @@ def main():
             failures.append(f"largest share: {row['top'][0]} (want attention_bprop, the queued one)")
         if "made up" not in run.stdout:
             failures.append("the table does not name the row by its label")
+        if row.get("clock") != "step ends":
+            failures.append(f"clock: {row.get('clock')} (want step ends)")
+        # One trainer iteration: placed through the pushes, the same parts.
+        stalled, bare = os.path.join(work, "stalled"), os.path.join(work, "bare")
+        write(stalled, trainer_steps=1)
+        write(bare, trainer_steps=1, push_offsets=False)
+        one = subprocess.run([sys.executable, SCRIPT, "wait-behind", stalled, "--out",
+                              os.path.join(work, "one.jsonl")], capture_output=True, text=True)
+        if one.returncode != 0:
+            failures.append(f"one trainer iteration: {one.stdout + one.stderr}")
+        else:
+            r1 = json.loads(open(os.path.join(work, "one.jsonl")).read().splitlines()[0])
+            for key, want in {**expect, "label": None, "clock": "pushes"}.items():
+                if r1.get(key) != want:
+                    failures.append(f"one iteration: {key}: {r1.get(key)} (want {want})")
+        no_push = subprocess.run([sys.executable, SCRIPT, "wait-behind", bare],
+                                 capture_output=True, text=True)
+        if no_push.returncode == 0 or "fewer than two iterations" not in no_push.stderr:
+            failures.append(f"one iteration without push offsets was not refused: "
+                            f"{no_push.returncode} {no_push.stderr}")
         refused = subprocess.run([sys.executable, SCRIPT, "wait-behind", apart],
                                  capture_output=True, text=True)
         if refused.returncode == 0 or "no request inside the trainer's window" not in refused.stderr:
