@@ -4,7 +4,7 @@ one word of host memory that the trainer's stream waits on (cuStreamWaitValue32)
 
   orion_bench.py gpu-gate [--rounds 2] [--seconds 8] [--kernels 10] [--kernel-us 100]
                           [--be-kernel-us 100,500] [--arms KIND,...] [--load 0.5] [--out DIR]
-  orion_bench.py gpu-gate --table ROWS.jsonl
+  orion_bench.py gpu-gate --table ROWS.jsonl [ROWS.jsonl ...] [--summary]
 
 Arms, one process pair each, order rotating between rounds: the service alone; for each trainer
 kernel length the trainer alone and the arms --arms names: `wait-alone` (the trainer alone with
@@ -156,7 +156,8 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
             "name": "service alone, a CUDA graph a request, waited for on a blocking event",
             "service": "none", "service_args": ["--graph", "--blocking-event"], "trainer": None}
         every["blocked-graph-irq"] = {
-            "name": f"blocked ({kus:g} us), the service a CUDA graph waited for on a blocking event",
+            "name": f"blocked ({kus:g} us), its thread in cuCtxSynchronize, the service a CUDA "
+                    "graph waited for on a blocking event",
             "service": "none", "service_args": ["--graph", "--blocking-event"],
             "trainer": ("blocked", 1, kus, ["--sync"])}
         every["blocked-graph-sync"] = {
@@ -204,7 +205,7 @@ def summarize(rows):
     return out
 
 
-def table(rows):
+def table(rows, summary_only=False):
     cells = summarize(rows)
     body = []
     for c in cells:
@@ -234,9 +235,12 @@ def table(rows):
             return harness.spread(vals, digits, suffix) if vals else "-"
         summary.append([arm, len(cs), med("p50_x"), med("p99_x"), med("wait_p50_us", " us", 0),
                         med("trainer_x"), med("harvest", "")])
-    return (text + f"\n\nOver the rounds: median [min, max]\n\n" + harness.markdown_table(
+    pooled = harness.markdown_table(
         ["arm", "rounds", "p50 vs alone", "p99 vs alone", "waited for the GPU, p50",
-         "trainer vs alone", "harvest"], summary))
+         "trainer vs alone", "harvest"], summary)
+    if summary_only:
+        return pooled
+    return text + "\n\nOver the rounds: median [min, max]\n\n" + pooled
 
 
 def main(argv=None):
@@ -253,10 +257,13 @@ def main(argv=None):
     p.add_argument("--service-cpus", default="0-1")
     p.add_argument("--trainer-cpus", default="2-3")
     p.add_argument("--out")
-    p.add_argument("--table", metavar="ROWS_JSONL")
+    p.add_argument("--table", metavar="ROWS_JSONL", nargs="+")
+    p.add_argument("--summary", action="store_true",
+                   help="with --table: only the arms over the rounds (median [min, max])")
     a = p.parse_args(argv)
     if a.table:
-        print(table(harness.read_rows(a.table, "gpu-gate")))
+        print(table([r for path in a.table for r in harness.read_rows(path, "gpu-gate")],
+                    a.summary))
         return
     out = a.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="orion-gpu-gate-")
     os.makedirs(out, exist_ok=True)
