@@ -19,11 +19,13 @@
 // queued work drains before the gate holds the next launch (the same pair: 1.29x, job 0.34).
 //
 // GEMMs in pieces: a process that ran a long GEMM in pieces (hooks_blas.cc,
-// ProcessState::splits_gemms) takes the gate on the CPU too. Held on the GPU, its context,
-// blocked on the hold's wait with pieces queued behind it, kept taking its time slices while a
-// saturated service never let the hold open: an LLM-sized trainer beside a BERT graph service
-// (H200) left the GPU idle 4.2 ms of each 5.1 ms request, the service at 1,193x its p50 alone
-// and the trainer at 3% of its speed; on the CPU, the same pair read p50 1.47x and p99 1.18x.
+// ProcessState::splits_gemms) takes the gate on the CPU too. Held on the GPU, an LLM-sized
+// trainer's pieces stalled a BERT graph service in every round (H200): the GPU idle one whole
+// time slice between two graphs, the service saturated, the hold never open, the service at
+// 846x to 1,201x its p50 alone and the trainer at 3% to 7% of its speed; on the CPU, the same
+// pair reads p50 1.47x and p99 1.18x. A context blocked on a stream wait alone costs a service
+// nothing (bench gpu-gate's blocked arms), so what takes the slice is in the trainer's process
+// and not found (not the timing hold, kernel timing or PDL: docs/benchmarks.md).
 //
 // The decision functions are pure over shared memory (tests/interpose/launch_gate_test.cc);
 // QueueHoldWait and the keeper (gpu_hold.cc) talk to the driver.
