@@ -14,11 +14,13 @@
 //
 // Usage:
 //   GemmPlan plan = PlanGemmSplit(m, n, estimate_ns, bound_ns, /*rows_allowed=*/true);
-//   for (uint32_t i = 0; i < plan.pieces; ++i) {
-//     GemmSlice s = SliceOf(plan, i, m, n);
-//     GemmShift d = ShiftOf(operands, plan.axis, s.start);  // byte offsets of A, B, C, D
-//     call with s.m, s.n and the moved pointers;
-//   }
+//   bool failed = false;
+//   status = RunGemmPlan(plan, m, n, /*redo_whole=*/C apart from D, kSuccess,
+//       [&](const GemmSlice& s) {  // s.m x s.n of D from s.start on the plan's axis
+//         GemmShift d = ShiftOf(operands, plan.axis, s.start);  // byte offsets of A, B, C, D
+//         return call with s.m, s.n and the moved pointers;
+//       },
+//       [&] { return the whole call; }, &failed);
 #pragma once
 
 #include <stdint.h>
@@ -98,6 +100,47 @@ inline GemmSlice SliceOf(const GemmPlan& plan, uint32_t index, int64_t m, int64_
   s.m = plan.axis == GemmAxis::kRows ? width : m;
   s.n = plan.axis == GemmAxis::kRows ? n : width;
   return s;
+}
+
+// D's slice [start, end) on the plan's axis (rows or columns), the other extent whole.
+inline GemmSlice SliceBetween(const GemmPlan& plan, int64_t start, int64_t end, int64_t m,
+                              int64_t n) {
+  GemmSlice s;
+  s.start = start;
+  s.m = plan.axis == GemmAxis::kRows ? end - start : m;
+  s.n = plan.axis == GemmAxis::kRows ? n : end - start;
+  return s;
+}
+
+// Runs a plan's pieces through `piece(slice)` (each returns `ok` or an error), so that a piece
+// that fails never leaves D part old and part new where the call reads D as C:
+//  - a last piece narrower than the others goes first, so that each width's first piece (the
+//    one a width the library cannot take fails on) fails before anything of D was written;
+//  - the first piece that runs fails: nothing is written, the call goes whole (`whole()`);
+//  - a later one fails: where C is apart from D (`redo_whole`) the call goes whole again; in
+//    place, the part of D not yet written goes as one call (every element of D is then written
+//    once, from its own C), and the caller sees that call's status (the piece's own where it
+//    was the last of the part).
+// *failed is set where any piece failed (the caller stops cutting the shape).
+template <typename Status, typename Piece, typename Whole>
+Status RunGemmPlan(const GemmPlan& plan, int64_t m, int64_t n, bool redo_whole, Status ok,
+                   Piece piece, Whole whole, bool* failed) {
+  const int64_t extent = plan.axis == GemmAxis::kRows ? m : n;
+  const uint32_t last = plan.pieces - 1;
+  const bool tail_first = SliceOf(plan, last, m, n).start + plan.width > extent;
+  // Where the pieces that run in order end: before the tail where it went first.
+  const int64_t end = tail_first ? plan.width * last : extent;
+  for (uint32_t run = 0; run < plan.pieces; ++run) {
+    const uint32_t index = tail_first ? (run == 0 ? last : run - 1) : run;
+    const GemmSlice slice = SliceOf(plan, index, m, n);
+    const Status status = piece(slice);
+    if (status == ok) continue;
+    *failed = true;
+    if (run == 0 || redo_whole) return whole();
+    if (slice.start + plan.width >= end) return status;  // the rest is this piece: it failed
+    return piece(SliceBetween(plan, slice.start, end, m, n));
+  }
+  return ok;
 }
 
 // The operands of a call as slicing sees them: leading dimensions, whether op(A) and op(B)

@@ -449,25 +449,27 @@ uint64_t CurrentContextWord() {
   return reinterpret_cast<uint64_t>(ctx);
 }
 
-// Runs the pieces of a plan through `piece(slice, shift)`. A piece that fails refuses the shape
-// (its calls go whole from then on); the first leaves the output untouched and the call goes
-// whole, a later one has written part of D: the call goes whole again where that reads nothing it
-// wrote (`redo_whole`: C apart from D), else the caller sees the piece's error. From its first
-// split on, the process is held at the gate on the CPU (gpu_hold.h, "GEMMs in pieces"): set
-// before the first piece goes, so that none of them is held on the GPU.
+// Runs the pieces of a plan through `piece(slice, shift)` (RunGemmPlan: the narrower last piece
+// first; a piece that fails sends the call whole, or in place the part of D not yet written as
+// one call). A piece that fails refuses the shape: its calls go whole from then on. From its
+// first split on, the process is held at the gate on the CPU (gpu_hold.h, "GEMMs in pieces"):
+// set before the first piece goes, so that none of them is held on the GPU.
 template <typename Piece, typename Whole>
 cublasStatus_t RunPieces(const CallPlan& call, const GemmOperands& operands, int64_t m,
                          int64_t n, bool redo_whole, Piece piece, Whole whole) {
   if (!g_process.splits_gemms.load(std::memory_order_relaxed)) {
     g_process.splits_gemms.store(true, std::memory_order_relaxed);
   }
-  for (uint32_t i = 0; i < call.plan.pieces; ++i) {
-    const GemmSlice slice = SliceOf(call.plan, i, m, n);
-    const cublasStatus_t status = piece(slice, ShiftOf(operands, call.plan.axis, slice.start));
-    if (status != blas::kSuccess) {
-      Refuse(call.entry);
-      return i == 0 || redo_whole ? whole() : status;
-    }
+  bool failed = false;
+  const cublasStatus_t status = RunGemmPlan(
+      call.plan, m, n, redo_whole, blas::kSuccess,
+      [&](const GemmSlice& slice) {
+        return piece(slice, ShiftOf(operands, call.plan.axis, slice.start));
+      },
+      whole, &failed);
+  if (failed) {
+    Refuse(call.entry);
+    return status;
   }
   g_split_calls.fetch_add(1, std::memory_order_relaxed);
   g_split_pieces.fetch_add(call.plan.pieces, std::memory_order_relaxed);
@@ -908,8 +910,10 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   CallPlan call = PlanCall(key, lt.m, lt.n, limits, /*rows=*/false);
   const bool shared_cd = Cdesc == Ddesc;
   SliceLayouts full, last;
+  int64_t last_n = 0;
   if (call.plan.axis == GemmAxis::kColumns) {
     const GemmSlice tail = SliceOf(call.plan, call.plan.pieces - 1, lt.m, lt.n);
+    last_n = tail.n;
     bool ok = MakeSliceLayouts(lib, lt, shared_cd, call.plan.width, &full) &&
               MakeSliceLayouts(lib, lt, shared_cd, tail.n, &last);
     // The caller's algorithm must take the slices: it was chosen for the whole. Checked once per
@@ -935,8 +939,13 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
     status = RunPieces(
         call, op, lt.m, lt.n, /*redo_whole=*/C != D,
         [&](const GemmSlice& sl, const GemmShift& d) {
-          const SliceLayouts& l = sl.n == call.plan.width ? full : last;
-          return call_real(Moved(B, d.b), l.b, Moved(C, d.c), l.c, Moved(D, d.d), l.d);
+          // A piece's width, the tail's, or (in place, after a piece failed) the rest's.
+          SliceLayouts rest;
+          const SliceLayouts* l = sl.n == call.plan.width ? &full : sl.n == last_n ? &last : &rest;
+          if (l == &rest && !MakeSliceLayouts(lib, lt, shared_cd, sl.n, &rest)) {
+            return blas::kNotSupported;
+          }
+          return call_real(Moved(B, d.b), l->b, Moved(C, d.c), l->c, Moved(D, d.d), l->d);
         },
         whole);
   }

@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
 
   const float alpha = 0.75f, beta = -0.5f;
   std::vector<Case> cases;
-  cases.reserve(8);  // the calls hold pointers to their cases
+  cases.reserve(10);  // the calls hold pointers to their cases
 
   // Classic cuBLAS, in place (C is D): m x n x k, op(A), op(B), batch.
   struct Classic {
@@ -292,6 +292,39 @@ int main(int argc, char** argv) {
     c.call = [=, &alpha] {
       return cublasLtMatmul(lt, desc, &alpha, a, adesc, b, bdesc, &lt_beta, c_in, cdesc,
                             cp->out.data(), ddesc, &algo, nullptr, 0, stream);
+    };
+  }
+
+  // cuBLASLt in place: C is D (one layout), beta 0.25, op(B) = B^T, no epilogue. A piece that
+  // fails once part of D is written cannot send the call whole again.
+  {
+    const int64_t m = 512, n = 2053, k = 256, lda = m + 6, ldb = n + 2, ldd = m + 8;
+    inputs.push_back(Values(static_cast<size_t>(lda * k), 8));
+    const float* a = inputs.back().data();
+    inputs.push_back(Values(static_cast<size_t>(ldb * k), 9));
+    const float* b = inputs.back().data();
+    cublasLtMatmulDesc_t desc;
+    PROBE_BLAS(cublasLtMatmulDescCreate(&desc, kComputeFloat, blas::kDataR32F));
+    const int32_t transb = kOpT;
+    PROBE_BLAS(cublasLtMatmulDescSetAttribute(desc, blas::kDescTransB, &transb, sizeof(transb)));
+    cublasLtMatrixLayout_t adesc, bdesc, cddesc;
+    PROBE_BLAS(cublasLtMatrixLayoutCreate(&adesc, blas::kDataR32F, m, k, lda));
+    PROBE_BLAS(cublasLtMatrixLayoutCreate(&bdesc, blas::kDataR32F, n, k, ldb));
+    PROBE_BLAS(cublasLtMatrixLayoutCreate(&cddesc, blas::kDataR32F, m, n, ldd));
+    static const cublasLtMatmulAlgo_t algo{};
+    static const float in_place_beta = 0.25f;
+    Case& c = cases.emplace_back();
+    c.name = "cublasLtMatmul_in_place";
+    c.m = m;
+    c.n = n;
+    c.k = k;
+    c.ldd = ldd;
+    c.stride = ldd * n;
+    c.initial = Values(static_cast<size_t>(ldd * n), 10);
+    Case* cp = &c;
+    c.call = [=, &alpha] {
+      return cublasLtMatmul(lt, desc, &alpha, a, adesc, b, bdesc, &in_place_beta, cp->out.data(),
+                            cddesc, cp->out.data(), cddesc, &algo, nullptr, 0, stream);
     };
   }
 

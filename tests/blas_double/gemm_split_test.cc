@@ -1,8 +1,8 @@
 // The interposer's GEMM split end to end on test doubles: orion_gemm_split_probe calls each
 // hooked cuBLAS and cuBLASLt entry point (cublasGemmEx, cublasGemmStridedBatchedEx with a batch
 // of 3, cublasSgemm_v2 transposed and cut by rows, cublasSgemmStridedBatched, cublasLtMatmul
-// with GELU over a bias) 8 times on liborion_blas_double.so and the CUDA driver test double,
-// with no orion-server (ORION_SOCKET names nothing), three ways:
+// with GELU over a bias, and in place) 8 times on liborion_blas_double.so and the CUDA driver
+// test double, with no orion-server (ORION_SOCKET names nothing), three ways:
 //  - under the interposer with a forced bound (ORION_GEMM_SPLIT_NS=20000): the first three calls
 //    go whole (until three were timed), the last reaches the double as pieces that cover it,
 //    its output is bitwise the first's, and the exit report counts the splits;
@@ -33,7 +33,9 @@ using orion::testing::Report;
 
 const char* const kCases[] = {"cublasGemmEx",          "cublasGemmStridedBatchedEx",
                               "cublasSgemm_v2",        "cublasSgemmStridedBatched",
-                              "cublasSgemm_v2_rows",   "cublasLtMatmul"};
+                              "cublasSgemm_v2_rows",   "cublasLtMatmul",
+                              "cublasLtMatmul_in_place"};
+constexpr int kLookedAtCases = 7;  // kCases (the atomic-sync case is never looked at)
 
 // The probe, 8 calls a case, with `env` added.
 ProbeRun RunProbe(std::vector<std::string> env) {
@@ -103,27 +105,35 @@ TEST_F(GemmSplitOnDoubleTest, ForcedBoundCutsEveryApisLongCallIntoExactPieces) {
   EXPECT_EQ(Int(sync, "last_calls"), 1);
   EXPECT_EQ(sync.at("axis"), "whole");
   // 8 calls of each case looked at; all but the first three of each split (until three calls
-  // were timed, kGemmWarmupCalls: 5 x 6), in at least the last calls' pieces each.
+  // were timed, kGemmWarmupCalls: 5 x 7), in at least the last calls' pieces each.
   const std::vector<long long> report = Report(run.output);
-  EXPECT_EQ(report[0], 8 * 6) << run.output;
-  EXPECT_EQ(report[1], 5 * 6) << run.output;
+  EXPECT_EQ(report[0], 8 * kLookedAtCases) << run.output;
+  EXPECT_EQ(report[1], 5 * kLookedAtCases) << run.output;
   EXPECT_GE(report[2], pieces) << run.output;
 }
 
-// A piece after the first that fails (cuBLASLt, C apart from D: the last, 5 columns wide, which
-// the double refuses though the algorithm check passed it): the call goes whole again, so the
-// caller gets the whole call's output, and the shape is not cut again.
+// A piece that fails (cuBLASLt: the tail, 5 columns wide, which the double refuses though the
+// algorithm check passed it), C apart from D and in place (C is D, beta 0.25): the narrower tail
+// runs first, so it fails before anything of D is written and the call goes whole, the caller
+// gets the whole call's output (before, in place, the error with D part written), and the shape
+// is not cut again.
 TEST(GemmSplitLaterPieceFailsTest, TheCallGoesWholeAgainAndItsShapeIsNotCutAgain) {
   const ProbeRun run =
       RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_GEMM_SPLIT_NS=20000",
                 "ORION_BLAS_DOUBLE_LT_FAIL_BELOW_N=64"});
   ASSERT_EQ(run.status, 0) << run.output;
-  ASSERT_EQ(run.cases.count("cublasLtMatmul"), 1u) << run.output;
-  const auto& lt = run.cases.at("cublasLtMatmul");
-  EXPECT_EQ(Int(lt, "last_calls"), 1);
-  EXPECT_EQ(Int(lt, "equal"), 1);
-  EXPECT_EQ(Int(lt, "padding"), 1);
-  // The other cases are cut as ever; the failed call is not counted as split.
+  const ProbeRun bare = RunProbe({});
+  for (const char* name : {"cublasLtMatmul", "cublasLtMatmul_in_place"}) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(run.cases.count(name), 1u) << run.output;
+    const auto& lt = run.cases.at(name);
+    EXPECT_EQ(Int(lt, "last_calls"), 1);
+    EXPECT_EQ(Int(lt, "equal"), 1);
+    EXPECT_EQ(Int(lt, "padding"), 1);
+    ASSERT_EQ(bare.cases.count(name), 1u) << bare.output;
+    EXPECT_EQ(lt.at("hash"), bare.cases.at(name).at("hash"));
+  }
+  // The other cases are cut as ever; the failed calls are not counted as split.
   EXPECT_EQ(Report(run.output)[1], 5 * 5) << run.output;
 }
 
@@ -208,10 +218,10 @@ TEST(GemmSplitRegisteredTest, TheGatesWaitIsNotGemmTime) {
   // All but the first three calls of each case cut; the calls did wait: the three timed calls of
   // each case at least (a late release only shortens a wait).
   const std::vector<long long> report = Report(run.output);
-  EXPECT_EQ(report[0], 8 * 6) << run.output;
-  EXPECT_EQ(report[1], 5 * 6) << run.output;
-  EXPECT_GE(releases.load(), 3 * 6);
-  EXPECT_GE(registrar.area(0)->counters.throttled_ns.load(), 3ull * 6 * 2'000'000);
+  EXPECT_EQ(report[0], 8 * kLookedAtCases) << run.output;
+  EXPECT_EQ(report[1], 5 * kLookedAtCases) << run.output;
+  EXPECT_GE(releases.load(), 3 * kLookedAtCases);
+  EXPECT_GE(registrar.area(0)->counters.throttled_ns.load(), 3ull * kLookedAtCases * 2'000'000);
 }
 
 }  // namespace

@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "interpose/env_config.h"
@@ -145,6 +147,113 @@ TEST(PlanGemmSplitTest, ColumnsFirstRowsWhereOnlyTheyDivide) {
   EXPECT_EQ(CoveredExtent(no_rows, 1007, 300), 300);
   // Narrow columns, rows no wider: columns.
   EXPECT_EQ(PlanGemmSplit(300, 300, 5 * kBound, kBound, true).axis, GemmAxis::kColumns);
+}
+
+// RunGemmPlan over a made-up plan: 3 pieces of 128 columns and a tail of 50 (434), or 4 of 128
+// (512). Each piece writes its columns once; a piece may fail, writing nothing.
+struct PlanRun {
+  std::vector<int> writes;              // per column: how often a call wrote it
+  std::vector<std::pair<int64_t, int64_t>> calls;  // (start, width) of each piece call, in order
+  int whole = 0;
+  bool failed = false;
+  int status = 0;
+};
+
+PlanRun RunMadeUpPlan(int64_t n, bool redo_whole,
+                      const std::function<bool(int64_t start, int64_t width, size_t call)>& fails) {
+  GemmPlan plan;
+  plan.axis = GemmAxis::kColumns;
+  plan.width = 128;
+  plan.pieces = static_cast<uint32_t>((n + 127) / 128);
+  PlanRun r;
+  r.writes.assign(static_cast<size_t>(n), 0);
+  r.status = RunGemmPlan(
+      plan, 64, n, redo_whole, 0,
+      [&](const GemmSlice& s) {
+        EXPECT_EQ(s.m, 64);
+        r.calls.emplace_back(s.start, s.n);
+        if (fails(s.start, s.n, r.calls.size())) return 7;
+        for (int64_t c = s.start; c < s.start + s.n; ++c) ++r.writes[static_cast<size_t>(c)];
+        return 0;
+      },
+      [&] {
+        ++r.whole;
+        for (int& w : r.writes) w = 1;  // the whole call writes all of D once
+        return 0;
+      },
+      &r.failed);
+  return r;
+}
+
+bool OnceEach(const std::vector<int>& writes) {
+  return std::all_of(writes.begin(), writes.end(), [](int w) { return w == 1; });
+}
+
+TEST(RunGemmPlanTest, TheNarrowerTailGoesFirstThenThePiecesInOrder) {
+  const PlanRun r = RunMadeUpPlan(434, false, [](int64_t, int64_t, size_t) { return false; });
+  EXPECT_EQ(r.status, 0);
+  EXPECT_FALSE(r.failed);
+  EXPECT_EQ(r.whole, 0);
+  const std::vector<std::pair<int64_t, int64_t>> want = {{384, 50}, {0, 128}, {128, 128},
+                                                         {256, 128}};
+  EXPECT_EQ(r.calls, want);
+  EXPECT_TRUE(OnceEach(r.writes));
+  // Pieces all as wide: in order.
+  const PlanRun even = RunMadeUpPlan(512, false, [](int64_t, int64_t, size_t) { return false; });
+  EXPECT_EQ(even.calls.front(), (std::pair<int64_t, int64_t>{0, 128}));
+  EXPECT_EQ(even.calls.back(), (std::pair<int64_t, int64_t>{384, 128}));
+}
+
+TEST(RunGemmPlanTest, AWidthThatFailsFailsFirstAndTheCallGoesWhole) {
+  // The tail's width fails (a library that cannot take it): it is the first to run, nothing of
+  // D is written, the call goes whole, in place or not.
+  for (bool redo_whole : {false, true}) {
+    const PlanRun r = RunMadeUpPlan(434, redo_whole,
+                                    [](int64_t, int64_t width, size_t) { return width < 64; });
+    EXPECT_TRUE(r.failed);
+    EXPECT_EQ(r.whole, 1);
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.calls.size(), 1u);
+    EXPECT_TRUE(OnceEach(r.writes));
+  }
+}
+
+TEST(RunGemmPlanTest, InPlaceALaterFailureSendsWhatIsNotWrittenAsOneCall) {
+  // The second full piece fails after the tail and the first: the columns 128..383 go as one
+  // call; every column is written once, from its own C.
+  const PlanRun r = RunMadeUpPlan(
+      434, false, [](int64_t start, int64_t width, size_t) { return start == 128 && width == 128; });
+  EXPECT_TRUE(r.failed);
+  EXPECT_EQ(r.whole, 0);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.calls.back(), (std::pair<int64_t, int64_t>{128, 256}));
+  EXPECT_TRUE(OnceEach(r.writes));
+  // Pieces all as wide, the third fails: 256..511 as one call.
+  const PlanRun even = RunMadeUpPlan(
+      512, false, [](int64_t start, int64_t width, size_t) { return start == 256 && width == 128; });
+  EXPECT_EQ(even.calls.back(), (std::pair<int64_t, int64_t>{256, 256}));
+  EXPECT_TRUE(OnceEach(even.writes));
+  // C apart from D: the call goes whole again instead.
+  const PlanRun apart = RunMadeUpPlan(
+      434, true, [](int64_t start, int64_t, size_t) { return start == 128; });
+  EXPECT_EQ(apart.whole, 1);
+  EXPECT_EQ(apart.calls.size(), 3u);
+}
+
+TEST(RunGemmPlanTest, InPlaceWhatCannotBeRedoneReturnsItsError) {
+  // The rest fails too: its error is the caller's.
+  const PlanRun rest = RunMadeUpPlan(
+      434, false, [](int64_t start, int64_t, size_t) { return start == 128; });
+  EXPECT_EQ(rest.status, 7);
+  EXPECT_TRUE(rest.failed);
+  EXPECT_EQ(rest.whole, 0);
+  EXPECT_EQ(rest.calls.back(), (std::pair<int64_t, int64_t>{128, 256}));
+  // The last full piece fails: the rest is that piece, not tried again.
+  const PlanRun last = RunMadeUpPlan(
+      434, false, [](int64_t start, int64_t, size_t) { return start == 256; });
+  EXPECT_EQ(last.status, 7);
+  EXPECT_EQ(last.calls.size(), 4u);
+  EXPECT_EQ(last.whole, 0);
 }
 
 TEST(ShiftOfTest, MovesWhatTheSliceTakes) {
