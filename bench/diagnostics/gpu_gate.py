@@ -16,8 +16,9 @@ blocked on host memory cost the service anything?) and `blocked-graph` (the same
 `graph-alone`; `-sync`: the trainer's thread meanwhile waits for its stream in the driver,
 as a step loop does; `-irq`: the service waits for each request on a blocking-sync event, as
 orion's completion poller does), `blocked-WORK` (the same with WORK queued
-behind the wait instead of spin kernels: `linear-bias`, `sdpa`, or a torch_models.py trainer's
-step, `llm`, `mm-long`, `mm-short`), `cpu-gate` (the trainer's thread holds its
+behind the wait instead of spin kernels: `linear-bias`, `sdpa`, a torch_models.py trainer's
+step, `llm`, `mm-long`, `mm-short`, or `sleep-waits`, spin kernels each behind a wait, more than
+the channel's queue holds: the trainer's launch call blocks), `cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
 gpu-gate's variants: `gpu-gate-q2` (at most 2 kernels queued), `gpu-gate-eq`, `-geq`, `-flush`,
 `-64` (the stream wait's other comparisons, the flush flag, the 64-bit wait). The service runs
@@ -44,11 +45,13 @@ WORD = "/dev/shm/orion-gate-probe"
 
 
 def open_word():
-    """Sets the gate's bit from outside (a trainer must never be left waiting at the end)."""
-    if os.path.exists(WORD):
-        fd = os.open(WORD, os.O_WRONLY)
-        os.pwrite(fd, (1).to_bytes(4, "little"), 0)
-        os.close(fd)
+    """Sets the gate's bit from outside (a trainer must never be left waiting at the end), and
+    the blocked trainer's word (whose thread may be stuck in a launch call)."""
+    for path in (WORD, WORD + ".never"):
+        if os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY)
+            os.pwrite(fd, (1).to_bytes(4, "little"), 0)
+            os.close(fd)
 
 
 def probe(role, *args, cpus):
@@ -117,7 +120,7 @@ def run_arm(arm, a, cpu):
     return row
 
 
-BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short")
+BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short", "sleep-waits")
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
              "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",
              "graph-alone", "blocked-graph", "blocked-graph-eq", "graph-irq-alone", "blocked-graph-irq", "blocked-graph-sync", "blocked-llm-sync", *(f"blocked-{w}" for w in BEHIND))

@@ -17,7 +17,8 @@ queued stops at the next wait while the service has a request on the GPU and sta
 moment the service's request ends, without its CPU thread ever waiting. `blocked`: the trainer
 queues one wait on a word nobody sets and kernels behind it (does a stream waiting on host
 memory cost another process's context anything?); `--behind` picks what it queues there: spin
-kernels (`sleep`), cuBLASLt GEMMs with a bias epilogue (`linear-bias`: a d-4096 layer over
+kernels (`sleep`), spin kernels each behind a wait of its own, more than the channel's queue
+holds, so that the launch call blocks (`sleep-waits`), cuBLASLt GEMMs with a bias epilogue (`linear-bias`: a d-4096 layer over
 16384 tokens, bf16), fused attention (`sdpa`: 4 x 32 heads x 4096 tokens, causal, bf16), or a
 training step of a torch_models.py trainer (`llm`, `mm-long`, `mm-short`, ...), each run once
 before the wait. `none`: plain time-slicing. `cpu`: the gate on
@@ -201,10 +202,16 @@ def behind_work(kind, cycles):
 def blocked(a, stream, cycles):
     """Queues a wait on a word nobody sets and --behind's work behind it; the word opens once
     the stop file appears (from a watcher thread: the work may wait for its stream on the CPU)."""
-    work = behind_work(a.behind, cycles)
-    work()  # once unblocked: libraries loaded, plans built, memory cached
-    torch.cuda.synchronize()
     word = Word(a.word + ".never", driver())
+    if a.behind == "sleep-waits":  # a wait before every kernel, as orion's GPU hold queues them
+        def work():
+            for _ in range(8192):  # more than a channel's queue holds: the launches block
+                word.wait_on(stream, a.wait)
+                torch.cuda._sleep(cycles)
+    else:
+        work = behind_work(a.behind, cycles)
+        work()  # once unblocked: libraries loaded, plans built, memory cached
+    torch.cuda.synchronize()
     word.set(0)
     word.wait_on(stream, a.wait)  # never released: everything behind it waits
 
