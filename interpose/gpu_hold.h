@@ -25,7 +25,8 @@
 // 846x to 1,201x its p50 alone and the trainer at 3% to 7% of its speed; on the CPU, the same
 // pair reads p50 1.47x and p99 1.18x. A context blocked on a stream wait alone costs a service
 // nothing (bench gpu-gate's blocked arms), so what takes the slice is in the trainer's process
-// and not found (not the timing hold, kernel timing or PDL: docs/benchmarks.md).
+// and not found (not the timing hold, kernel timing or PDL: docs/benchmarks.md); the lead is its
+// channel's queue full of waits, its thread blocked 4.5 s outside any launch call.
 //
 // The decision functions are pure over shared memory (tests/interpose/launch_gate_test.cc);
 // QueueHoldWait and the keeper (gpu_hold.cc) talk to the driver.
