@@ -197,28 +197,19 @@ def build_train(name):
         loss = lambda: torch.nn.functional.cross_entropy(
             model(ids[:, :-1]).flatten(0, 1).float(), ids[:, 1:].flatten())
         optimizer = torch.optim.AdamW
-    elif name == "mm-short":
-        # No model: 400 bf16 matmuls of 2048 x 2048 a step (about 30 us each on an H200), queued
-        # back to back. The GPU is always busy with kernels too short to wait behind, so what a
-        # request pays beside it is the switch from this context, and little else.
-        a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    elif name in ("mm-short", "mm-long"):
+        # No model: bf16 matmuls queued back to back, nothing else. mm-short: 400 of 2048 x 2048
+        # a step (about 30 us each on an H200): the GPU is always busy with kernels too short to
+        # wait behind, so what a request pays beside it is the switch from this context.
+        # mm-long: 40 of 8192 x 8192 (over a millisecond each, so cut into pieces): long GEMMs
+        # alone, with none of llm's attention, optimizer or memory traffic beside them.
+        size, count = (2048, 400) if name == "mm-short" else (8192, 40)
+        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
         out = torch.empty_like(a)
 
         def step():
-            for _ in range(400):
-                torch.mm(a, b, out=out)
-        return step
-    elif name == "mm-long":
-        # No model: 40 bf16 matmuls of 8192 x 8192 a step (over a millisecond each on an H200),
-        # back to back: a trainer of long GEMMs alone, with none of llm's attention, optimizer
-        # or memory traffic beside them.
-        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-        out = torch.empty_like(a)
-
-        def step():
-            for _ in range(40):
+            for _ in range(count):
                 torch.mm(a, b, out=out)
         return step
     else:
