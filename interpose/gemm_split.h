@@ -112,15 +112,15 @@ inline GemmSlice SliceBetween(const GemmPlan& plan, int64_t start, int64_t end, 
   return s;
 }
 
-// Runs a plan's pieces through `piece(slice)` (each returns `ok` or an error), so that a piece
-// that fails never leaves D part old and part new where the call reads D as C:
-//  - a last piece narrower than the others goes first, so that each width's first piece (the
-//    one a width the library cannot take fails on) fails before anything of D was written;
+// Runs a plan's pieces through `piece(slice)` (each returns `ok` or an error) in the order, and
+// with the recovery, that keep D whole where a piece fails and the call reads D as C (in place):
+//  - a last piece narrower than the others (an odd width, the likeliest one for a library to
+//    refuse) goes first;
 //  - the first piece that runs fails: nothing is written, the call goes whole (`whole()`);
 //  - a later one fails: where C is apart from D (`redo_whole`) the call goes whole again; in
-//    place, the part of D not yet written goes as one call (every element of D is then written
-//    once, from its own C), and the caller sees that call's status (the piece's own where it
-//    was the last of the part).
+//    place, the part of D not yet written goes as one call, and the caller sees its status.
+//    Where that part is the failed piece alone, or that call fails too, the caller sees the
+//    error with D part written: in place, no C is left to compute the written part again from.
 // *failed is set where any piece failed (the caller stops cutting the shape).
 template <typename Status, typename Piece, typename Whole>
 Status RunGemmPlan(const GemmPlan& plan, int64_t m, int64_t n, bool redo_whole, Status ok,

@@ -939,11 +939,20 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
     status = RunPieces(
         call, op, lt.m, lt.n, /*redo_whole=*/C != D,
         [&](const GemmSlice& sl, const GemmShift& d) {
-          // A piece's width, the tail's, or (in place, after a piece failed) the rest's.
+          // A piece's width, the tail's, or (in place, after a piece failed) the rest's, which
+          // the caller's algorithm must take as it took the pieces'.
           SliceLayouts rest;
           const SliceLayouts* l = sl.n == call.plan.width ? &full : sl.n == last_n ? &last : &rest;
-          if (l == &rest && !MakeSliceLayouts(lib, lt, shared_cd, sl.n, &rest)) {
-            return blas::kNotSupported;
+          if (l == &rest) {
+            cublasLtMatmulHeuristicResult_t result{};
+            if (!MakeSliceLayouts(lib, lt, shared_cd, sl.n, &rest) ||
+                (algo != nullptr &&
+                 (lib.algo_check == nullptr ||
+                  lib.algo_check(lightHandle, computeDesc, Adesc, rest.b, rest.c, rest.d, algo,
+                                 &result) != blas::kSuccess ||
+                  result.workspaceSize > workspaceSizeInBytes))) {
+              return blas::kNotSupported;
+            }
           }
           return call_real(Moved(B, d.b), l->b, Moved(C, d.c), l->c, Moved(D, d.d), l->d);
         },

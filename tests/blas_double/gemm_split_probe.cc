@@ -4,12 +4,12 @@
 // events complete and it learns the call's duration), and prints one line per case:
 //
 //   case=NAME first_calls=F last_calls=L axis=whole|columns|rows cover=0|1 equal=0|1
-//     padding=0|1 hash=H
+//     all_equal=0|1 padding=0|1 hash=H
 //
 // first_calls, last_calls: how many calls the double received for the first and the last call
 // (more than one: the call ran in pieces); axis: how the last call was cut; cover: its pieces
 // are the whole call's k and cover its m x n exactly; equal: the first and last call's outputs
-// are bitwise equal; padding: nothing outside the output (rows past m, gaps between the batch's
+// are bitwise equal; all_equal: every call's output is bitwise the first's; padding: nothing outside the output (rows past m, gaps between the batch's
 // matrices) changed; hash: FNV-1a of the last output's bytes (equal across runs of the probe
 // with and without the interposer where the pieces are exact).
 //
@@ -113,6 +113,7 @@ bool PaddingKept(const Case& c) {
 void Run(Case& c, int calls, CUstream stream) {
   std::vector<float> first;
   Received first_got, last_got;
+  bool all_equal = true;
   for (int i = 0; i < calls; ++i) {
     c.out = c.initial;
     Take();
@@ -127,16 +128,17 @@ void Run(Case& c, int calls, CUstream stream) {
       first = c.out;
       first_got = got;
     }
+    all_equal = all_equal && memcmp(first.data(), c.out.data(), first.size() * sizeof(float)) == 0;
     if (i == calls - 1) last_got = got;
   }
   const char* axis = "";
   bool cover = false;
   Pieces(c, last_got, &axis, &cover);
-  printf("case=%s first_calls=%zu last_calls=%zu axis=%s cover=%d equal=%d padding=%d "
-         "hash=%016llx\n",
+  printf("case=%s first_calls=%zu last_calls=%zu axis=%s cover=%d equal=%d all_equal=%d "
+         "padding=%d hash=%016llx\n",
          c.name.c_str(), first_got.calls, last_got.calls, axis, cover ? 1 : 0,
          memcmp(first.data(), c.out.data(), first.size() * sizeof(float)) == 0 ? 1 : 0,
-         PaddingKept(c) ? 1 : 0,
+         all_equal ? 1 : 0, PaddingKept(c) ? 1 : 0,
          static_cast<unsigned long long>(Fnv1a(c.out.data(), c.out.size() * sizeof(float))));
   fflush(stdout);
 }

@@ -91,6 +91,7 @@ TEST_F(GemmSplitOnDoubleTest, ForcedBoundCutsEveryApisLongCallIntoExactPieces) {
     EXPECT_EQ(c.at("axis"), std::string(name) == "cublasSgemm_v2_rows" ? "rows" : "columns");
     EXPECT_EQ(Int(c, "cover"), 1);
     EXPECT_EQ(Int(c, "equal"), 1);
+    EXPECT_EQ(Int(c, "all_equal"), 1);
     EXPECT_EQ(Int(c, "padding"), 1);
     // The pieces wrote what the whole call writes without the interposer.
     if (bare_->cases.count(name) == 1) {
@@ -129,6 +130,8 @@ TEST(GemmSplitLaterPieceFailsTest, TheCallGoesWholeAgainAndItsShapeIsNotCutAgain
     const auto& lt = run.cases.at(name);
     EXPECT_EQ(Int(lt, "last_calls"), 1);
     EXPECT_EQ(Int(lt, "equal"), 1);
+    // Every call's output, the one whose piece failed too, is the whole call's.
+    EXPECT_EQ(Int(lt, "all_equal"), 1);
     EXPECT_EQ(Int(lt, "padding"), 1);
     ASSERT_EQ(bare.cases.count(name), 1u) << bare.output;
     EXPECT_EQ(lt.at("hash"), bare.cases.at(name).at("hash"));

@@ -160,25 +160,28 @@ struct PlanRun {
 };
 
 PlanRun RunMadeUpPlan(int64_t n, bool redo_whole,
-                      const std::function<bool(int64_t start, int64_t width, size_t call)>& fails) {
+                      const std::function<bool(int64_t start, int64_t width, size_t call)>& fails,
+                      GemmAxis axis = GemmAxis::kColumns) {
   GemmPlan plan;
-  plan.axis = GemmAxis::kColumns;
+  plan.axis = axis;
   plan.width = 128;
   plan.pieces = static_cast<uint32_t>((n + 127) / 128);
+  const bool rows = axis == GemmAxis::kRows;
   PlanRun r;
   r.writes.assign(static_cast<size_t>(n), 0);
   r.status = RunGemmPlan(
-      plan, 64, n, redo_whole, 0,
+      plan, rows ? n : 64, rows ? 64 : n, redo_whole, 0,
       [&](const GemmSlice& s) {
-        EXPECT_EQ(s.m, 64);
-        r.calls.emplace_back(s.start, s.n);
-        if (fails(s.start, s.n, r.calls.size())) return 7;
-        for (int64_t c = s.start; c < s.start + s.n; ++c) ++r.writes[static_cast<size_t>(c)];
+        const int64_t width = rows ? s.m : s.n;
+        EXPECT_EQ(rows ? s.n : s.m, 64);
+        r.calls.emplace_back(s.start, width);
+        if (fails(s.start, width, r.calls.size())) return 7;
+        for (int64_t c = s.start; c < s.start + width; ++c) ++r.writes[static_cast<size_t>(c)];
         return 0;
       },
       [&] {
         ++r.whole;
-        for (int& w : r.writes) w = 1;  // the whole call writes all of D once
+        for (int& w : r.writes) ++w;  // the whole call writes all of D once more
         return 0;
       },
       &r.failed);
@@ -202,6 +205,11 @@ TEST(RunGemmPlanTest, TheNarrowerTailGoesFirstThenThePiecesInOrder) {
   const PlanRun even = RunMadeUpPlan(512, false, [](int64_t, int64_t, size_t) { return false; });
   EXPECT_EQ(even.calls.front(), (std::pair<int64_t, int64_t>{0, 128}));
   EXPECT_EQ(even.calls.back(), (std::pair<int64_t, int64_t>{384, 128}));
+  // Rows: the same order over m.
+  const PlanRun rows = RunMadeUpPlan(
+      434, false, [](int64_t, int64_t, size_t) { return false; }, GemmAxis::kRows);
+  EXPECT_EQ(rows.calls, want);
+  EXPECT_TRUE(OnceEach(rows.writes));
 }
 
 TEST(RunGemmPlanTest, AWidthThatFailsFailsFirstAndTheCallGoesWhole) {
@@ -233,11 +241,18 @@ TEST(RunGemmPlanTest, InPlaceALaterFailureSendsWhatIsNotWrittenAsOneCall) {
       512, false, [](int64_t start, int64_t width, size_t) { return start == 256 && width == 128; });
   EXPECT_EQ(even.calls.back(), (std::pair<int64_t, int64_t>{256, 256}));
   EXPECT_TRUE(OnceEach(even.writes));
-  // C apart from D: the call goes whole again instead.
+  // Rows, in place, the first full piece fails: rows 0..383 as one call.
+  const PlanRun rows = RunMadeUpPlan(
+      434, false, [](int64_t start, int64_t width, size_t) { return start == 0 && width == 128; },
+      GemmAxis::kRows);
+  EXPECT_EQ(rows.calls.back(), (std::pair<int64_t, int64_t>{0, 384}));
+  EXPECT_TRUE(OnceEach(rows.writes));
+  // C apart from D: the call goes whole again instead (D written again whole from C).
   const PlanRun apart = RunMadeUpPlan(
       434, true, [](int64_t start, int64_t, size_t) { return start == 128; });
   EXPECT_EQ(apart.whole, 1);
   EXPECT_EQ(apart.calls.size(), 3u);
+  EXPECT_EQ(apart.status, 0);
 }
 
 TEST(RunGemmPlanTest, InPlaceWhatCannotBeRedoneReturnsItsError) {
@@ -254,6 +269,12 @@ TEST(RunGemmPlanTest, InPlaceWhatCannotBeRedoneReturnsItsError) {
   EXPECT_EQ(last.status, 7);
   EXPECT_EQ(last.calls.size(), 4u);
   EXPECT_EQ(last.whole, 0);
+  // Two pieces, the full one fails after the tail: the same (D part written, the error).
+  const PlanRun two = RunMadeUpPlan(
+      200, false, [](int64_t, int64_t width, size_t) { return width == 128; });
+  EXPECT_EQ(two.calls, (std::vector<std::pair<int64_t, int64_t>>{{128, 72}, {0, 128}}));
+  EXPECT_EQ(two.status, 7);
+  EXPECT_EQ(two.whole, 0);
 }
 
 TEST(ShiftOfTest, MovesWhatTheSliceTakes) {
