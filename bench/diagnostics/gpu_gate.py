@@ -18,7 +18,8 @@ as a step loop does; `-irq`: the service waits for each request on a blocking-sy
 orion's completion poller does), `blocked-WORK` (the same with WORK queued
 behind the wait instead of spin kernels: `linear-bias`, `sdpa`, a torch_models.py trainer's
 step, `llm`, `mm-long`, `mm-short`, or `sleep-waits`, spin kernels each behind a wait, more than
-the channel's queue holds: the trainer's launch call blocks), `cpu-gate` (the trainer's thread holds its
+the channel's queue holds: the trainer's launch call blocks; `blocked-few-waits`: 200 of them,
+the queue not full), `cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
 gpu-gate's variants: `gpu-gate-q2` (at most 2 kernels queued), `gpu-gate-eq`, `-geq`, `-flush`,
 `-64` (the stream wait's other comparisons, the flush flag, the 64-bit wait). The service runs
@@ -123,7 +124,7 @@ def run_arm(arm, a, cpu):
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short", "sleep-waits")
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
              "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",
-             "graph-alone", "blocked-graph", "blocked-graph-eq", "graph-irq-alone", "blocked-graph-irq", "blocked-graph-sync", "blocked-llm-sync", *(f"blocked-{w}" for w in BEHIND))
+             "graph-alone", "blocked-graph", "blocked-graph-eq", "graph-irq-alone", "blocked-graph-irq", "blocked-graph-sync", "blocked-llm-sync", "blocked-few-waits", *(f"blocked-{w}" for w in BEHIND))
 
 
 def arms(be_kernel_us, kinds=ARM_KINDS):
@@ -171,6 +172,10 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
             "name": "blocked, llm behind, its thread in cuCtxSynchronize, the service a CUDA graph",
             "service": "none", "service_args": ["--graph"],
             "trainer": ("blocked", 1, kus, ["--behind", "llm", "--sync"])}
+        every["blocked-few-waits"] = {
+            "name": "blocked, 200 spin kernels each behind a wait (the queue not full)",
+            "service": "none", "trainer": ("blocked", 1, kus,
+                                           ["--behind", "sleep-waits", "--waits", "200"])}
         for work in BEHIND:
             every[f"blocked-{work}"] = {
                 "name": f"blocked, {work} behind", "service": "none",

@@ -6,7 +6,8 @@ made of spin kernels (torch.cuda._sleep), sharing one word of host memory that t
                         --seconds S --cycles-per-us C [--graph] [--blocking-event]
   gate_probe.py trainer --word FILE --gate none|gpu|cpu|blocked --kernel-us U --wait-every N
                         [--wait and|eq|geq|and-flush|eq64] [--queue Q] --stop FILE
-                        --cycles-per-us C [--behind sleep|linear-bias|sdpa|MODEL] [--sync]
+                        --cycles-per-us C [--behind sleep|sleep-waits|linear-bias|sdpa|MODEL]
+                        [--waits N] [--sync]
 
 The word is a file of one page under /dev/shm, mapped by both processes and registered with the
 driver (cuMemHostRegister, device-mapped), so a stream can wait on it (cuStreamWaitValue32,
@@ -205,7 +206,7 @@ def blocked(a, stream, cycles):
     word = Word(a.word + ".never", driver())
     if a.behind == "sleep-waits":  # a wait before every kernel, as orion's GPU hold queues them
         def work():
-            for _ in range(8192):  # more than a channel's queue holds: the launches block
+            for _ in range(a.waits):  # 8192: more than a channel's queue holds, the launches block
                 word.wait_on(stream, a.wait)
                 torch.cuda._sleep(cycles)
     else:
@@ -285,6 +286,8 @@ def main():
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--wait-every", type=int, default=1)
     p.add_argument("--stop", default="/tmp/orion-gate-probe.stop")
+    p.add_argument("--waits", type=int, default=8192,
+                   help="blocked, --behind sleep-waits: how many kernels, each behind a wait")
     p.add_argument("--sync", action="store_true",
                    help="blocked: wait for the stream in the driver (cuCtxSynchronize) meanwhile")
     p.add_argument("--blocking-event", action="store_true",
