@@ -910,23 +910,24 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
   CallPlan call = PlanCall(key, lt.m, lt.n, limits, /*rows=*/false);
   const bool shared_cd = Cdesc == Ddesc;
   SliceLayouts full, last;
-  int64_t last_n = 0;
+  GemmSlice tail;
+  // Whether the caller's algorithm (chosen for the whole) takes a slice's layouts, within the
+  // call's workspace.
+  auto algo_takes = [&](const SliceLayouts& sl) {
+    cublasLtMatmulHeuristicResult_t result{};
+    return lib.algo_check != nullptr &&
+           lib.algo_check(lightHandle, computeDesc, Adesc, sl.b, sl.c, sl.d, algo, &result) ==
+               blas::kSuccess &&
+           result.workspaceSize <= workspaceSizeInBytes;
+  };
   if (call.plan.axis == GemmAxis::kColumns) {
-    const GemmSlice tail = SliceOf(call.plan, call.plan.pieces - 1, lt.m, lt.n);
-    last_n = tail.n;
+    tail = SliceOf(call.plan, call.plan.pieces - 1, lt.m, lt.n);
     bool ok = MakeSliceLayouts(lib, lt, shared_cd, call.plan.width, &full) &&
               MakeSliceLayouts(lib, lt, shared_cd, tail.n, &last);
-    // The caller's algorithm must take the slices: it was chosen for the whole. Checked once per
-    // shape, and again for a plan of other widths or a call with less workspace.
+    // Checked once per shape, and again for a plan of other widths or a call with less
+    // workspace.
     if (ok && algo != nullptr && !call.lt.Holds(call.plan.width, tail.n, workspaceSizeInBytes)) {
-      cublasLtMatmulHeuristicResult_t result{};
-      ok = lib.algo_check != nullptr;
-      for (const SliceLayouts* sl : {&full, &last}) {
-        ok = ok &&
-             lib.algo_check(lightHandle, computeDesc, Adesc, sl->b, sl->c, sl->d, algo,
-                            &result) == blas::kSuccess &&
-             result.workspaceSize <= workspaceSizeInBytes;
-      }
+      ok = algo_takes(full) && algo_takes(last);
       NoteLtChecked(call.entry, ok, call.plan.width, tail.n, workspaceSizeInBytes);
     }
     if (!ok) call.plan = GemmPlan{};
@@ -942,17 +943,10 @@ ORION_BLAS_EXPORT cublasStatus_t cublasLtMatmul(
           // A piece's width, the tail's, or (in place, after a piece failed) the rest's, which
           // the caller's algorithm must take as it took the pieces'.
           SliceLayouts rest;
-          const SliceLayouts* l = sl.n == call.plan.width ? &full : sl.n == last_n ? &last : &rest;
-          if (l == &rest) {
-            cublasLtMatmulHeuristicResult_t result{};
-            if (!MakeSliceLayouts(lib, lt, shared_cd, sl.n, &rest) ||
-                (algo != nullptr &&
-                 (lib.algo_check == nullptr ||
-                  lib.algo_check(lightHandle, computeDesc, Adesc, rest.b, rest.c, rest.d, algo,
-                                 &result) != blas::kSuccess ||
-                  result.workspaceSize > workspaceSizeInBytes))) {
-              return blas::kNotSupported;
-            }
+          const SliceLayouts* l = sl.n == call.plan.width ? &full : sl.n == tail.n ? &last : &rest;
+          if (l == &rest && (!MakeSliceLayouts(lib, lt, shared_cd, sl.n, &rest) ||
+                             (algo != nullptr && !algo_takes(rest)))) {
+            return blas::kNotSupported;
           }
           return call_real(Moved(B, d.b), l->b, Moved(C, d.c), l->c, Moved(D, d.d), l->d);
         },
