@@ -122,9 +122,32 @@ def run_arm(arm, a, cpu):
 
 
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short", "sleep-waits")
+# The arms that vary the service or what the blocked trainer does: kind, name ({kus}: the
+# trainer's kernel length), the service's arguments, the trainer's (None: no trainer).
+VARIANTS = (
+    ("graph-alone", "service alone, a CUDA graph a request", ["--graph"], None),
+    ("blocked-graph", "blocked ({kus:g} us), the service a CUDA graph", ["--graph"], []),
+    ("blocked-graph-eq", "blocked ({kus:g} us, wait eq), the service a CUDA graph", ["--graph"],
+     ["--wait", "eq"]),
+    ("graph-irq-alone",
+     "service alone, a CUDA graph a request, waited for on a blocking event",
+     ["--graph", "--blocking-event"], None),
+    ("blocked-graph-irq",
+     "blocked ({kus:g} us), its thread in cuCtxSynchronize, the service a CUDA graph waited for "
+     "on a blocking event", ["--graph", "--blocking-event"], ["--sync"]),
+    ("blocked-graph-sync",
+     "blocked ({kus:g} us), its thread in cuCtxSynchronize, the service a CUDA graph",
+     ["--graph"], ["--sync"]),
+    ("blocked-llm-sync",
+     "blocked, llm behind, its thread in cuCtxSynchronize, the service a CUDA graph",
+     ["--graph"], ["--behind", "llm", "--sync"]),
+    ("blocked-few-waits", "blocked, 200 spin kernels each behind a wait (the queue not full)", [],
+     ["--behind", "sleep-waits", "--waits", "200"]),
+    *((f"blocked-{w}", f"blocked, {w} behind", [], ["--behind", w]) for w in BEHIND),
+)
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
              "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",
-             "graph-alone", "blocked-graph", "blocked-graph-eq", "graph-irq-alone", "blocked-graph-irq", "blocked-graph-sync", "blocked-llm-sync", "blocked-few-waits", *(f"blocked-{w}" for w in BEHIND))
+             *(kind for kind, *_ in VARIANTS))
 
 
 def arms(be_kernel_us, kinds=ARM_KINDS):
@@ -148,38 +171,11 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
             "gpu-gate-q2": {"name": f"gpu-gate, 2 queued ({kus:g} us)", "service": "gpu",
                             "trainer": ("gpu", 1, kus, ["--queue", "2"])},
         }
-        every["graph-alone"] = {"name": "service alone, a CUDA graph a request",
-                                "service": "none", "service_args": ["--graph"], "trainer": None}
-        every["blocked-graph"] = {"name": f"blocked ({kus:g} us), the service a CUDA graph",
-                                  "service": "none", "service_args": ["--graph"],
-                                  "trainer": ("blocked", 1, kus)}
-        every["blocked-graph-eq"] = {"name": f"blocked ({kus:g} us, wait eq), the service a CUDA graph",
-                                     "service": "none", "service_args": ["--graph"],
-                                     "trainer": ("blocked", 1, kus, ["--wait", "eq"])}
-        every["graph-irq-alone"] = {
-            "name": "service alone, a CUDA graph a request, waited for on a blocking event",
-            "service": "none", "service_args": ["--graph", "--blocking-event"], "trainer": None}
-        every["blocked-graph-irq"] = {
-            "name": f"blocked ({kus:g} us), its thread in cuCtxSynchronize, the service a CUDA "
-                    "graph waited for on a blocking event",
-            "service": "none", "service_args": ["--graph", "--blocking-event"],
-            "trainer": ("blocked", 1, kus, ["--sync"])}
-        every["blocked-graph-sync"] = {
-            "name": f"blocked ({kus:g} us), its thread in cuCtxSynchronize, the service a CUDA graph",
-            "service": "none", "service_args": ["--graph"],
-            "trainer": ("blocked", 1, kus, ["--sync"])}
-        every["blocked-llm-sync"] = {
-            "name": "blocked, llm behind, its thread in cuCtxSynchronize, the service a CUDA graph",
-            "service": "none", "service_args": ["--graph"],
-            "trainer": ("blocked", 1, kus, ["--behind", "llm", "--sync"])}
-        every["blocked-few-waits"] = {
-            "name": "blocked, 200 spin kernels each behind a wait (the queue not full)",
-            "service": "none", "trainer": ("blocked", 1, kus,
-                                           ["--behind", "sleep-waits", "--waits", "200"])}
-        for work in BEHIND:
-            every[f"blocked-{work}"] = {
-                "name": f"blocked, {work} behind", "service": "none",
-                "trainer": ("blocked", 1, kus, ["--behind", work])}
+        for kind, name, service_args, trainer_args in VARIANTS:
+            every[kind] = {"name": name.format(kus=kus), "service": "none",
+                           "service_args": service_args,
+                           "trainer": None if trainer_args is None else
+                           ("blocked", 1, kus, trainer_args)}
         for wait in ("eq", "geq", "flush", "64"):
             every[f"gpu-gate-{wait}"] = {
                 "name": f"gpu-gate, wait {wait} ({kus:g} us)", "service": "gpu",
