@@ -12,8 +12,9 @@ a wait before every kernel: what the waits cost it); then together:
 `timeslice` (no gate), `gpu-gate` (the service clears the word before a request and sets it when
 the request completes; the trainer waits on it before every kernel), `gpu-gate/4` (a wait every
 4 kernels), `blocked` (the trainer's stream waits on a word nobody sets: does a context
-blocked on host memory cost the service anything?) and `blocked-graph` (the same beside a service whose request is one CUDA graph, against
-`graph-alone`; `-sync`: the trainer's thread meanwhile waits for its stream in the driver,
+blocked on host memory cost the service anything?) and `blocked-graph` (the same beside a
+service whose request is one CUDA graph, against `graph-alone`; `-sync`: the trainer's thread
+meanwhile waits for its stream in the driver,
 as a step loop does; `-irq`: the service waits for each request on a blocking-sync event, as
 orion's completion poller does), `blocked-WORK` (the same with WORK queued
 behind the wait instead of spin kernels: `linear-bias`, `sdpa`, a torch_models.py trainer's

@@ -19,8 +19,8 @@ moment the service's request ends, without its CPU thread ever waiting. `blocked
 queues one wait on a word nobody sets and kernels behind it (does a stream waiting on host
 memory cost another process's context anything?); `--behind` picks what it queues there: spin
 kernels (`sleep`), spin kernels each behind a wait of its own, more than the channel's queue
-holds, so that the launch call blocks (`sleep-waits`), cuBLASLt GEMMs with a bias epilogue (`linear-bias`: a d-4096 layer over
-16384 tokens, bf16), fused attention (`sdpa`: 4 x 32 heads x 4096 tokens, causal, bf16), or a
+holds, so that the launch call blocks (`sleep-waits`), cuBLASLt GEMMs with a bias epilogue
+(`linear-bias`: a d-4096 layer over 16384 tokens, bf16), fused attention (`sdpa`: 4 x 32 heads x 4096 tokens, causal, bf16), or a
 training step of a torch_models.py trainer (`llm`, `mm-long`, `mm-short`, ...), each run once
 before the wait. `none`: plain time-slicing. `cpu`: the gate on
 the CPU, for comparison: the trainer's thread spins on the word before every launch, so what it

@@ -9,8 +9,8 @@
 // first_calls, last_calls: how many calls the double received for the first and the last call
 // (more than one: the call ran in pieces); axis: how the last call was cut; cover: its pieces
 // are the whole call's k and cover its m x n exactly; equal: the first and last call's outputs
-// are bitwise equal; all_equal: every call's output is bitwise the first's; padding: nothing outside the output (rows past m, gaps between the batch's
-// matrices) changed; hash: FNV-1a of the last output's bytes (equal across runs of the probe
+// are bitwise equal; all_equal: every call's output is bitwise the first's; padding: nothing
+// outside the output (rows past m, gaps between the batch's matrices) changed; hash: FNV-1a of the last output's bytes (equal across runs of the probe
 // with and without the interposer where the pieces are exact).
 //
 // Usage: orion_gemm_split_probe [calls]   (default 8)

@@ -230,7 +230,8 @@ TEST(RunGemmPlanTest, InPlaceALaterFailureSendsWhatIsNotWrittenAsOneCall) {
   // The second full piece fails after the tail and the first: the columns 128..383 go as one
   // call; every column is written once, from its own C.
   const PlanRun r = RunMadeUpPlan(
-      434, false, [](int64_t start, int64_t width, size_t) { return start == 128 && width == 128; });
+      434, false,
+      [](int64_t start, int64_t width, size_t) { return start == 128 && width == 128; });
   EXPECT_TRUE(r.failed);
   EXPECT_EQ(r.whole, 0);
   EXPECT_EQ(r.status, 0);
@@ -238,7 +239,8 @@ TEST(RunGemmPlanTest, InPlaceALaterFailureSendsWhatIsNotWrittenAsOneCall) {
   EXPECT_TRUE(OnceEach(r.writes));
   // Pieces all as wide, the third fails: 256..511 as one call.
   const PlanRun even = RunMadeUpPlan(
-      512, false, [](int64_t start, int64_t width, size_t) { return start == 256 && width == 128; });
+      512, false,
+      [](int64_t start, int64_t width, size_t) { return start == 256 && width == 128; });
   EXPECT_EQ(even.calls.back(), (std::pair<int64_t, int64_t>{256, 256}));
   EXPECT_TRUE(OnceEach(even.writes));
   // Rows, in place, the first full piece fails: rows 0..383 as one call.
