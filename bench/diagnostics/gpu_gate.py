@@ -20,7 +20,8 @@ orion's completion poller does), `blocked-WORK` (the same with WORK queued
 behind the wait instead of spin kernels: `linear-bias`, `sdpa`, a torch_models.py trainer's
 step, `llm`, `mm-long`, `mm-short`, or `sleep-waits`, spin kernels each behind a wait, more than
 the channel's queue holds: the trainer's launch call blocks; `blocked-few-waits`: 200 of them,
-the queue not full), `cpu-gate` (the trainer's thread holds its
+the queue not full; `blocked-graph-few-waits`, `-sleep-waits`: both beside a graph service),
+`cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
 gpu-gate's variants: `gpu-gate-q2` (at most 2 kernels queued), `gpu-gate-eq`, `-geq`, `-flush`,
 `-64` (the stream wait's other comparisons, the flush flag, the 64-bit wait). The service runs
@@ -144,6 +145,12 @@ VARIANTS = (
      ["--graph"], ["--behind", "llm", "--sync"]),
     ("blocked-few-waits", "blocked, 200 spin kernels each behind a wait (the queue not full)", [],
      ["--behind", "sleep-waits", "--waits", "200"]),
+    ("blocked-graph-few-waits",
+     "blocked, 200 spin kernels each behind a wait (the queue not full), the service a CUDA graph",
+     ["--graph"], ["--behind", "sleep-waits", "--waits", "200"]),
+    ("blocked-graph-sleep-waits",
+     "blocked, 8,192 spin kernels each behind a wait (the queue full), the service a CUDA graph",
+     ["--graph"], ["--behind", "sleep-waits"]),
     *((f"blocked-{w}", f"blocked, {w} behind", [], ["--behind", w]) for w in BEHIND),
 )
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
