@@ -91,7 +91,8 @@ void KeepHold(Registration* reg, uint32_t epoch) {
     // A registration the server took back (an upgrade's new server): its area protects nobody
     // any more, and streams may still wait on its word.
     if (!reg->StillOwned() ||
-        HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &wake_by)) {
+        HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &wake_by,
+                    /*between_graphs=*/g_process.splits_gemms.load(std::memory_order_relaxed))) {
       OpenGpuHold(gate, epoch);
       break;
     }

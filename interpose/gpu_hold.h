@@ -19,14 +19,20 @@
 // queued work drains before the gate holds the next launch (the same pair: 1.29x, job 0.34).
 //
 // GEMMs in pieces: a process that ran a long GEMM in pieces (hooks_blas.cc,
-// ProcessState::splits_gemms) takes the gate on the CPU too. Held on the GPU, an LLM-sized
-// trainer's pieces stalled a BERT graph service in every round (H200): the GPU idle one whole
-// time slice between two graphs, the service saturated, the hold never open, the service at
-// 846x to 1,201x its p50 alone and the trainer at 3% to 7% of its speed; on the CPU, the same
-// pair reads p50 1.47x and p99 1.18x. A context blocked on a stream wait alone costs a service
-// nothing (bench gpu-gate's blocked arms), so what takes the slice is in the trainer's process
-// and not found (not the timing hold, kernel timing or PDL: docs/benchmarks.md); the lead is its
-// channel's queue full of waits, its thread blocked 4.5 s outside any launch call.
+// ProcessState::splits_gemms) waits at the gate on the CPU, and what the gate admits goes behind
+// a wait on the word too; its keeper opens the word between graphs, when its gate admits. The
+// CPU gate bounds what is queued to the budget, and the word stops what of it has not started
+// when the service's next graph is launched. Beside a BERT graph service and an LLM-sized
+// trainer (H200, the same rounds): p50 1.48x to 1.51x against 1.52x to 1.58x on the CPU alone,
+// harvest 0.76 to 0.79 against 0.77 to 0.79 (3 rounds); beside the ResNet50 graph 1.37x against
+// 1.39x (1 round). Held on the GPU alone, the pieces stalled the BERT graph service in every
+// round: the GPU idle one whole time slice between two graphs, the service saturated, the hold
+// never open, the service at 846x to 1,201x its p50 alone. A context blocked on a stream wait
+// costs a service nothing (bench gpu-gate's blocked arms, a channel's queue full of waits
+// included), so what takes the slice is in the trainer's process and not found; bounded by the
+// CPU gate, the trainer's queue never holds more than the budget, and no round stalled. Its
+// keeper opens the word for every best-effort process on the GPU: beside a process that cuts
+// GEMMs, a trainer held on the GPU runs between graphs too, as the CPU gate admits.
 //
 // The decision functions are pure over shared memory (tests/interpose/launch_gate_test.cc);
 // QueueHoldWait and the keeper (gpu_hold.cc) talk to the driver.
@@ -38,6 +44,7 @@
 //                          if (woke) WakeHoldKeepers(gate);
 //   best-effort launch:    if (GpuHoldOn(gpu) && HoldsOnGpuFor(gate, gpu, own) &&
 //                              QueueHoldWait(reg, stream, ptsz)) launch;  else the gate on the CPU
+//                          (a process that cuts GEMMs: the gate on the CPU, then QueueHoldWait)
 #pragma once
 
 #include <stdint.h>
@@ -93,17 +100,19 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 }
 
 // Whether the hold may be opened now: the knob is off, the server is gone, no other client is
-// high priority, or none of them is busy. Otherwise *wake_by_ns is when to look again at the
-// latest (the end of their grace), 0 if only a completion can change the answer.
+// high priority, or none of them is busy; `between_graphs` (a keeper in a process that cuts
+// GEMMs): or the busy ones all launch graphs and have none in flight, only their grace left, as
+// the gate on the CPU admits (DecideBestEffort). Otherwise *wake_by_ns is when to look again at
+// the latest (the end of their grace), 0 if only a completion can change the answer.
 inline bool HoldMayOpen(const contract::Board& board, const contract::GpuState& gpu,
                         const contract::GateArea& gate, uint32_t own_slot, uint64_t now_ns,
-                        uint64_t* wake_by_ns) {
+                        uint64_t* wake_by_ns, bool between_graphs = false) {
   *wake_by_ns = 0;
   if (!GpuHoldOn(gpu) || !ServerAlive(board, now_ns) || !HighPriorityPresent(gpu, own_slot)) {
     return true;
   }
   const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
-  if (!hp.busy) return true;
+  if (!hp.busy || (between_graphs && hp.graphs_only && hp.grace_ends_ns != 0)) return true;
   *wake_by_ns = hp.grace_ends_ns;
   return false;
 }

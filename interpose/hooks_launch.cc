@@ -183,16 +183,18 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
 
   GateTicket ticket;
   // Beside a high-priority graph service with gpu_hold, the launch goes at once behind a stream
-  // wait on the gate's word (gpu_hold.h). Otherwise, without a high-priority client on the GPU
-  // the gate lets a best-effort launch go uncharged: asked only where there is one (or the
+  // wait on the gate's word (gpu_hold.h); a process that cuts GEMMs waits at the gate on the
+  // CPU first, then goes behind the word too. Otherwise, without a high-priority client on the
+  // GPU the gate lets a best-effort launch go uncharged: asked only where there is one (or the
   // client is paused).
   const bool paused = slot.paused.load(std::memory_order_relaxed) != 0;
   const bool beside_high = gated && HighPriorityPresent(gpu, reg->slot_index);
-  const bool held_on_gpu = beside_high && !paused && GpuHoldOn(gpu) &&
+  const bool hold_on_gpu = beside_high && !paused && GpuHoldOn(gpu) &&
                            !g_process.runs_collectives.load(std::memory_order_relaxed) &&
-                           !g_process.splits_gemms.load(std::memory_order_relaxed) &&
-                           HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index) &&
-                           QueueHoldWait(reg, info.stream, info.per_thread_stream);
+                           HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index);
+  const bool cuts_gemms = g_process.splits_gemms.load(std::memory_order_relaxed);
+  const bool held_on_gpu =
+      hold_on_gpu && !cuts_gemms && QueueHoldWait(reg, info.stream, info.per_thread_stream);
   if (paused || (beside_high && !held_on_gpu)) [[unlikely]] {
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
                         BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns,
@@ -200,6 +202,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     // Promoted through the admin API while waiting: this launch is already high priority (the
     // wait ends on the promotion), so it is tracked and makes best-effort clients wait.
     high = is_high();
+    // Admitted, and still stopped by the service's next graph if it has not started by then.
+    if (hold_on_gpu && cuts_gemms && !high) {
+      QueueHoldWait(reg, info.stream, info.per_thread_stream);
+    }
   }
 
   const uint64_t launch_index = kernel != nullptr ? kernel->NextLaunchIndex() : 1;

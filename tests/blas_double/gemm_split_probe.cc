@@ -10,8 +10,11 @@
 // (more than one: the call ran in pieces); axis: how the last call was cut; cover: its pieces
 // are the whole call's k and cover its m x n exactly; equal: the first and last call's outputs
 // are bitwise equal; all_equal: every call's output is bitwise the first's; padding: nothing
-// outside the output (rows past m, gaps between the batch's matrices) changed; hash: FNV-1a of the last output's bytes (equal across runs of the probe
-// with and without the interposer where the pieces are exact).
+// outside the output (rows past m, gaps between the batch's matrices) changed; hash: FNV-1a of
+// the last output's bytes (equal across runs of the probe with and without the interposer where
+// the pieces are exact);
+//
+// and, where the driver double says, "double stream_waits=W kernel_launches=K".
 //
 // Usage: orion_gemm_split_probe [calls]   (default 8)
 #include <cuda.h>
@@ -331,6 +334,15 @@ int main(int argc, char** argv) {
   }
 
   for (Case& c : cases) Run(c, calls, stream);
+  // The driver double's counts: the stream waits on host memory the process queued (the GPU
+  // hold's, interpose/gpu_hold.h) and the kernels it launched.
+  using DoubleCount = unsigned long long (*)();
+  auto waits = reinterpret_cast<DoubleCount>(dlsym(RTLD_DEFAULT, "orion_double_stream_waits"));
+  auto kernels =
+      reinterpret_cast<DoubleCount>(dlsym(RTLD_DEFAULT, "orion_double_kernel_launches"));
+  if (waits != nullptr && kernels != nullptr) {
+    printf("double stream_waits=%llu kernel_launches=%llu\n", waits(), kernels());
+  }
   PROBE_BLAS(cublasLtDestroy(lt));
   PROBE_BLAS(cublasDestroy_v2(handle));
   PROBE_CU(cuStreamDestroy(stream));

@@ -158,56 +158,101 @@ TEST(GemmSplitOffOnDoubleTest, NothingToProtectEveryCallGoesWhole) {
   }
 }
 
-// Registered, beside a pretend graph service that keeps a graph in flight until a best-effort
-// launch has waited 2 ms at the gate on the CPU, and takes it up again once that launch went:
-// every call's first kernel waits 2 ms. The calls run 42 to 54 us on the double (ORION_SIM_SCALE),
-// over the forced 20 us bound: timed from their first kernel, each is cut into the 3 pieces its
-// kernel asks for; timed from before the gate's wait (2 ms a sample), into as many as its output
-// allows (9).
-TEST(GemmSplitRegisteredTest, TheGatesWaitIsNotGemmTime) {
-  namespace c = orion::contract;
-  using orion::interpose::testing::NowNs;
-  const std::string dir = orion::testing::MakeTestDir("orion-gemm-gate");
-  ASSERT_FALSE(dir.empty());
-  orion::interpose::testing::TestRegistrar registrar(dir, 0, /*honour_priority=*/false);
-  c::GpuState& gpu = registrar.board().gpus[0];
-  gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
-  gpu.hp_stale_ns.store(60'000'000'000ull);
-  gpu.gpu_hold.store(0);  // held on the CPU: the wait happens between the two start records
-  constexpr int kSlot = 200;
-  c::SlotGate& hp = registrar.gate().slots[kSlot];
-  gpu.hp_slot_mask[kSlot / 64].fetch_or(1ull << (kSlot % 64));
-  hp.launches_graphs.store(1);
-  hp.last_progress_ns.store(NowNs());
-  hp.inflight.store(1);
-  auto& words = registrar.gate().words;
-  std::atomic<bool> done{false};
-  std::atomic<int> releases{0};
-  std::thread service([&] {
+// Stands in for a high-priority graph service on GPU 0 of `registrar`'s board: it keeps a graph
+// in flight until a best-effort process waits at the gate (on the CPU, or its hold keeper), and
+// 2 ms later completes it; once nothing waits any more, it launches the next. With `take_hold`
+// (gpu_hold on) each launch also takes the GPU hold's word, as HoldGpu does, and the service
+// counts the graphs after which the word was opened inside its grace (between graphs).
+class PretendGraphService {
+ public:
+  static constexpr int kSlot = 200;
+
+  PretendGraphService(orion::interpose::testing::TestRegistrar& registrar, bool take_hold)
+      : gpu_(registrar.board().gpus[0]),
+        slot_(registrar.gate().slots[kSlot]),
+        words_(registrar.gate().words),
+        take_hold_(take_hold) {
+    namespace c = orion::contract;
+    gpu_.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
+    gpu_.hp_stale_ns.store(60'000'000'000ull);
+    gpu_.gpu_hold.store(take_hold ? 1 : 0);
+    gpu_.hp_slot_mask[kSlot / 64].fetch_or(1ull << (kSlot % 64));
+    slot_.launches_graphs.store(1);
+    Launch();
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~PretendGraphService() { Stop(); }
+
+  void Stop() {
+    done_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  int releases() const { return releases_.load(); }
+  int opened_between_graphs() const { return opened_between_graphs_.load(); }
+
+ private:
+  void Launch() {
+    slot_.last_progress_ns.store(orion::interpose::testing::NowNs());
+    slot_.inflight.store(1);
+    if (take_hold_) {
+      words_.gpu_hold.store(++epoch_);
+      Wake(&words_.gpu_hold);  // the keepers asleep on an open word
+    }
+  }
+  static void Wake(std::atomic<uint32_t>* word) {
+    syscall(SYS_futex, word, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+  }
+  void Serve() {
     using std::chrono::microseconds;
-    while (!done.load()) {
-      if (words.gate_waiters.load() == 0) {
+    using orion::interpose::testing::NowNs;
+    while (!done_.load()) {
+      if (words_.gate_waiters.load() == 0) {
         std::this_thread::sleep_for(microseconds(20));
         continue;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      hp.last_progress_ns.store(NowNs());
-      hp.inflight.store(0);
-      words.gate_seq.fetch_add(1);
-      syscall(SYS_futex, &words.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
-      releases.fetch_add(1);
-      while (!done.load() && words.gate_waiters.load() != 0) {
+      const uint64_t completed = NowNs();
+      slot_.last_progress_ns.store(completed);
+      slot_.inflight.store(0);
+      words_.gate_seq.fetch_add(1);
+      Wake(&words_.gate_seq);
+      releases_.fetch_add(1);
+      while (!done_.load() && words_.gate_waiters.load() != 0) {
         std::this_thread::sleep_for(microseconds(5));
       }
-      hp.last_progress_ns.store(NowNs());
-      hp.inflight.store(1);
+      if (take_hold_ && words_.gpu_hold.load() == 0 &&
+          NowNs() - completed < gpu_.hp_grace_ns.load()) {
+        opened_between_graphs_.fetch_add(1);
+      }
+      Launch();
     }
-  });
+  }
+
+  orion::contract::GpuState& gpu_;
+  orion::contract::SlotGate& slot_;
+  decltype(orion::contract::GateArea::words)& words_;
+  const bool take_hold_;
+  uint32_t epoch_ = 0;
+  std::atomic<bool> done_{false};
+  std::atomic<int> releases_{0};
+  std::atomic<int> opened_between_graphs_{0};
+  std::thread thread_;
+};
+
+// Registered, beside a pretend graph service that holds every call's first kernel at the gate
+// on the CPU (gpu_hold off) for 2 ms: every call's first kernel waits 2 ms. The calls run 42 to
+// 54 us on the double (ORION_SIM_SCALE), over the forced 20 us bound: timed from their first
+// kernel, each is cut into the 3 pieces its kernel asks for; timed from before the gate's wait
+// (2 ms a sample), into as many as its output allows (9).
+TEST(GemmSplitRegisteredTest, TheGatesWaitIsNotGemmTime) {
+  const std::string dir = orion::testing::MakeTestDir("orion-gemm-gate");
+  ASSERT_FALSE(dir.empty());
+  orion::interpose::testing::TestRegistrar registrar(dir, 0, /*honour_priority=*/false);
+  PretendGraphService service(registrar, /*take_hold=*/false);
   const ProbeRun run =
       RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB, "ORION_GEMM_SPLIT_NS=20000",
                 "ORION_SIM_SCALE=0.1", "ORION_SOCKET=" + registrar.socket_path()});
-  done.store(true);
-  service.join();
+  service.Stop();
   ASSERT_EQ(run.status, 0) << run.output;
   ASSERT_NE(registrar.area(0), nullptr) << "the probe registered";
   for (const char* name : kCases) {
@@ -223,8 +268,40 @@ TEST(GemmSplitRegisteredTest, TheGatesWaitIsNotGemmTime) {
   const std::vector<long long> report = Report(run.output);
   EXPECT_EQ(report[0], 8 * kLookedAtCases) << run.output;
   EXPECT_EQ(report[1], 5 * kLookedAtCases) << run.output;
-  EXPECT_GE(releases.load(), 3 * kLookedAtCases);
+  EXPECT_GE(service.releases(), 3 * kLookedAtCases);
   EXPECT_GE(registrar.area(0)->counters.throttled_ns.load(), 3ull * kLookedAtCases * 2'000'000);
+}
+
+// The same with gpu_hold on, the service taking the hold's word at each graph, and a grace of
+// 500 ms after each: once the process cut a GEMM, its launches wait at the gate on the CPU and
+// then go behind the word too (every launch of the run queued a wait), and its keeper opens the
+// word between graphs, as its gate admits, not at the end of the grace. The pieces stay exact.
+TEST(GemmSplitRegisteredTest, PiecesWaitOnTheCpuAndBehindTheHold) {
+  const std::string dir = orion::testing::MakeTestDir("orion-gemm-hold");
+  ASSERT_FALSE(dir.empty());
+  orion::interpose::testing::TestRegistrar registrar(dir, 0, /*honour_priority=*/false);
+  registrar.board().gpus[0].hp_grace_ns.store(500'000'000);
+  PretendGraphService service(registrar, /*take_hold=*/true);
+  // The timing hold's own stream waits off: the waits counted are the gate word's.
+  const ProbeRun run = RunProbe({std::string("LD_PRELOAD=") + ORION_INTERPOSE_LIB,
+                                 "ORION_GEMM_SPLIT_NS=20000", "ORION_SIM_SCALE=0.1",
+                                 "ORION_TIMING_HOLD=0", "ORION_SOCKET=" + registrar.socket_path()});
+  service.Stop();
+  ASSERT_EQ(run.status, 0) << run.output;
+  ASSERT_NE(registrar.area(0), nullptr) << "the probe registered";
+  for (const char* name : kCases) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(run.cases.count(name), 1u) << run.output;
+    EXPECT_GE(Int(run.cases.at(name), "last_calls"), 2);
+    EXPECT_EQ(Int(run.cases.at(name), "all_equal"), 1);
+  }
+  EXPECT_GE(Report(run.output)[1], 5 * kLookedAtCases) << run.output;
+  ASSERT_EQ(run.device.count("stream_waits"), 1u) << run.output;
+  const long long launches = std::stoll(run.device.at("kernel_launches"));
+  EXPECT_GT(launches, 8 * kLookedAtCases);
+  EXPECT_EQ(std::stoll(run.device.at("stream_waits")), launches) << "every launch behind the word";
+  EXPECT_GT(registrar.area(0)->counters.throttled_ns.load(), 0u) << "held on the CPU";
+  EXPECT_GE(service.opened_between_graphs(), 3 * kLookedAtCases);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ struct ProbeRun {
   std::string output;                   // stdout and stderr
   Fields libs;                          // the "libs" line, where the probe prints one
   Fields reload;                        // the "reload" line, where the probe prints one
+  Fields device;                        // the "double" line: the driver double's counts
   std::map<std::string, Fields> cases;  // name -> key -> value
 };
 
@@ -60,6 +61,7 @@ inline ProbeRun RunProbe(const std::vector<std::string>& argv, std::vector<std::
   while (std::getline(lines, line)) {
     if (line.rfind("libs ", 0) == 0) run.libs = KeyValueFields(line);
     if (line.rfind("reload ", 0) == 0) run.reload = KeyValueFields(line);
+    if (line.rfind("double ", 0) == 0) run.device = KeyValueFields(line);
     if (line.rfind("case=", 0) != 0) continue;
     Fields values = KeyValueFields(line);
     run.cases[values["case"]] = values;

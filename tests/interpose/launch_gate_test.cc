@@ -458,6 +458,36 @@ TEST_F(LaunchGateTest, GpuHoldOpensWhenNothingIsLeftToProtect) {
   EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, later, &wake_by));
 }
 
+// A keeper in a process that cuts GEMMs opens the hold between the graphs of graph services
+// (none in flight, only their grace left), when its gate on the CPU admits: never while a graph
+// is in flight, nor in the grace of an eager service.
+TEST_F(LaunchGateTest, GpuHoldOfAProcessThatCutsGemmsOpensBetweenGraphs) {
+  gpu().gpu_hold.store(1);
+  gpu().hp_grace_ns.store(500'000);
+  uint64_t wake_by = 1;
+  MarkHighPriority(130, 1, now_);  // a graph in flight
+  NoteHighPriorityGraph(gate_->slots[130], true);
+  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+  EXPECT_EQ(wake_by, 0u);
+  MarkHighPriority(130, 0, now_ - 100'000);  // done 100 us ago: in its grace
+  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(wake_by, now_ + 400'000);
+  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+  // The gate on the CPU admits there as well.
+  EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 10'000)),
+            GateDecision::kGoBudget);
+  // An eager service in its grace (its CPU gaps): held.
+  NoteHighPriorityGraph(gate_->slots[130], false);
+  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+  EXPECT_EQ(wake_by, now_ + 400'000);
+  // Beside a graph service and an eager one in their grace: held.
+  NoteHighPriorityGraph(gate_->slots[130], true);
+  MarkHighPriority(131, 0, now_ - 100'000);
+  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+  NoteHighPriorityGraph(gate_->slots[131], true);
+  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+}
+
 // The hold applies on the GPU only for high-priority clients that launch graphs (not for an
 // eager service, nor for a client's own slot), as each client's last launch says.
 TEST_F(LaunchGateTest, GpuHoldOnlyForHighPriorityClientsLaunchingGraphs) {
