@@ -44,6 +44,9 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
   if (h.gate.load(std::memory_order_acquire) == gate) {
     return h.state.load(std::memory_order_acquire) == kHoldReady;
   }
+  // Not while a stream of the process captures a graph: registering the page then could
+  // invalidate a capture in the global mode. The launch waits at the gate on the CPU instead.
+  if (g_process.open_captures.load(std::memory_order_relaxed) > 0) return false;
   pthread_mutex_lock(&g_hold_mutex);
   bool ok = h.gate.load(std::memory_order_acquire) == gate &&
             h.state.load(std::memory_order_acquire) == kHoldReady;

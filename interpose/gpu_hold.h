@@ -3,8 +3,9 @@
 // gpu_hold word (cuStreamWaitValue32: run on once the word is 0). A high-priority launch sets
 // the word (a CPU store: the best-effort kernels already queued stop at their next wait), and a
 // hold keeper thread in each best-effort process clears it as soon as the GPU's high-priority
-// clients are idle by the gate's own rule (HighPriorityBusy: nothing in flight, grace over), so
-// the work the trainer queued meanwhile starts on the GPU with no CPU round trip to refill it.
+// clients are idle by the gate's own rule (HighPriorityBusy: nothing in flight, grace over; in a
+// process that cuts GEMMs, between graphs: below), so the work the trainer queued meanwhile
+// starts on the GPU with no CPU round trip to refill it.
 //
 // The word holds 0 (open) or the hold's epoch (never 0); a keeper opens only the epoch it saw
 // held, so a hold set again in between stays. The keeper opens whatever the state of the
@@ -21,25 +22,27 @@
 // GEMMs in pieces: a process that ran a long GEMM in pieces (hooks_blas.cc,
 // ProcessState::splits_gemms) waits at the gate on the CPU, and what the gate admits goes behind
 // a wait on the word too; its keeper opens the word between graphs, when its gate admits. The
-// CPU gate bounds what is queued to the budget, and the word stops what of it has not started
-// when the service's next graph is launched. Beside a BERT graph service and an LLM-sized
-// trainer (H200, the same rounds): p50 1.48x to 1.51x against 1.52x to 1.58x on the CPU alone,
-// harvest 0.76 to 0.79 against 0.77 to 0.79 (3 rounds); beside the ResNet50 graph 1.37x against
-// 1.39x (1 round). Held on the GPU alone, the pieces stalled the BERT graph service in every
-// round: the GPU idle one whole time slice between two graphs, the service saturated, the hold
-// never open, the service at 846x to 1,201x its p50 alone. A context blocked on a stream wait
-// costs a service nothing (bench gpu-gate's blocked arms, a channel's queue full of waits
-// included), so what takes the slice is in the trainer's process and not found; bounded by the
-// CPU gate, the trainer's queue never holds more than the budget, and no round stalled. Its
-// keeper opens the word for every best-effort process on the GPU: beside a process that cuts
-// GEMMs, a trainer held on the GPU runs between graphs too, as the CPU gate admits.
+// CPU gate bounds what is queued to the budget (or one longer kernel alone), and the word stops
+// what of it has not started when the service's next graph is launched. Beside a BERT graph
+// service and an LLM-sized trainer (H200, the same rounds): p50 1.48x to 1.51x against 1.52x to
+// 1.58x on the CPU alone, harvest 0.76 to 0.79 against 0.77 to 0.79 (3 rounds); beside the
+// ResNet50 graph 1.37x against 1.39x (1 round). Held on the GPU alone, the pieces stalled the
+// BERT graph service in every round: the GPU idle one whole time slice between two graphs, the
+// service saturated, the hold never open, the service at 846x to 1,201x its p50 alone. A
+// context blocked on a stream wait costs a service nothing (bench gpu-gate's blocked arms, a
+// channel's queue full of waits included), so what takes the slice is in the trainer's process
+// and not found; with the CPU gate in front, what waits behind the word stays within the
+// budget, and no round stalled (6 arms, one trainer each). The word is the GPU's: beside a
+// process that cuts GEMMs, a trainer held on the GPU alone runs between graphs too, when the
+// CPU gate admits, but uncharged: its whole queue may go, each stream stopping at the next
+// graph after the kernel it runs then (not measured).
 //
 // The decision functions are pure over shared memory (tests/interpose/launch_gate_test.cc);
 // QueueHoldWait and the keeper (gpu_hold.cc) talk to the driver.
 //
 // Usage:
 //   high-priority launch beside best-effort clients (FollowHighPriority), before the call:
-//                          NoteHighPriorityGraph(own, graph);
+//                          NoteHighPriorityGraph(own, graph);  NoteHighPriorityLaunch(...);
 //                          bool woke = graph && HoldGpu(gate);  launch;
 //                          if (woke) WakeHoldKeepers(gate);
 //   best-effort launch:    if (GpuHoldOn(gpu) && HoldsOnGpuFor(gate, gpu, own) &&
@@ -65,17 +68,14 @@ inline bool GpuHoldOn(const contract::GpuState& gpu) {
              static_cast<uint32_t>(contract::GateMode::kPriority);
 }
 
-// A high-priority launch, before it goes: sets the word unless it is held already (one load on
-// the common path). True when this call took the hold: wake the keepers after the launch.
+// A high-priority launch, before it goes and after its notes say it is in flight: sets the
+// word to a new epoch, held already or not, so that a keeper that decided to open the epoch it
+// saw, on notes from before this launch, fails to. True when the word was open: wake the keepers
+// after the launch.
 inline bool HoldGpu(contract::GateArea& gate) {
-  auto& word = gate.words.gpu_hold;
-  uint32_t seen = word.load(std::memory_order_relaxed);
-  while (seen == 0) {
-    uint32_t epoch = gate.words.hold_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (epoch == 0) epoch = 1;
-    if (word.compare_exchange_weak(seen, epoch, std::memory_order_seq_cst)) return true;
-  }
-  return false;
+  uint32_t epoch = 0;
+  while (epoch == 0) epoch = gate.words.hold_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
+  return gate.words.gpu_hold.exchange(epoch, std::memory_order_seq_cst) == 0;
 }
 
 // Whether best-effort work is held on the GPU for this GPU's high-priority clients: some other

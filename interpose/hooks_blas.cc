@@ -452,8 +452,8 @@ uint64_t CurrentContextWord() {
 // Runs the pieces of a plan through `piece(slice, shift)` (RunGemmPlan: the narrower last piece
 // first; a piece that fails sends the call whole, or in place the part of D not yet written as
 // one call). A piece that fails refuses the shape: its calls go whole from then on. From its
-// first split on, the process is held at the gate on the CPU (gpu_hold.h, "GEMMs in pieces"):
-// set before the first piece goes, so that none of them is held on the GPU.
+// first split on, the process is held at the gate on the CPU first (gpu_hold.h, "GEMMs in
+// pieces"): set before the first piece goes, so that none of them skips that gate.
 template <typename Piece, typename Whole>
 cublasStatus_t RunPieces(const CallPlan& call, const GemmOperands& operands, int64_t m,
                          int64_t n, bool redo_whole, Piece piece, Whole whole) {

@@ -96,14 +96,17 @@ uint64_t ThreadFirstReading() {
   contract::SlotGate& own_gate = *reg->own_gate;
   const contract::GpuState& gpu = *reg->gpu;
   NoteHighPriorityGraph(own_gate, graph);
-  const bool took_hold = may_hold && graph && GpuHoldOn(gpu) &&
-                         gpu.be_clients.load(std::memory_order_relaxed) != 0 &&
-                         HoldGpu(*reg->gate);
   NoteHighPriorityClass(own_gate, kclass);
   BusyPeriod ended;
   // A completion the poller stamped since `now` continues the busy period (no new best-effort
   // budget): NoteHighPriorityLaunch takes a stamp ahead of the launch's as progress.
-  if (NoteHighPriorityLaunch(own_gate, gpu, now, &ended, followed)) [[unlikely]] {
+  const bool ended_period = NoteHighPriorityLaunch(own_gate, gpu, now, &ended, followed);
+  // After the launch is in flight in the notes: a keeper that reads them after this epoch sees
+  // the graph (gpu_hold.h, HoldGpu).
+  const bool took_hold = may_hold && graph && GpuHoldOn(gpu) &&
+                         gpu.be_clients.load(std::memory_order_relaxed) != 0 &&
+                         HoldGpu(*reg->gate);
+  if (ended_period) [[unlikely]] {
     contract::Event b{};
     b.kind = contract::EventKind::kBusyPeriod;
     b.cpu_ns = ended.start_ns;
@@ -202,8 +205,10 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     // Promoted through the admin API while waiting: this launch is already high priority (the
     // wait ends on the promotion), so it is tracked and makes best-effort clients wait.
     high = is_high();
-    // Admitted, and still stopped by the service's next graph if it has not started by then.
-    if (hold_on_gpu && cuts_gemms && !high) {
+    // Admitted, and still stopped by the service's next graph if it has not started by then
+    // (asked again: the wait may have been long, and an eager service never holds the word).
+    if (hold_on_gpu && cuts_gemms && !high && GpuHoldOn(gpu) &&
+        HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index)) {
       QueueHoldWait(reg, info.stream, info.per_thread_stream);
     }
   }

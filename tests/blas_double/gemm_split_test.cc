@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "interpose/gpu_hold.h"
 #include "tests/blas_double/probe_run.h"
 #include "tests/interpose/test_registrar.h"
 
@@ -162,7 +163,7 @@ TEST(GemmSplitOffOnDoubleTest, NothingToProtectEveryCallGoesWhole) {
 // Stands in for a high-priority graph service on GPU 0 of `registrar`'s board: it keeps a graph
 // in flight until a best-effort process waits at the gate (on the CPU, or its hold keeper), and
 // 2 ms later completes it; once nothing waits any more, it launches the next. With `take_hold`
-// (gpu_hold on) each launch also takes the GPU hold's word, as HoldGpu does, and the service
+// (gpu_hold on) each launch also takes the GPU hold's word (HoldGpu), and the service
 // counts the graphs after which the word was opened inside its grace (between graphs).
 class PretendGraphService {
  public:
@@ -171,6 +172,7 @@ class PretendGraphService {
   PretendGraphService(orion::interpose::testing::TestRegistrar& registrar, bool take_hold)
       : gpu_(registrar.board().gpus[0]),
         slot_(registrar.gate().slots[kSlot]),
+        gate_(registrar.gate()),
         words_(registrar.gate().words),
         take_hold_(take_hold) {
     namespace c = orion::contract;
@@ -192,11 +194,11 @@ class PretendGraphService {
   int opened_between_graphs() const { return opened_between_graphs_.load(); }
 
  private:
+  // As a graph launch does: in flight in its notes, then the hold taken (a new epoch).
   void Launch() {
     slot_.last_progress_ns.store(orion::interpose::testing::NowNs());
     slot_.inflight.store(1);
-    if (take_hold_) {
-      words_.gpu_hold.store(++epoch_);
+    if (take_hold_ && orion::interpose::HoldGpu(gate_)) {
       Wake(&words_.gpu_hold);  // the keepers asleep on an open word
     }
   }
@@ -231,9 +233,9 @@ class PretendGraphService {
 
   orion::contract::GpuState& gpu_;
   orion::contract::SlotGate& slot_;
+  orion::contract::GateArea& gate_;
   decltype(orion::contract::GateArea::words)& words_;
   const bool take_hold_;
-  uint32_t epoch_ = 0;
   std::atomic<bool> done_{false};
   std::atomic<int> releases_{0};
   std::atomic<int> opened_between_graphs_{0};

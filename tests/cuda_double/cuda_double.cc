@@ -695,6 +695,7 @@ CUresult BeginCapture(CUstream hstream) {
   if (stream->capture != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
   stream->capture = new Graph;
   stream->capture->ctx = stream->ctx;
+  s.open_captures.insert(stream->capture);
   return CUDA_SUCCESS;
 }
 
@@ -706,6 +707,13 @@ CUresult EndCapture(CUstream hstream, CUgraph* graph_out) {
   Stream* stream = s.Find<Stream>(hstream);
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (stream->capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  s.open_captures.erase(stream->capture);
+  if (stream->capture->invalidated) {
+    for (GraphNode* node : stream->capture->nodes) delete node;
+    delete stream->capture;
+    stream->capture = nullptr;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
   Graph* graph = s.Add(stream->capture);
   for (GraphNode* node : graph->nodes) s.Add(node);
   stream->capture = nullptr;
@@ -1359,6 +1367,12 @@ CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags)
   Lock lock(s.mu);
   if (!s.initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (p == nullptr || bytes == 0 || (flags & ~0xFu) != 0) return CUDA_ERROR_INVALID_VALUE;
+  // Unsafe while a capture is open (captures here are global mode, as the probes begin them):
+  // the call is refused and the capture invalidated, as the real driver does.
+  if (!s.open_captures.empty()) {
+    for (Graph* capture : s.open_captures) capture->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   const uint64_t base = reinterpret_cast<uint64_t>(p);
   auto next = s.host_registered.lower_bound(base);
   if ((next != s.host_registered.end() && next->first < base + bytes) ||

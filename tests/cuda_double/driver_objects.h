@@ -20,6 +20,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -145,6 +146,8 @@ struct Graph {
   static constexpr Kind kKind = Kind::kGraph;
   Context* ctx = nullptr;
   std::vector<GraphNode*> nodes;
+  // A capture (global mode) that a call unsafe during captures invalidated: its end fails.
+  bool invalidated = false;
 };
 
 struct GraphExec {
@@ -190,6 +193,7 @@ struct DriverState {
   std::map<uint64_t, Allocation> allocations;  // base address -> allocation or VMM mapping
   std::map<uint64_t, size_t> reservations;     // cuMemAddressReserve ranges
   std::map<uint64_t, size_t> host_registered;  // cuMemHostRegister ranges (device address = host)
+  std::set<Graph*> open_captures;               // graphs of the captures begun and not ended
 
   // The front end: work queued on streams, collectives waiting for their peers, and the thread
   // that moves them on (started on first need, again after fork).

@@ -275,6 +275,27 @@ TEST_F(InterposeIntegrationTest, GpuHoldQueuesBestEffortWorkBehindTheWordAndItsK
   EXPECT_EQ(words.be_outstanding_ns.load(), 0u);  // nothing charged to the CPU gate's budget
 }
 
+// gpu_hold beside a graph service, while another stream of the process captures a graph in the
+// global mode: the hold's page is not registered then (the driver would refuse and invalidate
+// the capture, as the driver double does), so the launch waits at the gate on the CPU and the
+// capture ends as it began.
+TEST_F(InterposeIntegrationTest, GpuHoldNeverRegistersItsWordDuringACapture) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  c::GpuState& gpu = registrar.board().gpus[0];
+  gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
+  gpu.gpu_hold.store(1);
+  gpu.hp_stale_ns.store(1'000'000'000);
+  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true);
+  const ProbeRun run =
+      RunProbe("ORION_SOCKET=" + registrar.socket_path(), "1 capture-beside");
+  hp_done.join();
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.values.at("launch"), "0");
+  EXPECT_EQ(run.values.at("capture_end"), "0") << "the capture was invalidated";
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_GT(registrar.area(0)->counters.throttled_ns.load(), 0u) << "held on the CPU instead";
+}
+
 // A high-priority client's launch takes the hold while a best-effort client shares the GPU, and
 // nothing opens it while no best-effort process keeps it; with the knob off it never does.
 TEST_F(InterposeIntegrationTest, HighPriorityLaunchesTakeTheGpuHold) {

@@ -3,7 +3,8 @@
 // dlsym), replays a captured graph, allocates against the quota, and prints what it saw as
 // key=value lines on stdout for the test to check. Runs on the CUDA driver test double.
 //
-// Usage: orion_interpose_probe [launches] [fork|bench|escapes|vmm|imports|contexts|threads]
+// Usage: orion_interpose_probe [launches]
+//                              [fork|bench|escapes|vmm|imports|contexts|threads|capture-beside]
 //   fork: after the memory checks a child process makes driver calls of its own and exits.
 //   bench: also times 100000 back-to-back launches of an empty kernel (launch_ns=, CPU side).
 //   escapes: only the memory quota's former escapes: live allocations up to one past the
@@ -11,6 +12,7 @@
 //     printed with the quota's used bytes (total - free of cuMemGetInfo) after it.
 //   vmm: VMM handles mapped and released at once, counted until their last unmap (RunVmm).
 //   imports: memory of another process (IPC, shareable VMM handles) counted while held.
+//   capture-beside: a launch on one stream while a capture of another is open (global mode).
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -458,6 +460,29 @@ int RunThreads() {
   return 0;
 }
 
+// A capture (global mode) of one stream is open while the process's first real launch goes on
+// another; prints the capture's end (capture_end=CUresult) and the launch's (launch=CUresult).
+int RunCaptureBeside() {
+  CUcontext ctx;
+  CUfunction spin;
+  PROBE_CHECK(cuInit(0));
+  if (LoadSpinKernel(0, &ctx, &spin) != 0) return 1;
+  CUstream captured, other;
+  PROBE_CHECK(cuStreamCreate(&captured, CU_STREAM_NON_BLOCKING));
+  PROBE_CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  unsigned long long ns = 1'000;
+  void* args[] = {&ns};
+  PROBE_CHECK(cuStreamBeginCapture(captured, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  PROBE_CHECK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, captured, args, nullptr));
+  printf("launch=%d\n", static_cast<int>(
+                            cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, other, args, nullptr)));
+  CUgraph graph = nullptr;
+  printf("capture_end=%d\n", static_cast<int>(cuStreamEndCapture(captured, &graph)));
+  PROBE_CHECK(cuStreamSynchronize(other));
+  fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -469,5 +494,6 @@ int main(int argc, char** argv) {
   if (argc > 2 && strcmp(argv[2], "vmm") == 0) return RunVmm();
   if (argc > 2 && strcmp(argv[2], "imports") == 0) return RunImports();
   if (argc > 2 && strcmp(argv[2], "threads") == 0) return RunThreads();
+  if (argc > 2 && strcmp(argv[2], "capture-beside") == 0) return RunCaptureBeside();
   return Run(launches, fork_child, bench);
 }

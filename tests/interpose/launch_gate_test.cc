@@ -398,15 +398,21 @@ TEST_F(LaunchGateTest, WaiterWakesWhenGracePeriodEndsWithoutACompletion) {
 }
 
 // NCCL's collectives under their names across versions (mangled or not); nothing else.
-// gpu_hold: a high-priority launch takes the hold once (its epoch, never 0), a keeper opens only
-// the epoch it saw, and the hold may open exactly when the gate would let best-effort work go
-// uncharged by high-priority activity: idle, knob off, server gone, no other HP client.
-TEST_F(LaunchGateTest, GpuHoldIsTakenOnceAndOpenedOnlyForTheEpochSeen) {
+// gpu_hold: each high-priority graph launch takes the hold with a new epoch (never 0), a keeper
+// opens only the epoch it saw, and the hold may open exactly when the gate would let best-effort
+// work go uncharged by high-priority activity: idle, knob off, server gone, no other HP client.
+TEST_F(LaunchGateTest, GpuHoldTakesANewEpochAndOpensOnlyTheEpochSeen) {
   auto& word = gate_->words.gpu_hold;
   EXPECT_TRUE(HoldGpu(*gate_));
+  const uint32_t zeroth = word.load();
+  EXPECT_NE(zeroth, 0u);
+  // Held already (the keeper has not opened it yet): a new epoch, and no wake. A keeper that
+  // looked at the notes before this launch and decided to open the old epoch fails to.
+  EXPECT_FALSE(HoldGpu(*gate_));
   const uint32_t first = word.load();
   EXPECT_NE(first, 0u);
-  EXPECT_FALSE(HoldGpu(*gate_));  // held already: no new epoch, no wake
+  EXPECT_NE(first, zeroth);
+  EXPECT_FALSE(OpenGpuHold(*gate_, zeroth));
   EXPECT_EQ(word.load(), first);
   EXPECT_TRUE(OpenGpuHold(*gate_, first));
   EXPECT_EQ(word.load(), 0u);
