@@ -111,6 +111,15 @@ std::thread PretendBusyHighPriority(TestRegistrar& registrar, bool graphs) {
   });
 }
 
+// GPU 0 of the registrar's board in priority mode with gpu_hold on (high-priority notes stale
+// after 1 s).
+void HoldOnTheGpu(TestRegistrar& registrar) {
+  c::GpuState& gpu = registrar.board().gpus[0];
+  gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
+  gpu.gpu_hold.store(1);
+  gpu.hp_stale_ns.store(1'000'000'000);
+}
+
 ProbeRun InterposeIntegrationTest::RunBesideBusyHighPriority(
     TestRegistrar& registrar, bool graphs, std::chrono::steady_clock::duration* elapsed) {
   std::thread hp_done = PretendBusyHighPriority(registrar, graphs);
@@ -253,10 +262,7 @@ TEST_F(InterposeIntegrationTest, BestEffortWaitsWhileHighPriorityWorkRuns) {
 // idle), and nothing was held on the CPU.
 TEST_F(InterposeIntegrationTest, GpuHoldQueuesBestEffortWorkBehindTheWordAndItsKeeperOpensIt) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
-  c::GpuState& gpu = registrar.board().gpus[0];
-  gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
-  gpu.gpu_hold.store(1);
-  gpu.hp_stale_ns.store(1'000'000'000);
+  HoldOnTheGpu(registrar);
   auto& words = registrar.gate().words;
   words.gpu_hold.store(7);  // held by the high-priority client, a graph service
   std::chrono::steady_clock::duration elapsed;
@@ -281,10 +287,7 @@ TEST_F(InterposeIntegrationTest, GpuHoldQueuesBestEffortWorkBehindTheWordAndItsK
 // capture ends as it began.
 TEST_F(InterposeIntegrationTest, GpuHoldNeverRegistersItsWordDuringACapture) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
-  c::GpuState& gpu = registrar.board().gpus[0];
-  gpu.mode.store(static_cast<uint32_t>(c::GateMode::kPriority));
-  gpu.gpu_hold.store(1);
-  gpu.hp_stale_ns.store(1'000'000'000);
+  HoldOnTheGpu(registrar);
   std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true);
   const ProbeRun run =
       RunProbe("ORION_SOCKET=" + registrar.socket_path(), "1 capture-beside");
