@@ -112,7 +112,7 @@ inline bool HoldMayOpen(const contract::Board& board, const contract::GpuState& 
     return true;
   }
   const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
-  if (!hp.busy || (between_graphs && hp.graphs_only && hp.grace_ends_ns != 0)) return true;
+  if (!hp.busy || (between_graphs && hp.BetweenGraphs())) return true;
   *wake_by_ns = hp.grace_ends_ns;
   return false;
 }

@@ -192,10 +192,13 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   // client is paused).
   const bool paused = slot.paused.load(std::memory_order_relaxed) != 0;
   const bool beside_high = gated && HighPriorityPresent(gpu, reg->slot_index);
-  const bool hold_on_gpu = beside_high && !paused && GpuHoldOn(gpu) &&
+  auto beside_graph_service = [&] {
+    return GpuHoldOn(gpu) && HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index);
+  };
+  const bool hold_on_gpu = beside_high && !paused &&
                            !g_process.runs_collectives.load(std::memory_order_relaxed) &&
-                           HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index);
-  const bool cuts_gemms = g_process.splits_gemms.load(std::memory_order_relaxed);
+                           beside_graph_service();
+  const bool cuts_gemms = hold_on_gpu && g_process.splits_gemms.load(std::memory_order_relaxed);
   const bool held_on_gpu =
       hold_on_gpu && !cuts_gemms && QueueHoldWait(reg, info.stream, info.per_thread_stream);
   if (paused || (beside_high && !held_on_gpu)) [[unlikely]] {
@@ -207,8 +210,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     high = is_high();
     // Admitted, and still stopped by the service's next graph if it has not started by then
     // (asked again: the wait may have been long, and an eager service never holds the word).
-    if (hold_on_gpu && cuts_gemms && !high && GpuHoldOn(gpu) &&
-        HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index)) {
+    if (cuts_gemms && !high && beside_graph_service()) {
       QueueHoldWait(reg, info.stream, info.per_thread_stream);
     }
   }

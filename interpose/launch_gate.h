@@ -47,6 +47,9 @@ struct HighPriorityView {
   // Every busy HP client launches CUDA graphs (its last launch was one): a request is queued on
   // the GPU whole, with no CPU gaps for best-effort work to fill.
   bool graphs_only = true;
+
+  // Between the graphs of graph services: busy, but none in flight, only their grace left.
+  bool BetweenGraphs() const { return busy && graphs_only && grace_ends_ns != 0; }
 };
 
 // Calls fn(slot index) for each client marked high priority on this GPU but `own_slot`, until fn
@@ -341,8 +344,7 @@ inline GateDecision DecideBestEffort(const contract::Board& board, const contrac
   const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
   // Between the graphs of graph services (none in flight, only their grace left) the GPU is as
   // idle as after the grace: nothing of a request is left to fill the CPU gaps of.
-  const bool between_graphs = hp.busy && hp.graphs_only && hp.grace_ends_ns != 0 &&
-                              mode != contract::GateMode::kMps;
+  const bool between_graphs = hp.BetweenGraphs() && mode != contract::GateMode::kMps;
   if (!hp.busy || between_graphs) {
     if (TryChargeBudget(gate, launch.estimate_ns, budget, /*admit_alone=*/true)) {
       return GateDecision::kGoBudget;
