@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "samples/spin_kernel.h"
+#include "tests/cuda_double/double_counts.h"
 
 namespace {
 
@@ -151,12 +152,9 @@ int Run(int launches, bool fork_child, bool bench) {
   nanosleep(&settle, nullptr);
   // The driver test double counts the stream waits on host memory this process queued, the
   // kernels it launched to run, and the process's questions for its current context.
-  using DoubleCount = unsigned long long (*)();
   for (const char* name : {"stream_waits", "kernel_launches", "context_queries"}) {
-    char symbol[64];
-    snprintf(symbol, sizeof(symbol), "orion_double_%s", name);
-    if (auto count = reinterpret_cast<DoubleCount>(dlsym(RTLD_DEFAULT, symbol))) {
-      printf("%s=%llu\n", name, count());
+    if (unsigned long long count = 0; orion::testing::ReadDoubleCount(name, &count)) {
+      printf("%s=%llu\n", name, count);
     }
   }
   // And when each of its first launches entered the driver.
