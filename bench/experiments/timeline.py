@@ -9,8 +9,8 @@
 
 A trainer (ResNet50 at batch 64 unless --trainer, best effort, an NVTX range "step" per step)
 and a ResNet50 service (batch 4, high priority, an NVTX range "request" per request, Poisson
-arrivals at --rate; eager, or a CUDA graph with resnet50-graph; bert8: a BERT-base-sized fp16 encoder at 8 x 128 tokens
-instead) run under orion-run beside each other, orion-server in
+arrivals at --rate; eager, or a CUDA graph with resnet50-graph; bert8: a BERT-base-sized fp16
+encoder at 8 x 128 tokens instead) run under orion-run beside each other, orion-server in
 priority mode. Each in turn runs a window under torch.profiler while the other goes on (the
 service's window: --service-window requests back to back; the trainer's: --train-window steps).
 For each window the server's timeline is exported (orion-ctl timeline --since/--until --trace)

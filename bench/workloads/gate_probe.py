@@ -20,10 +20,10 @@ queues one wait on a word nobody sets and kernels behind it (does a stream waiti
 memory cost another process's context anything?); `--behind` picks what it queues there: spin
 kernels (`sleep`), spin kernels each behind a wait of its own, more than the channel's queue
 holds, so that the launch call blocks (`sleep-waits`), cuBLASLt GEMMs with a bias epilogue
-(`linear-bias`: a d-4096 layer over 16384 tokens, bf16), fused attention (`sdpa`: 4 x 32 heads x 4096 tokens, causal, bf16), or a
-training step of a torch_models.py trainer (`llm`, `mm-long`, `mm-short`, ...), each run once
-before the wait. `none`: plain time-slicing. `cpu`: the gate on
-the CPU, for comparison: the trainer's thread spins on the word before every launch, so what it
+(`linear-bias`: a d-4096 layer over 16384 tokens, bf16), fused attention (`sdpa`: 4 x 32
+heads x 4096 tokens, causal, bf16), or a training step of a torch_models.py trainer (`llm`,
+`mm-long`, `mm-short`, ...), each run once before the wait. `none`: plain time-slicing. `cpu`:
+the gate on the CPU, for comparison: the trainer's thread spins on the word before every launch, so what it
 has queued drains and its stream goes idle while the service holds the word. `--wait` picks the
 stream wait's comparison (all go on once bit 0 is set; `eq64` is the 64-bit wait), `--queue` how
 many kernels the trainer keeps queued at most (default 192).
