@@ -394,7 +394,12 @@ struct GateArea {
     std::atomic<uint64_t> be_period;
     std::atomic<uint32_t> hold_epoch;    // the last epoch a hold took (never 0 in gpu_hold)
     std::atomic<uint32_t> hold_sleepers; // hold keepers asleep on gpu_hold while it is 0
-    uint8_t reserved[24];
+    // The same hold for the launches a gate on the CPU admitted (a process that cuts GEMMs
+    // waits there first): taken with gpu_hold, at the same epoch, and opened also between
+    // graphs, when that gate admits, while gpu_hold stays held for the streams held on the GPU
+    // alone until the grace ends (interpose/gpu_hold.h). 0 in a board of an older server.
+    std::atomic<uint32_t> gpu_hold_admitted;
+    uint8_t reserved[20];
   } words;
   SlotGate slots[kMaxSlots];
 };

@@ -79,25 +79,40 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
   return ok;
 }
 
-// The keeper's wait while the word is held, as a launch waits at the gate: counted among the
-// gate's waiters (so the high-priority clients' completion trackers follow closely and wake
-// gate_seq), asleep until a completion or the end of their grace.
-void KeepHold(Registration* reg, uint32_t epoch) {
+// The keeper's wait while a word it follows is held (`held`: gpu_hold's epoch; `admitted`:
+// gpu_hold_admitted's, followed only in a process that cuts GEMMs; 0: open, or not followed),
+// as a launch waits at the gate: counted among the gate's waiters (so the high-priority
+// clients' completion trackers follow closely and wake gate_seq), asleep until a completion or
+// the end of their grace. It opens both words once the high-priority clients are idle, and
+// gpu_hold_admitted alone between graphs; it returns when a word it follows changed (opened, or
+// held anew: the caller reads them again) or it opened them all.
+void KeepHold(Registration* reg, uint32_t held, uint32_t admitted) {
   contract::GateArea& gate = *reg->gate;
   auto& words = gate.words;
   CountGateWaiter(gate);
   for (;;) {
-    if (words.gpu_hold.load(std::memory_order_acquire) != epoch) break;  // opened or held anew
+    if ((held != 0 && words.gpu_hold.load(std::memory_order_acquire) != held) ||
+        (admitted != 0 && words.gpu_hold_admitted.load(std::memory_order_acquire) != admitted) ||
+        (held == 0 && admitted == 0)) {
+      break;
+    }
     const uint32_t seq = words.gate_seq.load(std::memory_order_acquire);
     const uint64_t now = MonotonicNs();
     uint64_t wake_by = 0;
     // A registration the server took back (an upgrade's new server): its area protects nobody
-    // any more, and streams may still wait on its word.
+    // any more, and streams may still wait on its words.
     if (!reg->StillOwned() ||
-        HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &wake_by,
-                    /*between_graphs=*/g_process.splits_gemms.load(std::memory_order_relaxed))) {
-      OpenGpuHold(gate, epoch);
+        HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &wake_by)) {
+      if (held != 0) OpenGpuHold(gate, held);
+      if (admitted != 0) OpenGpuHold(gate, admitted, HoldWord::kAdmitted);
       break;
+    }
+    uint64_t unused = 0;
+    if (admitted != 0 && HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &unused,
+                                     /*between_graphs=*/true)) {
+      OpenGpuHold(gate, admitted, HoldWord::kAdmitted);
+      admitted = 0;  // gpu_hold stays held until the grace ends
+      continue;
     }
     FutexWait(&words.gate_seq, seq, GateSleepNs(now, wake_by));
   }
@@ -113,14 +128,18 @@ void* KeeperMain(void* arg) {
       continue;
     }
     contract::GateArea& gate = *reg->gate;
-    const uint32_t epoch = gate.words.gpu_hold.load(std::memory_order_acquire);
+    const uint32_t held = gate.words.gpu_hold.load(std::memory_order_acquire);
+    // Only a process that cuts GEMMs queues waits on gpu_hold_admitted (hooks_launch.cc).
+    const uint32_t admitted = g_process.splits_gemms.load(std::memory_order_relaxed)
+                                  ? gate.words.gpu_hold_admitted.load(std::memory_order_acquire)
+                                  : 0;
     if (!reg->StillOwned()) {  // opened (KeepHold), then wait for a launch on the new one
-      if (epoch != 0) KeepHold(reg, epoch);
+      if (held != 0 || admitted != 0) KeepHold(reg, held, admitted);
       FutexWaitPrivate(&h.keeper_started, 1, kKeeperIdleLookNs);
       continue;
     }
-    if (epoch != 0) {
-      KeepHold(reg, epoch);
+    if (held != 0 || admitted != 0) {
+      KeepHold(reg, held, admitted);
       continue;
     }
     gate.words.hold_sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -145,7 +164,7 @@ void EnsureKeeper(DeviceHold& h, Registration* reg) {
 
 }  // namespace
 
-bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream) {
+bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream, HoldWord which) {
   if (reg->device < 0 || reg->device >= kMaxDevices) return false;
   DeviceHold& h = g_hold[reg->device];
   if (!RegisterWord(h, reg->gate)) return false;  // a gate that cannot hold answers at once
@@ -153,7 +172,11 @@ bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream) {
   auto wait = per_thread_stream ? ORION_DRIVER(cuStreamWaitValue32_v2_ptsz)
                                 : ORION_DRIVER(cuStreamWaitValue32_v2);
   if (wait == nullptr) wait = ORION_DRIVER(cuStreamWaitValue32_v2);
-  return wait(stream, h.word_dptr.load(std::memory_order_relaxed), 0,
+  // Both words lie in the registered page, at their offsets from gpu_hold.
+  contract::GateArea& gate = *reg->gate;
+  const uint64_t offset = reinterpret_cast<uintptr_t>(&HoldWordOf(gate, which)) -
+                          reinterpret_cast<uintptr_t>(&gate.words.gpu_hold);
+  return wait(stream, h.word_dptr.load(std::memory_order_relaxed) + offset, 0,
               CU_STREAM_WAIT_VALUE_EQ) == CUDA_SUCCESS;
 }
 

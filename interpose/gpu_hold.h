@@ -21,7 +21,8 @@
 //
 // GEMMs in pieces: a process that ran a long GEMM in pieces (hooks_blas.cc,
 // ProcessState::splits_gemms) waits at the gate on the CPU, and what the gate admits goes behind
-// a wait on the word too; its keeper opens the word between graphs, when its gate admits. The
+// a wait on the hold's second word, gpu_hold_admitted, which every hold takes with gpu_hold and
+// that process's keeper opens between graphs, when its gate admits. The
 // CPU gate bounds what is queued to the budget (or one longer kernel alone), and the word stops
 // what of it has not started when the service's next graph is launched. Beside a BERT graph
 // service and an LLM-sized trainer (H200, the same rounds): p50 1.48x to 1.51x against 1.52x to
@@ -32,10 +33,10 @@
 // context blocked on a stream wait costs a service nothing (bench gpu-gate's blocked arms, a
 // channel's queue full of waits included), so what takes the slice is in the trainer's process
 // and not found; with the CPU gate in front, what waits behind the word stays within the
-// budget, and no round stalled (6 arms, one trainer each). The word is the GPU's: beside a
-// process that cuts GEMMs, a trainer held on the GPU alone runs between graphs too, when the
-// CPU gate admits, but uncharged: its whole queue may go, each stream stopping at the next
-// graph after the kernel it runs then (not measured).
+// budget, and no round stalled (6 arms, one trainer each). With one word for both, a trainer
+// held on the GPU alone beside a process that cuts GEMMs ran between graphs too, uncharged: its
+// whole queue could go. gpu_hold, the word such a trainer waits on, stays held through the grace
+// (tests/blas_double/gemm_split_test.cc); the two words are not measured side by side on a GPU.
 //
 // The decision functions are pure over shared memory (tests/interpose/launch_gate_test.cc);
 // QueueHoldWait and the keeper (gpu_hold.cc) talk to the driver.
@@ -68,14 +69,26 @@ inline bool GpuHoldOn(const contract::GpuState& gpu) {
              static_cast<uint32_t>(contract::GateMode::kPriority);
 }
 
-// A high-priority launch, before it goes and after its notes say it is in flight: sets the
-// word to a new epoch, held already or not, so that a keeper that decided to open the epoch it
-// saw, on notes from before this launch, fails to. True when the word was open: wake the keepers
+// The two words of the hold: kHeld (gpu_hold) for launches held on the GPU alone, opened once
+// the high-priority clients are idle; kAdmitted (gpu_hold_admitted) for launches the gate on the
+// CPU admitted first (a process that cuts GEMMs), opened also between graphs, as that gate
+// admits. A hold takes both at one epoch.
+enum class HoldWord : uint8_t { kHeld, kAdmitted };
+
+inline std::atomic<uint32_t>& HoldWordOf(contract::GateArea& gate, HoldWord which) {
+  return which == HoldWord::kHeld ? gate.words.gpu_hold : gate.words.gpu_hold_admitted;
+}
+
+// A high-priority launch, before it goes and after its notes say it is in flight: sets both
+// words to a new epoch, held already or not, so that a keeper that decided to open the epoch it
+// saw, on notes from before this launch, fails to. True when a word was open: wake the keepers
 // after the launch.
 inline bool HoldGpu(contract::GateArea& gate) {
   uint32_t epoch = 0;
   while (epoch == 0) epoch = gate.words.hold_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
-  return gate.words.gpu_hold.exchange(epoch, std::memory_order_seq_cst) == 0;
+  const bool admitted_was_open =
+      gate.words.gpu_hold_admitted.exchange(epoch, std::memory_order_seq_cst) == 0;
+  return gate.words.gpu_hold.exchange(epoch, std::memory_order_seq_cst) == 0 || admitted_was_open;
 }
 
 // Whether best-effort work is held on the GPU for this GPU's high-priority clients: some other
@@ -117,9 +130,10 @@ inline bool HoldMayOpen(const contract::Board& board, const contract::GpuState& 
   return false;
 }
 
-// Opens the hold of `epoch`; false if the word changed (opened, or held again since).
-inline bool OpenGpuHold(contract::GateArea& gate, uint32_t epoch) {
-  return gate.words.gpu_hold.compare_exchange_strong(epoch, 0, std::memory_order_seq_cst);
+// Opens the hold of `epoch` on one word; false if it changed (opened, or held again since).
+inline bool OpenGpuHold(contract::GateArea& gate, uint32_t epoch,
+                        HoldWord which = HoldWord::kHeld) {
+  return HoldWordOf(gate, which).compare_exchange_strong(epoch, 0, std::memory_order_seq_cst);
 }
 
 // Best-effort launch on `stream` of the registration's GPU, gpu_hold on: queues a stream wait
@@ -128,8 +142,10 @@ inline bool OpenGpuHold(contract::GateArea& gate, uint32_t epoch) {
 // that much run on and gave a BERT graph service beside an LM trainer p99 1.92x against 1.30x,
 // one H200 round), and starts the process's keeper for the GPU. False where the GPU cannot hold
 // (the word cannot be registered with the driver, no wait-value entry point, or the wait was
-// refused): the caller holds the launch at the gate on the CPU instead.
-bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream);
+// refused): the caller holds the launch at the gate on the CPU instead. `which`: kAdmitted for a
+// launch the gate on the CPU admitted.
+bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream,
+                   HoldWord which = HoldWord::kHeld);
 
 // Wakes the keepers asleep on an open word (after a launch that took the hold).
 void WakeHoldKeepers(contract::GateArea& gate);

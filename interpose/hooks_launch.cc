@@ -211,7 +211,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     // Admitted, and still stopped by the service's next graph if it has not started by then
     // (asked again: the wait may have been long, and an eager service never holds the word).
     if (cuts_gemms && !high && beside_graph_service()) {
-      QueueHoldWait(reg, info.stream, info.per_thread_stream);
+      QueueHoldWait(reg, info.stream, info.per_thread_stream, HoldWord::kAdmitted);
     }
   }
 

@@ -162,9 +162,10 @@ TEST(GemmSplitOffOnDoubleTest, NothingToProtectEveryCallGoesWhole) {
 
 // Stands in for a high-priority graph service on GPU 0 of `registrar`'s board: it keeps a graph
 // in flight until a best-effort process waits at the gate (on the CPU, or its hold keeper), and
-// 2 ms later completes it; once nothing waits any more, it launches the next. With `take_hold`
-// (gpu_hold on) each launch also takes the GPU hold's word (HoldGpu), and the service
-// counts the graphs after which the word was opened inside its grace (between graphs).
+// 2 ms later completes it; once nothing waits any more (or the hold's word for admitted launches
+// was opened), it launches the next. With `take_hold` (gpu_hold on) each launch also takes the
+// GPU hold's words (HoldGpu), and the service counts the graphs after which each word was opened
+// inside its grace (between graphs).
 class PretendGraphService {
  public:
   static constexpr int kSlot = 200;
@@ -192,6 +193,7 @@ class PretendGraphService {
   }
   int releases() const { return releases_.load(); }
   int opened_between_graphs() const { return opened_between_graphs_.load(); }
+  int held_word_opened_between_graphs() const { return held_opened_between_graphs_.load(); }
 
  private:
   // As a graph launch does: in flight in its notes, then the hold taken (a new epoch).
@@ -220,12 +222,14 @@ class PretendGraphService {
       words_.gate_seq.fetch_add(1);
       Wake(&words_.gate_seq);
       releases_.fetch_add(1);
-      while (!done_.load() && words_.gate_waiters.load() != 0) {
+      // A keeper that follows gpu_hold through the grace stays among the waiters.
+      while (!done_.load() && words_.gate_waiters.load() != 0 &&
+             !(take_hold_ && words_.gpu_hold_admitted.load() == 0)) {
         std::this_thread::sleep_for(microseconds(5));
       }
-      if (take_hold_ && words_.gpu_hold.load() == 0 &&
-          NowNs() - completed < gpu_.hp_grace_ns.load()) {
-        opened_between_graphs_.fetch_add(1);
+      if (take_hold_ && NowNs() - completed < gpu_.hp_grace_ns.load()) {
+        if (words_.gpu_hold_admitted.load() == 0) opened_between_graphs_.fetch_add(1);
+        if (words_.gpu_hold.load() == 0) held_opened_between_graphs_.fetch_add(1);
       }
       Launch();
     }
@@ -239,6 +243,7 @@ class PretendGraphService {
   std::atomic<bool> done_{false};
   std::atomic<int> releases_{0};
   std::atomic<int> opened_between_graphs_{0};
+  std::atomic<int> held_opened_between_graphs_{0};
   std::thread thread_;
 };
 
@@ -261,6 +266,7 @@ class GemmSplitRegisteredTest : public ::testing::Test {
     service.Stop();
     releases_ = service.releases();
     opened_between_graphs_ = service.opened_between_graphs();
+    held_word_opened_between_graphs_ = service.held_word_opened_between_graphs();
     ASSERT_EQ(run_.status, 0) << run_.output;
     ASSERT_NE(registrar_->area(0), nullptr) << "the probe registered";
     for (const char* name : kCases) {
@@ -275,6 +281,7 @@ class GemmSplitRegisteredTest : public ::testing::Test {
   ProbeRun run_;
   int releases_ = 0;
   int opened_between_graphs_ = 0;
+  int held_word_opened_between_graphs_ = 0;
 };
 
 // Beside a service that holds every call's first kernel at the gate on the CPU (gpu_hold off)
@@ -298,10 +305,12 @@ TEST_F(GemmSplitRegisteredTest, TheGatesWaitIsNotGemmTime) {
   EXPECT_GE(ThrottledNs(), 3ull * kLookedAtCases * 2'000'000);
 }
 
-// With gpu_hold on, the service taking the hold's word at each graph, and a grace of 500 ms
+// With gpu_hold on, the service taking the hold's words at each graph, and a grace of 500 ms
 // after each: once the process cut a GEMM, its launches wait at the gate on the CPU and then go
-// behind the word too (every launch of the run queued a wait), and its keeper opens the word
-// between graphs, as its gate admits, not at the end of the grace. The pieces stay exact.
+// behind the word for admitted launches too (every launch of the run queued a wait), and its
+// keeper opens that word between graphs, as its gate admits, not at the end of the grace. The
+// word of launches held on the GPU alone (another trainer's) stays held through the grace: a
+// process that cuts GEMMs lets no other trainer in between graphs. The pieces stay exact.
 TEST_F(GemmSplitRegisteredTest, PiecesWaitOnTheCpuAndBehindTheHold) {
   // The timing hold's own stream waits off: the waits counted are the gate word's.
   ASSERT_NO_FATAL_FAILURE(Run(/*take_hold=*/true, /*grace_ns=*/500'000'000,
@@ -317,6 +326,7 @@ TEST_F(GemmSplitRegisteredTest, PiecesWaitOnTheCpuAndBehindTheHold) {
       << "every launch behind the word";
   EXPECT_GT(ThrottledNs(), 0u) << "held on the CPU";
   EXPECT_GE(opened_between_graphs_, 3 * kLookedAtCases);
+  EXPECT_EQ(held_word_opened_between_graphs_, 0) << "gpu_hold opened inside the grace";
 }
 
 }  // namespace

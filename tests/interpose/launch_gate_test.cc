@@ -429,6 +429,36 @@ TEST_F(LaunchGateTest, GpuHoldTakesANewEpochAndOpensOnlyTheEpochSeen) {
   EXPECT_EQ(word.load(), 1u);
 }
 
+// A hold takes both words at one epoch: gpu_hold for launches held on the GPU alone, and
+// gpu_hold_admitted for launches a gate on the CPU admitted (a process that cuts GEMMs), which
+// its keeper opens between graphs while gpu_hold stays held. Each opens only its own epoch, and
+// a hold finding either open wakes the keepers.
+TEST_F(LaunchGateTest, GpuHoldTakesBothWordsAndEachOpensOnItsOwn) {
+  auto& held = gate_->words.gpu_hold;
+  auto& admitted = gate_->words.gpu_hold_admitted;
+  EXPECT_TRUE(HoldGpu(*gate_));
+  const uint32_t epoch = held.load();
+  EXPECT_NE(epoch, 0u);
+  EXPECT_EQ(admitted.load(), epoch);
+  EXPECT_EQ(&HoldWordOf(*gate_, HoldWord::kAdmitted), &admitted);
+  EXPECT_TRUE(OpenGpuHold(*gate_, epoch, HoldWord::kAdmitted));  // between graphs
+  EXPECT_EQ(admitted.load(), 0u);
+  EXPECT_EQ(held.load(), epoch) << "the other trainers' word stays held through the grace";
+  // The next graph: gpu_hold was still held, the admitted word open: a new epoch on both, and
+  // the keepers are woken for the admitted word.
+  EXPECT_TRUE(HoldGpu(*gate_));
+  const uint32_t next = held.load();
+  EXPECT_NE(next, epoch);
+  EXPECT_EQ(admitted.load(), next);
+  EXPECT_FALSE(OpenGpuHold(*gate_, epoch, HoldWord::kAdmitted)) << "a stale epoch";
+  EXPECT_FALSE(OpenGpuHold(*gate_, epoch));
+  EXPECT_FALSE(HoldGpu(*gate_)) << "both held: no wake";
+  const uint32_t last = held.load();
+  EXPECT_TRUE(OpenGpuHold(*gate_, last));
+  EXPECT_EQ(admitted.load(), last) << "opening gpu_hold leaves the admitted word to its keeper";
+  EXPECT_TRUE(OpenGpuHold(*gate_, last, HoldWord::kAdmitted));
+}
+
 TEST_F(LaunchGateTest, GpuHoldOpensWhenNothingIsLeftToProtect) {
   gpu().gpu_hold.store(1);
   gpu().hp_grace_ns.store(500'000);
