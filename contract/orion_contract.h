@@ -397,7 +397,8 @@ struct GateArea {
     // The same hold for the launches a gate on the CPU admitted (a process that cuts GEMMs
     // waits there first): taken with gpu_hold, at the same epoch, and opened also between
     // graphs, when that gate admits, while gpu_hold stays held for the streams held on the GPU
-    // alone until the grace ends (interpose/gpu_hold.h). 0 in a board of an older server.
+    // alone until the grace ends (interpose/gpu_hold.h). A service whose interposer predates it
+    // never sets it: such launches are then held on the CPU only.
     std::atomic<uint32_t> gpu_hold_admitted;
     uint8_t reserved[20];
   } words;

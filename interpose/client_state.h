@@ -89,6 +89,9 @@ struct alignas(64) ProcessState {
   DriverFn_cuCtxGetCurrent ctx_get_current = nullptr;
   // Parsed once, on the first hooked call.
   EnvConfig config;
+  // When the process first ran a GEMM in pieces (MonotonicNs; splits_gemms): its keeper drains
+  // the waits it queued on gpu_hold before (gpu_hold.h, KeeperMayOpen). Off the launch path.
+  std::atomic<uint64_t> first_cut_ns{0};
 };
 static_assert(offsetof(ProcessState, config) + offsetof(EnvConfig, sample_every_high) +
                       sizeof(uint32_t) <= 64,

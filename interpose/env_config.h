@@ -231,6 +231,10 @@ struct EnvConfig {
   // benchmarks and tests: what the split costs a trainer alone, whether pieces add up to the
   // whole). 0: the budget decides.
   uint64_t gemm_split_force_ns = 0;
+  // How long after a process first cut a GEMM its hold keeper still opens gpu_hold between
+  // graphs, so that the waits it queued on that word before drain (gpu_hold.h, KeeperMayOpen):
+  // 5 s, far longer than a trainer queues ahead; ORION_GPU_HOLD_DRAIN_MS (1 ms to 60 s) for tests.
+  uint64_t hold_drain_ns = 5'000'000'000;
 };
 
 // The direction of a copy from where its two ends live (device memory, managed memory and arrays
@@ -301,6 +305,10 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   if (ParseUnsigned(getenv_fn("ORION_GEMM_SPLIT_NS"), &value) && value >= 10'000 &&
       value <= 100'000'000) {
     config.gemm_split_force_ns = value;
+  }
+  if (ParseUnsigned(getenv_fn("ORION_GPU_HOLD_DRAIN_MS"), &value) && value >= 1 &&
+      value <= 60'000) {
+    config.hold_drain_ns = value * 1'000'000;
   }
   if (ParseUnsigned(getenv_fn(contract::kEnvLazyPollMs), &value) && value >= 1 && value <= 1000) {
     config.lazy_poll_ns = value * 1'000'000;

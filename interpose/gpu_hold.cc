@@ -79,41 +79,44 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
   return ok;
 }
 
-// The keeper's wait while a word it follows is held (`held`: gpu_hold's epoch; `admitted`:
-// gpu_hold_admitted's, followed only in a process that cuts GEMMs; 0: open, or not followed),
-// as a launch waits at the gate: counted among the gate's waiters (so the high-priority
-// clients' completion trackers follow closely and wake gate_seq), asleep until a completion or
-// the end of their grace. It opens both words once the high-priority clients are idle, and
-// gpu_hold_admitted alone between graphs; it returns when a word it follows changed (opened, or
-// held anew: the caller reads them again) or it opened them all.
+// The keeper's wait while a word is held (`held`: gpu_hold's epoch, `admitted`:
+// gpu_hold_admitted's; 0: open), as a launch waits at the gate: counted among the gate's waiters
+// (so the high-priority clients' completion trackers follow closely and wake gate_seq), asleep
+// until a completion or the end of their grace. It opens what KeeperMayOpen says; it returns
+// when a word changed (opened, or held anew: the caller reads them again) or both are open.
 void KeepHold(Registration* reg, uint32_t held, uint32_t admitted) {
   contract::GateArea& gate = *reg->gate;
   auto& words = gate.words;
   CountGateWaiter(gate);
   for (;;) {
-    if ((held != 0 && words.gpu_hold.load(std::memory_order_acquire) != held) ||
-        (admitted != 0 && words.gpu_hold_admitted.load(std::memory_order_acquire) != admitted) ||
+    if (words.gpu_hold.load(std::memory_order_acquire) != held ||
+        words.gpu_hold_admitted.load(std::memory_order_acquire) != admitted ||
         (held == 0 && admitted == 0)) {
       break;
     }
     const uint32_t seq = words.gate_seq.load(std::memory_order_acquire);
     const uint64_t now = MonotonicNs();
     uint64_t wake_by = 0;
+    const bool cuts = g_process.splits_gemms.load(std::memory_order_acquire);
+    const uint64_t first_cut = g_process.first_cut_ns.load(std::memory_order_relaxed);
+    const bool draining = cuts && now - first_cut < Config().hold_drain_ns;
     // A registration the server took back (an upgrade's new server): its area protects nobody
     // any more, and streams may still wait on its words.
-    if (!reg->StillOwned() ||
-        HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &wake_by)) {
-      if (held != 0) OpenGpuHold(gate, held);
-      if (admitted != 0) OpenGpuHold(gate, admitted, HoldWord::kAdmitted);
-      break;
+    const HoldOpening open =
+        reg->StillOwned() ? KeeperMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now,
+                                          &wake_by, cuts, draining)
+                          : HoldOpening{true, true};
+    // Each open tried ends a wait or meets a change that the loop's head sees.
+    bool tried = false;
+    if (open.admitted && admitted != 0) {
+      if (OpenGpuHold(gate, admitted, HoldWord::kAdmitted)) admitted = 0;
+      tried = true;
     }
-    uint64_t unused = 0;
-    if (admitted != 0 && HoldMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now, &unused,
-                                     /*between_graphs=*/true)) {
-      OpenGpuHold(gate, admitted, HoldWord::kAdmitted);
-      admitted = 0;  // gpu_hold stays held until the grace ends
-      continue;
+    if (open.held && held != 0) {
+      if (OpenGpuHold(gate, held)) held = 0;
+      tried = true;
     }
+    if (tried) continue;
     FutexWait(&words.gate_seq, seq, GateSleepNs(now, wake_by));
   }
   UncountGateWaiter(gate);
@@ -129,10 +132,7 @@ void* KeeperMain(void* arg) {
     }
     contract::GateArea& gate = *reg->gate;
     const uint32_t held = gate.words.gpu_hold.load(std::memory_order_acquire);
-    // Only a process that cuts GEMMs queues waits on gpu_hold_admitted (hooks_launch.cc).
-    const uint32_t admitted = g_process.splits_gemms.load(std::memory_order_relaxed)
-                                  ? gate.words.gpu_hold_admitted.load(std::memory_order_acquire)
-                                  : 0;
+    const uint32_t admitted = gate.words.gpu_hold_admitted.load(std::memory_order_acquire);
     if (!reg->StillOwned()) {  // opened (KeepHold), then wait for a launch on the new one
       if (held != 0 || admitted != 0) KeepHold(reg, held, admitted);
       FutexWaitPrivate(&h.keeper_started, 1, kKeeperIdleLookNs);

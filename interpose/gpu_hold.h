@@ -3,9 +3,9 @@
 // gpu_hold word (cuStreamWaitValue32: run on once the word is 0). A high-priority launch sets
 // the word (a CPU store: the best-effort kernels already queued stop at their next wait), and a
 // hold keeper thread in each best-effort process clears it as soon as the GPU's high-priority
-// clients are idle by the gate's own rule (HighPriorityBusy: nothing in flight, grace over; in a
-// process that cuts GEMMs, between graphs: below), so the work the trainer queued meanwhile
-// starts on the GPU with no CPU round trip to refill it.
+// clients are idle by the gate's own rule (HighPriorityBusy: nothing in flight, grace over), so
+// the work the trainer queued meanwhile starts on the GPU with no CPU round trip to refill it. A
+// process that cuts GEMMs waits on a second word, opened between graphs too (below).
 //
 // The word holds 0 (open) or the hold's epoch (never 0); a keeper opens only the epoch it saw
 // held, so a hold set again in between stays. The keeper opens whatever the state of the
@@ -22,9 +22,11 @@
 // GEMMs in pieces: a process that ran a long GEMM in pieces (hooks_blas.cc,
 // ProcessState::splits_gemms) waits at the gate on the CPU, and what the gate admits goes behind
 // a wait on the hold's second word, gpu_hold_admitted, which every hold takes with gpu_hold and
-// that process's keeper opens between graphs, when its gate admits. The
-// CPU gate bounds what is queued to the budget (or one longer kernel alone), and the word stops
-// what of it has not started when the service's next graph is launched. Beside a BERT graph
+// that process's keeper opens between graphs, when its gate admits (and gpu_hold too, for a
+// drain after its first cut: KeeperMayOpen). The CPU gate bounds what is queued to the budget
+// (or one longer kernel alone), and the word stops what of it has not started when the
+// service's next graph is launched. Measured with one word, which for one trainer acts as the
+// two do once the drain is over. Beside a BERT graph
 // service and an LLM-sized trainer (H200, the same rounds): p50 1.48x to 1.51x against 1.52x to
 // 1.58x on the CPU alone, harvest 0.76 to 0.79 against 0.77 to 0.79 (3 rounds); beside the
 // ResNet50 graph 1.37x against 1.39x (1 round). Held on the GPU alone, the pieces stalled the
@@ -81,14 +83,14 @@ inline std::atomic<uint32_t>& HoldWordOf(contract::GateArea& gate, HoldWord whic
 
 // A high-priority launch, before it goes and after its notes say it is in flight: sets both
 // words to a new epoch, held already or not, so that a keeper that decided to open the epoch it
-// saw, on notes from before this launch, fails to. True when a word was open: wake the keepers
-// after the launch.
+// saw, on notes from before this launch, fails to. True when gpu_hold was open: wake the keepers
+// asleep on it after the launch (a keeper that opened only gpu_hold_admitted is awake, following
+// gpu_hold).
 inline bool HoldGpu(contract::GateArea& gate) {
   uint32_t epoch = 0;
   while (epoch == 0) epoch = gate.words.hold_epoch.fetch_add(1, std::memory_order_relaxed) + 1;
-  const bool admitted_was_open =
-      gate.words.gpu_hold_admitted.exchange(epoch, std::memory_order_seq_cst) == 0;
-  return gate.words.gpu_hold.exchange(epoch, std::memory_order_seq_cst) == 0 || admitted_was_open;
+  gate.words.gpu_hold_admitted.store(epoch, std::memory_order_seq_cst);
+  return gate.words.gpu_hold.exchange(epoch, std::memory_order_seq_cst) == 0;
 }
 
 // Whether best-effort work is held on the GPU for this GPU's high-priority clients: some other
@@ -128,6 +130,32 @@ inline bool HoldMayOpen(const contract::Board& board, const contract::GpuState& 
   if (!hp.busy || (between_graphs && hp.BetweenGraphs())) return true;
   *wake_by_ns = hp.grace_ends_ns;
   return false;
+}
+
+// The words a keeper opens now (`wake_by_ns` as HoldMayOpen's): both once the high-priority
+// clients are idle (or nobody is to be protected); between graphs, gpu_hold_admitted in a
+// process that cuts GEMMs, and gpu_hold too while the waits it queued on gpu_hold before its
+// first cut may still be pending (`draining`: for EnvConfig::hold_drain_ns after that cut, 5 s,
+// far longer than a trainer queues ahead; none is queued after it, hooks_launch.cc, and one
+// still queued later opens at the end of a grace, as any wait on gpu_hold). Held launches of
+// other trainers wait on gpu_hold: it stays held through the grace, so that they do not run
+// between graphs, uncharged. The keeper of a process that cuts GEMMs follows gpu_hold through
+// every grace, counted among the gate's waiters, so the service's completion trackers follow
+// closely then too, as they do beside a trainer held on the GPU alone (not measured).
+struct HoldOpening {
+  bool held = false;
+  bool admitted = false;
+};
+inline HoldOpening KeeperMayOpen(const contract::Board& board, const contract::GpuState& gpu,
+                                 const contract::GateArea& gate, uint32_t own_slot,
+                                 uint64_t now_ns, uint64_t* wake_by_ns, bool cuts_gemms,
+                                 bool draining) {
+  if (HoldMayOpen(board, gpu, gate, own_slot, now_ns, wake_by_ns)) return {true, true};
+  uint64_t unused = 0;
+  if (cuts_gemms && HoldMayOpen(board, gpu, gate, own_slot, now_ns, &unused, true)) {
+    return {draining, true};
+  }
+  return {};
 }
 
 // Opens the hold of `epoch` on one word; false if it changed (opened, or held again since).

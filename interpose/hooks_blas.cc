@@ -458,7 +458,8 @@ template <typename Piece, typename Whole>
 cublasStatus_t RunPieces(const CallPlan& call, const GemmOperands& operands, int64_t m,
                          int64_t n, bool redo_whole, Piece piece, Whole whole) {
   if (!g_process.splits_gemms.load(std::memory_order_relaxed)) {
-    g_process.splits_gemms.store(true, std::memory_order_relaxed);
+    g_process.first_cut_ns.store(MonotonicNs(), std::memory_order_relaxed);
+    g_process.splits_gemms.store(true, std::memory_order_release);
   }
   bool failed = false;
   const cublasStatus_t status = RunGemmPlan(

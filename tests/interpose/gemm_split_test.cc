@@ -818,6 +818,15 @@ TEST(ReadEnvConfigTest, GemmSplitOnUnlessTurnedOffAndItsForcedBoundInRange) {
     env = {{"ORION_GEMM_SPLIT_NS", bad}};
     EXPECT_EQ(ReadEnvConfig(get).gemm_split_force_ns, 0u) << bad;
   }
+  // The hold's drain after a first cut: 5 s, or 1 ms to 60 s.
+  env = {};
+  EXPECT_EQ(ReadEnvConfig(get).hold_drain_ns, 5'000'000'000u);
+  env = {{"ORION_GPU_HOLD_DRAIN_MS", "200"}};
+  EXPECT_EQ(ReadEnvConfig(get).hold_drain_ns, 200'000'000u);
+  for (const char* bad : {"0", "60001", "-1", "2s", ""}) {
+    env = {{"ORION_GPU_HOLD_DRAIN_MS", bad}};
+    EXPECT_EQ(ReadEnvConfig(get).hold_drain_ns, 5'000'000'000u) << bad;
+  }
   // Both: the split off, the forced bound still read (it wins in GemmSplitBoundNs).
   env = {{"ORION_GEMM_SPLIT", "0"}, {"ORION_GEMM_SPLIT_NS", "50000"}};
   config = ReadEnvConfig(get);

@@ -431,8 +431,8 @@ TEST_F(LaunchGateTest, GpuHoldTakesANewEpochAndOpensOnlyTheEpochSeen) {
 
 // A hold takes both words at one epoch: gpu_hold for launches held on the GPU alone, and
 // gpu_hold_admitted for launches a gate on the CPU admitted (a process that cuts GEMMs), which
-// its keeper opens between graphs while gpu_hold stays held. Each opens only its own epoch, and
-// a hold finding either open wakes the keepers.
+// its keeper opens between graphs while gpu_hold stays held. Each opens only its own epoch; a
+// hold that finds gpu_hold open wakes the keepers asleep on it.
 TEST_F(LaunchGateTest, GpuHoldTakesBothWordsAndEachOpensOnItsOwn) {
   auto& held = gate_->words.gpu_hold;
   auto& admitted = gate_->words.gpu_hold_admitted;
@@ -444,15 +444,16 @@ TEST_F(LaunchGateTest, GpuHoldTakesBothWordsAndEachOpensOnItsOwn) {
   EXPECT_TRUE(OpenGpuHold(*gate_, epoch, HoldWord::kAdmitted));  // between graphs
   EXPECT_EQ(admitted.load(), 0u);
   EXPECT_EQ(held.load(), epoch) << "the other trainers' word stays held through the grace";
-  // The next graph: gpu_hold was still held, the admitted word open: a new epoch on both, and
-  // the keepers are woken for the admitted word.
-  EXPECT_TRUE(HoldGpu(*gate_));
+  // The next graph: gpu_hold was still held, the admitted word open: a new epoch on both (the
+  // keeper that opened the admitted word is awake, following gpu_hold: no wake).
+  EXPECT_FALSE(HoldGpu(*gate_));
   const uint32_t next = held.load();
   EXPECT_NE(next, epoch);
   EXPECT_EQ(admitted.load(), next);
   EXPECT_FALSE(OpenGpuHold(*gate_, epoch, HoldWord::kAdmitted)) << "a stale epoch";
   EXPECT_FALSE(OpenGpuHold(*gate_, epoch));
   EXPECT_FALSE(HoldGpu(*gate_)) << "both held: no wake";
+  EXPECT_EQ(admitted.load(), held.load());
   const uint32_t last = held.load();
   EXPECT_TRUE(OpenGpuHold(*gate_, last));
   EXPECT_EQ(admitted.load(), last) << "opening gpu_hold leaves the admitted word to its keeper";
@@ -522,6 +523,41 @@ TEST_F(LaunchGateTest, GpuHoldOfAProcessThatCutsGemmsOpensBetweenGraphs) {
   EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
   NoteHighPriorityGraph(gate_->slots[131], true);
   EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+}
+
+// The keeper's rule: both words once the high-priority clients are idle; between graphs only
+// the admitted word, and only in a process that cuts GEMMs, plus gpu_hold while the waits that
+// process queued on it before its first cut may be pending (draining); nothing while a graph is
+// in flight, nor in an eager service's grace.
+TEST_F(LaunchGateTest, KeeperOpensTheAdmittedWordBetweenGraphsAndGpuHoldAfterTheGrace) {
+  gpu().gpu_hold.store(1);
+  gpu().hp_grace_ns.store(500'000);
+  uint64_t wake_by = 1;
+  auto open = [&](bool cuts, bool draining, uint64_t at) {
+    const HoldOpening o =
+        KeeperMayOpen(*board_, gpu(), *gate_, 3, at, &wake_by, cuts, draining);
+    return std::pair<bool, bool>(o.held, o.admitted);
+  };
+  using Both = std::pair<bool, bool>;
+  MarkHighPriority(130, 1, now_);  // a graph in flight
+  NoteHighPriorityGraph(gate_->slots[130], true);
+  EXPECT_EQ(open(true, true, now_), Both(false, false));
+  EXPECT_EQ(open(false, false, now_), Both(false, false));
+  MarkHighPriority(130, 0, now_ - 100'000);  // between graphs: in its grace
+  EXPECT_EQ(open(false, false, now_), Both(false, false)) << "a trainer held on the GPU alone";
+  EXPECT_EQ(wake_by, now_ + 400'000);
+  EXPECT_EQ(open(true, false, now_), Both(false, true)) << "gpu_hold stays held for others";
+  EXPECT_EQ(wake_by, now_ + 400'000) << "and the keeper looks again at the grace's end";
+  EXPECT_EQ(open(true, true, now_), Both(true, true)) << "its own older waits drain";
+  // After the grace: both, whoever asks.
+  EXPECT_EQ(open(false, false, now_ + 400'001), Both(true, true));
+  EXPECT_EQ(open(true, false, now_ + 400'001), Both(true, true));
+  // An eager service in its grace: nothing between its kernels.
+  NoteHighPriorityGraph(gate_->slots[130], false);
+  EXPECT_EQ(open(true, true, now_), Both(false, false));
+  // Nobody to protect (the knob off): both.
+  gpu().gpu_hold.store(0);
+  EXPECT_EQ(open(false, false, now_), Both(true, true));
 }
 
 // The hold applies on the GPU only for high-priority clients that launch graphs (not for an
