@@ -99,7 +99,8 @@ void KeepHold(Registration* reg, uint32_t held, uint32_t admitted) {
     uint64_t wake_by = 0;
     const bool cuts = g_process.splits_gemms.load(std::memory_order_acquire);
     const uint64_t first_cut = g_process.first_cut_ns.load(std::memory_order_relaxed);
-    const bool draining = cuts && now - first_cut < Config().hold_drain_ns;
+    // (A cut after `now` was read counts as within the drain.)
+    const bool draining = cuts && (first_cut >= now || now - first_cut < Config().hold_drain_ns);
     // A registration the server took back (an upgrade's new server): its area protects nobody
     // any more, and streams may still wait on its words.
     const HoldOpening open =

@@ -139,9 +139,10 @@ inline bool HoldMayOpen(const contract::Board& board, const contract::GpuState& 
 // far longer than a trainer queues ahead; none is queued after it, hooks_launch.cc, and one
 // still queued later opens at the end of a grace, as any wait on gpu_hold). Held launches of
 // other trainers wait on gpu_hold: it stays held through the grace, so that they do not run
-// between graphs, uncharged. The keeper of a process that cuts GEMMs follows gpu_hold through
-// every grace, counted among the gate's waiters, so the service's completion trackers follow
-// closely then too, as they do beside a trainer held on the GPU alone (not measured).
+// between graphs, uncharged, except during such a drain, when they do. The keeper of a process
+// that cuts GEMMs follows gpu_hold through every grace, counted among the gate's waiters, so the
+// service's completion trackers follow closely then too, as they do beside a trainer held on the
+// GPU alone (not measured).
 struct HoldOpening {
   bool held = false;
   bool admitted = false;

@@ -321,13 +321,13 @@ TEST_F(GemmSplitRegisteredTest, TheGatesWaitIsNotGemmTime) {
 // behind the word for admitted launches too (every launch of the run queued a wait), and its
 // keeper opens that word between graphs, as its gate admits, not at the end of the grace. The
 // word of launches held on the GPU alone (gpu_hold) opens between graphs only while the waits
-// the process queued on it before its first cut drain (200 ms here), then stays held through
+// the process queued on it before its first cut drain (100 ms here), then stays held through
 // the grace: a process that cuts GEMMs lets no other trainer in between graphs. The pieces stay
 // exact.
 TEST_F(GemmSplitRegisteredTest, PiecesWaitOnTheCpuAndBehindTheHold) {
   // The timing hold's own stream waits off: the waits counted are the gate word's.
   ASSERT_NO_FATAL_FAILURE(Run(/*take_hold=*/true, /*grace_ns=*/500'000'000,
-                              {"ORION_TIMING_HOLD=0", "ORION_GPU_HOLD_DRAIN_MS=200"}));
+                              {"ORION_TIMING_HOLD=0", "ORION_GPU_HOLD_DRAIN_MS=100"}));
   for (const char* name : kCases) {
     EXPECT_EQ(Int(run_.cases.at(name), "all_equal"), 1) << name;
   }
@@ -339,6 +339,7 @@ TEST_F(GemmSplitRegisteredTest, PiecesWaitOnTheCpuAndBehindTheHold) {
       << "every launch behind the word";
   EXPECT_GT(ThrottledNs(), 0u) << "held on the CPU";
   EXPECT_GE(opened_between_graphs_, 3 * kLookedAtCases);
+  EXPECT_GT(held_word_opened_between_graphs_, 0) << "gpu_hold opened between graphs in the drain";
   EXPECT_GE(admitted_alone_since_held_, 2 * kLookedAtCases)
       << "gpu_hold still opened between graphs after the drain ("
       << held_word_opened_between_graphs_ << " times in all, " << opened_between_graphs_
