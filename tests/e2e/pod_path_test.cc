@@ -216,8 +216,19 @@ TEST_F(PodPathTest, AnnotatedPodRunsHighPriorityFromWebhookToDeletion) {
   EXPECT_TRUE(container.mounts(1).read_only());  // the run folder: the socket only
   EXPECT_EQ(container.mounts(1).host_path(), dir_ + "/run");
 
-  // The agent pushed the pod's annotations to the server (its AgentSync socket).
+  // The agent pushed the pod's annotations to the server (its AgentSync socket): it watches,
+  // and the server knows the recorded list's three pods of this node (an empty, partial
+  // UpsertPods changes nothing and answers how many). A container registered before would run
+  // best-effort until they arrive (seen once on a loaded 2-core machine: still best-effort 7 s
+  // later), which is not what this step checks.
   ASSERT_TRUE(api.WaitFor([&] { return api.num_watches_unlocked() >= 1; }))
+      << ReadFile(dir_ + "/agent.log");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto known = server_->state().UpsertPods({}, /*full_sync=*/false);
+        return known.ok() && known->pods_known >= 3;
+      },
+      30))
       << ReadFile(dir_ + "/agent.log");
 
   // 5. The container: the allocation's environment, container paths rewritten to host paths
