@@ -26,12 +26,12 @@
 // drain after its first cut: KeeperMayOpen). The CPU gate bounds what is queued to the budget
 // (or one longer kernel alone), and the word stops what of it has not started when the
 // service's next graph is launched. Measured with one word, which for one trainer acts as the
-// two do once the drain is over. Beside a BERT graph
-// service and an LLM-sized trainer (H200, the same rounds): p50 1.48x to 1.51x against 1.52x to
-// 1.58x on the CPU alone, harvest 0.76 to 0.79 against 0.77 to 0.79 (3 rounds); beside the
-// ResNet50 graph 1.37x against 1.39x (1 round). Held on the GPU alone, the pieces stalled the
-// BERT graph service in every round: the GPU idle one whole time slice between two graphs, the
-// service saturated, the hold never open, the service at 846x to 1,201x its p50 alone. A
+// two do once the drain is over. Beside a BERT graph service and an LLM-sized trainer (H200,
+// the same rounds): p50 1.48x to 1.51x against 1.52x to 1.58x on the CPU alone, harvest 0.76
+// to 0.79 against 0.77 to 0.79 (3 rounds); beside the ResNet50 graph 1.37x against 1.39x (1
+// round). Held on the GPU alone, the pieces stalled the BERT graph service in every round: the
+// GPU idle one whole time slice between two graphs, the service saturated, the hold never open,
+// the service at 846x to 1,201x its p50 alone. A
 // context blocked on a stream wait costs a service nothing (bench gpu-gate's blocked arms, a
 // channel's queue full of waits included), so what takes the slice is in the trainer's process
 // and not found; with the CPU gate in front, what waits behind the word stays within the
