@@ -396,28 +396,31 @@ void WakeFrontEnd(DriverState& s) {
 void Submit(DriverState& s, Stream* st, const QueuedWork& w) {
   st->queue.push_back(w);
   Pump(s, st, NowNs());
-  if (st->queue.empty()) return;
-  if (!st->listed) {
-    st->listed = true;
-    s.queued_streams.push_back(st);
-  }
+  if (st->queue.empty() || st->listed) return;  // listed: the front end looks at its head already
+  st->listed = true;
+  s.queued_streams.push_back(st);
   WakeFrontEnd(s);
 }
 
 // Sleeps until `done` (called under s.mu) says the work it waits for left the front end, moving
-// work on meanwhile; false after kStreamWaitLimitNs (a wait nobody releases).
+// work on meanwhile, and looking again when the front end would (a wait behind running work: when
+// that work ends; a simulated GPU's front end costs the host no CPU, so the double polls as little
+// as it can); false after kStreamWaitLimitNs (a wait nobody releases).
 template <typename Done>
 bool WaitForFrontEnd(Done done) {
   DriverState& s = State();
   const uint64_t deadline = NowNs() + kStreamWaitLimitNs;
   for (;;) {
+    uint64_t now = NowNs();
+    uint64_t next = 0;
     {
       Lock lock(s.mu);
-      Progress(s, NowNs());
+      next = Progress(s, now);
       if (done()) return true;
     }
-    if (NowNs() > deadline) return false;
-    SleepUntilNs(NowNs() + kFrontEndPollNs);
+    if (now > deadline) return false;
+    SleepUntilNs(next == 0 ? now + kFrontEndPollNs
+                           : std::min(std::max(next, now + kFrontEndMinSleepNs), deadline));
   }
 }
 
