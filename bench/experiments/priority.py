@@ -29,6 +29,9 @@ Configurations (NAME, or NAME:knob=value+knob=value to set orion-ctl policy knob
   Every orion configuration starts from its mode's default budget unless be_budget_us is given.
   NAME@alt[:knobs] (with --alt-interposer PATH): the orion configuration with that interposer
   instead of the bundle's, to compare two builds of the gate in one run.
+A trainer A+B runs A and B together beside each service (two best-effort pods on the GPU, say one
+that cuts its GEMMs and one held on the GPU alone): each is measured alone on its own, the row's
+trainer ratio is the sum of theirs (the GPU time both got), and be_parts keeps each one's.
 
   orion_bench.py priority --bundle DIR [--hp resnet50,resnet50-graph,bert] [--be resnet50]
       [--configs timeslice,orion] [--requests 2000] [--repeat N] [--closed-loop] [--out DIR]
@@ -180,6 +183,32 @@ def against_alone(row, alone):
         if q in row and alone.get(q):
             row[q.replace("_ms", "_x")] = round(row[q] / alone[q], 3)
     return row
+
+
+def trainer_group(be):
+    """The trainers of a --be entry, each with its own key: "llm+resnet50" runs both together,
+    "llm" one, "sample+sample" two of the same (keys sample, sample#2)."""
+    names = be.split("+")
+    if not all(names):
+        raise SystemExit(f"--be {be}: trainers together are NAME+NAME")
+    keys = []
+    for name in names:
+        keys.append(name if name not in keys else f"{name}#{names[:len(keys)].count(name) + 1}")
+    return keys
+
+
+def trainer_name(key):
+    """The trainer a trainer_group key runs ("sample#2" -> "sample")."""
+    return key.partition("#")[0]
+
+
+def group_ratio(rates, alone):
+    """Each trainer's speed (by its key) against its trainer's speed alone, and their sum (the
+    share of a GPU the group got); (None, None) where a trainer has no speed alone."""
+    if not all(alone.get(trainer_name(k)) for k in rates):
+        return None, None
+    parts = {k: r / alone[trainer_name(k)] for k, r in rates.items()}
+    return round(sum(parts.values()), 3), {k: round(x, 3) for k, x in parts.items()}
 
 
 def harvest_of(row, alone_busy):
@@ -397,6 +426,29 @@ class Bench:
             raise RuntimeError(f"trainer {name} under {cfg} did not get ready (its log: bench.log)")
         return p, steps, t
 
+    def start_trainers(self, be, cfg, spec, be_env):
+        """Starts the trainers of `be` (trainer_group), each warm before the next starts; key ->
+        (process, steps, reader), or None when one did not get ready (recorded; the others
+        stopped)."""
+        started = {}
+        for key in trainer_group(be):
+            name = trainer_name(key)
+            try:
+                try:
+                    started[key] = self.start_be(name, cfg, be_env)
+                except RuntimeError as e:
+                    # Once more: under MPS a client started right after the last one exited
+                    # can find the device "busy or unavailable" while the daemon tears down.
+                    self.log.write(f"[be {name} {cfg}] {e}; starting it once more in 5 s\n")
+                    time.sleep(5)
+                    started[key] = self.start_be(name, cfg, be_env)
+            except RuntimeError as e:
+                self.record({"config": spec, "be": be, "error": str(e)})
+                for tp, _, tt in started.values():
+                    self.stop_be(tp, tt)
+                return None
+        return started
+
     @staticmethod
     def stop_be(proc, thread):
         try:
@@ -478,8 +530,9 @@ class Bench:
                           file=sys.stderr)
                 self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
                              "round": self.round, "capacity_rps": capacity[hp], **alone_hp[hp]})
-            for be in a.be:
-                alone_be[be] = self.measure_be_alone(be)
+            trainers = dict.fromkeys(trainer_name(k) for be in a.be for k in trainer_group(be))
+            for name in trainers:
+                alone_be[name] = self.measure_be_alone(name)
             for self.round in range(a.first_round, a.first_round + a.repeat):
                 if self.round > a.first_round:  # a fresh baseline each round: the machine drifts
                     for hp in a.hp if not a.paired_alone else ():
@@ -487,8 +540,8 @@ class Bench:
                         alone_hp[hp] = self.run_hp(hp, rate, a.requests)[0]
                         self.record({"config": "alone", "hp": hp, "be": None, "rate": rate,
                                      "round": self.round, **alone_hp[hp]})
-                    for be in a.be:
-                        alone_be[be] = self.measure_be_alone(be)
+                    for name in trainers:
+                        alone_be[name] = self.measure_be_alone(name)
                 # Each round starts one configuration later: the host drifts within a round
                 # too, and a fixed order would hand that drift to the same configurations.
                 for spec in harness.rotated(a.configs, self.round - a.first_round):
@@ -567,17 +620,8 @@ class Bench:
                      *[k for k in c.knobs if not k.startswith("be_budget_us=")])
         try:
             for be in a.be:
-                try:
-                    try:
-                        p, steps, t = self.start_be(be, cfg, be_env)
-                    except RuntimeError as e:
-                        # Once more: under MPS a client started right after the last one exited
-                        # can find the device "busy or unavailable" while the daemon tears down.
-                        self.log.write(f"[be {be} {cfg}] {e}; starting it once more in 5 s\n")
-                        time.sleep(5)
-                        p, steps, t = self.start_be(be, cfg, be_env)
-                except RuntimeError as e:
-                    self.record({"config": spec, "be": be, "error": str(e)})
+                trainers = self.start_trainers(be, cfg, spec, be_env)
+                if trainers is None:
                     continue
                 time.sleep(a.settle_seconds)
                 for hp in a.hp:
@@ -604,24 +648,34 @@ class Bench:
                     finally:
                         if snap:
                             snap.set()
-                    if p.poll() is not None:  # a trainer that died gives no harvest of 0
+                    died = [f"trainer {n} exited (code {tp.returncode})"
+                            for n, (tp, _, _) in trainers.items() if tp.poll() is not None]
+                    if died:  # a trainer that died gives no harvest of 0
                         self.record({"config": spec, "hp": hp, "be": be,
-                                     "error": f"trainer {be} exited (code {p.returncode}) during "
-                                              f"the service's run; its log: bench.log"})
+                                     "error": f"{', '.join(died)} during the service's run; its "
+                                              f"log: bench.log"})
                         continue
-                    be_rate = self.rate_in(steps, start, end)
+                    rates = {n: self.rate_in(steps, start, end)
+                             for n, (_, steps, _) in trainers.items()}
                     row = against_alone({"config": spec, "hp": hp, "be": be, "rate": rate,
-                                         "round": self.round, **r, "be_steps_per_s": be_rate},
-                                        alone_hp[hp])
-                    if alone_be.get(be):
-                        row["be_x"] = round(be_rate / alone_be[be], 3)
+                                         "round": self.round, **r}, alone_hp[hp])
+                    if len(rates) == 1:
+                        row["be_steps_per_s"] = next(iter(rates.values()))
+                    else:
+                        row["be_steps_per_s"] = rates
+                    be_x, parts = group_ratio(rates, alone_be)
+                    if be_x is not None:
+                        row["be_x"] = be_x
+                        if len(parts) > 1:
+                            row["be_parts"] = parts
                         h = harvest_of(row, alone_hp[hp].get("busy"))
                         if h is not None:
                             row["harvest"] = h
                     if "stall_ms" in alone_hp[hp]:
                         row["baseline_stall_ms"] = alone_hp[hp]["stall_ms"]
                     self.record(row)
-                self.stop_be(p, t)
+                for tp, _, tt in trainers.values():
+                    self.stop_be(tp, tt)
         finally:
             if cfg.startswith("orion") and c.knobs:  # back to the defaults for the next config
                 restore = ["mode=priority"]
@@ -641,6 +695,15 @@ class Bench:
         with open(os.path.join(self.out, "results.md"), "w") as f:
             f.write(text)
         print(text)
+
+
+def trainer_ratio(row):
+    """The trainer column of a row: its ratio, and each trainer's where several ran together."""
+    if "be_x" not in row:
+        return "-"
+    parts = row.get("be_parts")
+    return f"{row['be_x']:.2f}x" + (
+        f" ({' + '.join(f'{k} {x:.2f}x' for k, x in parts.items())})" if parts else "")
 
 
 def render_table(results, repeat, summary=False):
@@ -669,7 +732,7 @@ def render_table(results, repeat, summary=False):
             f"| {r['hp']}", r["be"] or "-", cfg, ms(r, "p50_ms"), ms(r, "p99_ms"),
             ms(r, "p999_ms"), ms(r, "mean_ms"), ms(r, "svc_p50_ms"),
             f"{r['busy']:.2f}" if "busy" in r else "-", ratios,
-            f"{r['be_x']:.2f}x" if "be_x" in r else "-",
+            trainer_ratio(r),
             f"{r['harvest']:.2f} |" if "harvest" in r else "- |"]))
     for r in results:
         if r["config"] == "alone" and r.get("be"):
@@ -794,6 +857,8 @@ def main(argv=None):
         p.error(f"--alt-interposer {args.alt_interposer}: no such file")
     args.hp = [x for x in args.hp.split(",") if x]
     args.be = [x for x in args.be.split(",") if x]
+    for be in args.be:
+        trainer_group(be)  # a bad group ends the run here, before anything starts
     args.configs = [x for x in args.configs.split(",") if x]
     if args.repeat < 1 or args.first_round < 0:
         raise SystemExit("--repeat wants 1 or more rounds, --first-round 0 or more")

@@ -2,7 +2,8 @@
 """The priority and matrix experiments' configuration specs (bench/experiments/priority.py
 parse_config): server knobs stay knobs, the trainer's knobs go to its environment (gemm_split,
 timing_hold, gemm_split_ns, be_env=ORION_NAME=VALUE), and a bad one ends the run with a message
-that names the spec before anything starts."""
+that names the spec before anything starts; trainers run together (--be A+B) are keyed, summed
+and harvested as one."""
 import argparse
 import os
 import sys
@@ -46,6 +47,31 @@ def main():
         except SystemExit as e:
             if spec not in str(e) or why not in str(e):
                 failures.append(f"{spec}: {e} (want it named, with '{why}')")
+    # Trainers together: each keyed once, their ratios summed into the group's, and the harvest
+    # of the group is the GPU time both got over what the service leaves idle.
+    groups = {"llm": ["llm"], "llm+resnet50": ["llm", "resnet50"],
+              "sample+sample+sample": ["sample", "sample#2", "sample#3"]}
+    for be, keys in groups.items():
+        if priority.trainer_group(be) != keys:
+            failures.append(f"--be {be}: keys {priority.trainer_group(be)} (want {keys})")
+    for be in ("llm+", "+llm", "llm++resnet50"):
+        try:
+            priority.trainer_group(be)
+            failures.append(f"--be {be}: accepted")
+        except SystemExit as e:
+            if be not in str(e):
+                failures.append(f"--be {be}: {e} (want it named)")
+    total, parts = priority.group_ratio({"sample": 3.0, "sample#2": 1.0}, {"sample": 10.0})
+    if (total, parts) != (0.4, {"sample": 0.3, "sample#2": 0.1}):
+        failures.append(f"two samples at 3 and 1 of 10 steps/s: {total}, {parts}")
+    if priority.group_ratio({"llm": 1.0, "resnet50": 2.0}, {"llm": 2.0}) != (None, None):
+        failures.append("a trainer with no speed alone still gave the group a ratio")
+    row = {"config": "orion", "hp": "bert8-graph", "be": "llm+resnet50", "be_x": 0.4,
+           "be_parts": {"llm": 0.3, "resnet50": 0.1}}
+    if priority.harvest_of(row, 0.5) != 0.8:
+        failures.append(f"harvest of the group {priority.harvest_of(row, 0.5)} (want 0.8)")
+    if priority.trainer_ratio(row) != "0.40x (llm 0.30x + resnet50 0.10x)":
+        failures.append(f"trainer column {priority.trainer_ratio(row)!r}")
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
