@@ -114,9 +114,10 @@ EXCLUDED=(
   # The generated reference pages against what orion-server and orion-agent print: a check of
   # the docs, run in the plain build; orion-agent is not built here.
   '^GeneratedDocsMatchTheirSources$'
-  # The README's quick start and orion-ctl's messages: programs run under orion-run with the
-  # interposer preloaded (orion-run is not built here).
+  # The README's quick start, orion-ctl's messages, the bench's priority experiment: programs
+  # run under orion-run with the interposer preloaded (orion-run is not built here).
   '^QuickStartRunsAsWritten$' '^OrionCtlMessagesNameTheFix$' '^JobBesideServicesOnTwoGpusIsNoted$'
+  '^PriorityExperimentRunsOnTheDouble$'
   # Memory bounds (the server's RSS with 256 flooding clients, the webhook's peak memory):
   # ASan's shadow memory and quarantine are what they would measure.
   '^MemoryBoundTest\.' '^WebhookProcessTest\.OversizeAndCostlyBodiesAreRefusedAndMemoryStaysSmall$'
