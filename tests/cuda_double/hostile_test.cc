@@ -70,9 +70,58 @@ class HostileTenantTest : public ::testing::Test {
     }
     if (!dir_.empty()) ASSERT_EQ(system(("rm -rf " + dir_).c_str()), 0);
   }
+  // Starts the server, a high-priority service (the sample with `service_args`), a best-effort
+  // trainer for `train_seconds`, then registers the tenant on their GPU through the socket, as
+  // any process in a sharing pod can (sock_, reply_, maps_). Callers check HasFatalFailure().
+  void StartVictimsAndTenant(const std::vector<std::string>& service_args,
+                             const std::string& train_seconds) {
+    server_ = StartProcess({ORION_SERVER, "--config", config_}, env_, dir_ + "/server.log");
+    pids_.push_back(server_);
+    const std::string socket = dir_ + "/orion.sock";
+    for (int i = 0; i < 200 && access(socket.c_str(), F_OK) != 0; ++i) usleep(25'000);
+    ASSERT_EQ(access(socket.c_str(), F_OK), 0) << ReadFile(dir_ + "/server.log");
+    std::vector<std::string> hp_env = env_, be_env = env_;
+    hp_env.push_back("ORION_PRIORITY=high");
+    be_env.push_back("ORION_PRIORITY=best-effort");
+    started_ = NowS();
+    std::vector<std::string> argv = {ORION_SAMPLE_INFER};
+    argv.insert(argv.end(), service_args.begin(), service_args.end());
+    service_ = StartProcess(argv, hp_env, dir_ + "/service.log");
+    trainer_ = StartProcess({ORION_SAMPLE_TRAIN, "--seconds", train_seconds, "--kernels", "8",
+                             "--kernel-us", "1000"},
+                            be_env, dir_ + "/trainer.log");
+    pids_.push_back(service_);
+    pids_.push_back(trainer_);
+    std::string gpu_uuid;
+    for (int i = 0; i < 100 && gpu_uuid.empty(); ++i) {
+      BoardView view(server_);
+      if (view.SlotOf(service_) != nullptr && view.SlotOf(trainer_) != nullptr) {
+        gpu_uuid = view.board()->gpus[view.SlotOf(service_)->gpu.load()].uuid;
+      } else {
+        usleep(50'000);
+      }
+    }
+    ASSERT_FALSE(gpu_uuid.empty()) << ReadFile(dir_ + "/service.log")
+                                   << ReadFile(dir_ + "/trainer.log");
+    c::RegisterRequest request{};
+    request.header = c::MakeHeader(c::MessageType::kRegister, sizeof(request));
+    std::snprintf(request.gpu_uuid, sizeof(request.gpu_uuid), "%s", gpu_uuid.c_str());
+    request.requested_priority = static_cast<uint32_t>(c::Priority::kBestEffort);
+    std::snprintf(request.process_name, sizeof(request.process_name), "hostile");
+    sock_ = orion::testing::RegisterClient(socket, request, &reply_, &maps_);
+    ASSERT_GE(sock_, 0);
+    ASSERT_EQ(reply_.status, 0u) << reply_.message;
+    ASSERT_NE(maps_.gate, nullptr);
+  }
+
   std::string dir_, config_;
   std::vector<std::string> env_;
   std::vector<pid_t> pids_;
+  pid_t server_ = -1, service_ = -1, trainer_ = -1;
+  double started_ = 0;  // when the service and trainer started
+  int sock_ = -1;
+  c::RegisterReply reply_{};
+  ClientMaps maps_;
 };
 
 // Waits for `pid` to exit within `seconds`; its exit status, or -1 if it is still running.
@@ -106,51 +155,17 @@ double CpuSecondsOf(pid_t pid) {
 }
 
 TEST_F(HostileTenantTest, TheBoardIsOutOfReachAndGateLiesAreBounded) {
-  const pid_t server = StartProcess({ORION_SERVER, "--config", config_}, env_,
-                                    dir_ + "/server.log");
-  pids_.push_back(server);
-  const std::string socket = dir_ + "/orion.sock";
-  for (int i = 0; i < 200 && access(socket.c_str(), F_OK) != 0; ++i) usleep(25'000);
-  ASSERT_EQ(access(socket.c_str(), F_OK), 0) << ReadFile(dir_ + "/server.log");
-
-  std::vector<std::string> hp_env = env_, be_env = env_;
-  hp_env.push_back("ORION_PRIORITY=high");
-  be_env.push_back("ORION_PRIORITY=best-effort");
   constexpr double kTrainSeconds = 8.0;
-  const double started = NowS();
-  const pid_t service = StartProcess({ORION_SAMPLE_INFER, "--rate", "200", "--requests", "1000",
-                                      "--kernels", "2", "--kernel-us", "300"},
-                                     hp_env, dir_ + "/service.log");
-  const pid_t trainer = StartProcess({ORION_SAMPLE_TRAIN, "--seconds", "8", "--kernels", "8",
-                                      "--kernel-us", "1000"},
-                                     be_env, dir_ + "/trainer.log");
-  pids_.push_back(service);
-  pids_.push_back(trainer);
-  std::string gpu_uuid;
-  for (int i = 0; i < 100 && gpu_uuid.empty(); ++i) {
-    BoardView view(server);
-    if (view.SlotOf(service) != nullptr && view.SlotOf(trainer) != nullptr) {
-      gpu_uuid = view.board()->gpus[view.SlotOf(service)->gpu.load()].uuid;
-    } else {
-      usleep(50'000);
-    }
-  }
-  ASSERT_FALSE(gpu_uuid.empty()) << ReadFile(dir_ + "/service.log")
-                                 << ReadFile(dir_ + "/trainer.log");
-
-  // The tenant registers on the victims' GPU, as any process in a sharing pod can.
-  c::RegisterRequest request{};
-  request.header = c::MakeHeader(c::MessageType::kRegister, sizeof(request));
-  std::snprintf(request.gpu_uuid, sizeof(request.gpu_uuid), "%s", gpu_uuid.c_str());
-  request.requested_priority = static_cast<uint32_t>(c::Priority::kBestEffort);
-  std::snprintf(request.process_name, sizeof(request.process_name), "hostile");
-  c::RegisterReply reply{};
-  ClientMaps maps;
-  const int sock = orion::testing::RegisterClient(socket, request, &reply, &maps);
-  ASSERT_GE(sock, 0);
-  ASSERT_EQ(reply.status, 0u) << reply.message;
+  StartVictimsAndTenant({"--rate", "200", "--requests", "1000", "--kernels", "2", "--kernel-us",
+                         "300"},
+                        "8");
+  ASSERT_FALSE(HasFatalFailure());
+  const pid_t server = server_, service = service_, trainer = trainer_;
+  const double started = started_;
+  const int sock = sock_;
+  const c::RegisterReply& reply = reply_;
+  ClientMaps& maps = maps_;
   ASSERT_NE(maps.board, nullptr);
-  ASSERT_NE(maps.gate, nullptr);
   ASSERT_NE(maps.area, nullptr);
   const c::Board& board = *maps.board;
   const c::ClientSlot* hp = FindSlot(board, service);
@@ -259,47 +274,14 @@ TEST_F(HostileTenantTest, TheBoardIsOutOfReachAndGateLiesAreBounded) {
 }
 
 TEST_F(HostileTenantTest, HoldWordLiesHoldOnlyBestEffortWorkAndHealWhenTheyStop) {
-  const pid_t server = StartProcess({ORION_SERVER, "--config", config_}, env_,
-                                    dir_ + "/server.log");
-  pids_.push_back(server);
-  const std::string socket = dir_ + "/orion.sock";
-  for (int i = 0; i < 200 && access(socket.c_str(), F_OK) != 0; ++i) usleep(25'000);
-  ASSERT_EQ(access(socket.c_str(), F_OK), 0) << ReadFile(dir_ + "/server.log");
-
-  std::vector<std::string> hp_env = env_, be_env = env_;
-  hp_env.push_back("ORION_PRIORITY=high");
-  be_env.push_back("ORION_PRIORITY=best-effort");
   // A graph service (its launches take the hold) at 200 requests/s for 6 s, a trainer for 9 s.
-  const pid_t service = StartProcess({ORION_SAMPLE_INFER, "--rate", "200", "--requests", "1200",
-                                      "--kernels", "2", "--kernel-us", "300", "--graph"},
-                                     hp_env, dir_ + "/service.log");
-  const pid_t trainer = StartProcess({ORION_SAMPLE_TRAIN, "--seconds", "9", "--kernels", "8",
-                                      "--kernel-us", "1000"},
-                                     be_env, dir_ + "/trainer.log");
-  pids_.push_back(service);
-  pids_.push_back(trainer);
-  std::string gpu_uuid;
-  for (int i = 0; i < 100 && gpu_uuid.empty(); ++i) {
-    BoardView view(server);
-    if (view.SlotOf(service) != nullptr && view.SlotOf(trainer) != nullptr) {
-      gpu_uuid = view.board()->gpus[view.SlotOf(service)->gpu.load()].uuid;
-    } else {
-      usleep(50'000);
-    }
-  }
-  ASSERT_FALSE(gpu_uuid.empty()) << ReadFile(dir_ + "/service.log")
-                                 << ReadFile(dir_ + "/trainer.log");
-  c::RegisterRequest request{};
-  request.header = c::MakeHeader(c::MessageType::kRegister, sizeof(request));
-  std::snprintf(request.gpu_uuid, sizeof(request.gpu_uuid), "%s", gpu_uuid.c_str());
-  request.requested_priority = static_cast<uint32_t>(c::Priority::kBestEffort);
-  std::snprintf(request.process_name, sizeof(request.process_name), "hostile");
-  c::RegisterReply reply{};
-  ClientMaps maps;
-  const int sock = orion::testing::RegisterClient(socket, request, &reply, &maps);
-  ASSERT_GE(sock, 0);
-  ASSERT_EQ(reply.status, 0u) << reply.message;
-  ASSERT_NE(maps.gate, nullptr);
+  StartVictimsAndTenant({"--rate", "200", "--requests", "1200", "--kernels", "2", "--kernel-us",
+                         "300", "--graph"},
+                        "9");
+  ASSERT_FALSE(HasFatalFailure());
+  const pid_t server = server_, service = service_, trainer = trainer_;
+  const int sock = sock_;
+  ClientMaps& maps = maps_;
 
   BoardView view(server);
   const c::ClientArea::Counters* trainer_counters = view.CountersOf(trainer);
