@@ -189,8 +189,8 @@ def trainer_group(be):
     """The trainers of a --be entry, each with its own key: "llm+resnet50" runs both together,
     "llm" one, "sample+sample" two of the same (keys sample, sample#2)."""
     names = be.split("+")
-    if not all(names):
-        raise SystemExit(f"--be {be}: trainers together are NAME+NAME")
+    if not all(names) or any("#" in n for n in names):
+        raise SystemExit(f"--be {be}: trainers together are NAME+NAME (names without '#')")
     keys = []
     for name in names:
         keys.append(name if name not in keys else f"{name}#{names[:len(keys)].count(name) + 1}")
@@ -442,10 +442,12 @@ class Bench:
                     self.log.write(f"[be {name} {cfg}] {e}; starting it once more in 5 s\n")
                     time.sleep(5)
                     started[key] = self.start_be(name, cfg, be_env)
-            except RuntimeError as e:
-                self.record({"config": spec, "be": be, "error": str(e)})
+            except BaseException as e:  # the others stop too: ended by a signal, say
                 for tp, _, tt in started.values():
                     self.stop_be(tp, tt)
+                if not isinstance(e, RuntimeError):
+                    raise
+                self.record({"config": spec, "be": be, "error": str(e)})
                 return None
         return started
 
@@ -623,59 +625,14 @@ class Bench:
                 trainers = self.start_trainers(be, cfg, spec, be_env)
                 if trainers is None:
                     continue
-                time.sleep(a.settle_seconds)
-                for hp in a.hp:
-                    rate = self.rate(capacity, hp)
-                    snap = self.snapshot_during(f"{spec}-{hp}-{be}") if cfg.startswith("orion") else None
-                    target = []
-                    if c.target_x:
-                        target_ms = max(1, round(alone_hp[hp]["p99_ms"] * c.target_x))
-                        target = ["--latency-target-ms", str(target_ms)]
-                        self.ctl("policy", "--all", start_budget)  # a fresh search per service
-                    try:
-                        r, start, end = self.run_hp(hp, rate, a.requests, cfg, run_args=target,
-                                                    spec=spec)
-                        if a.traces and cfg.startswith("orion") and rate > 0:
-                            self.export_trace(f"{spec}-{hp}", min(a.trace_ms, (end - start) * 1e3))
-                        if target:
-                            r["target_ms"] = int(target[1])
-                        if cfg.startswith("orion"):  # the budget the run ended with
-                            r["budget_us_end"] = int(json.loads(self.ctl("--json", "policy"))
-                                                     .get("be_budget_us", 0))
-                    except RuntimeError as e:
-                        self.record({"config": spec, "hp": hp, "be": be, "error": str(e)})
-                        continue
-                    finally:
-                        if snap:
-                            snap.set()
-                    died = [f"trainer {n} exited (code {tp.returncode})"
-                            for n, (tp, _, _) in trainers.items() if tp.poll() is not None]
-                    if died:  # a trainer that died gives no harvest of 0
-                        self.record({"config": spec, "hp": hp, "be": be,
-                                     "error": f"{', '.join(died)} during the service's run; its "
-                                              f"log: bench.log"})
-                        continue
-                    rates = {n: self.rate_in(steps, start, end)
-                             for n, (_, steps, _) in trainers.items()}
-                    row = against_alone({"config": spec, "hp": hp, "be": be, "rate": rate,
-                                         "round": self.round, **r}, alone_hp[hp])
-                    if len(rates) == 1:
-                        row["be_steps_per_s"] = next(iter(rates.values()))
-                    else:
-                        row["be_steps_per_s"] = rates
-                    be_x, parts = group_ratio(rates, alone_be)
-                    if be_x is not None:
-                        row["be_x"] = be_x
-                        if len(parts) > 1:
-                            row["be_parts"] = parts
-                        h = harvest_of(row, alone_hp[hp].get("busy"))
-                        if h is not None:
-                            row["harvest"] = h
-                    if "stall_ms" in alone_hp[hp]:
-                        row["baseline_stall_ms"] = alone_hp[hp]["stall_ms"]
-                    self.record(row)
-                for tp, _, tt in trainers.values():
-                    self.stop_be(tp, tt)
+                try:  # every trainer stops, whatever ends the service's runs
+                    time.sleep(a.settle_seconds)
+                    for hp in a.hp:
+                        self.run_beside(hp, be, trainers, spec, c, start_budget, capacity,
+                                        alone_hp, alone_be)
+                finally:
+                    for tp, _, tt in trainers.values():
+                        self.stop_be(tp, tt)
         finally:
             if cfg.startswith("orion") and c.knobs:  # back to the defaults for the next config
                 restore = ["mode=priority"]
@@ -689,6 +646,59 @@ class Bench:
                 self.ctl("policy", "--all", *restore)
             if cfg in MPS_CONFIGS:
                 self.stop_mps()
+
+    def run_beside(self, hp, be, trainers, spec, c, start_budget, capacity, alone_hp, alone_be):
+        """One run of service `hp` beside the running `trainers` (start_trainers) of `be`, under
+        configuration `c` (`spec`): its row, against the service alone and the trainers alone."""
+        a = self.args
+        cfg = c.name
+        rate = self.rate(capacity, hp)
+        snap = self.snapshot_during(f"{spec}-{hp}-{be}") if cfg.startswith("orion") else None
+        target = []
+        if c.target_x:
+            target_ms = max(1, round(alone_hp[hp]["p99_ms"] * c.target_x))
+            target = ["--latency-target-ms", str(target_ms)]
+            self.ctl("policy", "--all", start_budget)  # a fresh search per service
+        try:
+            r, start, end = self.run_hp(hp, rate, a.requests, cfg, run_args=target, spec=spec)
+            if a.traces and cfg.startswith("orion") and rate > 0:
+                self.export_trace(f"{spec}-{hp}", min(a.trace_ms, (end - start) * 1e3))
+            if target:
+                r["target_ms"] = int(target[1])
+            if cfg.startswith("orion"):  # the budget the run ended with
+                r["budget_us_end"] = int(json.loads(self.ctl("--json", "policy"))
+                                         .get("be_budget_us", 0))
+        except RuntimeError as e:
+            self.record({"config": spec, "hp": hp, "be": be, "error": str(e)})
+            return
+        finally:
+            if snap:
+                snap.set()
+        died = [f"trainer {n} exited (code {tp.returncode})"
+                for n, (tp, _, _) in trainers.items() if tp.poll() is not None]
+        if died:  # a trainer that died gives no harvest of 0
+            self.record({"config": spec, "hp": hp, "be": be,
+                         "error": f"{', '.join(died)} during the service's run; its log: "
+                                  "bench.log"})
+            return
+        rates = {n: self.rate_in(steps, start, end) for n, (_, steps, _) in trainers.items()}
+        row = against_alone({"config": spec, "hp": hp, "be": be, "rate": rate,
+                             "round": self.round, **r}, alone_hp[hp])
+        if len(rates) == 1:
+            row["be_steps_per_s"] = next(iter(rates.values()))
+        else:
+            row["be_steps_per_s"] = rates
+        be_x, parts = group_ratio(rates, alone_be)
+        if be_x is not None:
+            row["be_x"] = be_x
+            if len(parts) > 1:
+                row["be_parts"] = parts
+            h = harvest_of(row, alone_hp[hp].get("busy"))
+            if h is not None:
+                row["harvest"] = h
+        if "stall_ms" in alone_hp[hp]:
+            row["baseline_stall_ms"] = alone_hp[hp]["stall_ms"]
+        self.record(row)
 
     def write_table(self):
         text = render_table(self.results, self.args.repeat)

@@ -396,10 +396,14 @@ void WakeFrontEnd(DriverState& s) {
 void Submit(DriverState& s, Stream* st, const QueuedWork& w) {
   st->queue.push_back(w);
   Pump(s, st, NowNs());
-  if (st->queue.empty() || st->listed) return;  // listed: the front end looks at its head already
-  st->listed = true;
-  s.queued_streams.push_back(st);
-  WakeFrontEnd(s);
+  if (st->queue.empty()) return;
+  if (!st->listed) {
+    st->listed = true;
+    s.queued_streams.push_back(st);
+    WakeFrontEnd(s);
+  } else if (s.front_end_pid != getpid()) {
+    WakeFrontEnd(s);  // a child after fork() with its parent's listed streams: start its own
+  }  // else the front end looks at this stream's head already
 }
 
 // Sleeps until `done` (called under s.mu) says the work it waits for left the front end, moving
@@ -411,10 +415,11 @@ bool WaitForFrontEnd(Done done) {
   DriverState& s = State();
   const uint64_t deadline = NowNs() + kStreamWaitLimitNs;
   for (;;) {
-    uint64_t now = NowNs();
+    uint64_t now = 0;
     uint64_t next = 0;
     {
       Lock lock(s.mu);
+      now = NowNs();  // under the lock: no collective opened or record placed after it
       next = Progress(s, now);
       if (done()) return true;
     }

@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -112,6 +113,12 @@ class HostileTenantTest : public ::testing::Test {
     ASSERT_GE(sock_, 0);
     ASSERT_EQ(reply_.status, 0u) << reply_.message;
     ASSERT_NE(maps_.gate, nullptr);
+  }
+
+  // `pid` with the status WaitExit gave: once reaped (0 or more) it is no longer TearDown's to
+  // kill (its number may belong to another process by then); still running (-1), it is.
+  void Reaped(pid_t pid, int status) {
+    if (status >= 0) pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
   }
 
   std::string dir_, config_;
@@ -260,7 +267,8 @@ TEST_F(HostileTenantTest, TheBoardIsOutOfReachAndGateLiesAreBounded) {
   EXPECT_EQ(trainer_rc, 0) << ReadFile(dir_ + "/trainer.log");
   const int service_rc = WaitExit(service, 15.0);
   EXPECT_EQ(service_rc, 0) << ReadFile(dir_ + "/service.log");
-  pids_ = {server};
+  Reaped(service, service_rc);
+  Reaped(trainer, trainer_rc);
   EXPECT_EQ(kill(server, 0), 0) << "the server died\n" << ReadFile(dir_ + "/server.log");
   const std::string log = ReadFile(dir_ + "/server.log");
   EXPECT_NE(log.find("is best-effort but claimed high-priority work"), std::string::npos) << log;
@@ -344,11 +352,14 @@ TEST_F(HostileTenantTest, HoldWordLiesHoldOnlyBestEffortWorkAndHealWhenTheyStop)
   const auto result = orion::testing::ResultFields(ReadFile(dir_ + "/service.log"));
   const double p99_us = result.count("p99_us") ? std::stod(result.at("p99_us")) : -1;
   EXPECT_GT(p99_us, 0) << ReadFile(dir_ + "/service.log");
-  // Two kernels of 300 us: alone about 0.6 ms; behind one 1 ms trainer kernel about 1.6 ms.
-  EXPECT_LT(p99_us, 20'000) << ReadFile(dir_ + "/service.log");
+  // Two kernels of 300 us: alone about 0.6 ms, behind a 1 ms trainer kernel about 1.6 ms (2.2 ms
+  // p99 here). Held behind the lie, requests would queue for seconds; 200 ms leaves room for a
+  // loaded machine (the service never waits on the words, so this bound is only a backstop).
+  EXPECT_LT(p99_us, 200'000) << ReadFile(dir_ + "/service.log");
   const int trainer_rc = WaitExit(trainer, 15.0);
   EXPECT_EQ(trainer_rc, 0) << ReadFile(dir_ + "/trainer.log");
-  pids_ = {server};
+  Reaped(service, service_rc);
+  Reaped(trainer, trainer_rc);
   EXPECT_EQ(kill(server, 0), 0) << "the server died\n" << ReadFile(dir_ + "/server.log");
   close(sock);
   printf("{\"attack_s\":%.2f,\"hold_word_writes\":%llu,"

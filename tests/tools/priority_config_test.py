@@ -54,7 +54,7 @@ def main():
     for be, keys in groups.items():
         if priority.trainer_group(be) != keys:
             failures.append(f"--be {be}: keys {priority.trainer_group(be)} (want {keys})")
-    for be in ("llm+", "+llm", "llm++resnet50"):
+    for be in ("llm+", "+llm", "llm++resnet50", "sample#2+sample+sample", "llm#2"):
         try:
             priority.trainer_group(be)
             failures.append(f"--be {be}: accepted")
