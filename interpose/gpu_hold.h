@@ -114,25 +114,26 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
   }
 }
 
-// Whether the hold may be opened now: the knob is off, the server is gone, no other client is
-// high priority, or none of them is busy; `between_graphs` (a keeper in a process that cuts
-// GEMMs): or the busy ones all launch graphs and have none in flight, only their grace left, as
-// the gate on the CPU admits (DecideBestEffort). Otherwise *wake_by_ns is when to look again at
-// the latest (the end of their grace), 0 if only a completion can change the answer.
-inline bool HoldMayOpen(const contract::Board& board, const contract::GpuState& gpu,
-                        const contract::GateArea& gate, uint32_t own_slot, uint64_t now_ns,
-                        uint64_t* wake_by_ns, bool between_graphs = false) {
+// What the high-priority clients allow a keeper now: kOpen when the knob is off, the server is
+// gone, no other client is high priority, or none of them is busy; kBetweenGraphs when the busy
+// ones all launch graphs and have none in flight, only their grace left (as the gate on the CPU
+// admits: DecideBestEffort); else kHeld. Unless kOpen, *wake_by_ns is when to look again at the
+// latest (the end of their grace), 0 if only a completion can change the answer.
+enum class HoldAllows : uint8_t { kHeld, kBetweenGraphs, kOpen };
+inline HoldAllows HoldAllowsNow(const contract::Board& board, const contract::GpuState& gpu,
+                                const contract::GateArea& gate, uint32_t own_slot,
+                                uint64_t now_ns, uint64_t* wake_by_ns) {
   *wake_by_ns = 0;
   if (!GpuHoldOn(gpu) || !ServerAlive(board, now_ns) || !HighPriorityPresent(gpu, own_slot)) {
-    return true;
+    return HoldAllows::kOpen;
   }
   const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
-  if (!hp.busy || (between_graphs && hp.BetweenGraphs())) return true;
+  if (!hp.busy) return HoldAllows::kOpen;
   *wake_by_ns = hp.grace_ends_ns;
-  return false;
+  return hp.BetweenGraphs() ? HoldAllows::kBetweenGraphs : HoldAllows::kHeld;
 }
 
-// The words a keeper opens now (`wake_by_ns` as HoldMayOpen's): both once the high-priority
+// The words a keeper opens now (`wake_by_ns` as HoldAllowsNow's): both once the high-priority
 // clients are idle (or nobody is to be protected); between graphs, gpu_hold_admitted in a
 // process that cuts GEMMs, and gpu_hold too while the waits it queued on gpu_hold before its
 // first cut may still be pending (`draining`: for EnvConfig::hold_drain_ns after that cut, 5 s,
@@ -151,10 +152,11 @@ inline HoldOpening KeeperMayOpen(const contract::Board& board, const contract::G
                                  const contract::GateArea& gate, uint32_t own_slot,
                                  uint64_t now_ns, uint64_t* wake_by_ns, bool cuts_gemms,
                                  bool draining) {
-  if (HoldMayOpen(board, gpu, gate, own_slot, now_ns, wake_by_ns)) return {true, true};
-  uint64_t unused = 0;
-  if (cuts_gemms && HoldMayOpen(board, gpu, gate, own_slot, now_ns, &unused, true)) {
-    return {draining, true};
+  switch (HoldAllowsNow(board, gpu, gate, own_slot, now_ns, wake_by_ns)) {
+    case HoldAllows::kOpen: return {true, true};
+    case HoldAllows::kBetweenGraphs:
+      return cuts_gemms ? HoldOpening{draining, true} : HoldOpening{};
+    case HoldAllows::kHeld: break;
   }
   return {};
 }

@@ -191,9 +191,11 @@ def trainer_group(be):
     names = be.split("+")
     if not all(names) or any("#" in n for n in names):
         raise SystemExit(f"--be {be}: trainers together are NAME+NAME (names without '#')")
+    seen = collections.Counter()
     keys = []
     for name in names:
-        keys.append(name if name not in keys else f"{name}#{names[:len(keys)].count(name) + 1}")
+        seen[name] += 1
+        keys.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
     return keys
 
 

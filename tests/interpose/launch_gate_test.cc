@@ -465,64 +465,67 @@ TEST_F(LaunchGateTest, GpuHoldOpensWhenNothingIsLeftToProtect) {
   gpu().hp_grace_ns.store(500'000);
   EXPECT_TRUE(GpuHoldOn(gpu()));
   uint64_t wake_by = 1;
+  auto allows = [&](uint32_t slot, uint64_t at) {
+    return HoldAllowsNow(*board_, gpu(), *gate_, slot, at, &wake_by);
+  };
   // No other high-priority client: open.
-  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(allows(3, now_), HoldAllows::kOpen);
   EXPECT_EQ(wake_by, 0u);
   // One with work in flight: held, and only a completion changes that.
   MarkHighPriority(130, 1, now_);
-  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(allows(3, now_), HoldAllows::kHeld);
   EXPECT_EQ(wake_by, 0u);
   // The client itself is never held by its own slot.
-  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 130, now_, &wake_by));
+  EXPECT_EQ(allows(130, now_), HoldAllows::kOpen);
   // Done 100 us ago: held until its grace ends, and the keeper learns when.
   MarkHighPriority(130, 0, now_ - 100'000);
-  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(allows(3, now_), HoldAllows::kHeld);
   EXPECT_EQ(wake_by, now_ + 400'000);
-  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_ + 400'001, &wake_by));
+  EXPECT_EQ(allows(3, now_ + 400'001), HoldAllows::kOpen);
   // Busy again; the knob off, another mode or a silent server all open it.
   MarkHighPriority(130, 1, now_);
   gpu().gpu_hold.store(0);
   EXPECT_FALSE(GpuHoldOn(gpu()));
-  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(allows(3, now_), HoldAllows::kOpen);
   gpu().gpu_hold.store(1);
   gpu().mode.store(static_cast<uint32_t>(GateMode::kMps));
-  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(allows(3, now_), HoldAllows::kOpen);
   gpu().mode.store(static_cast<uint32_t>(GateMode::kPriority));
-  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(allows(3, now_), HoldAllows::kHeld);
   const uint64_t later = now_ + kServerHeartbeatTimeoutNs + 1;
   MarkHighPriority(130, 1, later);  // still progressing: only the server's silence opens it
   gpu().hp_stale_ns.store(later);
-  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, later, &wake_by));
+  EXPECT_EQ(allows(3, later), HoldAllows::kOpen);
 }
 
-// A keeper in a process that cuts GEMMs opens the hold between the graphs of graph services
-// (none in flight, only their grace left), when its gate on the CPU admits: never while a graph
-// is in flight, nor in the grace of an eager service.
+// Between the graphs of graph services (none in flight, only their grace left) a keeper in a
+// process that cuts GEMMs may open, as its gate on the CPU admits there: never while a graph is
+// in flight, nor in the grace of an eager service.
 TEST_F(LaunchGateTest, GpuHoldOfAProcessThatCutsGemmsOpensBetweenGraphs) {
   gpu().gpu_hold.store(1);
   gpu().hp_grace_ns.store(500'000);
   uint64_t wake_by = 1;
+  auto allows = [&] { return HoldAllowsNow(*board_, gpu(), *gate_, 3, now_, &wake_by); };
   MarkHighPriority(130, 1, now_);  // a graph in flight
   NoteHighPriorityGraph(gate_->slots[130], true);
-  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+  EXPECT_EQ(allows(), HoldAllows::kHeld);
   EXPECT_EQ(wake_by, 0u);
   MarkHighPriority(130, 0, now_ - 100'000);  // done 100 us ago: in its grace
-  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by));
+  EXPECT_EQ(allows(), HoldAllows::kBetweenGraphs);
   EXPECT_EQ(wake_by, now_ + 400'000);
-  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
   // The gate on the CPU admits there as well.
   EXPECT_EQ(DecideBestEffort(*board_, gpu(), *gate_, 3, now_, Be(1000, 10'000)),
             GateDecision::kGoBudget);
   // An eager service in its grace (its CPU gaps): held.
   NoteHighPriorityGraph(gate_->slots[130], false);
-  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+  EXPECT_EQ(allows(), HoldAllows::kHeld);
   EXPECT_EQ(wake_by, now_ + 400'000);
   // Beside a graph service and an eager one in their grace: held.
   NoteHighPriorityGraph(gate_->slots[130], true);
   MarkHighPriority(131, 0, now_ - 100'000);
-  EXPECT_FALSE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+  EXPECT_EQ(allows(), HoldAllows::kHeld);
   NoteHighPriorityGraph(gate_->slots[131], true);
-  EXPECT_TRUE(HoldMayOpen(*board_, gpu(), *gate_, 3, now_, &wake_by, /*between_graphs=*/true));
+  EXPECT_EQ(allows(), HoldAllows::kBetweenGraphs);
 }
 
 // The keeper's rule: both words once the high-priority clients are idle; between graphs only
