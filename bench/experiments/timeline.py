@@ -2,8 +2,8 @@
 
   orion_bench.py timeline --bundle DIR [--service resnet50|resnet50-graph|bert8|bert8-graph]
       [--rate 40]
-      [--service-window 300] [--train-window 20] [--warm-seconds 5] [--together] [--out DIR]
-      [--timing-log] [--label TEXT] [--trainer-joins] [--trainer MODEL] [--keep-profiles]
+      [--service-window 300] [--train-window 20[,20]] [--warm-seconds 5] [--together] [--out DIR]
+      [--timing-log] [--label TEXT] [--trainer-joins] [--trainer MODEL[+MODEL]] [--keep-profiles]
       [--policy KEY=VALUE ...]
   orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
 
@@ -29,9 +29,12 @@ the service's requests keeping their Poisson arrivals (torch_models.py --profile
 model built, its warm-up steps run) until the windows start: through the warm-up the service
 runs without it, then the trainer joins, a change every kernel of the service shares, which the
 server's draw for untimed launches must follow within the window.
---trainer names another trainer of torch_models.py (default resnet50); --keep-profiles copies
-each window's profiler summary and kernels to profiles/ in --out (for orion_bench.py wait-behind,
-with --together: what each request waited behind).
+--trainer names another trainer of torch_models.py (default resnet50), or A+B, trainers together
+(with --together; --train-window then takes one number or one for each: 8,100); --keep-profiles
+copies each window's profiler summary and kernels to profiles/ in --out (for orion_bench.py
+wait-behind, with --together: what each request waited behind; a group's second trainer as
+trainer2, profiles/trainers.json naming them). A group's trainers are profiled, not compared
+with the timeline: their busy seconds in /metrics are the group's.
 Writes results.jsonl (one line per window) and results.md to --out (default $OUT or a temp dir).
 """
 import argparse
@@ -133,7 +136,8 @@ def main(argv=None):
                    choices=["resnet50", "resnet50-graph", "bert8", "bert8-graph"])
     p.add_argument("--rate", type=float, default=40)
     p.add_argument("--service-window", type=int, default=300)
-    p.add_argument("--train-window", type=int, default=20)
+    p.add_argument("--train-window", default="20",
+                   help="steps under the profiler: one number, or one for each trainer of a group")
     p.add_argument("--warm-seconds", type=float, default=5,
                    help="both run this long before the first window (the kernels' durations "
                         "are learned from launches sampled 1 in 64)")
@@ -148,7 +152,8 @@ def main(argv=None):
                         "OUT/timing; its summary (orion_bench.py timing-log) is printed and "
                         "kept as OUT/timing.md")
     p.add_argument("--trainer", default="resnet50",
-                   help="the best-effort trainer (a train model of torch_models.py)")
+                   help="the best-effort trainer (a train model of torch_models.py), or A+B: "
+                        "trainers together (with --together)")
     p.add_argument("--policy", action="append", default=[], metavar="KEY=VALUE",
                    help="a policy setting of orion-server's config (e.g. be_budget_us=100); "
                         "repeatable")
@@ -160,6 +165,20 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.trainer_joins and not args.together:
         p.error("--trainer-joins goes with --together")
+    trainers = args.trainer.split("+")
+    if "" in trainers:
+        p.error(f"--trainer {args.trainer}: an empty name in the group")
+    try:
+        train_windows = [int(w) for w in args.train_window.split(",")]
+    except ValueError:
+        p.error(f"--train-window {args.train_window}: whole numbers of steps, comma-separated")
+    if len(train_windows) == 1:
+        train_windows *= len(trainers)
+    if len(train_windows) != len(trainers) or min(train_windows) < 1:
+        p.error(f"--train-window {args.train_window}: one number of steps (at least 1), or one "
+                f"for each of the {len(trainers)} trainers")
+    if len(trainers) > 1 and (args.trainer_joins or not args.together):
+        p.error("--trainer A+B goes with --together, without --trainer-joins")
     if args.table:
         print(render_table(read_rows(args.table, "timeline")))
         return
@@ -216,14 +235,22 @@ def main(argv=None):
                                  "--profile", str(args.service_window)]
                      + (["--graph"] if graph else [])
                      + (["--profile-at-arrivals"] if args.together else []))
-        trainer = client("trainer", ["train", args.trainer, "--profile", str(args.train_window)])
+        # The group's trainers: roles trainer, trainer2, ... (their profiles' names).
+        roles = ["trainer"] + [f"trainer{i}" for i in range(2, len(trainers) + 1)]
+        trainer_procs = [client(role, ["train", name, "--profile", str(window)])
+                         for role, name, window in zip(roles, trainers, train_windows)]
         wait_for(svc, "serving", "service")
-        wait_for(trainer, "ready", "trainer")
+        for role, proc in zip(roles, trainer_procs):
+            wait_for(proc, "ready", role)
         trainer_id = best_effort_client(server) if args.trainer_joins else None
         if trainer_id is not None:
             log.write(server.ctl("pause", trainer_id))
         time.sleep(args.warm_seconds)
-        windows = (("service", svc, args.service_window), ("trainer", trainer, args.train_window))
+        windows = (("service", svc, args.service_window), *zip(roles, trainer_procs, train_windows))
+        if args.keep_profiles:
+            os.makedirs(os.path.join(out, "profiles"), exist_ok=True)
+            with open(os.path.join(out, "profiles", "trainers.json"), "w") as f:
+                json.dump(dict(zip(roles, trainers)), f)
         if trainer_id is not None:
             log.write(server.ctl("resume", trainer_id))
         if args.together:
@@ -243,6 +270,8 @@ def main(argv=None):
             if args.timing_log:
                 os.replace(os.path.join(work, f"{role}.json.kernels.json"),
                            os.path.join(out, "timing", f"profile-{role}.kernels.json"))
+            if role != "service" and len(trainers) > 1:
+                continue  # profiled for wait-behind; busy seconds by priority are the group's
             trace = export(summary, f"timeline-{role}-{args.service}.json")
             beside = f"{args.trainer} training" if role == "service" else f"{args.service} service at {args.rate:g}/s"
             if args.together:
@@ -250,7 +279,7 @@ def main(argv=None):
             if args.trainer_joins:
                 beside += ", the trainer joining as the window starts"
             model = (f"{args.service} at {args.rate:g}/s" if role == "service"
-                     else args.trainer)
+                     else trainers[roles.index(role)])
             row = compare(summary, trace, role, model, beside)
             row["bundle_interposer"] = "liborion_interpose.so"
             if args.label:

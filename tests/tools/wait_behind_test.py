@@ -7,7 +7,9 @@ running at the launch, 200 us of the next one queued), and a gap of 10 us in eve
 leaves the GPU idle. The clocks must be aligned from the step ends, the parts must come out as
 made, the labels must name the rows, and a window without a request is refused. A trainer with
 one iteration in the window (one that stalled) is placed through the pushes' offsets
-(mono_offset_us) instead, and comes out the same; without them it is refused."""
+(mono_offset_us) instead, and comes out the same; without them it is refused. Two trainers, each
+on a clock of its own, one's kernel running at each launch and the other's queued after it:
+each one's part, and every request behind both; the same model twice, told apart."""
 import json
 import os
 import subprocess
@@ -38,23 +40,44 @@ def write(directory, trainer_start_us=0.0, trainer_steps=20, push_offsets=True):
     offsets = {"mono_offset_us": EPOCH_US} if push_offsets else {}
     json.dump({**offsets, "kernels": [], "launches": launches},
               open(os.path.join(directory, "service.kernels.json"), "w"))
-    tsteps, kernels = [], []
-    for i in range(trainer_steps):
-        ts = trainer_start_us + SHIFT_US + 2000.0 * i
-        tsteps.append({"push_ns": 0, "torch_ts_us": ts,
-                       "pop_ns": int((EPOCH_US + ts + 2000.0 - SHIFT_US - 50) * 1e3)})
     # Kernels on the service's clock start at 1000 i + 200 (+ 200 k): the launch at 1000 i + 100
     # finds the one of [1000 i, 1000 i + 200) running.
-    t = trainer_start_us
+    spans, t = [], trainer_start_us
     while t < trainer_start_us + 42000:
         gap = 10.0 if int(t) % 2000 == 1400 else 0.0
-        kernels.append([t + SHIFT_US + gap, 200.0 - gap, 1, 1, 1, 1, 1, 1, 0,
-                        "gemm_piece" if int(t) % 1000 != 200 else "attention_bprop"])
+        spans.append((t + gap, 200.0 - gap,
+                      "gemm_piece" if int(t) % 1000 != 200 else "attention_bprop"))
         t += 200.0
-    json.dump({"steps": tsteps}, open(os.path.join(directory, "trainer.json"), "w"))
-    offsets = {"mono_offset_us": EPOCH_US - SHIFT_US} if push_offsets else {}
+    write_trainer(directory, "trainer", spans, SHIFT_US, trainer_steps, trainer_start_us,
+                  push_offsets)
+
+
+def write_trainer(directory, role, spans, shift_us, steps=20, start_us=0.0, push_offsets=True):
+    """A trainer's profile: `spans` (start on the service's clock, duration, name) on a profiler
+    clock shift_us ahead of the service's, and its steps of 2,000 us from start_us."""
+    tsteps = []
+    for i in range(steps):
+        ts = start_us + shift_us + 2000.0 * i
+        tsteps.append({"push_ns": 0, "torch_ts_us": ts,
+                       "pop_ns": int((EPOCH_US + ts + 2000.0 - shift_us - 50) * 1e3)})
+    kernels = [[t + shift_us, dur, 1, 1, 1, 1, 1, 1, 0, name] for t, dur, name in spans]
+    json.dump({"steps": tsteps}, open(os.path.join(directory, f"{role}.json"), "w"))
+    offsets = {"mono_offset_us": EPOCH_US - shift_us} if push_offsets else {}
     json.dump({**offsets, "kernels": kernels, "launches": []},
-              open(os.path.join(directory, "trainer.kernels.json"), "w"))
+              open(os.path.join(directory, f"{role}.kernels.json"), "w"))
+
+
+def write_group(directory):
+    """Two trainers on clocks of their own: the first's kernel of [1000 i, 1000 i + 200) is
+    running at each launch (100 us left), the second's of [1000 i + 250, 1000 i + 350) queued
+    behind it (100 us): 100 us of each wait idle, every request behind both."""
+    write(directory)
+    write_trainer(directory, "trainer", [(1000.0 * i, 200.0, "gemm_piece") for i in range(43)],
+                  SHIFT_US)
+    write_trainer(directory, "trainer2", [(1000.0 * i + 250, 100.0, "conv") for i in range(43)],
+                  -3000.0)
+    json.dump({"trainer": "llm", "trainer2": "resnet50"},
+              open(os.path.join(directory, "trainers.json"), "w"))
 
 
 def main():
@@ -104,6 +127,41 @@ def main():
                                  capture_output=True, text=True)
         if refused.returncode == 0 or "no request inside the trainer's window" not in refused.stderr:
             failures.append(f"a window apart was not refused: {refused.returncode} {refused.stderr}")
+        # Two trainers: each one's part, and the requests behind both.
+        group = os.path.join(work, "group")
+        write_group(group)
+        two = subprocess.run([sys.executable, SCRIPT, "wait-behind", group, "--out",
+                              os.path.join(work, "two.jsonl")], capture_output=True, text=True)
+        if two.returncode != 0:
+            failures.append(f"two trainers: {two.stdout + two.stderr}")
+        else:
+            r2 = json.loads(open(os.path.join(work, "two.jsonl")).read().splitlines()[0])
+            for key, want in {"requests": 40, "wait_p50_us": 300.0, "running_p50_us": 100.0,
+                              "queued_p50_us": 100.0, "idle_p50_us": 100.0,
+                              "behind_several": 1.0}.items():
+                if r2.get(key) != want:
+                    failures.append(f"two trainers: {key}: {r2.get(key)} (want {want})")
+            parts = {t["name"]: (t["running_mean_us"], t["queued_mean_us"], t["behind"],
+                                 t["clock_shift_us"]) for t in r2.get("trainers", [])}
+            want = {"llm": (100.0, 0.0, 1.0, -SHIFT_US), "resnet50": (0.0, 100.0, 1.0, 3000.0)}
+            if parts != want:
+                failures.append(f"two trainers: parts {parts} (want {want})")
+            if "resnet50: conv" not in [t["name"] for t in r2["top"]]:
+                failures.append(f"two trainers: kernels not named by trainer: {r2['top']}")
+            if "waited behind work of two trainers or more" not in two.stdout:
+                failures.append("two trainers: the table has no trainers' parts")
+        # The same model twice: two trainers still, told apart.
+        json.dump({"trainer": "resnet50", "trainer2": "resnet50"},
+                  open(os.path.join(group, "trainers.json"), "w"))
+        twice = subprocess.run([sys.executable, SCRIPT, "wait-behind", group, "--out",
+                                os.path.join(work, "twice.jsonl")], capture_output=True, text=True)
+        if twice.returncode != 0:
+            failures.append(f"one model twice: {twice.stdout + twice.stderr}")
+        else:
+            r3 = json.loads(open(os.path.join(work, "twice.jsonl")).read().splitlines()[0])
+            got = [(t["name"], t["queued_mean_us"]) for t in r3.get("trainers", [])]
+            if got != [("resnet50", 0.0), ("resnet50#2", 100.0)]:
+                failures.append(f"one model twice: {got} (want resnet50 and resnet50#2)")
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
