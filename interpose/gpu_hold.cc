@@ -22,16 +22,67 @@ constexpr uint64_t kKeeperIdleLookNs = 100'000'000;
 enum : uint32_t { kHoldUnknown = 0, kHoldReady = 1, kHoldUnusable = 2 };
 
 // Per device: the gate area whose word is registered, its device address, whether it can be
-// used, and the registration the keeper follows (the one of the latest held launch).
+// used, and the registration the keeper follows (the one of the latest held launch). The held
+// time: since when a launch of this process has waited behind a held gpu_hold (0: none), the
+// registration it is counted to, and whether that wait is the one its counters publish.
 struct DeviceHold {
   std::atomic<contract::GateArea*> gate{nullptr};
   std::atomic<uint64_t> word_dptr{0};
   std::atomic<uint32_t> state{kHoldUnknown};
   std::atomic<Registration*> keeper_reg{nullptr};
   std::atomic<uint32_t> keeper_started{0};
+  std::atomic<uint64_t> held_since_ns{0};  // written under g_held_mutex
+  Registration* held_reg = nullptr;
+  bool held_published = false;
 };
 DeviceHold g_hold[kMaxDevices];
 pthread_mutex_t g_hold_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t g_held_mutex = PTHREAD_MUTEX_INITIALIZER;  // the held time of every device
+
+// A launch went behind a wait on gpu_hold while it was held: the process's held time starts,
+// unless it runs already. Once a hold, not once a launch (the caller saw none running). Not
+// where no keeper of this process runs: only the keeper ends it (SettleHeldTime), when it sees
+// the word open, after every open of its own.
+void NoteHeldLaunch(DeviceHold& h, Registration* reg) {
+  if (h.keeper_started.load(std::memory_order_acquire) == 0) return;
+  pthread_mutex_lock(&g_held_mutex);
+  // The word read again under the lock: a keeper that opened it since then settles after this
+  // (or has, and this finds it open).
+  if (h.held_since_ns.load(std::memory_order_relaxed) == 0 &&
+      reg->gate->words.gpu_hold.load(std::memory_order_seq_cst) != 0) {
+    const uint64_t now = MonotonicNs();
+    h.held_reg = reg;
+    h.held_published = contract::PublishWaitStart(reg->area->counters, now);
+    h.held_since_ns.store(now, std::memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&g_held_mutex);
+}
+
+// The keeper, after each open of its own and each look at the word: once the gpu_hold that the
+// first held launch waited on is open, the held time since that launch goes into the throttled
+// time of its registration, and onto its timeline as one held span (as a wait at the gate on
+// the CPU, ending now). A word held anew in between, at another epoch, is one hold.
+void SettleHeldTime(DeviceHold& h) {
+  if (h.held_since_ns.load(std::memory_order_relaxed) == 0) return;
+  pthread_mutex_lock(&g_held_mutex);
+  if (const uint64_t since = h.held_since_ns.load(std::memory_order_relaxed);
+      since != 0 && h.held_reg->gate->words.gpu_hold.load(std::memory_order_acquire) == 0) {
+    const uint64_t now = MonotonicNs();
+    const uint64_t waited = now > since ? now - since : 0;
+    contract::EndWait(h.held_reg->area->counters, waited, h.held_published);
+    if (waited != 0) {
+      contract::Event t{};
+      t.kind = contract::EventKind::kThrottled;
+      t.cpu_ns = now;
+      t.duration_ns = waited;
+      PushEvent(h.held_reg, t);
+    }
+    h.held_since_ns.store(0, std::memory_order_relaxed);
+    h.held_reg = nullptr;
+    h.held_published = false;
+  }
+  pthread_mutex_unlock(&g_held_mutex);
+}
 
 void NoteUnusable(const char* why) {
   if (Config().quiet) return;
@@ -84,7 +135,7 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
 // (so the high-priority clients' completion trackers follow closely and wake gate_seq), asleep
 // until a completion or the end of their grace. It opens what KeeperMayOpen says; it returns
 // when a word changed (opened, or held anew: the caller reads them again) or both are open.
-void KeepHold(Registration* reg, uint32_t held, uint32_t admitted) {
+void KeepHold(DeviceHold& h, Registration* reg, uint32_t held, uint32_t admitted) {
   contract::GateArea& gate = *reg->gate;
   auto& words = gate.words;
   CountGateWaiter(gate);
@@ -114,7 +165,10 @@ void KeepHold(Registration* reg, uint32_t held, uint32_t admitted) {
       tried = true;
     }
     if (open.held && held != 0) {
-      if (OpenGpuHold(gate, held)) held = 0;
+      if (OpenGpuHold(gate, held)) {
+        held = 0;
+        SettleHeldTime(h);
+      }
       tried = true;
     }
     if (tried) continue;
@@ -134,13 +188,14 @@ void* KeeperMain(void* arg) {
     contract::GateArea& gate = *reg->gate;
     const uint32_t held = gate.words.gpu_hold.load(std::memory_order_acquire);
     const uint32_t admitted = gate.words.gpu_hold_admitted.load(std::memory_order_acquire);
+    SettleHeldTime(h);  // the word seen open, by whichever keeper opened it
     if (!reg->StillOwned()) {  // opened (KeepHold), then wait for a launch on the new one
-      if (held != 0 || admitted != 0) KeepHold(reg, held, admitted);
+      if (held != 0 || admitted != 0) KeepHold(h, reg, held, admitted);
       FutexWaitPrivate(&h.keeper_started, 1, kKeeperIdleLookNs);
       continue;
     }
     if (held != 0 || admitted != 0) {
-      KeepHold(reg, held, admitted);
+      KeepHold(h, reg, held, admitted);
       continue;
     }
     gate.words.hold_sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -177,8 +232,17 @@ bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream, H
   contract::GateArea& gate = *reg->gate;
   const uint64_t offset = reinterpret_cast<uintptr_t>(&HoldWordOf(gate, which)) -
                           reinterpret_cast<uintptr_t>(&gate.words.gpu_hold);
-  return wait(stream, h.word_dptr.load(std::memory_order_relaxed) + offset, 0,
-              CU_STREAM_WAIT_VALUE_EQ) == CUDA_SUCCESS;
+  if (wait(stream, h.word_dptr.load(std::memory_order_relaxed) + offset, 0,
+           CU_STREAM_WAIT_VALUE_EQ) != CUDA_SUCCESS) {
+    return false;
+  }
+  // Held time: what waits on gpu_hold while it is held (a launch the gate on the CPU admitted
+  // counts there, at the gate).
+  if (which == HoldWord::kHeld && gate.words.gpu_hold.load(std::memory_order_relaxed) != 0 &&
+      h.held_since_ns.load(std::memory_order_relaxed) == 0) {
+    NoteHeldLaunch(h, reg);
+  }
+  return true;
 }
 
 void WakeHoldKeepers(contract::GateArea& gate) {
@@ -189,12 +253,16 @@ void WakeHoldKeepers(contract::GateArea& gate) {
 
 void ResetHoldAfterFork() {
   pthread_mutex_init(&g_hold_mutex, nullptr);
+  pthread_mutex_init(&g_held_mutex, nullptr);
   for (DeviceHold& h : g_hold) {  // nothing of the parent's is ours: register anew if used
     h.gate.store(nullptr, std::memory_order_relaxed);
     h.word_dptr.store(0, std::memory_order_relaxed);
     h.state.store(kHoldUnknown, std::memory_order_relaxed);
     h.keeper_started.store(0, std::memory_order_relaxed);
     h.keeper_reg.store(nullptr, std::memory_order_relaxed);
+    h.held_since_ns.store(0, std::memory_order_relaxed);  // the parent's wait, not ours
+    h.held_reg = nullptr;
+    h.held_published = false;
   }
 }
 
