@@ -80,19 +80,28 @@ def write_group(directory):
               open(os.path.join(directory, "trainers.json"), "w"))
 
 
+def rows_of(work, directory, name, failures, *args):
+    """wait-behind on `directory` (its row to NAME.jsonl): the run and its row, or None where it
+    failed (said in `failures`)."""
+    out = os.path.join(work, f"{name}.jsonl")
+    run = subprocess.run([sys.executable, SCRIPT, "wait-behind", directory, *args, "--out", out],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        failures.append(f"{name}: {run.stdout + run.stderr}")
+        return run, None
+    return run, json.loads(open(out).read().splitlines()[0])
+
+
 def main():
     failures = []
     with tempfile.TemporaryDirectory() as work:
         good, apart = os.path.join(work, "good"), os.path.join(work, "apart")
         write(good)
         write(apart, trainer_start_us=1_000_000.0)
-        rows_path = os.path.join(work, "rows.jsonl")
-        run = subprocess.run([sys.executable, SCRIPT, "wait-behind", good, "--labels",
-                              "made up", "--out", rows_path], capture_output=True, text=True)
-        if run.returncode != 0:
-            print(run.stdout + run.stderr)
+        run, row = rows_of(work, good, "made-up", failures, "--labels", "made up")
+        if row is None:
+            print(failures[0])
             return 1
-        row = json.loads(open(rows_path).read().splitlines()[0])
         expect = {"requests": 40, "label": "made up", "clock_shift_us": -SHIFT_US,
                   "wait_p50_us": 300.0, "running_p50_us": 100.0, "queued_p50_us": 200.0,
                   "found_running": 1.0}
@@ -109,12 +118,8 @@ def main():
         stalled, bare = os.path.join(work, "stalled"), os.path.join(work, "bare")
         write(stalled, trainer_steps=1)
         write(bare, trainer_steps=1, push_offsets=False)
-        one = subprocess.run([sys.executable, SCRIPT, "wait-behind", stalled, "--out",
-                              os.path.join(work, "one.jsonl")], capture_output=True, text=True)
-        if one.returncode != 0:
-            failures.append(f"one trainer iteration: {one.stdout + one.stderr}")
-        else:
-            r1 = json.loads(open(os.path.join(work, "one.jsonl")).read().splitlines()[0])
+        _, r1 = rows_of(work, stalled, "one-iteration", failures)
+        if r1 is not None:
             for key, want in {**expect, "label": None, "clock": "pushes"}.items():
                 if r1.get(key) != want:
                     failures.append(f"one iteration: {key}: {r1.get(key)} (want {want})")
@@ -130,12 +135,8 @@ def main():
         # Two trainers: each one's part, and the requests behind both.
         group = os.path.join(work, "group")
         write_group(group)
-        two = subprocess.run([sys.executable, SCRIPT, "wait-behind", group, "--out",
-                              os.path.join(work, "two.jsonl")], capture_output=True, text=True)
-        if two.returncode != 0:
-            failures.append(f"two trainers: {two.stdout + two.stderr}")
-        else:
-            r2 = json.loads(open(os.path.join(work, "two.jsonl")).read().splitlines()[0])
+        two, r2 = rows_of(work, group, "two-trainers", failures)
+        if r2 is not None:
             for key, want in {"requests": 40, "wait_p50_us": 300.0, "running_p50_us": 100.0,
                               "queued_p50_us": 100.0, "idle_p50_us": 100.0,
                               "behind_several": 1.0}.items():
@@ -153,12 +154,8 @@ def main():
         # The same model twice: two trainers still, told apart.
         json.dump({"trainer": "resnet50", "trainer2": "resnet50"},
                   open(os.path.join(group, "trainers.json"), "w"))
-        twice = subprocess.run([sys.executable, SCRIPT, "wait-behind", group, "--out",
-                                os.path.join(work, "twice.jsonl")], capture_output=True, text=True)
-        if twice.returncode != 0:
-            failures.append(f"one model twice: {twice.stdout + twice.stderr}")
-        else:
-            r3 = json.loads(open(os.path.join(work, "twice.jsonl")).read().splitlines()[0])
+        _, r3 = rows_of(work, group, "one-model-twice", failures)
+        if r3 is not None:
             got = [(t["name"], t["queued_mean_us"]) for t in r3.get("trainers", [])]
             if got != [("resnet50", 0.0), ("resnet50#2", 100.0)]:
                 failures.append(f"one model twice: {got} (want resnet50 and resnet50#2)")
