@@ -112,39 +112,44 @@ def place(directory, name, trainer, trainer_summary, summary, service):
                      "and no push offsets")
 
 
-def parts_of_wait(kernels, starts, launch, start):
-    """[(trainer, kernel name, running?, microseconds)] of the wait [launch, start): each moment
-    once, for the kernel that started first. `kernels` (start, end, name, trainer) sorted by
-    start; a kernel that started before the launch is running, one after it queued."""
-    j = bisect.bisect_right(starts, launch)
-    # Kernels running at L started before it: look back a few on each stream or trainer.
-    pieces = [k for k in kernels[max(0, j - 8):j] if k[1] > launch]
-    while j < len(kernels) and kernels[j][0] < start:
-        pieces.append(kernels[j])
-        j += 1
+def parts_of_wait(timelines, launch, start):
+    """[(trainer, kernel name, running?, microseconds)] of the wait [launch, start), and whether
+    a trainer kernel was running at the launch: each moment once, for the kernel that started
+    first. `timelines`: each trainer's kernels (start, end, name, trainer) sorted by start, with
+    their starts; a kernel that started at or before the launch is running, one after it queued.
+    """
+    pieces, found = [], False
+    for kernels, starts in timelines:
+        j = bisect.bisect_right(starts, launch)
+        # Its kernels running at L started before it: look back a few (several streams).
+        for k in kernels[max(0, j - 4):j]:
+            if k[1] > launch:
+                pieces.append(k)
+                found = True
+        while j < len(kernels) and kernels[j][0] < start:
+            pieces.append(kernels[j])
+            j += 1
     out, covered = [], launch
     for k0, k1, name, who in sorted(pieces):
         lo, hi = max(k0, covered), min(k1, start)
         if hi > lo:
-            out.append((who, name, k0 < launch, hi - lo))
+            out.append((who, name, k0 <= launch, hi - lo))
             covered = hi
-    return out
+    return out, found
 
 
 def split(directory):
     summary, service, trainers = load(directory)
     reqs = requests(summary, service)
-    kernels, shifts, lo, hi = [], {}, float("-inf"), float("inf")
+    timelines, shifts, lo, hi = [], {}, float("-inf"), float("inf")
     for name, trainer, trainer_summary in trainers:
         shift, clock = place(directory, name, trainer, trainer_summary, summary, service)
         shifts[name] = (round(shift, 1), clock)
-        mine = [(k[0] + shift, k[0] + shift + k[1], k[9], name) for k in trainer["kernels"]]
+        mine = sorted((k[0] + shift, k[0] + shift + k[1], k[9], name) for k in trainer["kernels"])
         if not mine:
             raise SystemExit(f"wait-behind: {directory}: {name}: no kernel in its window")
-        lo, hi = max(lo, min(k[0] for k in mine)), min(hi, max(k[1] for k in mine))
-        kernels += mine
-    kernels.sort()
-    starts = [k[0] for k in kernels]
+        lo, hi = max(lo, mine[0][0]), min(hi, max(k[1] for k in mine))
+        timelines.append((mine, [k[0] for k in mine]))
     names = [name for name, _, _ in trainers]
     rows, by_name = [], {}
     by_trainer = {n: [] for n in names}  # per request: (running, queued) of each trainer
@@ -153,15 +158,15 @@ def split(directory):
             continue  # outside a trainer's window
         wait = max(0.0, start - launch)
         mine = {n: [0.0, 0.0] for n in names}
-        for who, kname, running, us in parts_of_wait(kernels, starts, launch, start):
+        parts, found = parts_of_wait(timelines, launch, start)
+        for who, kname, running, us in parts:
             mine[who][0 if running else 1] += us
             key = f"{who}: {kname}" if len(names) > 1 else kname
             by_name[key] = by_name.get(key, 0.0) + us
         running = sum(m[0] for m in mine.values())
         queued = sum(m[1] for m in mine.values())
         behind = sum(1 for m in mine.values() if m[0] + m[1] > 0)
-        rows.append((wait, running, queued, max(0.0, wait - running - queued),
-                     any(m[0] > 0 for m in mine.values()), behind))
+        rows.append((wait, running, queued, max(0.0, wait - running - queued), found, behind))
         for n in names:
             by_trainer[n].append(mine[n])
     if not rows:

@@ -9,7 +9,8 @@ made, the labels must name the rows, and a window without a request is refused. 
 one iteration in the window (one that stalled) is placed through the pushes' offsets
 (mono_offset_us) instead, and comes out the same; without them it is refused. Two trainers, each
 on a clock of its own, one's kernel running at each launch and the other's queued after it:
-each one's part, and every request behind both; the same model twice, told apart."""
+each one's part, and every request behind both; a long kernel running at each launch
+found behind ten short ones of the other trainer; the same model twice, told apart."""
 import json
 import os
 import subprocess
@@ -78,6 +79,16 @@ def write_group(directory):
                   -3000.0)
     json.dump({"trainer": "llm", "trainer2": "resnet50"},
               open(os.path.join(directory, "trainers.json"), "w"))
+
+
+def write_crowded(directory):
+    """Two trainers: the first's long kernel of [1000 i - 500, 1000 i + 200) running at each
+    launch (100 us left), the second's ten short kernels started since, all ended before it."""
+    write(directory)
+    write_trainer(directory, "trainer",
+                  [(1000.0 * i - 500, 700.0, "gemm_long") for i in range(1, 43)], SHIFT_US)
+    write_trainer(directory, "trainer2", [(1000.0 * i - 400 + 30 * k, 10.0, "short")
+                                          for i in range(1, 43) for k in range(10)], -3000.0)
 
 
 def rows_of(work, directory, name, failures, *args):
@@ -151,6 +162,18 @@ def main():
                 failures.append(f"two trainers: kernels not named by trainer: {r2['top']}")
             if "waited behind work of two trainers or more" not in two.stdout:
                 failures.append("two trainers: the table has no trainers' parts")
+        # A long kernel running at the launch, another trainer's short ones started since.
+        crowded = os.path.join(work, "crowded")
+        write_crowded(crowded)
+        _, r4 = rows_of(work, crowded, "crowded", failures)
+        if r4 is not None:
+            got = {k: r4.get(k) for k in ("running_p50_us", "queued_p50_us", "idle_p50_us",
+                                          "found_running")}
+            want = {"running_p50_us": 100.0, "queued_p50_us": 0.0, "idle_p50_us": 200.0,
+                    "found_running": 1.0}
+            if got != want:
+                failures.append(f"a long kernel behind another trainer's short ones: {got} "
+                                f"(want {want})")
         # The same model twice: two trainers still, told apart.
         json.dump({"trainer": "resnet50", "trainer2": "resnet50"},
                   open(os.path.join(group, "trainers.json"), "w"))
