@@ -41,14 +41,16 @@ pthread_mutex_t g_held_mutex = PTHREAD_MUTEX_INITIALIZER;  // the held time of e
 
 // A launch went behind a wait on gpu_hold while it was held: the process's held time starts,
 // unless it runs already. Once a hold, not once a launch (the caller saw none running). Not
-// where no keeper of this process runs: only the keeper ends it (SettleHeldTime), when it sees
-// the word open, after every open of its own.
+// where no keeper of this process runs (checked again under the lock: a keeper that failed to
+// start ends what was noted, EnsureKeeper): only the keeper ends it otherwise (SettleHeldTime),
+// after every open of its own and at every look, or a wait at the gate on the CPU that begins
+// meanwhile (EndHeldOnGpu), which counts from then on.
 void NoteHeldLaunch(DeviceHold& h, Registration* reg) {
-  if (h.keeper_started.load(std::memory_order_acquire) == 0) return;
   pthread_mutex_lock(&g_held_mutex);
   // The word read again under the lock: a keeper that opened it since then settles after this
   // (or has, and this finds it open).
-  if (h.held_since_ns.load(std::memory_order_relaxed) == 0 &&
+  if (h.keeper_started.load(std::memory_order_acquire) != 0 &&
+      h.held_since_ns.load(std::memory_order_relaxed) == 0 &&
       reg->gate->words.gpu_hold.load(std::memory_order_seq_cst) != 0) {
     const uint64_t now = MonotonicNs();
     h.held_reg = reg;
@@ -58,24 +60,36 @@ void NoteHeldLaunch(DeviceHold& h, Registration* reg) {
   pthread_mutex_unlock(&g_held_mutex);
 }
 
-// The keeper, after each open of its own and each look at the word: once the gpu_hold that the
-// first held launch waited on is open, the held time since that launch goes into the throttled
-// time of its registration, and onto its timeline as one held span (as a wait at the gate on
-// the CPU, ending now). A word held anew in between, at another epoch, is one hold.
-void SettleHeldTime(DeviceHold& h) {
+// When the held time ends: kIfOpen once the gpu_hold its first launch waited on is open (a word
+// held anew in between, at another epoch, is one hold), or the keeper follows another
+// registration now, or the server took the noted one back; kOpened(gate) as kIfOpen, and at
+// once where the keeper has just opened that gate's word itself (read again, a hold taken since
+// would carry the span across the open); kNow at once.
+enum class SettleWhen : uint8_t { kIfOpen, kOpened, kNow };
+
+// The held time since the first held launch goes into the throttled time of its registration,
+// and onto its timeline as one held span (as a wait at the gate on the CPU, ending now).
+void SettleHeldTime(DeviceHold& h, SettleWhen when = SettleWhen::kIfOpen,
+                    const contract::GateArea* opened = nullptr) {
   if (h.held_since_ns.load(std::memory_order_relaxed) == 0) return;
   pthread_mutex_lock(&g_held_mutex);
-  if (const uint64_t since = h.held_since_ns.load(std::memory_order_relaxed);
-      since != 0 && h.held_reg->gate->words.gpu_hold.load(std::memory_order_acquire) == 0) {
+  const uint64_t since = h.held_since_ns.load(std::memory_order_relaxed);
+  Registration* reg = h.held_reg;
+  const bool ended =
+      since != 0 &&
+      (when == SettleWhen::kNow || (when == SettleWhen::kOpened && reg->gate == opened) ||
+       reg != h.keeper_reg.load(std::memory_order_acquire) || !reg->StillOwned() ||
+       reg->gate->words.gpu_hold.load(std::memory_order_acquire) == 0);
+  if (ended) {
     const uint64_t now = MonotonicNs();
     const uint64_t waited = now > since ? now - since : 0;
-    contract::EndWait(h.held_reg->area->counters, waited, h.held_published);
+    contract::EndWait(reg->area->counters, waited, h.held_published);
     if (waited != 0) {
       contract::Event t{};
       t.kind = contract::EventKind::kThrottled;
       t.cpu_ns = now;
       t.duration_ns = waited;
-      PushEvent(h.held_reg, t);
+      PushEvent(reg, t);
     }
     h.held_since_ns.store(0, std::memory_order_relaxed);
     h.held_reg = nullptr;
@@ -167,7 +181,7 @@ void KeepHold(DeviceHold& h, Registration* reg, uint32_t held, uint32_t admitted
     if (open.held && held != 0) {
       if (OpenGpuHold(gate, held)) {
         held = 0;
-        SettleHeldTime(h);
+        SettleHeldTime(h, SettleWhen::kOpened, &gate);
       }
       tried = true;
     }
@@ -215,7 +229,10 @@ void EnsureKeeper(DeviceHold& h, Registration* reg) {
       h.keeper_started.exchange(1, std::memory_order_acq_rel) != 0) {
     return;
   }
-  if (!StartQuietThread(KeeperMain, &h)) h.keeper_started.store(0, std::memory_order_release);
+  if (!StartQuietThread(KeeperMain, &h)) {
+    h.keeper_started.store(0, std::memory_order_release);
+    SettleHeldTime(h, SettleWhen::kNow);  // noted meanwhile: nobody would end it
+  }
 }
 
 }  // namespace
@@ -238,11 +255,18 @@ bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream, H
   }
   // Held time: what waits on gpu_hold while it is held (a launch the gate on the CPU admitted
   // counts there, at the gate).
-  if (which == HoldWord::kHeld && gate.words.gpu_hold.load(std::memory_order_relaxed) != 0 &&
-      h.held_since_ns.load(std::memory_order_relaxed) == 0) {
+  // (The process's own word first: while a hold is counted, no load of the shared line.)
+  if (which == HoldWord::kHeld && h.held_since_ns.load(std::memory_order_relaxed) == 0 &&
+      gate.words.gpu_hold.load(std::memory_order_relaxed) != 0) {
     NoteHeldLaunch(h, reg);
   }
   return true;
+}
+
+void EndHeldOnGpu(const Registration* reg) {
+  if (reg->device >= 0 && reg->device < kMaxDevices) {
+    SettleHeldTime(g_hold[reg->device], SettleWhen::kNow);
+  }
 }
 
 void WakeHoldKeepers(contract::GateArea& gate) {

@@ -180,6 +180,11 @@ inline bool OpenGpuHold(contract::GateArea& gate, uint32_t epoch,
 bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream,
                    HoldWord which = HoldWord::kHeld);
 
+// A launch of the process is about to wait at the gate on the CPU (paused, cutting GEMMs from
+// now on, or the GPU could not hold it): the time held on the GPU ends here, and that wait
+// counts from now on, so that the two are never counted twice.
+void EndHeldOnGpu(const Registration* reg);
+
 // Wakes the keepers asleep on an open word (after a launch that took the hold).
 void WakeHoldKeepers(contract::GateArea& gate);
 

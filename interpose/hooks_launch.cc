@@ -202,6 +202,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   const bool held_on_gpu =
       hold_on_gpu && !cuts_gemms && QueueHoldWait(reg, info.stream, info.per_thread_stream);
   if (paused || (beside_high && !held_on_gpu)) [[unlikely]] {
+    EndHeldOnGpu(reg);
     ticket = WaitAtGate(*reg->board, *reg->gate, reg->slot_index,
                         BestEffortLaunch{blocks, estimate, kclass}, Config().gate_spin_cap_ns,
                         &counters);
