@@ -46,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import harness
 from harness import MODELS, read_rows
@@ -209,13 +210,28 @@ def main(argv=None):
                "--profile-when", os.path.join(work, f"{role}.go")]
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
         procs.append(p)
+        threading.Thread(target=read, args=(p, role), daemon=True).start()
         return p
 
-    def wait_for(p, word, what):
+    # Each process's output read all along by a thread of its own (a trainer prints a line a
+    # step: unread, its pipe would fill and stop it mid-window), its lines' first words kept.
+    seen, said = threading.Condition(), {}
+
+    def read(p, what):
         for line in p.stdout:
             log.write(f"[{what}] {line}")
             log.flush()
-            if line.startswith(word):
+            with seen:
+                said.setdefault(p.pid, set()).add(line.split(" ", 1)[0].strip())
+                seen.notify_all()
+        with seen:
+            said.setdefault(p.pid, set()).add(None)  # ended
+            seen.notify_all()
+
+    def wait_for(p, word, what):
+        with seen:
+            seen.wait_for(lambda: word in said.get(p.pid, ()) or None in said.get(p.pid, ()))
+            if word in said[p.pid]:
                 return
         raise SystemExit(f"{what} ended before '{word}' (exit {p.wait()}); see timeline-bench.log")
 
