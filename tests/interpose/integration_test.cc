@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -293,6 +294,48 @@ TEST_F(InterposeIntegrationTest, GpuHoldQueuesBestEffortWorkBehindTheWordAndItsK
   EXPECT_EQ(words.gpu_hold.load(), 0u);  // the keeper opened it
   EXPECT_EQ(words.gate_waiters.load(), 0u);
   EXPECT_EQ(words.be_outstanding_ns.load(), 0u);  // nothing charged to the CPU gate's budget
+}
+
+// gpu_hold: launches 10 ms apart behind the word a pretend graph service holds for 300 ms, the
+// client paused from 50 ms to 250 ms in: the launches of the pause wait at the gate on the CPU,
+// and the time held on the GPU stops while they do. No moment is counted twice: the held and
+// paused spans never overlap, and together they are the throttled time.
+TEST_F(InterposeIntegrationTest, TimeHeldOnTheGpuAndPausedIsCountedOnce) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  HoldOnTheGpu(registrar);
+  registrar.gate().words.gpu_hold.store(7);
+  c::ClientSlot& slot = registrar.board().slots[0];  // the probe registers into slot 0
+  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true);
+  std::thread pause([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    slot.paused.store(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    slot.paused.store(0);
+    slot.wake_seq.fetch_add(1);
+    syscall(SYS_futex, &slot.wake_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+  });
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "30 paced");
+  pause.join();
+  hp_done.join();
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_NE(registrar.area(0), nullptr);
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // [start, end)
+  uint64_t paused_ns = 0, held_ns = 0;
+  for (const c::Event& e : registrar.Drain(0)) {
+    if (e.kind != c::EventKind::kThrottled) continue;
+    ((e.flags & c::kPausedWait) ? paused_ns : held_ns) += e.duration_ns;
+    spans.emplace_back(e.cpu_ns - e.duration_ns, e.cpu_ns);
+  }
+  EXPECT_GE(paused_ns, 100'000'000u) << "the pause was not met";
+  EXPECT_GT(held_ns, 0u) << "nothing held on the GPU";
+  EXPECT_EQ(registrar.area(0)->counters.throttled_ns.load(), paused_ns + held_ns);
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    EXPECT_LE(spans[i].first, spans[i].second);
+    EXPECT_GE(spans[i].first + 1'000'000, spans[i - 1].second)
+        << "span " << i << " begins " << (spans[i - 1].second - spans[i].first) / 1000
+        << " us before the one before it ends";
+  }
 }
 
 // gpu_hold beside a graph service, while another stream of the process captures a graph in the

@@ -4,7 +4,8 @@
 // key=value lines on stdout for the test to check. Runs on the CUDA driver test double.
 //
 // Usage: orion_interpose_probe [launches]
-//                              [fork|bench|escapes|vmm|imports|contexts|threads|capture-beside]
+//                              [fork|bench|escapes|vmm|imports|contexts|threads|capture-beside|
+//                               paced]
 //   fork: after the memory checks a child process makes driver calls of its own and exits.
 //   bench: also times 100000 back-to-back launches of an empty kernel (launch_ns=, CPU side).
 //   escapes: only the memory quota's former escapes: live allocations up to one past the
@@ -13,6 +14,7 @@
 //   vmm: VMM handles mapped and released at once, counted until their last unmap (RunVmm).
 //   imports: memory of another process (IPC, shareable VMM handles) counted while held.
 //   capture-beside: a launch on one stream while a capture of another is open (global mode).
+//   paced: the launches 10 ms apart, then a wait for them (RunPaced).
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -481,6 +484,25 @@ int RunCaptureBeside() {
   return 0;
 }
 
+// `launches` launches of a short kernel 10 ms apart, then a wait for them: launches that meet
+// the gate (or a hold) at different moments of one run.
+int RunPaced(int launches) {
+  CUcontext ctx;
+  CUfunction spin;
+  PROBE_CHECK(cuInit(0));
+  if (LoadSpinKernel(0, &ctx, &spin) != 0) return 1;
+  unsigned long long ns = 1'000;
+  void* args[] = {&ns};
+  for (int i = 0; i < launches; ++i) {
+    PROBE_CHECK(cuLaunchKernel(spin, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  PROBE_CHECK(cuCtxSynchronize());
+  printf("done=1\n");
+  fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -493,5 +515,6 @@ int main(int argc, char** argv) {
   if (argc > 2 && strcmp(argv[2], "imports") == 0) return RunImports();
   if (argc > 2 && strcmp(argv[2], "threads") == 0) return RunThreads();
   if (argc > 2 && strcmp(argv[2], "capture-beside") == 0) return RunCaptureBeside();
+  if (argc > 2 && strcmp(argv[2], "paced") == 0) return RunPaced(launches);
   return Run(launches, fork_child, bench);
 }
