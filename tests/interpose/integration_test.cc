@@ -131,6 +131,13 @@ ProbeRun InterposeIntegrationTest::RunBesideBusyHighPriority(
   return run;
 }
 
+// The admin API's resume, as the server does it: the slot unpaused and its sleepers woken.
+void Resume(c::ClientSlot& slot) {
+  slot.paused.store(0);
+  slot.wake_seq.fetch_add(1);
+  syscall(SYS_futex, &slot.wake_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+}
+
 int CountKind(const std::vector<c::Event>& events, c::EventKind kind) {
   int n = 0;
   for (const auto& e : events) n += e.kind == kind;
@@ -310,9 +317,7 @@ TEST_F(InterposeIntegrationTest, TimeHeldOnTheGpuAndPausedIsCountedOnce) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     slot.paused.store(1);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    slot.paused.store(0);
-    slot.wake_seq.fetch_add(1);
-    syscall(SYS_futex, &slot.wake_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+    Resume(slot);
   });
   const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "30 paced");
   pause.join();
@@ -387,9 +392,7 @@ TEST_F(InterposeIntegrationTest, PausedClientReportsItsWaitAsPausedTime) {
   slot.paused.store(1);
   std::thread resume([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    slot.paused.store(0);
-    slot.wake_seq.fetch_add(1);
-    syscall(SYS_futex, &slot.wake_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+    Resume(slot);
   });
   const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "2");
   resume.join();
