@@ -216,6 +216,22 @@ inline void PushEvent(Registration* reg, const contract::Event& event,
   }
 }
 
+// A held span for the timeline's "held at gate" row (kThrottled): `duration_ns` ending at
+// `ended_ns`, none when 0; `flags` kPausedWait for a pause; `func` and `stream` the launch held
+// (0 for work held on the GPU, which no one launch stands for).
+inline void PushHeldSpan(Registration* reg, uint64_t ended_ns, uint64_t duration_ns,
+                         uint32_t flags = 0, uint64_t func = 0, uint64_t stream = 0) {
+  if (duration_ns == 0) return;
+  contract::Event t{};
+  t.kind = contract::EventKind::kThrottled;
+  t.cpu_ns = ended_ns;
+  t.func = func;
+  t.stream = stream;
+  t.duration_ns = duration_ns;
+  t.flags = flags;
+  PushEvent(reg, t);
+}
+
 // What a hook returns when the driver or the entry point is missing.
 inline CUresult DriverMissingResult(bool driver_loaded) {
   return driver_loaded ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_NOT_INITIALIZED;

@@ -84,13 +84,7 @@ void SettleHeldTime(DeviceHold& h, SettleWhen when = SettleWhen::kIfOpen,
     const uint64_t now = MonotonicNs();
     const uint64_t waited = now > since ? now - since : 0;
     contract::EndWait(reg->area->counters, waited, h.held_published);
-    if (waited != 0) {
-      contract::Event t{};
-      t.kind = contract::EventKind::kThrottled;
-      t.cpu_ns = now;
-      t.duration_ns = waited;
-      PushEvent(reg, t);
-    }
+    PushHeldSpan(reg, now, waited);
     h.held_since_ns.store(0, std::memory_order_relaxed);
     h.held_reg = nullptr;
     h.held_published = false;
@@ -254,8 +248,8 @@ bool QueueHoldWait(Registration* reg, CUstream stream, bool per_thread_stream, H
     return false;
   }
   // Held time: what waits on gpu_hold while it is held (a launch the gate on the CPU admitted
-  // counts there, at the gate).
-  // (The process's own word first: while a hold is counted, no load of the shared line.)
+  // counts there, at the gate). The process's own start first: while a hold is counted, no
+  // load of the shared line.
   if (which == HoldWord::kHeld && h.held_since_ns.load(std::memory_order_relaxed) == 0 &&
       gate.words.gpu_hold.load(std::memory_order_relaxed) != 0) {
     NoteHeldLaunch(h, reg);

@@ -350,19 +350,9 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     const uint64_t paused = ticket.paused_ns < ticket.waited_ns ? ticket.paused_ns
                                                                 : ticket.waited_ns;
     const uint64_t gate_held = ticket.waited_ns - paused;
-    auto report = [&](uint64_t duration_ns, uint64_t ended_ns, uint32_t flags) {
-      if (duration_ns == 0) return;
-      contract::Event t{};
-      t.kind = contract::EventKind::kThrottled;
-      t.cpu_ns = ended_ns;
-      t.func = info.func;
-      t.stream = reinterpret_cast<uint64_t>(info.stream);
-      t.duration_ns = duration_ns;
-      t.flags = flags;
-      PushEvent(reg, t);
-    };
-    report(paused, now - gate_held, contract::kPausedWait);
-    report(gate_held, now, 0);
+    const uint64_t stream = reinterpret_cast<uint64_t>(info.stream);
+    PushHeldSpan(reg, now - gate_held, paused, contract::kPausedWait, info.func, stream);
+    PushHeldSpan(reg, now, gate_held, 0, info.func, stream);
   }
   // A tracked record takes the time the launch returned (its own clock reading, on a path that
   // records events anyway): a timed sample takes what lies between its start event's record and

@@ -157,18 +157,18 @@ def split(directory):
         if not lo <= launch <= hi:
             continue  # outside a trainer's window
         wait = max(0.0, start - launch)
-        mine = {n: [0.0, 0.0] for n in names}
+        each = {n: [0.0, 0.0] for n in names}  # this request's (running, queued) by trainer
         parts, found = parts_of_wait(timelines, launch, start)
         for who, kname, running, us in parts:
-            mine[who][0 if running else 1] += us
+            each[who][0 if running else 1] += us
             key = f"{who}: {kname}" if len(names) > 1 else kname
             by_name[key] = by_name.get(key, 0.0) + us
-        running = sum(m[0] for m in mine.values())
-        queued = sum(m[1] for m in mine.values())
-        behind = sum(1 for m in mine.values() if m[0] + m[1] > 0)
+        running = sum(m[0] for m in each.values())
+        queued = sum(m[1] for m in each.values())
+        behind = sum(1 for m in each.values() if m[0] + m[1] > 0)
         rows.append((wait, running, queued, max(0.0, wait - running - queued), found, behind))
         for n in names:
-            by_trainer[n].append(mine[n])
+            by_trainer[n].append(each[n])
     if not rows:
         raise SystemExit(f"wait-behind: {directory}: no request inside the trainer's window")
 

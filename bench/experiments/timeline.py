@@ -277,8 +277,7 @@ def main(argv=None):
                 open(os.path.join(work, f"{role}.go"), "w").close()
             wait_for(p, "profiled", role)
             summary = json.load(open(os.path.join(work, f"{role}.json")))
-            if args.keep_profiles:
-                os.makedirs(os.path.join(out, "profiles"), exist_ok=True)
+            if args.keep_profiles:  # (profiles/ made with trainers.json)
                 shutil.copy(os.path.join(work, f"{role}.json"),
                             os.path.join(out, "profiles", f"{role}.json"))
                 shutil.copy(os.path.join(work, f"{role}.json.kernels.json"),
@@ -295,7 +294,7 @@ def main(argv=None):
             if args.trainer_joins:
                 beside += ", the trainer joining as the window starts"
             model = (f"{args.service} at {args.rate:g}/s" if role == "service"
-                     else trainers[roles.index(role)])
+                     else args.trainer)
             row = compare(summary, trace, role, model, beside)
             row["bundle_interposer"] = "liborion_interpose.so"
             if args.label:
