@@ -17,8 +17,9 @@ service whose request is one CUDA graph, against `graph-alone`; `-sync`: the tra
 meanwhile waits for its stream in the driver,
 as a step loop does; `-irq`: the service waits for each request on a blocking-sync event, as
 orion's completion poller does), `blocked-WORK` (the same with WORK queued
-behind the wait instead of spin kernels: `linear-bias`, `sdpa`, a torch_models.py trainer's
-step, `llm`, `mm-long`, `mm-short`, or `sleep-waits`, spin kernels each behind a wait, more than
+behind the wait instead of spin kernels: `linear-bias`, `sdpa`, copies for the copy engine
+(`copy-h2d`, `copy-pinned`, `copy-d2h`: beside a graph service, `blocked-graph-copy-h2d`...),
+a torch_models.py trainer's step, `llm`, `mm-long`, `mm-short`, or `sleep-waits`, spin kernels each behind a wait, more than
 the channel's queue holds: the trainer's launch call blocks; `blocked-few-waits`: 200 of them,
 the queue not full; `blocked-graph-few-waits`, `-sleep-waits`: both beside a graph service),
 `cpu-gate` (the trainer's thread holds its
@@ -124,6 +125,7 @@ def run_arm(arm, a, cpu):
 
 
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short", "sleep-waits")
+COPIES = ("copy-h2d", "copy-pinned", "copy-d2h")  # work for the copy engine behind the wait
 # The arms that vary the service or what the blocked trainer does: kind, name ({kus}: the
 # trainer's kernel length), the service's arguments, the trainer's (None: no trainer).
 VARIANTS = (
@@ -152,6 +154,8 @@ VARIANTS = (
      "blocked, 8,192 spin kernels each behind a wait (the queue full), the service a CUDA graph",
      ["--graph"], ["--behind", "sleep-waits"]),
     *((f"blocked-{w}", f"blocked, {w} behind", [], ["--behind", w]) for w in BEHIND),
+    *((f"blocked-graph-{w}", f"blocked, {w} behind, the service a CUDA graph", ["--graph"],
+       ["--behind", w]) for w in COPIES),
 )
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
              "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",

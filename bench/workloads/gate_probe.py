@@ -6,7 +6,7 @@ made of spin kernels (torch.cuda._sleep), sharing one word of host memory that t
                         --seconds S --cycles-per-us C [--graph] [--blocking-event]
   gate_probe.py trainer --word FILE --gate none|gpu|cpu|blocked --kernel-us U --wait-every N
                         [--wait and|eq|geq|and-flush|eq64] [--queue Q] --stop FILE
-                        --cycles-per-us C [--behind sleep|sleep-waits|linear-bias|sdpa|MODEL]
+                        --cycles-per-us C [--behind sleep|sleep-waits|linear-bias|sdpa|copy-*|MODEL]
                         [--waits N] [--sync]
 
 The word is a file of one page under /dev/shm, mapped by both processes and registered with the
@@ -21,7 +21,9 @@ memory cost another process's context anything?); `--behind` picks what it queue
 kernels (`sleep`), spin kernels each behind a wait of its own, more than the channel's queue
 holds, so that the launch call blocks (`sleep-waits`), cuBLASLt GEMMs with a bias epilogue
 (`linear-bias`: a d-4096 layer over 16384 tokens, bf16), fused attention (`sdpa`: 4 x 32
-heads x 4096 tokens, causal, bf16), or a training step of a torch_models.py trainer (`llm`,
+heads x 4096 tokens, causal, bf16), copies on the copy engine (`copy-h2d` from pageable memory,
+as a model's `.cuda()`; `copy-pinned`, queued from pinned memory; `copy-d2h`, as `.cpu()`), or a
+training step of a torch_models.py trainer (`llm`,
 `mm-long`, `mm-short`, ...), each run once before the wait. `none`: plain time-slicing. `cpu`:
 the gate on the CPU, for comparison: the trainer's thread spins on the word before every launch, so what it
 has queued drains and its stream goes idle while the service holds the word. `--wait` picks the
@@ -190,6 +192,14 @@ def behind_work(kind, cycles):
         w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
         return lambda: [torch.nn.functional.linear(x, w, b) for _ in range(16)]
+    if kind in ("copy-h2d", "copy-pinned"):  # host-to-device copies: as a model's `.cuda()`
+        src = torch.randn(16 << 20)  # 64 MB; pageable, or pinned (the copy queued, no staging)
+        src = src.pin_memory() if kind == "copy-pinned" else src
+        dst = torch.empty_like(src, device="cuda")
+        return lambda: [dst.copy_(src, non_blocking=kind == "copy-pinned") for _ in range(4)]
+    if kind == "copy-d2h":  # device-to-host copies, as `.item()` or `.cpu()` in a step loop
+        src = torch.randn(16 << 20, device="cuda")
+        return lambda: [src.cpu() for _ in range(4)]
     if kind == "sdpa":
         q, k, v = (torch.randn(4, 32, 4096, 128, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
