@@ -13,14 +13,15 @@ a wait before every kernel: what the waits cost it); then together:
 the request completes; the trainer waits on it before every kernel), `gpu-gate/4` (a wait every
 4 kernels), `blocked` (the trainer's stream waits on a word nobody sets: does a context
 blocked on host memory cost the service anything?) and `blocked-graph` (the same beside a
-service whose request is one CUDA graph, against `graph-alone`; `-sync`: the trainer's thread
+service whose request is one CUDA graph, against `graph-alone`; `-two`: two blocked trainers, each
+its own process; `-sync`: the trainer's thread
 meanwhile waits for its stream in the driver,
 as a step loop does; `-irq`: the service waits for each request on a blocking-sync event, as
 orion's completion poller does), `blocked-WORK` (the same with WORK queued
-behind the wait instead of spin kernels: `linear-bias`, `sdpa`, copies for the copy engine
-(`copy-h2d`, `copy-pinned`, `copy-d2h`: beside a graph service, `blocked-graph-copy-h2d`...),
-a torch_models.py trainer's step, `llm`, `mm-long`, `mm-short`, or `sleep-waits`, spin kernels each behind a wait, more than
-the channel's queue holds: the trainer's launch call blocks; `blocked-few-waits`: 200 of them,
+behind the wait instead of spin kernels: `linear-bias`, `sdpa`, copies for the copy engine or
+fresh memory (`copy-h2d`, `copy-pinned`, `copy-d2h`, `alloc`: beside a graph service,
+`blocked-graph-copy-h2d`...), a torch_models.py trainer's step, `llm`, `mm-long`, `mm-short`,
+or `sleep-waits`, spin kernels each behind a wait, more than the channel's queue holds: the trainer's launch call blocks; `blocked-few-waits`: 200 of them,
 the queue not full; `blocked-graph-few-waits`, `-sleep-waits`: both beside a graph service),
 `cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
@@ -72,23 +73,27 @@ def rate_between(marks, start, end):
 
 def run_arm(arm, a, cpu):
     """One arm: returns its row."""
-    for path in (STOP, STOP + ".ready"):
-        if os.path.exists(path):
-            os.remove(path)
+    stops = [STOP + ("" if i == 0 else str(i + 1)) for i in range(arm.get("trainers", 1))]
+    for stop in stops:
+        for path in (stop, stop + ".ready"):
+            if os.path.exists(path):
+                os.remove(path)
     open_word()
     common = ["--cycles-per-us", str(cpu), "--word", WORD]
     service_args = ["--kernels", str(a.kernels), "--kernel-us", str(a.kernel_us),
                     "--rate", str(a.rate), "--seconds", str(a.seconds), *common]
-    trainer = None
+    trainers = []
     if arm["trainer"]:
         gate, every, kus, *extra = arm["trainer"]
-        trainer = subprocess.Popen(
-            probe("trainer", "--gate", gate, "--wait-every", str(every), "--kernel-us", str(kus),
-                  "--stop", STOP, *(extra[0] if extra else []), *common, cpus=a.trainer_cpus),
-            stdout=subprocess.PIPE, text=True)
-        ready = STOP + ".ready"
+        for stop in stops:  # several: each its own process and context, blocked alike
+            trainers.append(subprocess.Popen(
+                probe("trainer", "--gate", gate, "--wait-every", str(every), "--kernel-us",
+                      str(kus), "--stop", stop, *(extra[0] if extra else []), *common,
+                      cpus=a.trainer_cpus),
+                stdout=subprocess.PIPE, text=True))
         deadline = time.monotonic() + (90 if gate == "blocked" else 4)
-        while time.monotonic() < deadline and not (gate == "blocked" and os.path.exists(ready)):
+        while time.monotonic() < deadline and not (
+                gate == "blocked" and all(os.path.exists(s + ".ready") for s in stops)):
             time.sleep(0.05)  # its import and first kernels (a blocked one says when it waits)
     row = {"arm": arm["name"]}
     if arm["service"]:
@@ -103,20 +108,24 @@ def run_arm(arm, a, cpu):
         t0 = time.monotonic()
         time.sleep(a.seconds)
         row.update({"start": t0, "end": time.monotonic()})
-    if trainer:
-        open(STOP, "w").close()
+    if trainers:
+        for stop in stops:
+            open(stop, "w").close()
         open_word()
-        try:
-            text, _ = trainer.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            trainer.kill()
-            trainer.communicate()
-            row["error"] = "the trainer did not stop within 60 s"
-            return row
-        if trainer.returncode != 0:
-            row["error"] = f"the trainer failed (exit {trainer.returncode})"
-            return row
-        t = json.loads(text.strip().splitlines()[-1])
+        results = []
+        for trainer in trainers:
+            try:
+                text, _ = trainer.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                trainer.kill()
+                trainer.communicate()
+                row["error"] = "a trainer did not stop within 60 s"
+                return row
+            if trainer.returncode != 0:
+                row["error"] = f"a trainer failed (exit {trainer.returncode})"
+                return row
+            results.append(json.loads(text.strip().splitlines()[-1]))
+        t = results[0]
         row["trainer_kernels_per_s"] = round(rate_between(t.pop("marks"), row["start"],
                                                           row["end"]), 1)
         row["trainer"] = t
@@ -125,7 +134,7 @@ def run_arm(arm, a, cpu):
 
 
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short", "sleep-waits")
-COPIES = ("copy-h2d", "copy-pinned", "copy-d2h")  # work for the copy engine behind the wait
+COPIES = ("copy-h2d", "copy-pinned", "copy-d2h", "alloc")  # copies, or memory, behind the wait
 # The arms that vary the service or what the blocked trainer does: kind, name ({kus}: the
 # trainer's kernel length), the service's arguments, the trainer's (None: no trainer).
 VARIANTS = (
@@ -141,6 +150,11 @@ VARIANTS = (
      "on a blocking event", ["--graph", "--blocking-event"], ["--sync"]),
     ("blocked-graph-sync",
      "blocked ({kus:g} us), its thread in cuCtxSynchronize, the service a CUDA graph",
+     ["--graph"], ["--sync"]),
+    ("blocked-graph-two",
+     "two blocked ({kus:g} us), each its own process, the service a CUDA graph", ["--graph"], []),
+    ("blocked-graph-two-sync",
+     "two blocked ({kus:g} us), each its own process in cuCtxSynchronize, the service a CUDA graph",
      ["--graph"], ["--sync"]),
     ("blocked-llm-sync",
      "blocked, llm behind, its thread in cuCtxSynchronize, the service a CUDA graph",
@@ -185,6 +199,7 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
         }
         for kind, name, service_args, trainer_args in VARIANTS:
             every[kind] = {"name": name.format(kus=kus), "service": "none",
+                           "trainers": 2 if "-two" in kind else 1,
                            "service_args": service_args,
                            "trainer": None if trainer_args is None else
                            ("blocked", 1, kus, trainer_args)}

@@ -22,7 +22,8 @@ kernels (`sleep`), spin kernels each behind a wait of its own, more than the cha
 holds, so that the launch call blocks (`sleep-waits`), cuBLASLt GEMMs with a bias epilogue
 (`linear-bias`: a d-4096 layer over 16384 tokens, bf16), fused attention (`sdpa`: 4 x 32
 heads x 4096 tokens, causal, bf16), copies on the copy engine (`copy-h2d` from pageable memory,
-as a model's `.cuda()`; `copy-pinned`, queued from pinned memory; `copy-d2h`, as `.cpu()`), or a
+as a model's `.cuda()`; `copy-pinned`, queued from pinned memory; `copy-d2h`, as `.cpu()`),
+fresh device memory (`alloc`: cuMemAlloc, as a first step's activations), or a
 training step of a torch_models.py trainer (`llm`,
 `mm-long`, `mm-short`, ...), each run once before the wait. `none`: plain time-slicing. `cpu`:
 the gate on the CPU, for comparison: the trainer's thread spins on the word before every launch, so what it
@@ -200,6 +201,16 @@ def behind_work(kind, cycles):
     if kind == "copy-d2h":  # device-to-host copies, as `.item()` or `.cpu()` in a step loop
         src = torch.randn(16 << 20, device="cuda")
         return lambda: [src.cpu() for _ in range(4)]
+    if kind == "alloc":  # fresh device memory (cuMemAlloc, 512 MB twice), as a first step's
+        lib = ctypes.CDLL("libcuda.so.1")  # activations are allocated; never freed here
+
+        def alloc():
+            for _ in range(2):
+                ptr = ctypes.c_uint64()
+                rc = lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(512 << 20))
+                if rc != 0:
+                    sys.exit(f"gate_probe: cuMemAlloc: error {rc}")
+        return alloc
     if kind == "sdpa":
         q, k, v = (torch.randn(4, 32, 4096, 128, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
