@@ -429,7 +429,10 @@ struct ClientArea {
     // A wait in progress at the gate (or paused) since then; 0: none published; kWaitEnding
     // while its thread moves it into throttled_ns. One waiting thread at a time publishes.
     std::atomic<uint64_t> waiting_since_ns;
-    uint8_t reserved[24];
+    // Times the process's hold keeper opened a GPU hold that had lasted past its bound and held
+    // its launches on the CPU instead (interpose/gpu_hold.h, "A hold that lasts").
+    std::atomic<uint64_t> hold_releases;
+    uint8_t reserved[16];
   } counters;
   EventRing ring;
 };

@@ -40,6 +40,11 @@ struct alignas(64) Registration {
   int device = -1;
   uint32_t slot_index = 0;
   uint32_t generation = 0;
+  // 1 while the process's hold keeper for this GPU finds the hold held past its bound
+  // (EnvConfig::hold_max_ns, gpu_hold.h "A hold that lasts"): best-effort launches wait at the
+  // gate on the CPU instead of behind the word, until the high-priority busy period ends.
+  // Written by the keeper, read by launches (HoldReleased; plain, so that a renewal resets it).
+  uint32_t hold_released = 0;
   // Not read by a launch.
   int socket_fd = -1;  // kept open: the server frees the slot when it closes
   // Our pod's memory quota (shared by the registrations of the pod's processes; ours alone
@@ -50,9 +55,15 @@ struct alignas(64) Registration {
 
   // False once the server reassigned the slot (server restart): stop writing into it.
   bool StillOwned() const { return slot->generation.load(std::memory_order_relaxed) == generation; }
+  bool HoldReleased() const { return __atomic_load_n(&hold_released, __ATOMIC_RELAXED) != 0; }
+  void SetHoldReleased(bool released) {
+    if (HoldReleased() != released) {
+      __atomic_store_n(&hold_released, released ? 1u : 0u, __ATOMIC_RELAXED);
+    }
+  }
 };
 
-static_assert(offsetof(Registration, generation) + sizeof(uint32_t) <= 64,
+static_assert(offsetof(Registration, hold_released) + sizeof(uint32_t) <= 64,
               "a launch's fields on one line");
 
 // The process-wide words every launch reads, on one 64-byte line with the configuration's

@@ -138,6 +138,23 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
   return ok;
 }
 
+// The keeper's verdict on the hold's bound (gpu_hold.h, "A hold that lasts"): the process's
+// launches wait at the gate on the CPU while it is past, and each release is counted and said
+// once a process.
+void NoteHoldReleased(Registration& reg, bool released) {
+  if (released == reg.HoldReleased()) return;
+  reg.SetHoldReleased(released);
+  if (!released) return;
+  reg.area->counters.hold_releases.fetch_add(1, std::memory_order_relaxed);
+  static std::atomic<bool> said{false};
+  if (Config().quiet || said.exchange(true, std::memory_order_relaxed)) return;
+  WriteStderrLine(
+      "orion: gpu_hold: the high-priority clients of GPU %d stayed busy for over %llu ms: the "
+      "hold is opened, and this process's launches wait at the gate on the CPU until they are "
+      "idle (said once)\n",
+      reg.device, static_cast<unsigned long long>(Config().hold_max_ns / 1'000'000));
+}
+
 // The keeper's wait while a word is held (`held`: gpu_hold's epoch, `admitted`:
 // gpu_hold_admitted's; 0: open), as a launch waits at the gate: counted among the gate's waiters
 // (so the high-priority clients' completion trackers follow closely and wake gate_seq), asleep
@@ -164,8 +181,9 @@ void KeepHold(DeviceHold& h, Registration* reg, uint32_t held, uint32_t admitted
     // any more, and streams may still wait on its words.
     const HoldOpening open =
         reg->StillOwned() ? KeeperMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now,
-                                          &wake_by, cuts, draining)
+                                          &wake_by, cuts, draining, Config().hold_max_ns)
                           : HoldOpening{true, true};
+    NoteHoldReleased(*reg, open.released);
     // Each open tried ends a wait or meets a change that the loop's head sees.
     bool tried = false;
     if (open.admitted && admitted != 0) {

@@ -117,14 +117,29 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 }
 
 // What the high-priority clients allow a keeper now: kOpen when the knob is off, the server is
-// gone, no other client is high priority, or none of them is busy; kBetweenGraphs when the busy
-// ones all launch graphs and have none in flight, only their grace left (as the gate on the CPU
-// admits: DecideBestEffort); else kHeld. Unless kOpen, *wake_by_ns is when to look again at the
-// latest (the end of their grace), 0 if only a completion can change the answer.
-enum class HoldAllows : uint8_t { kHeld, kBetweenGraphs, kOpen };
+// gone, no other client is high priority, or none of them is busy; kTooLong when they have been
+// busy for longer than `hold_max_ns` (0: no bound; below); kBetweenGraphs when the busy ones all
+// launch graphs and have none in flight, only their grace left (as the gate on the CPU admits:
+// DecideBestEffort); else kHeld. Unless kOpen or kTooLong, *wake_by_ns is when to look again at
+// the latest (the end of their grace, or of the bound), 0 if only a completion can change it.
+//
+// A hold that lasts: the GPU hold stops best-effort work only while the high-priority clients
+// leave gaps, at which it opens. A service that stays busy keeps it shut, and work queued behind
+// it stays queued. Twice in four runs of a BERT graph service started beside two trainers as the
+// one that cuts GEMMs began its first step (H200; bench `timeline --together --trainer
+// llm+resnet50`), the service ran 3.0 ms a request against 0.95 ms (the GPU idle a time slice
+// before each graph, as with GEMM pieces held on the GPU, above) with both trainers blocked on
+// the word: saturated, it never left a gap, and it stayed so for minutes (p50 84 s). What takes
+// the slice is not found (a blocked context, two, or copies behind the word cost a graph service
+// nothing: bench gpu-gate). So no hold lasts longer than the bound: past it the keeper opens
+// both words whenever held, and the process's launches wait at the gate on the CPU, with nothing
+// queued behind a word, until the busy period ends (Registration::hold_released). A service at
+// 0.8 of its capacity stays busy for 500 ms about never; one over it sees the trainers' queued
+// work run once, then the gate on the CPU, which admits between graphs within the budget.
+enum class HoldAllows : uint8_t { kHeld, kBetweenGraphs, kOpen, kTooLong };
 inline HoldAllows HoldAllowsNow(const contract::Board& board, const contract::GpuState& gpu,
                                 const contract::GateArea& gate, uint32_t own_slot,
-                                uint64_t now_ns, uint64_t* wake_by_ns) {
+                                uint64_t now_ns, uint64_t* wake_by_ns, uint64_t hold_max_ns = 0) {
   *wake_by_ns = 0;
   if (!GpuHoldOn(gpu) || !ServerAlive(board, now_ns) || !HighPriorityPresent(gpu, own_slot)) {
     return HoldAllows::kOpen;
@@ -132,6 +147,11 @@ inline HoldAllows HoldAllowsNow(const contract::Board& board, const contract::Gp
   const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
   if (!hp.busy) return HoldAllows::kOpen;
   *wake_by_ns = hp.grace_ends_ns;
+  if (hold_max_ns != 0 && hp.busy_since_ns != 0) {
+    const uint64_t bound_ends = hp.busy_since_ns + hold_max_ns;
+    if (now_ns >= bound_ends) return HoldAllows::kTooLong;
+    if (*wake_by_ns == 0 || bound_ends < *wake_by_ns) *wake_by_ns = bound_ends;
+  }
   return hp.BetweenGraphs() ? HoldAllows::kBetweenGraphs : HoldAllows::kHeld;
 }
 
@@ -146,16 +166,20 @@ inline HoldAllows HoldAllowsNow(const contract::Board& board, const contract::Gp
 // that cuts GEMMs follows gpu_hold through every grace, counted among the gate's waiters, so the
 // service's completion trackers follow closely then too, as they do beside a trainer held on the
 // GPU alone.
+// Past the hold's bound (kTooLong), both, and `released`: the process's launches wait at the
+// gate on the CPU until the busy period ends.
 struct HoldOpening {
   bool held = false;
   bool admitted = false;
+  bool released = false;
 };
 inline HoldOpening KeeperMayOpen(const contract::Board& board, const contract::GpuState& gpu,
                                  const contract::GateArea& gate, uint32_t own_slot,
                                  uint64_t now_ns, uint64_t* wake_by_ns, bool cuts_gemms,
-                                 bool draining) {
-  switch (HoldAllowsNow(board, gpu, gate, own_slot, now_ns, wake_by_ns)) {
+                                 bool draining, uint64_t hold_max_ns = 0) {
+  switch (HoldAllowsNow(board, gpu, gate, own_slot, now_ns, wake_by_ns, hold_max_ns)) {
     case HoldAllows::kOpen: return {true, true};
+    case HoldAllows::kTooLong: return {true, true, true};
     case HoldAllows::kBetweenGraphs:
       return cuts_gemms ? HoldOpening{draining, true} : HoldOpening{};
     case HoldAllows::kHeld: break;

@@ -197,7 +197,7 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   };
   const bool hold_on_gpu = beside_high && !paused &&
                            !g_process.runs_collectives.load(std::memory_order_relaxed) &&
-                           beside_graph_service();
+                           !reg->HoldReleased() && beside_graph_service();
   const bool cuts_gemms = hold_on_gpu && g_process.splits_gemms.load(std::memory_order_relaxed);
   const bool held_on_gpu =
       hold_on_gpu && !cuts_gemms && QueueHoldWait(reg, info.stream, info.per_thread_stream);

@@ -47,6 +47,9 @@ struct HighPriorityView {
   // Every busy HP client launches CUDA graphs (its last launch was one): a request is queued on
   // the GPU whole, with no CPU gaps for best-effort work to fill.
   bool graphs_only = true;
+  // When the earliest busy period of the busy HP clients began (their SlotGate::busy_start_ns,
+  // none after now; 0: none known): the high-priority side has been busy since then at least.
+  uint64_t busy_since_ns = 0;
 
   // Between the graphs of graph services: busy, but none in flight, only their grace left.
   bool BetweenGraphs() const { return busy && graphs_only && grace_ends_ns != 0; }
@@ -100,6 +103,10 @@ inline HighPriorityView HighPriorityBusy(const contract::GateArea& gate,
                             : contract::KernelClassToBoard(contract::KernelClass::kMixed);
     view.busy = true;
     view.period += slot.busy_seq.load(std::memory_order_relaxed);
+    if (const uint64_t start = slot.busy_start_ns.load(std::memory_order_relaxed);
+        start != 0 && start <= now_ns && (view.busy_since_ns == 0 || start < view.busy_since_ns)) {
+      view.busy_since_ns = start;
+    }
     if (slot.launches_graphs.load(std::memory_order_relaxed) == 0) view.graphs_only = false;
     return true;
   });

@@ -117,6 +117,11 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                "Times a best-effort client was found claiming high-priority work "
                                "in its GPU's shared gate area (ignored by every gate, cleared)",
                                MetricType::Counter);
+  MetricFamily releases = Family(
+      "orion_client_gpu_hold_releases_total",
+      "Times a best-effort client's hold keeper opened a GPU hold that had lasted past its bound "
+      "(the high-priority clients busy all along) and held its launches on the CPU instead",
+      MetricType::Counter);
   MetricFamily period = Family("orion_hp_busy_period_seconds",
                                "High-priority GPU latency per burst of work (first launch to "
                                "last completion)",
@@ -136,6 +141,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     Add(mem_limit, labels, static_cast<double>(c.memory_limit));
     Add(dropped, labels, static_cast<double>(c.dropped));
     Add(claims, labels, static_cast<double>(c.gate_claims_ignored));
+    Add(releases, labels, static_cast<double>(c.hold_releases));
     Add(client_busy, labels, c.gpu_busy_s);
     if (c.priority == "high") {
       AddHistogram(period,
@@ -250,7 +256,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                                          node_, snap.board_corrections);
 
   for (MetricFamily* f : {&clients, &busy, &hp_busy, &hp_pods, &hp_allowed, &budget, &kernels, &throttled, &mem_used,
-                          &mem_limit, &dropped, &client_busy, &claims, &period, &requests,
+                          &mem_limit, &dropped, &client_busy, &claims, &releases, &period, &requests,
                           &job_ranks, &job_gpus, &job_held, &job_busy, &job_mem, &job_beside, &pod_mem, &regs,
                           &ingested, &written, &skipped, &node_dropped, &untabled, &quarantined,
                           &quarantined_clients, &repairs, &corrections}) {

@@ -589,6 +589,9 @@ ClientView NodeState::ViewOf(const ClientRecord& c) const {
   c.held_shown_ns = std::min(std::max(c.held_shown_ns, contract::HeldNs(s, now)),
                              now > c.registered_ns ? now - c.registered_ns : 0);
   v.throttled_ns = c.held_shown_ns;
+  c.hold_releases_shown =
+      std::max(c.hold_releases_shown, s.hold_releases.load(std::memory_order_relaxed));
+  v.hold_releases = c.hold_releases_shown;
   v.events_dropped = area.ring.dropped.load(std::memory_order_relaxed);
   v.gpu_busy_seconds = c.ingest.gpu_busy_ns() / 1e9;
   v.registered_unix_ms = c.registered_unix_ms;
@@ -1028,6 +1031,7 @@ MetricsSnapshot NodeState::Snapshot() {
     cs.memory_limit = c.policy.memory_limit_bytes;
     cs.dropped = v.events_dropped;
     cs.gate_claims_ignored = c.gate_claims_ignored;
+    cs.hold_releases = v.hold_releases;
     cs.gpu_busy_s = c.ingest.gpu_busy_ns() / 1e9;
     cs.busy = c.ingest.busy();
     cs.requests = c.ingest.requests();

@@ -62,6 +62,7 @@ struct ClientSample {
   std::string gpu, pod, ns, priority, client;
   uint64_t kernels = 0, throttled_ns = 0, memory_used = 0, memory_limit = 0, dropped = 0;
   uint64_t gate_claims_ignored = 0;  // best-effort claims of HP work found in the gate area
+  uint64_t hold_releases = 0;  // GPU holds its keeper opened past their bound (client-written)
   // Kernel and graph spans' durations: measured for timed launches, learned for the others.
   double gpu_busy_s = 0;
   BusyPeriodHistogram busy;                 // high-priority clients
@@ -213,6 +214,7 @@ class NodeState {
     // The held time last shown (ViewOf): the metric is a counter, and a wait in progress read
     // just after it ended could show a few microseconds more than the finished wait.
     mutable uint64_t held_shown_ns = 0;
+    mutable uint64_t hold_releases_shown = 0;  // likewise: never less than shown before
   };
   // Drains up to `max` of the client's events under mu_; returns how many it consumed. Never
   // more than a ring's worth a pass, whatever the tenant writes into the indices.

@@ -40,6 +40,7 @@ struct ClientView {
   // Client-written counters: shown, never trusted for decisions.
   uint64_t memory_used_bytes = 0, memory_peak_bytes = 0;
   uint64_t kernels_launched = 0, throttled_ns = 0, events_dropped = 0;
+  uint64_t hold_releases = 0;  // GPU holds opened past their bound (interpose/gpu_hold.h)
   double gpu_busy_seconds = 0;  // its kernels' and graphs' GPU time (orion_client_gpu_busy_...)
   int64_t registered_unix_ms = 0;
   // CPUs the process may use (affinity, cgroup quota) in thousandths, as its interposer found

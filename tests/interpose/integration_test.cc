@@ -96,15 +96,19 @@ class InterposeIntegrationTest : public ::testing::Test {
 };
 
 // A pretend high-priority client in slot 200 of the registrar's GPU, busy with work in flight for
-// 300 ms (launching graphs or not); the returned thread ends it and wakes the gate's waiters.
-std::thread PretendBusyHighPriority(TestRegistrar& registrar, bool graphs) {
+// `busy` (launching graphs or not; its busy period published as begun now where `period`); the
+// returned thread ends it and wakes the gate's waiters.
+std::thread PretendBusyHighPriority(TestRegistrar& registrar, bool graphs,
+                                    std::chrono::milliseconds busy = std::chrono::milliseconds(300),
+                                    bool period = false) {
   c::SlotGate& hp = registrar.gate().slots[200];
   registrar.board().gpus[0].hp_slot_mask[200 / 64].fetch_or(1ull << (200 % 64));
   hp.inflight.store(1);
   hp.last_progress_ns.store(NowNs());
   hp.launches_graphs.store(graphs ? 1 : 0);
-  return std::thread([&registrar, &hp] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  if (period) hp.busy_start_ns.store(NowNs());
+  return std::thread([&registrar, &hp, busy] {
+    std::this_thread::sleep_for(busy);
     hp.inflight.store(0);
     auto& words = registrar.gate().words;
     words.gate_seq.fetch_add(1);
@@ -341,6 +345,75 @@ TEST_F(InterposeIntegrationTest, TimeHeldOnTheGpuAndPausedIsCountedOnce) {
         << "span " << i << " begins " << (spans[i - 1].second - spans[i].first) / 1000
         << " us before the one before it ends";
   }
+}
+
+// gpu_hold past its bound: a pretend graph service busy for 800 ms from the start of its busy
+// period, the bound 100 ms (ORION_GPU_HOLD_MAX_MS), a best-effort client launching every 10 ms.
+// Its first launches go behind the word; at the bound its keeper opens the hold, counts the
+// release and says it once, and the launches after it wait at the gate on the CPU instead
+// (nothing more behind the word) until the service is idle.
+TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnTheCpu) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  HoldOnTheGpu(registrar);
+  auto& words = registrar.gate().words;
+  words.gpu_hold.store(7);
+  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true,
+                                                std::chrono::milliseconds(800), /*period=*/true);
+  // The hold opens at the bound, however the service goes on.
+  std::atomic<int64_t> opened_after_ms{-1};
+  std::thread watch([&] {
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(700)) {
+      if (words.gpu_hold.load() == 0) {
+        opened_after_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - start).count();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const ProbeRun run = RunProbe(
+      "ORION_GPU_HOLD_MAX_MS=100 ORION_SOCKET=" + registrar.socket_path(), "40 paced");
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  watch.join();
+  hp_done.join();
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_GE(opened_after_ms.load(), 80) << "opened before the bound";
+  EXPECT_LE(opened_after_ms.load(), 400) << "not opened at the bound";
+  EXPECT_EQ(registrar.area(0)->counters.hold_releases.load(), 1u);
+  EXPECT_NE(run.err.find("stayed busy for over 100 ms"), std::string::npos) << run.err;
+  // Launches before the release went behind the word, none after it: 40 launches, 10 ms apart,
+  // the release about 100 ms in.
+  ASSERT_TRUE(run.values.count("stream_waits")) << run.err;
+  const uint64_t waits = std::stoull(run.values.at("stream_waits"));
+  EXPECT_GE(waits, 1u);
+  EXPECT_LE(waits, 25u);
+  // The rest waited at the gate on the CPU while the service was busy: held time with it.
+  EXPECT_GE(elapsed, std::chrono::milliseconds(750));
+  EXPECT_GE(registrar.area(0)->counters.throttled_ns.load(), 300'000'000u);
+  EXPECT_EQ(words.gate_waiters.load(), 0u);
+  EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
+}
+
+// The bound is off with ORION_GPU_HOLD_MAX_MS=0: the same client stays behind the word until the
+// service is idle, with every launch queued there and nothing released.
+TEST_F(InterposeIntegrationTest, GpuHoldWithoutABoundStaysShutWhileTheServiceIsBusy) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  HoldOnTheGpu(registrar);
+  registrar.gate().words.gpu_hold.store(7);
+  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true,
+                                                std::chrono::milliseconds(500), /*period=*/true);
+  const ProbeRun run =
+      RunProbe("ORION_GPU_HOLD_MAX_MS=0 ORION_SOCKET=" + registrar.socket_path(), "20 paced");
+  hp_done.join();
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_EQ(registrar.area(0)->counters.hold_releases.load(), 0u);
+  EXPECT_EQ(run.err.find("stayed busy"), std::string::npos) << run.err;
+  ASSERT_TRUE(run.values.count("stream_waits")) << run.err;
+  EXPECT_GE(std::stoull(run.values.at("stream_waits")), 20u);
 }
 
 // gpu_hold beside a graph service, while another stream of the process captures a graph in the

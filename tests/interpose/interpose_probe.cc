@@ -14,7 +14,7 @@
 //   vmm: VMM handles mapped and released at once, counted until their last unmap (RunVmm).
 //   imports: memory of another process (IPC, shareable VMM handles) counted while held.
 //   capture-beside: a launch on one stream while a capture of another is open (global mode).
-//   paced: the launches 10 ms apart, then a wait for them (RunPaced).
+//   paced: the launches 10 ms apart, then a wait for them (RunPaced); prints stream_waits.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -498,6 +498,9 @@ int RunPaced(int launches) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   PROBE_CHECK(cuCtxSynchronize());
+  if (unsigned long long count = 0; orion::testing::ReadDoubleCount("stream_waits", &count)) {
+    printf("stream_waits=%llu\n", count);
+  }
   printf("done=1\n");
   fflush(stdout);
   return 0;

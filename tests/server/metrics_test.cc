@@ -176,6 +176,28 @@ TEST_F(MetricsTest, HeldSecondsShowAWaitInProgressAndNeverGoBack) {
   close(fd);
 }
 
+// The releases of a client's GPU hold past its bound (client-written, as its held time): shown
+// per client from 0, and never going back when the client writes less.
+TEST_F(MetricsTest, GpuHoldReleasesShowPerClientAndNeverGoBack) {
+  contract::RegisterReply be{};
+  testing::ClientMaps maps;
+  const int fd = testing::RegisterClient(
+      cfg_.socket_path,
+      testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kBestEffort), &be, &maps);
+  ASSERT_GE(fd, 0);
+  ASSERT_NE(maps.area, nullptr);
+  auto releases = [&] {
+    return SeriesValue(orion::testing::HttpGet(server_->metrics_port(), "/metrics"),
+                       "orion_client_gpu_hold_releases_total", "priority=\"best-effort\"");
+  };
+  EXPECT_DOUBLE_EQ(releases(), 0);
+  maps.area->counters.hold_releases.store(3);
+  EXPECT_DOUBLE_EQ(releases(), 3);
+  maps.area->counters.hold_releases.store(1);
+  EXPECT_DOUBLE_EQ(releases(), 3);
+  close(fd);
+}
+
 TEST_F(MetricsTest, ScrapeWith256ClientsIsFast) {
   std::vector<int> fds;
   for (uint32_t i = 0; i < contract::kMaxSlots; ++i) {
