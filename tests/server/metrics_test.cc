@@ -35,6 +35,18 @@ class MetricsTest : public ::testing::Test {
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(server_->metrics_port(), 0);
   }
+  // A best-effort client of the first GPU, its area mapped into *maps; -1 where it failed.
+  int RegisterBestEffort(testing::ClientMaps* maps) {
+    contract::RegisterReply reply{};
+    const int fd = testing::RegisterClient(
+        cfg_.socket_path,
+        testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kBestEffort), &reply,
+        maps);
+    return fd >= 0 && maps->area != nullptr ? fd : -1;
+  }
+  // The best-effort client's series of `family` in a fresh scrape (-1: none); below.
+  double BestEffortSeries(const std::string& family);
+
   std::string dir_;
   ServerConfig cfg_;
   std::unique_ptr<OrionServer> server_;
@@ -141,18 +153,16 @@ double SeriesValue(const std::string& text, const std::string& family, const std
   return -1;
 }
 
+double MetricsTest::BestEffortSeries(const std::string& family) {
+  return SeriesValue(orion::testing::HttpGet(server_->metrics_port(), "/metrics"), family,
+                     "priority=\"best-effort\"");
+}
+
 TEST_F(MetricsTest, HeldSecondsShowAWaitInProgressAndNeverGoBack) {
-  contract::RegisterReply be{};
   testing::ClientMaps maps;
-  const int fd = testing::RegisterClient(
-      cfg_.socket_path,
-      testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kBestEffort), &be, &maps);
+  const int fd = RegisterBestEffort(&maps);
   ASSERT_GE(fd, 0);
-  ASSERT_NE(maps.area, nullptr);
-  auto held = [&] {
-    return SeriesValue(orion::testing::HttpGet(server_->metrics_port(), "/metrics"),
-                       "orion_client_throttled_seconds_total", "priority=\"best-effort\"");
-  };
+  auto held = [&] { return BestEffortSeries("orion_client_throttled_seconds_total"); };
   auto& counters = maps.area->counters;
   usleep(600'000);  // held time is bounded by the client's life: give it some
   counters.throttled_ns.store(100'000'000);  // 0.1 s of finished waits
@@ -179,17 +189,10 @@ TEST_F(MetricsTest, HeldSecondsShowAWaitInProgressAndNeverGoBack) {
 // The releases of a client's GPU hold past its bound (client-written, as its held time): shown
 // per client from 0, and never going back when the client writes less.
 TEST_F(MetricsTest, GpuHoldReleasesShowPerClientAndNeverGoBack) {
-  contract::RegisterReply be{};
   testing::ClientMaps maps;
-  const int fd = testing::RegisterClient(
-      cfg_.socket_path,
-      testing::MakeRequest(cfg_.gpus[0].c_str(), contract::Priority::kBestEffort), &be, &maps);
+  const int fd = RegisterBestEffort(&maps);
   ASSERT_GE(fd, 0);
-  ASSERT_NE(maps.area, nullptr);
-  auto releases = [&] {
-    return SeriesValue(orion::testing::HttpGet(server_->metrics_port(), "/metrics"),
-                       "orion_client_gpu_hold_releases_total", "priority=\"best-effort\"");
-  };
+  auto releases = [&] { return BestEffortSeries("orion_client_gpu_hold_releases_total"); };
   EXPECT_DOUBLE_EQ(releases(), 0);
   maps.area->counters.hold_releases.store(3);
   EXPECT_DOUBLE_EQ(releases(), 3);
