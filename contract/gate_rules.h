@@ -30,6 +30,10 @@ inline constexpr uint64_t kDefaultHpGraceNs = 500'000;      // CPU gaps inside o
 // CUDA-graph services beside an LM trainer, against the gate on the CPU: p50 1.48x vs 1.71x and
 // 1.41x vs 1.55x, harvest 0.75 vs 0.56 and 0.82 vs 0.61 (docs/benchmarks.md).
 inline constexpr bool kDefaultGpuHold = true;
+// The longest a GPU hold lasts through one high-priority busy period (interpose/gpu_hold.h, "A
+// hold that lasts"): 500 ms, some 500 requests with no gap of a grace for a BERT graph service.
+inline constexpr uint64_t kDefaultGpuHoldMaxNs = 500'000'000;
+inline constexpr uint64_t kMaxGpuHoldMaxNs = 60'000'000'000;  // the knob's range: 0 to 60 s
 
 enum class HighPriorityActivity {
   kIdle,      // nothing in flight (or only stale work) and the grace period over

@@ -321,7 +321,11 @@ struct alignas(64) GpuState {
   // 1: priority mode holds best-effort work on the GPU (GateArea::Words::gpu_hold) rather than
   // at the gate on the CPU.
   std::atomic<uint32_t> gpu_hold;
-  uint8_t reserved[112];
+  // The longest the GPU hold lasts while the high-priority clients stay busy: past it,
+  // best-effort processes open it and wait at the gate on the CPU until their busy period ends
+  // (interpose/gpu_hold.h, "A hold that lasts"). 0 = no bound (also a server that predates it).
+  std::atomic<uint64_t> gpu_hold_max_ns;
+  uint8_t reserved[104];
 };
 
 struct alignas(64) BoardHeader {

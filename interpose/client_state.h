@@ -40,10 +40,11 @@ struct alignas(64) Registration {
   int device = -1;
   uint32_t slot_index = 0;
   uint32_t generation = 0;
-  // 1 while the process's hold keeper for this GPU finds the hold held past its bound
-  // (EnvConfig::hold_max_ns, gpu_hold.h "A hold that lasts"): best-effort launches wait at the
-  // gate on the CPU instead of behind the word, until the high-priority busy period ends.
-  // Written by the keeper, read by launches (HoldReleased; plain, so that a renewal resets it).
+  // 1 since the process's hold keeper for this GPU found the hold held past its bound
+  // (GpuState::gpu_hold_max_ns, gpu_hold.h "A hold that lasts"), until its next verdict that is
+  // not: best-effort launches wait at the gate on the CPU instead of behind the word while the
+  // high-priority clients stay busy. Written by the keeper, read by launches (HoldReleased;
+  // plain, so that a renewal resets it).
   uint32_t hold_released = 0;
   // Not read by a launch.
   int socket_fd = -1;  // kept open: the server frees the slot when it closes

@@ -235,12 +235,6 @@ struct EnvConfig {
   // graphs, so that the waits it queued on that word before drain (gpu_hold.h, KeeperMayOpen):
   // 5 s, far longer than a trainer queues ahead; ORION_GPU_HOLD_DRAIN_MS (1 ms to 60 s) for tests.
   uint64_t hold_drain_ns = 5'000'000'000;
-  // The longest a hold on the GPU lasts for this process: past it, with the high-priority
-  // clients busy all along, its keeper opens the hold and the process's launches wait at the gate
-  // on the CPU until their busy period ends (gpu_hold.h, "A hold that lasts"). 500 ms; a service
-  // at 0.8 of its capacity stays busy that long about never. ORION_GPU_HOLD_MAX_MS (1 ms to 60 s,
-  // or 0: no bound).
-  uint64_t hold_max_ns = 500'000'000;
 };
 
 // The direction of a copy from where its two ends live (device memory, managed memory and arrays
@@ -315,9 +309,6 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   if (ParseUnsigned(getenv_fn("ORION_GPU_HOLD_DRAIN_MS"), &value) && value >= 1 &&
       value <= 60'000) {
     config.hold_drain_ns = value * 1'000'000;
-  }
-  if (ParseUnsigned(getenv_fn("ORION_GPU_HOLD_MAX_MS"), &value) && value <= 60'000) {
-    config.hold_max_ns = value * 1'000'000;
   }
   if (ParseUnsigned(getenv_fn(contract::kEnvLazyPollMs), &value) && value >= 1 && value <= 1000) {
     config.lazy_poll_ns = value * 1'000'000;

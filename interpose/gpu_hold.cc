@@ -152,7 +152,9 @@ void NoteHoldReleased(Registration& reg, bool released) {
       "orion: gpu_hold: the high-priority clients of GPU %d stayed busy for over %llu ms: the "
       "hold is opened, and this process's launches wait at the gate on the CPU until they are "
       "idle (said once)\n",
-      reg.device, static_cast<unsigned long long>(Config().hold_max_ns / 1'000'000));
+      reg.device,
+      static_cast<unsigned long long>(reg.gpu->gpu_hold_max_ns.load(std::memory_order_relaxed) /
+                                      1'000'000));
 }
 
 // The keeper's wait while a word is held (`held`: gpu_hold's epoch, `admitted`:
@@ -181,7 +183,7 @@ void KeepHold(DeviceHold& h, Registration* reg, uint32_t held, uint32_t admitted
     // any more, and streams may still wait on its words.
     const HoldOpening open =
         reg->StillOwned() ? KeeperMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now,
-                                          &wake_by, cuts, draining, Config().hold_max_ns)
+                                          &wake_by, cuts, draining)
                           : HoldOpening{true, true};
     NoteHoldReleased(*reg, open.released);
     // Each open tried ends a wait or meets a change that the loop's head sees.

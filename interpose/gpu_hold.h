@@ -57,6 +57,7 @@
 
 #include <stdint.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "interpose/cuda_abi.h"
@@ -118,28 +119,32 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 
 // What the high-priority clients allow a keeper now: kOpen when the knob is off, the server is
 // gone, no other client is high priority, or none of them is busy; kTooLong when they have been
-// busy for longer than `hold_max_ns` (0: no bound; below); kBetweenGraphs when the busy ones all
-// launch graphs and have none in flight, only their grace left (as the gate on the CPU admits:
-// DecideBestEffort); else kHeld. Unless kOpen or kTooLong, *wake_by_ns is when to look again at
-// the latest (the end of their grace, or of the bound), 0 if only a completion can change it.
+// busy for longer than the GPU's gpu_hold_max_ns (0: no bound; below); kBetweenGraphs when the
+// busy ones all launch graphs and have none in flight, only their grace left (as the gate on the
+// CPU admits: DecideBestEffort); else kHeld. Unless kOpen or kTooLong, *wake_by_ns is when to
+// look again at the latest (the end of their grace, or of the bound), 0 if only a completion can
+// change the answer.
 //
-// A hold that lasts: the GPU hold stops best-effort work only while the high-priority clients
-// leave gaps, at which it opens. A service that stays busy keeps it shut, and work queued behind
-// it stays queued. Twice in four runs of a BERT graph service started beside two trainers as the
-// one that cuts GEMMs began its first step (H200; bench `timeline --together --trainer
-// llm+resnet50`), the service ran 3.0 ms a request against 0.95 ms (the GPU idle a time slice
-// before each graph, as with GEMM pieces held on the GPU, above) with both trainers blocked on
-// the word: saturated, it never left a gap, and it stayed so for minutes (p50 84 s). What takes
-// the slice is not found (a blocked context, two, or copies behind the word cost a graph service
-// nothing: bench gpu-gate). So no hold lasts longer than the bound: past it the keeper opens
-// both words whenever held, and the process's launches wait at the gate on the CPU, with nothing
-// queued behind a word, until the busy period ends (Registration::hold_released). A service at
-// 0.8 of its capacity stays busy for 500 ms about never; one over it sees the trainers' queued
-// work run once, then the gate on the CPU, which admits between graphs within the budget.
+// A hold that lasts: the hold opens only in the high-priority clients' gaps, so a service that
+// leaves none keeps it shut, and what is queued behind it stays queued. Twice in four runs of a
+// BERT graph service started beside two trainers as the one that cuts GEMMs began its first step
+// (H200; bench `timeline --together --trainer llm+resnet50`), the service ran 3.0 ms a request
+// against 0.95 ms for minutes (the GPU idle a time slice before each graph, as with GEMM pieces
+// held on the GPU, above), both trainers' work blocked on the word: saturated, it left no gap.
+// What takes the slice is not found (with the driver alone, a blocked context, two, or copies
+// behind the word cost a graph service nothing: bench gpu-gate). So a hold lasts at most the
+// server's policy.gpu_hold_max_ms (500 ms) of a busy period, counted from the earliest
+// SlotGate::busy_start_ns of the busy clients: past it, keepers open both words whenever held,
+// and their processes' launches wait at the gate on the CPU, nothing queued behind a word
+// (Registration::hold_released), until those clients are idle. The trainers' queued work runs
+// once beside the service, then the gate on the CPU admits between graphs within the budget, as
+// it does beside eager services. Not yet measured on a GPU: whether that ends the stall. A
+// service whose busy periods last that long by themselves (long bursts of graphs, or run past
+// its capacity) takes that path in each of them.
 enum class HoldAllows : uint8_t { kHeld, kBetweenGraphs, kOpen, kTooLong };
 inline HoldAllows HoldAllowsNow(const contract::Board& board, const contract::GpuState& gpu,
                                 const contract::GateArea& gate, uint32_t own_slot,
-                                uint64_t now_ns, uint64_t* wake_by_ns, uint64_t hold_max_ns = 0) {
+                                uint64_t now_ns, uint64_t* wake_by_ns) {
   *wake_by_ns = 0;
   if (!GpuHoldOn(gpu) || !ServerAlive(board, now_ns) || !HighPriorityPresent(gpu, own_slot)) {
     return HoldAllows::kOpen;
@@ -147,8 +152,10 @@ inline HoldAllows HoldAllowsNow(const contract::Board& board, const contract::Gp
   const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
   if (!hp.busy) return HoldAllows::kOpen;
   *wake_by_ns = hp.grace_ends_ns;
-  if (hold_max_ns != 0 && hp.busy_since_ns != 0) {
-    const uint64_t bound_ends = hp.busy_since_ns + hold_max_ns;
+  const uint64_t bound = std::min(gpu.gpu_hold_max_ns.load(std::memory_order_relaxed),
+                                  contract::kMaxGpuHoldMaxNs);
+  if (bound != 0 && hp.busy_since_ns != 0) {  // busy_since_ns <= now_ns: no overflow
+    const uint64_t bound_ends = hp.busy_since_ns + bound;
     if (now_ns >= bound_ends) return HoldAllows::kTooLong;
     if (*wake_by_ns == 0 || bound_ends < *wake_by_ns) *wake_by_ns = bound_ends;
   }
@@ -176,8 +183,8 @@ struct HoldOpening {
 inline HoldOpening KeeperMayOpen(const contract::Board& board, const contract::GpuState& gpu,
                                  const contract::GateArea& gate, uint32_t own_slot,
                                  uint64_t now_ns, uint64_t* wake_by_ns, bool cuts_gemms,
-                                 bool draining, uint64_t hold_max_ns = 0) {
-  switch (HoldAllowsNow(board, gpu, gate, own_slot, now_ns, wake_by_ns, hold_max_ns)) {
+                                 bool draining) {
+  switch (HoldAllowsNow(board, gpu, gate, own_slot, now_ns, wake_by_ns)) {
     case HoldAllows::kOpen: return {true, true};
     case HoldAllows::kTooLong: return {true, true, true};
     case HoldAllows::kBetweenGraphs:

@@ -195,9 +195,16 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
   auto beside_graph_service = [&] {
     return GpuHoldOn(gpu) && HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index);
   };
+  // A hold released past its bound (gpu_hold.h, "A hold that lasts") sends launches to the gate
+  // on the CPU while the high-priority clients stay busy; idle, the release is over, whether or
+  // not the keeper has looked since.
+  auto released = [&] {
+    return reg->HoldReleased() &&
+           HighPriorityBusy(*reg->gate, gpu, reg->slot_index, MonotonicNs()).busy;
+  };
   const bool hold_on_gpu = beside_high && !paused &&
                            !g_process.runs_collectives.load(std::memory_order_relaxed) &&
-                           !reg->HoldReleased() && beside_graph_service();
+                           !released() && beside_graph_service();
   const bool cuts_gemms = hold_on_gpu && g_process.splits_gemms.load(std::memory_order_relaxed);
   const bool held_on_gpu =
       hold_on_gpu && !cuts_gemms && QueueHoldWait(reg, info.stream, info.per_thread_stream);

@@ -102,6 +102,7 @@ void ToProto(const GpuPolicy& p, orion::v1::PolicyKnobs* out) {
   out->set_hp_grace_us(static_cast<uint32_t>(p.knobs.hp_grace_ns / 1000));
   out->set_adapt_budget(p.adapt_budget);
   out->set_gpu_hold(p.knobs.gpu_hold);
+  out->set_gpu_hold_max_ms(static_cast<uint32_t>(p.knobs.gpu_hold_max_ns / 1000000));
 }
 
 void ToProto(const KernelProfileView& v, orion::v1::KernelProfileResponse* out) {
@@ -174,8 +175,9 @@ ClientFilter FilterFromProto(const orion::v1::ListClientsRequest& r) {
 }
 
 absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyRequest& r) {
-  static const char* kFields[] = {"mode",        "be_budget_us", "sm_threshold", "spin_us",
-                                  "hp_stale_ms", "hp_grace_us",  "adapt_budget", "gpu_hold"};
+  static const char* kFields[] = {"mode",         "be_budget_us", "sm_threshold",
+                                  "spin_us",      "hp_stale_ms",  "hp_grace_us",
+                                  "adapt_budget", "gpu_hold",     "gpu_hold_max_ms"};
   std::vector<std::string> fields(r.fields().begin(), r.fields().end());
   if (fields.empty()) fields.assign(std::begin(kFields), std::end(kFields));
   for (const std::string& f : fields) {
@@ -183,7 +185,7 @@ absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyReq
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown field '", f,
           "' (expected mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, "
-          "adapt_budget, gpu_hold)"));
+          "adapt_budget, gpu_hold, gpu_hold_max_ms)"));
     }
   }
   auto has = [&](const char* f) {
@@ -211,6 +213,7 @@ absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyReq
   if (has("hp_grace_us")) c.hp_grace_us = k.hp_grace_us();
   if (has("adapt_budget")) c.adapt_budget = k.adapt_budget();
   if (has("gpu_hold")) c.gpu_hold = k.gpu_hold();
+  if (has("gpu_hold_max_ms")) c.gpu_hold_max_ms = k.gpu_hold_max_ms();
   return c;
 }
 

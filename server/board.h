@@ -45,6 +45,7 @@ struct GateKnobs {  // defaults: contract/gate_rules.h
   uint64_t hp_stale_ns = contract::kDefaultHpStaleNs;
   uint64_t hp_grace_ns = contract::kDefaultHpGraceNs;
   bool gpu_hold = contract::kDefaultGpuHold;  // priority mode: hold best-effort work on the GPU
+  uint64_t gpu_hold_max_ns = contract::kDefaultGpuHoldMaxNs;  // its bound per busy period; 0: none
 };
 
 // What the server found in the gate areas that no honest client writes, and put right.

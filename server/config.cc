@@ -136,7 +136,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   if (!n.IsMap()) return v.Error("policy", "a map", n);
   ORION_RETURN_IF_ERROR(v.CheckKeys(n, "policy",
                                     {"be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
-                                     "hp_grace_us", "adapt_budget", "gpu_hold",
+                                     "hp_grace_us", "adapt_budget", "gpu_hold", "gpu_hold_max_ms",
                                      "default_latency_target_ms", "high_priority_namespaces",
                                      "min_latency_target_ms", "high_priority_per_gpu"}));
   ORION_RETURN_IF_ERROR(
@@ -151,6 +151,8 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
       v.Int(n["hp_grace_us"], "policy.hp_grace_us", 0, 100000, &p->hp_grace_us));
   ORION_RETURN_IF_ERROR(v.Bool(n["adapt_budget"], "policy.adapt_budget", &p->adapt_budget));
   ORION_RETURN_IF_ERROR(v.Bool(n["gpu_hold"], "policy.gpu_hold", &p->gpu_hold));
+  ORION_RETURN_IF_ERROR(v.Int(n["gpu_hold_max_ms"], "policy.gpu_hold_max_ms", 0,
+                              contract::kMaxGpuHoldMaxNs / 1000000, &p->gpu_hold_max_ms));
   uint64_t target_ms = 0;
   ORION_RETURN_IF_ERROR(v.Int(n["default_latency_target_ms"], "policy.default_latency_target_ms",
                               0, 3600000, &target_ms));
@@ -528,6 +530,9 @@ policy:
                                        # graphs: best-effort launches go at once and wait on
                                        # the GPU while HP work runs (no CPU round trip to
                                        # refill); false: held at the gate on the CPU
+  gpu_hold_max_ms: 500                 # the longest the GPU hold lasts while HP clients stay
+                                       # busy; past it, best-effort work waits at the gate on
+                                       # the CPU until they are idle; 0: no bound
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
   min_latency_target_ms: 5             # a pod's (or orion-run's) lower target is raised to this
   high_priority_per_gpu: 1             # high-priority pods a GPU may hold; more is flagged

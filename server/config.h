@@ -33,6 +33,8 @@ struct PolicyConfig {
   uint32_t hp_grace_us = static_cast<uint32_t>(GateKnobs{}.hp_grace_ns / 1000);  // HP idle this
                                                      // briefly still counts as busy (CPU gaps)
   bool gpu_hold = GateKnobs{}.gpu_hold;  // priority mode: hold best-effort work on the GPU
+  uint32_t gpu_hold_max_ms = static_cast<uint32_t>(GateKnobs{}.gpu_hold_max_ns / 1000000);  // its
+                                         // bound through one HP busy period; 0: no bound
   bool adapt_budget = true;       // adapt be_budget_us to the HP latency target, or without
                                   // one (priority mode) size it to the HP service's requests
   uint64_t default_latency_target_us = 0;  // 0 = no target unless a pod or rule sets one

@@ -13,6 +13,7 @@ GpuPolicy InitialGpuPolicy(const PolicyConfig& c) {
   p.knobs.hp_stale_ns = static_cast<uint64_t>(c.hp_stale_ms) * 1000000;
   p.knobs.hp_grace_ns = static_cast<uint64_t>(c.hp_grace_us) * 1000;
   p.knobs.gpu_hold = c.gpu_hold;
+  p.knobs.gpu_hold_max_ns = static_cast<uint64_t>(c.gpu_hold_max_ms) * 1000000;
   p.adapt_budget = c.adapt_budget;
   return p;
 }
@@ -29,6 +30,9 @@ absl::Status ValidatePolicyChange(const PolicyChange& c) {
   }
   if (c.hp_grace_us && *c.hp_grace_us > 100000) {
     return absl::InvalidArgumentError("knobs.hp_grace_us must be at most 100000 (100 ms)");
+  }
+  if (c.gpu_hold_max_ms && *c.gpu_hold_max_ms > contract::kMaxGpuHoldMaxNs / 1000000) {
+    return absl::InvalidArgumentError("knobs.gpu_hold_max_ms must be at most 60000 (60 s)");
   }
   return absl::OkStatus();
 }
@@ -51,6 +55,9 @@ bool ApplyPolicyChange(const PolicyChange& c, GpuPolicy* p) {
   if (c.hp_grace_us) p->knobs.hp_grace_ns = static_cast<uint64_t>(*c.hp_grace_us) * 1000;
   if (c.adapt_budget) p->adapt_budget = *c.adapt_budget;
   if (c.gpu_hold) p->knobs.gpu_hold = *c.gpu_hold;
+  if (c.gpu_hold_max_ms) {
+    p->knobs.gpu_hold_max_ns = static_cast<uint64_t>(*c.gpu_hold_max_ms) * 1000000;
+  }
   // adapt_budget=true without a budget hands the budget back to the server: it starts again
   // from the mode's default and follows the service.
   if (c.adapt_budget && *c.adapt_budget && !c.be_budget_us) {

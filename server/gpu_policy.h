@@ -41,6 +41,7 @@ struct PolicyChange {
   std::optional<uint32_t> hp_grace_us;
   std::optional<bool> adapt_budget;
   std::optional<bool> gpu_hold;
+  std::optional<uint32_t> gpu_hold_max_ms;
 };
 
 // The ranges the gate can work with; the message names the field as the admin API does.

@@ -51,7 +51,7 @@ void Usage(FILE* out) {
       "  policy [--gpu N|--all] [KEY=VALUE...] show or set knobs: mode=pass-through|priority|mps,\n"
       "                                        be_budget_us, sm_threshold, spin_us, hp_stale_ms,\n"
       "                                        hp_grace_us, adapt_budget=true|false,\n"
-      "                                        gpu_hold=true|false;\n"
+      "                                        gpu_hold=true|false, gpu_hold_max_ms;\n"
       "                                        prints them as KEY=VALUE\n"
       "  timeline [--gpu N] [--last-ms N | --since MS [--until MS]] [--trace F.json] [--html F.html]\n"
       "                                        who ran when (default: GPU 0, last 1000 ms; times in\n"
@@ -186,11 +186,11 @@ void PrintClientRow(const orion::v1::Client& c) {
 // The knobs `policy` takes as KEY=VALUE, in the order it prints them.
 constexpr char kKnobs[] =
     "mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, adapt_budget, "
-    "gpu_hold";
+    "gpu_hold, gpu_hold_max_ms";
 
 bool IsKnob(const std::string& key) {
   for (const char* k : {"mode", "be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
-                        "hp_grace_us", "adapt_budget", "gpu_hold"}) {
+                        "hp_grace_us", "adapt_budget", "gpu_hold", "gpu_hold_max_ms"}) {
     if (key == k) return true;
   }
   return false;
@@ -202,10 +202,10 @@ void PrintKnobs(const orion::v1::PolicyKnobs& k) {
                      : k.mode() == orion::v1::GATE_MODE_MPS        ? "mps"
                                                                    : "priority";
   std::printf("mode=%s\nbe_budget_us=%llu\nsm_threshold=%u\nspin_us=%u\nhp_stale_ms=%u\n"
-              "hp_grace_us=%u\nadapt_budget=%s\ngpu_hold=%s\n",
+              "hp_grace_us=%u\nadapt_budget=%s\ngpu_hold=%s\ngpu_hold_max_ms=%u\n",
               mode, static_cast<unsigned long long>(k.be_budget_us()), k.sm_threshold(),
               k.spin_us(), k.hp_stale_ms(), k.hp_grace_us(), k.adapt_budget() ? "true" : "false",
-              k.gpu_hold() ? "true" : "false");
+              k.gpu_hold() ? "true" : "false", k.gpu_hold_max_ms());
 }
 
 bool ParseU32(const std::string& s, uint32_t* out) {
@@ -557,6 +557,8 @@ int main(int argc, char** argv) {
         k->set_hp_stale_ms(v);
       } else if (key == "hp_grace_us") {
         k->set_hp_grace_us(v);
+      } else if (key == "gpu_hold_max_ms") {
+        k->set_gpu_hold_max_ms(v);
       } else {
         return bad("unknown knob '" + key + "'; the knobs: " + kKnobs);
       }

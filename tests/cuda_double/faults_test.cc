@@ -251,7 +251,9 @@ TEST_F(FaultsTest, HighPriorityClientKilledMidKernelReleasesTheTrainerWithin100m
 // the hold word the graph service took; the service killed, its slot goes and the trainer's keeper
 // opens the word, and the trainer steps again.
 TEST_F(FaultsTest, HighPriorityClientKilledWhileHoldingTheGpuOpensItWithin500ms) {
-  config_ = orion::testing::WriteServerConfig(dir_, "{gpu_hold: true}");
+  // The hold without its bound: the service below stays busy, and the trainer must stand still
+  // behind the hold until the service dies (the bound's own test follows).
+  config_ = orion::testing::WriteServerConfig(dir_, "{gpu_hold: true, gpu_hold_max_ms: 0}");
   StartServer();
   // A graph service (the hold is on the GPU for those) replaying 400 ms requests back to back.
   StartBusyServiceAndTrainer(/*graph=*/true);
@@ -281,6 +283,32 @@ TEST_F(FaultsTest, HighPriorityClientKilledWhileHoldingTheGpuOpensItWithin500ms)
   printf("{\"case\":\"hp-sigkill-holding-the-gpu\",\"trainer_released_ms\":%.1f}\n", released_after * 1e3);
   EXPECT_LE(released_after, 0.500);
   EXPECT_EQ(board.Hold(gpu), 0u);
+}
+
+// gpu_hold's bound, end to end (policy.gpu_hold_max_ms through the server's board): beside a
+// graph service that stays busy (400 ms requests back to back), the trainer's keeper releases
+// the hold once 200 ms of the busy period have gone, counts it, and the trainer steps again
+// while the service goes on: its launches wait at the gate on the CPU, which admits between
+// graphs.
+TEST_F(FaultsTest, GpuHoldPastItsBoundReleasesTheTrainerWhileTheServiceGoesOn) {
+  config_ = orion::testing::WriteServerConfig(dir_, "{gpu_hold: true, gpu_hold_max_ms: 200}");
+  StartServer();
+  StartBusyServiceAndTrainer(/*graph=*/true);
+  BoardView board(server_);
+  const c::ClientSlot* be = board.SlotOf(trainer_);
+  ASSERT_NE(be, nullptr);
+  const auto* be_counters = board.CountersOf(trainer_);
+  ASSERT_NE(be_counters, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return be_counters->hold_releases.load() >= 1; }, 10.0))
+      << "the hold was never released";
+  const auto* hp_counters = board.CountersOf(service_);
+  ASSERT_NE(hp_counters, nullptr);
+  const uint64_t before = be_counters->launches.load();
+  const uint64_t service_before = hp_counters->launches.load();
+  ASSERT_TRUE(WaitUntil([&] { return be_counters->launches.load() > before + 2; }, 5.0))
+      << "the trainer stood still after the release";
+  EXPECT_TRUE(WaitUntil([&] { return hp_counters->launches.load() > service_before; }, 5.0))
+      << "the service stood still";
 }
 
 }  // namespace

@@ -827,17 +827,6 @@ TEST(ReadEnvConfigTest, GemmSplitOnUnlessTurnedOffAndItsForcedBoundInRange) {
     env = {{"ORION_GPU_HOLD_DRAIN_MS", bad}};
     EXPECT_EQ(ReadEnvConfig(get).hold_drain_ns, 5'000'000'000u) << bad;
   }
-  // The hold's bound: 500 ms, or 0 (none) to 60 s.
-  env = {};
-  EXPECT_EQ(ReadEnvConfig(get).hold_max_ns, 500'000'000u);
-  env = {{"ORION_GPU_HOLD_MAX_MS", "100"}};
-  EXPECT_EQ(ReadEnvConfig(get).hold_max_ns, 100'000'000u);
-  env = {{"ORION_GPU_HOLD_MAX_MS", "0"}};
-  EXPECT_EQ(ReadEnvConfig(get).hold_max_ns, 0u);
-  for (const char* bad : {"60001", "-1", "1s", "", " 5"}) {
-    env = {{"ORION_GPU_HOLD_MAX_MS", bad}};
-    EXPECT_EQ(ReadEnvConfig(get).hold_max_ns, 500'000'000u) << bad;
-  }
   // Both: the split off, the forced bound still read (it wins in GemmSplitBoundNs).
   env = {{"ORION_GEMM_SPLIT", "0"}, {"ORION_GEMM_SPLIT_NS", "50000"}};
   config = ReadEnvConfig(get);

@@ -347,71 +347,79 @@ TEST_F(InterposeIntegrationTest, TimeHeldOnTheGpuAndPausedIsCountedOnce) {
   }
 }
 
-// gpu_hold past its bound: a pretend graph service busy for 800 ms from the start of its busy
-// period, the bound 100 ms (ORION_GPU_HOLD_MAX_MS), a best-effort client launching every 10 ms.
-// Its first launches go behind the word; at the bound its keeper opens the hold, counts the
-// release and says it once, and the launches after it wait at the gate on the CPU instead
-// (nothing more behind the word) until the service is idle.
+// gpu_hold past its bound (the board's gpu_hold_max_ns, 100 ms): a pretend graph service busy
+// for 800 ms from the start of its busy period, taking the hold anew every 20 ms as its graph
+// launches do; a best-effort client launching every 10 ms. Its first launches go behind the
+// word; at the bound its keeper opens the hold, counts the release and says it once, and opens
+// every hold taken after it; the launches wait at the gate on the CPU until the service is idle,
+// and behind the word again from then on.
 TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnTheCpu) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   HoldOnTheGpu(registrar);
+  registrar.board().gpus[0].gpu_hold_max_ns.store(100'000'000);
   auto& words = registrar.gate().words;
   words.gpu_hold.store(7);
+  const uint64_t t0 = NowNs();
   std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true,
                                                 std::chrono::milliseconds(800), /*period=*/true);
-  // The hold opens at the bound, however the service goes on.
-  std::atomic<int64_t> opened_after_ms{-1};
-  std::thread watch([&] {
-    const auto start = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(700)) {
-      if (words.gpu_hold.load() == 0) {
-        opened_after_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - start).count();
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The service's holds: a new epoch every 20 ms while it is busy; how soon each was open again.
+  std::atomic<uint64_t> first_open_ns{0};
+  std::atomic<int> late_holds{0}, late_reopened{0};
+  std::thread service([&] {
+    for (uint32_t epoch = 8; NowNs() - t0 < 760'000'000; ++epoch) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const bool late = NowNs() - t0 > 200'000'000;  // well past the bound
+      if (words.gpu_hold.load() == 0 && first_open_ns.load() == 0) first_open_ns = NowNs() - t0;
+      words.gpu_hold.store(epoch);
+      syscall(SYS_futex, &words.gpu_hold, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+      if (!late) continue;
+      ++late_holds;
+      std::this_thread::sleep_for(std::chrono::milliseconds(15));
+      late_reopened += words.gpu_hold.load() == 0;
     }
   });
   const auto start = std::chrono::steady_clock::now();
-  const ProbeRun run = RunProbe(
-      "ORION_GPU_HOLD_MAX_MS=100 ORION_SOCKET=" + registrar.socket_path(), "40 paced");
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "40 paced");
   const auto elapsed = std::chrono::steady_clock::now() - start;
-  watch.join();
+  service.join();
   hp_done.join();
   ASSERT_EQ(run.exit_code, 0) << run.err;
   ASSERT_NE(registrar.area(0), nullptr);
-  EXPECT_GE(opened_after_ms.load(), 80) << "opened before the bound";
-  EXPECT_LE(opened_after_ms.load(), 400) << "not opened at the bound";
+  EXPECT_GE(first_open_ns.load(), 100'000'000u) << "opened before the bound";
+  EXPECT_LE(first_open_ns.load(), 600'000'000u) << "not opened at the bound";
+  EXPECT_GE(late_holds.load(), 10);
+  EXPECT_GE(late_reopened.load() * 10, late_holds.load() * 7)
+      << late_reopened.load() << " of " << late_holds.load() << " holds opened again";
   EXPECT_EQ(registrar.area(0)->counters.hold_releases.load(), 1u);
   EXPECT_NE(run.err.find("stayed busy for over 100 ms"), std::string::npos) << run.err;
-  // Launches before the release went behind the word, none after it: 40 launches, 10 ms apart,
-  // the release about 100 ms in.
-  ASSERT_TRUE(run.values.count("stream_waits")) << run.err;
-  const uint64_t waits = std::stoull(run.values.at("stream_waits"));
-  EXPECT_GE(waits, 1u);
-  EXPECT_LE(waits, 25u);
-  // The rest waited at the gate on the CPU while the service was busy: held time with it.
+  // Held at the gate on the CPU from the release to the service's end, then behind the word
+  // again: about 10 launches before the release and the 30 after the service, one wait each.
   EXPECT_GE(elapsed, std::chrono::milliseconds(750));
-  EXPECT_GE(registrar.area(0)->counters.throttled_ns.load(), 300'000'000u);
+  EXPECT_GE(registrar.area(0)->counters.throttled_ns.load(), 400'000'000u);
+  ASSERT_TRUE(run.values.count("stream_waits")) << run.err;
+  EXPECT_GE(std::stoull(run.values.at("stream_waits")), 30u) << "not held on the GPU again";
   EXPECT_EQ(words.gate_waiters.load(), 0u);
   EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
 }
 
-// The bound is off with ORION_GPU_HOLD_MAX_MS=0: the same client stays behind the word until the
-// service is idle, with every launch queued there and nothing released.
+// Without a bound (gpu_hold_max_ns 0, as a server that predates it leaves it), the same client
+// stays behind the word while the service is busy: every launch queued there, nothing released,
+// and its synchronize returns only once the service is idle.
 TEST_F(InterposeIntegrationTest, GpuHoldWithoutABoundStaysShutWhileTheServiceIsBusy) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   HoldOnTheGpu(registrar);
   registrar.gate().words.gpu_hold.store(7);
   std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true,
-                                                std::chrono::milliseconds(500), /*period=*/true);
-  const ProbeRun run =
-      RunProbe("ORION_GPU_HOLD_MAX_MS=0 ORION_SOCKET=" + registrar.socket_path(), "20 paced");
+                                                std::chrono::milliseconds(800), /*period=*/true);
+  const auto start = std::chrono::steady_clock::now();
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "20 paced");
+  const auto elapsed = std::chrono::steady_clock::now() - start;
   hp_done.join();
   ASSERT_EQ(run.exit_code, 0) << run.err;
   ASSERT_NE(registrar.area(0), nullptr);
   EXPECT_EQ(registrar.area(0)->counters.hold_releases.load(), 0u);
   EXPECT_EQ(run.err.find("stayed busy"), std::string::npos) << run.err;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(700));
   ASSERT_TRUE(run.values.count("stream_waits")) << run.err;
   EXPECT_GE(std::stoull(run.values.at("stream_waits")), 20u);
 }

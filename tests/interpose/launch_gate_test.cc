@@ -563,27 +563,32 @@ TEST_F(LaunchGateTest, KeeperOpensTheAdmittedWordBetweenGraphsAndGpuHoldAfterThe
   EXPECT_EQ(open(false, false, now_), Both(true, true));
 }
 
-// A hold lasts at most its bound: once the busy high-priority clients' earliest busy period is
-// older than it, kTooLong, and the keeper opens both words and releases the process's launches
-// to the gate on the CPU (`released`), whoever asks; before it, the keeper is told to look again
-// at the bound's end where nothing sooner wakes it. A busy period without a start, one that
-// starts after now (a tenant's lie), or no bound (0) leave the hold as it was.
+// A hold lasts at most its bound (the GPU's gpu_hold_max_ns): once the busy high-priority
+// clients' earliest busy period is older than it, kTooLong, and the keeper opens both words and
+// releases the process's launches to the gate on the CPU (`released`), whoever asks; before it,
+// the keeper is told to look again at the bound's end where nothing sooner wakes it. A busy
+// period without a start, one that starts after now (a tenant's lie), or no bound (0) leave the
+// hold as it was.
 TEST_F(LaunchGateTest, GpuHoldLastsAtMostItsBound) {
   gpu().gpu_hold.store(1);
   gpu().hp_grace_ns.store(500'000);
   gpu().hp_stale_ns.store(10'000'000'000);
   constexpr uint64_t kBound = 100'000'000;
+  gpu().gpu_hold_max_ns.store(kBound);
   uint64_t wake_by = 1;
-  auto allows = [&](uint64_t at, uint64_t bound = 100'000'000) {
-    return HoldAllowsNow(*board_, gpu(), *gate_, 3, at, &wake_by, bound);
-  };
+  auto allows = [&](uint64_t at) { return HoldAllowsNow(*board_, gpu(), *gate_, 3, at, &wake_by); };
   MarkHighPriority(130, 1, now_);  // a graph in flight, its busy period begun now
   NoteHighPriorityGraph(gate_->slots[130], true);
   gate_->slots[130].busy_start_ns.store(now_);
   EXPECT_EQ(allows(now_ + 50'000'000), HoldAllows::kHeld);
   EXPECT_EQ(wake_by, now_ + kBound) << "nothing else wakes a keeper while a graph is in flight";
   EXPECT_EQ(allows(now_ + kBound), HoldAllows::kTooLong);
-  EXPECT_EQ(allows(now_ + kBound, 0), HoldAllows::kHeld) << "no bound";
+  gpu().gpu_hold_max_ns.store(0);
+  EXPECT_EQ(allows(now_ + kBound), HoldAllows::kHeld) << "no bound";
+  gpu().gpu_hold_max_ns.store(UINT64_MAX);
+  EXPECT_EQ(allows(now_ + kBound), HoldAllows::kHeld) << "past the knob's range: 60 s";
+  EXPECT_EQ(wake_by, now_ + contract::kMaxGpuHoldMaxNs);
+  gpu().gpu_hold_max_ns.store(kBound);
   // Between graphs, in the grace: the grace's end is sooner than the bound's.
   MarkHighPriority(130, 0, now_ + 50'000'000);
   EXPECT_EQ(allows(now_ + 50'100'000), HoldAllows::kBetweenGraphs);
@@ -608,16 +613,16 @@ TEST_F(LaunchGateTest, GpuHoldLastsAtMostItsBound) {
   gate_->slots[130].busy_start_ns.store(now_);
   for (const bool cuts : {false, true}) {
     const HoldOpening o =
-        KeeperMayOpen(*board_, gpu(), *gate_, 3, now_ + kBound, &wake_by, cuts, false, kBound);
+        KeeperMayOpen(*board_, gpu(), *gate_, 3, now_ + kBound, &wake_by, cuts, false);
     EXPECT_TRUE(o.held && o.admitted && o.released) << cuts;
   }
   const HoldOpening before =
-      KeeperMayOpen(*board_, gpu(), *gate_, 3, now_ + 1'000, &wake_by, false, false, kBound);
+      KeeperMayOpen(*board_, gpu(), *gate_, 3, now_ + 1'000, &wake_by, false, false);
   EXPECT_FALSE(before.held || before.admitted || before.released);
   MarkHighPriority(130, 0, now_);
   MarkHighPriority(131, 0, now_);
   const HoldOpening idle =
-      KeeperMayOpen(*board_, gpu(), *gate_, 3, now_ + kBound, &wake_by, false, false, kBound);
+      KeeperMayOpen(*board_, gpu(), *gate_, 3, now_ + kBound, &wake_by, false, false);
   EXPECT_TRUE(idle.held && idle.admitted);
   EXPECT_FALSE(idle.released) << "idle ends a release";
 }

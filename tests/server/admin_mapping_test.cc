@@ -30,6 +30,12 @@ TEST(AdminMappingTest, PolicyChangeCarriesOnlyTheNamedFields) {
   const absl::StatusOr<PolicyChange> d = PolicyChangeFromProto(r);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->adapt_budget, true);
+  EXPECT_FALSE(d->gpu_hold_max_ms.has_value());
+
+  r.add_fields("gpu_hold_max_ms");  // named at 0: no bound, which must arrive as 0
+  const absl::StatusOr<PolicyChange> e = PolicyChangeFromProto(r);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->gpu_hold_max_ms, 0u);
 }
 
 TEST(AdminMappingTest, NoFieldsMeansEveryFieldAndTheModeMustThenBeSet) {
@@ -131,8 +137,10 @@ TEST(AdminMappingTest, ViewsBecomeTheMessagesCallersRead) {
   p.knobs.mode = contract::GateMode::kMps;
   p.knobs.be_budget_ns = 5000000;
   p.knobs.hp_grace_ns = 500000;
+  p.knobs.gpu_hold_max_ns = 250000000;
   orion::v1::PolicyKnobs k;
   ToProto(p, &k);
+  EXPECT_EQ(k.gpu_hold_max_ms(), 250u);
   EXPECT_EQ(k.mode(), orion::v1::GATE_MODE_MPS);
   EXPECT_EQ(k.be_budget_us(), 5000u);
   EXPECT_EQ(k.hp_grace_us(), 500u);
