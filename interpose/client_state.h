@@ -58,9 +58,7 @@ struct alignas(64) Registration {
   bool StillOwned() const { return slot->generation.load(std::memory_order_relaxed) == generation; }
   bool HoldReleased() const { return __atomic_load_n(&hold_released, __ATOMIC_RELAXED) != 0; }
   void SetHoldReleased(bool released) {
-    if (HoldReleased() != released) {
-      __atomic_store_n(&hold_released, released ? 1u : 0u, __ATOMIC_RELAXED);
-    }
+    __atomic_store_n(&hold_released, released ? 1u : 0u, __ATOMIC_RELAXED);
   }
 };
 

@@ -140,7 +140,7 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
 
 // The keeper's verdict on the hold's bound (gpu_hold.h, "A hold that lasts"): the process's
 // launches wait at the gate on the CPU while it is past, and each release is counted and said
-// once a process.
+// once a process. The flag, on a line every launch reads, is written only when it changes.
 void NoteHoldReleased(Registration& reg, bool released) {
   if (released == reg.HoldReleased()) return;
   reg.SetHoldReleased(released);

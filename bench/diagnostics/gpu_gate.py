@@ -21,8 +21,9 @@ orion's completion poller does), `blocked-WORK` (the same with WORK queued
 behind the wait instead of spin kernels: `linear-bias`, `sdpa`, copies for the copy engine or
 fresh memory (`copy-h2d`, `copy-pinned`, `copy-d2h`, `alloc`: beside a graph service,
 `blocked-graph-copy-h2d`...), a torch_models.py trainer's step, `llm`, `mm-long`, `mm-short`,
-or `sleep-waits`, spin kernels each behind a wait, more than the channel's queue holds: the trainer's launch call blocks; `blocked-few-waits`: 200 of them,
-the queue not full; `blocked-graph-few-waits`, `-sleep-waits`: both beside a graph service),
+or `sleep-waits`, spin kernels each behind a wait, more than the channel's queue holds: the
+trainer's launch call blocks; `blocked-few-waits`: 200 of them, the queue not full;
+`blocked-graph-few-waits`, `-sleep-waits`: both beside a graph service),
 `cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
 gpu-gate's variants: `gpu-gate-q2` (at most 2 kernels queued), `gpu-gate-eq`, `-geq`, `-flush`,
@@ -135,6 +136,7 @@ def run_arm(arm, a, cpu):
 
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short", "sleep-waits")
 COPIES = ("copy-h2d", "copy-pinned", "copy-d2h", "alloc")  # copies, or memory, behind the wait
+TWO_TRAINERS = ("blocked-graph-two", "blocked-graph-two-sync")  # two blocked processes, not one
 # The arms that vary the service or what the blocked trainer does: kind, name ({kus}: the
 # trainer's kernel length), the service's arguments, the trainer's (None: no trainer).
 VARIANTS = (
@@ -199,7 +201,7 @@ def arms(be_kernel_us, kinds=ARM_KINDS):
         }
         for kind, name, service_args, trainer_args in VARIANTS:
             every[kind] = {"name": name.format(kus=kus), "service": "none",
-                           "trainers": 2 if "-two" in kind else 1,
+                           "trainers": 2 if kind in TWO_TRAINERS else 1,
                            "service_args": service_args,
                            "trainer": None if trainer_args is None else
                            ("blocked", 1, kus, trainer_args)}

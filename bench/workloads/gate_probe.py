@@ -6,7 +6,8 @@ made of spin kernels (torch.cuda._sleep), sharing one word of host memory that t
                         --seconds S --cycles-per-us C [--graph] [--blocking-event]
   gate_probe.py trainer --word FILE --gate none|gpu|cpu|blocked --kernel-us U --wait-every N
                         [--wait and|eq|geq|and-flush|eq64] [--queue Q] --stop FILE
-                        --cycles-per-us C [--behind sleep|sleep-waits|linear-bias|sdpa|copy-*|MODEL]
+                        --cycles-per-us C
+                        [--behind sleep|sleep-waits|linear-bias|sdpa|copy-*|alloc|MODEL]
                         [--waits N] [--sync]
 
 The word is a file of one page under /dev/shm, mapped by both processes and registered with the
@@ -67,7 +68,8 @@ def driver():
     return {"register": fn("cuMemHostRegister_v2", "cuMemHostRegister"),
             "devptr": fn("cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer"),
             "wait": fn("cuStreamWaitValue32_v2", "cuStreamWaitValue32"),
-            "wait64": fn("cuStreamWaitValue64_v2", "cuStreamWaitValue64")}
+            "wait64": fn("cuStreamWaitValue64_v2", "cuStreamWaitValue64"),
+            "alloc": fn("cuMemAlloc_v2", "cuMemAlloc")}
 
 
 class Word:
@@ -202,12 +204,12 @@ def behind_work(kind, cycles):
         src = torch.randn(16 << 20, device="cuda")
         return lambda: [src.cpu() for _ in range(4)]
     if kind == "alloc":  # fresh device memory (cuMemAlloc, 512 MB twice), as a first step's
-        lib = ctypes.CDLL("libcuda.so.1")  # activations are allocated; never freed here
+        mem_alloc = driver()["alloc"]  # activations are allocated; never freed here
 
         def alloc():
             for _ in range(2):
                 ptr = ctypes.c_uint64()
-                rc = lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(512 << 20))
+                rc = mem_alloc(ctypes.byref(ptr), ctypes.c_size_t(512 << 20))
                 if rc != 0:
                     sys.exit(f"gate_probe: cuMemAlloc: error {rc}")
         return alloc

@@ -7,7 +7,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +27,7 @@
 
 #include "contract/kernel_class.h"
 #include "contract/orion_contract.h"
+#include "interpose/futex.h"
 #include "tests/interpose/test_registrar.h"
 
 namespace {
@@ -112,7 +112,7 @@ std::thread PretendBusyHighPriority(TestRegistrar& registrar, bool graphs,
     hp.inflight.store(0);
     auto& words = registrar.gate().words;
     words.gate_seq.fetch_add(1);
-    syscall(SYS_futex, &words.gate_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+    orion::interpose::FutexWakeAll(&words.gate_seq);
   });
 }
 
@@ -139,7 +139,7 @@ ProbeRun InterposeIntegrationTest::RunBesideBusyHighPriority(
 void Resume(c::ClientSlot& slot) {
   slot.paused.store(0);
   slot.wake_seq.fetch_add(1);
-  syscall(SYS_futex, &slot.wake_seq, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+  orion::interpose::FutexWakeAll(&slot.wake_seq);
 }
 
 int CountKind(const std::vector<c::Event>& events, c::EventKind kind) {
@@ -371,7 +371,7 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
       const bool late = NowNs() - t0 > 200'000'000;  // well past the bound
       if (words.gpu_hold.load() == 0 && first_open_ns.load() == 0) first_open_ns = NowNs() - t0;
       words.gpu_hold.store(epoch);
-      syscall(SYS_futex, &words.gpu_hold, 1 /*FUTEX_WAKE*/, 0x7fffffff, nullptr, nullptr, 0);
+      orion::interpose::FutexWakeAll(&words.gpu_hold);
       if (!late) continue;
       ++late_holds;
       std::this_thread::sleep_for(std::chrono::milliseconds(15));
