@@ -133,7 +133,8 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 // held on the GPU, above), both trainers' work blocked on the word: saturated, it left no gap.
 // What takes the slice is not found (with the driver alone, a blocked context, two, or copies
 // behind the word cost a graph service nothing: bench gpu-gate). So a hold lasts at most the
-// server's policy.gpu_hold_max_ms (500 ms) of a busy period, counted from the earliest
+// server's policy.gpu_hold_max_ms (0 by default: off until measured on a GPU; its tests use
+// 500 ms) of a busy period, counted from the earliest
 // SlotGate::busy_start_ns of the busy clients: past it, keepers open both words whenever held,
 // and their processes' launches wait at the gate on the CPU, nothing queued behind a word
 // (Registration::hold_released), until those clients are idle. The trainers' queued work runs
