@@ -32,8 +32,8 @@ inline constexpr uint64_t kDefaultHpGraceNs = 500'000;      // CPU gaps inside o
 inline constexpr bool kDefaultGpuHold = true;
 // The longest a GPU hold lasts through one high-priority busy period (interpose/gpu_hold.h, "A
 // hold that lasts"): 500 ms, some 500 requests with no gap of a grace for a BERT graph service.
-// Measured on an H200 (docs/benchmarks.md, "A stall at start"): no stall in 7 same-start runs
-// (2 of 4 stalled without it); beside two trainers, on eager, mps and DDP shapes, the same figures.
+// Measured on H200s (docs/benchmarks.md, "A bound on the GPU hold"): no stall in 6 same-start
+// runs with their data kept (2 of 4 stalled without it); where it cannot fire, the same figures.
 inline constexpr uint64_t kDefaultGpuHoldMaxNs = 500'000'000;
 inline constexpr uint64_t kMaxGpuHoldMaxNs = 60'000'000'000;  // the knob's range: 0 to 60 s
 
