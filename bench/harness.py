@@ -16,7 +16,9 @@ import random
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
@@ -86,6 +88,55 @@ def shown_path(path):
 def lib_env(bundle):
     """What the bundle's server and orion-ctl need in their environment."""
     return {"LD_LIBRARY_PATH": os.path.join(bundle, "lib")}
+
+
+def snapshot_every(path, server, seconds=5.0, pids=()):
+    """Every `seconds` until the returned event is set, appended to `path`: orion-ctl policy and
+    clients, the orion_ series of /metrics (no buckets) and, for each process of `pids` (a
+    callable giving them, or a list), each thread's state and user/system ticks (what the gate
+    and the processes did while the run went on; a stall shows there). A part that fails is
+    written down in its place, never raised: a snapshot must never end the run."""
+    stop = threading.Event()
+
+    def part(what, read):
+        try:
+            return read()
+        except BaseException as e:  # SystemExit from Server.ctl included (it names itself)
+            return f"{e}\n" if str(e).startswith(what) else f"{what} failed: {e}\n"
+
+    def metrics():
+        text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+        return "".join(l for l in text.splitlines(True)
+                       if l.startswith("orion_") and "bucket" not in l)
+
+    def loop():
+        while not stop.wait(seconds):
+            text = (f"== t={time.monotonic():.1f}\n"
+                    + part("orion-ctl policy", lambda: server.ctl("policy"))
+                    + part("orion-ctl clients", lambda: server.ctl("clients"))
+                    + part("/metrics", metrics)
+                    + part("threads", lambda: "".join(
+                        thread_states(p) for p in (pids() if callable(pids) else pids))))
+            with open(path, "a") as f:
+                f.write(text)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return stop
+
+
+def thread_states(pid):
+    """A process's threads, a line each: tid, name, state, user and system ticks (/proc)."""
+    lines = [f"-- pid {pid}\n"]
+    try:
+        for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            lines.append(f"{tid} {name} {fields[0]} {fields[11]} {fields[12]}\n")
+    except (OSError, ValueError):
+        lines.append("(gone)\n")
+    return "".join(lines)
 
 
 def orion_run(bundle, priority, interposer=None, run_args=()):

@@ -16,7 +16,8 @@ blocked on host memory cost the service anything?) and `blocked-graph` (the same
 service whose request is one CUDA graph, against `graph-alone`; `-two`: two blocked trainers, each
 its own process; `-sync`: the trainer's thread
 meanwhile waits for its stream in the driver,
-as a step loop does; `-irq`: the service waits for each request on a blocking-sync event, as
+as a step loop does; `-poll`: a thread of the trainer queries the event after its queued work
+every 20 us, as orion's completion poller follows a held trainer's records; `-irq`: the service waits for each request on a blocking-sync event, as
 orion's completion poller does), `blocked-WORK` (the same with WORK queued
 behind the wait instead of spin kernels: `linear-bias`, `sdpa`, copies for the copy engine or
 fresh memory (`copy-h2d`, `copy-pinned`, `copy-d2h`, `alloc`: beside a graph service,
@@ -158,6 +159,9 @@ VARIANTS = (
     ("blocked-graph-two-sync",
      "two blocked ({kus:g} us), each its own process in cuCtxSynchronize, the service a CUDA graph",
      ["--graph"], ["--sync"]),
+    ("blocked-graph-poll",
+     "blocked ({kus:g} us), its queued work's event queried every 20 us, the service a CUDA graph",
+     ["--graph"], ["--poll-us", "20"]),
     ("blocked-llm-sync",
      "blocked, llm behind, its thread in cuCtxSynchronize, the service a CUDA graph",
      ["--graph"], ["--behind", "llm", "--sync"]),

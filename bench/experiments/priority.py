@@ -479,28 +479,10 @@ class Bench:
         return done / (end - start) if end > start else 0.0
 
     def snapshot_during(self, label):
-        """Every 5 s until the returned event is set: orion-ctl gpus/clients and /metrics, appended
-        to snapshot-LABEL.txt (what the gate saw while the service ran)."""
-        stop = threading.Event()
-        path = os.path.join(self.out, f"snapshot-{file_tag(label)}.txt")
-
-        def loop():
-            import urllib.request
-            while not stop.wait(5):
-                try:
-                    metrics = urllib.request.urlopen(
-                        f"http://127.0.0.1:{self.args.admin_port + 1}/metrics", timeout=5).read()
-                    text = "".join(l for l in metrics.decode().splitlines(True)
-                                   if l.startswith("orion_") and "bucket" not in l)
-                    with open(path, "a") as f:
-                        f.write(f"== t={time.monotonic():.1f}\n{self.ctl('policy')}"
-                                f"{self.ctl('clients')}{text}")
-                except BaseException as e:  # a snapshot must never end the run
-                    with open(path, "a") as f:
-                        f.write(f"snapshot failed: {e}\n")
-
-        threading.Thread(target=loop, daemon=True).start()
-        return stop
+        """Every 5 s until the returned event is set: orion-ctl policy/clients and /metrics,
+        appended to snapshot-LABEL.txt (what the gate saw while the service ran)."""
+        return harness.snapshot_every(os.path.join(self.out, f"snapshot-{file_tag(label)}.txt"),
+                                      self.server)
 
     # ---- the run -----------------------------------------------------------------------------
     def record(self, row):

@@ -35,7 +35,9 @@ copies each window's profiler summary and kernels to profiles/ in --out (for ori
 wait-behind, with --together: what each request waited behind; a group's second trainer as
 trainer2, profiles/trainers.json naming them). A group's trainers are profiled, not compared
 with the timeline: their busy seconds in /metrics are the group's.
-Writes results.jsonl (one line per window) and results.md to --out (default $OUT or a temp dir).
+Writes results.jsonl (one line per window) and results.md to --out (default $OUT or a temp dir),
+and snapshots.txt: every 10 s, orion-ctl policy and clients, /metrics' orion_ series and each
+client process's threads (state, user and system ticks).
 """
 import argparse
 import json
@@ -243,8 +245,11 @@ def main(argv=None):
                              "--trace", path))
         return json.load(open(path))
 
-    rows = []
+    rows, snapshots = [], None
     try:
+        # What the gate and the processes do meanwhile, every 10 s (a stall shows there).
+        snapshots = harness.snapshot_every(os.path.join(out, "snapshots.txt"), server, 10,
+                                           pids=lambda: [p.pid for p in procs[1:]])
         graph = args.service.endswith("-graph")
         svc = client("service", ["serve", args.service.removesuffix("-graph"), "--rate",
                                  str(args.rate), "--requests", "1000000",
@@ -302,6 +307,8 @@ def main(argv=None):
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
+        if snapshots:
+            snapshots.set()
         for p in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

@@ -8,7 +8,7 @@ made of spin kernels (torch.cuda._sleep), sharing one word of host memory that t
                         [--wait and|eq|geq|and-flush|eq64] [--queue Q] --stop FILE
                         --cycles-per-us C
                         [--behind sleep|sleep-waits|linear-bias|sdpa|copy-*|alloc|MODEL]
-                        [--waits N] [--sync]
+                        [--waits N] [--sync] [--poll-us U]
 
 The word is a file of one page under /dev/shm, mapped by both processes and registered with the
 driver (cuMemHostRegister, device-mapped), so a stream can wait on it (cuStreamWaitValue32,
@@ -26,7 +26,9 @@ heads x 4096 tokens, causal, bf16), copies on the copy engine (`copy-h2d` from p
 as a model's `.cuda()`; `copy-pinned`, queued from pinned memory; `copy-d2h`, as `.cpu()`),
 fresh device memory (`alloc`: cuMemAlloc, as a first step's activations), or a
 training step of a torch_models.py trainer (`llm`,
-`mm-long`, `mm-short`, ...), each run once before the wait. `none`: plain time-slicing. `cpu`:
+`mm-long`, `mm-short`, ...), each run once before the wait; `--poll-us U`: a thread of the
+trainer asks the driver every U us whether the event recorded after that work is done
+(cuEventQuery), as orion's completion poller follows a held trainer's records every 20 us. `none`: plain time-slicing. `cpu`:
 the gate on the CPU, for comparison: the trainer's thread spins on the word before every launch, so what it
 has queued drains and its stream goes idle while the service holds the word. `--wait` picks the
 stream wait's comparison (all go on once bit 0 is set; `eq64` is the 64-bit wait), `--queue` how
@@ -248,12 +250,24 @@ def blocked(a, stream, cycles):
     watcher.start()
     open(a.stop + ".ready", "w").close()
     work()
+    polled = []
+    if a.poll_us is not None:  # as orion's poller follows records queued behind a hold
+        done = torch.cuda.Event()
+        done.record()
+
+        def poll():
+            while not os.path.exists(a.stop) and not done.query():
+                polled.append(None)
+                time.sleep(a.poll_us / 1e6)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
     if a.sync:  # as a trainer's step loop: its thread waits in the driver for the stream
         torch.cuda.synchronize()
     watcher.join()
     torch.cuda.synchronize()
     return {"role": "trainer", "gate": a.gate, "behind": a.behind, "kernel_us": a.kernel_us,
-            "marks": []}
+            "polls": len(polled), "marks": []}
 
 
 def trainer(a):
@@ -313,6 +327,8 @@ def main():
                    help="blocked, --behind sleep-waits: how many kernels, each behind a wait")
     p.add_argument("--sync", action="store_true",
                    help="blocked: wait for the stream in the driver (cuCtxSynchronize) meanwhile")
+    p.add_argument("--poll-us", type=float,
+                   help="blocked: a thread queries the event after the queued work every U us")
     p.add_argument("--blocking-event", action="store_true",
                    help="service: wait for each request on a blocking-sync event")
     p.add_argument("--graph", action="store_true", help="service: each request one CUDA graph")

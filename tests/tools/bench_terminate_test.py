@@ -17,15 +17,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import harness  # noqa: E402
-
-
-def check(ok, msg):
-    if not ok:
-        print("FAIL:", msg)
-        sys.exit(1)
+from bench_test_lib import ROOT, check, harness, make_bundle, wait_for
 
 
 def servers_of(bundle):
@@ -42,24 +34,10 @@ def servers_of(bundle):
     return pids
 
 
-def wait_for(what, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = what()
-        if found:
-            return found
-        time.sleep(0.05)
-    return what()
-
-
 def main():
     build = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory(prefix="orion-bench-term-") as work:
-        bundle = os.path.join(work, "bundle")
-        os.mkdir(bundle)
-        os.symlink(os.path.join(build, "server", "orion-server"),
-                   os.path.join(bundle, "orion-server"))
-        os.symlink(os.path.join(build, "tools", "orion-run"), os.path.join(bundle, "orion-run"))
+        bundle = make_bundle(build, work, "orion-server", "orion-run")
         stand_in = os.path.join(bundle, "orion-bench-launch")
         with open(stand_in, "w") as f:
             f.write("#!/bin/sh\nexec sleep 60\n")
