@@ -111,7 +111,9 @@ class MultiGpuJobTest : public ::testing::Test {
     dir_ = orion::testing::MakeTestDir("orion-multigpu");
     ASSERT_FALSE(dir_.empty());
     const std::string config = orion::testing::WriteServerConfig(
-        dir_, gpu_hold ? "{gpu_hold: true}" : "{gpu_hold: false}");
+        // The hold's bound off: a rank held on the GPU would otherwise be let go after 500 ms,
+        // and what is tested is that it is never held at all.
+        dir_, gpu_hold ? "{gpu_hold: true, gpu_hold_max_ms: 0}" : "{gpu_hold: false}");
     std::vector<std::string> env =
         orion::testing::ClientEnv(dir_, "4Gi", ORION_INTERPOSE_LIB, ORION_CUDA_DOUBLE_DIR);
     env.push_back("ORION_SIM_DEVICES=2");
