@@ -138,8 +138,8 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 // and their processes' launches wait at the gate on the CPU, nothing queued behind a word
 // (Registration::hold_released), until those clients are idle. The trainers' queued work runs
 // once beside the service, then the gate on the CPU admits between graphs within the budget, as
-// it does beside eager services. With the bound, none of 6 such runs stalled (H200): in 5 of them the
-// trainers were released in the service's first seconds, as `llm` began its first step.
+// it does beside eager services. With the bound, none of 6 such runs stalled (H200): in 5 of
+// them the trainers were released in the service's first seconds, as `llm` began its first step.
 // A service whose busy periods last that long by themselves (long bursts of graphs, or run past
 // its capacity) takes that path in each of them.
 enum class HoldAllows : uint8_t { kHeld, kBetweenGraphs, kOpen, kTooLong };

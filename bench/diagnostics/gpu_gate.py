@@ -17,8 +17,8 @@ service whose request is one CUDA graph, against `graph-alone`; `-two`: two bloc
 its own process; `-sync`: the trainer's thread
 meanwhile waits for its stream in the driver,
 as a step loop does; `-poll`: a thread of the trainer queries the event after its queued work
-every 20 us, as orion's completion poller follows a held trainer's records; `-irq`: the service waits for each request on a blocking-sync event, as
-orion's completion poller does), `blocked-WORK` (the same with WORK queued
+every 20 us, as orion's completion poller follows a held trainer's records; `-irq`: the
+service waits for each request on a blocking-sync event, as orion's completion poller does), `blocked-WORK` (the same with WORK queued
 behind the wait instead of spin kernels: `linear-bias`, `sdpa`, copies for the copy engine or
 fresh memory (`copy-h2d`, `copy-pinned`, `copy-d2h`, `alloc`: beside a graph service,
 `blocked-graph-copy-h2d`...), a torch_models.py trainer's step, `llm`, `mm-long`, `mm-short`,

@@ -28,9 +28,9 @@ fresh device memory (`alloc`: cuMemAlloc, as a first step's activations), or a
 training step of a torch_models.py trainer (`llm`,
 `mm-long`, `mm-short`, ...), each run once before the wait; `--poll-us U`: a thread of the
 trainer asks the driver every U us whether the event recorded after that work is done
-(cuEventQuery), as orion's completion poller follows a held trainer's records every 20 us. `none`: plain time-slicing. `cpu`:
-the gate on the CPU, for comparison: the trainer's thread spins on the word before every launch, so what it
-has queued drains and its stream goes idle while the service holds the word. `--wait` picks the
+(cuEventQuery), as orion's completion poller follows a held trainer's records every 20 us.
+`none`: plain time-slicing. `cpu`: the gate on the CPU, for comparison: the trainer's thread
+spins on the word before every launch, so what it has queued drains and its stream goes idle while the service holds the word. `--wait` picks the
 stream wait's comparison (all go on once bit 0 is set; `eq64` is the 64-bit wait), `--queue` how
 many kernels the trainer keeps queued at most (default 192).
 
@@ -250,14 +250,15 @@ def blocked(a, stream, cycles):
     watcher.start()
     open(a.stop + ".ready", "w").close()
     work()
-    polled = []
+    polls = 0
     if a.poll_us is not None:  # as orion's poller follows records queued behind a hold
         done = torch.cuda.Event()
         done.record()
 
         def poll():
+            nonlocal polls
             while not os.path.exists(a.stop) and not done.query():
-                polled.append(None)
+                polls += 1
                 time.sleep(a.poll_us / 1e6)
 
         poller = threading.Thread(target=poll, daemon=True)
@@ -267,7 +268,7 @@ def blocked(a, stream, cycles):
     watcher.join()
     torch.cuda.synchronize()
     return {"role": "trainer", "gate": a.gate, "behind": a.behind, "kernel_us": a.kernel_us,
-            "polls": len(polled), "marks": []}
+            "polls": polls, "marks": []}
 
 
 def trainer(a):

@@ -45,10 +45,10 @@ def main():
         path = os.path.join(work, "snapshots.txt")
         try:
             stop = harness.snapshot_every(path, server, 0.2, pids=lambda: [sleeper.pid])
-            check(wait_for(lambda: os.path.exists(path) and
-                           open(path).read().count("== t=") >= 2, 20),
-                  f"two snapshots in 20 s; got:\n{open(path).read() if os.path.exists(path) else ''}")
-            text = open(path).read()
+            two = wait_for(lambda: os.path.exists(path) and
+                           open(path).read().count("== t=") >= 2, 20)
+            text = open(path).read() if os.path.exists(path) else ""
+            check(two, f"two snapshots in 20 s; got:\n{text}")
             first = text[:text.index("== t=", 1)]
             check("orion-ctl policy failed: " in first and "no GPU" in first,
                   f"policy, with no GPU known yet, fails in its place:\n{first}")
