@@ -24,7 +24,10 @@ fresh memory (`copy-h2d`, `copy-pinned`, `copy-d2h`, `alloc`: beside a graph ser
 `blocked-graph-copy-h2d`...), a torch_models.py trainer's step, `llm`, `mm-long`, `mm-short`,
 or `sleep-waits`, spin kernels each behind a wait, more than the channel's queue holds: the
 trainer's launch call blocks; `blocked-few-waits`: 200 of them, the queue not full;
-`blocked-graph-few-waits`, `-sleep-waits`: both beside a graph service),
+`blocked-graph-few-waits`, `-sleep-waits`: both beside a graph service;
+`blocked-graph-cold-WORK`: WORK (`llm`, `linear-bias`, `sdpa`, `resnet50`) built, then run for
+the first time behind the wait, as a trainer's first step held on the GPU: modules loaded at a
+kernel's first launch, libraries set up, fresh memory),
 `cpu-gate` (the trainer's thread holds its
 launches while the word is clear, at most 2 kernels queued: its stream goes idle), and the
 gpu-gate's variants: `gpu-gate-q2` (at most 2 kernels queued), `gpu-gate-eq`, `-geq`, `-flush`,
@@ -137,6 +140,7 @@ def run_arm(arm, a, cpu):
 
 BEHIND = ("linear-bias", "sdpa", "llm", "mm-long", "mm-short", "sleep-waits")
 COPIES = ("copy-h2d", "copy-pinned", "copy-d2h", "alloc")  # copies, or memory, behind the wait
+COLD = ("llm", "linear-bias", "sdpa", "resnet50")  # a first step's setup behind the wait
 TWO_TRAINERS = ("blocked-graph-two", "blocked-graph-two-sync")  # two blocked processes, not one
 # The arms that vary the service or what the blocked trainer does: kind, name ({kus}: the
 # trainer's kernel length), the service's arguments, the trainer's (None: no trainer).
@@ -176,6 +180,9 @@ VARIANTS = (
     *((f"blocked-{w}", f"blocked, {w} behind", [], ["--behind", w]) for w in BEHIND),
     *((f"blocked-graph-{w}", f"blocked, {w} behind, the service a CUDA graph", ["--graph"],
        ["--behind", w]) for w in COPIES),
+    *((f"blocked-graph-cold-{w}",
+       f"blocked, {w}'s first run behind the wait (a first step), the service a CUDA graph",
+       ["--graph"], ["--behind", w, "--cold"]) for w in COLD),
 )
 ARM_KINDS = ("wait-alone", "timeslice", "gpu-gate", "gpu-gate/4", "blocked", "cpu-gate",
              "gpu-gate-q2", "gpu-gate-eq", "gpu-gate-geq", "gpu-gate-flush", "gpu-gate-64",

@@ -229,6 +229,8 @@ def blocked(a, stream, cycles):
     """Queues a wait on a word nobody sets and --behind's work behind it; the word opens once
     the stop file appears (from a watcher thread: the work may wait for its stream on the CPU)."""
     word = Word(a.word + ".never", driver())
+    if a.cold:  # its first run behind the wait: its kernels' first launches, libraries' setup
+        return blocked_cold(a, stream, cycles, word)
     if a.behind == "sleep-waits":  # a wait before every kernel, as orion's GPU hold queues them
         def work():
             for _ in range(a.waits):  # 8192: more than a channel's queue holds, the launches block
@@ -269,6 +271,33 @@ def blocked(a, stream, cycles):
     torch.cuda.synchronize()
     return {"role": "trainer", "gate": a.gate, "behind": a.behind, "kernel_us": a.kernel_us,
             "polls": polls, "marks": []}
+
+
+def blocked_cold(a, stream, cycles, word):
+    """As a trainer's first step held on the GPU: the work built (model and data on the GPU),
+    then the stream blocked before its first run, so what a first step does in the driver
+    (modules loaded on a kernel's first launch, cuBLAS and cuDNN set up, memory allocated)
+    happens with the context's work blocked."""
+    work = behind_work(a.behind, cycles)
+    torch.cuda.synchronize()
+    word.set(0)
+    word.wait_on(stream, a.wait)
+
+    def watch():
+        while not os.path.exists(a.stop):
+            time.sleep(0.02)
+        word.set(1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    open(a.stop + ".ready", "w").close()
+    started = time.monotonic()
+    work()  # may wait on the CPU for the blocked stream: then it hangs until the stop opens
+    queued_s = time.monotonic() - started  # the word
+    watcher.join()
+    torch.cuda.synchronize()
+    return {"role": "trainer", "gate": a.gate, "behind": a.behind, "cold": True,
+            "kernel_us": a.kernel_us, "queued_s": round(queued_s, 3), "marks": []}
 
 
 def trainer(a):
@@ -330,6 +359,8 @@ def main():
                    help="blocked: wait for the stream in the driver (cuCtxSynchronize) meanwhile")
     p.add_argument("--poll-us", type=float,
                    help="blocked: a thread queries the event after the queued work every U us")
+    p.add_argument("--cold", action="store_true",
+                   help="blocked: --behind's work first run behind the wait (a first step)")
     p.add_argument("--blocking-event", action="store_true",
                    help="service: wait for each request on a blocking-sync event")
     p.add_argument("--graph", action="store_true", help="service: each request one CUDA graph")
