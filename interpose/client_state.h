@@ -41,11 +41,15 @@ struct alignas(64) Registration {
   uint32_t slot_index = 0;
   uint32_t generation = 0;
   // 1 since the process's hold keeper for this GPU found the hold held past its bound
-  // (GpuState::gpu_hold_max_ns, gpu_hold.h "A hold that lasts"), until its next verdict that is
-  // not: best-effort launches wait at the gate on the CPU instead of behind the word while the
-  // high-priority clients stay busy. Written by the keeper, read by launches (HoldReleased;
+  // (GpuState::gpu_hold_max_ns, gpu_hold.h "A hold that lasts"), until its first verdict that
+  // is not once EnvConfig::hold_release_ns has gone: best-effort launches wait at the gate on
+  // the CPU instead of behind the word while the high-priority clients stay busy, and for that
+  // long in any case. Written by the keeper, read by launches (HoldReleased;
   // plain, so that a renewal resets it).
   uint32_t hold_released = 0;
+  // When the keeper last set hold_released (MonotonicNs): a release lasts at least
+  // EnvConfig::hold_release_ns from it. Read by a launch only while released.
+  uint64_t hold_released_ns = 0;
   // Not read by a launch.
   int socket_fd = -1;  // kept open: the server frees the slot when it closes
   // Our pod's memory quota (shared by the registrations of the pod's processes; ours alone
@@ -59,6 +63,15 @@ struct alignas(64) Registration {
   bool HoldReleased() const { return __atomic_load_n(&hold_released, __ATOMIC_RELAXED) != 0; }
   void SetHoldReleased(bool released) {
     __atomic_store_n(&hold_released, released ? 1u : 0u, __ATOMIC_RELAXED);
+  }
+  uint64_t HoldReleasedNs() const { return __atomic_load_n(&hold_released_ns, __ATOMIC_RELAXED); }
+  // A released process's launches still wait at the gate on the CPU at `now_ns`: within
+  // `least_ns` of the release whatever the high-priority clients do, after it while `busy()`.
+  template <typename Busy>
+  bool StillReleased(uint64_t now_ns, uint64_t least_ns, Busy busy) const {
+    if (!HoldReleased()) return false;
+    const uint64_t since = HoldReleasedNs();
+    return (now_ns >= since && now_ns - since < least_ns) || busy();
   }
 };
 

@@ -139,22 +139,30 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
 }
 
 // The keeper's verdict on the hold's bound (gpu_hold.h, "A hold that lasts"): the process's
-// launches wait at the gate on the CPU while it is past, and each release is counted and said
-// once a process. The flag, on a line every launch reads, is written only when it changes.
-void NoteHoldReleased(Registration& reg, bool released) {
+// launches wait at the gate on the CPU while it is past, and for EnvConfig::hold_release_ns from
+// the release at least; each release is counted and said once a process. The flag, on a line
+// every launch reads, is written only when it changes.
+void NoteHoldReleased(Registration& reg, bool released, uint64_t now_ns) {
   if (released == reg.HoldReleased()) return;
-  reg.SetHoldReleased(released);
-  if (!released) return;
+  if (!released) {
+    const uint64_t since = reg.HoldReleasedNs();
+    if (now_ns >= since && now_ns - since < Config().hold_release_ns) return;
+    reg.SetHoldReleased(false);
+    return;
+  }
+  __atomic_store_n(&reg.hold_released_ns, now_ns, __ATOMIC_RELAXED);
+  reg.SetHoldReleased(true);
   reg.area->counters.hold_releases.fetch_add(1, std::memory_order_relaxed);
   static std::atomic<bool> said{false};
   if (Config().quiet || said.exchange(true, std::memory_order_relaxed)) return;
   WriteStderrLine(
       "orion: gpu_hold: the high-priority clients of GPU %d stayed busy for over %llu ms: the "
-      "hold is opened, and this process's launches wait at the gate on the CPU until they are "
-      "idle (said once)\n",
+      "hold is opened, and this process's launches wait at the gate on the CPU for %llu ms at "
+      "least and until they are idle (said once)\n",
       reg.device,
       static_cast<unsigned long long>(reg.gpu->gpu_hold_max_ns.load(std::memory_order_relaxed) /
-                                      1'000'000));
+                                      1'000'000),
+      static_cast<unsigned long long>(Config().hold_release_ns / 1'000'000));
 }
 
 // The keeper's wait while a word is held (`held`: gpu_hold's epoch, `admitted`:
@@ -185,7 +193,7 @@ void KeepHold(DeviceHold& h, Registration* reg, uint32_t held, uint32_t admitted
         reg->StillOwned() ? KeeperMayOpen(*reg->board, *reg->gpu, gate, reg->slot_index, now,
                                           &wake_by, cuts, draining)
                           : HoldOpening{true, true};
-    NoteHoldReleased(*reg, open.released);
+    NoteHoldReleased(*reg, open.released, now);
     // Each open tried ends a wait or meets a change that the loop's head sees.
     bool tried = false;
     if (open.admitted && admitted != 0) {

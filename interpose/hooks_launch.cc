@@ -196,11 +196,14 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     return GpuHoldOn(gpu) && HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index);
   };
   // A hold released past its bound (gpu_hold.h, "A hold that lasts") sends launches to the gate
-  // on the CPU while the high-priority clients stay busy; idle, the release is over, whether or
-  // not the keeper has looked since.
+  // on the CPU for ORION_GPU_HOLD_RELEASE_MS from the release and while the high-priority clients
+  // stay busy; then idle, the release is over, whether or not the keeper has looked since.
   auto released = [&] {
-    return reg->HoldReleased() &&
-           HighPriorityBusy(*reg->gate, gpu, reg->slot_index, MonotonicNs()).busy;
+    if (!reg->HoldReleased()) return false;
+    const uint64_t now = MonotonicNs();
+    return reg->StillReleased(now, Config().hold_release_ns, [&] {
+      return HighPriorityBusy(*reg->gate, gpu, reg->slot_index, now).busy;
+    });
   };
   const bool hold_on_gpu = beside_high && !paused &&
                            !g_process.runs_collectives.load(std::memory_order_relaxed) &&

@@ -402,6 +402,42 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
   EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
 }
 
+// The same, with a release that lasts at least 3 s (ORION_GPU_HOLD_RELEASE_MS): the launches
+// after the service went idle still wait at the gate on the CPU (admitted at once, the service
+// idle), none behind the word: only those before the release were held on the GPU.
+TEST_F(InterposeIntegrationTest, GpuHoldReleasedStaysOnTheCpuForItsLeastTime) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  HoldOnTheGpu(registrar);
+  registrar.board().gpus[0].gpu_hold_max_ns.store(100'000'000);
+  auto& words = registrar.gate().words;
+  words.gpu_hold.store(7);
+  const uint64_t t0 = NowNs();
+  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true,
+                                                std::chrono::milliseconds(800), /*period=*/true);
+  std::thread service([&] {
+    for (uint32_t epoch = 8; NowNs() - t0 < 760'000'000; ++epoch) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      words.gpu_hold.store(epoch);
+      orion::interpose::FutexWakeAll(&words.gpu_hold);
+    }
+  });
+  const ProbeRun run = RunProbe(
+      "ORION_SOCKET=" + registrar.socket_path() + " ORION_GPU_HOLD_RELEASE_MS=3000", "40 paced");
+  service.join();
+  hp_done.join();
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_NE(registrar.area(0), nullptr);
+  EXPECT_EQ(registrar.area(0)->counters.hold_releases.load(), 1u);
+  EXPECT_NE(run.err.find("for 3000 ms at least"), std::string::npos) << run.err;
+  ASSERT_TRUE(run.values.count("stream_waits")) << run.err;
+  // About 10 launches before the release at 100 ms; the 30 after the service (800 ms) would go
+  // behind the word again without the least time (the test above).
+  EXPECT_LE(std::stoull(run.values.at("stream_waits")), 20u) << "held on the GPU again";
+  EXPECT_GE(std::stoull(run.values.at("stream_waits")), 1u) << "never held on the GPU";
+  EXPECT_EQ(words.gate_waiters.load(), 0u);
+  EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
+}
+
 // Without a bound (gpu_hold_max_ns 0, as a server that predates it leaves it), the same client
 // stays behind the word while the service is busy: every launch queued there, nothing released,
 // and its synchronize returns only once the service is idle.
