@@ -6,6 +6,7 @@
       [--timing-log] [--label TEXT] [--trainer-joins] [--trainer MODEL[+MODEL]] [--keep-profiles]
       [--policy KEY=VALUE ...]
   orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
+  orion_bench.py timeline --starts RUN_DIR ...       (kept same-start runs: releases, latency)
 
 A trainer (ResNet50 at batch 64 unless --trainer, best effort, an NVTX range "step" per step)
 and a ResNet50 service (batch 4, high priority, an NVTX range "request" per request, Poisson
@@ -132,6 +133,44 @@ def best_effort_client(server, timeout_s=30):
     raise SystemExit("--trainer-joins: no best-effort client registered")
 
 
+def start_run(folder):
+    """One kept run of the same-start window: its arm (the folder's `arm` file, else its name),
+    the releases of the hold (the trainers' orion_client_gpu_hold_releases_total, last
+    snapshot), and the service's latency over the whole run (its result line)."""
+    def read(name):
+        path = os.path.join(folder, name)
+        return open(path).read() if os.path.exists(path) else ""
+    arm = read("arm").strip() or os.path.basename(os.path.normpath(folder))
+    snapshots = read("snapshots.txt").split("== t=")[-1] or read("metrics.txt")
+    releases = [int(float(line.rsplit(" ", 1)[1])) for line in snapshots.splitlines()
+                if line.startswith("orion_client_gpu_hold_releases_total")
+                and 'priority="best-effort"' in line]
+    result = next((line for line in (read("log.txt") or read("timeline-bench.log")).splitlines()
+                   if line.startswith("[service] result")), None)
+    if result is None:
+        raise SystemExit(f"{folder}: no '[service] result' line in log.txt")
+    fields = dict(kv.split("=", 1) for kv in result.split()[2:] if "=" in kv)
+    return {"run": os.path.basename(os.path.normpath(folder)), "arm": arm,
+            "releases": max(releases) if releases else None, "requests": int(fields["requests"]),
+            **{k: float(fields[k]) for k in ("p50_ms", "p99_ms", "p999_ms")}}
+
+
+def starts_table(folders):
+    """Runs of the same-start window by arm: each run's releases and p99, the medians."""
+    runs = [start_run(f) for f in folders]
+    arms = list(dict.fromkeys(r["arm"] for r in runs))
+    out = ["| arm | runs | releases per run | service p99 per run | p50, p99, p99.9: median |",
+           "|---|---|---|---|---|"]
+    for arm in arms:
+        rs = [r for r in runs if r["arm"] == arm]
+        rel = ", ".join("-" if r["releases"] is None else str(r["releases"]) for r in rs)
+        p99 = ", ".join(f"{r['p99_ms']:.0f}" for r in rs)
+        med = ", ".join(f"{statistics.median(r[k] for r in rs):.1f}"
+                        for k in ("p50_ms", "p99_ms", "p999_ms"))
+        out.append(f"| {arm} | {len(rs)} | {rel} | {p99} ms | {med} ms |")
+    return "\n".join(out)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bundle")
@@ -149,6 +188,9 @@ def main(argv=None):
                    help="both processes under the profiler in the same window")
     p.add_argument("--out")
     p.add_argument("--table")
+    p.add_argument("--starts", nargs="+", metavar="RUN_DIR",
+                   help="a table of kept same-start runs (each folder's log.txt, snapshots.txt "
+                        "or metrics.txt, and an optional `arm` file naming its arm)")
     p.add_argument("--label", help="the rows' build column (an A/B: say what this run is)")
     p.add_argument("--timing-log", action="store_true",
                    help="both processes write the GPU timing diagnostic (ORION_TIMING_LOG) to "
@@ -166,6 +208,9 @@ def main(argv=None):
                    help="with --together: the trainer paused through the warm-up, resumed as "
                         "the windows start")
     args = p.parse_args(argv)
+    if args.starts:
+        print(starts_table(args.starts))
+        return
     if args.trainer_joins and not args.together:
         p.error("--trainer-joins goes with --together")
     trainers = args.trainer.split("+")
