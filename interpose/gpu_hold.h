@@ -133,15 +133,18 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 // held on the GPU, above), both trainers' work blocked on the word: saturated, it left no gap.
 // What takes the slice is not found (with the driver alone, a blocked context, two, or copies
 // behind the word cost a graph service nothing: bench gpu-gate). So a hold lasts at most the
-// server's policy.gpu_hold_max_ms (500 ms by default) of a busy period, counted from the earliest
+// server's policy.gpu_hold_max_ms (100 ms by default) of a busy period, counted from the earliest
 // SlotGate::busy_start_ns of the busy clients: past it, keepers open both words whenever held,
 // and their processes' launches wait at the gate on the CPU, nothing queued behind a word
-// (Registration::hold_released), until those clients are idle. The trainers' queued work runs
-// once beside the service, then the gate on the CPU admits between graphs within the budget, as
-// it does beside eager services. With the bound, none of 6 such runs stalled (H200): in 5 of
-// them the trainers were released in the service's first seconds, as `llm` began its first step.
-// A service whose busy periods last that long by themselves (long bursts of graphs, or run past
-// its capacity) takes that path in each of them.
+// (Registration::hold_released), for EnvConfig::hold_release_ns (30 s) and until those clients
+// are idle. The trainers' queued work runs once beside the service, then the gate on the CPU
+// admits between graphs within the budget, as it does beside eager services. At 500 ms none of
+// 8 such runs stalled (H200), but in 6 the trainers were released in the service's first
+// seconds, as `llm` began its first step, up to 10 times, and the service read p99 148 ms over
+// the run (median); at 100 ms and released until idle, 1 and 12 releases, p99 10 and 118 ms; at
+// 100 ms and 30 s, 2 and 1 releases, p99 22 and 24 ms. A service whose busy periods last that
+// long by themselves (long bursts of graphs, or run past its capacity) takes that path in each
+// of them.
 enum class HoldAllows : uint8_t { kHeld, kBetweenGraphs, kOpen, kTooLong };
 inline HoldAllows HoldAllowsNow(const contract::Board& board, const contract::GpuState& gpu,
                                 const contract::GateArea& gate, uint32_t own_slot,

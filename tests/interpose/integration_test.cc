@@ -352,7 +352,8 @@ TEST_F(InterposeIntegrationTest, TimeHeldOnTheGpuAndPausedIsCountedOnce) {
 // launches do; a best-effort client launching every 10 ms. Its first launches go behind the
 // word; at the bound its keeper opens the hold, counts the release and says it once, and opens
 // every hold taken after it; the launches wait at the gate on the CPU until the service is idle,
-// and behind the word again from then on.
+// and behind the word again from then on (a release with no least time:
+// ORION_GPU_HOLD_RELEASE_MS=0; the default's 30 s, the test below).
 TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnTheCpu) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   HoldOnTheGpu(registrar);
@@ -379,7 +380,8 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
     }
   });
   const auto start = std::chrono::steady_clock::now();
-  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "40 paced");
+  const ProbeRun run = RunProbe(
+      "ORION_SOCKET=" + registrar.socket_path() + " ORION_GPU_HOLD_RELEASE_MS=0", "40 paced");
   const auto elapsed = std::chrono::steady_clock::now() - start;
   service.join();
   hp_done.join();
@@ -402,9 +404,10 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
   EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
 }
 
-// The same, with a release that lasts at least 3 s (ORION_GPU_HOLD_RELEASE_MS): the launches
-// after the service went idle still wait at the gate on the CPU (admitted at once, the service
-// idle), none behind the word: only those before the release were held on the GPU.
+// The same, with a release that lasts at least 3 s (ORION_GPU_HOLD_RELEASE_MS; 30 s by
+// default): the launches after the service went idle still wait at the gate on the CPU
+// (admitted at once, the service idle), none behind the word: only those before the release
+// were held on the GPU.
 TEST_F(InterposeIntegrationTest, GpuHoldReleasedStaysOnTheCpuForItsLeastTime) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   HoldOnTheGpu(registrar);
