@@ -6,7 +6,8 @@
       [--timing-log] [--label TEXT] [--trainer-joins] [--trainer MODEL[+MODEL]] [--keep-profiles]
       [--policy KEY=VALUE ...]
   orion_bench.py timeline --table results.jsonl      (re-renders a run's table)
-  orion_bench.py timeline --starts RUN_DIR ...       (kept same-start runs: releases, latency)
+  orion_bench.py timeline --starts RUN_DIR ... > runs.jsonl   (kept same-start runs: releases,
+                                                               latency; --table renders them)
 
 A trainer (ResNet50 at batch 64 unless --trainer, best effort, an NVTX range "step" per step)
 and a ResNet50 service (batch 4, high priority, an NVTX range "request" per request, Poisson
@@ -150,14 +151,14 @@ def start_run(folder):
     if result is None:
         raise SystemExit(f"{folder}: no '[service] result' line in log.txt")
     fields = dict(kv.split("=", 1) for kv in result.split()[2:] if "=" in kv)
-    return {"run": os.path.basename(os.path.normpath(folder)), "arm": arm,
+    return {"kind": "start-run", "run": os.path.relpath(folder), "arm": arm,
             "releases": max(releases) if releases else None, "requests": int(fields["requests"]),
             **{k: float(fields[k]) for k in ("p50_ms", "p99_ms", "p999_ms")}}
 
 
-def starts_table(folders):
-    """Runs of the same-start window by arm: each run's releases and p99, the medians."""
-    runs = [start_run(f) for f in folders]
+def starts_table(runs):
+    """Runs of the same-start window (start_run's rows) by arm: each run's releases and p99,
+    the medians."""
     arms = list(dict.fromkeys(r["arm"] for r in runs))
     out = ["| arm | runs | releases per run | service p99 per run | p50, p99, p99.9: median |",
            "|---|---|---|---|---|"]
@@ -189,8 +190,9 @@ def main(argv=None):
     p.add_argument("--out")
     p.add_argument("--table")
     p.add_argument("--starts", nargs="+", metavar="RUN_DIR",
-                   help="a table of kept same-start runs (each folder's log.txt, snapshots.txt "
-                        "or metrics.txt, and an optional `arm` file naming its arm)")
+                   help="kept same-start runs as JSONL rows, one a folder (its log.txt, "
+                        "snapshots.txt or metrics.txt, and an optional `arm` file naming its "
+                        "arm): --table renders them by arm")
     p.add_argument("--label", help="the rows' build column (an A/B: say what this run is)")
     p.add_argument("--timing-log", action="store_true",
                    help="both processes write the GPU timing diagnostic (ORION_TIMING_LOG) to "
@@ -209,7 +211,8 @@ def main(argv=None):
                         "the windows start")
     args = p.parse_args(argv)
     if args.starts:
-        print(starts_table(args.starts))
+        for folder in args.starts:
+            print(json.dumps(start_run(folder)))
         return
     if args.trainer_joins and not args.together:
         p.error("--trainer-joins goes with --together")
@@ -228,7 +231,9 @@ def main(argv=None):
     if len(trainers) > 1 and (args.trainer_joins or not args.together):
         p.error("--trainer A+B goes with --together, without --trainer-joins")
     if args.table:
-        print(render_table(read_rows(args.table, "timeline")))
+        rows = read_rows(args.table, "timeline")
+        starts = [r for r in rows if r.get("kind") == "start-run"]
+        print(starts_table(starts) if starts else render_table(rows))
         return
     if not args.bundle:
         p.error("--bundle is required")
