@@ -27,6 +27,12 @@ namespace orion::interpose {
 inline constexpr int kMaxDevices = 64;
 
 // What a launch reads of it comes first, on one 64-byte line.
+// Whether `now_ns` is within `least_ns` of a release at `since_ns`; a release stamped after
+// `now_ns` was read (the keeper released again meanwhile) is within it.
+inline bool WithinRelease(uint64_t now_ns, uint64_t since_ns, uint64_t least_ns) {
+  return now_ns < since_ns || now_ns - since_ns < least_ns;
+}
+
 struct alignas(64) Registration {
   // What the server decides, mapped read-only: the node's board, our slot on it, our GPU's knobs.
   const contract::Board* board = nullptr;
@@ -61,17 +67,20 @@ struct alignas(64) Registration {
   // False once the server reassigned the slot (server restart): stop writing into it.
   bool StillOwned() const { return slot->generation.load(std::memory_order_relaxed) == generation; }
   bool HoldReleased() const { return __atomic_load_n(&hold_released, __ATOMIC_RELAXED) != 0; }
-  void SetHoldReleased(bool released) {
-    __atomic_store_n(&hold_released, released ? 1u : 0u, __ATOMIC_RELAXED);
+  // Released at `now_ns`: the time first, then the flag (a launch that sees the flag set by
+  // StillReleased's acquire sees that time).
+  void NoteReleased(uint64_t now_ns) {
+    __atomic_store_n(&hold_released_ns, now_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&hold_released, 1u, __ATOMIC_RELEASE);
   }
+  void ClearReleased() { __atomic_store_n(&hold_released, 0u, __ATOMIC_RELAXED); }
   uint64_t HoldReleasedNs() const { return __atomic_load_n(&hold_released_ns, __ATOMIC_RELAXED); }
   // A released process's launches still wait at the gate on the CPU at `now_ns`: within
   // `least_ns` of the release whatever the high-priority clients do, after it while `busy()`.
   template <typename Busy>
   bool StillReleased(uint64_t now_ns, uint64_t least_ns, Busy busy) const {
-    if (!HoldReleased()) return false;
-    const uint64_t since = HoldReleasedNs();
-    return (now_ns >= since && now_ns - since < least_ns) || busy();
+    if (__atomic_load_n(&hold_released, __ATOMIC_ACQUIRE) == 0) return false;
+    return WithinRelease(now_ns, HoldReleasedNs(), least_ns) || busy();
   }
 };
 

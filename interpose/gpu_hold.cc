@@ -145,24 +145,30 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
 void NoteHoldReleased(Registration& reg, bool released, uint64_t now_ns) {
   if (released == reg.HoldReleased()) return;
   if (!released) {
-    const uint64_t since = reg.HoldReleasedNs();
-    if (now_ns >= since && now_ns - since < Config().hold_release_ns) return;
-    reg.SetHoldReleased(false);
+    if (WithinRelease(now_ns, reg.HoldReleasedNs(), Config().hold_release_ns)) return;
+    reg.ClearReleased();
     return;
   }
-  __atomic_store_n(&reg.hold_released_ns, now_ns, __ATOMIC_RELAXED);
-  reg.SetHoldReleased(true);
+  reg.NoteReleased(now_ns);
   reg.area->counters.hold_releases.fetch_add(1, std::memory_order_relaxed);
   static std::atomic<bool> said{false};
   if (Config().quiet || said.exchange(true, std::memory_order_relaxed)) return;
+  const auto bound_ms = static_cast<unsigned long long>(
+      reg.gpu->gpu_hold_max_ns.load(std::memory_order_relaxed) / 1'000'000);
+  const auto least_ms = static_cast<unsigned long long>(Config().hold_release_ns / 1'000'000);
+  if (least_ms == 0) {
+    WriteStderrLine(
+        "orion: gpu_hold: the high-priority clients of GPU %d stayed busy for over %llu ms: the "
+        "hold is opened, and this process's launches wait at the gate on the CPU until they are "
+        "idle (said once)\n",
+        reg.device, bound_ms);
+    return;
+  }
   WriteStderrLine(
       "orion: gpu_hold: the high-priority clients of GPU %d stayed busy for over %llu ms: the "
       "hold is opened, and this process's launches wait at the gate on the CPU for %llu ms at "
       "least and until they are idle (said once)\n",
-      reg.device,
-      static_cast<unsigned long long>(reg.gpu->gpu_hold_max_ns.load(std::memory_order_relaxed) /
-                                      1'000'000),
-      static_cast<unsigned long long>(Config().hold_release_ns / 1'000'000));
+      reg.device, bound_ms, least_ms);
 }
 
 // The keeper's wait while a word is held (`held`: gpu_hold's epoch, `admitted`:

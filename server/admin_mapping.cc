@@ -5,6 +5,8 @@
 #include <iterator>
 #include <string>
 
+#include <google/protobuf/descriptor.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/jobs.h"
@@ -175,17 +177,16 @@ ClientFilter FilterFromProto(const orion::v1::ListClientsRequest& r) {
 }
 
 absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyRequest& r) {
-  static const char* kFields[] = {"mode",         "be_budget_us", "sm_threshold",
-                                  "spin_us",      "hp_stale_ms",  "hp_grace_us",
-                                  "adapt_budget", "gpu_hold",     "gpu_hold_max_ms"};
+  // The knobs are PolicyKnobs' fields (admin.proto): a field named that is not one is refused.
+  const google::protobuf::Descriptor* knobs = orion::v1::PolicyKnobs::descriptor();
+  std::vector<std::string> known;
+  for (int i = 0; i < knobs->field_count(); ++i) known.push_back(knobs->field(i)->name());
   std::vector<std::string> fields(r.fields().begin(), r.fields().end());
-  if (fields.empty()) fields.assign(std::begin(kFields), std::end(kFields));
+  if (fields.empty()) fields = known;
   for (const std::string& f : fields) {
-    if (std::find(std::begin(kFields), std::end(kFields), f) == std::end(kFields)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown field '", f,
-          "' (expected mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, "
-          "adapt_budget, gpu_hold, gpu_hold_max_ms)"));
+    if (knobs->FindFieldByName(f) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown field '", f, "' (expected ",
+                                                     absl::StrJoin(known, ", "), ")"));
     }
   }
   auto has = [&](const char* f) {

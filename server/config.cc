@@ -532,7 +532,8 @@ policy:
                                        # refill); false: held at the gate on the CPU
   gpu_hold_max_ms: 100                 # the longest the GPU hold lasts while HP clients stay
                                        # busy; past it, best-effort work waits at the gate on
-                                       # the CPU for 30 s and until they are idle; 0: no bound
+                                       # the CPU for 30 s (their ORION_GPU_HOLD_RELEASE_MS)
+                                       # and until they are idle; 0: no bound
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
   min_latency_target_ms: 5             # a pod's (or orion-run's) lower target is raised to this
   high_priority_per_gpu: 1             # high-priority pods a GPU may hold; more is flagged

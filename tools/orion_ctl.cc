@@ -8,6 +8,8 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <chrono>
@@ -183,29 +185,42 @@ void PrintClientRow(const orion::v1::Client& c) {
               static_cast<unsigned long>(c.kernels_launched()), c.throttled_ns() / 1e9);
 }
 
-// The knobs `policy` takes as KEY=VALUE, in the order it prints them.
-constexpr char kKnobs[] =
-    "mode, be_budget_us, sm_threshold, spin_us, hp_stale_ms, hp_grace_us, adapt_budget, "
-    "gpu_hold, gpu_hold_max_ms";
+// The knobs `policy` takes as KEY=VALUE are PolicyKnobs' fields, in admin.proto's order, which
+// is the order it prints them in: a knob added there is known here.
+const google::protobuf::FieldDescriptor* Knob(const std::string& key) {
+  return orion::v1::PolicyKnobs::descriptor()->FindFieldByName(key);
+}
 
-bool IsKnob(const std::string& key) {
-  for (const char* k : {"mode", "be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
-                        "hp_grace_us", "adapt_budget", "gpu_hold", "gpu_hold_max_ms"}) {
-    if (key == k) return true;
+std::string KnobNames() {
+  const google::protobuf::Descriptor* d = orion::v1::PolicyKnobs::descriptor();
+  std::string names;
+  for (int i = 0; i < d->field_count(); ++i) {
+    absl::StrAppend(&names, i == 0 ? "" : ", ", d->field(i)->name());
   }
-  return false;
+  return names;
 }
 
 // A GPU's knobs in the KEY=VALUE form `policy` accepts, one a line.
 void PrintKnobs(const orion::v1::PolicyKnobs& k) {
-  const char* mode = k.mode() == orion::v1::GATE_MODE_PASS_THROUGH ? "pass-through"
-                     : k.mode() == orion::v1::GATE_MODE_MPS        ? "mps"
-                                                                   : "priority";
-  std::printf("mode=%s\nbe_budget_us=%llu\nsm_threshold=%u\nspin_us=%u\nhp_stale_ms=%u\n"
-              "hp_grace_us=%u\nadapt_budget=%s\ngpu_hold=%s\ngpu_hold_max_ms=%u\n",
-              mode, static_cast<unsigned long long>(k.be_budget_us()), k.sm_threshold(),
-              k.spin_us(), k.hp_stale_ms(), k.hp_grace_us(), k.adapt_budget() ? "true" : "false",
-              k.gpu_hold() ? "true" : "false", k.gpu_hold_max_ms());
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = k.GetReflection();
+  const google::protobuf::Descriptor* d = k.GetDescriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    std::string value;
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_ENUM:  // mode, the only enum
+        value = k.mode() == orion::v1::GATE_MODE_PASS_THROUGH ? "pass-through"
+                : k.mode() == orion::v1::GATE_MODE_MPS        ? "mps"
+                                                              : "priority";
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL: value = r->GetBool(k, f) ? "true" : "false"; break;
+      case FieldDescriptor::CPPTYPE_UINT32: value = std::to_string(r->GetUInt32(k, f)); break;
+      case FieldDescriptor::CPPTYPE_UINT64: value = std::to_string(r->GetUInt64(k, f)); break;
+      default: value = "?"; break;
+    }
+    std::printf("%s=%s\n", f->name().c_str(), value.c_str());
+  }
 }
 
 bool ParseU32(const std::string& s, uint32_t* out) {
@@ -527,40 +542,31 @@ int main(int argc, char** argv) {
       const size_t eq = args[i].find('=');
       if (eq == std::string::npos) {
         return bad("expected KEY=VALUE (e.g. be_budget_us=500), got '" + args[i] +
-                   "'; the knobs: " + kKnobs);
+                   "'; the knobs: " + KnobNames());
       }
       const std::string key = args[i].substr(0, eq), val = args[i].substr(eq + 1);
       set = true;
       q.add_fields(key);
       auto* k = q.mutable_knobs();
+      const google::protobuf::FieldDescriptor* f = Knob(key);
+      using google::protobuf::FieldDescriptor;
+      if (f == nullptr) return bad("unknown knob '" + key + "'; the knobs: " + KnobNames());
       if (key == "mode") {
         if (val == "pass-through") k->set_mode(orion::v1::GATE_MODE_PASS_THROUGH);
         else if (val == "priority") k->set_mode(orion::v1::GATE_MODE_PRIORITY);
         else if (val == "mps") k->set_mode(orion::v1::GATE_MODE_MPS);
         else return bad("mode: expected pass-through, priority or mps, got '" + val + "'");
-      } else if (key == "adapt_budget" || key == "gpu_hold") {
+      } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
         if (val != "true" && val != "false") {
           return bad(key + ": expected true or false, got '" + val + "'");
         }
-        if (key == "adapt_budget") k->set_adapt_budget(val == "true");
-        else k->set_gpu_hold(val == "true");
+        k->GetReflection()->SetBool(k, f, val == "true");
       } else if (!ParseU32(val, &v)) {
-        if (!IsKnob(key)) return bad("unknown knob '" + key + "'; the knobs: " + kKnobs);
         return bad(key + ": expected a whole number (0 or more), got '" + val + "'");
-      } else if (key == "be_budget_us") {
-        k->set_be_budget_us(v);
-      } else if (key == "sm_threshold") {
-        k->set_sm_threshold(v);
-      } else if (key == "spin_us") {
-        k->set_spin_us(v);
-      } else if (key == "hp_stale_ms") {
-        k->set_hp_stale_ms(v);
-      } else if (key == "hp_grace_us") {
-        k->set_hp_grace_us(v);
-      } else if (key == "gpu_hold_max_ms") {
-        k->set_gpu_hold_max_ms(v);
+      } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_UINT64) {
+        k->GetReflection()->SetUInt64(k, f, v);
       } else {
-        return bad("unknown knob '" + key + "'; the knobs: " + kKnobs);
+        k->GetReflection()->SetUInt32(k, f, v);
       }
     }
     orion::v1::PolicyKnobs r;

@@ -136,31 +136,42 @@ def best_effort_client(server, timeout_s=30):
 
 def start_run(folder):
     """One kept run of the same-start window: its arm (the folder's `arm` file, else its name),
-    the releases of the hold (the trainers' orion_client_gpu_hold_releases_total, last
-    snapshot), and the service's latency over the whole run (its result line)."""
+    the releases of the hold (the most of any trainer's orion_client_gpu_hold_releases_total
+    over the run's snapshots, else in metrics.txt), and the service's latency over the whole
+    run (its result line in log.txt, else timeline-bench.log)."""
     def read(name):
         path = os.path.join(folder, name)
         return open(path).read() if os.path.exists(path) else ""
     arm = read("arm").strip() or os.path.basename(os.path.normpath(folder))
-    snapshots = read("snapshots.txt").split("== t=")[-1] or read("metrics.txt")
-    releases = [int(float(line.rsplit(" ", 1)[1])) for line in snapshots.splitlines()
-                if line.startswith("orion_client_gpu_hold_releases_total")
-                and 'priority="best-effort"' in line]
-    result = next((line for line in (read("log.txt") or read("timeline-bench.log")).splitlines()
+    counts = {}  # client -> its most (a counter: the last snapshot that has it)
+    for line in (read("snapshots.txt") + "\n" + read("metrics.txt")).splitlines():
+        if (line.startswith("orion_client_gpu_hold_releases_total{")
+                and 'priority="best-effort"' in line):
+            labels, _, value = line.rpartition("} ")
+            client = labels.split('client="', 1)[-1]
+            counts[client] = max(counts.get(client, 0), int(float(value)))
+    log = "log.txt" if read("log.txt") else "timeline-bench.log"
+    result = next((line for line in read(log).splitlines()
                    if line.startswith("[service] result")), None)
     if result is None:
-        raise SystemExit(f"{folder}: no '[service] result' line in log.txt")
+        raise SystemExit(f"{folder}: no '[service] result' line in {log}")
     fields = dict(kv.split("=", 1) for kv in result.split()[2:] if "=" in kv)
-    return {"kind": "start-run", "run": os.path.relpath(folder), "arm": arm,
-            "releases": max(releases) if releases else None, "requests": int(fields["requests"]),
-            **{k: float(fields[k]) for k in ("p50_ms", "p99_ms", "p999_ms")}}
+    try:
+        figures = {k: float(fields[k]) for k in ("p50_ms", "p99_ms", "p999_ms")}
+        requests = int(fields["requests"])
+    except (KeyError, ValueError) as e:
+        raise SystemExit(f"{folder}: {log}: the service's result line lacks {e}: {result}")
+    return {"kind": "start-run", "run": os.path.relpath(os.path.abspath(folder), harness.ROOT),
+            "arm": arm, "releases": max(counts.values()) if counts else None,
+            "requests": requests, **figures}
 
 
 def starts_table(runs):
     """Runs of the same-start window (start_run's rows) by arm: each run's releases and p99,
     the medians."""
     arms = list(dict.fromkeys(r["arm"] for r in runs))
-    out = ["| arm | runs | releases per run | service p99 per run | p50, p99, p99.9: median |",
+    out = ["| arm | runs | releases per run (a trainer's most) | service p99 per run | "
+           "p50, p99, p99.9: median |",
            "|---|---|---|---|---|"]
     for arm in arms:
         rs = [r for r in runs if r["arm"] == arm]
@@ -233,6 +244,9 @@ def main(argv=None):
     if args.table:
         rows = read_rows(args.table, "timeline")
         starts = [r for r in rows if r.get("kind") == "start-run"]
+        if starts and len(starts) != len(rows):
+            raise SystemExit(f"timeline: {args.table}: same-start runs (--starts) and windows "
+                             f"mixed in one file: render them apart")
         print(starts_table(starts) if starts else render_table(rows))
         return
     if not args.bundle:

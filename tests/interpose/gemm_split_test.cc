@@ -827,17 +827,6 @@ TEST(ReadEnvConfigTest, GemmSplitOnUnlessTurnedOffAndItsForcedBoundInRange) {
     env = {{"ORION_GPU_HOLD_DRAIN_MS", bad}};
     EXPECT_EQ(ReadEnvConfig(get).hold_drain_ns, 5'000'000'000u) << bad;
   }
-  // How long a released hold keeps launches on the CPU at least: 30 s, or 0 to 600 s.
-  env = {};
-  EXPECT_EQ(ReadEnvConfig(get).hold_release_ns, 30'000'000'000u);
-  env = {{"ORION_GPU_HOLD_RELEASE_MS", "0"}};
-  EXPECT_EQ(ReadEnvConfig(get).hold_release_ns, 0u);
-  env = {{"ORION_GPU_HOLD_RELEASE_MS", "600000"}};
-  EXPECT_EQ(ReadEnvConfig(get).hold_release_ns, 600'000'000'000u);
-  for (const char* bad : {"600001", "-1", "2s", "", "99999999999999999999999"}) {
-    env = {{"ORION_GPU_HOLD_RELEASE_MS", bad}};
-    EXPECT_EQ(ReadEnvConfig(get).hold_release_ns, 30'000'000'000u) << bad;
-  }
   // Both: the split off, the forced bound still read (it wins in GemmSplitBoundNs).
   env = {{"ORION_GEMM_SPLIT", "0"}, {"ORION_GEMM_SPLIT_NS", "50000"}};
   config = ReadEnvConfig(get);

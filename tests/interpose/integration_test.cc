@@ -394,6 +394,7 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
       << late_reopened.load() << " of " << late_holds.load() << " holds opened again";
   EXPECT_EQ(registrar.area(0)->counters.hold_releases.load(), 1u);
   EXPECT_NE(run.err.find("stayed busy for over 100 ms"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("on the CPU until they are idle"), std::string::npos) << run.err;
   // Held at the gate on the CPU from the release to the service's end, then behind the word
   // again: about 10 launches before the release and the 30 after the service, one wait each.
   EXPECT_GE(elapsed, std::chrono::milliseconds(750));
@@ -404,41 +405,64 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
   EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
 }
 
-// The same, with a release that lasts at least 3 s (ORION_GPU_HOLD_RELEASE_MS; 30 s by
-// default): the launches after the service went idle still wait at the gate on the CPU
+// The same with a release that lasts at least `release_ms` (ORION_GPU_HOLD_RELEASE_MS; 30 s by
+// default): the pretend service busy for 800 ms, holding anew every 20 ms, the bound 100 ms, a
+// client launching 40 times 10 ms apart. RunReleased returns the client's run and checks what
+// holds either way: one release, counted, and nothing left waiting or charged.
+class GpuHoldReleaseTest : public InterposeIntegrationTest {
+ protected:
+  ProbeRun RunReleased(TestRegistrar& registrar, int release_ms) {
+    HoldOnTheGpu(registrar);
+    registrar.board().gpus[0].gpu_hold_max_ns.store(100'000'000);
+    auto& words = registrar.gate().words;
+    words.gpu_hold.store(7);
+    const uint64_t t0 = NowNs();
+    std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true,
+                                                  std::chrono::milliseconds(800), /*period=*/true);
+    std::thread service([&] {
+      for (uint32_t epoch = 8; NowNs() - t0 < 760'000'000; ++epoch) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        words.gpu_hold.store(epoch);
+        orion::interpose::FutexWakeAll(&words.gpu_hold);
+      }
+    });
+    const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path() +
+                                      " ORION_GPU_HOLD_RELEASE_MS=" + std::to_string(release_ms),
+                                  "40 paced");
+    service.join();
+    hp_done.join();
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_NE(registrar.area(0), nullptr);
+    if (registrar.area(0) != nullptr) {
+      EXPECT_EQ(registrar.area(0)->counters.hold_releases.load(), 1u);
+    }
+    EXPECT_EQ(words.gate_waiters.load(), 0u);
+    EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
+    return run;
+  }
+};
+
+// A release of 3 s: the launches after the service went idle still wait at the gate on the CPU
 // (admitted at once, the service idle), none behind the word: only those before the release
 // were held on the GPU.
-TEST_F(InterposeIntegrationTest, GpuHoldReleasedStaysOnTheCpuForItsLeastTime) {
+TEST_F(GpuHoldReleaseTest, StaysOnTheCpuForItsLeastTime) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
-  HoldOnTheGpu(registrar);
-  registrar.board().gpus[0].gpu_hold_max_ns.store(100'000'000);
-  auto& words = registrar.gate().words;
-  words.gpu_hold.store(7);
-  const uint64_t t0 = NowNs();
-  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true,
-                                                std::chrono::milliseconds(800), /*period=*/true);
-  std::thread service([&] {
-    for (uint32_t epoch = 8; NowNs() - t0 < 760'000'000; ++epoch) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      words.gpu_hold.store(epoch);
-      orion::interpose::FutexWakeAll(&words.gpu_hold);
-    }
-  });
-  const ProbeRun run = RunProbe(
-      "ORION_SOCKET=" + registrar.socket_path() + " ORION_GPU_HOLD_RELEASE_MS=3000", "40 paced");
-  service.join();
-  hp_done.join();
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  ASSERT_NE(registrar.area(0), nullptr);
-  EXPECT_EQ(registrar.area(0)->counters.hold_releases.load(), 1u);
-  EXPECT_NE(run.err.find("for 3000 ms at least"), std::string::npos) << run.err;
+  const ProbeRun run = RunReleased(registrar, 3000);
   ASSERT_TRUE(run.values.count("stream_waits")) << run.err;
+  EXPECT_NE(run.err.find("for 3000 ms at least"), std::string::npos) << run.err;
   // About 10 launches before the release at 100 ms; the 30 after the service (800 ms) would go
   // behind the word again without the least time (the test above).
   EXPECT_LE(std::stoull(run.values.at("stream_waits")), 20u) << "held on the GPU again";
   EXPECT_GE(std::stoull(run.values.at("stream_waits")), 1u) << "never held on the GPU";
-  EXPECT_EQ(words.gate_waiters.load(), 0u);
-  EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
+}
+
+// A release of 300 ms ends: over by the time the service is idle (800 ms), the launches after
+// it go behind the word again, as with none.
+TEST_F(GpuHoldReleaseTest, EndsAfterItsLeastTime) {
+  TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
+  const ProbeRun run = RunReleased(registrar, 300);
+  ASSERT_TRUE(run.values.count("stream_waits")) << run.err;
+  EXPECT_GE(std::stoull(run.values.at("stream_waits")), 30u) << "not held on the GPU again";
 }
 
 // Without a bound (gpu_hold_max_ns 0, as a server that predates it leaves it), the same client

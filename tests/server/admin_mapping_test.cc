@@ -63,6 +63,12 @@ TEST(AdminMappingTest, UnknownKnobNamesAreRefused) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(c.status().message().find("unknown field 'be_budget'"), std::string::npos);
+  // The knobs it names are PolicyKnobs' fields, every one.
+  EXPECT_NE(c.status().message().find("(expected mode, be_budget_us, sm_threshold, spin_us, "
+                                      "hp_stale_ms, hp_grace_us, adapt_budget, gpu_hold, "
+                                      "gpu_hold_max_ms)"),
+            std::string::npos)
+      << c.status().message();
 }
 
 // A high-priority pod ml/serve-0 in the request.

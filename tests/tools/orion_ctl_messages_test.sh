@@ -31,7 +31,8 @@ out="$(ctl policy mode=fast 2>&1)" && fail "mode=fast was accepted"
 expect "$out" "mode: expected pass-through, priority or mps, got 'fast'"
 # An unknown knob lists the knobs.
 out="$(ctl policy be_budget=500 2>&1)" && fail "an unknown knob was accepted"
-expect "$out" "unknown knob 'be_budget'" "be_budget_us" "hp_grace_us" "adapt_budget"
+expect "$out" "unknown knob 'be_budget'" "be_budget_us" "hp_grace_us" "adapt_budget" \
+  "gpu_hold_max_ms"
 
 # No GPU yet: it appears when the first process registers.
 out="$(ctl policy 2>&1)" && fail "policy with no GPU succeeded"
@@ -56,7 +57,10 @@ out="$(timeout 1 "$CTL" --server "127.0.0.1:$ADMIN_PORT" timeline --follow 2>&1)
 expect "$out" "orion-sample-tr($TRAIN_PID)"
 # `policy` prints the KEY=VALUE form it takes: the output is accepted back as it is.
 out="$(ctl policy)"
-expect "$out" "mode=priority" "be_budget_us=500" "adapt_budget=true"
+expect "$out" "mode=priority" "be_budget_us=500" "adapt_budget=true" "gpu_hold_max_ms=100"
+keys="$(cut -d= -f1 <<< "$out" | tr '\n' ' ')"
+[[ "$keys" == "mode be_budget_us sm_threshold spin_us hp_stale_ms hp_grace_us adapt_budget gpu_hold gpu_hold_max_ms " ]] ||
+  fail "policy's knobs, in admin.proto's order: $keys"
 ctl policy $out > /dev/null || fail "policy does not take its own output: $out"
 wait "$JOB" || fail "the trainer failed: $(cat "$W/train.out")"
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/orion_bench.py timeline --starts without a GPU: kept same-start runs read back from their
-folders (the service's result line, the trainers' last release counts from snapshots.txt or
-metrics.txt, the arm named by an `arm` file or the folder), one JSONL row each, and --table
+folders (the service's result line, each trainer's most releases over snapshots.txt, or in
+metrics.txt, never the service's; the arm named by an `arm` file or the folder; the run's path
+from the repository's root), one JSONL row each, and --table
 grouping them by arm with each run's releases and p99 and the medians; a folder without the
 service's result line is refused with its name."""
 import json
@@ -24,7 +25,8 @@ def release(client, n, priority="best-effort"):
             f'client="{client}"}} {n}\n')
 
 
-def run_folder(base, name, p99, releases, arm=None, metrics=False):
+def run_folder(base, name, p99, releases, arm=None, metrics=False, gone=0):
+    """A kept run; `gone`: the releases of a third trainer seen only in an earlier snapshot."""
     folder = os.path.join(base, name)
     os.makedirs(folder)
     with open(os.path.join(folder, "log.txt"), "w") as f:
@@ -34,19 +36,22 @@ def run_folder(base, name, p99, releases, arm=None, metrics=False):
     if arm:
         with open(os.path.join(folder, "arm"), "w") as f:
             f.write(arm + "\n")
-    counts = "".join(release(c, n) for c, n in enumerate(releases, 1)) + release(9, 0, "high")
+    counts = "".join(release(c, n) for c, n in enumerate(releases or [], 1))
+    counts += release(9, 99, "high")
     if metrics:
         with open(os.path.join(folder, "metrics.txt"), "w") as f:
             f.write(counts)
     elif releases is not None:
         with open(os.path.join(folder, "snapshots.txt"), "w") as f:
-            # an earlier snapshot with fewer releases: only the last counts
-            f.write("== t=10.0\n" + "".join(release(c, 0) for c in (1, 2)) + "== t=20.0\n" + counts)
+            # an earlier snapshot with fewer releases, and a trainer missing from the last one:
+            # each trainer's most counts
+            f.write("== t=10.0\n" + "".join(release(c, 0) for c in (1, 2)) + release(3, gone) +
+                    "== t=20.0\n" + counts)
     return folder
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    folders = [run_folder(tmp, "a1", 200.0, [3, 3], arm="bound 500 ms"),
+    folders = [run_folder(tmp, "a1", 200.0, [3, 3], arm="bound 500 ms", gone=4),
                run_folder(tmp, "a2", 100.0, [1, 2], arm="bound 500 ms", metrics=True),
                run_folder(tmp, "b1", 20.0, [1, 1], arm="bound 100 ms"),
                run_folder(tmp, "b2", 30.0, [], arm="bound 100 ms")]
@@ -55,10 +60,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check(out.returncode == 0, f"--starts failed: {out.stderr}")
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     check(len(rows) == 4, f"one row a folder: {out.stdout}")
-    check(rows[0]["arm"] == "bound 500 ms" and rows[0]["releases"] == 3,
-          f"the last snapshot's count, the high-priority client's left out: {rows[0]}")
+    check(rows[0]["arm"] == "bound 500 ms" and rows[0]["releases"] == 4,
+          f"each trainer's most (one seen only in an earlier snapshot), the high-priority "
+          f"client's left out: {rows[0]}")
     check(rows[1]["releases"] == 2, f"metrics.txt read: {rows[1]}")
-    check(rows[3]["releases"] is None, f"no count kept: {rows[3]}")
+    check(rows[3]["releases"] == 0, f"no trainer's count in the last snapshot: {rows[3]}")
+    check(rows[0]["run"] == os.path.relpath(folders[0], ROOT), f"the run, from the root: {rows[0]}")
     check(rows[0]["p99_ms"] == 200.0 and rows[0]["p999_ms"] == 400.0 and
           rows[0]["requests"] == 1000, f"the result line's figures: {rows[0]}")
     path = os.path.join(tmp, "runs.jsonl")
@@ -68,21 +75,24 @@ with tempfile.TemporaryDirectory() as tmp:
                            capture_output=True, text=True)
     check(table.returncode == 0, f"--table failed: {table.stderr}")
     lines = table.stdout.splitlines()
-    check(lines[2] == "| bound 500 ms | 2 | 3, 2 | 200, 100 ms | 2.0, 150.0, 300.0 ms |",
+    check(lines[2] == "| bound 500 ms | 2 | 4, 2 | 200, 100 ms | 2.0, 150.0, 300.0 ms |",
           f"the 500 ms arm: {table.stdout}")
-    check(lines[3] == "| bound 100 ms | 2 | 1, - | 20, 30 ms | 2.0, 25.0, 50.0 ms |",
+    check(lines[3] == "| bound 100 ms | 2 | 1, 0 | 20, 30 ms | 2.0, 25.0, 50.0 ms |",
           f"the 100 ms arm: {table.stdout}")
     # No arm file: the folder's name is the arm; a folder without the result line is refused.
     bare = os.path.join(tmp, "bare")
     os.makedirs(bare)
     with open(os.path.join(bare, "log.txt"), "w") as f:
         f.write("[service] serving\n")
-    named = run_folder(tmp, "named-run", 10.0, [0, 0])
+    named = run_folder(tmp, "named-run", 10.0, None)
+    out = subprocess.run([sys.executable, SCRIPT, "timeline", "--starts", named],
+                         capture_output=True, text=True)
+    check(json.loads(out.stdout)["releases"] is None, f"no count kept: {out.stdout}")
     out = subprocess.run([sys.executable, SCRIPT, "timeline", "--starts", named],
                          capture_output=True, text=True)
     check(json.loads(out.stdout)["arm"] == "named-run", f"the folder as the arm: {out.stdout}")
     out = subprocess.run([sys.executable, SCRIPT, "timeline", "--starts", named, bare],
                          capture_output=True, text=True)
-    check(out.returncode != 0 and "bare: no '[service] result' line" in out.stderr,
+    check(out.returncode != 0 and "bare: no '[service] result' line in log.txt" in out.stderr,
           f"a folder without a result line: {out.returncode} {out.stderr}")
 print("timeline_starts_test: ok")
