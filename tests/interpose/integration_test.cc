@@ -125,6 +125,16 @@ void HoldOnTheGpu(TestRegistrar& registrar) {
   gpu.hp_stale_ns.store(1'000'000'000);
 }
 
+// The GPU hold with a bound of 100 ms, its word held (epoch 7), beside a pretend graph service
+// busy for 800 ms from now (PretendBusyHighPriority's busy period): join the thread returned.
+std::thread BusyGraphServiceWithABound(TestRegistrar& registrar) {
+  HoldOnTheGpu(registrar);
+  registrar.board().gpus[0].gpu_hold_max_ns.store(100'000'000);
+  registrar.gate().words.gpu_hold.store(7);
+  return PretendBusyHighPriority(registrar, /*graphs=*/true, std::chrono::milliseconds(800),
+                                 /*period=*/true);
+}
+
 ProbeRun InterposeIntegrationTest::RunBesideBusyHighPriority(
     TestRegistrar& registrar, bool graphs, std::chrono::steady_clock::duration* elapsed) {
   std::thread hp_done = PretendBusyHighPriority(registrar, graphs);
@@ -356,13 +366,9 @@ TEST_F(InterposeIntegrationTest, TimeHeldOnTheGpuAndPausedIsCountedOnce) {
 // ORION_GPU_HOLD_RELEASE_MS=0; the default's 30 s, the test below).
 TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnTheCpu) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
-  HoldOnTheGpu(registrar);
-  registrar.board().gpus[0].gpu_hold_max_ns.store(100'000'000);
   auto& words = registrar.gate().words;
-  words.gpu_hold.store(7);
   const uint64_t t0 = NowNs();
-  std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true,
-                                                std::chrono::milliseconds(800), /*period=*/true);
+  std::thread hp_done = BusyGraphServiceWithABound(registrar);
   // The service's holds: a new epoch every 20 ms while it is busy; how soon each was open again.
   std::atomic<uint64_t> first_open_ns{0};
   std::atomic<int> late_holds{0}, late_reopened{0};
@@ -412,13 +418,9 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
 class GpuHoldReleaseTest : public InterposeIntegrationTest {
  protected:
   ProbeRun RunReleased(TestRegistrar& registrar, int release_ms) {
-    HoldOnTheGpu(registrar);
-    registrar.board().gpus[0].gpu_hold_max_ns.store(100'000'000);
     auto& words = registrar.gate().words;
-    words.gpu_hold.store(7);
     const uint64_t t0 = NowNs();
-    std::thread hp_done = PretendBusyHighPriority(registrar, /*graphs=*/true,
-                                                  std::chrono::milliseconds(800), /*period=*/true);
+    std::thread hp_done = BusyGraphServiceWithABound(registrar);
     std::thread service([&] {
       for (uint32_t epoch = 8; NowNs() - t0 < 760'000'000; ++epoch) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
