@@ -26,13 +26,13 @@ namespace orion::interpose {
 
 inline constexpr int kMaxDevices = 64;
 
-// What a launch reads of it comes first, on one 64-byte line.
 // Whether `now_ns` is within `least_ns` of a release at `since_ns`; a release stamped after
 // `now_ns` was read (the keeper released again meanwhile) is within it.
 inline bool WithinRelease(uint64_t now_ns, uint64_t since_ns, uint64_t least_ns) {
   return now_ns < since_ns || now_ns - since_ns < least_ns;
 }
 
+// What a launch reads of it comes first, on one 64-byte line.
 struct alignas(64) Registration {
   // What the server decides, mapped read-only: the node's board, our slot on it, our GPU's knobs.
   const contract::Board* board = nullptr;

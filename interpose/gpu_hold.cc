@@ -6,6 +6,7 @@
 #include "interpose/gpu_hold.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "interpose/client_state.h"
@@ -153,22 +154,19 @@ void NoteHoldReleased(Registration& reg, bool released, uint64_t now_ns) {
   reg.area->counters.hold_releases.fetch_add(1, std::memory_order_relaxed);
   static std::atomic<bool> said{false};
   if (Config().quiet || said.exchange(true, std::memory_order_relaxed)) return;
-  const auto bound_ms = static_cast<unsigned long long>(
-      reg.gpu->gpu_hold_max_ns.load(std::memory_order_relaxed) / 1'000'000);
-  const auto least_ms = static_cast<unsigned long long>(Config().hold_release_ns / 1'000'000);
-  if (least_ms == 0) {
-    WriteStderrLine(
-        "orion: gpu_hold: the high-priority clients of GPU %d stayed busy for over %llu ms: the "
-        "hold is opened, and this process's launches wait at the gate on the CPU until they are "
-        "idle (said once)\n",
-        reg.device, bound_ms);
-    return;
+  char least[64] = "";  // with no least time, the words before it
+  if (Config().hold_release_ns != 0) {
+    snprintf(least, sizeof(least), "for %llu ms at least and ",
+             static_cast<unsigned long long>(Config().hold_release_ns / 1'000'000));
   }
   WriteStderrLine(
       "orion: gpu_hold: the high-priority clients of GPU %d stayed busy for over %llu ms: the "
-      "hold is opened, and this process's launches wait at the gate on the CPU for %llu ms at "
-      "least and until they are idle (said once)\n",
-      reg.device, bound_ms, least_ms);
+      "hold is opened, and this process's launches wait at the gate on the CPU %suntil they are "
+      "idle (said once)\n",
+      reg.device,
+      static_cast<unsigned long long>(reg.gpu->gpu_hold_max_ns.load(std::memory_order_relaxed) /
+                                      1'000'000),
+      least);
 }
 
 // The keeper's wait while a word is held (`held`: gpu_hold's epoch, `admitted`:

@@ -150,8 +150,10 @@ def start_run(folder):
             labels, _, value = line.rpartition("} ")
             client = labels.split('client="', 1)[-1]
             counts[client] = max(counts.get(client, 0), int(float(value)))
-    log = "log.txt" if read("log.txt") else "timeline-bench.log"
-    result = next((line for line in read(log).splitlines()
+    log, text = "log.txt", read("log.txt")
+    if not text:
+        log, text = "timeline-bench.log", read("timeline-bench.log")
+    result = next((line for line in text.splitlines()
                    if line.startswith("[service] result")), None)
     if result is None:
         raise SystemExit(f"{folder}: no '[service] result' line in {log}")

@@ -229,8 +229,6 @@ def blocked(a, stream, cycles):
     """Queues a wait on a word nobody sets and --behind's work behind it; the word opens once
     the stop file appears (from a watcher thread: the work may wait for its stream on the CPU)."""
     word = Word(a.word + ".never", driver())
-    if a.cold:  # its first run behind the wait: its kernels' first launches, libraries' setup
-        return blocked_cold(a, stream, cycles, word)
     if a.behind == "sleep-waits":  # a wait before every kernel, as orion's GPU hold queues them
         def work():
             for _ in range(a.waits):  # 8192: more than a channel's queue holds, the launches block
@@ -238,7 +236,8 @@ def blocked(a, stream, cycles):
                 torch.cuda._sleep(cycles)
     else:
         work = behind_work(a.behind, cycles)
-        work()  # once unblocked: libraries loaded, plans built, memory cached
+        if not a.cold:  # --cold: its first run behind the wait, as a trainer's first step held on
+            work()  # the GPU; else once unblocked: libraries loaded, plans built, memory cached
     torch.cuda.synchronize()
     word.set(0)
     word.wait_on(stream, a.wait)  # never released: everything behind it waits
@@ -251,7 +250,9 @@ def blocked(a, stream, cycles):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     open(a.stop + ".ready", "w").close()
-    work()
+    started = time.monotonic()
+    work()  # may wait on the CPU for the blocked stream (a first step does): then until the stop
+    queued_s = time.monotonic() - started
     polls = 0
     if a.poll_us is not None:  # as orion's poller follows records queued behind a hold
         done = torch.cuda.Event()
@@ -269,35 +270,8 @@ def blocked(a, stream, cycles):
         torch.cuda.synchronize()
     watcher.join()
     torch.cuda.synchronize()
-    return {"role": "trainer", "gate": a.gate, "behind": a.behind, "kernel_us": a.kernel_us,
-            "polls": polls, "marks": []}
-
-
-def blocked_cold(a, stream, cycles, word):
-    """As a trainer's first step held on the GPU: the work built (model and data on the GPU),
-    then the stream blocked before its first run, so what a first step does in the driver
-    (modules loaded on a kernel's first launch, cuBLAS and cuDNN set up, memory allocated)
-    happens with the context's work blocked."""
-    work = behind_work(a.behind, cycles)
-    torch.cuda.synchronize()
-    word.set(0)
-    word.wait_on(stream, a.wait)
-
-    def watch():
-        while not os.path.exists(a.stop):
-            time.sleep(0.02)
-        word.set(1)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    open(a.stop + ".ready", "w").close()
-    started = time.monotonic()
-    work()  # may wait on the CPU for the blocked stream: then it hangs until the stop opens
-    queued_s = time.monotonic() - started  # the word
-    watcher.join()
-    torch.cuda.synchronize()
-    return {"role": "trainer", "gate": a.gate, "behind": a.behind, "cold": True,
-            "kernel_us": a.kernel_us, "queued_s": round(queued_s, 3), "marks": []}
+    return {"role": "trainer", "gate": a.gate, "behind": a.behind, "cold": a.cold,
+            "kernel_us": a.kernel_us, "queued_s": round(queued_s, 3), "polls": polls, "marks": []}
 
 
 def trainer(a):
