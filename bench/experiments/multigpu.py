@@ -24,7 +24,8 @@ Each round measures the services alone and the job alone (no interposer), then e
 configuration with a fresh orion-server: the job warms up, the services start, the job runs
 --seconds of steps and the services stop with it, so the services' window is the job's.
   orion               priority mode, the defaults
-  orion:KEY=VALUE     the same with a policy setting of the server's config (gpu_hold=false)
+  orion:KEY=VALUE     the same with a policy setting of the server's config (gpu_hold=false);
+                      +be_env=ORION_NAME=VALUE after it sets a variable in the job's ranks
   orion@alt        the defaults with the interposer of --alt-interposer (another build)
   timeslice           no interposer
   orion-mps           the MPS daemon and orion in mps mode; the ranks at MPS client priority 1
@@ -38,6 +39,7 @@ round) and results.md to --out (default $OUT or a temp dir).
 """
 import argparse
 import json
+import re
 import os
 import signal
 import statistics
@@ -215,6 +217,8 @@ class Run:
             mps.update(harness.mps_best_effort_env())
         if server is None:
             return [], mps
+        if priority == "best-effort":
+            mps.update(be_env(config))
         interposer = self.args.alt_interposer if config == "orion@alt" else None
         return (harness.orion_run(self.bundle, priority, interposer),
                 dict(mps, ORION_SOCKET=server.socket))
@@ -296,8 +300,9 @@ class Run:
                 return row
         if config.startswith("orion"):
             extra = ""
-            if ":" in config:
-                key, value = config.split(":", 1)[1].split("=", 1)
+            knob = config.split(":", 1)[1].split("+", 1)[0] if ":" in config else ""
+            if knob and not knob.startswith("be_env="):
+                key, value = knob.split("=", 1)
                 extra = f"policy:\n  {key}: {value}\n"
             server = harness.Server(self.bundle, self.work, self.log, admin_port=0,
                                     mode="mps" if config == "orion-mps" else "priority",
@@ -364,6 +369,16 @@ class Run:
                 harness.stop_mps_daemon(self.mps_env)
                 self.mps_env = None
         return row
+
+
+def be_env(config):
+    """The ORION_ variables a configuration sets in the job's ranks: each `+be_env=NAME=VALUE`
+    after its policy setting (orion:gpu_hold_max_ms=500+be_env=ORION_GPU_HOLD_RELEASE_MS=0)."""
+    env = {}
+    for part in config.split("+")[1:]:
+        name, _, value = part.partition("be_env=")[2].partition("=")
+        env[name] = value
+    return env
 
 
 def compare(row, alone):
@@ -475,6 +490,9 @@ def main(argv=None):
                 (c.startswith("orion:") and "=" in c)):
             p.error(f"unknown configuration '{c}' (orion, orion:KEY=VALUE, orion@alt, "
                     "timeslice, orion-mps, mps-cap)")
+        for part in c.split("+")[1:]:
+            if not re.fullmatch(r"be_env=ORION_[A-Z0-9_]+=\S*", part):
+                p.error(f"configuration '{c}': '{part}' is not be_env=ORION_NAME=VALUE")
         if c == "orion@alt" and not args.alt_interposer:
             p.error("orion@alt needs --alt-interposer")
     if args.repeat < 1 or args.first_round < 0:
