@@ -299,11 +299,7 @@ class Run:
                 row["error"] = why
                 return row
         if config.startswith("orion"):
-            extra = ""
-            knob = config.split(":", 1)[1].split("+", 1)[0] if ":" in config else ""
-            if knob and not knob.startswith("be_env="):
-                key, value = knob.split("=", 1)
-                extra = f"policy:\n  {key}: {value}\n"
+            extra = server_policy(config)
             server = harness.Server(self.bundle, self.work, self.log, admin_port=0,
                                     mode="mps" if config == "orion-mps" else "priority",
                                     extra=extra)
@@ -369,6 +365,15 @@ class Run:
                 harness.stop_mps_daemon(self.mps_env)
                 self.mps_env = None
         return row
+
+
+def server_policy(config):
+    """The server config's policy lines of a configuration: orion:KEY=VALUE, '' for none."""
+    knob = config.split(":", 1)[1].split("+", 1)[0] if ":" in config else ""
+    if not knob or knob.startswith("be_env="):
+        return ""
+    key, value = knob.split("=", 1)
+    return f"policy:\n  {key}: {value}\n"
 
 
 def be_env(config):
