@@ -325,7 +325,11 @@ struct alignas(64) GpuState {
   // best-effort processes open it and wait at the gate on the CPU until their busy period ends
   // (interpose/gpu_hold.h, "A hold that lasts"). 0 = no bound (also a server that predates it).
   std::atomic<uint64_t> gpu_hold_max_ns;
-  uint8_t reserved[104];
+  // How long a process whose hold was opened past that bound waits at the gate on the CPU at
+  // least, whether or not the high-priority clients went idle meanwhile. 0 = until they are
+  // idle (also a server that predates it).
+  std::atomic<uint64_t> gpu_hold_release_ns;
+  uint8_t reserved[96];
 };
 
 struct alignas(64) BoardHeader {

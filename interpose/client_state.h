@@ -48,13 +48,13 @@ struct alignas(64) Registration {
   uint32_t generation = 0;
   // 1 since the process's hold keeper for this GPU found the hold held past its bound
   // (GpuState::gpu_hold_max_ns, gpu_hold.h "A hold that lasts"), until its first verdict that
-  // is not once EnvConfig::hold_release_ns has gone: best-effort launches wait at the gate on
+  // is not once GpuState::gpu_hold_release_ns has gone: best-effort launches wait at the gate on
   // the CPU instead of behind the word while the high-priority clients stay busy, and for that
   // long in any case. Written by the keeper, read by launches (HoldReleased;
   // plain, so that a renewal resets it).
   uint32_t hold_released = 0;
   // When the keeper last set hold_released (MonotonicNs): a release lasts at least
-  // EnvConfig::hold_release_ns from it. Read by a launch only while released.
+  // GpuState::gpu_hold_release_ns from it. Read by a launch only while released.
   uint64_t hold_released_ns = 0;
   // Not read by a launch.
   int socket_fd = -1;  // kept open: the server frees the slot when it closes

@@ -235,13 +235,6 @@ struct EnvConfig {
   // graphs, so that the waits it queued on that word before drain (gpu_hold.h, KeeperMayOpen):
   // 5 s, far longer than a trainer queues ahead; ORION_GPU_HOLD_DRAIN_MS (1 ms to 60 s) for tests.
   uint64_t hold_drain_ns = 5'000'000'000;
-  // How long a process whose hold was released past its bound (gpu_hold.h, "A hold that lasts")
-  // waits at the gate on the CPU at least, whether or not the high-priority clients went idle
-  // meanwhile: 30 s, or ORION_GPU_HOLD_RELEASE_MS (0 to 600 s; 0: until they are idle). A
-  // trainer's start released it again and again once its service was idle (H200, a BERT graph
-  // service started beside two trainers, bound 100 ms: 1 and 12 releases, p99 10 and 118 ms
-  // over the run; with 30 s, 2 and 1, p99 22 and 24 ms).
-  uint64_t hold_release_ns = 30'000'000'000;
 };
 
 // The direction of a copy from where its two ends live (device memory, managed memory and arrays
@@ -316,9 +309,6 @@ EnvConfig ReadEnvConfig(GetEnv getenv_fn) {
   if (ParseUnsigned(getenv_fn("ORION_GPU_HOLD_DRAIN_MS"), &value) && value >= 1 &&
       value <= 60'000) {
     config.hold_drain_ns = value * 1'000'000;
-  }
-  if (ParseUnsigned(getenv_fn("ORION_GPU_HOLD_RELEASE_MS"), &value) && value <= 600'000) {
-    config.hold_release_ns = value * 1'000'000;
   }
   if (ParseUnsigned(getenv_fn(contract::kEnvLazyPollMs), &value) && value >= 1 && value <= 1000) {
     config.lazy_poll_ns = value * 1'000'000;

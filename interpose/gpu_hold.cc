@@ -140,13 +140,13 @@ bool RegisterWord(DeviceHold& h, contract::GateArea* gate) {
 }
 
 // The keeper's verdict on the hold's bound (gpu_hold.h, "A hold that lasts"): the process's
-// launches wait at the gate on the CPU while it is past, and for EnvConfig::hold_release_ns from
+// launches wait at the gate on the CPU while it is past, and for the GPU's HoldReleaseNs from
 // the release at least; each release is counted and said once a process. The flag, on a line
 // every launch reads, is written only when it changes.
 void NoteHoldReleased(Registration& reg, bool released, uint64_t now_ns) {
   if (released == reg.HoldReleased()) return;
   if (!released) {
-    if (WithinRelease(now_ns, reg.HoldReleasedNs(), Config().hold_release_ns)) return;
+    if (WithinRelease(now_ns, reg.HoldReleasedNs(), HoldReleaseNs(*reg.gpu))) return;
     reg.ClearReleased();
     return;
   }
@@ -155,9 +155,9 @@ void NoteHoldReleased(Registration& reg, bool released, uint64_t now_ns) {
   static std::atomic<bool> said{false};
   if (Config().quiet || said.exchange(true, std::memory_order_relaxed)) return;
   char least[64] = "";  // with no least time, the words before it
-  if (Config().hold_release_ns != 0) {
+  if (const uint64_t least_ns = HoldReleaseNs(*reg.gpu); least_ns != 0) {
     snprintf(least, sizeof(least), "for %llu ms at least and ",
-             static_cast<unsigned long long>(Config().hold_release_ns / 1'000'000));
+             static_cast<unsigned long long>(least_ns / 1'000'000));
   }
   WriteStderrLine(
       "orion: gpu_hold: the high-priority clients of GPU %d stayed busy for over %llu ms: the "

@@ -136,7 +136,7 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 // server's policy.gpu_hold_max_ms (100 ms by default) of a busy period, counted from the earliest
 // SlotGate::busy_start_ns of the busy clients: past it, keepers open both words whenever held,
 // and their processes' launches wait at the gate on the CPU, nothing queued behind a word
-// (Registration::hold_released), for EnvConfig::hold_release_ns (30 s) and until those clients
+// (Registration::hold_released), for policy.gpu_hold_release_ms (30 s) and until those clients
 // are idle. The trainers' queued work runs once beside the service, then the gate on the CPU
 // admits between graphs within the budget, as it does beside eager services. At 500 ms none of
 // 8 such runs stalled (H200), but in 5 of the 7 whose counts were kept the trainers were
@@ -146,6 +146,14 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 // service whose busy periods last that long by themselves (long bursts of graphs, or run past
 // its capacity) takes that path in each of them.
 enum class HoldAllows : uint8_t { kHeld, kBetweenGraphs, kOpen, kTooLong };
+
+// How long a release past the bound lasts at least (the server's policy.gpu_hold_release_ms;
+// 0: until the high-priority clients are idle), within the contract's range whatever the board
+// says.
+inline uint64_t HoldReleaseNs(const contract::GpuState& gpu) {
+  return std::min(gpu.gpu_hold_release_ns.load(std::memory_order_relaxed),
+                  contract::kMaxGpuHoldReleaseNs);
+}
 inline HoldAllows HoldAllowsNow(const contract::Board& board, const contract::GpuState& gpu,
                                 const contract::GateArea& gate, uint32_t own_slot,
                                 uint64_t now_ns, uint64_t* wake_by_ns) {

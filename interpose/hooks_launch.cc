@@ -196,12 +196,12 @@ CUresult GuardedLaunch(const LaunchInfo& info, Launch launch) {
     return GpuHoldOn(gpu) && HoldsOnGpuFor(*reg->gate, gpu, reg->slot_index);
   };
   // A hold released past its bound (gpu_hold.h, "A hold that lasts") sends launches to the gate
-  // on the CPU for ORION_GPU_HOLD_RELEASE_MS from the release and while the high-priority clients
+  // on the CPU for policy.gpu_hold_release_ms from the release and while the high-priority clients
   // stay busy; then idle, the release is over, whether or not the keeper has looked since.
   auto released = [&] {
     if (!reg->HoldReleased()) return false;
     const uint64_t now = MonotonicNs();
-    return reg->StillReleased(now, Config().hold_release_ns, [&] {
+    return reg->StillReleased(now, HoldReleaseNs(gpu), [&] {
       return HighPriorityBusy(*reg->gate, gpu, reg->slot_index, now).busy;
     });
   };

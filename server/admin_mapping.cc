@@ -105,6 +105,7 @@ void ToProto(const GpuPolicy& p, orion::v1::PolicyKnobs* out) {
   out->set_adapt_budget(p.adapt_budget);
   out->set_gpu_hold(p.knobs.gpu_hold);
   out->set_gpu_hold_max_ms(static_cast<uint32_t>(p.knobs.gpu_hold_max_ns / 1000000));
+  out->set_gpu_hold_release_ms(static_cast<uint32_t>(p.knobs.gpu_hold_release_ns / 1000000));
 }
 
 void ToProto(const KernelProfileView& v, orion::v1::KernelProfileResponse* out) {
@@ -215,6 +216,7 @@ absl::StatusOr<PolicyChange> PolicyChangeFromProto(const orion::v1::SetPolicyReq
   if (has("adapt_budget")) c.adapt_budget = k.adapt_budget();
   if (has("gpu_hold")) c.gpu_hold = k.gpu_hold();
   if (has("gpu_hold_max_ms")) c.gpu_hold_max_ms = k.gpu_hold_max_ms();
+  if (has("gpu_hold_release_ms")) c.gpu_hold_release_ms = k.gpu_hold_release_ms();
   return c;
 }
 

@@ -356,6 +356,7 @@ void NodeBoard::PublishKnobs(uint32_t gpu, const GateKnobs& k) {
   g.hp_grace_ns.store(k.hp_grace_ns, std::memory_order_relaxed);
   g.gpu_hold.store(k.gpu_hold ? 1 : 0, std::memory_order_relaxed);
   g.gpu_hold_max_ns.store(k.gpu_hold_max_ns, std::memory_order_relaxed);
+  g.gpu_hold_release_ns.store(k.gpu_hold_release_ns, std::memory_order_relaxed);
   g.mode.store(static_cast<uint32_t>(k.mode), std::memory_order_release);
   WakeGate(gpu);
 }
@@ -372,6 +373,7 @@ GateKnobs NodeBoard::ReadKnobs(uint32_t gpu) const {
   k.hp_grace_ns = g.hp_grace_ns.load(std::memory_order_relaxed);
   k.gpu_hold = g.gpu_hold.load(std::memory_order_relaxed) != 0;
   k.gpu_hold_max_ns = g.gpu_hold_max_ns.load(std::memory_order_relaxed);
+  k.gpu_hold_release_ns = g.gpu_hold_release_ns.load(std::memory_order_relaxed);
   return k;
 }
 
@@ -468,6 +470,7 @@ uint32_t NodeBoard::Reassert() {
     put(g.hp_grace_ns, k.hp_grace_ns);
     put(g.gpu_hold, k.gpu_hold ? 1u : 0u);
     put(g.gpu_hold_max_ns, k.gpu_hold_max_ns);
+    put(g.gpu_hold_release_ns, k.gpu_hold_release_ns);
     put(g.mode, static_cast<uint32_t>(k.mode));
     char uuid[contract::kGpuUuidBytes] = {};
     std::memcpy(uuid, gpu_uuids_[gi].data(), gpu_uuids_[gi].size());

@@ -46,6 +46,7 @@ struct GateKnobs {  // defaults: contract/gate_rules.h
   uint64_t hp_grace_ns = contract::kDefaultHpGraceNs;
   bool gpu_hold = contract::kDefaultGpuHold;  // priority mode: hold best-effort work on the GPU
   uint64_t gpu_hold_max_ns = contract::kDefaultGpuHoldMaxNs;  // its bound per busy period; 0: none
+  uint64_t gpu_hold_release_ns = contract::kDefaultGpuHoldReleaseNs;  // a release's least time
 };
 
 // What the server found in the gate areas that no honest client writes, and put right.

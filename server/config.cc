@@ -137,6 +137,7 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   ORION_RETURN_IF_ERROR(v.CheckKeys(n, "policy",
                                     {"be_budget_us", "sm_threshold", "spin_us", "hp_stale_ms",
                                      "hp_grace_us", "adapt_budget", "gpu_hold", "gpu_hold_max_ms",
+                                     "gpu_hold_release_ms",
                                      "default_latency_target_ms", "high_priority_namespaces",
                                      "min_latency_target_ms", "high_priority_per_gpu"}));
   ORION_RETURN_IF_ERROR(
@@ -153,6 +154,8 @@ absl::Status ParsePolicy(const Validator& v, const YAML::Node& n, const YAML::No
   ORION_RETURN_IF_ERROR(v.Bool(n["gpu_hold"], "policy.gpu_hold", &p->gpu_hold));
   ORION_RETURN_IF_ERROR(v.Int(n["gpu_hold_max_ms"], "policy.gpu_hold_max_ms", 0,
                               contract::kMaxGpuHoldMaxNs / 1000000, &p->gpu_hold_max_ms));
+  ORION_RETURN_IF_ERROR(v.Int(n["gpu_hold_release_ms"], "policy.gpu_hold_release_ms", 0,
+                              contract::kMaxGpuHoldReleaseNs / 1000000, &p->gpu_hold_release_ms));
   uint64_t target_ms = 0;
   ORION_RETURN_IF_ERROR(v.Int(n["default_latency_target_ms"], "policy.default_latency_target_ms",
                               0, 3600000, &target_ms));
@@ -532,8 +535,10 @@ policy:
                                        # refill); false: held at the gate on the CPU
   gpu_hold_max_ms: 100                 # the longest the GPU hold lasts while HP clients stay
                                        # busy; past it, best-effort work waits at the gate on
-                                       # the CPU for 30 s (their ORION_GPU_HOLD_RELEASE_MS)
-                                       # and until they are idle; 0: no bound
+                                       # the CPU for gpu_hold_release_ms and until they are
+                                       # idle; 0: no bound
+  gpu_hold_release_ms: 30000           # that wait's least time, whether or not the HP clients
+                                       # went idle meanwhile (at most 600000); 0: until idle
   default_latency_target_ms: 0         # 0: no target unless a pod/rule sets one
   min_latency_target_ms: 5             # a pod's (or orion-run's) lower target is raised to this
   high_priority_per_gpu: 1             # high-priority pods a GPU may hold; more is flagged

@@ -35,6 +35,8 @@ struct PolicyConfig {
   bool gpu_hold = GateKnobs{}.gpu_hold;  // priority mode: hold best-effort work on the GPU
   uint32_t gpu_hold_max_ms = static_cast<uint32_t>(GateKnobs{}.gpu_hold_max_ns / 1000000);  // its
                                          // bound through one HP busy period; 0: no bound
+  uint32_t gpu_hold_release_ms =         // past the bound, BE work waits on the CPU this long
+      static_cast<uint32_t>(GateKnobs{}.gpu_hold_release_ns / 1000000);  // at least; 0: until idle
   bool adapt_budget = true;       // adapt be_budget_us to the HP latency target, or without
                                   // one (priority mode) size it to the HP service's requests
   uint64_t default_latency_target_us = 0;  // 0 = no target unless a pod or rule sets one

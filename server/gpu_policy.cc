@@ -14,6 +14,7 @@ GpuPolicy InitialGpuPolicy(const PolicyConfig& c) {
   p.knobs.hp_grace_ns = static_cast<uint64_t>(c.hp_grace_us) * 1000;
   p.knobs.gpu_hold = c.gpu_hold;
   p.knobs.gpu_hold_max_ns = static_cast<uint64_t>(c.gpu_hold_max_ms) * 1000000;
+  p.knobs.gpu_hold_release_ns = static_cast<uint64_t>(c.gpu_hold_release_ms) * 1000000;
   p.adapt_budget = c.adapt_budget;
   return p;
 }
@@ -33,6 +34,10 @@ absl::Status ValidatePolicyChange(const PolicyChange& c) {
   }
   if (c.gpu_hold_max_ms && *c.gpu_hold_max_ms > contract::kMaxGpuHoldMaxNs / 1000000) {
     return absl::InvalidArgumentError("knobs.gpu_hold_max_ms must be at most 60000 (60 s)");
+  }
+  if (c.gpu_hold_release_ms && *c.gpu_hold_release_ms > contract::kMaxGpuHoldReleaseNs / 1000000) {
+    return absl::InvalidArgumentError(
+        "knobs.gpu_hold_release_ms must be at most 600000 (600 s)");
   }
   return absl::OkStatus();
 }
@@ -57,6 +62,9 @@ bool ApplyPolicyChange(const PolicyChange& c, GpuPolicy* p) {
   if (c.gpu_hold) p->knobs.gpu_hold = *c.gpu_hold;
   if (c.gpu_hold_max_ms) {
     p->knobs.gpu_hold_max_ns = static_cast<uint64_t>(*c.gpu_hold_max_ms) * 1000000;
+  }
+  if (c.gpu_hold_release_ms) {
+    p->knobs.gpu_hold_release_ns = static_cast<uint64_t>(*c.gpu_hold_release_ms) * 1000000;
   }
   // adapt_budget=true without a budget hands the budget back to the server: it starts again
   // from the mode's default and follows the service.

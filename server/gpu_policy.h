@@ -42,6 +42,7 @@ struct PolicyChange {
   std::optional<bool> adapt_budget;
   std::optional<bool> gpu_hold;
   std::optional<uint32_t> gpu_hold_max_ms;
+  std::optional<uint32_t> gpu_hold_release_ms;
 };
 
 // The ranges the gate can work with; the message names the field as the admin API does.

@@ -25,7 +25,8 @@ configuration with a fresh orion-server: the job warms up, the services start, t
 --seconds of steps and the services stop with it, so the services' window is the job's.
   orion               priority mode, the defaults
   orion:KEY=VALUE     the same with a policy setting of the server's config (gpu_hold=false);
-                      +be_env=ORION_NAME=VALUE after it sets a variable in the job's ranks
+                      more joined by '+'; be_env=ORION_NAME=VALUE among them sets a variable in
+                      the job's ranks
   orion@alt        the defaults with the interposer of --alt-interposer (another build)
   timeslice           no interposer
   orion-mps           the MPS daemon and orion in mps mode; the ranks at MPS client priority 1
@@ -367,23 +368,22 @@ class Run:
         return row
 
 
+def config_parts(config):
+    """A configuration's settings after its name: orion:KEY=VALUE+KEY=VALUE+be_env=NAME=VALUE."""
+    return [p for p in config.split(":", 1)[1].split("+") if p] if ":" in config else []
+
+
 def server_policy(config):
-    """The server config's policy lines of a configuration: orion:KEY=VALUE, '' for none."""
-    knob = config.split(":", 1)[1].split("+", 1)[0] if ":" in config else ""
-    if not knob or knob.startswith("be_env="):
-        return ""
-    key, value = knob.split("=", 1)
-    return f"policy:\n  {key}: {value}\n"
+    """The server config's policy lines of a configuration (its KEY=VALUE settings), '' for none."""
+    knobs = [p.split("=", 1) for p in config_parts(config) if not p.startswith("be_env=")]
+    return "policy:\n" + "".join(f"  {k}: {v}\n" for k, v in knobs) if knobs else ""
 
 
 def be_env(config):
-    """The ORION_ variables a configuration sets in the job's ranks: each `+be_env=NAME=VALUE`
-    after its policy setting (orion:gpu_hold_max_ms=500+be_env=ORION_GPU_HOLD_RELEASE_MS=0)."""
-    env = {}
-    for part in config.split("+")[1:]:
-        name, _, value = part.partition("be_env=")[2].partition("=")
-        env[name] = value
-    return env
+    """The ORION_ variables a configuration sets in the job's ranks: each be_env=NAME=VALUE
+    (orion:gpu_hold_max_ms=500+be_env=ORION_GEMM_SPLIT=0)."""
+    return dict(p[len("be_env="):].split("=", 1) for p in config_parts(config)
+                if p.startswith("be_env="))
 
 
 def compare(row, alone):
@@ -495,9 +495,10 @@ def main(argv=None):
                 (c.startswith("orion:") and "=" in c)):
             p.error(f"unknown configuration '{c}' (orion, orion:KEY=VALUE, orion@alt, "
                     "timeslice, orion-mps, mps-cap)")
-        for part in c.split("+")[1:]:
-            if not re.fullmatch(r"be_env=ORION_[A-Z0-9_]+=\S*", part):
-                p.error(f"configuration '{c}': '{part}' is not be_env=ORION_NAME=VALUE")
+        for part in config_parts(c):
+            if not re.fullmatch(r"be_env=ORION_[A-Z0-9_]+=\S*|[a-z_]+=[A-Za-z0-9_.-]+", part):
+                p.error(f"configuration '{c}': '{part}' is neither KEY=VALUE nor "
+                        "be_env=ORION_NAME=VALUE")
         if c == "orion@alt" and not args.alt_interposer:
             p.error("orion@alt needs --alt-interposer")
     if args.repeat < 1 or args.first_round < 0:

@@ -287,16 +287,18 @@ TEST_F(FaultsTest, HighPriorityClientKilledWhileHoldingTheGpuOpensItWithin500ms)
   EXPECT_EQ(board.Hold(gpu), 0u);
 }
 
-// gpu_hold's bound, end to end (policy.gpu_hold_max_ms through the server's board): beside a
-// graph service that stays busy (400 ms requests back to back), the trainer's keeper releases
-// the hold once 200 ms of the busy period have gone, counts it, and opens every hold the
-// service's graphs take after it, while the service goes on (the trainer's launches wait at the
-// gate on the CPU meanwhile).
+// gpu_hold's bound, end to end (policy.gpu_hold_max_ms and gpu_hold_release_ms through the
+// server's board): beside a graph service that stays busy (400 ms requests back to back), the
+// trainer's keeper releases the hold once 200 ms of the busy period have gone, counts it, and
+// opens every hold the service's graphs take after it, while the service goes on (the trainer's
+// launches wait at the gate on the CPU meanwhile).
 TEST_F(FaultsTest, GpuHoldPastItsBoundIsReleasedWhileTheServiceGoesOn) {
-  StartGraphServiceAndTrainer("{gpu_hold: true, gpu_hold_max_ms: 200}");
+  StartGraphServiceAndTrainer("{gpu_hold: true, gpu_hold_max_ms: 200, gpu_hold_release_ms: 1500}");
   BoardView board(server_);
   const auto* be_counters = board.CountersOf(trainer_);
   ASSERT_NE(be_counters, nullptr);
+  const uint32_t gpu = board.SlotOf(trainer_)->gpu.load();
+  EXPECT_EQ(board.board()->gpus[gpu].gpu_hold_release_ns.load(), 1'500'000'000u);
   ASSERT_TRUE(WaitUntil([&] { return be_counters->hold_releases.load() >= 1; }, 10.0))
       << "the hold was never released";
   const auto* hp_counters = board.CountersOf(service_);
@@ -305,7 +307,6 @@ TEST_F(FaultsTest, GpuHoldPastItsBoundIsReleasedWhileTheServiceGoesOn) {
   // hold stays taken: the case above), while the service goes on. Not every one: a graph whose
   // completion the service's poller stamped late begins a new busy period, held for the bound
   // again (about half of the time on a loaded host).
-  const uint32_t gpu = board.SlotOf(trainer_)->gpu.load();
   const uint64_t service_before = hp_counters->launches.load();
   int open = 0;
   for (int i = 0; i < 200; ++i) {

@@ -40,6 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(c.policy.hp_stale_ms >= 10 && c.policy.hp_stale_ms <= 600000);
   Check(c.policy.hp_grace_us <= 100000);
   Check(c.policy.gpu_hold_max_ms <= 60000);
+  Check(c.policy.gpu_hold_release_ms <= 600000);
   Check(c.timeline_spans_per_gpu >= 1000);
   Check(c.hp_latency_window >= 100);
   return 0;

@@ -159,18 +159,6 @@ TEST(ReadEnvConfigTest, ParsesEverythingWithDefaults) {
     env = {{"ORION_LAZY_POLL_MS", bad}};
     EXPECT_EQ(ReadEnvConfig(get).lazy_poll_ns, kDefaultLazyPollNs) << bad;
   }
-
-  // How long a released GPU hold keeps launches on the CPU at least: 30 s, or 0 to 600 s.
-  env = {};
-  EXPECT_EQ(ReadEnvConfig(get).hold_release_ns, 30'000'000'000u);
-  env = {{"ORION_GPU_HOLD_RELEASE_MS", "0"}};
-  EXPECT_EQ(ReadEnvConfig(get).hold_release_ns, 0u);
-  env = {{"ORION_GPU_HOLD_RELEASE_MS", "600000"}};
-  EXPECT_EQ(ReadEnvConfig(get).hold_release_ns, 600'000'000'000u);
-  for (const char* bad : {"600001", "-1", "2s", "", "99999999999999999999999"}) {
-    env = {{"ORION_GPU_HOLD_RELEASE_MS", bad}};
-    EXPECT_EQ(ReadEnvConfig(get).hold_release_ns, 30'000'000'000u) << bad;
-  }
 }
 
 TEST(ReadEnvConfigTest, LazyPeriodIsLongerBelowTwoCpusUnlessSet) {

@@ -125,11 +125,13 @@ void HoldOnTheGpu(TestRegistrar& registrar) {
   gpu.hp_stale_ns.store(1'000'000'000);
 }
 
-// The GPU hold with a bound of 100 ms, its word held (epoch 7), beside a pretend graph service
-// busy for 800 ms from now (PretendBusyHighPriority's busy period): join the thread returned.
-std::thread BusyGraphServiceWithABound(TestRegistrar& registrar) {
+// The GPU hold with a bound of 100 ms and a release of at least `release_ms`, its word held
+// (epoch 7), beside a pretend graph service busy for 800 ms from now (PretendBusyHighPriority's
+// busy period): join the thread returned.
+std::thread BusyGraphServiceWithABound(TestRegistrar& registrar, uint64_t release_ms) {
   HoldOnTheGpu(registrar);
   registrar.board().gpus[0].gpu_hold_max_ns.store(100'000'000);
+  registrar.board().gpus[0].gpu_hold_release_ns.store(release_ms * 1'000'000);
   registrar.gate().words.gpu_hold.store(7);
   return PretendBusyHighPriority(registrar, /*graphs=*/true, std::chrono::milliseconds(800),
                                  /*period=*/true);
@@ -362,13 +364,13 @@ TEST_F(InterposeIntegrationTest, TimeHeldOnTheGpuAndPausedIsCountedOnce) {
 // launches do; a best-effort client launching every 10 ms. Its first launches go behind the
 // word; at the bound its keeper opens the hold, counts the release and says it once, and opens
 // every hold taken after it; the launches wait at the gate on the CPU until the service is idle,
-// and behind the word again from then on (a release with no least time:
-// ORION_GPU_HOLD_RELEASE_MS=0; the default's 30 s, the test below).
+// and behind the word again from then on (a release with no least time: the board's
+// gpu_hold_release_ns 0, as a server that predates it leaves it; the default's 30 s below).
 TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnTheCpu) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   auto& words = registrar.gate().words;
   const uint64_t t0 = NowNs();
-  std::thread hp_done = BusyGraphServiceWithABound(registrar);
+  std::thread hp_done = BusyGraphServiceWithABound(registrar, /*release_ms=*/0);
   // The service's holds: a new epoch every 20 ms while it is busy; how soon each was open again.
   std::atomic<uint64_t> first_open_ns{0};
   std::atomic<int> late_holds{0}, late_reopened{0};
@@ -386,8 +388,7 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
     }
   });
   const auto start = std::chrono::steady_clock::now();
-  const ProbeRun run = RunProbe(
-      "ORION_SOCKET=" + registrar.socket_path() + " ORION_GPU_HOLD_RELEASE_MS=0", "40 paced");
+  const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "40 paced");
   const auto elapsed = std::chrono::steady_clock::now() - start;
   service.join();
   hp_done.join();
@@ -411,16 +412,16 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
   EXPECT_EQ(words.be_outstanding_ns.load(), 0u);
 }
 
-// The same with a release that lasts at least `release_ms` (ORION_GPU_HOLD_RELEASE_MS; 30 s by
-// default): the pretend service busy for 800 ms, holding anew every 20 ms, the bound 100 ms, a
+// The same with a release that lasts at least `release_ms` (the board's gpu_hold_release_ns,
+// policy.gpu_hold_release_ms: 30 s by default): the pretend service busy for 800 ms, holding anew every 20 ms, the bound 100 ms, a
 // client launching 40 times 10 ms apart. RunReleased returns the client's run and checks what
 // holds either way: one release, counted, and nothing left waiting or charged.
 class GpuHoldReleaseTest : public InterposeIntegrationTest {
  protected:
-  ProbeRun RunReleased(TestRegistrar& registrar, int release_ms) {
+  ProbeRun RunReleased(TestRegistrar& registrar, uint64_t release_ms) {
     auto& words = registrar.gate().words;
     const uint64_t t0 = NowNs();
-    std::thread hp_done = BusyGraphServiceWithABound(registrar);
+    std::thread hp_done = BusyGraphServiceWithABound(registrar, release_ms);
     std::thread service([&] {
       for (uint32_t epoch = 8; NowNs() - t0 < 760'000'000; ++epoch) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -428,9 +429,7 @@ class GpuHoldReleaseTest : public InterposeIntegrationTest {
         orion::interpose::FutexWakeAll(&words.gpu_hold);
       }
     });
-    const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path() +
-                                      " ORION_GPU_HOLD_RELEASE_MS=" + std::to_string(release_ms),
-                                  "40 paced");
+    const ProbeRun run = RunProbe("ORION_SOCKET=" + registrar.socket_path(), "40 paced");
     service.join();
     hp_done.join();
     EXPECT_EQ(run.exit_code, 0) << run.err;

@@ -36,6 +36,12 @@ TEST(AdminMappingTest, PolicyChangeCarriesOnlyTheNamedFields) {
   const absl::StatusOr<PolicyChange> e = PolicyChangeFromProto(r);
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->gpu_hold_max_ms, 0u);
+  EXPECT_FALSE(e->gpu_hold_release_ms.has_value());
+
+  r.add_fields("gpu_hold_release_ms");  // likewise: 0 is a release until idle
+  const absl::StatusOr<PolicyChange> f = PolicyChangeFromProto(r);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->gpu_hold_release_ms, 0u);
 }
 
 TEST(AdminMappingTest, NoFieldsMeansEveryFieldAndTheModeMustThenBeSet) {
@@ -66,7 +72,7 @@ TEST(AdminMappingTest, UnknownKnobNamesAreRefused) {
   // The knobs it names are PolicyKnobs' fields, every one.
   EXPECT_NE(c.status().message().find("(expected mode, be_budget_us, sm_threshold, spin_us, "
                                       "hp_stale_ms, hp_grace_us, adapt_budget, gpu_hold, "
-                                      "gpu_hold_max_ms)"),
+                                      "gpu_hold_max_ms, gpu_hold_release_ms)"),
             std::string::npos)
       << c.status().message();
 }
@@ -144,9 +150,11 @@ TEST(AdminMappingTest, ViewsBecomeTheMessagesCallersRead) {
   p.knobs.be_budget_ns = 5000000;
   p.knobs.hp_grace_ns = 500000;
   p.knobs.gpu_hold_max_ns = 250000000;
+  p.knobs.gpu_hold_release_ns = 45000000000;
   orion::v1::PolicyKnobs k;
   ToProto(p, &k);
   EXPECT_EQ(k.gpu_hold_max_ms(), 250u);
+  EXPECT_EQ(k.gpu_hold_release_ms(), 45000u);
   EXPECT_EQ(k.mode(), orion::v1::GATE_MODE_MPS);
   EXPECT_EQ(k.be_budget_us(), 5000u);
   EXPECT_EQ(k.hp_grace_us(), 500u);

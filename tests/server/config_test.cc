@@ -37,6 +37,7 @@ TEST(ConfigTest, PrintedDefaultsAreTheContractsDefaults) {
     EXPECT_EQ(p->hp_stale_ms * 1000000ull, contract::kDefaultHpStaleNs);
     EXPECT_EQ(p->hp_grace_us * 1000ull, contract::kDefaultHpGraceNs);
     EXPECT_EQ(p->gpu_hold_max_ms * 1000000ull, contract::kDefaultGpuHoldMaxNs);
+    EXPECT_EQ(p->gpu_hold_release_ms * 1000000ull, contract::kDefaultGpuHoldReleaseNs);
   }
   EXPECT_EQ(printed->admin_address, empty->admin_address);
   // No key of the printed file replaces a default with something else: the node name stays the
@@ -142,6 +143,7 @@ TEST(ConfigTest, DefaultConfigYamlParsesToTheDefaults) {
   EXPECT_EQ(a->policy.hp_stale_ms, b->policy.hp_stale_ms);
   EXPECT_EQ(a->policy.hp_grace_us, b->policy.hp_grace_us);
   EXPECT_EQ(a->policy.gpu_hold_max_ms, b->policy.gpu_hold_max_ms);
+  EXPECT_EQ(a->policy.gpu_hold_release_ms, b->policy.gpu_hold_release_ms);
   EXPECT_EQ(a->policy.adapt_budget, b->policy.adapt_budget);
   EXPECT_EQ(a->timeline_spans_per_gpu, b->timeline_spans_per_gpu);
 }
@@ -219,6 +221,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"policy: {adapt_budget: maybe}", "policy.adapt_budget: expected true or false"},
         BadCase{"policy: {gpu_hold_max_ms: 60001}",
                 "policy.gpu_hold_max_ms: expected an integer in [0, 60000]"},
+        BadCase{"policy: {gpu_hold_release_ms: 600001}",
+                "policy.gpu_hold_release_ms: expected an integer in [0, 600000]"},
+        BadCase{"policy: {gpu_hold_release_ms: 30s}",
+                "policy.gpu_hold_release_ms: expected an integer in [0, 600000]"},
         BadCase{"policy: {predict_drain: false}", "policy.predict_drain: removed"},
         BadCase{"policy: [1, 2]", "policy: expected a map"},
         BadCase{"- just\n- a list", "expected a map of settings"},

@@ -17,9 +17,11 @@ TEST(GpuPolicyTest, StartsFromTheConfigInTheBoardsUnits) {
   c.hp_stale_ms = 250;
   c.hp_grace_us = 900;
   c.gpu_hold_max_ms = 250;
+  c.gpu_hold_release_ms = 1500;
   c.adapt_budget = false;
   const GpuPolicy p = InitialGpuPolicy(c);
   EXPECT_EQ(p.knobs.gpu_hold_max_ns, 250000000u);
+  EXPECT_EQ(p.knobs.gpu_hold_release_ns, 1500000000u);
   EXPECT_EQ(p.knobs.mode, contract::GateMode::kMps);
   EXPECT_EQ(p.knobs.be_budget_ns, 1234000u);
   EXPECT_TRUE(p.budget_set);
@@ -76,9 +78,12 @@ TEST(GpuPolicyTest, OtherKnobsChangeWithoutRestartingTheBudgetEvidence) {
   c.sm_threshold = 64;
   c.adapt_budget = false;
   c.gpu_hold_max_ms = 0;
+  c.gpu_hold_release_ms = 0;
+  EXPECT_EQ(before.knobs.gpu_hold_release_ns, contract::kDefaultGpuHoldReleaseNs);
   EXPECT_FALSE(ApplyPolicyChange(c, &p));  // adapt_budget=false moves no budget
   EXPECT_EQ(p.knobs.hp_grace_ns, 2000000u);
   EXPECT_EQ(p.knobs.gpu_hold_max_ns, 0u) << "0: no bound";
+  EXPECT_EQ(p.knobs.gpu_hold_release_ns, 0u) << "0: until idle";
   EXPECT_EQ(p.knobs.sm_threshold, 64u);
   EXPECT_FALSE(p.adapt_budget);
   EXPECT_EQ(p.knobs.be_budget_ns, before.knobs.be_budget_ns);
@@ -104,6 +109,9 @@ TEST(GpuPolicyTest, OutOfRangeValuesAreRefusedByName) {
   EXPECT_EQ(message([](PolicyChange& c) { c.gpu_hold_max_ms = 60001; }),
             "knobs.gpu_hold_max_ms must be at most 60000 (60 s)");
   EXPECT_EQ(message([](PolicyChange& c) { c.gpu_hold_max_ms = 60000; }), "");
+  EXPECT_EQ(message([](PolicyChange& c) { c.gpu_hold_release_ms = 600001; }),
+            "knobs.gpu_hold_release_ms must be at most 600000 (600 s)");
+  EXPECT_EQ(message([](PolicyChange& c) { c.gpu_hold_release_ms = 600000; }), "");
   EXPECT_EQ(message([](PolicyChange& c) { c.be_budget_us = 1000000; c.hp_stale_ms = 600000; }),
             "");
 }

@@ -79,11 +79,12 @@ alt = subprocess.run([sys.executable, SCRIPT, "multigpu", "--bundle", "/nonexist
 check(alt.returncode == 2 and "orion@alt needs --alt-interposer" in alt.stderr,
       f"orion@alt without its build: {alt.returncode} {alt.stderr}")
 # A configuration's policy setting goes to the server, its be_env variables to the ranks alone.
-spec = "orion:gpu_hold_max_ms=500+be_env=ORION_GPU_HOLD_RELEASE_MS=0"
-check(multigpu.server_policy(spec) == "policy:\n  gpu_hold_max_ms: 500\n",
+spec = "orion:gpu_hold_max_ms=500+gpu_hold_release_ms=0+be_env=ORION_GEMM_SPLIT=0"
+check(multigpu.server_policy(spec) == "policy:\n  gpu_hold_max_ms: 500\n  gpu_hold_release_ms: 0\n",
       f"the server's policy: {multigpu.server_policy(spec)!r}")
 check(multigpu.server_policy("orion") == "", "orion: no policy lines")
-check(multigpu.be_env(spec) == {"ORION_GPU_HOLD_RELEASE_MS": "0"}, f"be_env: {multigpu.be_env(spec)}")
+check(multigpu.server_policy("orion:be_env=ORION_GEMM_SPLIT=0") == "", "be_env alone: no policy")
+check(multigpu.be_env(spec) == {"ORION_GEMM_SPLIT": "0"}, f"be_env: {multigpu.be_env(spec)}")
 check(multigpu.be_env("orion:gpu_hold=false") == {}, "no be_env: no variables")
 
 
@@ -99,11 +100,11 @@ run = multigpu.Run.__new__(multigpu.Run)
 run.args, run.bundle, run.mps_env = Args(), "/b", None
 _, rank_env = run.prefix(spec, "best-effort", Server())
 _, service_env = run.prefix(spec, "high", Server())
-check(rank_env.get("ORION_GPU_HOLD_RELEASE_MS") == "0", f"a rank's environment: {rank_env}")
-check("ORION_GPU_HOLD_RELEASE_MS" not in service_env, f"a service's environment: {service_env}")
+check(rank_env.get("ORION_GEMM_SPLIT") == "0", f"a rank's environment: {rank_env}")
+check("ORION_GEMM_SPLIT" not in service_env, f"a service's environment: {service_env}")
 bad_env = subprocess.run([sys.executable, SCRIPT, "multigpu", "--bundle", "/nonexistent",
                           "--configs", "orion:gpu_hold=false+ORION_X=1"],
                          capture_output=True, text=True)
-check(bad_env.returncode == 2 and "'ORION_X=1' is not be_env=ORION_NAME=VALUE" in bad_env.stderr,
+check(bad_env.returncode == 2 and "'ORION_X=1' is neither KEY=VALUE nor be_env" in bad_env.stderr,
       f"a malformed be_env: {bad_env.returncode} {bad_env.stderr}")
 print("multigpu_table_test: passed")

@@ -57,9 +57,10 @@ out="$(timeout 1 "$CTL" --server "127.0.0.1:$ADMIN_PORT" timeline --follow 2>&1)
 expect "$out" "orion-sample-tr($TRAIN_PID)"
 # `policy` prints the KEY=VALUE form it takes: the output is accepted back as it is.
 out="$(ctl policy)"
-expect "$out" "mode=priority" "be_budget_us=500" "adapt_budget=true" "gpu_hold_max_ms=100"
+expect "$out" "mode=priority" "be_budget_us=500" "adapt_budget=true" "gpu_hold_max_ms=100" \
+  "gpu_hold_release_ms=30000"
 keys="$(cut -d= -f1 <<< "$out" | tr '\n' ' ')"
-[[ "$keys" == "mode be_budget_us sm_threshold spin_us hp_stale_ms hp_grace_us adapt_budget gpu_hold gpu_hold_max_ms " ]] ||
+[[ "$keys" == "mode be_budget_us sm_threshold spin_us hp_stale_ms hp_grace_us adapt_budget gpu_hold gpu_hold_max_ms gpu_hold_release_ms " ]] ||
   fail "policy's knobs, in admin.proto's order: $keys"
 ctl policy $out > /dev/null || fail "policy does not take its own output: $out"
 wait "$JOB" || fail "the trainer failed: $(cat "$W/train.out")"
