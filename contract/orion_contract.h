@@ -327,7 +327,8 @@ struct alignas(64) GpuState {
   std::atomic<uint64_t> gpu_hold_max_ns;
   // How long a process whose hold was opened past that bound waits at the gate on the CPU at
   // least, whether or not the high-priority clients went idle meanwhile. 0 = until they are
-  // idle (also a server that predates it).
+  // idle, also what a server that predates it leaves (the server and the interposer of one
+  // release go together: the chart ships both).
   std::atomic<uint64_t> gpu_hold_release_ns;
   uint8_t reserved[96];
 };
@@ -504,6 +505,11 @@ struct QuotaArea {
 static_assert(sizeof(BoardHeader) == 256);
 static_assert(sizeof(QuotaArea) == 128);
 static_assert(sizeof(GpuState) == 256);
+// The fields end where the reserved space begins, and it ends where alignment would pad: a
+// field added without taking its bytes from `reserved` fails here, not only past 256.
+static_assert(offsetof(GpuState, gpu_hold_release_ns) == 136);
+static_assert(offsetof(GpuState, reserved) == 144 &&
+              offsetof(GpuState, reserved) + sizeof(GpuState::reserved) == 240);
 static_assert(sizeof(ClientSlot) == 64);
 static_assert(sizeof(SlotGate) == 64);
 static_assert(sizeof(GateArea) == 128 + kMaxSlots * sizeof(SlotGate));

@@ -365,7 +365,7 @@ TEST_F(InterposeIntegrationTest, TimeHeldOnTheGpuAndPausedIsCountedOnce) {
 // word; at the bound its keeper opens the hold, counts the release and says it once, and opens
 // every hold taken after it; the launches wait at the gate on the CPU until the service is idle,
 // and behind the word again from then on (a release with no least time: the board's
-// gpu_hold_release_ns 0, as a server that predates it leaves it; the default's 30 s below).
+// gpu_hold_release_ns 0, as a server that predates it leaves it; one with a least time below).
 TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnTheCpu) {
   TestRegistrar registrar(dir_, 0, /*honour_priority=*/false);
   auto& words = registrar.gate().words;
@@ -413,9 +413,10 @@ TEST_F(InterposeIntegrationTest, GpuHoldPastItsBoundOpensAndTheLaunchesWaitOnThe
 }
 
 // The same with a release that lasts at least `release_ms` (the board's gpu_hold_release_ns,
-// policy.gpu_hold_release_ms: 30 s by default): the pretend service busy for 800 ms, holding anew every 20 ms, the bound 100 ms, a
-// client launching 40 times 10 ms apart. RunReleased returns the client's run and checks what
-// holds either way: one release, counted, and nothing left waiting or charged.
+// policy.gpu_hold_release_ms: 30 s by default): the pretend service busy for 800 ms, holding
+// anew every 20 ms, the bound 100 ms, a client launching 40 times 10 ms apart. RunReleased
+// returns the client's run and checks what holds either way: one release, counted, and nothing
+// left waiting or charged.
 class GpuHoldReleaseTest : public InterposeIntegrationTest {
  protected:
   ProbeRun RunReleased(TestRegistrar& registrar, uint64_t release_ms) {

@@ -563,6 +563,17 @@ TEST_F(LaunchGateTest, KeeperOpensTheAdmittedWordBetweenGraphsAndGpuHoldAfterThe
   EXPECT_EQ(open(false, false, now_), Both(true, true));
 }
 
+// A release past the bound lasts at least what the board says (policy.gpu_hold_release_ms): 0
+// (a server that predates it) is until idle, and a value past the contract's range, which no
+// server publishes, is read as 600 s.
+TEST_F(LaunchGateTest, HoldReleaseTimeIsTheBoardsWithinItsRange) {
+  EXPECT_EQ(HoldReleaseNs(gpu()), 0u);
+  gpu().gpu_hold_release_ns.store(contract::kDefaultGpuHoldReleaseNs);
+  EXPECT_EQ(HoldReleaseNs(gpu()), 30'000'000'000u);
+  gpu().gpu_hold_release_ns.store(UINT64_MAX);
+  EXPECT_EQ(HoldReleaseNs(gpu()), contract::kMaxGpuHoldReleaseNs);
+}
+
 // A hold lasts at most its bound (the GPU's gpu_hold_max_ns): once the busy high-priority
 // clients' earliest busy period is older than it, kTooLong, and the keeper opens both words and
 // releases the process's launches to the gate on the CPU (`released`), whoever asks; before it,

@@ -199,16 +199,22 @@ TEST_F(AdminApiTest, SetPolicyReachesTheBoard) {
   pol.set_gpu(1);
   pol.add_fields("be_budget_us");
   pol.add_fields("mode");
+  pol.add_fields("gpu_hold_release_ms");
   pol.mutable_knobs()->set_be_budget_us(123);
   pol.mutable_knobs()->set_mode(orion::v1::GATE_MODE_PASS_THROUGH);
+  pol.mutable_knobs()->set_gpu_hold_release_ms(4500);
   orion::v1::PolicyKnobs knobs;
   ASSERT_TRUE(admin_->SetPolicy(&ctx, pol, &knobs).ok());
   EXPECT_EQ(knobs.be_budget_us(), 123u);
+  EXPECT_EQ(knobs.gpu_hold_release_ms(), 4500u);
   EXPECT_EQ(knobs.spin_us(), 20u);  // untouched field keeps its value
   const auto& g = server_->state().board().board().gpus[1];
   EXPECT_EQ(g.be_budget_ns.load(), 123000u);
+  EXPECT_EQ(g.gpu_hold_release_ns.load(), 4'500'000'000u);
   EXPECT_EQ(g.mode.load(), static_cast<uint32_t>(contract::GateMode::kPassThrough));
   EXPECT_EQ(server_->state().board().board().gpus[0].be_budget_ns.load(), 500000u);
+  EXPECT_EQ(server_->state().board().board().gpus[0].gpu_hold_release_ns.load(),
+            contract::kDefaultGpuHoldReleaseNs);
 }
 
 TEST_F(AdminApiTest, ModeChangeMovesADefaultBudgetButKeepsASetOne) {

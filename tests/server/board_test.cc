@@ -214,8 +214,10 @@ TEST(BoardTest, ReassertPutsBackWhatATenantOverwrote) {
   gpu.spin_ns.store(0xFFFFFFFFu);
   gpu.be_budget_ns.store(0);
   gpu.mode.store(99);
+  gpu.gpu_hold_max_ns.store(0);
+  gpu.gpu_hold_release_ns.store(0);
   mapped->header.magic = 0;
-  EXPECT_EQ(b.Reassert(), 9u);
+  EXPECT_EQ(b.Reassert(), 11u);
   EXPECT_EQ(mapped->slots[*be].priority.load(), static_cast<uint32_t>(contract::Priority::kBestEffort));
   EXPECT_EQ(mapped->slots[*hp].paused.load(), 0u);
   EXPECT_EQ(mapped->slots[*be].memory_limit_bytes.load(), 1u << 20);
@@ -223,6 +225,8 @@ TEST(BoardTest, ReassertPutsBackWhatATenantOverwrote) {
   EXPECT_EQ(gpu.hp_slot_mask[0].load(), 1ull << *hp);
   EXPECT_EQ(gpu.spin_ns.load(), contract::kDefaultSpinNs);
   EXPECT_EQ(gpu.mode.load(), static_cast<uint32_t>(contract::kDefaultGateMode));
+  EXPECT_EQ(gpu.gpu_hold_max_ns.load(), contract::kDefaultGpuHoldMaxNs);
+  EXPECT_EQ(gpu.gpu_hold_release_ns.load(), contract::kDefaultGpuHoldReleaseNs);
   EXPECT_EQ(std::memcmp(&mapped->header, header_before, sizeof(header_before)), 0);
   EXPECT_EQ(b.Reassert(), 0u);
 

@@ -32,7 +32,7 @@ expect "$out" "mode: expected pass-through, priority or mps, got 'fast'"
 # An unknown knob lists the knobs.
 out="$(ctl policy be_budget=500 2>&1)" && fail "an unknown knob was accepted"
 expect "$out" "unknown knob 'be_budget'" "be_budget_us" "hp_grace_us" "adapt_budget" \
-  "gpu_hold_max_ms"
+  "gpu_hold_max_ms" "gpu_hold_release_ms"
 
 # No GPU yet: it appears when the first process registers.
 out="$(ctl policy 2>&1)" && fail "policy with no GPU succeeded"
