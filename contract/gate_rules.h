@@ -34,14 +34,14 @@ inline constexpr bool kDefaultGpuHold = true;
 // hold that lasts"): 100 ms, some 100 requests with no gap of a grace for a BERT graph service
 // at half its capacity. Measured on H200s (docs/benchmarks.md, "A bound on the GPU hold"): at
 // 500 ms no stall, but a graph service started beside two trainers read p99 148 ms over the run
-// (median of 8); at 100 ms, with a release that lasts 30 s (kDefaultGpuHoldReleaseNs), 22 and
-// 24 ms, and 33 ms against 152 ms in a matrix round.
+// (median of 8); at 100 ms, with a release that lasts 30 s (kDefaultGpuHoldReleaseNs), 18 to
+// 24 ms (3 runs), and 33 ms against 152 ms in a matrix round.
 inline constexpr uint64_t kDefaultGpuHoldMaxNs = 100'000'000;
 inline constexpr uint64_t kMaxGpuHoldMaxNs = 60'000'000'000;  // the knob's range: 0 to 60 s
 // How long a release past that bound lasts at least (GpuState::gpu_hold_release_ns): a trainer's
 // start released the hold again and again once its service was idle (at 100 ms and released
-// only until idle: 1 and 12 releases, p99 10 and 118 ms over the run; with 30 s, 2 and 1, p99 22
-// and 24 ms). 0 to 600 s; 0: until the high-priority clients are idle.
+// only until idle: 1 and 12 releases, p99 10 and 118 ms over the run; with 30 s, 1 or 2, p99 18
+// to 24 ms). 0 to 600 s; 0: until the high-priority clients are idle.
 inline constexpr uint64_t kDefaultGpuHoldReleaseNs = 30'000'000'000;
 inline constexpr uint64_t kMaxGpuHoldReleaseNs = 600'000'000'000;
 

@@ -142,7 +142,7 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 // 8 such runs stalled (H200), but in 5 of the 7 whose counts were kept the trainers were
 // released in the service's first seconds, as `llm` began its first step, up to 10 times, and
 // the service read p99 148 ms over the run (median); at 100 ms and released until idle, 1 and
-// 12 releases, p99 10 and 118 ms; at 100 ms and 30 s, 2 and 1 releases, p99 22 and 24 ms. A
+// 12 releases, p99 10 and 118 ms; at 100 ms and 30 s, 1 or 2 releases, p99 18 to 24 ms. A
 // service whose busy periods last that long by themselves (long bursts of graphs, or run past
 // its capacity) takes that path in each of them.
 enum class HoldAllows : uint8_t { kHeld, kBetweenGraphs, kOpen, kTooLong };

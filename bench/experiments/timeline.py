@@ -201,7 +201,8 @@ def main(argv=None):
     p.add_argument("--together", action="store_true",
                    help="both processes under the profiler in the same window")
     p.add_argument("--out")
-    p.add_argument("--table")
+    p.add_argument("--table", nargs="+", metavar="RESULTS_JSONL",
+                   help="renders the rows of these files, pooled (same-start runs by arm)")
     p.add_argument("--starts", nargs="+", metavar="RUN_DIR",
                    help="kept same-start runs as JSONL rows, one a folder (its log.txt, "
                         "snapshots.txt or metrics.txt, and an optional `arm` file naming its "
@@ -244,11 +245,11 @@ def main(argv=None):
     if len(trainers) > 1 and (args.trainer_joins or not args.together):
         p.error("--trainer A+B goes with --together, without --trainer-joins")
     if args.table:
-        rows = read_rows(args.table, "timeline")
+        rows = [r for path in args.table for r in read_rows(path, "timeline")]
         starts = [r for r in rows if r.get("kind") == "start-run"]
         if starts and len(starts) != len(rows):
-            raise SystemExit(f"timeline: {args.table}: same-start runs (--starts) and windows "
-                             f"mixed in one file: render them apart")
+            raise SystemExit(f"timeline: {' '.join(args.table)}: same-start runs (--starts) and "
+                             f"windows mixed: render them apart")
         print(starts_table(starts) if starts else render_table(rows))
         return
     if not args.bundle:

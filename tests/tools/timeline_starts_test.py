@@ -2,7 +2,7 @@
 """bench/orion_bench.py timeline --starts without a GPU: kept same-start runs read back from their
 folders (the service's result line, each trainer's most releases over snapshots.txt, or in
 metrics.txt, never the service's; the arm named by an `arm` file or the folder; the run's path
-from the repository's root), one JSONL row each, and --table
+from the repository's root), one JSONL row each, and --table (over one file or several)
 grouping them by arm with each run's releases and p99 and the medians; a folder without the
 service's result line is refused with its name."""
 import json
@@ -79,6 +79,19 @@ with tempfile.TemporaryDirectory() as tmp:
           f"the 500 ms arm: {table.stdout}")
     check(lines[3] == "| bound 100 ms | 2 | 1, 0 | 20, 30 ms | 2.0, 25.0, 50.0 ms |",
           f"the 100 ms arm: {table.stdout}")
+    # Runs kept in two files are pooled by arm, in the files' order.
+    later = subprocess.run([sys.executable, SCRIPT, "timeline", "--starts",
+                            run_folder(tmp, "b3", 10.0, [2, 0], arm="bound 100 ms")],
+                           capture_output=True, text=True)
+    path2 = os.path.join(tmp, "runs2.jsonl")
+    with open(path2, "w") as f:
+        f.write(later.stdout)
+    pooled = subprocess.run([sys.executable, SCRIPT, "timeline", "--table", path, path2],
+                            capture_output=True, text=True)
+    check(pooled.returncode == 0, f"--table over two files failed: {pooled.stderr}")
+    check(pooled.stdout.splitlines()[3] ==
+          "| bound 100 ms | 3 | 1, 0, 2 | 20, 30, 10 ms | 2.0, 20.0, 40.0 ms |",
+          f"the 100 ms arm over two files: {pooled.stdout}")
     # No arm file: the folder's name is the arm; a folder without the result line is refused.
     bare = os.path.join(tmp, "bare")
     os.makedirs(bare)
