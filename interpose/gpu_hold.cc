@@ -164,8 +164,7 @@ void NoteHoldReleased(Registration& reg, bool released, uint64_t now_ns) {
       "hold is opened, and this process's launches wait at the gate on the CPU %suntil they are "
       "idle (said once)\n",
       reg.device,
-      static_cast<unsigned long long>(reg.gpu->gpu_hold_max_ns.load(std::memory_order_relaxed) /
-                                      1'000'000),
+      static_cast<unsigned long long>(HoldBoundNs(*reg.gpu) / 1'000'000),
       least);
 }
 

@@ -147,9 +147,13 @@ inline void NoteHighPriorityGraph(contract::SlotGate& slot, bool graph) {
 // its capacity) takes that path in each of them.
 enum class HoldAllows : uint8_t { kHeld, kBetweenGraphs, kOpen, kTooLong };
 
-// How long a release past the bound lasts at least (the server's policy.gpu_hold_release_ms;
-// 0: until the high-priority clients are idle), within the contract's range whatever the board
-// says.
+// The hold's bound through one busy period (the server's policy.gpu_hold_max_ms; 0: none), and
+// how long a release past it lasts at least (policy.gpu_hold_release_ms; 0: until the
+// high-priority clients are idle), each within the contract's range whatever the board says.
+inline uint64_t HoldBoundNs(const contract::GpuState& gpu) {
+  return std::min(gpu.gpu_hold_max_ns.load(std::memory_order_relaxed),
+                  contract::kMaxGpuHoldMaxNs);
+}
 inline uint64_t HoldReleaseNs(const contract::GpuState& gpu) {
   return std::min(gpu.gpu_hold_release_ns.load(std::memory_order_relaxed),
                   contract::kMaxGpuHoldReleaseNs);
@@ -164,8 +168,7 @@ inline HoldAllows HoldAllowsNow(const contract::Board& board, const contract::Gp
   const HighPriorityView hp = HighPriorityBusy(gate, gpu, own_slot, now_ns);
   if (!hp.busy) return HoldAllows::kOpen;
   *wake_by_ns = hp.grace_ends_ns;
-  const uint64_t bound = std::min(gpu.gpu_hold_max_ns.load(std::memory_order_relaxed),
-                                  contract::kMaxGpuHoldMaxNs);
+  const uint64_t bound = HoldBoundNs(gpu);
   if (bound != 0 && hp.busy_since_ns != 0) {  // busy_since_ns <= now_ns: no overflow
     const uint64_t bound_ends = hp.busy_since_ns + bound;
     if (now_ns >= bound_ends) return HoldAllows::kTooLong;

@@ -40,8 +40,8 @@ round) and results.md to --out (default $OUT or a temp dir).
 """
 import argparse
 import json
-import re
 import os
+import re
 import signal
 import statistics
 import subprocess
