@@ -741,6 +741,17 @@ def render_table(results, repeat, summary=False):
     return "\n".join(lines) + "\n"
 
 
+def table_rows(rows, services=None, trainers=None):
+    """The rows a --table keeps: with services (HP,...) those services' rows, with trainers
+    (BE,...) those trainers', each with the alone rows of the other side (a trainer's alone row
+    has no service, a service's no trainer)."""
+    for key, names in (("hp", services), ("be", trainers)):
+        if names:
+            keep = names.split(",")
+            rows = [r for r in rows if r.get(key) in keep or r.get(key) is None]
+    return rows
+
+
 def summary_lines(results, repeat):
     """The median summary over rounds: a heading, then its table (from the fourth line)."""
     lines = []
@@ -784,6 +795,8 @@ def main(argv=None):
                    help="with --table: the medians over rounds alone")
     p.add_argument("--services", metavar="HP,...",
                    help="with --table: these services' rows alone")
+    p.add_argument("--trainers", metavar="BE,...",
+                   help="with --table: these trainers' rows alone (a group as written: llm+resnet50)")
     p.add_argument("--hp", default="resnet50")
     p.add_argument("--be", default="resnet50")
     p.add_argument("--configs", default="timeslice,orion-pass,orion")
@@ -840,9 +853,7 @@ def main(argv=None):
     if args.table:
         rows = [r for path in args.table  # a run killed mid-write: lenient
                 for r in read_rows(path, "priority", lenient=True)]
-        if args.services:
-            keep = args.services.split(",")
-            rows = [r for r in rows if r.get("hp") in keep or r.get("hp") is None]
+        rows = table_rows(rows, args.services, args.trainers)
         print(render_table(rows, len({r.get("round", 0) for r in rows}), args.summary), end="")
         return
     if not args.bundle:

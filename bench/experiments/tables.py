@@ -33,7 +33,7 @@ BLOCK = re.compile(r"(<!-- generated: (?P<cmd>[^\n]*?) -->\n)(?P<body>.*?)(<!-- 
 COMMAND = re.compile(r"^python3 bench/orion_bench\.py (?P<experiment>[a-z][a-z-]*) "
                      r"--table (?P<data>docs/data/[\w./-]+\.jsonl(?:\.gz)?"
                      r"( docs/data/[\w./-]+\.jsonl(?:\.gz)?)*)"
-                     r"(?P<options>( --[a-z][a-z-]*( [\w.,=-]+)?)*)$")
+                     r"(?P<options>( --[a-z][a-z-]*( [\w.,=+-]+)?)*)$")  # + : a trainer group
 DEFAULT = ("docs/benchmarks.md", "README.md")
 
 

@@ -3,7 +3,7 @@
 parse_config): server knobs stay knobs, the trainer's knobs go to its environment (gemm_split,
 timing_hold, gemm_split_ns, be_env=ORION_NAME=VALUE), and a bad one ends the run with a message
 that names the spec before anything starts; trainers run together (--be A+B) are keyed, summed
-and harvested as one."""
+and harvested as one; --table's --services and --trainers keep those rows and the alone rows."""
 import argparse
 import os
 import sys
@@ -72,6 +72,20 @@ def main():
         failures.append(f"harvest of the group {priority.harvest_of(row, 0.5)} (want 0.8)")
     if priority.trainer_ratio(row) != "0.40x (llm 0.30x + resnet50 0.10x)":
         failures.append(f"trainer column {priority.trainer_ratio(row)!r}")
+    rows = [{"config": "alone", "hp": "bert8-graph", "be": None},
+            {"config": "alone", "hp": None, "be": "llm"},
+            {"config": "orion", "hp": "bert8-graph", "be": "llm"},
+            {"config": "orion", "hp": "bert8-graph", "be": "llm+resnet50"},
+            {"config": "orion", "hp": "resnet50-graph", "be": "llm+resnet50"}]
+    kept = [(r["hp"], r["be"]) for r in priority.table_rows(rows, None, "llm+resnet50")]
+    if kept != [("bert8-graph", None), ("bert8-graph", "llm+resnet50"),
+                ("resnet50-graph", "llm+resnet50")]:
+        failures.append(f"--trainers llm+resnet50 kept {kept}")
+    kept = [(r["hp"], r["be"]) for r in priority.table_rows(rows, "bert8-graph", "llm")]
+    if kept != [("bert8-graph", None), (None, "llm"), ("bert8-graph", "llm")]:
+        failures.append(f"--services bert8-graph --trainers llm kept {kept}")
+    if priority.table_rows(rows) != rows:
+        failures.append("no filter dropped rows")
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
